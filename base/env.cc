@@ -1,0 +1,167 @@
+#include "base/env.h"
+
+#include <chrono>
+#include <random>
+
+namespace megastore {
+
+Env::TimerId TimerQueue::Add(int64_t when, std::function<void()> fn) {
+  const Env::TimerId id = next_id_++;
+  timers_.emplace(std::make_pair(when, id), std::move(fn));
+  deadline_of_.emplace(id, when);
+  return id;
+}
+
+bool TimerQueue::Cancel(Env::TimerId id) {
+  auto it = deadline_of_.find(id);
+  if (it == deadline_of_.end()) return false;
+  timers_.erase({it->second, id});
+  deadline_of_.erase(it);
+  return true;
+}
+
+bool TimerQueue::PopDue(int64_t now, std::function<void()>* fn) {
+  if (timers_.empty() || timers_.begin()->first.first > now) return false;
+  auto it = timers_.begin();
+  *fn = std::move(it->second);
+  deadline_of_.erase(it->first.second);
+  timers_.erase(it);
+  return true;
+}
+
+int64_t TimerQueue::NextDeadline() const {
+  return timers_.empty() ? INT64_MAX : timers_.begin()->first.first;
+}
+
+Env* Env::Default() {
+  static Env* env = new RealEnv();
+  return env;
+}
+
+namespace {
+uint64_t SeedFromOs() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd();
+}
+}  // namespace
+
+RealEnv::RealEnv(uint64_t seed) : seed_(seed != 0 ? seed : SeedFromOs()), rng_(seed_) {}
+
+RealEnv::~RealEnv() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t RealEnv::NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t RealEnv::MonotonicMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Env::TimerId RealEnv::Schedule(absl::Duration after, std::function<void()> fn) {
+  const int64_t when = MonotonicMicros() + absl::ToInt64Microseconds(after);
+  TimerId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = timers_.Add(when, std::move(fn));
+    if (!thread_.joinable()) thread_ = std::thread([this] { TimerLoop(); });
+  }
+  cv_.notify_all();
+  return id;
+}
+
+bool RealEnv::Cancel(TimerId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timers_.Cancel(id);
+}
+
+uint64_t RealEnv::Random64() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rng_.Next();
+}
+
+void RealEnv::TimerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    std::function<void()> fn;
+    if (timers_.PopDue(MonotonicMicros(), &fn)) {
+      lock.unlock();
+      fn();
+      lock.lock();
+      continue;
+    }
+    const int64_t next = timers_.NextDeadline();
+    if (next == INT64_MAX) {
+      cv_.wait(lock);
+    } else {
+      cv_.wait_for(lock, std::chrono::microseconds(next - MonotonicMicros()));
+    }
+  }
+}
+
+ManualEnv::ManualEnv(int64_t start_micros, uint64_t seed)
+    : seed_(seed), wall_offset_(start_micros), rng_(seed) {}
+
+int64_t ManualEnv::NowMicros() {
+  absl::MutexLock lock(&mu_);
+  return wall_offset_ + monotonic_;
+}
+
+int64_t ManualEnv::MonotonicMicros() {
+  absl::MutexLock lock(&mu_);
+  return monotonic_;
+}
+
+Env::TimerId ManualEnv::Schedule(absl::Duration after, std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  return timers_.Add(monotonic_ + absl::ToInt64Microseconds(after), std::move(fn));
+}
+
+bool ManualEnv::Cancel(TimerId id) {
+  absl::MutexLock lock(&mu_);
+  return timers_.Cancel(id);
+}
+
+uint64_t ManualEnv::Random64() {
+  absl::MutexLock lock(&mu_);
+  return rng_.Next();
+}
+
+void ManualEnv::Advance(absl::Duration d) {
+  int64_t target;
+  {
+    absl::MutexLock lock(&mu_);
+    target = monotonic_ + absl::ToInt64Microseconds(d);
+  }
+  while (true) {
+    std::function<void()> fn;
+    {
+      absl::MutexLock lock(&mu_);
+      const int64_t next = timers_.NextDeadline();
+      if (next > target) {
+        monotonic_ = target;
+        return;
+      }
+      if (next > monotonic_) monotonic_ = next;
+      timers_.PopDue(monotonic_, &fn);
+    }
+    fn();  // outside the lock: timers may schedule more timers
+  }
+}
+
+void ManualEnv::SetNowMicros(int64_t now) {
+  absl::MutexLock lock(&mu_);
+  wall_offset_ = now - monotonic_;
+}
+
+}  // namespace megastore

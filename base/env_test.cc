@@ -1,0 +1,74 @@
+#include "base/env.h"
+
+#include <atomic>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace megastore {
+namespace {
+
+TEST(ManualEnvTest, TimersFireInDeadlineOrderOnlyWhenTheClockReachesThem) {
+  ManualEnv env;
+  std::vector<int> fired;
+  env.Schedule(absl::Milliseconds(20), [&] { fired.push_back(2); });
+  env.Schedule(absl::Milliseconds(10), [&] { fired.push_back(1); });
+  const Env::TimerId cancelled = env.Schedule(absl::Milliseconds(15), [&] { fired.push_back(9); });
+  EXPECT_TRUE(env.Cancel(cancelled));
+  EXPECT_FALSE(env.Cancel(cancelled));
+  env.Advance(absl::Milliseconds(9));
+  EXPECT_TRUE(fired.empty());
+  env.Advance(absl::Milliseconds(11));
+  EXPECT_EQ(fired, (std::vector<int>{1, 2}));
+}
+
+TEST(ManualEnvTest, TimerSeesItsOwnDeadlineAndMayScheduleMore) {
+  ManualEnv env(1000);
+  std::vector<int64_t> seen;
+  env.Schedule(absl::Microseconds(5), [&] {
+    seen.push_back(env.MonotonicMicros());
+    env.Schedule(absl::Microseconds(5), [&] { seen.push_back(env.MonotonicMicros()); });
+  });
+  env.Advance(absl::Microseconds(100));
+  EXPECT_EQ(seen, (std::vector<int64_t>{5, 10}));
+  EXPECT_EQ(env.MonotonicMicros(), 100);
+  EXPECT_EQ(env.NowMicros(), 1100);
+}
+
+TEST(ManualEnvTest, WallClockCanJumpBackwardsButMonotonicCannot) {
+  ManualEnv env(5000);
+  env.SetNowMicros(10);
+  EXPECT_EQ(env.NowMicros(), 10);
+  EXPECT_EQ(env.MonotonicMicros(), 0);
+  env.Advance(absl::Microseconds(3));
+  EXPECT_EQ(env.NowMicros(), 13);
+}
+
+TEST(ManualEnvTest, SameSeedSameRandomSequence) {
+  ManualEnv a(0, 42), b(0, 42), c(0, 43);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(a.Random64(), b.Random64());
+  EXPECT_NE(a.Random64(), c.Random64());
+}
+
+TEST(RealEnvTest, ScheduledTimerRunsAndCancelledOneDoesNot) {
+  RealEnv env(1);
+  absl::Notification done;
+  std::atomic<bool> cancelled_ran{false};
+  const Env::TimerId id = env.Schedule(absl::Seconds(30), [&] { cancelled_ran = true; });
+  env.Schedule(absl::Milliseconds(1), [&] { done.Notify(); });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(env.Cancel(id));
+  EXPECT_FALSE(cancelled_ran);
+}
+
+TEST(RealEnvTest, ClocksAreSane) {
+  RealEnv env(1);
+  // After 2020-01-01 in microseconds.
+  EXPECT_GT(env.NowMicros(), int64_t{1577836800} * 1000000);
+  const int64_t a = env.MonotonicMicros();
+  EXPECT_GE(env.MonotonicMicros(), a);
+}
+
+}  // namespace
+}  // namespace megastore
