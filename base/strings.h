@@ -1,0 +1,29 @@
+// String building for messages.
+//
+// Debian's Abseil is built with its own absl::string_view (not an alias of
+// std::string_view), so absl::StrCat does not take std::string_view. StrCat
+// here takes anything fmt can format, std::string_view included.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <iterator>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+
+namespace megastore {
+
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  std::string out;
+  (fmt::format_to(std::back_inserter(out), "{}", args), ...);
+  return out;
+}
+
+// absl::string_view (e.g. absl::Status::message()) as std::string_view.
+inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+}  // namespace megastore

@@ -1,0 +1,114 @@
+#include "storage/tablet/rocksdb_options.h"
+
+#include "base/strings.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
+#include "storage/tablet/key_format.h"
+
+namespace megastore::storage {
+
+rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuning&) {
+  rocksdb::DBOptions o;
+  o.create_if_missing = true;
+  o.create_missing_column_families = true;
+  o.write_buffer_manager = resources->write_buffer_manager();
+  o.statistics = resources->statistics();
+  o.max_background_jobs = resources->options().background_threads;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  o.keep_log_file_num = 3;
+  o.max_manifest_file_size = 64 << 20;
+  return o;
+}
+
+rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
+                                                  TabletResources* resources,
+                                                  const StorageTuning& tuning) {
+  rocksdb::ColumnFamilyOptions o;
+  o.write_buffer_size = tuning.write_buffer_bytes;
+  o.level_compaction_dynamic_level_bytes = true;
+
+  switch (group.compression()) {
+    case LocalityGroup::ZSTD: {
+      o.compression = rocksdb::kZSTD;
+      const uint32_t dict = group.has_zstd_dictionary_bytes() ? group.zstd_dictionary_bytes()
+                                                              : 16 * 1024;
+      o.compression_opts.max_dict_bytes = static_cast<int>(dict);
+      o.compression_opts.zstd_max_train_bytes = static_cast<int>(dict * 100);
+      // Bound the memory that dictionary training buffers per SSTable.
+      o.compression_opts.max_dict_buffer_bytes = uint64_t{dict} * 256;
+      break;
+    }
+    case LocalityGroup::LZ4:
+      o.compression = rocksdb::kLZ4Compression;
+      break;
+    default:
+      o.compression = rocksdb::kNoCompression;
+      break;
+  }
+
+  rocksdb::BlockBasedTableOptions t;
+  t.block_size = group.has_block_size() ? group.block_size() : 8 * 1024;
+  const uint32_t bloom_bits = group.has_bloom_bits_per_key() ? group.bloom_bits_per_key() : 10;
+  if (bloom_bits > 0) {
+    t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(bloom_bits));
+  }
+  if (group.in_memory()) {
+    t.block_cache = resources->in_memory_cache();
+    t.prepopulate_block_cache = rocksdb::BlockBasedTableOptions::PrepopulateBlockCache::kFlushOnly;
+    t.cache_index_and_filter_blocks = true;
+    t.pin_l0_filter_and_index_blocks_in_cache = true;
+  } else {
+    t.block_cache = resources->block_cache();
+  }
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+namespace {
+
+class RowPrefixTransform : public rocksdb::SliceTransform {
+ public:
+  const char* Name() const override { return "megastore.RowPrefix"; }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    return rocksdb::Slice(key.data(), key_format::RowPrefixLength(key.ToStringView()));
+  }
+  bool InDomain(const rocksdb::Slice& key) const override {
+    return key_format::RowPrefixLength(key.ToStringView()) > 0;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const rocksdb::SliceTransform> RowPrefixExtractor() {
+  static const auto extractor = std::make_shared<RowPrefixTransform>();
+  return extractor;
+}
+
+absl::Status FromRocksDB(const rocksdb::Status& s, std::string_view context) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = StrCat(context, ": ", s.ToString());
+  switch (s.code()) {
+    case rocksdb::Status::kNotFound:
+      return absl::NotFoundError(msg);
+    case rocksdb::Status::kCorruption:
+      return absl::DataLossError(msg);
+    case rocksdb::Status::kInvalidArgument:
+      return absl::InvalidArgumentError(msg);
+    case rocksdb::Status::kNotSupported:
+      return absl::UnimplementedError(msg);
+    case rocksdb::Status::kBusy:
+    case rocksdb::Status::kTryAgain:
+      return absl::UnavailableError(msg);
+    case rocksdb::Status::kAborted:
+      return absl::AbortedError(msg);
+    case rocksdb::Status::kTimedOut:
+      return absl::DeadlineExceededError(msg);
+    case rocksdb::Status::kIncomplete:
+    case rocksdb::Status::kShutdownInProgress:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+}  // namespace megastore::storage

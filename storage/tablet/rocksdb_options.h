@@ -1,0 +1,41 @@
+// RocksDB options for tablets, in one place, so the tablet and the
+// benchmark's raw-RocksDB baseline use the same settings.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
+#include "rocksdb/status.h"
+#include "storage/tablet/resources.h"
+#include "storage/tablet/schema.pb.h"
+
+namespace megastore::storage {
+
+struct StorageTuning {
+  // Memtable size of each locality group before it is flushed.
+  size_t write_buffer_bytes = 64 << 20;
+  // Keep RocksDB's own write-ahead log (the tablet server's shared commit log
+  // replaces it; standalone tablets need it to survive a crash).
+  bool use_rocksdb_wal = true;
+  // fdatasync every write before acknowledging it.
+  bool sync_writes = false;
+};
+
+rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuning& tuning);
+
+// Block size, compression, bloom filter and caching of one locality group.
+rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
+                                                  TabletResources* resources,
+                                                  const StorageTuning& tuning);
+
+// Extracts the encoded row key from an entry key, so bloom filters and prefix
+// seeks work per row.
+std::shared_ptr<const rocksdb::SliceTransform> RowPrefixExtractor();
+
+// Converts a RocksDB status at the storage boundary; `context` says what was
+// being done ("open tablet /x/y").
+absl::Status FromRocksDB(const rocksdb::Status& s, std::string_view context);
+
+}  // namespace megastore::storage

@@ -1,0 +1,56 @@
+// Turns the stored entries of one row into the Row a reader sees: applies
+// visibility (RowVisibility) and the read's RowFilter, and decodes cells.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "storage/tablet/data_model.h"
+#include "storage/tablet/row_visibility.h"
+
+namespace megastore::storage {
+
+class RowBuilder {
+ public:
+  // `schema` and `options` must outlive the builder; `options.filter` must
+  // have passed ValidateFilter.
+  RowBuilder(const CompiledSchema* schema, const ReadOptions* options, int64_t now_micros);
+
+  // Begins a row (clears the output) / the next locality group's entries of
+  // the same row.
+  void StartRow();
+  void StartLocalityGroup();
+
+  // Adds one stored entry of the current row, in key order within its
+  // locality group. DataLoss if the entry is corrupt.
+  absl::Status Add(std::string_view key, std::string_view value);
+
+  // Moves the row's visible cells into `row` (family order restored if
+  // several locality groups contributed). Returns false if no cell is
+  // visible.
+  bool Finish(Row* row);
+
+ private:
+  bool FamilyPasses(std::string_view family) const;
+  bool QualifierPasses(std::string_view qualifier) const;
+
+  const CompiledSchema* schema_;
+  const RowFilter& filter_;
+  RowVisibility visibility_;
+  Row row_;
+  std::string row_prefix_;   // encoded key of the current row
+  int groups_with_cells_ = 0;
+  bool group_has_cells_ = false;
+  // Per-column filter state.
+  std::string column_;
+  bool column_passes_ = false;
+  std::string qualifier_;
+  int32_t column_cells_ = 0;
+};
+
+// InvalidArgument naming the problem if `filter` is malformed (unknown
+// family, inverted ranges, negative limits).
+absl::Status ValidateFilter(const RowFilter& filter, const CompiledSchema& schema);
+
+}  // namespace megastore::storage

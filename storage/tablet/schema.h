@@ -1,0 +1,54 @@
+// A validated, indexed TableSchema, shared read-only by a tablet's readers,
+// writers and compaction filters. Replaced as a whole on schema change.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "storage/tablet/schema.pb.h"
+
+namespace megastore::storage {
+
+inline constexpr std::string_view kDefaultLocalityGroup = "default";
+
+struct FamilyInfo {
+  std::string name;
+  GcRule gc_rule;
+  int locality_group = 0;  // index into CompiledSchema::locality_groups()
+};
+
+class CompiledSchema {
+ public:
+  // Validates `schema`. Errors are InvalidArgument and name the offending
+  // family or locality group.
+  static absl::StatusOr<std::shared_ptr<const CompiledSchema>> Compile(const TableSchema& schema);
+
+  // nullptr if the table has no such family.
+  const FamilyInfo* FindFamily(std::string_view name) const;
+  // The locality groups in use (every declared one, plus "default" if a
+  // family uses it without declaring it), in declaration order.
+  const std::vector<LocalityGroup>& locality_groups() const { return groups_; }
+  const std::vector<FamilyInfo>& families() const { return families_; }
+  const TableSchema& proto() const { return proto_; }
+
+  // Whether a tablet may switch from `from` to `to` while open: families and
+  // locality groups may be added and GC rules changed; removing a family or
+  // locality group, moving a family between groups or changing a group's
+  // storage options is refused with FailedPrecondition.
+  static absl::Status CheckChange(const CompiledSchema& from, const CompiledSchema& to);
+
+ private:
+  TableSchema proto_;
+  std::vector<LocalityGroup> groups_;
+  std::vector<FamilyInfo> families_;
+  absl::flat_hash_map<std::string, size_t> family_index_;
+};
+
+// [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..64 bytes; `what` names the thing in errors.
+absl::Status ValidateName(std::string_view name, std::string_view what);
+
+}  // namespace megastore::storage

@@ -1,0 +1,915 @@
+#include "storage/tablet/tablet.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "absl/hash/hash.h"
+#include "base/strings.h"
+#include "base/coding.h"
+#include "base/logging.h"
+#include "base/status.h"
+#include "rocksdb/db.h"
+#include "rocksdb/merge_operator.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
+#include "storage/tablet/compaction_filter.h"
+#include "storage/tablet/key_format.h"
+#include "storage/tablet/row_builder.h"
+
+namespace megastore::storage {
+
+namespace {
+
+constexpr char kMetaFormatKey[] = "format";
+constexpr char kMetaRangeKey[] = "range";
+constexpr char kMetaSeqKey[] = "seq";
+constexpr char kFormatVersion[] = "1";
+constexpr char kGroupPrefix[] = "lg.";
+
+// Merges fixed64 operands by keeping the largest: the tablet's sequence
+// number is persisted in every write batch without ordering writers.
+class MaxUint64Operator : public rocksdb::AssociativeMergeOperator {
+ public:
+  bool Merge(const rocksdb::Slice&, const rocksdb::Slice* existing, const rocksdb::Slice& value,
+             std::string* new_value, rocksdb::Logger*) const override {
+    if (value.size() != 8 || (existing != nullptr && existing->size() != 8)) return false;
+    uint64_t v = DecodeFixed64(value.data());
+    if (existing != nullptr) v = std::max(v, DecodeFixed64(existing->data()));
+    new_value->clear();
+    PutFixed64(new_value, v);
+    return true;
+  }
+  const char* Name() const override { return "megastore.MaxUint64"; }
+};
+
+rocksdb::ColumnFamilyOptions MetaOptions() {
+  rocksdb::ColumnFamilyOptions o;
+  o.merge_operator = std::make_shared<MaxUint64Operator>();
+  o.write_buffer_size = 1 << 20;
+  return o;
+}
+
+std::string EncodeRowBound(std::string_view row) {
+  std::string k;
+  key_format::AppendRowPrefix(&k, row);
+  return k;
+}
+
+std::string RangeString(std::string_view start, std::string_view end) {
+  return StrCat("[\"", EscapeBytes(start), "\", ",
+                      end.empty() ? "end of table" : StrCat("\"", EscapeBytes(end), "\""),
+                      ")");
+}
+
+absl::Status CheckTimestamp(int64_t ts, std::string_view what) {
+  if (ts < kServerTimestamp) {
+    return absl::InvalidArgumentError(StrCat(
+        what, " ", ts, " is negative (use -1 for the server's time, or 0..2^63-1)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Tablet::LocalityGroupHandle {
+  std::string name;
+  rocksdb::ColumnFamilyHandle* cf = nullptr;
+  rocksdb::CompressionType compression = rocksdb::kNoCompression;
+  std::shared_ptr<TabletCompactionFilterFactory> filter_factory;
+};
+
+struct Tablet::CachedRow {
+  // The row's stored entries, per locality group of the view that read it.
+  std::vector<std::vector<std::pair<std::string, std::string>>> groups;
+  size_t bytes = 0;
+};
+
+Tablet::Tablet(const TabletOptions& options, TabletResources* resources, Env* env)
+    : options_(options),
+      resources_(resources),
+      env_(env),
+      tablet_id_(resources->NextTabletId()),
+      start_key_(EncodeRowBound(options.start_row)),
+      end_key_(options.end_row.empty() ? std::string() : EncodeRowBound(options.end_row)) {}
+
+Tablet::~Tablet() {
+  if (db_ == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  for (auto& g : groups_) {
+    if (g->cf != nullptr) db_->DestroyColumnFamilyHandle(g->cf).PermitUncheckedError();
+  }
+  if (meta_cf_ != nullptr) db_->DestroyColumnFamilyHandle(meta_cf_).PermitUncheckedError();
+  const rocksdb::Status s = db_->Close();
+  if (!s.ok()) MS_LOG_ERROR("closing tablet {}: {}", options_.path, s.ToString());
+}
+
+absl::StatusOr<std::unique_ptr<Tablet>> Tablet::Open(const TabletOptions& options,
+                                                     const TableSchema& schema,
+                                                     TabletResources* resources, Env* env) {
+  if (options.path.empty()) return absl::InvalidArgumentError("tablet path is empty");
+  if (!options.end_row.empty() && options.end_row <= options.start_row) {
+    return absl::InvalidArgumentError(StrCat(
+        "tablet range ", RangeString(options.start_row, options.end_row), " is empty"));
+  }
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledSchema> compiled,
+                      CompiledSchema::Compile(schema));
+  std::unique_ptr<Tablet> tablet(new Tablet(options, resources, env));
+  MS_RETURN_IF_ERROR(tablet->OpenDB(std::move(compiled)));
+  MS_RETURN_IF_ERROR(tablet->LoadOrStoreMeta());
+  return tablet;
+}
+
+absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
+  const rocksdb::DBOptions db_options = TabletDBOptions(resources_, options_.tuning);
+  std::vector<std::string> existing;
+  // Fails when there is no database yet; then every family is new.
+  rocksdb::DB::ListColumnFamilies(db_options, options_.path, &existing).PermitUncheckedError();
+
+  auto context = std::make_shared<TabletCompactionContext>();
+  context->env = env_;
+  context->start_key = start_key_;
+  context->end_key = end_key_;
+  context->set_schema(schema);
+  compaction_state_ = context;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, MetaOptions());
+  std::vector<std::unique_ptr<LocalityGroupHandle>> groups;
+  for (const LocalityGroup& g : schema->locality_groups()) {
+    auto handle = std::make_unique<LocalityGroupHandle>();
+    handle->name = g.name();
+    handle->filter_factory = std::make_shared<TabletCompactionFilterFactory>(context);
+    rocksdb::ColumnFamilyOptions cf = LocalityGroupOptions(g, resources_, options_.tuning);
+    cf.prefix_extractor = RowPrefixExtractor();
+    cf.compaction_filter_factory = handle->filter_factory;
+    handle->compression = cf.compression;
+    descriptors.emplace_back(kGroupPrefix + g.name(), cf);
+    groups.push_back(std::move(handle));
+  }
+  for (const std::string& name : existing) {
+    const bool known = std::any_of(descriptors.begin(), descriptors.end(),
+                                   [&](const auto& d) { return d.name == name; });
+    if (!known) {
+      return absl::FailedPreconditionError(StrCat(
+          "tablet ", options_.path, " stores column family \"", name,
+          "\" that the schema does not declare (a locality group was removed?)"));
+    }
+  }
+
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  MS_RETURN_IF_ERROR(FromRocksDB(
+      rocksdb::DB::Open(db_options, options_.path, descriptors, &handles, &db),
+      StrCat("open tablet ", options_.path)));
+  db_.reset(db);
+  meta_cf_ = handles[0];
+
+  absl::MutexLock lock(&mu_);
+  auto view = std::make_shared<View>();
+  view->schema = std::move(schema);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i]->cf = handles[i + 1];
+    view->groups.push_back(groups[i].get());
+    groups_.push_back(std::move(groups[i]));
+  }
+  view_ = std::move(view);
+  return absl::OkStatus();
+}
+
+absl::Status Tablet::LoadOrStoreMeta() {
+  const std::string ctx = StrCat("tablet ", options_.path);
+  std::string format;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaFormatKey, &format);
+  std::string range;
+  PutLengthPrefixed(&range, options_.start_row);
+  PutLengthPrefixed(&range, options_.end_row);
+  if (s.IsNotFound()) {
+    rocksdb::WriteBatch batch;
+    MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(meta_cf_, kMetaFormatKey, kFormatVersion), ctx));
+    MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(meta_cf_, kMetaRangeKey, range), ctx));
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    return FromRocksDB(db_->Write(wo, &batch), StrCat("initialize ", ctx));
+  }
+  MS_RETURN_IF_ERROR(FromRocksDB(s, StrCat("read metadata of ", ctx)));
+  if (format != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        StrCat(ctx, " has storage format \"", EscapeBytes(format), "\"; this build reads \"",
+                     kFormatVersion, "\""));
+  }
+  std::string stored;
+  MS_RETURN_IF_ERROR(FromRocksDB(db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaRangeKey, &stored),
+                                 StrCat("read range of ", ctx)));
+  if (stored != range) {
+    std::string_view in = stored;
+    std::string_view start, end;
+    if (!ConsumeLengthPrefixed(&in, &start) || !ConsumeLengthPrefixed(&in, &end)) {
+      return absl::DataLossError(StrCat(ctx, ": stored row range is corrupt"));
+    }
+    return absl::FailedPreconditionError(
+        StrCat(ctx, " serves rows ", RangeString(start, end), ", not ",
+                     RangeString(options_.start_row, options_.end_row)));
+  }
+  std::string seq;
+  s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaSeqKey, &seq);
+  if (s.ok()) {
+    if (seq.size() != 8) return absl::DataLossError(StrCat(ctx, ": sequence number is corrupt"));
+    last_seq_.store(DecodeFixed64(seq.data()));
+  } else if (!s.IsNotFound()) {
+    return FromRocksDB(s, StrCat("read sequence number of ", ctx));
+  }
+  return absl::OkStatus();
+}
+
+std::string Tablet::RowCacheKey(std::string_view row, uint64_t generation) const {
+  std::string key;
+  PutFixed64(&key, tablet_id_);
+  PutFixed64(&key, generation);
+  key.append(row);
+  return key;
+}
+
+std::shared_ptr<const Tablet::View> Tablet::view() const {
+  absl::MutexLock lock(&mu_);
+  return view_;
+}
+
+std::shared_ptr<const CompiledSchema> Tablet::schema() const { return view()->schema; }
+
+bool Tablet::ContainsRow(std::string_view row) const {
+  return row >= options_.start_row && (options_.end_row.empty() || row < options_.end_row);
+}
+
+size_t Tablet::StripeOf(std::string_view row) const {
+  return absl::Hash<std::string_view>{}(row) % kLockStripes;
+}
+
+absl::Status Tablet::ValidateRow(std::string_view row) const {
+  if (row.empty()) return absl::InvalidArgumentError("row key must not be empty");
+  if (row.size() > kMaxRowKeyBytes) {
+    return absl::InvalidArgumentError(StrCat("row key is ", row.size(),
+                                                   " bytes; the limit is ", kMaxRowKeyBytes));
+  }
+  if (!ContainsRow(row)) {
+    return absl::OutOfRangeError(StrCat("row \"", EscapeBytes(row),
+                                              "\" is outside tablet range ",
+                                              RangeString(options_.start_row, options_.end_row)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tablet::ValidateMutations(const CompiledSchema& schema,
+                                       absl::Span<const Mutation> mutations) const {
+  for (size_t i = 0; i < mutations.size(); ++i) {
+    const Mutation& m = mutations[i];
+    auto error = [&](std::string_view why) {
+      return absl::InvalidArgumentError(StrCat("mutation ", i, ": ", why));
+    };
+    if (m.type != Mutation::Type::kDeleteRow && schema.FindFamily(m.family) == nullptr) {
+      return error(StrCat("unknown column family \"", EscapeBytes(m.family), "\""));
+    }
+    if (m.qualifier.size() > kMaxQualifierBytes) {
+      return error(StrCat("qualifier is ", m.qualifier.size(), " bytes; the limit is ",
+                                kMaxQualifierBytes));
+    }
+    switch (m.type) {
+      case Mutation::Type::kSetCell:
+        if (m.value.size() > options_.max_value_bytes) {
+          return error(StrCat("value is ", m.value.size(), " bytes; the limit is ",
+                                    options_.max_value_bytes));
+        }
+        if (absl::Status s = CheckTimestamp(m.timestamp, "cell timestamp"); !s.ok()) {
+          return error(ToStd(s.message()));
+        }
+        break;
+      case Mutation::Type::kDeleteCells:
+        if (m.start_ts < 0 || m.end_ts < 0 || (m.end_ts != 0 && m.end_ts <= m.start_ts)) {
+          return error(StrCat("delete timestamp range [", m.start_ts, ", ", m.end_ts,
+                                    ") is malformed (end 0 means unbounded)"));
+        }
+        break;
+      case Mutation::Type::kDeleteFamily:
+      case Mutation::Type::kDeleteRow:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tablet::CheckWritable() const {
+  absl::MutexLock lock(&mu_);
+  if (split_) {
+    return absl::FailedPreconditionError(
+        StrCat("tablet ", options_.path, " was split; write to its children"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tablet::MutateRow(std::string_view row, absl::Span<const Mutation> mutations,
+                               int64_t timestamp) {
+  const auto v = view();
+  MS_RETURN_IF_ERROR(ValidateRow(row));
+  if (mutations.empty()) return absl::InvalidArgumentError("MutateRow needs at least one mutation");
+  MS_RETURN_IF_ERROR(CheckTimestamp(timestamp, "mutation timestamp"));
+  MS_RETURN_IF_ERROR(ValidateMutations(*v->schema, mutations));
+  absl::ReaderMutexLock gate(&write_gate_);
+  MS_RETURN_IF_ERROR(CheckWritable());
+  const size_t stripe = StripeOf(row);
+  absl::MutexLock lock(&row_locks_[stripe]);
+  return ApplyLocked(*v, row, mutations, timestamp, stripe);
+}
+
+std::vector<absl::Status> Tablet::MutateRows(absl::Span<const RowMutations> entries,
+                                             int64_t timestamp) {
+  std::vector<absl::Status> statuses;
+  statuses.reserve(entries.size());
+  for (const RowMutations& e : entries) statuses.push_back(MutateRow(e.row, e.mutations, timestamp));
+  return statuses;
+}
+
+absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
+                                 absl::Span<const Mutation> mutations, int64_t timestamp,
+                                 size_t stripe) {
+  const int64_t now = timestamp >= 0 ? timestamp : env_->NowMicros();
+  // Each mutation gets its own sequence number, so a later mutation in the
+  // list masks or survives an earlier one exactly as if applied in order.
+  const uint64_t base = last_seq_.fetch_add(mutations.size()) + 1;
+  rocksdb::WriteBatch batch;
+  std::string key, value;
+  size_t bytes = 0;
+  auto put = [&](rocksdb::ColumnFamilyHandle* cf) {
+    bytes += key.size() + value.size();
+    return batch.Put(cf, key, value);
+  };
+  auto group_of = [&](std::string_view family) {
+    return view.groups[view.schema->FindFamily(family)->locality_group]->cf;
+  };
+  for (size_t i = 0; i < mutations.size(); ++i) {
+    const Mutation& m = mutations[i];
+    const uint64_t seq = base + i;
+    value.clear();
+    rocksdb::Status s;
+    switch (m.type) {
+      case Mutation::Type::kSetCell:
+        key.clear();
+        key_format::AppendCellKey(&key, row, m.family, m.qualifier,
+                                  m.timestamp >= 0 ? m.timestamp : now);
+        key_format::AppendValue(&value, seq, m.value);
+        s = put(group_of(m.family));
+        break;
+      case Mutation::Type::kDeleteCells:
+        key = key_format::ColumnTombstoneKey(row, m.family, m.qualifier, now, m.start_ts, m.end_ts);
+        key_format::AppendValue(&value, seq, {});
+        s = put(group_of(m.family));
+        break;
+      case Mutation::Type::kDeleteFamily:
+        key = key_format::FamilyTombstoneKey(row, m.family, now);
+        key_format::AppendValue(&value, seq, {});
+        s = put(group_of(m.family));
+        break;
+      case Mutation::Type::kDeleteRow:
+        key = key_format::RowTombstoneKey(row, now);
+        key_format::AppendValue(&value, seq, {});
+        for (LocalityGroupHandle* g : view.groups) {
+          s = put(g->cf);
+          if (!s.ok()) break;
+        }
+        break;
+    }
+    MS_RETURN_IF_ERROR(FromRocksDB(s, "build write batch"));
+  }
+  std::string seq_value;
+  PutFixed64(&seq_value, base + mutations.size() - 1);
+  MS_RETURN_IF_ERROR(FromRocksDB(batch.Merge(meta_cf_, kMetaSeqKey, seq_value), "build write batch"));
+
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = !options_.tuning.use_rocksdb_wal;
+  wo.sync = options_.tuning.sync_writes;
+  const rocksdb::Status s = db_->Write(wo, &batch);
+  // Invalidate cached copies even on failure: a failed write may be partly
+  // visible after a crash-recovery, never serve a stale row.
+  row_versions_[stripe].fetch_add(1);
+  if (rocksdb::Cache* cache = resources_->row_cache()) {
+    cache->Erase(RowCacheKey(row, cache_generation_.load()));
+  }
+  MS_RETURN_IF_ERROR(FromRocksDB(s, StrCat("write to tablet ", options_.path)));
+  resources_->counters().rows_mutated.fetch_add(1, std::memory_order_relaxed);
+  resources_->counters().bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Tablet::CheckAndMutateRow(std::string_view row, const RowFilter& predicate,
+                                               absl::Span<const Mutation> true_mutations,
+                                               absl::Span<const Mutation> false_mutations) {
+  const auto v = view();
+  MS_RETURN_IF_ERROR(ValidateRow(row));
+  MS_RETURN_IF_ERROR(ValidateFilter(predicate, *v->schema));
+  MS_RETURN_IF_ERROR(ValidateMutations(*v->schema, true_mutations));
+  MS_RETURN_IF_ERROR(ValidateMutations(*v->schema, false_mutations));
+  absl::ReaderMutexLock gate(&write_gate_);
+  MS_RETURN_IF_ERROR(CheckWritable());
+  const size_t stripe = StripeOf(row);
+  absl::MutexLock lock(&row_locks_[stripe]);
+  ReadOptions ro;
+  ro.filter = predicate;
+  MS_ASSIGN_OR_RETURN(std::optional<Row> current, ReadRowInternal(*v, row, ro, true));
+  const bool matched = current.has_value();
+  const auto& chosen = matched ? true_mutations : false_mutations;
+  if (!chosen.empty()) {
+    MS_RETURN_IF_ERROR(ApplyLocked(*v, row, chosen, kServerTimestamp, stripe));
+  }
+  return matched;
+}
+
+absl::StatusOr<Row> Tablet::ReadModifyWriteRow(std::string_view row,
+                                               absl::Span<const ReadModifyWriteRule> rules) {
+  const auto v = view();
+  MS_RETURN_IF_ERROR(ValidateRow(row));
+  if (rules.empty()) return absl::InvalidArgumentError("ReadModifyWriteRow needs at least one rule");
+  ReadOptions ro;
+  ro.filter.cells_per_column = 1;
+  for (size_t i = 0; i < rules.size(); ++i) {
+    if (v->schema->FindFamily(rules[i].family) == nullptr) {
+      return absl::InvalidArgumentError(StrCat(
+          "rule ", i, ": unknown column family \"", EscapeBytes(rules[i].family), "\""));
+    }
+    if (rules[i].qualifier.size() > kMaxQualifierBytes) {
+      return absl::InvalidArgumentError(StrCat("rule ", i, ": qualifier is too long"));
+    }
+    ro.filter.families.push_back(rules[i].family);
+  }
+  absl::ReaderMutexLock gate(&write_gate_);
+  MS_RETURN_IF_ERROR(CheckWritable());
+  const size_t stripe = StripeOf(row);
+  absl::MutexLock lock(&row_locks_[stripe]);
+  MS_ASSIGN_OR_RETURN(std::optional<Row> current, ReadRowInternal(*v, row, ro, true));
+
+  // Latest cell per column, updated rule by rule. Every new cell of a column
+  // gets one timestamp: the server's clock, or just above the column's newest
+  // cell before this call if that is later.
+  const int64_t now = env_->NowMicros();
+  std::map<std::pair<std::string, std::string>, Cell> cells;
+  std::map<std::pair<std::string, std::string>, int64_t> new_timestamp;
+  if (current) {
+    for (Cell& c : current->cells) {
+      auto column = std::make_pair(c.family, c.qualifier);
+      new_timestamp[column] = std::max(now, c.timestamp < kMaxTimestamp ? c.timestamp + 1 : kMaxTimestamp);
+      cells.emplace(std::move(column), std::move(c));
+    }
+  }
+  std::map<std::pair<std::string, std::string>, Cell> updated;
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const ReadModifyWriteRule& r = rules[i];
+    const auto column = std::make_pair(r.family, r.qualifier);
+    auto it = cells.find(column);
+    const std::string old_value = it == cells.end() ? std::string() : it->second.value;
+    std::string new_value;
+    if (r.type == ReadModifyWriteRule::Type::kAppend) {
+      new_value = old_value + r.append_value;
+      if (new_value.size() > options_.max_value_bytes) {
+        return absl::InvalidArgumentError(StrCat(
+            "rule ", i, ": appending makes the value ", new_value.size(),
+            " bytes; the limit is ", options_.max_value_bytes));
+      }
+    } else {
+      int64_t old_number = 0;
+      if (it != cells.end()) {
+        if (old_value.size() != 8) {
+          return absl::FailedPreconditionError(StrCat(
+              "rule ", i, ": cannot increment ", r.family, ":", EscapeBytes(r.qualifier),
+              ": its value is ", old_value.size(), " bytes, not an 8-byte big-endian integer"));
+        }
+        std::string_view in = old_value;
+        uint64_t u;
+        ConsumeOrderedUint64(&in, &u);
+        old_number = static_cast<int64_t>(u);
+      }
+      int64_t result;
+      if (__builtin_add_overflow(old_number, r.increment, &result)) {
+        return absl::FailedPreconditionError(StrCat(
+            "rule ", i, ": incrementing ", old_number, " by ", r.increment, " overflows int64"));
+      }
+      AppendOrderedUint64(&new_value, static_cast<uint64_t>(result));
+    }
+    auto ts = new_timestamp.emplace(column, now).first->second;
+    Cell c{r.family, r.qualifier, ts, new_value};
+    cells[column] = c;
+    updated[column] = std::move(c);
+  }
+  std::vector<Mutation> mutations;
+  Row result;
+  result.key.assign(row);
+  for (auto& [column, cell] : updated) {
+    mutations.push_back(Mutation::SetCell(cell.family, cell.qualifier, cell.value, cell.timestamp));
+    result.cells.push_back(std::move(cell));
+  }
+  MS_RETURN_IF_ERROR(ApplyLocked(*v, row, mutations, kServerTimestamp, stripe));
+  return result;
+}
+
+absl::StatusOr<std::optional<Row>> Tablet::ReadRow(std::string_view row,
+                                                   const ReadOptions& options) {
+  const auto v = view();
+  MS_RETURN_IF_ERROR(ValidateRow(row));
+  MS_RETURN_IF_ERROR(ValidateFilter(options.filter, *v->schema));
+  return ReadRowInternal(*v, row, options, false);
+}
+
+absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
+                                                           std::string_view row,
+                                                           const ReadOptions& options,
+                                                           bool row_locked) {
+  RowBuilder builder(view.schema.get(), &options, env_->NowMicros());
+  builder.StartRow();
+  rocksdb::Cache* cache = resources_->row_cache();
+  std::string cache_key;
+  std::unique_ptr<CachedRow> fresh;
+  const size_t stripe = StripeOf(row);
+  uint64_t version_before = 0;
+
+  auto feed_cached = [&](const CachedRow& cached) -> absl::Status {
+    for (const auto& group : cached.groups) {
+      builder.StartLocalityGroup();
+      for (const auto& [k, value] : group) MS_RETURN_IF_ERROR(builder.Add(k, value));
+    }
+    return absl::OkStatus();
+  };
+
+  if (cache != nullptr) {
+    cache_key = RowCacheKey(row, cache_generation_.load());
+    if (rocksdb::Cache::Handle* h = cache->Lookup(cache_key)) {
+      const auto* cached = static_cast<const CachedRow*>(cache->Value(h));
+      absl::Status s = cached->groups.size() == view.groups.size()
+                           ? feed_cached(*cached)
+                           : absl::AbortedError("stale view");
+      cache->Release(h);
+      if (s.ok()) {
+        resources_->counters().row_cache_hits.fetch_add(1, std::memory_order_relaxed);
+        Row out;
+        if (!builder.Finish(&out)) return std::optional<Row>();
+        return std::optional<Row>(std::move(out));
+      }
+      if (!absl::IsAborted(s)) return s;
+      builder.StartRow();
+    }
+    resources_->counters().row_cache_misses.fetch_add(1, std::memory_order_relaxed);
+    version_before = row_versions_[stripe].load();
+    fresh = std::make_unique<CachedRow>();
+    fresh->groups.resize(view.groups.size());
+  }
+
+  // Read every locality group's part of the row from one consistent state.
+  const std::string lower = EncodeRowBound(row);
+  const std::string upper = PrefixSuccessor(lower);
+  const rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions ro;
+  ro.prefix_same_as_start = true;
+  ro.iterate_upper_bound = &upper_slice;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs;
+  for (LocalityGroupHandle* g : view.groups) cfs.push_back(g->cf);
+  std::vector<rocksdb::Iterator*> raw_iters;
+  if (cfs.size() == 1) {
+    raw_iters.push_back(db_->NewIterator(ro, cfs[0]));
+  } else {
+    MS_RETURN_IF_ERROR(FromRocksDB(db_->NewIterators(ro, cfs, &raw_iters), "create iterators"));
+  }
+  std::vector<std::unique_ptr<rocksdb::Iterator>> iters(raw_iters.begin(), raw_iters.end());
+  for (size_t g = 0; g < iters.size(); ++g) {
+    rocksdb::Iterator* it = iters[g].get();
+    builder.StartLocalityGroup();
+    for (it->Seek(lower); it->Valid(); it->Next()) {
+      const std::string_view k = it->key().ToStringView();
+      const std::string_view value = it->value().ToStringView();
+      MS_RETURN_IF_ERROR(builder.Add(k, value));
+      if (fresh != nullptr) {
+        fresh->bytes += k.size() + value.size() + 32;
+        fresh->groups[g].emplace_back(k, value);
+      }
+    }
+    MS_RETURN_IF_ERROR(FromRocksDB(it->status(), StrCat("read tablet ", options_.path)));
+  }
+
+  if (fresh != nullptr) {
+    const size_t limit = std::min<size_t>(256 * 1024, resources_->options().row_cache_bytes / 16);
+    if (fresh->bytes <= limit) {
+      auto insert = [&] {
+        if (row_versions_[stripe].load() != version_before) return;
+        const size_t charge = fresh->bytes;
+        cache->Insert(cache_key, fresh.release(), charge,
+                      [](const rocksdb::Slice&, void* value) { delete static_cast<CachedRow*>(value); })
+            .PermitUncheckedError();
+      };
+      if (row_locked) {
+        insert();
+      } else {
+        absl::MutexLock lock(&row_locks_[stripe]);
+        insert();
+      }
+    }
+  }
+
+  Row out;
+  if (!builder.Finish(&out)) return std::optional<Row>();
+  resources_->counters().rows_read.fetch_add(1, std::memory_order_relaxed);
+  resources_->counters().cells_read.fetch_add(out.cells.size(), std::memory_order_relaxed);
+  return std::optional<Row>(std::move(out));
+}
+
+absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
+                              const std::function<bool(Row&)>& on_row) {
+  const auto v = view();
+  MS_RETURN_IF_ERROR(ValidateFilter(options.filter, *v->schema));
+  if (options.rows_limit < 0) {
+    return absl::InvalidArgumentError(StrCat("rows_limit ", options.rows_limit, " is negative"));
+  }
+
+  // The row set as sorted, disjoint [lower, upper) ranges of encoded keys,
+  // clipped to this tablet; "" as upper means unbounded.
+  std::vector<std::pair<std::string, std::string>> ranges;
+  auto add_range = [&](std::string lower, std::string upper) {
+    if (lower < start_key_) lower = start_key_;
+    if (!end_key_.empty() && (upper.empty() || upper > end_key_)) upper = end_key_;
+    if (!upper.empty() && lower >= upper) return;
+    ranges.emplace_back(std::move(lower), std::move(upper));
+  };
+  if (rows.keys.empty() && rows.ranges.empty()) add_range(start_key_, end_key_);
+  for (const std::string& k : rows.keys) {
+    if (k.empty() || k.size() > kMaxRowKeyBytes) {
+      return absl::InvalidArgumentError(StrCat("row set key \"", EscapeBytes(k),
+                                                     "\" is empty or longer than 4 KiB"));
+    }
+    std::string lower = EncodeRowBound(k);
+    std::string upper = PrefixSuccessor(lower);
+    add_range(std::move(lower), std::move(upper));
+  }
+  for (const RowRange& r : rows.ranges) {
+    if (!r.end.empty() && r.end < r.start) {
+      return absl::InvalidArgumentError(
+          StrCat("row range ", RangeString(r.start, r.end), " is inverted"));
+    }
+    add_range(EncodeRowBound(r.start), r.end.empty() ? std::string() : EncodeRowBound(r.end));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<std::string, std::string>> merged;
+  for (auto& r : ranges) {
+    if (!merged.empty() && (merged.back().second.empty() || r.first <= merged.back().second)) {
+      if (!merged.back().second.empty() && (r.second.empty() || r.second > merged.back().second)) {
+        merged.back().second = r.second;
+      }
+      continue;
+    }
+    merged.push_back(std::move(r));
+  }
+
+  rocksdb::ReadOptions ro;
+  ro.total_order_seek = true;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs;
+  for (LocalityGroupHandle* g : v->groups) cfs.push_back(g->cf);
+  std::vector<rocksdb::Iterator*> raw_iters;
+  MS_RETURN_IF_ERROR(FromRocksDB(db_->NewIterators(ro, cfs, &raw_iters), "create iterators"));
+  std::vector<std::unique_ptr<rocksdb::Iterator>> iters(raw_iters.begin(), raw_iters.end());
+
+  RowBuilder builder(v->schema.get(), &options, env_->NowMicros());
+  int64_t delivered = 0;
+  uint64_t cells = 0, bytes = 0;
+  Row row;
+  std::string prefix;
+  absl::Status status;
+  for (const auto& [lower, upper] : merged) {
+    for (auto& it : iters) it->Seek(lower);
+    bool stop = false;
+    while (!stop) {
+      // The smallest row among the groups' iterators.
+      prefix.clear();
+      for (auto& it : iters) {
+        if (!it->Valid()) continue;
+        const std::string_view k = it->key().ToStringView();
+        if (!upper.empty() && k >= upper) continue;
+        const size_t len = key_format::RowPrefixLength(k);
+        if (len == 0) {
+          return absl::DataLossError(StrCat("tablet ", options_.path,
+                                                  ": corrupt entry key ", HexEncode(k.substr(0, 256))));
+        }
+        if (prefix.empty() || k.substr(0, len) < prefix) prefix.assign(k.substr(0, len));
+      }
+      if (prefix.empty()) break;
+      builder.StartRow();
+      for (auto& it : iters) {
+        builder.StartLocalityGroup();
+        while (it->Valid() && it->key().starts_with(prefix)) {
+          MS_RETURN_IF_ERROR(builder.Add(it->key().ToStringView(), it->value().ToStringView()));
+          it->Next();
+        }
+      }
+      if (builder.Finish(&row)) {
+        ++delivered;
+        cells += row.cells.size();
+        for (const Cell& c : row.cells) bytes += c.value.size();
+        if (!on_row(row) || (options.rows_limit > 0 && delivered >= options.rows_limit)) {
+          stop = true;
+        }
+      }
+    }
+    for (auto& it : iters) {
+      if (!it->status().ok()) {
+        return FromRocksDB(it->status(), StrCat("scan tablet ", options_.path));
+      }
+    }
+    if (stop) break;
+  }
+  resources_->counters().rows_read.fetch_add(delivered, std::memory_order_relaxed);
+  resources_->counters().cells_read.fetch_add(cells, std::memory_order_relaxed);
+  resources_->counters().bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status Tablet::Flush() {
+  const auto v = view();
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs{meta_cf_};
+  for (LocalityGroupHandle* g : v->groups) cfs.push_back(g->cf);
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocksDB(db_->Flush(fo, cfs), StrCat("flush tablet ", options_.path));
+}
+
+absl::Status Tablet::CompactTablet() {
+  absl::MutexLock major(&major_compaction_mu_);
+  const auto v = view();
+  const std::string ctx = StrCat("major compaction of tablet ", options_.path);
+  // Everything written so far goes into SSTables, so the compaction sees it;
+  // also lets RocksDB delete WAL files that still hold deleted data.
+  MS_RETURN_IF_ERROR(Flush());
+
+  // A major compaction must see all of a group's SSTables at once, so stop
+  // automatic compactions and let running ones finish first.
+  for (LocalityGroupHandle* g : v->groups) {
+    MS_RETURN_IF_ERROR(FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "true"}}), ctx));
+  }
+  absl::Status result;
+  for (LocalityGroupHandle* g : v->groups) {
+    for (int attempt = 0;; ++attempt) {
+      uint64_t running = 0;
+      while (db_->GetIntProperty(rocksdb::DB::Properties::kNumRunningCompactions, &running) &&
+             running > 0) {
+        // Real adapter code: RocksDB offers no wait-for-compactions call in 7.8.
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      rocksdb::ColumnFamilyMetaData meta;
+      db_->GetColumnFamilyMetaData(g->cf, &meta);
+      std::vector<std::string> files;
+      for (const auto& level : meta.levels) {
+        for (const auto& f : level.files) files.push_back(f.name);
+      }
+      if (files.empty()) break;
+      rocksdb::CompactionOptions co;
+      co.compression = g->compression;
+      co.max_subcompactions = 1;
+      g->filter_factory->set_major(true);
+      const rocksdb::Status s =
+          db_->CompactFiles(co, g->cf, files, static_cast<int>(meta.levels.size()) - 1);
+      g->filter_factory->set_major(false);
+      if (s.ok()) break;
+      if (attempt >= 20 || !(s.IsAborted() || s.IsBusy() || s.IsInvalidArgument())) {
+        result = FromRocksDB(s, ctx);
+        break;
+      }
+    }
+    if (!result.ok()) break;
+  }
+  for (LocalityGroupHandle* g : v->groups) {
+    absl::Status s = FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "false"}}), ctx);
+    if (result.ok()) result = s;
+  }
+  // Cached rows may hold entries the compaction dropped (deleted data that
+  // reads below the delete could see): retire every cached row.
+  cache_generation_.fetch_add(1);
+  if (result.ok()) resources_->counters().major_compactions.fetch_add(1);
+  return result;
+}
+
+namespace {
+
+// Opens a checkpoint just long enough to record its new row range.
+absl::Status StoreRange(const std::string& path, std::string_view start, std::string_view end) {
+  rocksdb::DBOptions db_options;
+  std::vector<std::string> names;
+  MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::DB::ListColumnFamilies(db_options, path, &names),
+                                 StrCat("list column families of ", path)));
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& n : names) {
+    rocksdb::ColumnFamilyOptions o = n == rocksdb::kDefaultColumnFamilyName
+                                         ? MetaOptions()
+                                         : rocksdb::ColumnFamilyOptions();
+    o.disable_auto_compactions = true;
+    descriptors.emplace_back(n, o);
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::DB::Open(db_options, path, descriptors, &handles, &raw),
+                                 StrCat("open split child ", path)));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string range;
+  PutLengthPrefixed(&range, start);
+  PutLengthPrefixed(&range, end);
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  absl::Status s = FromRocksDB(db->Put(wo, handles[0], kMetaRangeKey, range),
+                               StrCat("record range of split child ", path));
+  for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  absl::Status close = FromRocksDB(db->Close(), StrCat("close split child ", path));
+  return s.ok() ? close : s;
+}
+
+}  // namespace
+
+absl::Status Tablet::Split(std::string_view split_row, const std::string& left_path,
+                           const std::string& right_path) {
+  if (split_row.empty() || split_row <= options_.start_row || !ContainsRow(split_row)) {
+    return absl::InvalidArgumentError(
+        StrCat("split row \"", EscapeBytes(split_row), "\" is not strictly inside tablet range ",
+                     RangeString(options_.start_row, options_.end_row)));
+  }
+  for (const std::string& p : {left_path, right_path}) {
+    std::error_code ec;
+    if (std::filesystem::exists(p, ec)) {
+      return absl::AlreadyExistsError(StrCat("split target ", p, " already exists"));
+    }
+  }
+  if (left_path == right_path) {
+    return absl::InvalidArgumentError("split children need two different paths");
+  }
+  // No write may be in flight while the children are cut.
+  absl::WriterMutexLock gate(&write_gate_);
+  MS_RETURN_IF_ERROR(CheckWritable());
+  MS_RETURN_IF_ERROR(Flush());
+  rocksdb::Checkpoint* raw = nullptr;
+  MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::Checkpoint::Create(db_.get(), &raw), "create checkpoint"));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  const std::string split(split_row);
+  for (const auto& [path, start, end] :
+       {std::tuple{left_path, options_.start_row, split}, std::tuple{right_path, split, options_.end_row}}) {
+    MS_RETURN_IF_ERROR(FromRocksDB(checkpoint->CreateCheckpoint(path),
+                                   StrCat("checkpoint tablet ", options_.path, " into ", path)));
+    MS_RETURN_IF_ERROR(StoreRange(path, start, end));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    split_ = true;
+  }
+  resources_->counters().splits.fetch_add(1);
+  MS_LOG_INFO("tablet {} split at \"{}\" into {} and {}", options_.path, EscapeBytes(split_row),
+              left_path, right_path);
+  return absl::OkStatus();
+}
+
+absl::Status Tablet::UpdateSchema(const TableSchema& schema) {
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledSchema> compiled,
+                      CompiledSchema::Compile(schema));
+  absl::MutexLock lock(&mu_);
+  MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*view_->schema, *compiled));
+  return InstallSchemaLocked(std::move(compiled));
+}
+
+absl::Status Tablet::InstallSchemaLocked(std::shared_ptr<const CompiledSchema> schema) {
+  auto view = std::make_shared<View>();
+  for (const LocalityGroup& g : schema->locality_groups()) {
+    LocalityGroupHandle* found = nullptr;
+    for (auto& h : groups_) {
+      if (h->name == g.name()) found = h.get();
+    }
+    if (found == nullptr) {
+      auto handle = std::make_unique<LocalityGroupHandle>();
+      handle->name = g.name();
+      handle->filter_factory = std::make_shared<TabletCompactionFilterFactory>(compaction_state_);
+      rocksdb::ColumnFamilyOptions cf = LocalityGroupOptions(g, resources_, options_.tuning);
+      cf.prefix_extractor = RowPrefixExtractor();
+      cf.compaction_filter_factory = handle->filter_factory;
+      handle->compression = cf.compression;
+      MS_RETURN_IF_ERROR(FromRocksDB(db_->CreateColumnFamily(cf, kGroupPrefix + g.name(), &handle->cf),
+                                     StrCat("create locality group ", g.name())));
+      found = handle.get();
+      groups_.push_back(std::move(handle));
+    }
+    view->groups.push_back(found);
+  }
+  compaction_state_->set_schema(schema);
+  view->schema = std::move(schema);
+  view_ = std::move(view);
+  return absl::OkStatus();
+}
+
+uint64_t Tablet::ApproximateSizeBytes() {
+  const auto v = view();
+  uint64_t total = 0;
+  for (LocalityGroupHandle* g : v->groups) {
+    uint64_t value = 0;
+    if (db_->GetIntProperty(g->cf, rocksdb::DB::Properties::kTotalSstFilesSize, &value)) total += value;
+    if (db_->GetIntProperty(g->cf, rocksdb::DB::Properties::kCurSizeAllMemTables, &value)) total += value;
+  }
+  return total;
+}
+
+}  // namespace megastore::storage

@@ -1,0 +1,211 @@
+// A tablet: one row range [start_row, end_row) of one Bigtable table, stored
+// in one RocksDB instance in its own directory (Bigtable §5.3). Locality
+// groups are RocksDB column families.
+//
+// Every operation is atomic on one row. Writes to one row are serialized by a
+// row lock, so CheckAndMutateRow and ReadModifyWriteRow are linearizable.
+// All methods are thread-safe.
+//
+// Errors:
+//   InvalidArgument   bad input (unknown family, oversized key or value,
+//                     malformed filter or timestamp); nothing was written.
+//   OutOfRange        the row is not in this tablet's range.
+//   FailedPrecondition the tablet was split or closed; or an increment met a
+//                     value that is not an 8-byte integer.
+//   DataLoss          a stored entry is corrupt.
+//   others            RocksDB I/O failures, converted.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "base/env.h"
+#include "storage/tablet/data_model.h"
+#include "storage/tablet/resources.h"
+#include "storage/tablet/rocksdb_options.h"
+#include "storage/tablet/schema.h"
+
+namespace rocksdb {
+class ColumnFamilyHandle;
+class DB;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace megastore::storage {
+
+struct TabletCompactionContext;
+
+struct TabletOptions {
+  // The tablet's directory; created if missing.
+  std::string path;
+  // The row range this tablet serves: [start_row, end_row); an empty end_row
+  // means "to the end of the table". A new tablet records it; an existing
+  // one must be opened with the range it recorded.
+  std::string start_row;
+  std::string end_row;
+  // Writes with a value larger than this are refused.
+  size_t max_value_bytes = kDefaultMaxValueBytes;
+  StorageTuning tuning;
+};
+
+class Tablet {
+ public:
+  // Opens (creating if needed) the tablet at options.path. `resources` and
+  // `env` must outlive the tablet.
+  static absl::StatusOr<std::unique_ptr<Tablet>> Open(const TabletOptions& options,
+                                                      const TableSchema& schema,
+                                                      TabletResources* resources, Env* env);
+  ~Tablet();
+  Tablet(const Tablet&) = delete;
+  Tablet& operator=(const Tablet&) = delete;
+
+  // ---- writes ---------------------------------------------------------------
+
+  // Applies `mutations` to `row` atomically, in order. `timestamp` is the
+  // mutation time: deletions are stamped with it and SetCells with
+  // kServerTimestamp take it; kServerTimestamp means the server's clock.
+  absl::Status MutateRow(std::string_view row, absl::Span<const Mutation> mutations,
+                         int64_t timestamp = kServerTimestamp);
+
+  // MutateRow for each entry; each row atomic on its own. One status per
+  // entry, in order.
+  std::vector<absl::Status> MutateRows(absl::Span<const RowMutations> entries,
+                                       int64_t timestamp = kServerTimestamp);
+
+  // Reads the latest data of `row` through `predicate`; if it yields any
+  // cell, applies `true_mutations`, else `false_mutations`. Returns whether
+  // the predicate matched. Atomic with respect to every other write.
+  absl::StatusOr<bool> CheckAndMutateRow(std::string_view row, const RowFilter& predicate,
+                                         absl::Span<const Mutation> true_mutations,
+                                         absl::Span<const Mutation> false_mutations);
+
+  // Applies the rules in order to the latest cells of their columns and
+  // writes the results as new cells (timestamp: the server's clock, or just
+  // above the column's newest cell if that is later). Returns the new cells.
+  absl::StatusOr<Row> ReadModifyWriteRow(std::string_view row,
+                                         absl::Span<const ReadModifyWriteRule> rules);
+
+  // ---- reads ----------------------------------------------------------------
+
+  // The row's cells selected by `options`, or nullopt if none.
+  absl::StatusOr<std::optional<Row>> ReadRow(std::string_view row,
+                                             const ReadOptions& options = {});
+
+  // Calls `on_row` for each row of `rows` (clipped to this tablet) that has a
+  // selected cell, in row order, until it returns false or
+  // options.rows_limit rows were delivered. The callback may move from the
+  // row. Reads a consistent snapshot.
+  absl::Status ReadRows(const RowSet& rows, const ReadOptions& options,
+                        const std::function<bool(Row&)>& on_row);
+
+  // ---- maintenance ----------------------------------------------------------
+
+  // Flushes every memtable to SSTables (Bigtable's minor compaction).
+  absl::Status Flush();
+
+  // Major compaction: rewrites every SSTable of every locality group into
+  // one, dropping deleted, masked, garbage-collected and out-of-range data,
+  // and every tombstone. Afterwards no such data remains on disk. Reads and
+  // writes continue meanwhile; at most one major compaction runs at a time.
+  absl::Status CompactTablet();
+
+  // Splits this tablet at `split_row` (start_row < split_row < end_row) into
+  // [start_row, split_row) at `left_path` and [split_row, end_row) at
+  // `right_path`, made from a RocksDB checkpoint: the children hard-link the
+  // parent's SSTables. Afterwards this tablet refuses writes
+  // (FailedPrecondition); open the children to continue.
+  absl::Status Split(std::string_view split_row, const std::string& left_path,
+                     const std::string& right_path);
+
+  // Switches to `schema` (see CompiledSchema::CheckChange for what may
+  // change).
+  absl::Status UpdateSchema(const TableSchema& schema);
+
+  // ---- introspection ----------------------------------------------------------
+
+  const std::string& path() const { return options_.path; }
+  const std::string& start_row() const { return options_.start_row; }
+  const std::string& end_row() const { return options_.end_row; }
+  bool ContainsRow(std::string_view row) const;
+  std::shared_ptr<const CompiledSchema> schema() const;
+  // Estimated bytes on disk plus in memtables.
+  uint64_t ApproximateSizeBytes();
+  // The highest write sequence number used so far.
+  uint64_t last_sequence() const { return last_seq_.load(); }
+
+ private:
+  struct LocalityGroupHandle;
+  struct CachedRow;
+  // The schema and the handles of its locality groups (in the schema's
+  // order), swapped as a whole by UpdateSchema.
+  struct View {
+    std::shared_ptr<const CompiledSchema> schema;
+    std::vector<LocalityGroupHandle*> groups;
+  };
+  static constexpr size_t kLockStripes = 256;
+
+  Tablet(const TabletOptions& options, TabletResources* resources, Env* env);
+
+  absl::Status ValidateRow(std::string_view row) const;
+  absl::Status ValidateMutations(const CompiledSchema& schema,
+                                 absl::Span<const Mutation> mutations) const;
+  std::shared_ptr<const View> view() const;
+  size_t StripeOf(std::string_view row) const;
+  // Row cache entries are keyed by tablet, generation and row; a major
+  // compaction starts a new generation.
+  std::string RowCacheKey(std::string_view row, uint64_t generation) const;
+  // Requires the row's stripe lock.
+  absl::Status ApplyLocked(const View& view, std::string_view row,
+                           absl::Span<const Mutation> mutations, int64_t timestamp,
+                           size_t stripe);
+  // Reads one row. With `row_locked`, the caller holds the row's stripe lock.
+  absl::StatusOr<std::optional<Row>> ReadRowInternal(const View& view,
+                                                     std::string_view row,
+                                                     const ReadOptions& options,
+                                                     bool row_locked);
+  absl::Status CheckWritable() const;
+  absl::Status OpenDB(std::shared_ptr<const CompiledSchema> schema);
+  absl::Status LoadOrStoreMeta();
+  // Creates the column families `schema` needs that are missing, then
+  // installs the new view. Requires mu_.
+  absl::Status InstallSchemaLocked(std::shared_ptr<const CompiledSchema> schema)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  TabletOptions options_;
+  TabletResources* const resources_;
+  Env* const env_;
+  const uint64_t tablet_id_;
+  std::string start_key_;  // encoded start_row
+  std::string end_key_;    // encoded end_row, "" if unbounded
+
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* meta_cf_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const View> view_ ABSL_GUARDED_BY(mu_);
+  // Every locality group ever opened; only appended to, under mu_. Views
+  // point into it.
+  std::vector<std::unique_ptr<LocalityGroupHandle>> groups_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<TabletCompactionContext> compaction_state_;
+  bool split_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Writers hold it shared; Split holds it exclusively while it checkpoints.
+  absl::Mutex write_gate_;
+  absl::Mutex major_compaction_mu_;
+  std::array<absl::Mutex, kLockStripes> row_locks_;
+  std::array<std::atomic<uint64_t>, kLockStripes> row_versions_{};
+  std::atomic<uint64_t> last_seq_{0};
+  std::atomic<uint64_t> cache_generation_{0};
+};
+
+}  // namespace megastore::storage
