@@ -190,16 +190,32 @@ bool ConsumeOrderedDouble(std::string_view* in, double* v, SortOrder order) {
 }
 
 bool ConsumeOrderedBytes(std::string_view* in, std::string* v, SortOrder order) {
-  const uint8_t flip = order == SortOrder::kDescending ? 0xff : 0x00;
   v->clear();
+  if (order == SortOrder::kAscending) {
+    // Fast path: copy runs between zero bytes in bulk.
+    size_t pos = 0;
+    while (true) {
+      const size_t zero = in->find('\0', pos);
+      if (zero == std::string_view::npos || zero + 1 >= in->size()) return false;
+      v->append(in->data() + pos, zero - pos);
+      const char next = (*in)[zero + 1];
+      if (next == '\x01') {
+        in->remove_prefix(zero + 2);
+        return true;
+      }
+      if (next != '\xff') return false;
+      v->push_back('\0');
+      pos = zero + 2;
+    }
+  }
   for (size_t i = 0; i < in->size(); ++i) {
-    const uint8_t c = static_cast<uint8_t>((*in)[i]) ^ flip;
+    const uint8_t c = static_cast<uint8_t>(~static_cast<uint8_t>((*in)[i]));
     if (c != 0) {
       v->push_back(static_cast<char>(c));
       continue;
     }
     if (i + 1 >= in->size()) return false;
-    const uint8_t next = static_cast<uint8_t>((*in)[i + 1]) ^ flip;
+    const uint8_t next = static_cast<uint8_t>(~static_cast<uint8_t>((*in)[i + 1]));
     if (next == 0x01) {
       in->remove_prefix(i + 2);
       return true;

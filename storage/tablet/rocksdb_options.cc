@@ -20,9 +20,26 @@ rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuni
   return o;
 }
 
+namespace {
+
+// Extracts the encoded row key from an entry key, so bloom filters and prefix
+// seeks work per row.
+class RowPrefixTransform : public rocksdb::SliceTransform {
+ public:
+  const char* Name() const override { return "megastore.RowPrefix"; }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    return rocksdb::Slice(key.data(), key_format::RowPrefixLength(key.ToStringView()));
+  }
+  bool InDomain(const rocksdb::Slice& key) const override {
+    return key_format::RowPrefixLength(key.ToStringView()) > 0;
+  }
+};
+
+}  // namespace
+
 rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
                                                   TabletResources* resources,
-                                                  const StorageTuning& tuning) {
+                                                  const StorageTuning& tuning, KeyFilter filter) {
   rocksdb::ColumnFamilyOptions o;
   o.write_buffer_size = tuning.write_buffer_bytes;
   o.level_compaction_dynamic_level_bytes = true;
@@ -60,28 +77,13 @@ rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
   } else {
     t.block_cache = resources->block_cache();
   }
+  if (filter == KeyFilter::kRowPrefix) {
+    static const auto extractor = std::make_shared<RowPrefixTransform>();
+    o.prefix_extractor = extractor;
+    t.whole_key_filtering = false;
+  }
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
-}
-
-namespace {
-
-class RowPrefixTransform : public rocksdb::SliceTransform {
- public:
-  const char* Name() const override { return "megastore.RowPrefix"; }
-  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
-    return rocksdb::Slice(key.data(), key_format::RowPrefixLength(key.ToStringView()));
-  }
-  bool InDomain(const rocksdb::Slice& key) const override {
-    return key_format::RowPrefixLength(key.ToStringView()) > 0;
-  }
-};
-
-}  // namespace
-
-std::shared_ptr<const rocksdb::SliceTransform> RowPrefixExtractor() {
-  static const auto extractor = std::make_shared<RowPrefixTransform>();
-  return extractor;
 }
 
 absl::Status FromRocksDB(const rocksdb::Status& s, std::string_view context) {

@@ -25,14 +25,17 @@ struct StorageTuning {
 
 rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuning& tuning);
 
+// What a locality group's bloom filters hold.
+enum class KeyFilter {
+  kWholeKey,   // whole keys, for DB::Get (the raw-RocksDB baseline)
+  kRowPrefix,  // encoded row keys, for the tablet's per-row seeks
+};
+
 // Block size, compression, bloom filter and caching of one locality group.
 rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
                                                   TabletResources* resources,
-                                                  const StorageTuning& tuning);
-
-// Extracts the encoded row key from an entry key, so bloom filters and prefix
-// seeks work per row.
-std::shared_ptr<const rocksdb::SliceTransform> RowPrefixExtractor();
+                                                  const StorageTuning& tuning,
+                                                  KeyFilter filter = KeyFilter::kRowPrefix);
 
 // Converts a RocksDB status at the storage boundary; `context` says what was
 // being done ("open tablet /x/y").

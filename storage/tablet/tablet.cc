@@ -12,7 +12,6 @@
 #include "base/logging.h"
 #include "base/status.h"
 #include "rocksdb/db.h"
-#include "rocksdb/merge_operator.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "storage/tablet/compaction_filter.h"
@@ -29,28 +28,15 @@ constexpr char kMetaSeqKey[] = "seq";
 constexpr char kFormatVersion[] = "1";
 constexpr char kGroupPrefix[] = "lg.";
 
-// Merges fixed64 operands by keeping the largest: the tablet's sequence
-// number is persisted in every write batch without ordering writers.
-class MaxUint64Operator : public rocksdb::AssociativeMergeOperator {
- public:
-  bool Merge(const rocksdb::Slice&, const rocksdb::Slice* existing, const rocksdb::Slice& value,
-             std::string* new_value, rocksdb::Logger*) const override {
-    if (value.size() != 8 || (existing != nullptr && existing->size() != 8)) return false;
-    uint64_t v = DecodeFixed64(value.data());
-    if (existing != nullptr) v = std::max(v, DecodeFixed64(existing->data()));
-    new_value->clear();
-    PutFixed64(new_value, v);
-    return true;
-  }
-  const char* Name() const override { return "megastore.MaxUint64"; }
-};
-
 rocksdb::ColumnFamilyOptions MetaOptions() {
   rocksdb::ColumnFamilyOptions o;
-  o.merge_operator = std::make_shared<MaxUint64Operator>();
   o.write_buffer_size = 1 << 20;
   return o;
 }
+
+// Sequence numbers are reserved in blocks: the tablet persists an upper
+// bound and writes a new one only when writers pass it.
+constexpr uint64_t kSequenceBlock = 1 << 20;
 
 std::string EncodeRowBound(std::string_view row) {
   std::string k;
@@ -97,6 +83,7 @@ Tablet::Tablet(const TabletOptions& options, TabletResources* resources, Env* en
 
 Tablet::~Tablet() {
   if (db_ == nullptr) return;
+  DropPooledIterators();
   absl::MutexLock lock(&mu_);
   for (auto& g : groups_) {
     if (g->cf != nullptr) db_->DestroyColumnFamilyHandle(g->cf).PermitUncheckedError();
@@ -122,6 +109,17 @@ absl::StatusOr<std::unique_ptr<Tablet>> Tablet::Open(const TabletOptions& option
   return tablet;
 }
 
+std::unique_ptr<Tablet::LocalityGroupHandle> Tablet::NewGroupHandle(
+    const LocalityGroup& group, rocksdb::ColumnFamilyOptions* cf) {
+  auto handle = std::make_unique<LocalityGroupHandle>();
+  handle->name = group.name();
+  handle->filter_factory = std::make_shared<TabletCompactionFilterFactory>(compaction_state_);
+  *cf = LocalityGroupOptions(group, resources_, options_.tuning, KeyFilter::kRowPrefix);
+  cf->compaction_filter_factory = handle->filter_factory;
+  handle->compression = cf->compression;
+  return handle;
+}
+
 absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
   const rocksdb::DBOptions db_options = TabletDBOptions(resources_, options_.tuning);
   std::vector<std::string> existing;
@@ -139,15 +137,9 @@ absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, MetaOptions());
   std::vector<std::unique_ptr<LocalityGroupHandle>> groups;
   for (const LocalityGroup& g : schema->locality_groups()) {
-    auto handle = std::make_unique<LocalityGroupHandle>();
-    handle->name = g.name();
-    handle->filter_factory = std::make_shared<TabletCompactionFilterFactory>(context);
-    rocksdb::ColumnFamilyOptions cf = LocalityGroupOptions(g, resources_, options_.tuning);
-    cf.prefix_extractor = RowPrefixExtractor();
-    cf.compaction_filter_factory = handle->filter_factory;
-    handle->compression = cf.compression;
+    rocksdb::ColumnFamilyOptions cf;
+    groups.push_back(NewGroupHandle(g, &cf));
     descriptors.emplace_back(kGroupPrefix + g.name(), cf);
-    groups.push_back(std::move(handle));
   }
   for (const std::string& name : existing) {
     const bool known = std::any_of(descriptors.begin(), descriptors.end(),
@@ -217,7 +209,9 @@ absl::Status Tablet::LoadOrStoreMeta() {
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaSeqKey, &seq);
   if (s.ok()) {
     if (seq.size() != 8) return absl::DataLossError(StrCat(ctx, ": sequence number is corrupt"));
+    // Every number used before is below the persisted bound.
     last_seq_.store(DecodeFixed64(seq.data()));
+    seq_reserved_.store(DecodeFixed64(seq.data()));
   } else if (!s.IsNotFound()) {
     return FromRocksDB(s, StrCat("read sequence number of ", ctx));
   }
@@ -336,7 +330,7 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
   const int64_t now = timestamp >= 0 ? timestamp : env_->NowMicros();
   // Each mutation gets its own sequence number, so a later mutation in the
   // list masks or survives an earlier one exactly as if applied in order.
-  const uint64_t base = last_seq_.fetch_add(mutations.size()) + 1;
+  MS_ASSIGN_OR_RETURN(const uint64_t base, AssignSequence(mutations.size()));
   rocksdb::WriteBatch batch;
   std::string key, value;
   size_t bytes = 0;
@@ -381,10 +375,6 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
     }
     MS_RETURN_IF_ERROR(FromRocksDB(s, "build write batch"));
   }
-  std::string seq_value;
-  PutFixed64(&seq_value, base + mutations.size() - 1);
-  MS_RETURN_IF_ERROR(FromRocksDB(batch.Merge(meta_cf_, kMetaSeqKey, seq_value), "build write batch"));
-
   rocksdb::WriteOptions wo;
   wo.disableWAL = !options_.tuning.use_rocksdb_wal;
   wo.sync = options_.tuning.sync_writes;
@@ -399,6 +389,32 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
   resources_->counters().rows_mutated.fetch_add(1, std::memory_order_relaxed);
   resources_->counters().bytes_written.fetch_add(bytes, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Tablet::AssignSequence(size_t n) {
+  const uint64_t base = last_seq_.fetch_add(n) + 1;
+  const uint64_t last = base + n - 1;
+  if (last <= seq_reserved_.load()) return base;
+  absl::MutexLock lock(&reserve_mu_);
+  if (last <= seq_reserved_.load()) return base;
+  // Persist the new bound before any write uses a number above the old one:
+  // with RocksDB's WAL the bound precedes those writes in the log; without
+  // it, flushing the metadata makes the bound durable first.
+  const uint64_t bound = last + kSequenceBlock;
+  std::string value;
+  PutFixed64(&value, bound);
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = !options_.tuning.use_rocksdb_wal;
+  wo.sync = options_.tuning.sync_writes;
+  const std::string ctx = StrCat("reserve sequence numbers in tablet ", options_.path);
+  MS_RETURN_IF_ERROR(FromRocksDB(db_->Put(wo, meta_cf_, kMetaSeqKey, value), ctx));
+  if (!options_.tuning.use_rocksdb_wal) {
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    MS_RETURN_IF_ERROR(FromRocksDB(db_->Flush(fo, meta_cf_), ctx));
+  }
+  seq_reserved_.store(bound);
+  return base;
 }
 
 absl::StatusOr<bool> Tablet::CheckAndMutateRow(std::string_view row, const RowFilter& predicate,
@@ -562,23 +578,31 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
   }
 
   // Read every locality group's part of the row from one consistent state.
+  // One group (the common case) reads through a pooled iterator; several
+  // need iterators created together at one sequence number.
   const std::string lower = EncodeRowBound(row);
-  const std::string upper = PrefixSuccessor(lower);
-  const rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.prefix_same_as_start = true;
-  ro.iterate_upper_bound = &upper_slice;
-  std::vector<rocksdb::ColumnFamilyHandle*> cfs;
-  for (LocalityGroupHandle* g : view.groups) cfs.push_back(g->cf);
-  std::vector<rocksdb::Iterator*> raw_iters;
-  if (cfs.size() == 1) {
-    raw_iters.push_back(db_->NewIterator(ro, cfs[0]));
+  std::unique_ptr<PooledIterator> pooled;
+  std::string upper;
+  rocksdb::Slice upper_slice;
+  std::vector<std::unique_ptr<rocksdb::Iterator>> owned;
+  std::vector<rocksdb::Iterator*> iters;
+  if (view.groups.size() == 1) {
+    MS_ASSIGN_OR_RETURN(pooled, AcquireIterator(view.groups[0]));
+    pooled->upper = PrefixSuccessor(lower);
+    pooled->upper_slice = rocksdb::Slice(pooled->upper);
+    iters.push_back(pooled->it.get());
   } else {
-    MS_RETURN_IF_ERROR(FromRocksDB(db_->NewIterators(ro, cfs, &raw_iters), "create iterators"));
+    upper = PrefixSuccessor(lower);
+    upper_slice = rocksdb::Slice(upper);
+    rocksdb::ReadOptions ro = PointReadOptions();
+    ro.iterate_upper_bound = &upper_slice;
+    std::vector<rocksdb::ColumnFamilyHandle*> cfs;
+    for (LocalityGroupHandle* g : view.groups) cfs.push_back(g->cf);
+    MS_RETURN_IF_ERROR(FromRocksDB(db_->NewIterators(ro, cfs, &iters), "create iterators"));
+    for (rocksdb::Iterator* it : iters) owned.emplace_back(it);
   }
-  std::vector<std::unique_ptr<rocksdb::Iterator>> iters(raw_iters.begin(), raw_iters.end());
   for (size_t g = 0; g < iters.size(); ++g) {
-    rocksdb::Iterator* it = iters[g].get();
+    rocksdb::Iterator* it = iters[g];
     builder.StartLocalityGroup();
     for (it->Seek(lower); it->Valid(); it->Next()) {
       const std::string_view k = it->key().ToStringView();
@@ -591,6 +615,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
     }
     MS_RETURN_IF_ERROR(FromRocksDB(it->status(), StrCat("read tablet ", options_.path)));
   }
+  if (pooled != nullptr) ReleaseIterator(std::move(pooled));
 
   if (fresh != nullptr) {
     const size_t limit = std::min<size_t>(256 * 1024, resources_->options().row_cache_bytes / 16);
@@ -616,6 +641,51 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
   resources_->counters().rows_read.fetch_add(1, std::memory_order_relaxed);
   resources_->counters().cells_read.fetch_add(out.cells.size(), std::memory_order_relaxed);
   return std::optional<Row>(std::move(out));
+}
+
+rocksdb::ReadOptions Tablet::PointReadOptions() {
+  rocksdb::ReadOptions ro;
+  ro.prefix_same_as_start = true;  // bloom filters on the row key
+  ro.ignore_range_deletions = true;  // the tablet never writes them
+  return ro;
+}
+
+absl::StatusOr<std::unique_ptr<Tablet::PooledIterator>> Tablet::AcquireIterator(
+    LocalityGroupHandle* group) {
+  std::unique_ptr<PooledIterator> p;
+  {
+    absl::MutexLock lock(&pool_mu_);
+    for (auto it = iterator_pool_.begin(); it != iterator_pool_.end(); ++it) {
+      if ((*it)->group == group) {
+        p = std::move(*it);
+        iterator_pool_.erase(it);
+        break;
+      }
+    }
+  }
+  if (p != nullptr) {
+    // Cheap unless a flush or compaction changed the LSM tree: then it
+    // rebuilds. Either way the iterator now sees the latest writes.
+    MS_RETURN_IF_ERROR(FromRocksDB(p->it->Refresh(), "refresh iterator"));
+    return p;
+  }
+  p = std::make_unique<PooledIterator>();
+  p->group = group;
+  rocksdb::ReadOptions ro = PointReadOptions();
+  ro.iterate_upper_bound = &p->upper_slice;
+  p->it.reset(db_->NewIterator(ro, group->cf));
+  return p;
+}
+
+void Tablet::ReleaseIterator(std::unique_ptr<PooledIterator> p) {
+  absl::MutexLock lock(&pool_mu_);
+  if (iterator_pool_.size() < kMaxPooledIterators) iterator_pool_.push_back(std::move(p));
+}
+
+void Tablet::DropPooledIterators() {
+  std::vector<std::unique_ptr<PooledIterator>> dropped;
+  absl::MutexLock lock(&pool_mu_);
+  dropped.swap(iterator_pool_);
 }
 
 absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
@@ -666,10 +736,16 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
 
   rocksdb::ReadOptions ro;
   ro.total_order_seek = true;
-  std::vector<rocksdb::ColumnFamilyHandle*> cfs;
-  for (LocalityGroupHandle* g : v->groups) cfs.push_back(g->cf);
+  ro.ignore_range_deletions = true;
   std::vector<rocksdb::Iterator*> raw_iters;
-  MS_RETURN_IF_ERROR(FromRocksDB(db_->NewIterators(ro, cfs, &raw_iters), "create iterators"));
+  if (v->groups.size() == 1) {
+    raw_iters.push_back(db_->NewIterator(ro, v->groups[0]->cf));
+  } else {
+    // Created together, so every group reads the same snapshot.
+    std::vector<rocksdb::ColumnFamilyHandle*> cfs;
+    for (LocalityGroupHandle* g : v->groups) cfs.push_back(g->cf);
+    MS_RETURN_IF_ERROR(FromRocksDB(db_->NewIterators(ro, cfs, &raw_iters), "create iterators"));
+  }
   std::vector<std::unique_ptr<rocksdb::Iterator>> iters(raw_iters.begin(), raw_iters.end());
 
   RowBuilder builder(v->schema.get(), &options, env_->NowMicros());
@@ -732,7 +808,10 @@ absl::Status Tablet::Flush() {
   for (LocalityGroupHandle* g : v->groups) cfs.push_back(g->cf);
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  return FromRocksDB(db_->Flush(fo, cfs), StrCat("flush tablet ", options_.path));
+  MS_RETURN_IF_ERROR(FromRocksDB(db_->Flush(fo, cfs), StrCat("flush tablet ", options_.path)));
+  // Idle pooled iterators would keep the flushed memtables alive.
+  DropPooledIterators();
+  return absl::OkStatus();
 }
 
 absl::Status Tablet::CompactTablet() {
@@ -783,6 +862,8 @@ absl::Status Tablet::CompactTablet() {
     absl::Status s = FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "false"}}), ctx);
     if (result.ok()) result = s;
   }
+  // Idle pooled iterators would pin the compacted-away SSTables on disk.
+  DropPooledIterators();
   // Cached rows may hold entries the compaction dropped (deleted data that
   // reads below the delete could see): retire every cached row.
   cache_generation_.fetch_add(1);
@@ -881,13 +962,8 @@ absl::Status Tablet::InstallSchemaLocked(std::shared_ptr<const CompiledSchema> s
       if (h->name == g.name()) found = h.get();
     }
     if (found == nullptr) {
-      auto handle = std::make_unique<LocalityGroupHandle>();
-      handle->name = g.name();
-      handle->filter_factory = std::make_shared<TabletCompactionFilterFactory>(compaction_state_);
-      rocksdb::ColumnFamilyOptions cf = LocalityGroupOptions(g, resources_, options_.tuning);
-      cf.prefix_extractor = RowPrefixExtractor();
-      cf.compaction_filter_factory = handle->filter_factory;
-      handle->compression = cf.compression;
+      rocksdb::ColumnFamilyOptions cf;
+      auto handle = NewGroupHandle(g, &cf);
       MS_RETURN_IF_ERROR(FromRocksDB(db_->CreateColumnFamily(cf, kGroupPrefix + g.name(), &handle->cf),
                                      StrCat("create locality group ", g.name())));
       found = handle.get();

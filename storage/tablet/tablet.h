@@ -29,6 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "rocksdb/iterator.h"
+#include "rocksdb/options.h"
 #include "base/env.h"
 #include "storage/tablet/data_model.h"
 #include "storage/tablet/resources.h"
@@ -38,7 +40,6 @@
 namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
-class WriteBatch;
 }  // namespace rocksdb
 
 namespace megastore::storage {
@@ -140,7 +141,7 @@ class Tablet {
   std::shared_ptr<const CompiledSchema> schema() const;
   // Estimated bytes on disk plus in memtables.
   uint64_t ApproximateSizeBytes();
-  // The highest write sequence number used so far.
+  // The highest write sequence number handed out so far.
   uint64_t last_sequence() const { return last_seq_.load(); }
 
  private:
@@ -174,7 +175,27 @@ class Tablet {
                                                      const ReadOptions& options,
                                                      bool row_locked);
   absl::Status CheckWritable() const;
+
+  // Idle iterators for point reads of single-group tablets: creating a
+  // RocksDB iterator costs about as much as the seek itself.
+  struct PooledIterator {
+    LocalityGroupHandle* group = nullptr;
+    std::unique_ptr<rocksdb::Iterator> it;
+    std::string upper;           // the current read's upper bound...
+    rocksdb::Slice upper_slice;  // ...which the iterator's options point at
+  };
+  static constexpr size_t kMaxPooledIterators = 4;
+  static rocksdb::ReadOptions PointReadOptions();
+  absl::StatusOr<std::unique_ptr<PooledIterator>> AcquireIterator(LocalityGroupHandle* group);
+  void ReleaseIterator(std::unique_ptr<PooledIterator> p);
+  void DropPooledIterators();
+  // Returns the first of `n` fresh sequence numbers.
+  absl::StatusOr<uint64_t> AssignSequence(size_t n);
   absl::Status OpenDB(std::shared_ptr<const CompiledSchema> schema);
+  // A handle (without its column family yet) and the RocksDB options for a
+  // locality group. Requires compaction_state_.
+  std::unique_ptr<LocalityGroupHandle> NewGroupHandle(const LocalityGroup& group,
+                                                      rocksdb::ColumnFamilyOptions* cf);
   absl::Status LoadOrStoreMeta();
   // Creates the column families `schema` needs that are missing, then
   // installs the new view. Requires mu_.
@@ -205,7 +226,11 @@ class Tablet {
   std::array<absl::Mutex, kLockStripes> row_locks_;
   std::array<std::atomic<uint64_t>, kLockStripes> row_versions_{};
   std::atomic<uint64_t> last_seq_{0};
+  std::atomic<uint64_t> seq_reserved_{0};  // persisted bound on last_seq_
+  absl::Mutex reserve_mu_;
   std::atomic<uint64_t> cache_generation_{0};
+  absl::Mutex pool_mu_;
+  std::vector<std::unique_ptr<PooledIterator>> iterator_pool_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 }  // namespace megastore::storage
