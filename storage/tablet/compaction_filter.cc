@@ -14,6 +14,7 @@ class TabletCompactionFilter : public rocksdb::CompactionFilter {
       : context_(std::move(context)),
         schema_(context_->schema()),
         major_(major),
+        drop_out_of_range_(context_->range_verified.load()),
         // Read as of "forever": RowVisibility's garbage verdict does not
         // depend on the read time, only on the current time for max_age.
         visibility_(schema_.get(), INT64_MAX, context_->env->NowMicros()) {}
@@ -39,8 +40,9 @@ class TabletCompactionFilter : public rocksdb::CompactionFilter {
       }
       return Decision::kKeep;
     }
-    if (parsed.row_prefix < context_->start_key ||
-        (!context_->end_key.empty() && parsed.row_prefix >= context_->end_key)) {
+    if (drop_out_of_range_ &&
+        (parsed.row_prefix < context_->start_key ||
+         (!context_->end_key.empty() && parsed.row_prefix >= context_->end_key))) {
       return Decision::kRemove;
     }
     if (!major_) return Decision::kKeep;
@@ -56,6 +58,7 @@ class TabletCompactionFilter : public rocksdb::CompactionFilter {
   std::shared_ptr<const TabletCompactionContext> context_;
   std::shared_ptr<const CompiledSchema> schema_;
   const bool major_;
+  const bool drop_out_of_range_;
   mutable RowVisibility visibility_;
   mutable std::string row_prefix_;
   mutable bool reported_corruption_ = false;
@@ -69,7 +72,7 @@ TabletCompactionFilterFactory::TabletCompactionFilterFactory(
 
 std::unique_ptr<rocksdb::CompactionFilter> TabletCompactionFilterFactory::CreateCompactionFilter(
     const rocksdb::CompactionFilter::Context& context) {
-  const bool major = major_.load() && context.is_manual_compaction;
+  const bool major = major_.load() && context.is_manual_compaction && context_->range_verified;
   return std::make_unique<TabletCompactionFilter>(context_, major);
 }
 

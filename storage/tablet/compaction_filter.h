@@ -24,6 +24,10 @@ struct TabletCompactionContext {
   Env* env = nullptr;
   std::string start_key;  // encoded start row
   std::string end_key;    // encoded end row; "" if unbounded
+  // Set once the tablet has checked start/end against the range it recorded;
+  // until then no filter drops out-of-range rows (a caller that opened the
+  // tablet with a wrong range must get an error, not lose data).
+  std::atomic<bool> range_verified{false};
 
   std::shared_ptr<const CompiledSchema> schema() const {
     absl::MutexLock lock(&mu);

@@ -1,5 +1,9 @@
 #include "storage/tablet/schema.h"
 
+#include <fstream>
+#include <sstream>
+
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 
 namespace megastore::storage {
@@ -43,6 +47,19 @@ TEST(SchemaTest, ChangingGroupOptionsOnAnOpenTabletIsRefused) {
   auto cb = *CompiledSchema::Compile(b);
   EXPECT_EQ(CompiledSchema::CheckChange(*ca, *cb).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(CompiledSchema::CheckChange(*ca, *ca).ok());
+}
+
+TEST(SchemaTest, ExampleConfigParsesAndCompiles) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/conf/table_schema.textproto");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  TableSchema schema;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text.str(), &schema));
+  auto compiled = CompiledSchema::Compile(schema);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ((*compiled)->families().size(), 3u);
+  EXPECT_EQ((*compiled)->locality_groups().size(), 2u);
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Tablet>> Tablet::Open(const TabletOptions& option
   std::unique_ptr<Tablet> tablet(new Tablet(options, resources, env));
   MS_RETURN_IF_ERROR(tablet->OpenDB(std::move(compiled)));
   MS_RETURN_IF_ERROR(tablet->LoadOrStoreMeta());
+  tablet->compaction_state_->range_verified.store(true);
   return tablet;
 }
 
@@ -294,8 +295,7 @@ absl::Status Tablet::ValidateMutations(const CompiledSchema& schema,
 }
 
 absl::Status Tablet::CheckWritable() const {
-  absl::MutexLock lock(&mu_);
-  if (split_) {
+  if (split_.load()) {
     return absl::FailedPreconditionError(
         StrCat("tablet ", options_.path, " was split; write to its children"));
   }
@@ -564,9 +564,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
       cache->Release(h);
       if (s.ok()) {
         resources_->counters().row_cache_hits.fetch_add(1, std::memory_order_relaxed);
-        Row out;
-        if (!builder.Finish(&out)) return std::optional<Row>();
-        return std::optional<Row>(std::move(out));
+        return FinishRead(builder);
       }
       if (!absl::IsAborted(s)) return s;
       builder.StartRow();
@@ -636,11 +634,19 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
     }
   }
 
+  return FinishRead(builder);
+}
+
+std::optional<Row> Tablet::FinishRead(RowBuilder& builder) {
   Row out;
-  if (!builder.Finish(&out)) return std::optional<Row>();
-  resources_->counters().rows_read.fetch_add(1, std::memory_order_relaxed);
-  resources_->counters().cells_read.fetch_add(out.cells.size(), std::memory_order_relaxed);
-  return std::optional<Row>(std::move(out));
+  if (!builder.Finish(&out)) return std::nullopt;
+  size_t bytes = 0;
+  for (const Cell& c : out.cells) bytes += c.value.size();
+  auto& counters = resources_->counters();
+  counters.rows_read.fetch_add(1, std::memory_order_relaxed);
+  counters.cells_read.fetch_add(out.cells.size(), std::memory_order_relaxed);
+  counters.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  return out;
 }
 
 rocksdb::ReadOptions Tablet::PointReadOptions() {
@@ -936,10 +942,7 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
                                    StrCat("checkpoint tablet ", options_.path, " into ", path)));
     MS_RETURN_IF_ERROR(StoreRange(path, start, end));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    split_ = true;
-  }
+  split_.store(true);
   resources_->counters().splits.fetch_add(1);
   MS_LOG_INFO("tablet {} split at \"{}\" into {} and {}", options_.path, EscapeBytes(split_row),
               left_path, right_path);

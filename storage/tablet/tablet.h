@@ -44,6 +44,7 @@ class DB;
 
 namespace megastore::storage {
 
+class RowBuilder;
 struct TabletCompactionContext;
 
 struct TabletOptions {
@@ -175,6 +176,8 @@ class Tablet {
                                                      const ReadOptions& options,
                                                      bool row_locked);
   absl::Status CheckWritable() const;
+  // The row `builder` assembled, counted in the statistics.
+  std::optional<Row> FinishRead(RowBuilder& builder);
 
   // Idle iterators for point reads of single-group tablets: creating a
   // RocksDB iterator costs about as much as the seek itself.
@@ -218,7 +221,9 @@ class Tablet {
   // point into it.
   std::vector<std::unique_ptr<LocalityGroupHandle>> groups_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<TabletCompactionContext> compaction_state_;
-  bool split_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by Split under write_gate_ held exclusively, so a writer that holds
+  // the gate shared sees it.
+  std::atomic<bool> split_{false};
 
   // Writers hold it shared; Split holds it exclusively while it checkpoints.
   absl::Mutex write_gate_;

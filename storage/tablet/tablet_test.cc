@@ -577,7 +577,9 @@ TEST_F(TabletTest, DataAndSequenceNumbersSurviveReopen) {
   EXPECT_TRUE(Cells("r").empty());
 }
 
-TEST_F(TabletTest, OpeningWithAnotherRangeFails) {
+TEST_F(TabletTest, OpeningWithAnotherRangeFailsAndLosesNothing) {
+  Set("a", "cf", "q", "kept", 1);
+  ASSERT_TRUE(tablet_->Flush().ok());
   TabletOptions o;
   o.path = tablet_->path();
   o.start_row = "m";
@@ -585,6 +587,9 @@ TEST_F(TabletTest, OpeningWithAnotherRangeFails) {
   auto t = Tablet::Open(o, DefaultSchema(), resources_.get(), &env_);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("serves rows [\"\", end of table)"));
+  o.start_row = "";
+  Open(o);
+  EXPECT_THAT(Cells("a"), ElementsAre(C("cf", "q", 1, "kept")));
 }
 
 TEST_F(TabletTest, RowsOutsideTheRangeAreRefused) {
@@ -753,6 +758,57 @@ TEST_F(TabletTest, EveryCompressionAndInMemoryGroupWorks) {
   ASSERT_TRUE(tablet_->CompactTablet().ok());
   EXPECT_EQ(Scan({}).size(), 200u);
   EXPECT_EQ(Cells("row7").size(), 3u);
+}
+
+}  // namespace
+}  // namespace megastore::storage
+
+namespace megastore::storage {
+namespace {
+
+TEST_F(TabletTest, WritesAndReadsContinueDuringCompactionsAndFlushes) {
+  RealEnv real(7);
+  TabletOptions o;
+  o.path = dir_.path() + "/busy";
+  o.tuning.write_buffer_bytes = 64 << 10;
+  tablet_.reset();
+  auto t = Tablet::Open(o, DefaultSchema(), resources_.get(), &real);
+  ASSERT_TRUE(t.ok()) << t.status();
+  tablet_ = std::move(*t);
+
+  std::atomic<bool> done{false};
+  std::atomic<int> errors{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 1500; ++i) {
+        const std::string row = "w" + std::to_string(w) + "-" + std::to_string(i);
+        if (!tablet_->MutateRow(row, {Mutation::SetCell("cf", "q", std::string(200, 'v'))}).ok()) {
+          ++errors;
+        }
+        if (i % 7 == 0 && !tablet_->MutateRow(row, {Mutation::DeleteRow()}).ok()) ++errors;
+      }
+    });
+  }
+  std::thread reader([&] {
+    while (!done) {
+      if (!tablet_->ReadRows({}, {}, [](Row&) { return true; }).ok()) ++errors;
+      if (!tablet_->ReadRow("w0-5").ok()) ++errors;
+    }
+  });
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(tablet_->CompactTablet().ok());
+    EXPECT_TRUE(tablet_->Flush().ok());
+  }
+  for (auto& w : writers) w.join();
+  done = true;
+  reader.join();
+  EXPECT_EQ(errors.load(), 0);
+  ASSERT_TRUE(tablet_->CompactTablet().ok());
+  // Every acknowledged write is there, every acknowledged delete took effect.
+  size_t rows = 0;
+  ASSERT_TRUE(tablet_->ReadRows({}, {}, [&](Row&) { return ++rows > 0; }).ok());
+  EXPECT_EQ(rows, 2u * (1500 - (1500 + 6) / 7));
 }
 
 }  // namespace
