@@ -17,10 +17,10 @@ RowBuilder::RowBuilder(const CompiledSchema* schema, const ReadOptions* options,
       filter_(options->filter),
       visibility_(schema, options->read_timestamp, now_micros) {}
 
-void RowBuilder::StartRow() {
-  row_.key.clear();
+void RowBuilder::StartRow(std::string_view key) {
+  row_.key.assign(key);
+  have_key_ = !key.empty();
   row_.cells.clear();
-  row_prefix_.clear();
   groups_with_cells_ = 0;
   StartLocalityGroup();
 }
@@ -63,11 +63,11 @@ absl::Status RowBuilder::Add(std::string_view key, std::string_view value) {
     return absl::DataLossError(
         StrCat("corrupt tablet entry: key ", HexEncode(key.substr(0, 256))));
   }
-  if (row_prefix_.empty()) {
-    row_prefix_.assign(parsed.row_prefix);
+  if (!have_key_) {
     if (!key_format::DecodeRow(parsed.row_prefix, &row_.key)) {
       return absl::DataLossError(StrCat("corrupt row key in tablet entry ", HexEncode(key)));
     }
+    have_key_ = true;
   }
   if (visibility_.Add(parsed, seq) != RowVisibility::Verdict::kVisible) return absl::OkStatus();
 

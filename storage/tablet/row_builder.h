@@ -18,8 +18,8 @@ class RowBuilder {
   RowBuilder(const CompiledSchema* schema, const ReadOptions* options, int64_t now_micros);
 
   // Begins a row (clears the output) / the next locality group's entries of
-  // the same row.
-  void StartRow();
+  // the same row. `key`, if the caller knows it, saves decoding it.
+  void StartRow(std::string_view key = {});
   void StartLocalityGroup();
 
   // Adds one stored entry of the current row, in key order within its
@@ -39,7 +39,7 @@ class RowBuilder {
   const RowFilter& filter_;
   RowVisibility visibility_;
   Row row_;
-  std::string row_prefix_;   // encoded key of the current row
+  bool have_key_ = false;    // row_.key is set
   int groups_with_cells_ = 0;
   bool group_has_cells_ = false;
   // Per-column filter state.

@@ -80,6 +80,7 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(
       it = group_index.emplace(group, static_cast<int>(out->groups_.size())).first;
       out->groups_.push_back(def);
     }
+    if (f.gc_rule().max_age_micros() > 0) out->uses_clock_ = true;
     out->family_index_.emplace(f.name(), out->families_.size());
     out->families_.push_back(FamilyInfo{f.name(), f.gc_rule(), it->second});
   }

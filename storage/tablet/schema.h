@@ -34,6 +34,8 @@ class CompiledSchema {
   const std::vector<LocalityGroup>& locality_groups() const { return groups_; }
   const std::vector<FamilyInfo>& families() const { return families_; }
   const TableSchema& proto() const { return proto_; }
+  // Whether any family's GC rule depends on the current time (max_age).
+  bool uses_clock() const { return uses_clock_; }
 
   // Whether a tablet may switch from `from` to `to` while open: families and
   // locality groups may be added and GC rules changed; removing a family or
@@ -46,6 +48,7 @@ class CompiledSchema {
   std::vector<LocalityGroup> groups_;
   std::vector<FamilyInfo> families_;
   absl::flat_hash_map<std::string, size_t> family_index_;
+  bool uses_clock_ = false;
 };
 
 // [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..64 bytes; `what` names the thing in errors.

@@ -232,6 +232,11 @@ std::shared_ptr<const Tablet::View> Tablet::view() const {
   return view_;
 }
 
+int64_t Tablet::GcClock(const CompiledSchema& schema) const {
+  // Reading the clock costs a little on every read; only max_age needs it.
+  return schema.uses_clock() ? env_->NowMicros() : 0;
+}
+
 std::shared_ptr<const CompiledSchema> Tablet::schema() const { return view()->schema; }
 
 bool Tablet::ContainsRow(std::string_view row) const {
@@ -385,7 +390,7 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
   if (rocksdb::Cache* cache = resources_->row_cache()) {
     cache->Erase(RowCacheKey(row, cache_generation_.load()));
   }
-  MS_RETURN_IF_ERROR(FromRocksDB(s, StrCat("write to tablet ", options_.path)));
+  if (!s.ok()) return FromRocksDB(s, StrCat("write to tablet ", options_.path));
   resources_->counters().rows_mutated.fetch_add(1, std::memory_order_relaxed);
   resources_->counters().bytes_written.fetch_add(bytes, std::memory_order_relaxed);
   return absl::OkStatus();
@@ -538,8 +543,8 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
                                                            std::string_view row,
                                                            const ReadOptions& options,
                                                            bool row_locked) {
-  RowBuilder builder(view.schema.get(), &options, env_->NowMicros());
-  builder.StartRow();
+  RowBuilder builder(view.schema.get(), &options, GcClock(*view.schema));
+  builder.StartRow(row);
   rocksdb::Cache* cache = resources_->row_cache();
   std::string cache_key;
   std::unique_ptr<CachedRow> fresh;
@@ -567,7 +572,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
         return FinishRead(builder);
       }
       if (!absl::IsAborted(s)) return s;
-      builder.StartRow();
+      builder.StartRow(row);
     }
     resources_->counters().row_cache_misses.fetch_add(1, std::memory_order_relaxed);
     version_before = row_versions_[stripe].load();
@@ -611,7 +616,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
         fresh->groups[g].emplace_back(k, value);
       }
     }
-    MS_RETURN_IF_ERROR(FromRocksDB(it->status(), StrCat("read tablet ", options_.path)));
+    if (!it->status().ok()) return FromRocksDB(it->status(), StrCat("read tablet ", options_.path));
   }
   if (pooled != nullptr) ReleaseIterator(std::move(pooled));
 
@@ -754,7 +759,7 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
   }
   std::vector<std::unique_ptr<rocksdb::Iterator>> iters(raw_iters.begin(), raw_iters.end());
 
-  RowBuilder builder(v->schema.get(), &options, env_->NowMicros());
+  RowBuilder builder(v->schema.get(), &options, GcClock(*v->schema));
   int64_t delivered = 0;
   uint64_t cells = 0, bytes = 0;
   Row row;

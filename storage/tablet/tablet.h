@@ -163,6 +163,8 @@ class Tablet {
                                  absl::Span<const Mutation> mutations) const;
   std::shared_ptr<const View> view() const;
   size_t StripeOf(std::string_view row) const;
+  // The current time for GC max_age rules (0 if the schema has none).
+  int64_t GcClock(const CompiledSchema& schema) const;
   // Row cache entries are keyed by tablet, generation and row; a major
   // compaction starts a new generation.
   std::string RowCacheKey(std::string_view row, uint64_t generation) const;
