@@ -58,7 +58,21 @@ absl::Status CheckTimestamp(int64_t ts, std::string_view what) {
   return absl::OkStatus();
 }
 
+rocksdb::ReadOptions PointReadOptions() {
+  rocksdb::ReadOptions ro;
+  ro.prefix_same_as_start = true;    // bloom filters on the row key
+  ro.ignore_range_deletions = true;  // the tablet never writes them
+  return ro;
+}
+
 }  // namespace
+
+struct Tablet::PooledIterator {
+  LocalityGroupHandle* group = nullptr;
+  std::unique_ptr<rocksdb::Iterator> it;
+  std::string upper;           // the current read's upper bound...
+  rocksdb::Slice upper_slice;  // ...which the iterator's options point at
+};
 
 struct Tablet::LocalityGroupHandle {
   std::string name;
@@ -652,13 +666,6 @@ std::optional<Row> Tablet::FinishRead(RowBuilder& builder) {
   counters.cells_read.fetch_add(out.cells.size(), std::memory_order_relaxed);
   counters.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
   return out;
-}
-
-rocksdb::ReadOptions Tablet::PointReadOptions() {
-  rocksdb::ReadOptions ro;
-  ro.prefix_same_as_start = true;  // bloom filters on the row key
-  ro.ignore_range_deletions = true;  // the tablet never writes them
-  return ro;
 }
 
 absl::StatusOr<std::unique_ptr<Tablet::PooledIterator>> Tablet::AcquireIterator(

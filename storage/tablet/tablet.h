@@ -29,8 +29,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "rocksdb/iterator.h"
-#include "rocksdb/options.h"
 #include "base/env.h"
 #include "storage/tablet/data_model.h"
 #include "storage/tablet/resources.h"
@@ -40,6 +38,7 @@
 namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
+struct ColumnFamilyOptions;
 }  // namespace rocksdb
 
 namespace megastore::storage {
@@ -183,14 +182,8 @@ class Tablet {
 
   // Idle iterators for point reads of single-group tablets: creating a
   // RocksDB iterator costs about as much as the seek itself.
-  struct PooledIterator {
-    LocalityGroupHandle* group = nullptr;
-    std::unique_ptr<rocksdb::Iterator> it;
-    std::string upper;           // the current read's upper bound...
-    rocksdb::Slice upper_slice;  // ...which the iterator's options point at
-  };
+  struct PooledIterator;
   static constexpr size_t kMaxPooledIterators = 4;
-  static rocksdb::ReadOptions PointReadOptions();
   absl::StatusOr<std::unique_ptr<PooledIterator>> AcquireIterator(LocalityGroupHandle* group);
   void ReleaseIterator(std::unique_ptr<PooledIterator> p);
   void DropPooledIterators();
