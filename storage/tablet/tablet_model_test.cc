@@ -19,7 +19,7 @@
 #include "base/random.h"
 #include "gtest/gtest.h"
 #include "storage/tablet/tablet.h"
-#include "storage/tablet/test_util.h"
+#include "base/test_util.h"
 
 namespace megastore::storage {
 namespace {

@@ -11,7 +11,7 @@
 #include "base/coding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "storage/tablet/test_util.h"
+#include "base/test_util.h"
 
 namespace megastore::storage {
 namespace {

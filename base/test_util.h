@@ -1,13 +1,14 @@
-// Helpers for tablet tests.
+// Helpers for tests.
 #pragma once
+
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
 #include "base/random.h"
-#include "storage/tablet/schema.pb.h"
 
-namespace megastore::storage {
+namespace megastore {
 
 // A fresh directory under the system temp dir, removed with its contents.
 class TestDir {
@@ -29,4 +30,4 @@ class TestDir {
   std::string path_;
 };
 
-}  // namespace megastore::storage
+}  // namespace megastore

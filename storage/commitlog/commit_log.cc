@@ -1,0 +1,307 @@
+#include "storage/commitlog/commit_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "base/logging.h"
+#include "base/status.h"
+#include "base/strings.h"
+
+namespace megastore::storage::commitlog {
+namespace {
+
+absl::Status Errno(std::string_view what, const std::string& path) {
+  const int e = errno;
+  return absl::InternalError(StrCat(what, " ", path, ": ", std::strerror(e)));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InternalError(StrCat("cannot open commit log segment ", path));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::InternalError(StrCat("cannot read commit log segment ", path));
+  return data;
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return Errno("open directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : Errno("fsync directory", dir);
+}
+
+// After damage at `from`, the offset of the next record in `data` whose
+// checksum holds, or npos.
+size_t FindNextGoodRecord(std::string_view data, size_t from) {
+  for (size_t off = from + 1; off + kHeaderBytes <= data.size(); ++off) {
+    Record r;
+    size_t n;
+    if (ParseRecord(data.substr(off), &r, &n) == ParseResult::kOk) return off;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+CommitLog::CommitLog(const CommitLogOptions& options) : options_(options) {}
+
+CommitLog::~CommitLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("commit log directory is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        StrCat("cannot create commit log directory ", options.dir, ": ", ec.message()));
+  }
+  std::unique_ptr<CommitLog> log(new CommitLog(options));
+  MS_RETURN_IF_ERROR(log->Recover());
+  MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
+  return log;
+}
+
+absl::Status CommitLog::Recover() {
+  std::vector<Segment> segments;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.dir)) {
+    uint64_t first;
+    if (entry.is_regular_file() && ParseSegmentFileName(entry.path().filename().string(), &first)) {
+      segments.push_back(Segment{first, entry.path().string()});
+    }
+  }
+  std::sort(segments.begin(), segments.end(),
+            [](const Segment& a, const Segment& b) { return a.first_lsn < b.first_lsn; });
+
+  uint64_t last = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    const bool is_last = i + 1 == segments.size();
+    MS_ASSIGN_OR_RETURN(std::string data, ReadFile(seg.path));
+    std::string_view in = data;
+    size_t offset = 0;
+    uint64_t expected = seg.first_lsn;
+    if (last != 0 && expected != last + 1) {
+      // A whole segment is missing (or misnamed) between `last` and here.
+      gaps_.push_back(LogGap{seg.path, 0, last, seg.first_lsn});
+    }
+    while (offset < in.size()) {
+      Record r;
+      size_t n = 0;
+      ParseResult result = ParseRecord(in.substr(offset), &r, &n);
+      if (result == ParseResult::kOk && r.lsn != expected) result = ParseResult::kCorrupt;
+      if (result == ParseResult::kOk) {
+        last = r.lsn;
+        expected = r.lsn + 1;
+        offset += n;
+        continue;
+      }
+      const size_t next = FindNextGoodRecord(in, offset);
+      if (is_last && next == std::string_view::npos) {
+        // A write the crash interrupted: cut it off.
+        recovery_note_ = StrCat("commit log: ", result == ParseResult::kTruncated ? "torn" : "corrupt",
+                                " tail in ", seg.path, " at offset ", offset, " (",
+                                in.size() - offset, " bytes after the last good record, LSN ",
+                                last, "); truncated there");
+        MS_LOG_WARN("{}", recovery_note_);
+        if (::truncate(seg.path.c_str(), static_cast<off_t>(offset)) != 0) {
+          return Errno("truncate", seg.path);
+        }
+        break;
+      }
+      uint64_t next_lsn = 0;
+      if (next != std::string_view::npos) {
+        Record nr;
+        size_t nn;
+        ParseRecord(in.substr(next), &nr, &nn);
+        next_lsn = nr.lsn;
+      } else if (!is_last) {
+        next_lsn = segments[i + 1].first_lsn;
+      }
+      gaps_.push_back(LogGap{seg.path, offset, last, next_lsn});
+      MS_LOG_ERROR("commit log: damaged records in {} at offset {} after LSN {}{}", seg.path,
+                   offset, last,
+                   next_lsn != 0 ? StrCat(", readable again from LSN ", next_lsn) : std::string());
+      if (next == std::string_view::npos) break;
+      offset = next;
+      Record nr;
+      size_t nn;
+      ParseRecord(in.substr(offset), &nr, &nn);
+      expected = nr.lsn;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  segments_ = std::move(segments);
+  last_lsn_ = last;
+  durable_lsn_ = last;
+  return absl::OkStatus();
+}
+
+absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
+  const std::string path = (std::filesystem::path(options_.dir) / SegmentFileName(first_lsn)).string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("create commit log segment", path);
+  if (options_.sync) {
+    if (absl::Status s = SyncDir(options_.dir); !s.ok()) {
+      ::close(fd);
+      return s;
+    }
+  }
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+  segment_size_ = 0;
+  absl::MutexLock lock(&mu_);
+  // An empty last segment (a crash right after creating it) has this name.
+  if (segments_.empty() || segments_.back().path != path) segments_.push_back(Segment{first_lsn, path});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::string_view payload) {
+  absl::MutexLock lock(&mu_);
+  if (!error_.ok()) return error_;
+  const uint64_t lsn = ++last_lsn_;
+  if (pending_.empty()) pending_first_lsn_ = lsn;
+  AppendRecord(&pending_, lsn, tablet_id, payload);
+  ++pending_records_;
+  while (durable_lsn_ < lsn) {
+    if (!error_.ok()) return error_;
+    if (writing_) {
+      cv_.Wait(&mu_);
+      continue;
+    }
+    // Become the leader: write everything pending as one group.
+    writing_ = true;
+    std::string group;
+    group.swap(pending_);
+    const uint64_t first = pending_first_lsn_;
+    const uint64_t group_last = last_lsn_;
+    const uint64_t records = pending_records_;
+    pending_records_ = 0;
+    mu_.Unlock();
+    absl::Status s;
+    if (segment_size_ >= options_.segment_bytes) s = StartSegment(first);
+    if (s.ok()) s = WriteGroup(group, first);
+    mu_.Lock();
+    writing_ = false;
+    if (s.ok()) {
+      durable_lsn_ = group_last;
+      stats_.records += records;
+      stats_.bytes += group.size();
+      ++stats_.syncs;
+      stats_.max_batch_records = std::max(stats_.max_batch_records, records);
+      size_t bucket = 0;
+      while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= records) ++bucket;
+      ++stats_.batch_histogram[bucket];
+    } else {
+      error_ = s;
+      MS_LOG_ERROR("commit log: {}", s.ToString());
+    }
+    cv_.SignalAll();
+  }
+  return lsn;
+}
+
+absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("write commit log at LSN " + std::to_string(first_lsn), options_.dir);
+    }
+    done += static_cast<size_t>(n);
+  }
+  segment_size_ += data.size();
+  if (options_.sync && ::fdatasync(fd_) != 0) {
+    return Errno("fdatasync commit log at LSN " + std::to_string(first_lsn), options_.dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CommitLog::Replay(uint64_t after_lsn,
+                               const std::function<absl::Status(const Record&)>& fn) const {
+  for (const LogGap& gap : gaps_) {
+    // The gap hides records (last_good_lsn, next_good_lsn); unknown end
+    // means "everything after".
+    const bool needed = gap.next_good_lsn == 0 || after_lsn + 1 < gap.next_good_lsn;
+    if (needed) {
+      return absl::DataLossError(StrCat(
+          "commit log ", gap.segment, " is damaged at offset ", gap.offset, " after LSN ",
+          gap.last_good_lsn,
+          gap.next_good_lsn != 0 ? StrCat("; records before LSN ", gap.next_good_lsn, " are unreadable")
+                                 : std::string("; no readable record follows"),
+          ", and records after LSN ", after_lsn,
+          " are needed. Restore the segment from a copy, or accept the loss by moving it aside "
+          "(data in it will be gone)"));
+    }
+  }
+  std::vector<Segment> segments;
+  {
+    absl::MutexLock lock(&mu_);
+    segments = segments_;
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    // Skip segments that hold only records at or below after_lsn.
+    if (i + 1 < segments.size() && segments[i + 1].first_lsn <= after_lsn + 1) continue;
+    MS_ASSIGN_OR_RETURN(std::string data, ReadFile(segments[i].path));
+    std::string_view in = data;
+    size_t offset = 0;
+    while (offset < in.size()) {
+      Record r;
+      size_t n = 0;
+      if (ParseRecord(in.substr(offset), &r, &n) != ParseResult::kOk) {
+        // A known gap the caller does not need (checked above), or the tail
+        // of the segment being appended to: resynchronize.
+        const size_t next = FindNextGoodRecord(in, offset);
+        if (next == std::string_view::npos) break;
+        offset = next;
+        continue;
+      }
+      offset += n;
+      if (r.lsn <= after_lsn) continue;
+      MS_RETURN_IF_ERROR(fn(r));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CommitLog::DeleteSegmentsThrough(uint64_t lsn) {
+  std::vector<std::string> doomed;
+  {
+    absl::MutexLock lock(&mu_);
+    // Segment i holds LSNs [first_i, first_{i+1} - 1]; never delete the last.
+    size_t keep_from = 0;
+    while (keep_from + 1 < segments_.size() && segments_[keep_from + 1].first_lsn - 1 <= lsn) {
+      doomed.push_back(segments_[keep_from].path);
+      ++keep_from;
+    }
+    segments_.erase(segments_.begin(), segments_.begin() + static_cast<ptrdiff_t>(keep_from));
+  }
+  for (const std::string& path : doomed) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("delete", path);
+  }
+  return absl::OkStatus();
+}
+
+uint64_t CommitLog::last_lsn() const {
+  absl::MutexLock lock(&mu_);
+  return last_lsn_;
+}
+
+CommitLogStats CommitLog::stats() const {
+  absl::MutexLock lock(&mu_);
+  CommitLogStats s = stats_;
+  s.segments = segments_.size();
+  return s;
+}
+
+}  // namespace megastore::storage::commitlog

@@ -1,0 +1,242 @@
+#include "storage/commitlog/commit_log.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "base/test_util.h"
+
+namespace megastore::storage::commitlog {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Seen {
+  uint64_t lsn;
+  std::string tablet;
+  std::string payload;
+};
+
+std::vector<Seen> ReplayAll(const CommitLog& log, uint64_t after = 0) {
+  std::vector<Seen> out;
+  absl::Status s = log.Replay(after, [&](const Record& r) {
+    out.push_back(Seen{r.lsn, std::string(r.tablet_id), std::string(r.payload)});
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+std::vector<std::string> Segments(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class CommitLogTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CommitLog> Open(uint64_t segment_bytes = 64 << 20) {
+    CommitLogOptions o;
+    o.dir = dir_.path() + "/log";
+    o.segment_bytes = segment_bytes;
+    auto log = CommitLog::Open(o);
+    EXPECT_TRUE(log.ok()) << log.status();
+    return log.ok() ? std::move(*log) : nullptr;
+  }
+  TestDir dir_;
+};
+
+TEST_F(CommitLogTest, AppendsReplayInOrderAcrossReopen) {
+  auto log = Open();
+  for (int i = 0; i < 10; ++i) {
+    auto lsn = log->Append("t" + std::to_string(i % 3), std::string("payload\0", 8) + std::to_string(i));
+    ASSERT_TRUE(lsn.ok());
+    EXPECT_EQ(*lsn, static_cast<uint64_t>(i + 1));
+  }
+  log.reset();
+  log = Open();
+  EXPECT_EQ(log->last_lsn(), 10u);
+  EXPECT_TRUE(log->recovery_note().empty());
+  auto all = ReplayAll(*log);
+  ASSERT_EQ(all.size(), 10u);
+  EXPECT_EQ(all[4].lsn, 5u);
+  EXPECT_EQ(all[4].tablet, "t1");
+  EXPECT_EQ(all[4].payload, std::string("payload\0", 8) + "4");
+  EXPECT_EQ(ReplayAll(*log, 7).size(), 3u);
+  EXPECT_EQ(*log->Append("t", "x"), 11u);
+}
+
+TEST_F(CommitLogTest, ConcurrentAppendsShareSyncs) {
+  auto log = Open();
+  std::vector<std::thread> threads;
+  std::vector<std::vector<uint64_t>> lsns(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        auto lsn = log->Append("tablet", std::to_string(t));
+        ASSERT_TRUE(lsn.ok());
+        lsns[t].push_back(*lsn);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<uint64_t> all;
+  for (const auto& v : lsns) {
+    EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+    all.insert(v.begin(), v.end());
+  }
+  EXPECT_EQ(all.size(), 800u);
+  EXPECT_EQ(*all.rbegin(), 800u);
+  const CommitLogStats stats = log->stats();
+  EXPECT_EQ(stats.records, 800u);
+  // Eight writers waiting on fdatasync pile up behind the leader.
+  EXPECT_LT(stats.syncs, stats.records);
+  EXPECT_GT(stats.max_batch_records, 1u);
+}
+
+TEST_F(CommitLogTest, SegmentsRollAndFlushedOnesAreDeleted) {
+  auto log = Open(/*segment_bytes=*/200);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(log->Append("t", std::string(50, 'x')).ok());
+  EXPECT_GT(Segments(dir_.path() + "/log").size(), 5u);
+  ASSERT_TRUE(log->DeleteSegmentsThrough(20).ok());
+  // Records after 20 are all still there; none at or below it is required.
+  auto rest = ReplayAll(*log, 20);
+  ASSERT_EQ(rest.size(), 10u);
+  EXPECT_EQ(rest.front().lsn, 21u);
+  log.reset();
+  log = Open(200);
+  EXPECT_EQ(log->last_lsn(), 30u);
+  EXPECT_EQ(ReplayAll(*log, 20).size(), 10u);
+}
+
+void Truncate(const std::string& path, uint64_t by) {
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - by);
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(c ^ 0x40));
+}
+
+std::string NonEmptyLastSegment(const std::string& dir) {
+  std::string last;
+  for (const std::string& s : Segments(dir)) {
+    if (std::filesystem::file_size(s) > 0) last = s;
+  }
+  return last;
+}
+
+TEST_F(CommitLogTest, TornTailIsTruncatedAndLogged) {
+  auto log = Open();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(log->Append("t", "record" + std::to_string(i)).ok());
+  log.reset();
+  const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
+  const uint64_t size = std::filesystem::file_size(seg);
+  Truncate(seg, 3);
+  log = Open();
+  EXPECT_THAT(log->recovery_note(), HasSubstr("torn tail"));
+  EXPECT_THAT(log->recovery_note(), HasSubstr("LSN 4"));
+  EXPECT_TRUE(log->gaps().empty());
+  EXPECT_EQ(log->last_lsn(), 4u);
+  EXPECT_EQ(ReplayAll(*log).size(), 4u);
+  EXPECT_LT(std::filesystem::file_size(seg), size - 3);
+  EXPECT_EQ(*log->Append("t", "after"), 5u);
+  log.reset();
+  log = Open();
+  auto all = ReplayAll(*log);
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_EQ(all.back().payload, "after");
+}
+
+TEST_F(CommitLogTest, CorruptTailRecordIsTruncated) {
+  auto log = Open();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(log->Append("t", "record" + std::to_string(i)).ok());
+  log.reset();
+  const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
+  FlipByte(seg, std::filesystem::file_size(seg) - 2);
+  log = Open();
+  EXPECT_THAT(log->recovery_note(), HasSubstr("corrupt tail"));
+  EXPECT_EQ(log->last_lsn(), 4u);
+}
+
+TEST_F(CommitLogTest, CorruptionBeforeTheTailRefusesReplayThatNeedsIt) {
+  auto log = Open();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(log->Append("t", "record-number-" + std::to_string(i)).ok());
+  log.reset();
+  const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
+  FlipByte(seg, std::filesystem::file_size(seg) / 2);  // some record in the middle
+  log = Open();
+  ASSERT_EQ(log->gaps().size(), 1u);
+  const LogGap gap = log->gaps()[0];
+  EXPECT_GT(gap.next_good_lsn, gap.last_good_lsn + 1);
+  EXPECT_EQ(log->last_lsn(), 10u);  // nothing after the damage was cut off
+
+  absl::Status s = log->Replay(0, [](const Record&) { return absl::OkStatus(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(seg));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("damaged at offset"));
+  // A tablet that flushed past the damage replays fine.
+  auto rest = ReplayAll(*log, gap.next_good_lsn - 1);
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.front().lsn, gap.next_good_lsn);
+  EXPECT_EQ(rest.back().lsn, 10u);
+}
+
+TEST_F(CommitLogTest, GarbageSegmentIsAGapNotACrash) {
+  std::filesystem::create_directories(dir_.path() + "/log");
+  {
+    std::ofstream f(dir_.path() + "/log/" + SegmentFileName(1), std::ios::binary);
+    f << std::string("\xff\xff\xff\xff\x10\x00\x00\x00garbage garbage garbage", 32);
+  }
+  {
+    std::ofstream f(dir_.path() + "/log/" + SegmentFileName(7), std::ios::binary);
+    std::string rec;
+    AppendRecord(&rec, 7, "t", "seven");
+    f << rec;
+  }
+  auto log = Open();
+  ASSERT_EQ(log->gaps().size(), 1u);
+  EXPECT_EQ(log->gaps()[0].next_good_lsn, 7u);
+  EXPECT_EQ(log->last_lsn(), 7u);
+  EXPECT_EQ(log->Replay(0, [](const Record&) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kDataLoss);
+  auto rest = ReplayAll(*log, 6);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].payload, "seven");
+}
+
+TEST(LogFormatTest, RecordsRoundTripAndRejectDamage) {
+  std::string buf;
+  AppendRecord(&buf, 42, std::string("tab\0let", 7), "payload");
+  Record r;
+  size_t n;
+  ASSERT_EQ(ParseRecord(buf, &r, &n), ParseResult::kOk);
+  EXPECT_EQ(n, buf.size());
+  EXPECT_EQ(r.lsn, 42u);
+  EXPECT_EQ(r.tablet_id, std::string("tab\0let", 7));
+  EXPECT_EQ(r.payload, "payload");
+  EXPECT_EQ(ParseRecord(std::string_view(buf).substr(0, buf.size() - 1), &r, &n),
+            ParseResult::kTruncated);
+  std::string bad = buf;
+  bad[10] ^= 1;
+  EXPECT_EQ(ParseRecord(bad, &r, &n), ParseResult::kCorrupt);
+  std::string huge = buf;
+  huge[7] = '\x7f';  // length far beyond the limit
+  EXPECT_EQ(ParseRecord(huge, &r, &n), ParseResult::kCorrupt);
+  uint64_t lsn;
+  EXPECT_TRUE(ParseSegmentFileName(SegmentFileName(123), &lsn));
+  EXPECT_EQ(lsn, 123u);
+  EXPECT_FALSE(ParseSegmentFileName("123.log", &lsn));
+}
+
+}  // namespace
+}  // namespace megastore::storage::commitlog
