@@ -16,6 +16,7 @@
 #include "rocksdb/write_batch.h"
 #include "storage/tablet/compaction_filter.h"
 #include "storage/tablet/key_format.h"
+#include "storage/tablet/log_record.h"
 #include "storage/tablet/row_builder.h"
 
 namespace megastore::storage {
@@ -25,6 +26,7 @@ namespace {
 constexpr char kMetaFormatKey[] = "format";
 constexpr char kMetaRangeKey[] = "range";
 constexpr char kMetaSeqKey[] = "seq";
+constexpr char kMetaRedoKey[] = "redo";
 constexpr char kFormatVersion[] = "1";
 constexpr char kGroupPrefix[] = "lg.";
 
@@ -117,6 +119,11 @@ absl::StatusOr<std::unique_ptr<Tablet>> Tablet::Open(const TabletOptions& option
   }
   MS_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledSchema> compiled,
                       CompiledSchema::Compile(schema));
+  std::error_code ec;
+  std::filesystem::create_directories(options.path, ec);
+  if (ec) {
+    return absl::InternalError(StrCat("cannot create tablet directory ", options.path, ": ", ec.message()));
+  }
   std::unique_ptr<Tablet> tablet(new Tablet(options, resources, env));
   MS_RETURN_IF_ERROR(tablet->OpenDB(std::move(compiled)));
   MS_RETURN_IF_ERROR(tablet->LoadOrStoreMeta());
@@ -136,7 +143,13 @@ std::unique_ptr<Tablet::LocalityGroupHandle> Tablet::NewGroupHandle(
 }
 
 absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
-  const rocksdb::DBOptions db_options = TabletDBOptions(resources_, options_.tuning);
+  rocksdb::DBOptions db_options = TabletDBOptions(resources_, options_.tuning);
+  if (options_.log != nullptr) {
+    // The shared commit log replaces RocksDB's WAL. Flushing every column
+    // family together keeps the stored redo point and the data consistent.
+    options_.tuning.use_rocksdb_wal = false;
+    db_options.atomic_flush = true;
+  }
   std::vector<std::string> existing;
   // Fails when there is no database yet; then every family is new.
   rocksdb::DB::ListColumnFamilies(db_options, options_.path, &existing).PermitUncheckedError();
@@ -219,6 +232,14 @@ absl::Status Tablet::LoadOrStoreMeta() {
     return absl::FailedPreconditionError(
         StrCat(ctx, " serves rows ", RangeString(start, end), ", not ",
                      RangeString(options_.start_row, options_.end_row)));
+  }
+  std::string redo;
+  s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaRedoKey, &redo);
+  if (s.ok()) {
+    if (redo.size() != 8) return absl::DataLossError(StrCat(ctx, ": redo point is corrupt"));
+    recovered_redo_point_ = DecodeFixed64(redo.data());
+  } else if (!s.IsNotFound()) {
+    return FromRocksDB(s, StrCat("read redo point of ", ctx));
   }
   std::string seq;
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaSeqKey, &seq);
@@ -347,10 +368,51 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
                                  absl::Span<const Mutation> mutations, int64_t timestamp,
                                  size_t stripe) {
   const int64_t now = timestamp >= 0 ? timestamp : env_->NowMicros();
+  if (options_.log == nullptr) return WriteLocked(view, row, mutations, now, stripe, std::nullopt);
+
+  // Log first, then apply. While this write is in flight, the redo point
+  // stored with any batch stays below the LSN it will get: `floor` is a
+  // lower bound of that LSN, known before the append.
+  uint64_t floor;
+  {
+    absl::MutexLock lock(&redo_mu_);
+    floor = options_.log->last_lsn();
+    pending_floors_.insert(floor);
+    if (writes_since_flush_++ == 0) first_unflushed_micros_ = env_->MonotonicMicros();
+  }
+  auto done = [&] {
+    absl::MutexLock lock(&redo_mu_);
+    pending_floors_.erase(pending_floors_.find(floor));
+  };
+  std::string record;
+  EncodeLogRecord(&record, row, now, mutations);
+  absl::StatusOr<uint64_t> lsn = options_.log->Append(options_.log_id, record);
+  if (!lsn.ok()) {
+    done();
+    return lsn.status();
+  }
+  uint64_t redo;
+  {
+    absl::MutexLock lock(&redo_mu_);
+    redo = *pending_floors_.begin();
+  }
+  absl::Status s = WriteLocked(view, row, mutations, now, stripe, redo);
+  done();
+  return s;
+}
+
+absl::Status Tablet::WriteLocked(const View& view, std::string_view row,
+                                 absl::Span<const Mutation> mutations, int64_t now, size_t stripe,
+                                 std::optional<uint64_t> redo) {
   // Each mutation gets its own sequence number, so a later mutation in the
   // list masks or survives an earlier one exactly as if applied in order.
   MS_ASSIGN_OR_RETURN(const uint64_t base, AssignSequence(mutations.size()));
   rocksdb::WriteBatch batch;
+  if (redo) {
+    std::string value;
+    PutFixed64(&value, *redo);
+    MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(meta_cf_, kMetaRedoKey, value), "build write batch"));
+  }
   std::string key, value;
   size_t bytes = 0;
   auto put = [&](rocksdb::ColumnFamilyHandle* cf) {
@@ -818,6 +880,65 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
   resources_->counters().cells_read.fetch_add(cells, std::memory_order_relaxed);
   resources_->counters().bytes_read.fetch_add(bytes, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status Tablet::ReplayLogRecord(uint64_t lsn, std::string_view payload) {
+  MS_ASSIGN_OR_RETURN(LogRecord record, DecodeLogRecord(payload));
+  const auto v = view();
+  if (!ContainsRow(record.row)) {
+    return absl::FailedPreconditionError(StrCat(
+        "commit log record ", lsn, " for tablet ", options_.log_id, " has row \"",
+        EscapeBytes(record.row), "\" outside its range ",
+        RangeString(options_.start_row, options_.end_row)));
+  }
+  MS_RETURN_IF_ERROR(ValidateMutations(*v->schema, record.mutations));
+  const size_t stripe = StripeOf(record.row);
+  absl::MutexLock lock(&row_locks_[stripe]);
+  {
+    absl::MutexLock redo_lock(&redo_mu_);
+    if (writes_since_flush_++ == 0) first_unflushed_micros_ = env_->MonotonicMicros();
+  }
+  return WriteLocked(*v, record.row, record.mutations, record.timestamp, stripe, lsn);
+}
+
+uint64_t Tablet::LogWatermarkLocked() const {
+  // With no write in flight, every record of this tablet up to the log's
+  // last LSN has been applied.
+  return pending_floors_.empty() ? options_.log->last_lsn() : *pending_floors_.begin();
+}
+
+absl::StatusOr<uint64_t> Tablet::PersistLogPosition(bool force_flush) {
+  if (options_.log == nullptr) return absl::FailedPreconditionError("tablet has no shared log");
+  uint64_t watermark;
+  bool clean;
+  {
+    absl::MutexLock lock(&redo_mu_);
+    watermark = LogWatermarkLocked();
+    clean = writes_since_flush_ == 0;
+    writes_since_flush_ = 0;
+  }
+  if (!clean || force_flush) {
+    // Everything up to `watermark` is in the memtables this flush persists.
+    absl::Status s = Flush();
+    if (!s.ok()) {
+      absl::MutexLock lock(&redo_mu_);
+      ++writes_since_flush_;  // still dirty
+      return s;
+    }
+  }
+  absl::MutexLock lock(&redo_mu_);
+  durable_log_position_ = std::max(durable_log_position_, watermark);
+  return durable_log_position_;
+}
+
+uint64_t Tablet::durable_log_position() {
+  absl::MutexLock lock(&redo_mu_);
+  return std::max(durable_log_position_, recovered_redo_point_);
+}
+
+int64_t Tablet::UnflushedAgeMicros() {
+  absl::MutexLock lock(&redo_mu_);
+  return writes_since_flush_ == 0 ? 0 : env_->MonotonicMicros() - first_unflushed_micros_;
 }
 
 absl::Status Tablet::Flush() {

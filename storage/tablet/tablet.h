@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "storage/tablet/resources.h"
 #include "storage/tablet/rocksdb_options.h"
 #include "storage/tablet/schema.h"
+#include "storage/tablet/tablet_log.h"
 
 namespace rocksdb {
 class ColumnFamilyHandle;
@@ -57,6 +59,12 @@ struct TabletOptions {
   // Writes with a value larger than this are refused.
   size_t max_value_bytes = kDefaultMaxValueBytes;
   StorageTuning tuning;
+  // The tablet server's shared commit log, or nullptr for RocksDB's own WAL.
+  // With a log, every write is appended (and durable) before it is applied,
+  // and each applied batch records the tablet's redo point. Not owned.
+  TabletLog* log = nullptr;
+  // This tablet's id in the shared log.
+  std::string log_id;
 };
 
 class Tablet {
@@ -132,6 +140,26 @@ class Tablet {
   // change).
   absl::Status UpdateSchema(const TableSchema& schema);
 
+  // ---- the shared commit log (TabletOptions::log) -----------------------------
+
+  // The redo point stored in the tablet when it was opened: every record of
+  // this tablet with a higher LSN must be replayed.
+  uint64_t recovered_redo_point() const { return recovered_redo_point_; }
+  // Applies one logged mutation during recovery (records in LSN order).
+  // Replaying a suffix of the log twice gives the same state as once.
+  absl::Status ReplayLogRecord(uint64_t lsn, std::string_view payload);
+  // Makes sure the tablet's data is on disk up to some LSN and returns it:
+  // every record of this tablet at or below it is in SSTables, so log
+  // segments up to it are not needed by this tablet. Flushes only if there
+  // were writes since the last flush (or `force_flush`).
+  absl::StatusOr<uint64_t> PersistLogPosition(bool force_flush = false);
+  // How long the oldest write not yet flushed has waited (0 if none).
+  int64_t UnflushedAgeMicros();
+  // The last position PersistLogPosition returned (or the recovered redo
+  // point): log records of this tablet up to it are on disk in SSTables.
+  uint64_t durable_log_position();
+  bool was_split() const { return split_.load(); }
+
   // ---- introspection ----------------------------------------------------------
 
   const std::string& path() const { return options_.path; }
@@ -167,10 +195,16 @@ class Tablet {
   // Row cache entries are keyed by tablet, generation and row; a major
   // compaction starts a new generation.
   std::string RowCacheKey(std::string_view row, uint64_t generation) const;
-  // Requires the row's stripe lock.
+  // Logs (with a shared log) and applies one row's mutations. Requires the
+  // row's stripe lock.
   absl::Status ApplyLocked(const View& view, std::string_view row,
                            absl::Span<const Mutation> mutations, int64_t timestamp,
                            size_t stripe);
+  // Applies without logging; `redo` is stored with the batch if given.
+  absl::Status WriteLocked(const View& view, std::string_view row,
+                           absl::Span<const Mutation> mutations, int64_t now, size_t stripe,
+                           std::optional<uint64_t> redo);
+  uint64_t LogWatermarkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(redo_mu_);
   // Reads one row. With `row_locked`, the caller holds the row's stripe lock.
   absl::StatusOr<std::optional<Row>> ReadRowInternal(const View& view,
                                                      std::string_view row,
@@ -229,6 +263,13 @@ class Tablet {
   std::atomic<uint64_t> seq_reserved_{0};  // persisted bound on last_seq_
   absl::Mutex reserve_mu_;
   std::atomic<uint64_t> cache_generation_{0};
+  // Shared-log bookkeeping.
+  uint64_t recovered_redo_point_ = 0;
+  absl::Mutex redo_mu_;
+  std::multiset<uint64_t> pending_floors_ ABSL_GUARDED_BY(redo_mu_);
+  uint64_t writes_since_flush_ ABSL_GUARDED_BY(redo_mu_) = 0;
+  int64_t first_unflushed_micros_ ABSL_GUARDED_BY(redo_mu_) = 0;
+  uint64_t durable_log_position_ ABSL_GUARDED_BY(redo_mu_) = 0;
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<PooledIterator>> iterator_pool_ ABSL_GUARDED_BY(pool_mu_);
 };

@@ -1,0 +1,561 @@
+#include "storage/tabletserver/tablet_server.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "base/coding.h"
+#include "base/logging.h"
+#include "base/status.h"
+#include "base/strings.h"
+
+namespace megastore::storage {
+
+namespace fs = std::filesystem;
+
+class TabletServer::LogAdapter : public TabletLog {
+ public:
+  explicit LogAdapter(commitlog::CommitLog* log) : log_(log) {}
+  absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record) override {
+    return log_->Append(tablet_id, record);
+  }
+  uint64_t last_lsn() const override { return log_->last_lsn(); }
+
+ private:
+  commitlog::CommitLog* log_;
+};
+
+namespace {
+
+constexpr char kStateFile[] = "state.pb";
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(StrCat("cannot create ", tmp));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      ::close(fd);
+      return absl::InternalError(StrCat("cannot write ", tmp));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) return absl::InternalError(StrCat("cannot sync ", tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(StrCat("cannot rename ", tmp, " to ", path));
+  }
+  const int dir = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return absl::OkStatus();
+}
+
+bool Covers(const TabletEntry& e, std::string_view row) {
+  return row >= e.start_row() && (e.end_row().empty() || row < e.end_row());
+}
+
+}  // namespace
+
+TabletServer::TabletServer(const TabletServerOptions& options, Env* env)
+    : options_(options), env_(env), resources_(options.resources) {}
+
+TabletServer::~TabletServer() {
+  {
+    absl::MutexLock lock(&timer_mu_);
+    stopping_ = true;
+    if (timer_ != 0) env_->Cancel(timer_);
+  }
+  // A maintenance round that already started finishes first.
+  absl::MutexLock m(&maintenance_mu_);
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, l] : loaded_) {
+    // Closing flushes the memtables (the commit log holds them anyway).
+    l.tablet.reset();
+  }
+  loaded_.clear();
+}
+
+absl::StatusOr<std::unique_ptr<TabletServer>> TabletServer::Open(const TabletServerOptions& options,
+                                                                 Env* env) {
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("--data directory is empty");
+  std::error_code ec;
+  fs::create_directories(options.data_dir, ec);
+  if (ec) {
+    return absl::InternalError(StrCat("cannot create data directory ", options.data_dir, ": ",
+                                      ec.message()));
+  }
+  std::unique_ptr<TabletServer> server(new TabletServer(options, env));
+  MS_RETURN_IF_ERROR(server->Recover());
+  server->ScheduleMaintenance();
+  return server;
+}
+
+absl::Status TabletServer::Recover() {
+  const std::string state_path = (fs::path(options_.data_dir) / kStateFile).string();
+  {
+    absl::MutexLock lock(&mu_);
+    std::ifstream in(state_path, std::ios::binary);
+    if (in) {
+      std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!state_.ParseFromString(data)) {
+        return absl::DataLossError(StrCat("tablet server state ", state_path, " is corrupt"));
+      }
+    }
+  }
+  commitlog::CommitLogOptions log_options;
+  log_options.dir = (fs::path(options_.data_dir) / "commitlog").string();
+  log_options.segment_bytes = options_.log_segment_bytes;
+  log_options.sync = options_.sync_log;
+  MS_ASSIGN_OR_RETURN(log_, commitlog::CommitLog::Open(log_options));
+  log_adapter_ = std::make_unique<LogAdapter>(log_.get());
+  if (!log_->recovery_note().empty()) MS_LOG_WARN("{}", log_->recovery_note());
+
+  absl::MutexLock lock(&mu_);
+  uint64_t replay_from = UINT64_MAX;
+  std::map<std::string, std::shared_ptr<Tablet>> replaying;
+  for (const TabletEntry& e : state_.tablets()) {
+    if (!e.loaded()) continue;
+    absl::StatusOr<std::shared_ptr<Tablet>> t = OpenTabletLocked(e);
+    if (!t.ok()) {
+      load_errors_[e.id()] = std::string(t.status().ToString());
+      MS_LOG_ERROR("tablet {} not loaded: {}", e.id(), t.status().ToString());
+      continue;
+    }
+    const uint64_t redo = (*t)->recovered_redo_point();
+    // A damaged log region this tablet needs keeps it unloaded.
+    std::string refusal;
+    for (const commitlog::LogGap& gap : log_->gaps()) {
+      if (gap.next_good_lsn == 0 || redo + 1 < gap.next_good_lsn) {
+        refusal = StrCat("commit log ", gap.segment, " is damaged at offset ", gap.offset,
+                         " after LSN ", gap.last_good_lsn, " and tablet ", e.id(),
+                         " needs records after LSN ", redo,
+                         "; restore the segment, or unload and rebuild the tablet");
+      }
+    }
+    if (!refusal.empty()) {
+      load_errors_[e.id()] = refusal;
+      MS_LOG_ERROR("{}", refusal);
+      continue;
+    }
+    replay_from = std::min(replay_from, redo);
+    replaying[e.id()] = *t;
+    loaded_[e.id()] = Loaded{e, *t};
+  }
+  if (!replaying.empty()) {
+    uint64_t replayed = 0;
+    MS_RETURN_IF_ERROR(log_->Replay(replay_from, [&](const commitlog::Record& r) -> absl::Status {
+      auto it = replaying.find(std::string(r.tablet_id));
+      if (it == replaying.end() || r.lsn <= it->second->recovered_redo_point()) {
+        return absl::OkStatus();
+      }
+      ++replayed;
+      absl::Status s = it->second->ReplayLogRecord(r.lsn, r.payload);
+      if (!s.ok()) {
+        return absl::DataLossError(StrCat("replaying LSN ", r.lsn, " into tablet ", it->first,
+                                          ": ", s.ToString()));
+      }
+      return absl::OkStatus();
+    }));
+    for (auto& [id, t] : replaying) MS_RETURN_IF_ERROR(t->PersistLogPosition(true).status());
+    if (replayed > 0) MS_LOG_INFO("recovered {} commit log records", replayed);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::OpenTabletLocked(const TabletEntry& e) {
+  const TableSchema* schema = FindTableLocked(e.table());
+  if (schema == nullptr) return absl::DataLossError(StrCat("tablet ", e.id(), " has no table ", e.table()));
+  TabletOptions o;
+  o.path = (fs::path(options_.data_dir) / e.path()).string();
+  o.start_row = e.start_row();
+  o.end_row = e.end_row();
+  o.max_value_bytes = options_.max_value_bytes;
+  o.tuning = options_.tuning;
+  o.log = log_adapter_.get();
+  o.log_id = e.id();
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<Tablet> t, Tablet::Open(o, *schema, &resources_, env_));
+  return std::shared_ptr<Tablet>(std::move(t));
+}
+
+absl::Status TabletServer::SaveStateLocked() {
+  return WriteFileAtomically((fs::path(options_.data_dir) / kStateFile).string(),
+                             state_.SerializeAsString());
+}
+
+const TableSchema* TabletServer::FindTableLocked(std::string_view name) const {
+  for (const TableSchema& t : state_.tables()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+TabletEntry* TabletServer::FindEntryLocked(std::string_view id) {
+  for (TabletEntry& e : *state_.mutable_tablets()) {
+    if (e.id() == id) return &e;
+  }
+  return nullptr;
+}
+
+std::string TabletServer::NewTabletId(std::string_view table) {
+  while (true) {
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(env_->Random64()));
+    std::string id = StrCat(table, "-", buf);
+    if (FindEntryLocked(id) == nullptr) return id;
+  }
+}
+
+absl::Status TabletServer::CreateTable(const TableSchema& schema) {
+  MS_RETURN_IF_ERROR(ValidateName(schema.name(), "table"));
+  MS_RETURN_IF_ERROR(CompiledSchema::Compile(schema).status());
+  absl::MutexLock lock(&mu_);
+  if (FindTableLocked(schema.name()) != nullptr) {
+    return absl::AlreadyExistsError(StrCat("table ", schema.name(), " already exists"));
+  }
+  *state_.add_tables() = schema;
+  TabletEntry e;
+  e.set_table(schema.name());
+  e.set_id(NewTabletId(schema.name()));
+  e.set_path(StrCat("tables/", schema.name(), "/", e.id()));
+  e.set_loaded(true);
+  absl::StatusOr<std::shared_ptr<Tablet>> t = OpenTabletLocked(e);
+  if (!t.ok()) {
+    state_.mutable_tables()->RemoveLast();
+    return t.status();
+  }
+  *state_.add_tablets() = e;
+  loaded_[e.id()] = Loaded{e, *t};
+  return SaveStateLocked();
+}
+
+absl::Status TabletServer::DeleteTable(std::string_view name) {
+  std::vector<std::string> paths;
+  {
+    absl::MutexLock lock(&mu_);
+    if (FindTableLocked(name) == nullptr) return absl::NotFoundError(StrCat("table ", name, " does not exist"));
+    auto* tablets = state_.mutable_tablets();
+    for (int i = tablets->size() - 1; i >= 0; --i) {
+      if (tablets->Get(i).table() != name) continue;
+      loaded_.erase(tablets->Get(i).id());
+      load_errors_.erase(tablets->Get(i).id());
+      paths.push_back((fs::path(options_.data_dir) / tablets->Get(i).path()).string());
+      tablets->DeleteSubrange(i, 1);
+    }
+    auto* tables = state_.mutable_tables();
+    for (int i = 0; i < tables->size(); ++i) {
+      if (tables->Get(i).name() == name) {
+        tables->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+    MS_RETURN_IF_ERROR(SaveStateLocked());
+  }
+  // The log may still hold records of these tablets; with the tablets gone
+  // from the state, recovery skips them.
+  std::error_code ec;
+  for (const std::string& p : paths) fs::remove_all(p, ec);
+  fs::remove_all(fs::path(options_.data_dir) / "tables" / std::string(name), ec);
+  return absl::OkStatus();
+}
+
+std::vector<TableSchema> TabletServer::ListTables() const {
+  absl::MutexLock lock(&mu_);
+  return {state_.tables().begin(), state_.tables().end()};
+}
+
+absl::StatusOr<TableSchema> TabletServer::GetTable(std::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  const TableSchema* t = FindTableLocked(name);
+  if (t == nullptr) return absl::NotFoundError(StrCat("table ", name, " does not exist"));
+  return *t;
+}
+
+absl::Status TabletServer::UpdateTable(const TableSchema& schema) {
+  MS_ASSIGN_OR_RETURN(auto compiled, CompiledSchema::Compile(schema));
+  absl::MutexLock lock(&mu_);
+  const TableSchema* old = FindTableLocked(schema.name());
+  if (old == nullptr) return absl::NotFoundError(StrCat("table ", schema.name(), " does not exist"));
+  MS_ASSIGN_OR_RETURN(auto old_compiled, CompiledSchema::Compile(*old));
+  MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*old_compiled, *compiled));
+  for (auto& [id, l] : loaded_) {
+    if (l.entry.table() == schema.name()) MS_RETURN_IF_ERROR(l.tablet->UpdateSchema(schema));
+  }
+  for (TableSchema& t : *state_.mutable_tables()) {
+    if (t.name() == schema.name()) t = schema;
+  }
+  return SaveStateLocked();
+}
+
+std::vector<TabletEntry> TabletServer::ListTablets(std::string_view table) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TabletEntry> out;
+  for (const TabletEntry& e : state_.tablets()) {
+    if (table.empty() || e.table() == table) out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const TabletEntry& a, const TabletEntry& b) {
+    return std::tie(a.table(), a.start_row()) < std::tie(b.table(), b.start_row());
+  });
+  return out;
+}
+
+absl::Status TabletServer::LoadTablet(std::string_view id) {
+  absl::MutexLock lock(&mu_);
+  TabletEntry* e = FindEntryLocked(id);
+  if (e == nullptr) return absl::NotFoundError(StrCat("no tablet ", id));
+  if (loaded_.contains(std::string(id))) return absl::OkStatus();
+  // An unloaded tablet was flushed when it was unloaded: nothing to replay.
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, OpenTabletLocked(*e));
+  e->set_loaded(true);
+  loaded_[e->id()] = Loaded{*e, t};
+  load_errors_.erase(e->id());
+  return SaveStateLocked();
+}
+
+absl::Status TabletServer::UnloadTablet(std::string_view id) {
+  std::shared_ptr<Tablet> t;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = loaded_.find(std::string(id));
+    if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
+    t = it->second.tablet;
+    MS_RETURN_IF_ERROR(t->PersistLogPosition(true).status());
+    loaded_.erase(it);
+    FindEntryLocked(id)->set_loaded(false);
+    MS_RETURN_IF_ERROR(SaveStateLocked());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_view id,
+                                                                   std::string_view split_row) {
+  absl::MutexLock lock(&mu_);
+  auto it = loaded_.find(std::string(id));
+  if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
+  const TabletEntry parent = it->second.entry;
+  std::shared_ptr<Tablet> tablet = it->second.tablet;
+  std::vector<TabletEntry> children(2);
+  for (int i = 0; i < 2; ++i) {
+    TabletEntry& c = children[i];
+    c.set_table(parent.table());
+    c.set_id(NewTabletId(parent.table()));
+    c.set_path(StrCat("tables/", parent.table(), "/", c.id()));
+    c.set_loaded(true);
+  }
+  children[0].set_start_row(parent.start_row());
+  children[0].set_end_row(std::string(split_row));
+  children[1].set_start_row(std::string(split_row));
+  children[1].set_end_row(parent.end_row());
+  // Split flushes the parent, so its log records are no longer needed.
+  MS_RETURN_IF_ERROR(tablet->Split(split_row, (fs::path(options_.data_dir) / children[0].path()).string(),
+                                   (fs::path(options_.data_dir) / children[1].path()).string()));
+  std::vector<std::shared_ptr<Tablet>> opened;
+  for (const TabletEntry& c : children) {
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, OpenTabletLocked(c));
+    opened.push_back(std::move(t));
+  }
+  auto* tablets = state_.mutable_tablets();
+  for (int i = 0; i < tablets->size(); ++i) {
+    if (tablets->Get(i).id() == id) {
+      tablets->DeleteSubrange(i, 1);
+      break;
+    }
+  }
+  loaded_.erase(it);
+  for (size_t i = 0; i < 2; ++i) {
+    *state_.add_tablets() = children[i];
+    loaded_[children[i].id()] = Loaded{children[i], opened[i]};
+  }
+  MS_RETURN_IF_ERROR(SaveStateLocked());
+  // The children hard-link the parent's files; the parent's directory goes.
+  std::error_code ec;
+  tablet.reset();
+  fs::remove_all(fs::path(options_.data_dir) / parent.path(), ec);
+  return children;
+}
+
+absl::Status TabletServer::CompactTablet(std::string_view id) {
+  std::shared_ptr<Tablet> t;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = loaded_.find(std::string(id));
+    if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
+    t = it->second.tablet;
+  }
+  return t->CompactTablet();
+}
+
+absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::Route(std::string_view table,
+                                                            std::string_view row) const {
+  absl::MutexLock lock(&mu_);
+  if (FindTableLocked(table) == nullptr) return absl::NotFoundError(StrCat("table ", table, " does not exist"));
+  for (const auto& [id, l] : loaded_) {
+    if (l.entry.table() == table && Covers(l.entry, row)) return l.tablet;
+  }
+  for (const TabletEntry& e : state_.tablets()) {
+    if (e.table() == table && Covers(e, row)) {
+      auto err = load_errors_.find(e.id());
+      return absl::UnavailableError(StrCat("tablet ", e.id(), " serving row \"", EscapeBytes(row),
+                                           "\" is not loaded",
+                                           err != load_errors_.end() ? ": " + err->second : ""));
+    }
+  }
+  return absl::UnavailableError(StrCat("no tablet of table ", table, " covers row \"", EscapeBytes(row), "\""));
+}
+
+template <typename Fn>
+auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn fn)
+    -> decltype(fn(nullptr)) {
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<std::shared_ptr<Tablet>> t = Route(table, row);
+    if (!t.ok()) return t.status();
+    auto result = fn(t->get());
+    // A split between routing and the call: route again to a child.
+    bool retry = false;
+    if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+      retry = absl::IsFailedPrecondition(result) && (*t)->was_split();
+    } else {
+      retry = absl::IsFailedPrecondition(result.status()) && (*t)->was_split();
+    }
+    if (!retry || attempt >= 3) return result;
+  }
+}
+
+absl::Status TabletServer::MutateRow(std::string_view table, std::string_view row,
+                                     absl::Span<const Mutation> mutations, int64_t timestamp) {
+  return WithTablet(table, row, [&](Tablet* t) { return t->MutateRow(row, mutations, timestamp); });
+}
+
+std::vector<absl::Status> TabletServer::MutateRows(std::string_view table,
+                                                   absl::Span<const RowMutations> entries) {
+  std::vector<absl::Status> out;
+  out.reserve(entries.size());
+  for (const RowMutations& e : entries) out.push_back(MutateRow(table, e.row, e.mutations));
+  return out;
+}
+
+absl::StatusOr<bool> TabletServer::CheckAndMutateRow(std::string_view table, std::string_view row,
+                                                     const RowFilter& predicate,
+                                                     absl::Span<const Mutation> true_mutations,
+                                                     absl::Span<const Mutation> false_mutations) {
+  return WithTablet(table, row, [&](Tablet* t) {
+    return t->CheckAndMutateRow(row, predicate, true_mutations, false_mutations);
+  });
+}
+
+absl::StatusOr<Row> TabletServer::ReadModifyWriteRow(std::string_view table, std::string_view row,
+                                                     absl::Span<const ReadModifyWriteRule> rules) {
+  return WithTablet(table, row, [&](Tablet* t) { return t->ReadModifyWriteRow(row, rules); });
+}
+
+absl::StatusOr<std::optional<Row>> TabletServer::ReadRow(std::string_view table,
+                                                         std::string_view row,
+                                                         const ReadOptions& options) {
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, row));
+  return t->ReadRow(row, options);
+}
+
+absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
+                                    const ReadOptions& options,
+                                    const std::function<bool(Row&)>& on_row) {
+  std::vector<std::pair<TabletEntry, std::shared_ptr<Tablet>>> tablets;
+  {
+    absl::MutexLock lock(&mu_);
+    if (FindTableLocked(table) == nullptr) return absl::NotFoundError(StrCat("table ", table, " does not exist"));
+    for (const TabletEntry& e : state_.tablets()) {
+      if (e.table() != table) continue;
+      auto it = loaded_.find(e.id());
+      tablets.emplace_back(e, it == loaded_.end() ? nullptr : it->second.tablet);
+    }
+  }
+  std::sort(tablets.begin(), tablets.end(),
+            [](const auto& a, const auto& b) { return a.first.start_row() < b.first.start_row(); });
+  int64_t delivered = 0;
+  bool stopped = false;
+  for (const auto& [entry, tablet] : tablets) {
+    if (stopped) break;
+    if (tablet == nullptr) {
+      // Only an error if the read touches this tablet's rows.
+      RowSet probe;
+      bool touches = rows.keys.empty() && rows.ranges.empty();
+      for (const std::string& k : rows.keys) touches |= Covers(entry, k);
+      for (const RowRange& r : rows.ranges) {
+        touches |= (r.end.empty() || r.end > entry.start_row()) &&
+                   (entry.end_row().empty() || r.start < entry.end_row());
+      }
+      if (touches) return absl::UnavailableError(StrCat("tablet ", entry.id(), " is not loaded"));
+      continue;
+    }
+    ReadOptions o = options;
+    if (options.rows_limit > 0) o.rows_limit = options.rows_limit - delivered;
+    MS_RETURN_IF_ERROR(tablet->ReadRows(rows, o, [&](Row& r) {
+      ++delivered;
+      if (!on_row(r)) {
+        stopped = true;
+        return false;
+      }
+      return true;
+    }));
+    if (options.rows_limit > 0 && delivered >= options.rows_limit) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TabletServer::RunMaintenance() {
+  absl::MutexLock m(&maintenance_mu_);
+  std::vector<std::shared_ptr<Tablet>> tablets;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, l] : loaded_) tablets.push_back(l.tablet);
+  }
+  const int64_t max_age = absl::ToInt64Microseconds(options_.flush_max_age);
+  uint64_t needed_from = log_->last_lsn();
+  for (const auto& t : tablets) {
+    // Clean tablets just advance their position; dirty ones flush once their
+    // oldest write is old enough; younger dirty ones keep their segments.
+    const int64_t age = t->UnflushedAgeMicros();
+    uint64_t position = t->durable_log_position();
+    if (age == 0 || age >= max_age) {
+      MS_ASSIGN_OR_RETURN(position, t->PersistLogPosition(false));
+    }
+    needed_from = std::min(needed_from, position);
+  }
+  return log_->DeleteSegmentsThrough(needed_from);
+}
+
+void TabletServer::ScheduleMaintenance() {
+  if (options_.maintenance_interval <= absl::ZeroDuration()) return;
+  absl::MutexLock lock(&timer_mu_);
+  if (stopping_) return;
+  timer_ = env_->Schedule(options_.maintenance_interval, [this] {
+    absl::Status s = RunMaintenance();
+    if (!s.ok()) MS_LOG_ERROR("tablet server maintenance: {}", s.ToString());
+    ScheduleMaintenance();
+  });
+}
+
+TabletServerStats TabletServer::Stats() const {
+  TabletServerStats s;
+  s.log = log_->stats();
+  s.tablets = resources_.Stats();
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, l] : loaded_) {
+    s.per_tablet.push_back({l.entry, l.tablet->ApproximateSizeBytes()});
+  }
+  return s;
+}
+
+std::map<std::string, std::string> TabletServer::load_errors() const {
+  absl::MutexLock lock(&mu_);
+  return load_errors_;
+}
+
+}  // namespace megastore::storage

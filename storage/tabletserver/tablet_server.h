@@ -1,0 +1,156 @@
+// The tablet server (Bigtable §5): serves the tablets of its data directory,
+// with one commit log shared by all of them.
+//
+// Writes go to the commit log first (group commit, durable before they are
+// acknowledged), then to the tablet, which records its redo point. On start
+// the server replays each loaded tablet's records after its redo point.
+// Minor compactions happen by size (RocksDB's memtable limit) and by age
+// (RunMaintenance flushes tablets whose oldest unflushed write is older than
+// `flush_max_age`); log segments every tablet has flushed are deleted.
+//
+// Standalone mode (until the master exists, issue 8): the server itself keeps
+// which tables and tablets it has, in `<data>/state.pb`.
+//
+// Thread-safe. Data operations route by (table, row) to the tablet that
+// covers the row.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/env.h"
+#include "storage/commitlog/commit_log.h"
+#include "storage/tablet/tablet.h"
+#include "storage/tabletserver/tabletserver.pb.h"
+
+namespace megastore::storage {
+
+struct TabletServerOptions {
+  std::string data_dir;
+  TabletResourcesOptions resources;
+  uint64_t log_segment_bytes = 64 << 20;
+  // fdatasync the commit log before acknowledging writes.
+  bool sync_log = true;
+  // Minor compaction by age: flush a tablet whose oldest unflushed write is
+  // older than this.
+  absl::Duration flush_max_age = absl::Seconds(60);
+  // How often RunMaintenance runs by itself; zero disables the timer.
+  absl::Duration maintenance_interval = absl::Seconds(5);
+  size_t max_value_bytes = kDefaultMaxValueBytes;
+  StorageTuning tuning;
+};
+
+struct TabletServerStats {
+  commitlog::CommitLogStats log;
+  TabletStats tablets;
+  struct PerTablet {
+    TabletEntry entry;
+    uint64_t size_bytes = 0;
+  };
+  std::vector<PerTablet> per_tablet;
+};
+
+class TabletServer {
+ public:
+  // Opens the data directory (created if missing) and recovers every loaded
+  // tablet. A tablet whose log records cannot be read is not loaded; its
+  // rows answer Unavailable with the reason (see load_errors()).
+  static absl::StatusOr<std::unique_ptr<TabletServer>> Open(const TabletServerOptions& options,
+                                                            Env* env);
+  ~TabletServer();
+
+  // ---- tables (standalone mode) -----------------------------------------------
+  // Creates a table as one tablet covering every row. AlreadyExists if the
+  // name is taken; InvalidArgument for a bad name or schema.
+  absl::Status CreateTable(const TableSchema& schema);
+  // Unloads the table's tablets and deletes their data. NotFound if absent.
+  absl::Status DeleteTable(std::string_view name);
+  std::vector<TableSchema> ListTables() const;
+  absl::StatusOr<TableSchema> GetTable(std::string_view name) const;
+  // Replaces the table's schema (add families, change GC rules, ...) on
+  // every loaded tablet, then persists it.
+  absl::Status UpdateTable(const TableSchema& schema);
+
+  // ---- tablets --------------------------------------------------------------------
+  std::vector<TabletEntry> ListTablets(std::string_view table = {}) const;
+  absl::Status LoadTablet(std::string_view id);
+  // Flushes and closes the tablet; it stays on disk, unserved.
+  absl::Status UnloadTablet(std::string_view id);
+  // Splits a loaded tablet at `split_row`; returns the children's entries.
+  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(std::string_view id,
+                                                       std::string_view split_row);
+  absl::Status CompactTablet(std::string_view id);
+
+  // ---- data -------------------------------------------------------------------------
+  // As the Tablet methods of the same names; NotFound for an unknown table,
+  // Unavailable for a row whose tablet is not loaded.
+  absl::Status MutateRow(std::string_view table, std::string_view row,
+                         absl::Span<const Mutation> mutations, int64_t timestamp = kServerTimestamp);
+  std::vector<absl::Status> MutateRows(std::string_view table,
+                                       absl::Span<const RowMutations> entries);
+  absl::StatusOr<bool> CheckAndMutateRow(std::string_view table, std::string_view row,
+                                         const RowFilter& predicate,
+                                         absl::Span<const Mutation> true_mutations,
+                                         absl::Span<const Mutation> false_mutations);
+  absl::StatusOr<Row> ReadModifyWriteRow(std::string_view table, std::string_view row,
+                                         absl::Span<const ReadModifyWriteRule> rules);
+  absl::StatusOr<std::optional<Row>> ReadRow(std::string_view table, std::string_view row,
+                                             const ReadOptions& options = {});
+  // Rows of every tablet of the table, in row order.
+  absl::Status ReadRows(std::string_view table, const RowSet& rows, const ReadOptions& options,
+                        const std::function<bool(Row&)>& on_row);
+
+  // ---- maintenance --------------------------------------------------------------------
+  // Flushes tablets with old unflushed writes and deletes log segments that
+  // no tablet needs. Runs by itself every maintenance_interval.
+  absl::Status RunMaintenance();
+  TabletServerStats Stats() const;
+  // Tablets that failed to load at start, by id, with the reason.
+  std::map<std::string, std::string> load_errors() const;
+  const TabletServerOptions& options() const { return options_; }
+
+ private:
+  class LogAdapter;
+  struct Loaded {
+    TabletEntry entry;
+    std::shared_ptr<Tablet> tablet;
+  };
+
+  TabletServer(const TabletServerOptions& options, Env* env);
+  absl::Status Recover();
+  absl::Status SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<Tablet>> OpenTabletLocked(const TabletEntry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const TableSchema* FindTableLocked(std::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  TabletEntry* FindEntryLocked(std::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The loaded tablet serving (table, row), or the reason there is none.
+  absl::StatusOr<std::shared_ptr<Tablet>> Route(std::string_view table, std::string_view row) const;
+  // Runs `fn` on the row's tablet; retries when the tablet was split meanwhile.
+  template <typename Fn>
+  auto WithTablet(std::string_view table, std::string_view row, Fn fn) -> decltype(fn(nullptr));
+  std::string NewTabletId(std::string_view table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleMaintenance();
+
+  const TabletServerOptions options_;
+  Env* const env_;
+  TabletResources resources_;
+  std::unique_ptr<commitlog::CommitLog> log_;
+  std::unique_ptr<LogAdapter> log_adapter_;
+
+  mutable absl::Mutex mu_;
+  TabletServerState state_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Loaded> loaded_ ABSL_GUARDED_BY(mu_);  // by tablet id
+  std::map<std::string, std::string> load_errors_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex maintenance_mu_;  // one RunMaintenance at a time
+  absl::Mutex timer_mu_;
+  bool stopping_ ABSL_GUARDED_BY(timer_mu_) = false;
+  Env::TimerId timer_ ABSL_GUARDED_BY(timer_mu_) = 0;
+};
+
+}  // namespace megastore::storage
