@@ -9,6 +9,8 @@
 
 #include <string_view>
 
+#include "base/strings.h"
+
 namespace megastore {
 
 // Sets the process-wide log level from its name ("trace", "debug", "info",

@@ -13,6 +13,16 @@
 
 #include "absl/strings/string_view.h"
 
+// fmt (and so StrCat and the MS_LOG_* macros) formats absl::string_view,
+// e.g. absl::Status::message(), like any string.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename Context>
+  auto format(absl::string_view s, Context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+
 namespace megastore {
 
 template <typename... Args>

@@ -1,0 +1,122 @@
+// RPC over TCP: length-prefixed, checksummed protobuf frames (rpc.proto) on
+// Boost.Asio. Asio stays inside rpc.cc; this header is cheap to include.
+//
+// The server reads frames from each connection and runs handlers on a worker
+// pool, so a handler may block (e.g. on the commit log's fsync). A malformed,
+// oversized or corrupt frame closes that connection with a logged reason; the
+// server itself never stops on bad input.
+//
+// The client multiplexes concurrent calls over one connection per server,
+// reconnecting when it breaks; every call has a deadline and its own status.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace megastore::rpc {
+
+inline constexpr size_t kDefaultMaxFrameBytes = 64 << 20;
+
+// Encodes one frame: header + payload.
+std::string EncodeFrame(std::string_view payload);
+
+// Sends a handler's answers. A unary handler calls Finish once; a streaming
+// handler calls Send any number of times, then Finish. Thread-safe; may be
+// used after the handler returns. Calls after Finish are ignored.
+class Responder {
+ public:
+  virtual ~Responder() = default;
+  virtual void Send(std::string body) = 0;
+  virtual void Finish(absl::Status status, std::string body = {}) = 0;
+};
+
+struct CallContext {
+  std::string peer;
+  absl::Duration timeout = absl::InfiniteDuration();
+};
+
+using Handler = std::function<void(const CallContext& ctx, std::string_view request,
+                                   std::shared_ptr<Responder> responder)>;
+
+struct ServerOptions {
+  // host:port; port 0 picks a free port (see RpcServer::port()).
+  std::string listen = "127.0.0.1:0";
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  int io_threads = 2;
+  // Handlers run here; enough threads for the writers a group commit batches.
+  int worker_threads = 96;
+};
+
+struct ServerStats {
+  uint64_t connections_accepted = 0;
+  uint64_t connections_open = 0;
+  uint64_t calls = 0;
+  uint64_t bad_frames = 0;  // connections closed for a bad frame
+};
+
+class RpcServer {
+ public:
+  explicit RpcServer(ServerOptions options);
+  ~RpcServer();  // Stop()s
+  RpcServer(const RpcServer&) = delete;
+  RpcServer& operator=(const RpcServer&) = delete;
+
+  // Registers `handler` for `method`; before Start().
+  void Register(std::string method, Handler handler);
+  // Binds and starts serving. InvalidArgument for a bad address,
+  // Unavailable if it cannot bind.
+  absl::Status Start();
+  // Closes the listener and every connection, waits for running handlers.
+  void Stop();
+  int port() const;
+  ServerStats stats() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+struct ClientOptions {
+  std::string server;  // host:port
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  absl::Duration connect_timeout = absl::Seconds(5);
+};
+
+class RpcClient {
+ public:
+  explicit RpcClient(ClientOptions options);
+  ~RpcClient();  // fails pending calls with Cancelled
+  RpcClient(const RpcClient&) = delete;
+  RpcClient& operator=(const RpcClient&) = delete;
+
+  using Done = std::function<void(absl::StatusOr<std::string> response)>;
+  // Called for each streamed message; return false to stop the call.
+  using OnMessage = std::function<bool(std::string_view message)>;
+
+  // Starts a call; `done` runs once, on the client's thread, with the final
+  // response or: DeadlineExceeded after `timeout`, Unavailable if the server
+  // cannot be reached or the connection breaks, or the handler's status.
+  void CallAsync(std::string_view method, std::string request, absl::Duration timeout, Done done,
+                 OnMessage on_message = nullptr);
+
+  // Blocking forms. Not to be called from a callback of this client.
+  absl::StatusOr<std::string> Call(std::string_view method, std::string request,
+                                   absl::Duration timeout);
+  absl::Status Stream(std::string_view method, std::string request, absl::Duration timeout,
+                      const OnMessage& on_message);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// Splits "host:port"; InvalidArgument naming the problem.
+absl::Status ParseHostPort(std::string_view address, std::string* host, uint16_t* port);
+
+}  // namespace megastore::rpc

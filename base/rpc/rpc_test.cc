@@ -1,0 +1,199 @@
+#include "base/rpc/rpc.h"
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "base/random.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megastore::rpc {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions o;
+    o.max_frame_bytes = 1 << 20;
+    o.worker_threads = 8;
+    server_ = std::make_unique<RpcServer>(o);
+    server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+      r->Finish(absl::OkStatus(), std::string(req));
+    });
+    server_->Register("fail", [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+      r->Finish(absl::NotFoundError("no such thing"));
+    });
+    server_->Register("count", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+      const int n = std::stoi(std::string(req));
+      for (int i = 0; i < n; ++i) r->Send(std::to_string(i));
+      r->Finish(absl::OkStatus());
+    });
+    server_->Register("slow", [this](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+      release_.WaitForNotificationWithTimeout(absl::Seconds(30));
+      r->Finish(absl::OkStatus(), "late");
+    });
+    ASSERT_TRUE(server_->Start().ok());
+    address_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    server_.reset();
+  }
+
+  std::unique_ptr<RpcClient> Client() {
+    ClientOptions o;
+    o.server = address_;
+    return std::make_unique<RpcClient>(o);
+  }
+
+  // Sends raw bytes on a fresh TCP connection and waits for the server to
+  // close it. Returns true if it closed.
+  bool SendRawAndExpectClose(const std::string& bytes) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return false;
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ::shutdown(fd, SHUT_WR);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[256];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+    }
+    ::close(fd);
+    return n == 0;
+  }
+
+  std::unique_ptr<RpcServer> server_;
+  std::string address_;
+  absl::Notification release_;
+};
+
+TEST_F(RpcTest, UnaryCallsReturnBodiesAndStatuses) {
+  auto c = Client();
+  auto r = c->Call("echo", std::string("hi\0there", 8), absl::Seconds(10));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, std::string("hi\0there", 8));
+  auto f = c->Call("fail", "", absl::Seconds(10));
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(f.status().message(), "no such thing");
+  auto u = c->Call("nope", "", absl::Seconds(10));
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(RpcTest, StreamsDeliverEveryMessageThenFinish) {
+  auto c = Client();
+  std::vector<std::string> got;
+  ASSERT_TRUE(c->Stream("count", "5", absl::Seconds(10), [&](std::string_view m) {
+                 got.emplace_back(m);
+                 return true;
+               }).ok());
+  EXPECT_EQ(got, (std::vector<std::string>{"0", "1", "2", "3", "4"}));
+  got.clear();
+  ASSERT_TRUE(c->Stream("count", "100", absl::Seconds(10), [&](std::string_view m) {
+                 got.emplace_back(m);
+                 return got.size() < 3;
+               }).ok());
+  EXPECT_EQ(got.size(), 3u);
+}
+
+TEST_F(RpcTest, DeadlinesExpireWithoutBlockingOtherCalls) {
+  auto c = Client();
+  auto slow = c->Call("slow", "", absl::Milliseconds(50));
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(c->Call("echo", "x", absl::Seconds(10)).ok());
+}
+
+TEST_F(RpcTest, ManyConcurrentCallsShareOneConnection) {
+  auto c = Client();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        const std::string body = std::to_string(t * 1000 + i);
+        auto r = c->Call("echo", body, absl::Seconds(10));
+        if (r.ok() && *r == body) ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 800);
+  EXPECT_EQ(server_->stats().connections_accepted, 1u);
+}
+
+TEST_F(RpcTest, UnreachableServerIsUnavailable) {
+  ClientOptions o;
+  o.server = "127.0.0.1:1";
+  RpcClient c(o);
+  auto r = c.Call("echo", "x", absl::Seconds(10));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("cannot connect to 127.0.0.1:1"));
+  ClientOptions bad;
+  bad.server = "no-port";
+  RpcClient c2(bad);
+  EXPECT_EQ(c2.Call("echo", "x", absl::Seconds(1)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RpcTest, GarbageFramesCloseTheirConnectionAndTheServerKeepsServing) {
+  Random rng(9);
+  EXPECT_TRUE(SendRawAndExpectClose(rng.Bytes(64)));                       // random bytes
+  EXPECT_TRUE(SendRawAndExpectClose(std::string("\xff\xff\xff\x7f\0\0\0\0", 8)));  // huge length
+  std::string frame = EncodeFrame("not an envelope at all");
+  EXPECT_TRUE(SendRawAndExpectClose(frame));                               // bad payload
+  frame = EncodeFrame("x");
+  frame[5] ^= 1;
+  EXPECT_TRUE(SendRawAndExpectClose(frame));                               // bad checksum
+  EXPECT_TRUE(SendRawAndExpectClose(EncodeFrame("abc").substr(0, 9)));     // truncated
+  for (int i = 0; i < 50; ++i) SendRawAndExpectClose(rng.Bytes(rng.Uniform(300)));
+  EXPECT_GE(server_->stats().bad_frames, 4u);
+  auto c = Client();
+  auto r = c->Call("echo", "still here", absl::Seconds(10));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "still here");
+}
+
+TEST_F(RpcTest, ClientReconnectsAfterTheServerRestarts) {
+  auto c = Client();
+  ASSERT_TRUE(c->Call("echo", "a", absl::Seconds(10)).ok());
+  const int port = server_->port();
+  if (!release_.HasBeenNotified()) release_.Notify();
+  server_.reset();
+  EXPECT_EQ(c->Call("echo", "b", absl::Seconds(10)).status().code(), absl::StatusCode::kUnavailable);
+  ServerOptions o;
+  o.listen = "127.0.0.1:" + std::to_string(port);
+  server_ = std::make_unique<RpcServer>(o);
+  server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+    r->Finish(absl::OkStatus(), std::string(req));
+  });
+  ASSERT_TRUE(server_->Start().ok());
+  auto r = c->Call("echo", "c", absl::Seconds(10));
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+TEST(RpcAddressTest, ParsesHostAndPort) {
+  std::string host;
+  uint16_t port;
+  ASSERT_TRUE(ParseHostPort("127.0.0.1:8080", &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 8080);
+  ASSERT_TRUE(ParseHostPort("[::1]:9", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_FALSE(ParseHostPort("host:99999", &host, &port).ok());
+  EXPECT_FALSE(ParseHostPort(":80", &host, &port).ok());
+  EXPECT_FALSE(ParseHostPort("host", &host, &port).ok());
+}
+
+}  // namespace
+}  // namespace megastore::rpc
