@@ -1,0 +1,150 @@
+// megastored: runs megastore's server roles. Today: the Bigtable tablet
+// server (--roles=tablet). `megastored --help` lists every flag.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "base/env.h"
+#include "base/http/http_server.h"
+#include "base/logging.h"
+#include "base/rpc/rpc.h"
+#include "base/strings.h"
+#include "storage/tabletserver/status_pages.h"
+#include "storage/tabletserver/tablet_server.h"
+#include "storage/tabletserver/tablet_service.h"
+
+namespace {
+
+// CLI11 validator for durations like 500ms, 30s, 5m, 1h.
+absl::Duration ParseDurationOrDie(const std::string& text, const char* flag) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+    std::fprintf(stderr, "megastored: %s=%s is not a duration (examples: 500ms, 30s, 5m)\n", flag, text.c_str());
+    std::exit(2);
+  }
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "megastored: runs megastore server roles.\n"
+      "Today one role exists: the Bigtable tablet server (--roles=tablet), standalone\n"
+      "(it keeps its own table list until the master exists). SIGTERM or SIGINT shuts it\n"
+      "down cleanly."};
+  std::string roles = "tablet";
+  std::string listen = "127.0.0.1:7400";
+  std::string data;
+  std::string http;
+  std::string log_level = "info";
+  std::string flush_age = "60s";
+  size_t max_frame = megastore::rpc::kDefaultMaxFrameBytes;
+  size_t block_cache_mb = 256;
+  size_t row_cache_mb = 0;
+  bool no_sync = false;
+  int workers = 96;
+  app.add_option("--roles", roles, "comma-separated roles to run; available: tablet")->capture_default_str();
+  app.add_option("--listen", listen, "HOST:PORT for RPC (port 0 picks a free port, printed at start)")->capture_default_str();
+  app.add_option("--data", data, "data directory (tablets, commit log, state)")->required();
+  app.add_option("--http", http, "HOST:PORT for /status and /metrics (off if not given)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--flush-max-age", flush_age, "flush a tablet whose oldest unflushed write is this old")->capture_default_str();
+  app.add_option("--max-frame-bytes", max_frame, "largest RPC frame accepted; bigger ones close the connection")->capture_default_str();
+  app.add_option("--block-cache-mb", block_cache_mb, "shared SSTable block cache")->capture_default_str();
+  app.add_option("--row-cache-mb", row_cache_mb, "row cache for point reads; 0 disables it")->capture_default_str();
+  app.add_option("--rpc-workers", workers, "threads running RPC handlers (writers waiting on one group commit)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_flag("--no-sync", no_sync, "do not fdatasync the commit log (unsafe: for benchmarks of everything else)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!megastore::SetLogLevel(log_level)) {
+    std::fprintf(stderr, "megastored: --log-level=%s is not one of trace, debug, info, warn, error, off\n",
+                 log_level.c_str());
+    return 2;
+  }
+  for (std::string_view role : {std::string_view(roles)}) {
+    if (role != "tablet") {
+      std::fprintf(stderr,
+                   "megastored: --roles=%s: only the \"tablet\" role exists so far (lock, master, "
+                   "coordinator and replication come with later versions)\n",
+                   roles.c_str());
+      return 2;
+    }
+  }
+  const absl::Duration flush_max_age = ParseDurationOrDie(flush_age, "--flush-max-age");
+
+  // Block the shutdown signals before any thread starts, then wait for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  megastore::Env* env = megastore::Env::Default();
+  megastore::storage::TabletServerOptions options;
+  options.data_dir = data;
+  options.sync_log = !no_sync;
+  options.flush_max_age = flush_max_age;
+  options.resources.block_cache_bytes = block_cache_mb << 20;
+  options.resources.row_cache_bytes = row_cache_mb << 20;
+  auto server = megastore::storage::TabletServer::Open(options, env);
+  if (!server.ok()) {
+    std::fprintf(stderr, "megastored: cannot start the tablet server: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+
+  megastore::rpc::ServerOptions rpc_options;
+  rpc_options.listen = listen;
+  rpc_options.max_frame_bytes = max_frame;
+  rpc_options.worker_threads = workers;
+  megastore::rpc::RpcServer rpc(rpc_options);
+  megastore::storage::ServiceMetrics metrics;
+  megastore::storage::RegisterTabletService(server->get(), &rpc, &metrics);
+  if (absl::Status s = rpc.Start(); !s.ok()) {
+    std::fprintf(stderr, "megastored: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::string host = listen.substr(0, listen.rfind(':'));
+  const std::string bound = megastore::StrCat(host, ":", rpc.port());
+
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  megastore::storage::StatusContext ctx{bound, command_line, env->NowMicros(), 0};
+  std::unique_ptr<megastore::http::HttpServer> http_server;
+  std::string http_bound;
+  if (!http.empty()) {
+    http_server = std::make_unique<megastore::http::HttpServer>(http);
+    http_server->Handle("/status", [&] {
+      ctx.now_micros = env->NowMicros();
+      return megastore::http::Response{200, "text/html; charset=utf-8",
+                                       megastore::storage::StatusHtml(**server, rpc, ctx)};
+    });
+    http_server->Handle("/metrics", [&] {
+      return megastore::http::Response{200, "text/plain; version=0.0.4; charset=utf-8",
+                                       megastore::storage::MetricsText(**server, rpc, metrics)};
+    });
+    if (absl::Status s = http_server->Start(); !s.ok()) {
+      std::fprintf(stderr, "megastored: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    http_bound = megastore::StrCat(http.substr(0, http.rfind(':')), ":", http_server->port());
+  }
+
+  std::printf("megastored: tablet server listening on %s (data %s)\n", bound.c_str(), data.c_str());
+  if (!http_bound.empty()) std::printf("megastored: status at http://%s/status\n", http_bound.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (http_server) http_server->Stop();
+  rpc.Stop();
+  server->reset();
+  MS_LOG_INFO("megastored: stopped cleanly");
+  return 0;
+}
