@@ -1,0 +1,415 @@
+#include "tools/msadmin/bt.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <optional>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/time.h"
+#include "base/coding.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "storage/tabletserver/tablet_service.h"
+
+namespace megastore::tools {
+namespace {
+
+using storage::Mutation;
+using storage::Row;
+
+// key=value arguments after the positional ones, cbt style.
+// A mistake in the command line (as opposed to an error from the server):
+// the usage line is printed after it.
+absl::Status UsageError(std::string message) {
+  absl::Status s = absl::InvalidArgumentError(std::move(message));
+  s.SetPayload("msadmin.usage", absl::Cord("1"));
+  return s;
+}
+
+bool IsUsageError(const absl::Status& s) { return s.GetPayload("msadmin.usage").has_value(); }
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> named;
+};
+
+absl::StatusOr<Args> Split(const std::vector<std::string>& raw, size_t positional,
+                           std::initializer_list<std::string_view> allowed) {
+  Args a;
+  for (const std::string& s : raw) {
+    if (a.positional.size() < positional) {
+      a.positional.push_back(s);
+      continue;
+    }
+    const size_t eq = s.find('=');
+    const std::string key = s.substr(0, eq);
+    if (eq == std::string::npos || std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      std::string list;
+      for (std::string_view k : allowed) list += StrCat(" ", k, "=");
+      return UsageError(StrCat("unexpected argument \"", s, "\"",
+                                               list.empty() ? "" : StrCat("; allowed:", list)));
+    }
+    a.named[key] = s.substr(eq + 1);
+  }
+  if (a.positional.size() < positional) {
+    return UsageError(StrCat("expected ", positional, " argument(s), got ", a.positional.size()));
+  }
+  return a;
+}
+
+// "7d", "12h", "30m", "10s", "500ms".
+absl::StatusOr<absl::Duration> ParseAge(const std::string& text) {
+  absl::Duration d;
+  if (!text.empty() && text.back() == 'd') {
+    int64_t days;
+    if (absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) && days > 0) return absl::Hours(24 * days);
+  } else if (absl::ParseDuration(text, &d) && d > absl::ZeroDuration()) {
+    return d;
+  }
+  return UsageError(StrCat("\"", text, "\" is not an age (examples: 7d, 12h, 30m, 10s)"));
+}
+
+// "maxversions=N", "maxage=D", "never", or two of them joined by " or " /
+// " and " (Cloud Bigtable's union / intersection).
+absl::StatusOr<storage::GcRule> ParseGcPolicy(const std::string& text) {
+  storage::GcRule rule;
+  std::vector<std::string> terms;
+  if (text == "never" || text.empty()) return rule;
+  size_t pos;
+  if ((pos = text.find(" or ")) != std::string::npos) {
+    terms = {text.substr(0, pos), text.substr(pos + 4)};
+  } else if ((pos = text.find(" and ")) != std::string::npos) {
+    terms = {text.substr(0, pos), text.substr(pos + 5)};
+    rule.set_mode(storage::GcRule::INTERSECTION);
+  } else {
+    terms = {text};
+  }
+  for (const std::string& t : terms) {
+    const size_t eq = t.find('=');
+    const std::string key = t.substr(0, eq), value = eq == std::string::npos ? "" : t.substr(eq + 1);
+    if (key == "maxversions") {
+      int n;
+      if (!absl::SimpleAtoi(value, &n) || n <= 0) {
+        return UsageError(StrCat("maxversions=", value, " is not a positive number"));
+      }
+      rule.set_max_versions(n);
+    } else if (key == "maxage") {
+      absl::StatusOr<absl::Duration> d = ParseAge(value);
+      if (!d.ok()) return d.status();
+      rule.set_max_age_micros(absl::ToInt64Microseconds(*d));
+    } else {
+      return UsageError(StrCat(
+          "GC policy \"", text, "\" not understood; use maxversions=N, maxage=D, never, or two joined by \" or \" / \" and \""));
+    }
+  }
+  return rule;
+}
+
+std::string FormatGcPolicy(const storage::GcRule& r) {
+  std::vector<std::string> parts;
+  if (r.max_versions() > 0) parts.push_back(StrCat("maxversions=", r.max_versions()));
+  if (r.max_age_micros() > 0) parts.push_back(StrCat("maxage=", absl::FormatDuration(absl::Microseconds(r.max_age_micros()))));
+  if (parts.empty()) return "<never>";
+  if (parts.size() == 1) return parts[0];
+  return StrCat(parts[0], r.mode() == storage::GcRule::INTERSECTION ? " and " : " or ", parts[1]);
+}
+
+std::string FormatTimestamp(int64_t micros) {
+  const absl::Time t = absl::FromUnixMicros(micros);
+  return absl::FormatTime("%Y/%m/%d-%H:%M:%E6S", t, absl::UTCTimeZone());
+}
+
+std::string Quote(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u >= 0x20 && u < 0x7f) {
+      out.push_back(c);
+    } else {
+      out += fmt::format("\\x{:02x}", u);
+    }
+  }
+  return out + "\"";
+}
+
+void PrintRow(const Row& row) {
+  std::printf("----------------------------------------\n%s\n", row.key.c_str());
+  for (const storage::Cell& c : row.cells) {
+    std::printf("  %-40s @ %s\n    %s\n", StrCat(c.family, ":", c.qualifier).c_str(),
+                FormatTimestamp(c.timestamp).c_str(), Quote(c.value).c_str());
+  }
+}
+
+// columns=family[:qualifier],...: which cells to keep (client side for
+// combinations a single filter cannot express).
+struct Columns {
+  std::vector<std::pair<std::string, std::optional<std::string>>> wanted;
+  bool Keeps(const storage::Cell& c) const {
+    if (wanted.empty()) return true;
+    for (const auto& [f, q] : wanted) {
+      if (f == c.family && (!q || *q == c.qualifier)) return true;
+    }
+    return false;
+  }
+};
+
+absl::StatusOr<Columns> ParseColumns(const Args& a, storage::ReadOptions* o) {
+  Columns cols;
+  auto it = a.named.find("columns");
+  if (it != a.named.end()) {
+    size_t start = 0;
+    const std::string& s = it->second;
+    while (start <= s.size()) {
+      const size_t comma = s.find(',', start);
+      const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item.empty()) return UsageError(StrCat("columns=", s, " has an empty entry"));
+      const size_t colon = item.find(':');
+      cols.wanted.emplace_back(item.substr(0, colon),
+                               colon == std::string::npos ? std::nullopt
+                                                          : std::optional<std::string>(item.substr(colon + 1)));
+      o->filter.families.push_back(item.substr(0, colon));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    std::sort(o->filter.families.begin(), o->filter.families.end());
+    o->filter.families.erase(std::unique(o->filter.families.begin(), o->filter.families.end()),
+                             o->filter.families.end());
+    if (cols.wanted.size() == 1 && cols.wanted[0].second) {
+      o->filter.qualifier_match = storage::RowFilter::QualifierMatch::kExact;
+      o->filter.qualifier = *cols.wanted[0].second;
+    }
+  }
+  if (auto c = a.named.find("cells-per-column"); c != a.named.end()) {
+    if (!absl::SimpleAtoi(c->second, &o->filter.cells_per_column) || o->filter.cells_per_column <= 0) {
+      return UsageError(StrCat("cells-per-column=", c->second, " is not a positive number"));
+    }
+  }
+  return cols;
+}
+
+absl::Status Ls(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  if (raw.size() > 1) return UsageError("ls takes at most one table");
+  if (raw.empty()) {
+    MS_ASSIGN_OR_RETURN(auto tables, c.ListTables());
+    for (const auto& t : tables) std::printf("%s\n", t.name().c_str());
+    return absl::OkStatus();
+  }
+  MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(raw[0]));
+  std::printf("%-20s %s\n", "Family Name", "GC Policy");
+  std::printf("%-20s %s\n", "-----------", "---------");
+  for (const auto& f : t.families()) std::printf("%-20s %s\n", f.name().c_str(), FormatGcPolicy(f.gc_rule()).c_str());
+  return absl::OkStatus();
+}
+
+absl::Status CreateTable(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {"families"}));
+  storage::TableSchema schema;
+  schema.set_name(a.positional[0]);
+  if (auto it = a.named.find("families"); it != a.named.end()) {
+    std::string spec = it->second;
+    size_t start = 0;
+    while (start < spec.size()) {
+      size_t comma = spec.find(',', start);
+      // A comma inside a policy ("maxage=1d or maxversions=2") is not a separator;
+      // families are name[:policy], so only split before something with a ':' or
+      // a bare name.
+      std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const size_t colon = item.find(':');
+      auto* f = schema.add_families();
+      f->set_name(item.substr(0, colon));
+      if (colon != std::string::npos) {
+        MS_ASSIGN_OR_RETURN(*f->mutable_gc_rule(), ParseGcPolicy(item.substr(colon + 1)));
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return c.CreateTable(schema);
+}
+
+absl::Status DeleteTable(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {}));
+  return c.DeleteTable(a.positional[0]);
+}
+
+absl::Status CreateFamily(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {}));
+  MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(a.positional[0]));
+  for (const auto& f : t.families()) {
+    if (f.name() == a.positional[1]) {
+      return absl::AlreadyExistsError(StrCat("family ", a.positional[1], " already exists in ", a.positional[0]));
+    }
+  }
+  t.add_families()->set_name(a.positional[1]);
+  return c.UpdateTable(t);
+}
+
+absl::Status SetGcPolicy(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  if (raw.size() < 3) return UsageError("usage: setgcpolicy TABLE FAMILY maxversions=N|maxage=D|never");
+  std::string policy = raw[2];
+  for (size_t i = 3; i < raw.size(); ++i) policy += " " + raw[i];  // "maxage=1d or maxversions=2" unquoted
+  MS_ASSIGN_OR_RETURN(storage::GcRule rule, ParseGcPolicy(policy));
+  MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(raw[0]));
+  bool found = false;
+  for (auto& f : *t.mutable_families()) {
+    if (f.name() == raw[1]) {
+      *f.mutable_gc_rule() = rule;
+      found = true;
+    }
+  }
+  if (!found) return absl::NotFoundError(StrCat("table ", raw[0], " has no family ", raw[1]));
+  return c.UpdateTable(t);
+}
+
+absl::Status Set(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  if (raw.size() < 3) return UsageError("usage: set TABLE ROW family:qualifier=value[@timestamp] ...");
+  std::vector<Mutation> mutations;
+  for (size_t i = 2; i < raw.size(); ++i) {
+    const std::string& s = raw[i];
+    const size_t colon = s.find(':'), eq = s.find('=');
+    if (colon == std::string::npos || eq == std::string::npos || eq < colon) {
+      return UsageError(StrCat("\"", s, "\" is not family:qualifier=value[@timestamp]"));
+    }
+    std::string value = s.substr(eq + 1);
+    int64_t ts = storage::kServerTimestamp;
+    if (const size_t at = value.rfind('@'); at != std::string::npos) {
+      int64_t parsed;
+      if (absl::SimpleAtoi(value.substr(at + 1), &parsed) && parsed >= 0) {
+        ts = parsed;
+        value.resize(at);
+      }
+    }
+    mutations.push_back(Mutation::SetCell(s.substr(0, colon), s.substr(colon + 1, eq - colon - 1), value, ts));
+  }
+  return c.MutateRow(raw[0], raw[1], mutations);
+}
+
+absl::Status Lookup(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {"columns", "cells-per-column"}));
+  storage::ReadOptions o;
+  MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
+  MS_ASSIGN_OR_RETURN(std::optional<Row> row, c.ReadRow(a.positional[0], a.positional[1], o));
+  if (!row) return absl::OkStatus();
+  std::erase_if(row->cells, [&](const storage::Cell& cell) { return !cols.Keeps(cell); });
+  if (!row->cells.empty()) PrintRow(*row);
+  return absl::OkStatus();
+}
+
+absl::Status Read(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {"start", "end", "prefix", "count", "columns", "cells-per-column"}));
+  storage::ReadOptions o;
+  MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
+  storage::RowSet set;
+  if (auto p = a.named.find("prefix"); p != a.named.end()) {
+    if (a.named.contains("start") || a.named.contains("end")) {
+      return UsageError("prefix= cannot be combined with start= or end=");
+    }
+    set.ranges.push_back(storage::RowRange::Prefix(p->second));
+  } else if (a.named.contains("start") || a.named.contains("end")) {
+    set.ranges.push_back(storage::RowRange{a.named["start"], a.named["end"]});
+  }
+  int64_t count = 0;
+  if (auto n = a.named.find("count"); n != a.named.end()) {
+    if (!absl::SimpleAtoi(n->second, &count) || count <= 0) {
+      return UsageError(StrCat("count=", n->second, " is not a positive number"));
+    }
+  }
+  int64_t printed = 0;
+  return c.ReadRows(a.positional[0], set, o, [&](Row& row) {
+    std::erase_if(row.cells, [&](const storage::Cell& cell) { return !cols.Keeps(cell); });
+    if (row.cells.empty()) return true;
+    PrintRow(row);
+    return count == 0 || ++printed < count;
+  });
+}
+
+absl::Status Count(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {}));
+  storage::ReadOptions o;
+  o.filter.cells_per_column = 1;
+  o.filter.strip_value = true;
+  int64_t n = 0;
+  MS_RETURN_IF_ERROR(c.ReadRows(a.positional[0], {}, o, [&](Row&) {
+    ++n;
+    return true;
+  }));
+  std::printf("%lld\n", static_cast<long long>(n));
+  return absl::OkStatus();
+}
+
+absl::Status DeleteRow(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {}));
+  return c.MutateRow(a.positional[0], a.positional[1], {Mutation::DeleteRow()});
+}
+
+absl::Status DeleteColumn(storage::TabletClient& c, const std::vector<std::string>& raw) {
+  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 3, {}));
+  const std::string& col = a.positional[2];
+  const size_t colon = col.find(':');
+  if (colon == std::string::npos) return UsageError(StrCat("\"", col, "\" is not family:qualifier"));
+  return c.MutateRow(a.positional[0], a.positional[1],
+                     {Mutation::DeleteCells(col.substr(0, colon), col.substr(colon + 1))});
+}
+
+struct VerbInfo {
+  const char* name;
+  const char* usage;
+  const char* help;
+  absl::Status (*run)(storage::TabletClient&, const std::vector<std::string>&);
+};
+
+const VerbInfo kVerbs[] = {
+    {"ls", "ls [TABLE]", "List tables, or a table's families and GC policies", Ls},
+    {"createtable", "createtable TABLE [families=f1[:POLICY],f2[:POLICY],...]",
+     "Create a table; POLICY is maxversions=N, maxage=D (7d, 12h, 30m), never, or two joined by ' or ' / ' and '",
+     CreateTable},
+    {"deletetable", "deletetable TABLE", "Delete a table and all its data", DeleteTable},
+    {"createfamily", "createfamily TABLE FAMILY", "Add a column family", CreateFamily},
+    {"setgcpolicy", "setgcpolicy TABLE FAMILY POLICY", "Set a family's GC policy (maxversions=N, maxage=D, never)",
+     SetGcPolicy},
+    {"set", "set TABLE ROW family:qualifier=value[@timestamp] ...",
+     "Write cells (timestamp in microseconds; default: server time)", Set},
+    {"lookup", "lookup TABLE ROW [columns=family[:qualifier],...] [cells-per-column=N]", "Read one row", Lookup},
+    {"read", "read TABLE [start=ROW] [end=ROW] [prefix=P] [count=N] [columns=...] [cells-per-column=N]",
+     "Read rows in order", Read},
+    {"count", "count TABLE", "Count the rows of a table", Count},
+    {"deleterow", "deleterow TABLE ROW", "Delete a row", DeleteRow},
+    {"deletecolumn", "deletecolumn TABLE ROW family:qualifier", "Delete every cell of one column of a row",
+     DeleteColumn},
+};
+
+}  // namespace
+
+void AddBtCommand(CLI::App& app, BtState& state) {
+  CLI::App* bt = app.add_subcommand("bt", "Bigtable data and tables on one tablet server, like Cloud Bigtable's cbt");
+  bt->add_option("--server", state.server, "tablet server HOST:PORT")->required();
+  bt->add_option("--timeout", state.timeout, "seconds to wait for each call")->capture_default_str();
+  bt->require_subcommand(1);
+  for (const VerbInfo& v : kVerbs) {
+    CLI::App* sub = bt->add_subcommand(v.name, std::string(v.help) + "\nusage: msadmin bt --server=HOST:PORT " + v.usage);
+    sub->add_option("args", state.args, v.usage);
+    sub->allow_extras(false);
+    sub->callback([&state, &v] { state.verb = &v - kVerbs; });
+  }
+}
+
+int RunBt(const BtState& state) {
+  if (state.verb < 0) return 2;
+  const VerbInfo& v = kVerbs[state.verb];
+  storage::TabletClient client(state.server, absl::Seconds(state.timeout));
+  absl::Status s = v.run(client, state.args);
+  if (!s.ok()) {
+    std::fprintf(stderr, "msadmin bt %s: %s\n", v.name, std::string(s.message()).c_str());
+    if (IsUsageError(s)) std::fprintf(stderr, "usage: msadmin bt --server=HOST:PORT %s\n", v.usage);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace megastore::tools

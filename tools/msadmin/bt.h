@@ -1,0 +1,24 @@
+// `msadmin bt`: Bigtable tables and data on a tablet server, modelled on
+// Cloud Bigtable's cbt (docs/msadmin.md).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace megastore::tools {
+
+struct BtState {
+  std::string server;
+  double timeout = 30;
+  std::vector<std::string> args;
+  int verb = -1;
+};
+
+// Adds the `bt` subcommand and its verbs to `app`; parsing fills `state`.
+void AddBtCommand(CLI::App& app, BtState& state);
+// Runs the parsed verb; prints results to stdout and one-line errors to
+// stderr. Returns the exit code: 0 ok, 1 the operation failed, 2 usage.
+int RunBt(const BtState& state);
+
+}  // namespace megastore::tools

@@ -1,0 +1,16 @@
+// msadmin: operates megastore. `msadmin --help` lists the commands.
+#include <CLI/CLI.hpp>
+
+#include "base/logging.h"
+#include "tools/msadmin/bt.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"msadmin: operate megastore (exit status: 0 ok, 1 the operation failed, 2 usage error)"};
+  app.require_subcommand(1);
+  megastore::tools::BtState bt;
+  megastore::tools::AddBtCommand(app, bt);
+  megastore::SetLogLevel("warn");
+  CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
+  return 2;
+}
