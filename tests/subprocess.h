@@ -1,0 +1,88 @@
+// Starting and killing server processes in integration tests.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace megastore::testing {
+
+// A child process whose stdout the test reads line by line.
+class Subprocess {
+ public:
+  Subprocess() = default;
+  ~Subprocess() { Kill(SIGKILL); }
+
+  // Starts argv[0] with argv. Returns false if fork/exec setup failed.
+  bool Start(const std::vector<std::string>& argv) {
+    int fds[2];
+    if (::pipe(fds) != 0) return false;
+    pid_ = ::fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    out_ = fds[0];
+    return true;
+  }
+
+  // The next line of stdout, or "" after `timeout_ms` or at EOF.
+  std::string ReadLine(int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (true) {
+      const size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) return "";
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) return "";
+      char buf[4096];
+      const ssize_t n = ::read(out_, buf, sizeof(buf));
+      if (n <= 0) return "";
+      buffer_.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    Wait();
+  }
+
+  // Waits for exit; returns the wait status.
+  int Wait() {
+    int status = 0;
+    if (pid_ > 0) ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    if (out_ >= 0) ::close(out_);
+    out_ = -1;
+    return status;
+  }
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buffer_;
+};
+
+}  // namespace megastore::testing
