@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+
+#include "base/cli.h"
 #include <cstdio>
 #include <iostream>
 
@@ -59,7 +61,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_flag("--no-sync", no_sync, "do not fdatasync the commit log (unsafe: for benchmarks of everything else)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
   if (!megastore::SetLogLevel(log_level)) {
     std::fprintf(stderr, "megastored: --log-level=%s is not one of trace, debug, info, warn, error, off\n",

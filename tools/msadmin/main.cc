@@ -1,6 +1,8 @@
 // msadmin: operates megastore. `msadmin --help` lists the commands.
 #include <CLI/CLI.hpp>
 
+#include "base/cli.h"
+
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
 
@@ -10,7 +12,7 @@ int main(int argc, char** argv) {
   megastore::tools::BtState bt;
   megastore::tools::AddBtCommand(app, bt);
   megastore::SetLogLevel("warn");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
   return 2;
 }

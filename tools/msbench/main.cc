@@ -1,6 +1,8 @@
 // msbench: megastore's benchmarks. `msbench --help` lists them.
 #include <CLI/CLI.hpp>
 
+#include "base/cli.h"
+
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/tablet_bench.h"
 
@@ -38,7 +40,7 @@ int main(int argc, char** argv) {
   b->add_option("--dir", bt.dir, "directory for the raw RocksDB (and the in-process server)");
   b->add_flag("--json", bt.json, "print one JSON object per operation");
 
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (t->parsed()) return megastore::tools::RunTabletBench(tablet);
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
   return 2;

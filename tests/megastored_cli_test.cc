@@ -1,0 +1,141 @@
+// End-to-end: megastored as a process, driven by msadmin bt and plain HTTP.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "base/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/subprocess.h"
+
+namespace megastore {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout and stderr
+};
+
+Result RunCommand(const std::string& command) {
+  Result r{-1, ""};
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return resp;
+}
+
+class MegastoredCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.Start({MEGASTORED, "--roles=tablet", "--listen=127.0.0.1:0", "--data=" + dir_.path() + "/d",
+                               "--http=127.0.0.1:0", "--log-level=warn"}));
+    const std::string line = server_.ReadLine(30000);
+    ASSERT_THAT(line, HasSubstr("listening on 127.0.0.1:"));
+    const size_t at = line.find("127.0.0.1:");
+    address_ = line.substr(at, line.find(' ', at) - at);
+    const std::string http = server_.ReadLine(30000);
+    ASSERT_THAT(http, HasSubstr("http://127.0.0.1:"));
+    http_port_ = std::atoi(http.substr(http.rfind(':') + 1).c_str());
+  }
+  void TearDown() override { server_.Kill(SIGTERM); }
+
+  Result Bt(const std::string& args) { return RunCommand(std::string(MSADMIN) + " bt --server=" + address_ + " " + args); }
+
+  TestDir dir_;
+  testing::Subprocess server_;
+  std::string address_;
+  int http_port_ = 0;
+};
+
+TEST_F(MegastoredCliTest, CbtStyleVerbsWorkEndToEnd) {
+  EXPECT_EQ(Bt("createtable users \"families=info:maxversions=3,log:maxage=7d or maxversions=2\"").exit_code, 0);
+  Result ls = Bt("ls users");
+  EXPECT_EQ(ls.exit_code, 0);
+  EXPECT_THAT(ls.out, HasSubstr("log                  maxversions=2 or maxage=168h"));
+  EXPECT_EQ(Bt("set users alice info:name=Alice info:age=30@1700000000000000").exit_code, 0);
+  EXPECT_EQ(Bt("set users bob info:name=Bob").exit_code, 0);
+  Result lookup = Bt("lookup users alice columns=info:age");
+  EXPECT_EQ(lookup.exit_code, 0);
+  EXPECT_THAT(lookup.out, HasSubstr("alice\n  info:age"));
+  EXPECT_THAT(lookup.out, HasSubstr("@ 2023/11/14-22:13:20.000000\n    \"30\""));
+  EXPECT_THAT(lookup.out, ::testing::Not(HasSubstr("info:name")));
+  EXPECT_EQ(Bt("count users").out, "2\n");
+  Result read = Bt("read users prefix=b");
+  EXPECT_THAT(read.out, HasSubstr("bob"));
+  EXPECT_THAT(read.out, ::testing::Not(HasSubstr("alice")));
+  EXPECT_EQ(Bt("createfamily users extra").exit_code, 0);
+  EXPECT_EQ(Bt("setgcpolicy users extra maxversions=1").exit_code, 0);
+  EXPECT_EQ(Bt("deletecolumn users alice info:age").exit_code, 0);
+  EXPECT_THAT(Bt("lookup users alice").out, ::testing::Not(HasSubstr("info:age")));
+  EXPECT_EQ(Bt("deleterow users bob").exit_code, 0);
+  EXPECT_EQ(Bt("count users").out, "1\n");
+  EXPECT_EQ(Bt("ls").out, "users\n");
+  EXPECT_EQ(Bt("deletetable users").exit_code, 0);
+  EXPECT_EQ(Bt("ls").out, "");
+}
+
+TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {
+  EXPECT_EQ(Bt("createtable t families=cf").exit_code, 0);
+  Result bad_family = Bt("set t r nofam:q=1");
+  EXPECT_EQ(bad_family.exit_code, 1);
+  EXPECT_EQ(bad_family.out, "msadmin bt set: mutation 0: unknown column family \"nofam\"\n");
+  Result missing = Bt("lookup nosuch r");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.out, HasSubstr("table nosuch does not exist"));
+  Result usage = Bt("read t bogus=1");
+  EXPECT_EQ(usage.exit_code, 1);
+  EXPECT_THAT(usage.out, HasSubstr("allowed: start= end= prefix= count="));
+  Result unreachable = RunCommand(std::string(MSADMIN) + " bt --server=127.0.0.1:1 ls");
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_THAT(unreachable.out, HasSubstr("cannot connect to 127.0.0.1:1"));
+  EXPECT_EQ(RunCommand(std::string(MSADMIN) + " bt ls").exit_code, 2);  // --server missing
+  EXPECT_EQ(RunCommand(std::string(MSADMIN) + " --help").exit_code, 0);
+  EXPECT_EQ(RunCommand(std::string(MEGASTORED) + " --roles=master --data=/tmp/x").exit_code, 2);
+}
+
+TEST_F(MegastoredCliTest, StatusAndMetricsPagesAreServed) {
+  EXPECT_EQ(Bt("createtable t families=cf").exit_code, 0);
+  EXPECT_EQ(Bt("set t r cf:q=v").exit_code, 0);
+  const std::string status = HttpGet(http_port_, "/status");
+  EXPECT_THAT(status, HasSubstr("200 OK"));
+  EXPECT_THAT(status, HasSubstr("<td>t</td>"));
+  EXPECT_THAT(status, HasSubstr("group commits"));
+  const std::string metrics = HttpGet(http_port_, "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("megastore_rpc_calls_total{method=\"tablet.MutateRow\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("megastore_commitlog_syncs_total"));
+  EXPECT_THAT(metrics, HasSubstr("megastore_tablet_size_bytes{table=\"t\""));
+  EXPECT_THAT(HttpGet(http_port_, "/nope"), HasSubstr("404"));
+}
+
+}  // namespace
+}  // namespace megastore
