@@ -70,11 +70,14 @@ TabletServer::TabletServer(const TabletServerOptions& options, Env* env)
 
 TabletServer::~TabletServer() {
   {
-    absl::MutexLock lock(&timer_mu_);
-    stopping_ = true;
-    if (timer_ != 0) env_->Cancel(timer_);
+    TimerState& t = *timer_state_;
+    absl::MutexLock lock(&t.mu);
+    t.stopping = true;
+    if (t.timer != 0) env_->Cancel(t.timer);
+    // A maintenance round that already started finishes first.
+    t.mu.Await(absl::Condition(
+        +[](TimerState* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !s->running; }, &t));
   }
-  // A maintenance round that already started finishes first.
   absl::MutexLock m(&maintenance_mu_);
   absl::MutexLock lock(&mu_);
   for (auto& [id, l] : loaded_) {
@@ -533,12 +536,21 @@ absl::Status TabletServer::RunMaintenance() {
 
 void TabletServer::ScheduleMaintenance() {
   if (options_.maintenance_interval <= absl::ZeroDuration()) return;
-  absl::MutexLock lock(&timer_mu_);
-  if (stopping_) return;
-  timer_ = env_->Schedule(options_.maintenance_interval, [this] {
+  std::shared_ptr<TimerState> state = timer_state_;
+  absl::MutexLock lock(&state->mu);
+  if (state->stopping) return;
+  state->timer = env_->Schedule(options_.maintenance_interval, [this, state] {
+    {
+      absl::MutexLock l(&state->mu);
+      if (state->stopping) return;  // `this` may be gone
+      state->running = true;
+    }
     absl::Status s = RunMaintenance();
     if (!s.ok()) MS_LOG_ERROR("tablet server maintenance: {}", s.ToString());
     ScheduleMaintenance();
+    // Last touch of the server: the destructor waits for this.
+    absl::MutexLock l(&state->mu);
+    state->running = false;
   });
 }
 

@@ -148,9 +148,16 @@ class TabletServer {
   std::map<std::string, std::string> load_errors_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex maintenance_mu_;  // one RunMaintenance at a time
-  absl::Mutex timer_mu_;
-  bool stopping_ ABSL_GUARDED_BY(timer_mu_) = false;
-  Env::TimerId timer_ ABSL_GUARDED_BY(timer_mu_) = 0;
+  // Shared with the maintenance timer's callback, which may still be running
+  // when the server is destroyed: the destructor sets `stopping` and waits
+  // until no callback is inside the server.
+  struct TimerState {
+    absl::Mutex mu;
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    bool running ABSL_GUARDED_BY(mu) = false;
+    Env::TimerId timer ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<TimerState> timer_state_ = std::make_shared<TimerState>();
 };
 
 }  // namespace megastore::storage
