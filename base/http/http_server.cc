@@ -19,11 +19,13 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using asio::ip::tcp;
 
-struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
+// Handlers hold a plain Impl*: Impl owns the io_context, and the io thread is
+// joined before Impl goes away.
+struct HttpServer::Impl {
   explicit Impl(std::string l) : listen(std::move(l)), acceptor(io) {}
 
   void Accept() {
-    acceptor.async_accept(io, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    acceptor.async_accept(io, [self = this](beast::error_code ec, tcp::socket socket) {
       if (self->stopped) return;
       if (!ec) self->Serve(std::make_shared<tcp::socket>(std::move(socket)));
       self->Accept();
@@ -34,7 +36,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
     auto buffer = std::make_shared<beast::flat_buffer>();
     auto request = std::make_shared<bhttp::request<bhttp::string_body>>();
     bhttp::async_read(*socket, *buffer, *request,
-                      [self = shared_from_this(), socket, buffer, request](beast::error_code ec, size_t) {
+                      [self = this, socket, buffer, request](beast::error_code ec, size_t) {
                         if (ec) return;
                         auto response = std::make_shared<bhttp::response<bhttp::string_body>>();
                         response->version(request->version());
@@ -96,13 +98,13 @@ absl::Status HttpServer::Start() {
   if (ec) return absl::UnavailableError(StrCat("cannot serve HTTP on ", impl_->listen, ": ", ec.message()));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->Accept();
-  impl_->thread = std::thread([impl = impl_] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
   return absl::OkStatus();
 }
 
 void HttpServer::Stop() {
   if (impl_->stopped.exchange(true)) return;
-  asio::post(impl_->io, [impl = impl_] {
+  asio::post(impl_->io, [impl = impl_.get()] {
     beast::error_code ec;
     impl->acceptor.close(ec);
     impl->io.stop();

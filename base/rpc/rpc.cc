@@ -503,17 +503,17 @@ RpcClient::RpcClient(ClientOptions options) : impl_(std::make_shared<Impl>(std::
 }
 
 RpcClient::~RpcClient() {
-  std::promise<void> done;
-  asio::post(impl_->io, [impl = impl_, &done] {
+  // Cancel everything, then let the io thread run the aborted handlers to
+  // completion: they hold references to Impl, which owns the io_context, so
+  // stopping the io_context instead would leak both.
+  asio::post(impl_->io, [impl = impl_.get()] {
     impl->FailAll(absl::CancelledError("client destroyed"));
+    impl->connected = false;
     error_code ec;
     impl->socket.close(ec);
     impl->connect_timer.cancel();
-    done.set_value();
   });
-  done.get_future().wait();
   impl_->work.reset();
-  impl_->io.stop();
   impl_->thread.join();
 }
 
