@@ -8,7 +8,7 @@
 #include <boost/beast/http.hpp>
 
 #include "base/logging.h"
-#include "base/rpc/rpc.h"
+#include "base/rpc/listen.h"
 #include "base/status.h"
 #include "base/strings.h"
 
@@ -84,18 +84,7 @@ void HttpServer::Handle(std::string path, PageHandler handler) {
 }
 
 absl::Status HttpServer::Start() {
-  std::string host;
-  uint16_t port;
-  MS_RETURN_IF_ERROR(rpc::ParseHostPort(impl_->listen, &host, &port));
-  beast::error_code ec;
-  const auto address = asio::ip::make_address(host, ec);
-  if (ec) return absl::InvalidArgumentError(StrCat("--http address \"", host, "\" is not an IP address"));
-  const tcp::endpoint endpoint(address, port);
-  impl_->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return absl::UnavailableError(StrCat("cannot serve HTTP on ", impl_->listen, ": ", ec.message()));
+  MS_RETURN_IF_ERROR(rpc::Listen(impl_->acceptor, impl_->listen, "HTTP"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->Accept();
   impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });

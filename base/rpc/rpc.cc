@@ -16,6 +16,7 @@
 #include "base/coding.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "base/rpc/listen.h"
 #include "base/rpc/rpc.pb.h"
 #include "base/strings.h"
 
@@ -83,6 +84,22 @@ absl::Status ParseHostPort(std::string_view address, std::string* host, uint16_t
     *host = host->substr(1, host->size() - 2);
   }
   *port = static_cast<uint16_t>(p);
+  return absl::OkStatus();
+}
+
+absl::Status Listen(tcp::acceptor& acceptor, std::string_view listen, std::string_view what) {
+  std::string host;
+  uint16_t port;
+  MS_RETURN_IF_ERROR(ParseHostPort(listen, &host, &port));
+  error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) return absl::InvalidArgumentError(StrCat(what, " address \"", host, "\" is not an IP address"));
+  const tcp::endpoint endpoint(address, port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return absl::UnavailableError(StrCat("cannot serve ", what, " on ", listen, ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -282,20 +299,7 @@ void RpcServer::Register(std::string method, Handler handler) {
 }
 
 absl::Status RpcServer::Start() {
-  std::string host;
-  uint16_t port;
-  MS_RETURN_IF_ERROR(ParseHostPort(impl_->options.listen, &host, &port));
-  error_code ec;
-  const auto address = asio::ip::make_address(host, ec);
-  if (ec) return absl::InvalidArgumentError(StrCat("listen address \"", host, "\" is not an IP address"));
-  const tcp::endpoint endpoint(address, port);
-  impl_->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) impl_->acceptor.bind(endpoint, ec);
-  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return absl::UnavailableError(StrCat("cannot listen on ", impl_->options.listen, ": ", ec.message()));
-  }
+  MS_RETURN_IF_ERROR(Listen(impl_->acceptor, impl_->options.listen, "RPC"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->work.emplace(impl_->io.get_executor());
   impl_->Accept();

@@ -16,6 +16,7 @@
 #include "base/strings.h"
 #include "rocksdb/db.h"
 #include "storage/tablet/rocksdb_options.h"
+#include "tools/msbench/stats.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
 
@@ -68,11 +69,6 @@ absl::StatusOr<double> Timed(int clients, double seconds, Env* env, Op op) {
     if (!s.ok()) return s;
   }
   return static_cast<double>(done.load()) * 1e6 / static_cast<double>(elapsed);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 struct Results {

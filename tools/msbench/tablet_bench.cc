@@ -13,6 +13,7 @@
 #include "base/strings.h"
 #include "rocksdb/db.h"
 #include "storage/tablet/rocksdb_options.h"
+#include "tools/msbench/stats.h"
 #include "storage/tablet/tablet.h"
 
 namespace megastore::tools {
@@ -230,12 +231,6 @@ absl::Status RunOnce(Side& ours, Side& raw, const TabletBenchOptions& o, Env* en
                                       rows_read[1], " from rocksdb"));
   }
   return absl::OkStatus();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
