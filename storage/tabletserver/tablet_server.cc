@@ -487,7 +487,6 @@ absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
     if (stopped) break;
     if (tablet == nullptr) {
       // Only an error if the read touches this tablet's rows.
-      RowSet probe;
       bool touches = rows.keys.empty() && rows.ranges.empty();
       for (const std::string& k : rows.keys) touches |= Covers(entry, k);
       for (const RowRange& r : rows.ranges) {
