@@ -334,7 +334,15 @@ absl::Status Tablet::ValidateMutations(const CompiledSchema& schema,
   return absl::OkStatus();
 }
 
+void Tablet::StopWrites() {
+  absl::WriterMutexLock gate(&write_gate_);
+  writes_stopped_.store(true);
+}
+
 absl::Status Tablet::CheckWritable() const {
+  if (writes_stopped_.load()) {
+    return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " no longer accepts writes (unloaded)"));
+  }
   if (split_.load()) {
     return absl::FailedPreconditionError(
         StrCat("tablet ", options_.path, " was split; write to its children"));

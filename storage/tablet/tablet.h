@@ -136,6 +136,11 @@ class Tablet {
   absl::Status Split(std::string_view split_row, const std::string& left_path,
                      const std::string& right_path);
 
+  // Waits for the writes in flight to finish, then refuses new ones with
+  // FailedPrecondition (reads continue). For unloading: after it, a flush
+  // persists everything the tablet ever acknowledged.
+  void StopWrites();
+
   // Switches to `schema` (see CompiledSchema::CheckChange for what may
   // change).
   absl::Status UpdateSchema(const TableSchema& schema);
@@ -159,6 +164,8 @@ class Tablet {
   // point): log records of this tablet up to it are on disk in SSTables.
   uint64_t durable_log_position();
   bool was_split() const { return split_.load(); }
+  // False once split or StopWrites()ed.
+  bool accepts_writes() const { return !split_.load() && !writes_stopped_.load(); }
 
   // ---- introspection ----------------------------------------------------------
 
@@ -253,6 +260,7 @@ class Tablet {
   // Set by Split under write_gate_ held exclusively, so a writer that holds
   // the gate shared sees it.
   std::atomic<bool> split_{false};
+  std::atomic<bool> writes_stopped_{false};  // likewise, set by StopWrites
 
   // Writers hold it shared; Split holds it exclusively while it checkpoints.
   absl::Mutex write_gate_;

@@ -335,8 +335,10 @@ absl::Status TabletServer::UnloadTablet(std::string_view id) {
     FindEntryLocked(id)->set_loaded(false);
     MS_RETURN_IF_ERROR(SaveStateLocked());
   }
-  // Flush outside the server lock. Writes already in flight finish into the
-  // memtable; closing the tablet (when the last reference goes) flushes them.
+  // Outside the server lock: let writes in flight finish, refuse new ones,
+  // then flush, so everything acknowledged is in the tablet's SSTables (an
+  // unloaded tablet is never replayed from the log).
+  t->StopWrites();
   return t->PersistLogPosition(true).status();
 }
 
@@ -423,12 +425,13 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
     absl::StatusOr<std::shared_ptr<Tablet>> t = Route(table, row);
     if (!t.ok()) return t.status();
     auto result = fn(t->get());
-    // A split between routing and the call: route again to a child.
+    // Split or unloaded between routing and the call: route again (to a
+    // child, or to the answer that the tablet is not loaded).
     bool retry = false;
     if constexpr (std::is_same_v<decltype(result), absl::Status>) {
-      retry = absl::IsFailedPrecondition(result) && (*t)->was_split();
+      retry = absl::IsFailedPrecondition(result) && !(*t)->accepts_writes();
     } else {
-      retry = absl::IsFailedPrecondition(result.status()) && (*t)->was_split();
+      retry = absl::IsFailedPrecondition(result.status()) && !(*t)->accepts_writes();
     }
     if (!retry || attempt >= 3) return result;
   }
