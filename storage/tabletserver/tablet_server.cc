@@ -315,8 +315,22 @@ absl::Status TabletServer::LoadTablet(std::string_view id) {
   TabletEntry* e = FindEntryLocked(id);
   if (e == nullptr) return absl::NotFoundError(StrCat("no tablet ", id));
   if (loaded_.contains(std::string(id))) return absl::OkStatus();
-  // An unloaded tablet was flushed when it was unloaded: nothing to replay.
   MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, OpenTabletLocked(*e));
+  if (load_errors_.contains(e->id())) {
+    // It failed to load at start, so it was never recovered: replay its log
+    // records now (DataLoss if the log cannot provide them). A tablet
+    // unloaded by UnloadTablet was flushed and needs nothing.
+    const uint64_t redo = t->recovered_redo_point();
+    absl::Status s = log_->Replay(redo, [&](const commitlog::Record& r) -> absl::Status {
+      if (r.tablet_id != e->id() || r.lsn <= redo) return absl::OkStatus();
+      return t->ReplayLogRecord(r.lsn, r.payload);
+    });
+    if (s.ok()) s = t->PersistLogPosition(true).status();
+    if (!s.ok()) {
+      load_errors_[e->id()] = s.ToString();
+      return s;
+    }
+  }
   e->set_loaded(true);
   loaded_[e->id()] = Loaded{*e, t};
   load_errors_.erase(e->id());
@@ -522,6 +536,20 @@ absl::Status TabletServer::RunMaintenance() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, l] : loaded_) tablets.push_back(l.tablet);
+  }
+  bool keep_all_segments;
+  {
+    absl::MutexLock lock(&mu_);
+    // A tablet that failed to load was never recovered; its records stay.
+    keep_all_segments = !load_errors_.empty();
+  }
+  if (keep_all_segments) {
+    for (auto& t : tablets) {
+      if (t->UnflushedAgeMicros() >= absl::ToInt64Microseconds(options_.flush_max_age)) {
+        MS_RETURN_IF_ERROR(t->PersistLogPosition(false).status());
+      }
+    }
+    return absl::OkStatus();
   }
   const int64_t max_age = absl::ToInt64Microseconds(options_.flush_max_age);
   uint64_t needed_from = log_->last_lsn();

@@ -109,6 +109,13 @@ TEST_F(TabletServerTest, DamagedLogBeforeTheTailKeepsTheTabletUnloadedWithAReaso
   auto r = server->ReadRow("t", "row1");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("is damaged"));
+  // Loading it by hand still needs the damaged records: refused, not silent.
+  const std::string id = errors.begin()->first;
+  EXPECT_EQ(server->LoadTablet(id).code(), absl::StatusCode::kDataLoss);
+  // And maintenance keeps every segment while a tablet waits for its records.
+  const size_t segments = LogSegments().size();
+  ASSERT_TRUE(server->RunMaintenance().ok());
+  EXPECT_EQ(LogSegments().size(), segments);
 }
 
 TEST_F(TabletServerTest, TornLogTailIsCutAndEverythingBeforeItReplays) {
