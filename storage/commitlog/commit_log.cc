@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/synchronization/notification.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -54,6 +55,12 @@ size_t FindNextGoodRecord(std::string_view data, size_t from) {
 CommitLog::CommitLog(const CommitLogOptions& options) : options_(options) {}
 
 CommitLog::~CommitLog() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  // The writer drains what is queued first: no accepted record is dropped.
+  if (writer_.joinable()) writer_.join();
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -68,6 +75,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
   std::unique_ptr<CommitLog> log(new CommitLog(options));
   MS_RETURN_IF_ERROR(log->Recover());
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
+  log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
   return log;
 }
 
@@ -142,7 +150,6 @@ absl::Status CommitLog::Recover() {
   absl::MutexLock lock(&mu_);
   segments_ = std::move(segments);
   last_lsn_ = last;
-  durable_lsn_ = last;
   return absl::OkStatus();
 }
 
@@ -165,49 +172,74 @@ absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::string_view payload) {
+absl::StatusOr<uint64_t> CommitLog::AppendAsync(std::string_view tablet_id,
+                                                std::string_view payload, AppendCallback done) {
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return error_;
+  if (stopping_) return absl::CancelledError("commit log is closing");
   const uint64_t lsn = ++last_lsn_;
   if (pending_.empty()) pending_first_lsn_ = lsn;
   AppendRecord(&pending_, lsn, tablet_id, payload);
-  ++pending_records_;
-  while (durable_lsn_ < lsn) {
-    if (!error_.ok()) return error_;
-    if (writing_) {
-      cv_.Wait(&mu_);
-      continue;
-    }
-    // Become the leader: write everything pending as one group.
-    writing_ = true;
-    std::string group;
-    group.swap(pending_);
-    const uint64_t first = pending_first_lsn_;
-    const uint64_t group_last = last_lsn_;
-    const uint64_t records = pending_records_;
-    pending_records_ = 0;
-    mu_.Unlock();
-    absl::Status s;
-    if (segment_size_ >= options_.segment_bytes) s = StartSegment(first);
-    if (s.ok()) s = WriteGroup(group, first);
-    mu_.Lock();
-    writing_ = false;
-    if (s.ok()) {
-      durable_lsn_ = group_last;
-      stats_.records += records;
-      stats_.bytes += group.size();
-      ++stats_.syncs;
-      stats_.max_batch_records = std::max(stats_.max_batch_records, records);
-      size_t bucket = 0;
-      while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= records) ++bucket;
-      ++stats_.batch_histogram[bucket];
-    } else {
-      error_ = s;
-      MS_LOG_ERROR("commit log: {}", s.ToString());
-    }
-    cv_.SignalAll();
-  }
+  pending_callbacks_.emplace_back(lsn, std::move(done));
   return lsn;
+}
+
+absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::string_view payload) {
+  absl::Status result;
+  absl::Notification durable;
+  MS_ASSIGN_OR_RETURN(const uint64_t lsn,
+                      AppendAsync(tablet_id, payload, [&](absl::Status s, uint64_t) {
+                        result = std::move(s);
+                        durable.Notify();
+                      }));
+  durable.WaitForNotification();
+  if (!result.ok()) return result;
+  return lsn;
+}
+
+void CommitLog::WriterLoop() {
+  std::string group;
+  std::vector<std::pair<uint64_t, AppendCallback>> callbacks;
+  for (;;) {
+    uint64_t first;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](CommitLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return !log->pending_.empty() || log->stopping_;
+          },
+          this));
+      if (pending_.empty()) return;  // stopping, and nothing left to write
+      group.clear();
+      group.swap(pending_);
+      callbacks.swap(pending_callbacks_);
+      first = pending_first_lsn_;
+      status = error_;
+    }
+    // Everything that queued up while the last group was being synced goes
+    // out as one write and one fdatasync.
+    if (status.ok() && segment_size_ >= options_.segment_bytes) status = StartSegment(first);
+    if (status.ok()) status = WriteGroup(group, first);
+    {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) {
+        const uint64_t records = callbacks.size();
+        stats_.records += records;
+        stats_.bytes += group.size();
+        ++stats_.syncs;
+        stats_.max_batch_records = std::max(stats_.max_batch_records, records);
+        size_t bucket = 0;
+        while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= records) ++bucket;
+        ++stats_.batch_histogram[bucket];
+      } else if (error_.ok()) {
+        error_ = status;
+        MS_LOG_ERROR("commit log: {}", status.ToString());
+      }
+    }
+    for (auto& [lsn, done] : callbacks) done(status, lsn);
+    callbacks.clear();
+  }
 }
 
 absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) {

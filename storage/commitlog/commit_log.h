@@ -1,10 +1,13 @@
 // The tablet server's commit log (Bigtable §5.3, "commit log"): one
 // append-only log shared by every tablet of the server, in segment files.
 //
-// Appends are durable before they return: concurrent appenders are batched
-// into one write() and one fdatasync() (group commit). Each record carries an
-// LSN (log sequence number), the id of the tablet it belongs to and an opaque
-// payload (the tablet's mutation).
+// One writer thread owns the files. Appenders hand it records and either
+// wait (Append) or leave a callback (AppendAsync); everything that arrives
+// while the writer is busy goes out as the next group: one write() and one
+// fdatasync() (group commit). Callbacks run on the writer thread, in LSN
+// order, once their record is durable. Each record carries an LSN (log
+// sequence number), the id of the tablet it belongs to and an opaque payload
+// (the tablet's mutation).
 //
 // Recovery: Open() reads every segment. A torn or corrupt tail of the last
 // segment (a write the crash interrupted) is logged with its offset and cut
@@ -19,9 +22,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/commitlog/log_format.h"
@@ -64,9 +70,21 @@ class CommitLog {
   CommitLog(const CommitLog&) = delete;
   CommitLog& operator=(const CommitLog&) = delete;
 
-  // Appends one record and waits until it is durable. Returns its LSN. After
-  // a failed write or sync every later append fails too (the log's state on
-  // disk is unknown); the server must restart and recover.
+  // Runs once the record is durable (status OK) or cannot be (the write or
+  // sync failed), on the log's writer thread, in LSN order. It must not
+  // block on another append.
+  using AppendCallback = absl::AnyInvocable<void(absl::Status status, uint64_t lsn)>;
+
+  // Queues one record and returns its LSN at once; `done` runs later as
+  // described above. If the log has already failed, returns that error and
+  // never calls `done`. After a failed write or sync every later append
+  // fails too (the log's state on disk is unknown); the server must restart
+  // and recover.
+  absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view payload,
+                                       AppendCallback done);
+
+  // Appends one record and waits until it is durable. Returns its LSN. Not
+  // to be called from an AppendCallback.
   absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view payload);
 
   // Calls `fn` for every record with LSN > after_lsn, in LSN order, reading
@@ -97,31 +115,33 @@ class CommitLog {
 
   explicit CommitLog(const CommitLogOptions& options);
   absl::Status Recover();
-  // Creates the segment that appends go to next. Only the leader (or Open)
-  // calls it; takes mu_ briefly.
+  // Creates the segment that appends go to next. Only the writer thread (or
+  // Open) calls it; takes mu_ briefly.
   absl::Status StartSegment(uint64_t first_lsn) ABSL_LOCKS_EXCLUDED(mu_);
-  // Writes and syncs one group of records; only the current leader calls it.
+  // Writes and syncs one group of records; only the writer thread calls it.
   absl::Status WriteGroup(const std::string& data, uint64_t first_lsn);
+  // The writer thread: writes pending groups until stopping_ and drained.
+  void WriterLoop();
 
   const CommitLogOptions options_;
   std::vector<LogGap> gaps_;  // fixed after Open
   std::string recovery_note_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;
   uint64_t last_lsn_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t durable_lsn_ ABSL_GUARDED_BY(mu_) = 0;
   std::string pending_ ABSL_GUARDED_BY(mu_);  // encoded records not yet written
   uint64_t pending_first_lsn_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a leader is writing a group
+  // The callbacks of the pending records, in LSN order.
+  std::vector<std::pair<uint64_t, AppendCallback>> pending_callbacks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   CommitLogStats stats_ ABSL_GUARDED_BY(mu_);
 
-  // Owned by the current leader (writing_ == true), or by Open.
+  // Owned by the writer thread (by Open before it starts).
   int fd_ = -1;
   uint64_t segment_size_ = 0;
+  std::thread writer_;
 };
 
 }  // namespace megastore::storage::commitlog

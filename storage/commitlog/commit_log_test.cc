@@ -4,7 +4,10 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <mutex>
 #include <thread>
+
+#include "absl/synchronization/notification.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -69,6 +72,45 @@ TEST_F(CommitLogTest, AppendsReplayInOrderAcrossReopen) {
   EXPECT_EQ(all[4].payload, std::string("payload\0", 8) + "4");
   EXPECT_EQ(ReplayAll(*log, 7).size(), 3u);
   EXPECT_EQ(*log->Append("t", "x"), 11u);
+}
+
+TEST_F(CommitLogTest, AsyncAppendsCallBackInLsnOrderAndCloseDrainsTheQueue) {
+  std::vector<uint64_t> returned, called;
+  std::mutex mu;
+  {
+    auto log = Open();
+    for (int i = 0; i < 1000; ++i) {
+      auto lsn = log->AppendAsync("t", "record" + std::to_string(i), [&](absl::Status s, uint64_t lsn) {
+        EXPECT_TRUE(s.ok()) << s;
+        std::lock_guard<std::mutex> lock(mu);
+        called.push_back(lsn);
+      });
+      ASSERT_TRUE(lsn.ok()) << lsn.status();
+      returned.push_back(*lsn);
+    }
+    // Closing right away still writes, syncs and acknowledges all of them.
+  }
+  ASSERT_EQ(called.size(), 1000u);
+  EXPECT_EQ(called, returned);
+  EXPECT_TRUE(std::is_sorted(called.begin(), called.end()));
+  auto log = Open();
+  const auto seen = ReplayAll(*log);
+  ASSERT_EQ(seen.size(), 1000u);
+  EXPECT_EQ(seen.back().payload, "record999");
+}
+
+TEST_F(CommitLogTest, AsyncCallbackRunsOnlyOnceItsRecordIsDurable) {
+  auto log = Open();
+  absl::Notification done;
+  uint64_t syncs_seen = 0;
+  ASSERT_TRUE(log->AppendAsync("t", "x", [&](absl::Status s, uint64_t) {
+    EXPECT_TRUE(s.ok());
+    syncs_seen = log->stats().syncs;
+    done.Notify();
+  }).ok());
+  done.WaitForNotification();
+  EXPECT_EQ(syncs_seen, 1u);
+  EXPECT_EQ(ReplayAll(*log).size(), 1u);
 }
 
 TEST_F(CommitLogTest, ConcurrentAppendsShareSyncs) {

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "absl/hash/hash.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "base/strings.h"
 #include "base/coding.h"
 #include "base/logging.h"
@@ -99,6 +101,12 @@ Tablet::Tablet(const TabletOptions& options, TabletResources* resources, Env* en
 
 Tablet::~Tablet() {
   if (db_ == nullptr) return;
+  {
+    // Asynchronous writes in flight call back into this tablet.
+    absl::MutexLock lock(&redo_mu_);
+    redo_mu_.Await(absl::Condition(
+        +[](std::multiset<uint64_t>* p) { return p->empty(); }, &pending_floors_));
+  }
   DropPooledIterators();
   absl::MutexLock lock(&mu_);
   for (auto& g : groups_) {
@@ -337,6 +345,9 @@ absl::Status Tablet::ValidateMutations(const CompiledSchema& schema,
 void Tablet::StopWrites() {
   absl::WriterMutexLock gate(&write_gate_);
   writes_stopped_.store(true);
+  absl::MutexLock lock(&redo_mu_);
+  redo_mu_.Await(absl::Condition(
+      +[](std::multiset<uint64_t>* p) { return p->empty(); }, &pending_floors_));
 }
 
 absl::Status Tablet::CheckWritable() const {
@@ -350,33 +361,156 @@ absl::Status Tablet::CheckWritable() const {
   return absl::OkStatus();
 }
 
-absl::Status Tablet::MutateRow(std::string_view row, absl::Span<const Mutation> mutations,
-                               int64_t timestamp) {
-  const auto v = view();
+absl::Status Tablet::ValidateWrite(const CompiledSchema& schema, std::string_view row,
+                                   absl::Span<const Mutation> mutations, int64_t timestamp) const {
   MS_RETURN_IF_ERROR(ValidateRow(row));
   if (mutations.empty()) return absl::InvalidArgumentError("MutateRow needs at least one mutation");
   MS_RETURN_IF_ERROR(CheckTimestamp(timestamp, "mutation timestamp"));
-  MS_RETURN_IF_ERROR(ValidateMutations(*v->schema, mutations));
-  absl::ReaderMutexLock gate(&write_gate_);
-  MS_RETURN_IF_ERROR(CheckWritable());
-  const size_t stripe = StripeOf(row);
-  absl::MutexLock lock(&row_locks_[stripe]);
-  return ApplyLocked(*v, row, mutations, timestamp, stripe);
+  return ValidateMutations(schema, mutations);
+}
+
+absl::Status Tablet::MutateRow(std::string_view row, absl::Span<const Mutation> mutations,
+                               int64_t timestamp) {
+  absl::Status result;
+  absl::Notification finished;
+  auto write = std::make_unique<RowWrite>();
+  write->row.assign(row);
+  write->mutations.assign(mutations.begin(), mutations.end());
+  write->timestamp = timestamp;
+  write->done = [&](absl::Status s) {
+    result = std::move(s);
+    finished.Notify();
+  };
+  MS_RETURN_IF_ERROR(MutateRowAsync(write));
+  finished.WaitForNotification();
+  return result;
 }
 
 std::vector<absl::Status> Tablet::MutateRows(absl::Span<const RowMutations> entries,
                                              int64_t timestamp) {
-  std::vector<absl::Status> statuses;
-  statuses.reserve(entries.size());
-  for (const RowMutations& e : entries) statuses.push_back(MutateRow(e.row, e.mutations, timestamp));
+  // Queue every row, then wait once: the rows share group commits.
+  std::vector<absl::Status> statuses(entries.size());
+  absl::BlockingCounter pending(static_cast<int>(entries.size()));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto write = std::make_unique<RowWrite>();
+    write->row = entries[i].row;
+    write->mutations = entries[i].mutations;
+    write->timestamp = timestamp;
+    write->done = [&statuses, &pending, i](absl::Status result) {
+      statuses[i] = std::move(result);
+      pending.DecrementCount();
+    };
+    if (absl::Status s = MutateRowAsync(write); !s.ok()) {
+      statuses[i] = std::move(s);
+      pending.DecrementCount();
+    }
+  }
+  pending.Wait();
   return statuses;
+}
+
+struct Tablet::AsyncWrite {
+  std::unique_ptr<RowWrite> write;
+  std::shared_ptr<const View> view;
+  int64_t now = 0;
+  size_t stripe = 0;
+  uint64_t floor = 0;
+};
+
+absl::Status Tablet::MutateRowAsync(std::unique_ptr<RowWrite>& write) {
+  RowWrite& w = *write;
+  std::shared_ptr<const View> v = view();
+  MS_RETURN_IF_ERROR(ValidateWrite(*v->schema, w.row, w.mutations, w.timestamp));
+  const size_t stripe = StripeOf(w.row);
+  absl::ReaderMutexLock gate(&write_gate_);
+  MS_RETURN_IF_ERROR(CheckWritable());
+  if (options_.log == nullptr) {
+    absl::Status s;
+    {
+      absl::MutexLock lock(&row_locks_[stripe]);
+      s = ApplyLocked(*v, w.row, w.mutations, w.timestamp, stripe);
+    }
+    std::unique_ptr<RowWrite> taken = std::move(write);
+    taken->done(std::move(s));
+    return absl::OkStatus();
+  }
+
+  const int64_t now = w.timestamp >= 0 ? w.timestamp : env_->NowMicros();
+  std::string record;
+  EncodeLogRecord(&record, w.row, now, w.mutations);
+  uint64_t floor;
+  {
+    // Under the row lock, so a CheckAndMutateRow or ReadModifyWriteRow of
+    // the stripe either sees this write in flight and waits for it, or
+    // finished before it.
+    absl::MutexLock row_lock(&row_locks_[stripe]);
+    absl::MutexLock lock(&redo_mu_);
+    // While this write is in flight, the redo point stored with any batch
+    // stays below the LSN it will get: `floor` is a lower bound of it.
+    floor = options_.log->last_lsn();
+    pending_floors_.insert(floor);
+    ++async_in_flight_[stripe];
+    if (writes_since_flush_++ == 0) first_unflushed_micros_ = env_->MonotonicMicros();
+  }
+  auto pending = std::make_unique<AsyncWrite>();
+  pending->view = std::move(v);
+  pending->now = now;
+  pending->stripe = stripe;
+  pending->floor = floor;
+  pending->write = std::move(write);
+  absl::StatusOr<uint64_t> lsn = options_.log->AppendAsync(
+      options_.log_id, record,
+      [this, p = pending.get()](absl::Status s, uint64_t) { FinishAsyncWrite(p, std::move(s)); });
+  if (!lsn.ok()) {
+    write = std::move(pending->write);  // the caller keeps it
+    absl::MutexLock lock(&redo_mu_);
+    pending_floors_.erase(pending_floors_.find(floor));
+    --async_in_flight_[stripe];
+    return lsn.status();
+  }
+  pending.release();  // FinishAsyncWrite owns it now
+  return absl::OkStatus();
+}
+
+void Tablet::FinishAsyncWrite(AsyncWrite* raw, absl::Status status) {
+  std::unique_ptr<AsyncWrite> p(raw);
+  RowWrite& w = *p->write;
+  // Records are applied in LSN order, one at a time, on the log's thread:
+  // writes to one row apply in the order they were logged.
+  if (status.ok()) {
+    uint64_t redo;
+    {
+      absl::MutexLock lock(&redo_mu_);
+      redo = *pending_floors_.begin();
+    }
+    status = WriteRow(*p->view, w.row, w.mutations, p->now, p->stripe, redo);
+  }
+  {
+    absl::MutexLock lock(&redo_mu_);
+    pending_floors_.erase(pending_floors_.find(p->floor));
+    --async_in_flight_[p->stripe];
+  }
+  // The tablet may be gone from here on (its destructor waited for us).
+  w.done(std::move(status));
+}
+
+void Tablet::AwaitStripeIdle(size_t stripe) {
+  if (options_.log == nullptr) return;
+  struct Arg {
+    Tablet* t;
+    size_t stripe;
+  } arg{this, stripe};
+  absl::MutexLock lock(&redo_mu_);
+  redo_mu_.Await(absl::Condition(
+      +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->t->async_in_flight_[a->stripe] == 0; },
+      &arg));
 }
 
 absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
                                  absl::Span<const Mutation> mutations, int64_t timestamp,
                                  size_t stripe) {
   const int64_t now = timestamp >= 0 ? timestamp : env_->NowMicros();
-  if (options_.log == nullptr) return WriteLocked(view, row, mutations, now, stripe, std::nullopt);
+  if (options_.log == nullptr) return WriteRow(view, row, mutations, now, stripe, std::nullopt);
 
   // Log first, then apply. While this write is in flight, the redo point
   // stored with any batch stays below the LSN it will get: `floor` is a
@@ -404,14 +538,14 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
     absl::MutexLock lock(&redo_mu_);
     redo = *pending_floors_.begin();
   }
-  absl::Status s = WriteLocked(view, row, mutations, now, stripe, redo);
+  absl::Status s = WriteRow(view, row, mutations, now, stripe, redo);
   done();
   return s;
 }
 
-absl::Status Tablet::WriteLocked(const View& view, std::string_view row,
-                                 absl::Span<const Mutation> mutations, int64_t now, size_t stripe,
-                                 std::optional<uint64_t> redo) {
+absl::Status Tablet::WriteRow(const View& view, std::string_view row,
+                              absl::Span<const Mutation> mutations, int64_t now, size_t stripe,
+                              std::optional<uint64_t> redo) {
   // Each mutation gets its own sequence number, so a later mutation in the
   // list masks or survives an earlier one exactly as if applied in order.
   MS_ASSIGN_OR_RETURN(const uint64_t base, AssignSequence(mutations.size()));
@@ -470,8 +604,9 @@ absl::Status Tablet::WriteLocked(const View& view, std::string_view row,
   const rocksdb::Status s = db_->Write(wo, &batch);
   // Invalidate cached copies even on failure: a failed write may be partly
   // visible after a crash-recovery, never serve a stale row.
-  row_versions_[stripe].fetch_add(1);
   if (rocksdb::Cache* cache = resources_->row_cache()) {
+    absl::MutexLock lock(&cache_locks_[stripe]);
+    row_versions_[stripe].fetch_add(1);
     cache->Erase(RowCacheKey(row, cache_generation_.load()));
   }
   if (!s.ok()) return FromRocksDB(s, StrCat("write to tablet ", options_.path));
@@ -498,9 +633,9 @@ absl::StatusOr<uint64_t> Tablet::AssignSequence(size_t n) {
   const std::string ctx = StrCat("reserve sequence numbers in tablet ", options_.path);
   MS_RETURN_IF_ERROR(FromRocksDB(db_->Put(wo, meta_cf_, kMetaSeqKey, value), ctx));
   if (!options_.tuning.use_rocksdb_wal) {
-    rocksdb::FlushOptions fo;
-    fo.wait = true;
-    MS_RETURN_IF_ERROR(FromRocksDB(db_->Flush(fo, meta_cf_), ctx));
+    // Every family, not only the metadata's: the redo point stored there
+    // must never reach disk ahead of the data it vouches for.
+    MS_RETURN_IF_ERROR(Flush());
   }
   seq_reserved_.store(bound);
   return base;
@@ -518,9 +653,10 @@ absl::StatusOr<bool> Tablet::CheckAndMutateRow(std::string_view row, const RowFi
   MS_RETURN_IF_ERROR(CheckWritable());
   const size_t stripe = StripeOf(row);
   absl::MutexLock lock(&row_locks_[stripe]);
+  AwaitStripeIdle(stripe);
   ReadOptions ro;
   ro.filter = predicate;
-  MS_ASSIGN_OR_RETURN(std::optional<Row> current, ReadRowInternal(*v, row, ro, true));
+  MS_ASSIGN_OR_RETURN(std::optional<Row> current, ReadRowInternal(*v, row, ro));
   const bool matched = current.has_value();
   const auto& chosen = matched ? true_mutations : false_mutations;
   if (!chosen.empty()) {
@@ -550,7 +686,8 @@ absl::StatusOr<Row> Tablet::ReadModifyWriteRow(std::string_view row,
   MS_RETURN_IF_ERROR(CheckWritable());
   const size_t stripe = StripeOf(row);
   absl::MutexLock lock(&row_locks_[stripe]);
-  MS_ASSIGN_OR_RETURN(std::optional<Row> current, ReadRowInternal(*v, row, ro, true));
+  AwaitStripeIdle(stripe);
+  MS_ASSIGN_OR_RETURN(std::optional<Row> current, ReadRowInternal(*v, row, ro));
 
   // Latest cell per column, updated rule by rule. Every new cell of a column
   // gets one timestamp: the server's clock, or just above the column's newest
@@ -620,13 +757,12 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRow(std::string_view row,
   const auto v = view();
   MS_RETURN_IF_ERROR(ValidateRow(row));
   MS_RETURN_IF_ERROR(ValidateFilter(options.filter, *v->schema));
-  return ReadRowInternal(*v, row, options, false);
+  return ReadRowInternal(*v, row, options);
 }
 
 absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
                                                            std::string_view row,
-                                                           const ReadOptions& options,
-                                                           bool row_locked) {
+                                                           const ReadOptions& options) {
   RowBuilder builder(view.schema.get(), &options, GcClock(*view.schema));
   builder.StartRow(row);
   rocksdb::Cache* cache = resources_->row_cache();
@@ -707,18 +843,12 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
   if (fresh != nullptr) {
     const size_t limit = std::min<size_t>(256 * 1024, resources_->options().row_cache_bytes / 16);
     if (fresh->bytes <= limit) {
-      auto insert = [&] {
-        if (row_versions_[stripe].load() != version_before) return;
+      absl::MutexLock lock(&cache_locks_[stripe]);
+      if (row_versions_[stripe].load() == version_before) {
         const size_t charge = fresh->bytes;
         cache->Insert(cache_key, fresh.release(), charge,
                       [](const rocksdb::Slice&, void* value) { delete static_cast<CachedRow*>(value); })
             .PermitUncheckedError();
-      };
-      if (row_locked) {
-        insert();
-      } else {
-        absl::MutexLock lock(&row_locks_[stripe]);
-        insert();
       }
     }
   }
@@ -906,7 +1036,7 @@ absl::Status Tablet::ReplayLogRecord(uint64_t lsn, std::string_view payload) {
     absl::MutexLock redo_lock(&redo_mu_);
     if (writes_since_flush_++ == 0) first_unflushed_micros_ = env_->MonotonicMicros();
   }
-  return WriteLocked(*v, record.row, record.mutations, record.timestamp, stripe, lsn);
+  return WriteRow(*v, record.row, record.mutations, record.timestamp, stripe, lsn);
 }
 
 uint64_t Tablet::LogWatermarkLocked() const {
@@ -1072,6 +1202,11 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
   // No write may be in flight while the children are cut.
   absl::WriterMutexLock gate(&write_gate_);
   MS_RETURN_IF_ERROR(CheckWritable());
+  {
+    absl::MutexLock lock(&redo_mu_);
+    redo_mu_.Await(absl::Condition(
+        +[](std::multiset<uint64_t>* p) { return p->empty(); }, &pending_floors_));
+  }
   MS_RETURN_IF_ERROR(Flush());
   rocksdb::Checkpoint* raw = nullptr;
   MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::Checkpoint::Create(db_.get(), &raw), "create checkpoint"));

@@ -2,8 +2,9 @@
 // in one RocksDB instance in its own directory (Bigtable §5.3). Locality
 // groups are RocksDB column families.
 //
-// Every operation is atomic on one row. Writes to one row are serialized by a
-// row lock, so CheckAndMutateRow and ReadModifyWriteRow are linearizable.
+// Every operation is atomic on one row. Writes to one row apply in the order
+// they were logged; CheckAndMutateRow and ReadModifyWriteRow hold a row lock
+// and wait for the row's writes in flight, so they are linearizable.
 // All methods are thread-safe.
 //
 // Errors:
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -86,6 +88,25 @@ class Tablet {
   absl::Status MutateRow(std::string_view row, absl::Span<const Mutation> mutations,
                          int64_t timestamp = kServerTimestamp);
 
+  // The outcome of an asynchronous write; called exactly once.
+  using WriteCallback = absl::AnyInvocable<void(absl::Status status)>;
+  struct RowWrite {
+    std::string row;
+    std::vector<Mutation> mutations;
+    int64_t timestamp = kServerTimestamp;
+    WriteCallback done;
+  };
+
+  // MutateRow without waiting for the commit log. If the write is refused
+  // up front (anything MutateRow refuses before writing, or the tablet no
+  // longer accepts writes), returns the error and leaves `write` untouched:
+  // the caller still owns it and may retry it elsewhere. Otherwise takes
+  // `write`, queues it and calls its `done` once the write is durable and
+  // applied (OK) or has failed. With a shared log `done` runs on the log's
+  // thread, so it must be quick and must not write to a tablet
+  // synchronously; without one the write happens before this returns.
+  absl::Status MutateRowAsync(std::unique_ptr<RowWrite>& write);
+
   // MutateRow for each entry; each row atomic on its own. One status per
   // entry, in order.
   std::vector<absl::Status> MutateRows(absl::Span<const RowMutations> entries,
@@ -136,8 +157,8 @@ class Tablet {
   absl::Status Split(std::string_view split_row, const std::string& left_path,
                      const std::string& right_path);
 
-  // Waits for the writes in flight to finish, then refuses new ones with
-  // FailedPrecondition (reads continue). For unloading: after it, a flush
+  // Waits for the writes in flight (asynchronous ones too) to finish, then
+  // refuses new ones with FailedPrecondition (reads continue). For unloading: after it, a flush
   // persists everything the tablet ever acknowledged.
   void StopWrites();
 
@@ -182,6 +203,7 @@ class Tablet {
  private:
   struct LocalityGroupHandle;
   struct CachedRow;
+  struct AsyncWrite;
   // The schema and the handles of its locality groups (in the schema's
   // order), swapped as a whole by UpdateSchema.
   struct View {
@@ -195,6 +217,9 @@ class Tablet {
   absl::Status ValidateRow(std::string_view row) const;
   absl::Status ValidateMutations(const CompiledSchema& schema,
                                  absl::Span<const Mutation> mutations) const;
+  // Everything MutateRow checks before writing.
+  absl::Status ValidateWrite(const CompiledSchema& schema, std::string_view row,
+                             absl::Span<const Mutation> mutations, int64_t timestamp) const;
   std::shared_ptr<const View> view() const;
   size_t StripeOf(std::string_view row) const;
   // The current time for GC max_age rules (0 if the schema has none).
@@ -203,20 +228,26 @@ class Tablet {
   // compaction starts a new generation.
   std::string RowCacheKey(std::string_view row, uint64_t generation) const;
   // Logs (with a shared log) and applies one row's mutations. Requires the
-  // row's stripe lock.
+  // row's stripe lock, and no asynchronous write of the stripe in flight
+  // (AwaitStripeIdle).
   absl::Status ApplyLocked(const View& view, std::string_view row,
                            absl::Span<const Mutation> mutations, int64_t timestamp,
                            size_t stripe);
-  // Applies without logging; `redo` is stored with the batch if given.
-  absl::Status WriteLocked(const View& view, std::string_view row,
-                           absl::Span<const Mutation> mutations, int64_t now, size_t stripe,
-                           std::optional<uint64_t> redo);
+  // Applies without logging; `redo` is stored with the batch if given. No
+  // other write of `row` may run concurrently: the caller holds the row's
+  // stripe lock, or is the log's thread applying records in LSN order.
+  absl::Status WriteRow(const View& view, std::string_view row,
+                        absl::Span<const Mutation> mutations, int64_t now, size_t stripe,
+                        std::optional<uint64_t> redo);
+  // With the stripe lock held: waits until no asynchronous write of the
+  // stripe is in flight (none can start meanwhile).
+  void AwaitStripeIdle(size_t stripe);
+  // The log's callback for an asynchronous write.
+  void FinishAsyncWrite(AsyncWrite* write, absl::Status status);
   uint64_t LogWatermarkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(redo_mu_);
-  // Reads one row. With `row_locked`, the caller holds the row's stripe lock.
   absl::StatusOr<std::optional<Row>> ReadRowInternal(const View& view,
                                                      std::string_view row,
-                                                     const ReadOptions& options,
-                                                     bool row_locked);
+                                                     const ReadOptions& options);
   absl::Status CheckWritable() const;
   // The row `builder` assembled, counted in the statistics.
   std::optional<Row> FinishRead(RowBuilder& builder);
@@ -262,10 +293,17 @@ class Tablet {
   std::atomic<bool> split_{false};
   std::atomic<bool> writes_stopped_{false};  // likewise, set by StopWrites
 
-  // Writers hold it shared; Split holds it exclusively while it checkpoints.
+  // Writers hold it shared (asynchronous ones while they queue); Split and
+  // StopWrites hold it exclusively, and wait for pending_floors_ to empty.
   absl::Mutex write_gate_;
   absl::Mutex major_compaction_mu_;
+  // Taken by CheckAndMutateRow and ReadModifyWriteRow across their read and
+  // write, and briefly by asynchronous writers to register themselves.
   std::array<absl::Mutex, kLockStripes> row_locks_;
+  // Row cache consistency: a write bumps its stripe's version and erases the
+  // cached row under cache_locks_; a reader caches what it read only if the
+  // version did not change meanwhile, under the same lock.
+  std::array<absl::Mutex, kLockStripes> cache_locks_;
   std::array<std::atomic<uint64_t>, kLockStripes> row_versions_{};
   std::atomic<uint64_t> last_seq_{0};
   std::atomic<uint64_t> seq_reserved_{0};  // persisted bound on last_seq_
@@ -274,7 +312,11 @@ class Tablet {
   // Shared-log bookkeeping.
   uint64_t recovered_redo_point_ = 0;
   absl::Mutex redo_mu_;
+  // One entry per write in flight with a shared log: a lower bound of its
+  // LSN, taken before it was appended.
   std::multiset<uint64_t> pending_floors_ ABSL_GUARDED_BY(redo_mu_);
+  // Asynchronous writes in flight, by row stripe.
+  std::array<uint32_t, kLockStripes> async_in_flight_ ABSL_GUARDED_BY(redo_mu_){};
   uint64_t writes_since_flush_ ABSL_GUARDED_BY(redo_mu_) = 0;
   int64_t first_unflushed_micros_ ABSL_GUARDED_BY(redo_mu_) = 0;
   uint64_t durable_log_position_ ABSL_GUARDED_BY(redo_mu_) = 0;

@@ -5,15 +5,26 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
 namespace megastore::storage {
 
 class TabletLog {
  public:
+  // Runs once the record is durable (OK) or cannot be, on the log's own
+  // thread, in LSN order across all tablets. Must not block on the log.
+  using Callback = absl::AnyInvocable<void(absl::Status status, uint64_t lsn)>;
+
   virtual ~TabletLog() = default;
-  // Durably appends `record` for `tablet_id`; returns its log sequence
-  // number (LSN). Thread-safe; blocks until the record is durable.
+  // Queues `record` for `tablet_id` and returns its log sequence number
+  // (LSN) without waiting; `done` runs later as described above. An error
+  // returned here means the record was not queued and `done` never runs.
+  // Thread-safe.
+  virtual absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view record,
+                                               Callback done) = 0;
+  // Durably appends `record`; returns its LSN. Blocks until it is durable;
+  // never call it from a Callback.
   virtual absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record) = 0;
   // The highest LSN handed out so far.
   virtual uint64_t last_lsn() const = 0;

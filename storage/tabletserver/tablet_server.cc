@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/synchronization/notification.h"
 #include "base/coding.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -19,6 +20,10 @@ namespace fs = std::filesystem;
 class TabletServer::LogAdapter : public TabletLog {
  public:
   explicit LogAdapter(commitlog::CommitLog* log) : log_(log) {}
+  absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view record,
+                                       Callback done) override {
+    return log_->AppendAsync(tablet_id, record, std::move(done));
+  }
   absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record) override {
     return log_->Append(tablet_id, record);
   }
@@ -456,11 +461,65 @@ absl::Status TabletServer::MutateRow(std::string_view table, std::string_view ro
   return WithTablet(table, row, [&](Tablet* t) { return t->MutateRow(row, mutations, timestamp); });
 }
 
+absl::Status TabletServer::MutateRowAsync(std::string_view table,
+                                          std::unique_ptr<Tablet::RowWrite>& write) {
+  for (int attempt = 0;; ++attempt) {
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, write->row));
+    absl::Status s = t->MutateRowAsync(write);
+    // Split or unloaded between routing and the call: route again (to a
+    // child, or to the answer that the tablet is not loaded).
+    if (s.ok() || !absl::IsFailedPrecondition(s) || t->accepts_writes() || attempt >= 3) return s;
+  }
+}
+
+void TabletServer::MutateRowsAsync(std::string_view table, std::vector<RowMutations> entries,
+                                   absl::AnyInvocable<void(std::vector<absl::Status>)> done) {
+  struct Batch {
+    absl::Mutex mu;
+    std::vector<absl::Status> statuses ABSL_GUARDED_BY(mu);
+    size_t pending ABSL_GUARDED_BY(mu);
+    absl::AnyInvocable<void(std::vector<absl::Status>)> done;
+    void Finish(size_t i, absl::Status s) {
+      std::vector<absl::Status> all;
+      {
+        absl::MutexLock lock(&mu);
+        statuses[i] = std::move(s);
+        if (--pending > 0) return;
+        all = std::move(statuses);
+      }
+      done(std::move(all));
+    }
+  };
+  if (entries.empty()) {
+    done({});
+    return;
+  }
+  auto batch = std::make_shared<Batch>();
+  {
+    absl::MutexLock lock(&batch->mu);
+    batch->statuses.resize(entries.size());
+    batch->pending = entries.size();
+  }
+  batch->done = std::move(done);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto write = std::make_unique<Tablet::RowWrite>();
+    write->row = std::move(entries[i].row);
+    write->mutations = std::move(entries[i].mutations);
+    write->done = [batch, i](absl::Status s) { batch->Finish(i, std::move(s)); };
+    if (absl::Status s = MutateRowAsync(table, write); !s.ok()) batch->Finish(i, std::move(s));
+  }
+}
+
 std::vector<absl::Status> TabletServer::MutateRows(std::string_view table,
                                                    absl::Span<const RowMutations> entries) {
   std::vector<absl::Status> out;
-  out.reserve(entries.size());
-  for (const RowMutations& e : entries) out.push_back(MutateRow(table, e.row, e.mutations));
+  absl::Notification finished;
+  MutateRowsAsync(table, std::vector<RowMutations>(entries.begin(), entries.end()),
+                  [&](std::vector<absl::Status> statuses) {
+                    out = std::move(statuses);
+                    finished.Notify();
+                  });
+  finished.WaitForNotification();
   return out;
 }
 

@@ -93,6 +93,15 @@ class TabletServer {
                          absl::Span<const Mutation> mutations, int64_t timestamp = kServerTimestamp);
   std::vector<absl::Status> MutateRows(std::string_view table,
                                        absl::Span<const RowMutations> entries);
+  // Asynchronous forms (see Tablet::MutateRowAsync): `write->done` runs on
+  // the commit log's thread once the write is durable and applied. An error
+  // returned here (unknown table, no tablet, bad input) means nothing was
+  // queued and `write` is left to the caller.
+  absl::Status MutateRowAsync(std::string_view table, std::unique_ptr<Tablet::RowWrite>& write);
+  // Queues every entry (each row atomic on its own); `done` runs once, with
+  // one status per entry, when all have finished.
+  void MutateRowsAsync(std::string_view table, std::vector<RowMutations> entries,
+                       absl::AnyInvocable<void(std::vector<absl::Status>)> done);
   absl::StatusOr<bool> CheckAndMutateRow(std::string_view table, std::string_view row,
                                          const RowFilter& predicate,
                                          absl::Span<const Mutation> true_mutations,

@@ -4,12 +4,16 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <atomic>
 #include <mutex>
 #include <thread>
 
+#include "absl/synchronization/blocking_counter.h"
+#include "base/status.h"
 #include "base/test_util.h"
+#include "storage/tablet/log_record.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -286,6 +290,126 @@ TEST_F(TabletServerTest, ConcurrentWritersShareLogSyncs) {
   const TabletServerStats stats = server->Stats();
   EXPECT_GE(stats.log.records, 800u);
   EXPECT_LT(stats.log.syncs, stats.log.records);
+}
+
+// Asynchronous writes to one row apply in log order: live, and again when the
+// log is replayed after a crash.
+TEST_F(TabletServerTest, AsyncWritesToOneRowApplyInLogOrderLiveAndAfterReplay) {
+  InCrashingChild("async-hot-row");
+  auto server = Open();
+  EXPECT_EQ(Value(*server, "t", "hot"), "v499");
+}
+
+// CheckAndMutateRow waits for the row's queued writes: each decision it makes
+// holds for the state that the writes before it in the log produce.
+TEST_F(TabletServerTest, CheckAndMutateAmidAsyncWritesDecidesOnTheLogOrderState) {
+  {
+    auto server = Open();
+    { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+    std::thread cams([&] {
+      RowFilter has_q;
+      has_q.qualifier_match = RowFilter::QualifierMatch::kExact;
+      has_q.qualifier = "q";
+      for (int i = 0; i < 300; ++i) {
+        auto r = server->CheckAndMutateRow("t", "hot", has_q, {Mutation::SetCell("cf", "m", "yes")},
+                                           {Mutation::SetCell("cf", "m", "no")});
+        ASSERT_TRUE(r.ok()) << r.status();
+      }
+    });
+    absl::BlockingCounter pending(900);
+    for (int i = 0; i < 900; ++i) {
+      auto w = std::make_unique<Tablet::RowWrite>();
+      w->row = "hot";
+      w->mutations = {i % 3 == 0 ? Mutation::DeleteRow() : Mutation::SetCell("cf", "q", "v")};
+      w->done = [&](absl::Status s) {
+        EXPECT_TRUE(s.ok()) << s;
+        pending.DecrementCount();
+      };
+      ASSERT_TRUE(server->MutateRowAsync("t", w).ok());
+      // Spread the writes over the check-and-mutates' run.
+      if (i % 3 == 2) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    pending.Wait();
+    cams.join();
+  }
+  // Walk the log: q exists after a SetCell of q, not after a DeleteRow.
+  commitlog::CommitLogOptions lo;
+  lo.dir = Options().data_dir + "/commitlog";
+  auto log = commitlog::CommitLog::Open(lo);
+  ASSERT_TRUE(log.ok()) << log.status();
+  bool q_exists = false;
+  int cams = 0;
+  absl::Status s = (*log)->Replay(0, [&](const commitlog::Record& r) -> absl::Status {
+    MS_ASSIGN_OR_RETURN(LogRecord rec, DecodeLogRecord(r.payload));
+    if (rec.row != "hot") return absl::OkStatus();
+    const Mutation& m = rec.mutations.at(0);
+    if (m.type == Mutation::Type::kDeleteRow) {
+      q_exists = false;
+    } else if (m.qualifier == "q") {
+      q_exists = true;
+    } else {
+      ++cams;
+      EXPECT_EQ(m.value, q_exists ? "yes" : "no") << "check-and-mutate at LSN " << r.lsn;
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(cams, 300);
+}
+
+TEST_F(TabletServerTest, ReadModifyWriteAmidAsyncWritesOfTheSameRowLosesNothing) {
+  auto server = Open();
+  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  std::thread increments([&] {
+    for (int i = 0; i < 200; ++i) {
+      ReadModifyWriteRule rule;
+      rule.type = ReadModifyWriteRule::Type::kIncrement;
+      rule.family = "cf";
+      rule.qualifier = "n";
+      rule.increment = 1;
+      auto r = server->ReadModifyWriteRow("t", "hot", {rule});
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+  });
+  absl::BlockingCounter pending(500);
+  for (int i = 0; i < 500; ++i) {
+    auto w = std::make_unique<Tablet::RowWrite>();
+    w->row = "hot";
+    w->mutations = {Mutation::SetCell("cf", "q", "v" + std::to_string(i), 1000)};
+    w->done = [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      pending.DecrementCount();
+    };
+    ASSERT_TRUE(server->MutateRowAsync("t", w).ok());
+  }
+  pending.Wait();
+  increments.join();
+  ReadOptions o;
+  o.filter.families = {"cf"};
+  auto row = server->ReadRow("t", "hot", o);
+  ASSERT_TRUE(row.ok() && row->has_value());
+  std::map<std::string, std::string> latest;
+  for (const Cell& c : (*row)->cells) latest.emplace(c.qualifier, c.value);
+  ASSERT_EQ(latest["n"].size(), 8u);
+  EXPECT_EQ(static_cast<uint8_t>(latest["n"][7]), 200);
+  EXPECT_EQ(latest["q"], "v499");
+}
+
+TEST_F(TabletServerTest, AsyncWritesRefusedUpFrontLeaveTheWriteToTheCaller) {
+  auto server = Open();
+  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  auto w = std::make_unique<Tablet::RowWrite>();
+  w->row = "r";
+  w->mutations = {Mutation::SetCell("nope", "q", "v")};
+  bool called = false;
+  w->done = [&](absl::Status) { called = true; };
+  absl::Status s = server->MutateRowAsync("t", w);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->row, "r");
+  EXPECT_TRUE(absl::IsNotFound(server->MutateRowAsync("missing", w)));
+  ASSERT_NE(w, nullptr);
+  EXPECT_FALSE(called);
 }
 
 }  // namespace

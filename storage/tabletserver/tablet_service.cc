@@ -149,19 +149,59 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     return Serialize(resp);
   });
 
-  Unary<MutateRowRequest>(rpc, metrics, "tablet.MutateRow", [server](const MutateRowRequest& r) -> absl::StatusOr<std::string> {
-    MS_ASSIGN_OR_RETURN(std::vector<Mutation> ms, FromProto(r.mutations()));
-    return Done(server->MutateRow(r.table(), r.row(), ms, r.has_timestamp() ? r.timestamp() : kServerTimestamp));
-  });
-  Unary<MutateRowsRequest>(rpc, metrics, "tablet.MutateRows", [server](const MutateRowsRequest& r) -> absl::StatusOr<std::string> {
-    std::vector<RowMutations> entries;
-    for (const auto& e : r.entries()) {
-      MS_ASSIGN_OR_RETURN(std::vector<Mutation> ms, FromProto(e.mutations()));
-      entries.push_back(RowMutations{e.row(), std::move(ms)});
+  // Writes do not hold a worker through the commit log's sync: the log's
+  // thread answers once the write is durable and applied.
+  rpc->Register("tablet.MutateRow", [server, metrics](const rpc::CallContext&, std::string_view body,
+                                                      std::shared_ptr<rpc::Responder> responder) {
+    const int64_t start = NowMicros();
+    auto fail = [&](const absl::Status& s) {
+      metrics->Record("tablet.MutateRow", NowMicros() - start, false);
+      responder->Finish(s);
+    };
+    MutateRowRequest r;
+    if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      return fail(absl::InvalidArgumentError("malformed tablet.MutateRow request"));
     }
-    MutateRowsResponse resp;
-    for (const absl::Status& s : server->MutateRows(r.table(), entries)) ToProto(s, resp.add_statuses());
-    return Serialize(resp);
+    auto write = std::make_unique<Tablet::RowWrite>();
+    absl::StatusOr<std::vector<Mutation>> ms = FromProto(r.mutations());
+    if (!ms.ok()) return fail(ms.status());
+    write->mutations = std::move(*ms);
+    write->row = std::move(*r.mutable_row());
+    write->timestamp = r.has_timestamp() ? r.timestamp() : kServerTimestamp;
+    write->done = [metrics, start, responder](absl::Status s) {
+      metrics->Record("tablet.MutateRow", NowMicros() - start, s.ok());
+      if (s.ok()) {
+        responder->Finish(absl::OkStatus(), Empty().SerializeAsString());
+      } else {
+        responder->Finish(s);
+      }
+    };
+    if (absl::Status s = server->MutateRowAsync(r.table(), write); !s.ok()) fail(s);
+  });
+  rpc->Register("tablet.MutateRows", [server, metrics](const rpc::CallContext&, std::string_view body,
+                                                       std::shared_ptr<rpc::Responder> responder) {
+    const int64_t start = NowMicros();
+    auto fail = [&](const absl::Status& s) {
+      metrics->Record("tablet.MutateRows", NowMicros() - start, false);
+      responder->Finish(s);
+    };
+    MutateRowsRequest r;
+    if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      return fail(absl::InvalidArgumentError("malformed tablet.MutateRows request"));
+    }
+    std::vector<RowMutations> entries;
+    for (auto& e : *r.mutable_entries()) {
+      absl::StatusOr<std::vector<Mutation>> ms = FromProto(e.mutations());
+      if (!ms.ok()) return fail(ms.status());
+      entries.push_back(RowMutations{std::move(*e.mutable_row()), std::move(*ms)});
+    }
+    server->MutateRowsAsync(r.table(), std::move(entries),
+                            [metrics, start, responder](std::vector<absl::Status> statuses) {
+                              MutateRowsResponse resp;
+                              for (const absl::Status& s : statuses) ToProto(s, resp.add_statuses());
+                              metrics->Record("tablet.MutateRows", NowMicros() - start, true);
+                              responder->Finish(absl::OkStatus(), resp.SerializeAsString());
+                            });
   });
   Unary<CheckAndMutateRowRequest>(rpc, metrics, "tablet.CheckAndMutateRow",
                                   [server](const CheckAndMutateRowRequest& r) -> absl::StatusOr<std::string> {
