@@ -2,7 +2,8 @@
 
 #include <atomic>
 #include <deque>
-#include <future>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+
+#include "absl/synchronization/notification.h"
 
 #include "base/checksum.h"
 #include "base/coding.h"
@@ -49,12 +52,72 @@ absl::StatusOr<uint32_t> CheckHeader(const char* header, size_t max_frame_bytes)
   return length;
 }
 
-absl::Status CheckPayload(const char* header, const std::string& payload, RpcEnvelope* envelope) {
-  if (crc32c::Unmask(DecodeFixed32(header + 4)) != crc32c::Value(payload)) {
-    return absl::DataLossError("frame checksum mismatch");
+// Accumulates bytes read from a socket and cuts them into frames, so that one
+// read can deliver many frames and one frame may take many reads.
+class FrameBuffer {
+ public:
+  explicit FrameBuffer(size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes), buf_(kReadChunk) {}
+
+  // Where the next read should go: room for at least kReadChunk bytes, or
+  // for the rest of the frame being received if that is larger.
+  asio::mutable_buffer Prepare() {
+    if (begin_ == end_) {
+      begin_ = end_ = 0;
+      if (buf_.size() > kShrinkAbove) buf_.assign(kReadChunk, 0);  // after a huge frame
+    }
+    size_t want = kReadChunk;
+    if (end_ - begin_ >= kFrameHeaderBytes) {
+      const size_t frame = kFrameHeaderBytes + DecodeFixed32(buf_.data() + begin_);
+      want = std::max(want, frame - (end_ - begin_));
+    }
+    if (buf_.size() - end_ < want) {
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      if (buf_.size() - end_ < want) buf_.resize(end_ + want);
+    }
+    return asio::buffer(buf_.data() + end_, buf_.size() - end_);
   }
-  if (!envelope->ParseFromString(payload)) return absl::DataLossError("frame is not an RpcEnvelope");
-  return absl::OkStatus();
+  void Commit(size_t n) { end_ += n; }
+  void Reset() {
+    begin_ = end_ = 0;
+    buf_.assign(kReadChunk, 0);
+  }
+  // Bytes of an incomplete frame are buffered.
+  bool partial() const { return end_ > begin_; }
+
+  // The next complete frame: true and `envelope` filled; false if more bytes
+  // are needed; an error (the connection must close) for a frame over the
+  // limit, a checksum mismatch or a payload that is not an RpcEnvelope.
+  absl::StatusOr<bool> Next(RpcEnvelope* envelope) {
+    if (end_ - begin_ < kFrameHeaderBytes) return false;
+    const char* header = buf_.data() + begin_;
+    MS_ASSIGN_OR_RETURN(const uint32_t length, CheckHeader(header, max_frame_bytes_));
+    if (end_ - begin_ < kFrameHeaderBytes + length) return false;
+    const std::string_view payload(header + kFrameHeaderBytes, length);
+    if (crc32c::Unmask(DecodeFixed32(header + 4)) != crc32c::Value(payload)) {
+      return absl::DataLossError("frame checksum mismatch");
+    }
+    if (!envelope->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+      return absl::DataLossError("frame is not an RpcEnvelope");
+    }
+    begin_ += kFrameHeaderBytes + length;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kReadChunk = 64 << 10;
+  static constexpr size_t kShrinkAbove = 4 << 20;
+  size_t max_frame_bytes_;
+  std::vector<char> buf_;
+  size_t begin_ = 0, end_ = 0;  // buffered bytes: [begin_, end_)
+};
+
+std::vector<asio::const_buffer> Buffers(const std::vector<std::string>& frames) {
+  std::vector<asio::const_buffer> out;
+  out.reserve(frames.size());
+  for (const std::string& f : frames) out.push_back(asio::buffer(f));
+  return out;
 }
 
 }  // namespace
@@ -110,6 +173,10 @@ struct RpcServer::Impl {
       : options(std::move(o)), acceptor(io), workers(static_cast<size_t>(options.worker_threads)) {}
 
   struct Connection;
+  struct Method {
+    Handler handler;
+    InlineHandler inline_handler;  // may be empty
+  };
 
   ServerOptions options;
   asio::io_context io;
@@ -117,7 +184,7 @@ struct RpcServer::Impl {
   tcp::acceptor acceptor;
   asio::thread_pool workers;
   std::vector<std::thread> io_threads;
-  std::map<std::string, Handler> handlers;
+  std::map<std::string, Method> methods;
   std::mutex conns_mu;
   std::set<std::shared_ptr<Connection>> conns;
   std::atomic<int> port{0};
@@ -128,40 +195,41 @@ struct RpcServer::Impl {
   struct ResponderImpl;
 };
 
+// Reads run on the connection's strand. Responses may be sent from any
+// thread: they queue under out_mu, and one flush on the strand writes all
+// that queued meanwhile with one gathered write.
 struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
-  Connection(Impl* s, tcp::socket sock) : server(s), socket(std::move(sock)) {
+  using Strand = asio::strand<asio::io_context::executor_type>;
+  Connection(Impl* s, Strand st, tcp::socket sock)
+      : server(s), strand(std::move(st)), socket(std::move(sock)), frames(s->options.max_frame_bytes) {
     error_code ec;
     auto ep = socket.remote_endpoint(ec);
     peer = ec ? "unknown" : StrCat(ep.address().to_string(), ":", ep.port());
   }
 
-  void Start() { ReadHeader(); }
+  void Start() { Read(); }
 
-  void ReadHeader() {
-    auto self = shared_from_this();
-    asio::async_read(socket, asio::buffer(header, kFrameHeaderBytes),
-                     [self](error_code ec, size_t) {
-                       if (ec) return self->Close(ec == asio::error::eof ? "" : ec.message());
-                       absl::StatusOr<uint32_t> len =
-                           CheckHeader(self->header, self->server->options.max_frame_bytes);
-                       if (!len.ok()) return self->Reject(len.status());
-                       self->payload.resize(*len);
-                       self->ReadPayload();
-                     });
-  }
-
-  void ReadPayload() {
-    auto self = shared_from_this();
-    asio::async_read(socket, asio::buffer(payload), [self](error_code ec, size_t) {
-      if (ec) return self->Close(StrCat("connection broke inside a frame: ", ec.message()));
-      RpcEnvelope request;
-      absl::Status s = CheckPayload(self->header, self->payload, &request);
-      if (s.ok() && (request.method().empty() || request.call_id() == 0)) {
-        s = absl::InvalidArgumentError("request without method or call id");
+  void Read() {
+    socket.async_read_some(frames.Prepare(), [self = shared_from_this()](error_code ec, size_t n) {
+      if (ec) {
+        if (ec == asio::error::eof && !self->frames.partial()) return self->Close("");
+        return self->Close(self->frames.partial()
+                               ? StrCat("connection broke inside a frame: ", ec.message())
+                               : ec.message());
       }
-      if (!s.ok()) return self->Reject(s);
-      self->Dispatch(std::move(request));
-      self->ReadHeader();
+      self->frames.Commit(n);
+      for (;;) {
+        RpcEnvelope request;
+        absl::StatusOr<bool> got = self->frames.Next(&request);
+        if (!got.ok()) return self->Reject(got.status());
+        if (!*got) break;
+        if (request.method().empty() || request.call_id() == 0) {
+          return self->Reject(absl::InvalidArgumentError("request without method or call id"));
+        }
+        self->Dispatch(std::move(request));
+        if (self->closed) return;
+      }
+      self->Read();
     });
   }
 
@@ -173,24 +241,39 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
 
   void Dispatch(RpcEnvelope request);
 
-  // Runs on the connection's strand.
-  void QueueWrite(std::string frame) {
-    if (closed) return;
-    queue.push_back(std::move(frame));
-    if (!writing) WriteNext();
+  // Any thread.
+  void Send(std::string frame) {
+    {
+      std::lock_guard<std::mutex> lock(out_mu);
+      if (out_closed) return;
+      out.push_back(std::move(frame));
+      if (flush_scheduled) return;
+      flush_scheduled = true;
+    }
+    if (strand.running_in_this_thread()) {
+      // An inline handler answering: flush after the frames at hand are
+      // dispatched, without waking another thread.
+      asio::defer(strand, [self = shared_from_this()] { self->Flush(); });
+    } else {
+      asio::post(strand, [self = shared_from_this()] { self->Flush(); });
+    }
   }
 
-  void WriteNext() {
-    if (queue.empty() || closed) {
-      writing = false;
-      return;
+  // On the strand; one gathered write at a time.
+  void Flush() {
+    if (closed) return;
+    {
+      std::lock_guard<std::mutex> lock(out_mu);
+      writing.swap(out);
+      if (writing.empty()) {
+        flush_scheduled = false;
+        return;
+      }
     }
-    writing = true;
-    auto self = shared_from_this();
-    asio::async_write(socket, asio::buffer(queue.front()), [self](error_code ec, size_t) {
-      self->queue.pop_front();
+    asio::async_write(socket, Buffers(writing), [self = shared_from_this()](error_code ec, size_t) {
+      self->writing.clear();
       if (ec) return self->Close(ec.message());
-      self->WriteNext();
+      self->Flush();
     });
   }
 
@@ -198,6 +281,11 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     if (closed) return;
     closed = true;
     if (!reason.empty()) MS_LOG_DEBUG("rpc: connection from {} closed: {}", peer, reason);
+    {
+      std::lock_guard<std::mutex> lock(out_mu);
+      out_closed = true;
+      out.clear();
+    }
     error_code ec;
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
@@ -206,13 +294,16 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   }
 
   Impl* server;
+  Strand strand;  // the socket's executor
   tcp::socket socket;
   std::string peer;
-  char header[kFrameHeaderBytes];
-  std::string payload;
-  std::deque<std::string> queue;
-  bool writing = false;
-  bool closed = false;
+  FrameBuffer frames;                // strand only
+  std::vector<std::string> writing;  // strand only: frames being written
+  bool closed = false;               // strand only
+  std::mutex out_mu;
+  std::vector<std::string> out;      // frames waiting for the next flush
+  bool flush_scheduled = false;      // a flush is queued or writing
+  bool out_closed = false;
 };
 
 struct RpcServer::Impl::ResponderImpl : public Responder {
@@ -243,9 +334,7 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
   void Post(const RpcEnvelope& e) {
     auto conn = conn_.lock();
     if (conn == nullptr) return;
-    std::string frame = EncodeFrame(e.SerializeAsString());
-    asio::post(conn->socket.get_executor(),
-               [conn, frame = std::move(frame)]() mutable { conn->QueueWrite(std::move(frame)); });
+    conn->Send(EncodeFrame(e.SerializeAsString()));
   }
 
   std::weak_ptr<Connection> conn_;
@@ -256,33 +345,38 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
 void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
   ++server->calls;
   auto responder = std::make_shared<ResponderImpl>(weak_from_this(), request.call_id());
-  auto it = server->handlers.find(request.method());
-  if (it == server->handlers.end()) {
+  auto it = server->methods.find(request.method());
+  if (it == server->methods.end()) {
     responder->Finish(absl::UnimplementedError(StrCat("no method \"", request.method(), "\"")));
     return;
   }
   CallContext ctx;
   ctx.peer = peer;
   if (request.timeout_micros() > 0) ctx.timeout = absl::Microseconds(request.timeout_micros());
-  const Handler* handler = &it->second;
-  asio::post(server->workers, [handler, ctx = std::move(ctx), request = std::move(request),
+  const Method* m = &it->second;
+  if (m->inline_handler) {
+    std::shared_ptr<Responder> r = responder;
+    if (m->inline_handler(ctx, request.body(), r)) return;
+  }
+  asio::post(server->workers, [m, ctx = std::move(ctx), request = std::move(request),
                                responder = std::move(responder)]() {
-    (*handler)(ctx, request.body(), responder);
+    m->handler(ctx, request.body(), responder);
   });
 }
 
 void RpcServer::Impl::Accept() {
-  acceptor.async_accept(asio::make_strand(io), [this](error_code ec, tcp::socket socket) {
+  auto strand = asio::make_strand(io);
+  acceptor.async_accept(strand, [this, strand](error_code ec, tcp::socket socket) {
     if (stopped) return;
     if (!ec) {
       ++accepted;
       socket.set_option(tcp::no_delay(true), ec);
-      auto conn = std::make_shared<Connection>(this, std::move(socket));
+      auto conn = std::make_shared<Connection>(this, strand, std::move(socket));
       {
         std::lock_guard<std::mutex> lock(conns_mu);
         conns.insert(conn);
       }
-      asio::post(conn->socket.get_executor(), [conn] { conn->Start(); });
+      asio::post(conn->strand, [conn] { conn->Start(); });
     } else if (ec != asio::error::operation_aborted) {
       MS_LOG_WARN("rpc: accept failed: {}", ec.message());
     }
@@ -295,7 +389,11 @@ RpcServer::RpcServer(ServerOptions options) : impl_(std::make_shared<Impl>(std::
 RpcServer::~RpcServer() { Stop(); }
 
 void RpcServer::Register(std::string method, Handler handler) {
-  impl_->handlers[std::move(method)] = std::move(handler);
+  impl_->methods[std::move(method)] = Impl::Method{std::move(handler), nullptr};
+}
+
+void RpcServer::RegisterInline(std::string method, InlineHandler inline_handler, Handler handler) {
+  impl_->methods[std::move(method)] = Impl::Method{std::move(handler), std::move(inline_handler)};
 }
 
 absl::Status RpcServer::Start() {
@@ -322,7 +420,7 @@ void RpcServer::Stop() {
         std::lock_guard<std::mutex> lock(impl->conns_mu);
         conns.assign(impl->conns.begin(), impl->conns.end());
       }
-      for (auto& c : conns) asio::post(c->socket.get_executor(), [c] { c->Close("server stopping"); });
+      for (auto& c : conns) asio::post(c->strand, [c] { c->Close("server stopping"); });
       closed.set_value();
     });
     closed.get_future().wait();
@@ -351,28 +449,56 @@ ServerStats RpcServer::stats() const {
 // ---- client -----------------------------------------------------------------------------
 
 struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
-  explicit Impl(ClientOptions o) : options(std::move(o)), socket(io), connect_timer(io) {}
+  using Clock = std::chrono::steady_clock;
 
+  explicit Impl(ClientOptions o)
+      : options(std::move(o)), socket(io), connect_timer(io), deadline_timer(io),
+        frames(options.max_frame_bytes) {}
+
+  struct Call {
+    uint64_t id;
+    std::string frame;
+    absl::Duration timeout;
+    Done done;
+    OnMessage on_message;
+  };
   struct Pending {
     Done done;
     OnMessage on_message;
-    std::unique_ptr<asio::steady_timer> timer;
+    std::optional<std::multimap<Clock::time_point, uint64_t>::iterator> deadline;
   };
 
-  // Everything below runs on the client's one io thread.
-  void Start(uint64_t id, std::string frame, absl::Duration timeout, Done done, OnMessage on_message) {
-    Pending p{std::move(done), std::move(on_message), nullptr};
-    if (timeout != absl::InfiniteDuration()) {
-      p.timer = std::make_unique<asio::steady_timer>(io);
-      p.timer->expires_after(std::chrono::microseconds(absl::ToInt64Microseconds(timeout)));
-      p.timer->async_wait([self = shared_from_this(), id](error_code ec) {
-        if (ec) return;
-        self->Complete(id, absl::DeadlineExceededError(StrCat("call to ", self->options.server,
-                                                              " timed out")));
-      });
+  // Any thread: queues a call; one wakeup of the io thread takes every call
+  // queued meanwhile.
+  void Submit(Call call) {
+    {
+      std::lock_guard<std::mutex> lock(submit_mu);
+      submitted.push_back(std::move(call));
+      if (drain_scheduled) return;
+      drain_scheduled = true;
     }
-    pending.emplace(id, std::move(p));
-    queue.push_back(std::move(frame));
+    asio::post(io, [self = shared_from_this()] { self->Drain(); });
+  }
+
+  // Everything below runs on the client's one io thread.
+  void Drain() {
+    std::vector<Call> calls;
+    {
+      std::lock_guard<std::mutex> lock(submit_mu);
+      calls.swap(submitted);
+      drain_scheduled = false;
+    }
+    const Clock::time_point now = Clock::now();
+    for (Call& c : calls) {
+      Pending p{std::move(c.done), std::move(c.on_message), std::nullopt};
+      if (c.timeout != absl::InfiniteDuration()) {
+        const auto at = now + std::chrono::microseconds(absl::ToInt64Microseconds(c.timeout));
+        p.deadline = deadlines.emplace(at, c.id);
+        ArmDeadlineTimer(at);
+      }
+      pending.emplace(c.id, std::move(p));
+      queue.push_back(std::move(c.frame));
+    }
     if (connected) {
       if (!writing) WriteNext();
     } else if (!connecting) {
@@ -380,12 +506,35 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
+  // One timer for all deadlines, set to the earliest; a call that finishes
+  // early leaves it alone (it fires, finds nothing due and moves on).
+  void ArmDeadlineTimer(Clock::time_point at) {
+    if (timer_armed && at >= timer_at) return;
+    timer_armed = true;
+    timer_at = at;
+    deadline_timer.expires_at(at);
+    deadline_timer.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec) return;  // re-armed earlier, or shutting down
+      self->timer_armed = false;
+      self->ExpireDeadlines();
+    });
+  }
+
+  void ExpireDeadlines() {
+    const Clock::time_point now = Clock::now();
+    while (!deadlines.empty() && deadlines.begin()->first <= now) {
+      const uint64_t id = deadlines.begin()->second;
+      Complete(id, absl::DeadlineExceededError(StrCat("call to ", options.server, " timed out")));
+    }
+    if (!deadlines.empty()) ArmDeadlineTimer(deadlines.begin()->first);
+  }
+
   void Complete(uint64_t id, absl::StatusOr<std::string> result) {
     auto it = pending.find(id);
     if (it == pending.end()) return;
     Pending p = std::move(it->second);
     pending.erase(it);
-    if (p.timer) p.timer->cancel();
+    if (p.deadline) deadlines.erase(*p.deadline);
     p.done(std::move(result));
   }
 
@@ -402,8 +551,10 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     absl::Status s = ParseHostPort(options.server, &host, &port);
     if (!s.ok()) return FailAll(s);
     connecting = true;
+    ++generation;
     error_code ec;
     socket = tcp::socket(io);
+    frames.Reset();
     tcp::resolver resolver(io);
     auto endpoints = resolver.resolve(host, std::to_string(port), ec);
     if (ec) {
@@ -427,38 +578,42 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
       error_code ignored;
       self->socket.set_option(tcp::no_delay(true), ignored);
       self->connected = true;
-      self->ReadHeader();
+      self->Read();
       self->WriteNext();
     });
   }
 
+  // Writes every queued frame in one gathered write.
   void WriteNext() {
     if (queue.empty() || !connected) {
       writing = false;
       return;
     }
     writing = true;
-    asio::async_write(socket, asio::buffer(queue.front()), [self = shared_from_this()](error_code ec, size_t) {
-      if (!self->queue.empty()) self->queue.pop_front();
-      if (ec) return self->Broken(StrCat("write failed: ", ec.message()));
-      self->WriteNext();
-    });
+    in_flight.clear();
+    in_flight.swap(queue);
+    asio::async_write(socket, Buffers(in_flight),
+                      [self = shared_from_this(), gen = generation](error_code ec, size_t) {
+                        if (gen != self->generation) return;  // an older connection
+                        if (ec) return self->Broken(StrCat("write failed: ", ec.message()));
+                        self->WriteNext();
+                      });
   }
 
-  void ReadHeader() {
-    asio::async_read(socket, asio::buffer(header, kFrameHeaderBytes), [self = shared_from_this()](error_code ec, size_t) {
+  void Read() {
+    socket.async_read_some(frames.Prepare(),
+                          [self = shared_from_this(), gen = generation](error_code ec, size_t n) {
+      if (gen != self->generation) return;
       if (ec) return self->Broken(ec == asio::error::eof ? "server closed the connection" : ec.message());
-      absl::StatusOr<uint32_t> len = CheckHeader(self->header, self->options.max_frame_bytes);
-      if (!len.ok()) return self->Broken(std::string(len.status().message()));
-      self->payload.resize(*len);
-      asio::async_read(self->socket, asio::buffer(self->payload), [self](error_code ec, size_t) {
-        if (ec) return self->Broken(ec.message());
+      self->frames.Commit(n);
+      for (;;) {
         RpcEnvelope e;
-        absl::Status s = CheckPayload(self->header, self->payload, &e);
-        if (!s.ok()) return self->Broken(std::string(s.message()));
+        absl::StatusOr<bool> got = self->frames.Next(&e);
+        if (!got.ok()) return self->Broken(std::string(got.status().message()));
+        if (!*got) break;
         self->OnResponse(std::move(e));
-        self->ReadHeader();
-      });
+      }
+      self->Read();
     });
   }
 
@@ -482,6 +637,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   void Broken(const std::string& why) {
     connected = false;
     writing = false;
+    ++generation;  // late handlers of this connection do nothing
     error_code ec;
     socket.close(ec);
     FailAll(absl::UnavailableError(StrCat("connection to ", options.server, " lost: ", why)));
@@ -493,12 +649,21 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   std::thread thread;
   tcp::socket socket;
   asio::steady_timer connect_timer;
+  asio::steady_timer deadline_timer;
+  bool timer_armed = false;
+  Clock::time_point timer_at;
+  uint64_t generation = 0;  // of the connection; bumped when it breaks
   bool connected = false, connecting = false, writing = false;
-  std::deque<std::string> queue;
+  std::vector<std::string> queue;      // frames to write next
+  std::vector<std::string> in_flight;  // frames being written
   std::map<uint64_t, Pending> pending;
+  std::multimap<Clock::time_point, uint64_t> deadlines;
+  FrameBuffer frames;
   std::atomic<uint64_t> next_id{1};
-  char header[kFrameHeaderBytes];
-  std::string payload;
+
+  std::mutex submit_mu;
+  std::vector<Call> submitted;  // guarded by submit_mu
+  bool drain_scheduled = false;  // guarded by submit_mu
 };
 
 RpcClient::RpcClient(ClientOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
@@ -513,9 +678,11 @@ RpcClient::~RpcClient() {
   asio::post(impl_->io, [impl = impl_.get()] {
     impl->FailAll(absl::CancelledError("client destroyed"));
     impl->connected = false;
+    ++impl->generation;
     error_code ec;
     impl->socket.close(ec);
     impl->connect_timer.cancel();
+    impl->deadline_timer.cancel();
   });
   impl_->work.reset();
   impl_->thread.join();
@@ -534,27 +701,34 @@ void RpcClient::CallAsync(std::string_view method, std::string request, absl::Du
     done(absl::InvalidArgumentError(StrCat("request of ", frame.size(), " bytes exceeds the frame limit")));
     return;
   }
-  asio::post(impl_->io, [impl = impl_, id, frame = std::move(frame), timeout, done = std::move(done),
-                         on_message = std::move(on_message)]() mutable {
-    impl->Start(id, std::move(frame), timeout, std::move(done), std::move(on_message));
-  });
+  impl_->Submit(Impl::Call{id, std::move(frame), timeout, std::move(done), std::move(on_message)});
 }
 
 absl::StatusOr<std::string> RpcClient::Call(std::string_view method, std::string request,
                                             absl::Duration timeout) {
-  std::promise<absl::StatusOr<std::string>> result;
-  CallAsync(method, std::move(request), timeout,
-            [&result](absl::StatusOr<std::string> r) { result.set_value(std::move(r)); });
-  return result.get_future().get();
+  absl::StatusOr<std::string> result;
+  absl::Notification finished;
+  CallAsync(method, std::move(request), timeout, [&](absl::StatusOr<std::string> r) {
+    result = std::move(r);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return result;
 }
 
 absl::Status RpcClient::Stream(std::string_view method, std::string request, absl::Duration timeout,
                                const OnMessage& on_message) {
-  std::promise<absl::Status> result;
+  absl::Status result;
+  absl::Notification finished;
   CallAsync(
       method, std::move(request), timeout,
-      [&result](absl::StatusOr<std::string> r) { result.set_value(r.status()); }, on_message);
-  return result.get_future().get();
+      [&](absl::StatusOr<std::string> r) {
+        result = r.status();
+        finished.Notify();
+      },
+      on_message);
+  finished.WaitForNotification();
+  return result;
 }
 
 }  // namespace megastore::rpc

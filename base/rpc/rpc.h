@@ -2,7 +2,10 @@
 // Boost.Asio. Asio stays inside rpc.cc; this header is cheap to include.
 //
 // The server reads frames from each connection and runs handlers on a worker
-// pool, so a handler may block (e.g. on the commit log's fsync). A malformed,
+// pool, so a handler may block; a method may also have an inline handler that
+// runs on the I/O thread when it can answer without blocking. Each read takes
+// every frame that has arrived; responses that queue up while one is being
+// written go out together in one gathered write. A malformed,
 // oversized or corrupt frame closes that connection with a logged reason; the
 // server itself never stops on bad input.
 //
@@ -44,6 +47,14 @@ struct CallContext {
 using Handler = std::function<void(const CallContext& ctx, std::string_view request,
                                    std::shared_ptr<Responder> responder)>;
 
+// A handler that runs on the connection's I/O thread, saving the hand-off to
+// a worker. It must not block: it either takes the call (returns true; it
+// answers through `responder`, now or later from another thread) or declines
+// without answering (returns false), and the method's regular Handler then
+// runs on a worker.
+using InlineHandler = std::function<bool(const CallContext& ctx, std::string_view request,
+                                         std::shared_ptr<Responder>& responder)>;
+
 struct ServerOptions {
   // host:port; port 0 picks a free port (see RpcServer::port()).
   std::string listen = "127.0.0.1:0";
@@ -69,6 +80,9 @@ class RpcServer {
 
   // Registers `handler` for `method`; before Start().
   void Register(std::string method, Handler handler);
+  // Registers a method that tries `inline_handler` first and falls back to
+  // `handler` on a worker when it declines; before Start().
+  void RegisterInline(std::string method, InlineHandler inline_handler, Handler handler);
   // Binds and starts serving. InvalidArgument for a bad address,
   // Unavailable if it cannot bind.
   absl::Status Start();

@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <thread>
 
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "base/rpc/rpc.pb.h"
 #include "base/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,6 +44,17 @@ class RpcTest : public ::testing::Test {
       release_.WaitForNotificationWithTimeout(absl::Seconds(30));
       r->Finish(absl::OkStatus(), "late");
     });
+    server_->RegisterInline(
+        "maybe",
+        [this](const CallContext&, std::string_view req, std::shared_ptr<Responder>& r) {
+          if (req != "inline") return false;
+          ++inline_calls_;
+          r->Finish(absl::OkStatus(), "answered inline");
+          return true;
+        },
+        [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+          r->Finish(absl::OkStatus(), "answered by a worker");
+        });
     ASSERT_TRUE(server_->Start().ok());
     address_ = "127.0.0.1:" + std::to_string(server_->port());
   }
@@ -75,9 +90,56 @@ class RpcTest : public ::testing::Test {
     return n == 0;
   }
 
+  // Connects a raw TCP socket to the server; -1 on failure.
+  int RawConnect() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+  }
+
+  static std::string RequestFrame(uint64_t id, const std::string& method, const std::string& body) {
+    RpcEnvelope e;
+    e.set_call_id(id);
+    e.set_method(method);
+    e.set_body(body);
+    return EncodeFrame(e.SerializeAsString());
+  }
+
+  // Reads `n` response frames from `fd`; their bodies by call id.
+  static std::map<uint64_t, std::string> ReadResponses(int fd, size_t n) {
+    std::map<uint64_t, std::string> out;
+    std::string in;
+    char buf[4096];
+    while (out.size() < n) {
+      const ssize_t got = ::recv(fd, buf, sizeof(buf), 0);
+      if (got <= 0) break;
+      in.append(buf, static_cast<size_t>(got));
+      while (in.size() >= 8) {
+        const uint32_t len = static_cast<uint8_t>(in[0]) | static_cast<uint8_t>(in[1]) << 8 |
+                             static_cast<uint8_t>(in[2]) << 16 | static_cast<uint32_t>(static_cast<uint8_t>(in[3])) << 24;
+        if (in.size() < 8 + len) break;
+        RpcEnvelope e;
+        EXPECT_TRUE(e.ParseFromArray(in.data() + 8, static_cast<int>(len)));
+        out[e.call_id()] = e.body();
+        in.erase(0, 8 + len);
+      }
+    }
+    return out;
+  }
+
   std::unique_ptr<RpcServer> server_;
   std::string address_;
   absl::Notification release_;
+  std::atomic<int> inline_calls_{0};
 };
 
 TEST_F(RpcTest, UnaryCallsReturnBodiesAndStatuses) {
@@ -113,6 +175,18 @@ TEST_F(RpcTest, DeadlinesExpireWithoutBlockingOtherCalls) {
   auto slow = c->Call("slow", "", absl::Milliseconds(50));
   EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(c->Call("echo", "x", absl::Seconds(10)).ok());
+}
+
+TEST_F(RpcTest, AShorterDeadlineAfterALongerOneStillExpiresOnTime) {
+  auto c = Client();
+  absl::Notification long_done;
+  c->CallAsync("slow", "", absl::Seconds(20), [&](absl::StatusOr<std::string>) { long_done.Notify(); });
+  const absl::Time start = absl::Now();
+  auto r = c->Call("slow", "", absl::Milliseconds(100));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  release_.Notify();
+  long_done.WaitForNotification();
 }
 
 TEST_F(RpcTest, ManyConcurrentCallsShareOneConnection) {
@@ -180,6 +254,65 @@ TEST_F(RpcTest, ClientReconnectsAfterTheServerRestarts) {
   ASSERT_TRUE(server_->Start().ok());
   auto r = c->Call("echo", "c", absl::Seconds(10));
   ASSERT_TRUE(r.ok()) << r.status();
+}
+
+TEST_F(RpcTest, ManyFramesInOneSegmentAreAllAnswered) {
+  const int fd = RawConnect();
+  ASSERT_GE(fd, 0);
+  std::string bytes;
+  for (uint64_t id = 1; id <= 20; ++id) bytes += RequestFrame(id, "echo", "body" + std::to_string(id));
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  const auto got = ReadResponses(fd, 20);
+  ::close(fd);
+  ASSERT_EQ(got.size(), 20u);
+  for (uint64_t id = 1; id <= 20; ++id) EXPECT_EQ(got.at(id), "body" + std::to_string(id));
+}
+
+TEST_F(RpcTest, AFrameArrivingByteByByteIsAnswered) {
+  const int fd = RawConnect();
+  ASSERT_GE(fd, 0);
+  const std::string bytes = RequestFrame(7, "echo", "slowly");
+  for (char c : bytes) {
+    ASSERT_EQ(::send(fd, &c, 1, MSG_NOSIGNAL), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto got = ReadResponses(fd, 1);
+  ::close(fd);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.at(7), "slowly");
+}
+
+TEST_F(RpcTest, FramesLargerThanOneReadRoundTrip) {
+  auto c = Client();
+  Random rng(3);
+  const std::string big = rng.Bytes(900 << 10);
+  auto r = c->Call("echo", big, absl::Seconds(10));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, big);
+  EXPECT_EQ(*c->Call("echo", "small after big", absl::Seconds(10)), "small after big");
+}
+
+TEST_F(RpcTest, InlineHandlersAnswerOrDeclineToAWorker) {
+  auto c = Client();
+  EXPECT_EQ(*c->Call("maybe", "inline", absl::Seconds(10)), "answered inline");
+  EXPECT_EQ(*c->Call("maybe", "other", absl::Seconds(10)), "answered by a worker");
+  EXPECT_EQ(inline_calls_.load(), 1);
+}
+
+TEST_F(RpcTest, ManyOutstandingAsyncCallsCompleteWithTheirOwnResults) {
+  auto c = Client();
+  constexpr int kCalls = 2000;
+  std::atomic<int> right{0};
+  absl::BlockingCounter done(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    c->CallAsync(i % 10 == 0 ? "fail" : "echo", std::to_string(i), absl::Seconds(10),
+                 [&, i](absl::StatusOr<std::string> r) {
+                   if (i % 10 == 0 ? absl::IsNotFound(r.status()) : (r.ok() && *r == std::to_string(i))) ++right;
+                   done.DecrementCount();
+                 });
+  }
+  done.Wait();
+  EXPECT_EQ(right.load(), kCalls);
 }
 
 TEST(RpcAddressTest, ParsesHostAndPort) {
