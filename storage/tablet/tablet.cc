@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/hash/hash.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
@@ -417,14 +418,29 @@ struct Tablet::AsyncWrite {
   uint64_t floor = 0;
 };
 
-absl::Status Tablet::MutateRowAsync(std::unique_ptr<RowWrite>& write) {
+absl::Status WouldBlockError() {
+  return absl::AbortedError("the write would wait for a lock; retry where blocking is allowed");
+}
+
+bool IsWouldBlock(const absl::Status& s) {
+  return absl::IsAborted(s) && s.message() == WouldBlockError().message();
+}
+
+absl::Status Tablet::MutateRowAsync(std::unique_ptr<RowWrite>& write, bool may_block) {
   RowWrite& w = *write;
   std::shared_ptr<const View> v = view();
   MS_RETURN_IF_ERROR(ValidateWrite(*v->schema, w.row, w.mutations, w.timestamp));
   const size_t stripe = StripeOf(w.row);
-  absl::ReaderMutexLock gate(&write_gate_);
+  if (may_block) {
+    write_gate_.ReaderLock();
+  } else if (!write_gate_.ReaderTryLock()) {
+    return WouldBlockError();
+  }
+  absl::Cleanup release_gate = [this] { write_gate_.ReaderUnlock(); };
   MS_RETURN_IF_ERROR(CheckWritable());
   if (options_.log == nullptr) {
+    // The write happens here and now, through RocksDB's own WAL.
+    if (!may_block) return WouldBlockError();
     absl::Status s;
     {
       absl::MutexLock lock(&row_locks_[stripe]);
@@ -439,11 +455,16 @@ absl::Status Tablet::MutateRowAsync(std::unique_ptr<RowWrite>& write) {
   std::string record;
   EncodeLogRecord(&record, w.row, now, w.mutations);
   uint64_t floor;
+  // Under the row lock, so a CheckAndMutateRow or ReadModifyWriteRow of the
+  // stripe either sees this write in flight and waits for it, or finished
+  // before it.
+  if (may_block) {
+    row_locks_[stripe].Lock();
+  } else if (!row_locks_[stripe].TryLock()) {
+    return WouldBlockError();
+  }
   {
-    // Under the row lock, so a CheckAndMutateRow or ReadModifyWriteRow of
-    // the stripe either sees this write in flight and waits for it, or
-    // finished before it.
-    absl::MutexLock row_lock(&row_locks_[stripe]);
+    absl::Cleanup release_row = [&] { row_locks_[stripe].Unlock(); };
     absl::MutexLock lock(&redo_mu_);
     // While this write is in flight, the redo point stored with any batch
     // stays below the LSN it will get: `floor` is a lower bound of it.

@@ -50,6 +50,10 @@ namespace megastore::storage {
 class RowBuilder;
 struct TabletCompactionContext;
 
+// What a non-blocking MutateRowAsync returns instead of waiting for a lock.
+absl::Status WouldBlockError();
+bool IsWouldBlock(const absl::Status& s);
+
 struct TabletOptions {
   // The tablet's directory; created if missing.
   std::string path;
@@ -105,7 +109,11 @@ class Tablet {
   // applied (OK) or has failed. With a shared log `done` runs on the log's
   // thread, so it must be quick and must not write to a tablet
   // synchronously; without one the write happens before this returns.
-  absl::Status MutateRowAsync(std::unique_ptr<RowWrite>& write);
+  //
+  // With `may_block` false it never waits for a lock (it may run on an RPC
+  // I/O thread): where it would, it returns WouldBlockError() and leaves
+  // `write` untouched.
+  absl::Status MutateRowAsync(std::unique_ptr<RowWrite>& write, bool may_block = true);
 
   // MutateRow for each entry; each row atomic on its own. One status per
   // entry, in order.

@@ -95,6 +95,31 @@ class TabletTest : public ::testing::Test {
   std::unique_ptr<Tablet> tablet_;
 };
 
+TEST_F(TabletTest, MutateRowAsyncWithoutASharedLogWritesBeforeReturning) {
+  auto w = std::make_unique<Tablet::RowWrite>();
+  w->row = "r";
+  w->mutations = {Mutation::SetCell("cf", "q", "v", 5)};
+  absl::Status result = absl::UnknownError("not called");
+  w->done = [&](absl::Status s) { result = s; };
+  // Non-blocking callers are told to retry where they may block: without a
+  // shared log the write goes through RocksDB's WAL right here.
+  EXPECT_TRUE(IsWouldBlock(tablet_->MutateRowAsync(w, /*may_block=*/false)));
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(tablet_->MutateRowAsync(w).ok());
+  EXPECT_EQ(w, nullptr);
+  EXPECT_TRUE(result.ok()) << result;
+  ASSERT_EQ(Cells("r").size(), 1u);
+  // Refused input: an error, `done` not called, the write left to the caller.
+  auto bad = std::make_unique<Tablet::RowWrite>();
+  bad->row = "r";
+  bad->mutations = {Mutation::SetCell("nope", "q", "v")};
+  bool called = false;
+  bad->done = [&](absl::Status) { called = true; };
+  EXPECT_TRUE(absl::IsInvalidArgument(tablet_->MutateRowAsync(bad)));
+  EXPECT_NE(bad, nullptr);
+  EXPECT_FALSE(called);
+}
+
 TEST_F(TabletTest, CellsOfAColumnComeBackNewestFirst) {
   Set("r", "cf", "q", "v1", 10);
   Set("r", "cf", "q", "v3", 30);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "base/coding.h"
 #include "base/logging.h"
@@ -420,8 +421,14 @@ absl::Status TabletServer::CompactTablet(std::string_view id) {
 }
 
 absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::Route(std::string_view table,
-                                                            std::string_view row) const {
-  absl::MutexLock lock(&mu_);
+                                                            std::string_view row,
+                                                            bool may_block) const {
+  if (may_block) {
+    mu_.ReaderLock();
+  } else if (!mu_.ReaderTryLock()) {
+    return WouldBlockError();
+  }
+  absl::Cleanup unlock = [this] { mu_.ReaderUnlock(); };
   if (FindTableLocked(table) == nullptr) return absl::NotFoundError(StrCat("table ", table, " does not exist"));
   for (const auto& [id, l] : loaded_) {
     if (l.entry.table() == table && Covers(l.entry, row)) return l.tablet;
@@ -462,10 +469,10 @@ absl::Status TabletServer::MutateRow(std::string_view table, std::string_view ro
 }
 
 absl::Status TabletServer::MutateRowAsync(std::string_view table,
-                                          std::unique_ptr<Tablet::RowWrite>& write) {
+                                          std::unique_ptr<Tablet::RowWrite>& write, bool may_block) {
   for (int attempt = 0;; ++attempt) {
-    MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, write->row));
-    absl::Status s = t->MutateRowAsync(write);
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, write->row, may_block));
+    absl::Status s = t->MutateRowAsync(write, may_block);
     // Split or unloaded between routing and the call: route again (to a
     // child, or to the answer that the tablet is not loaded).
     if (s.ok() || !absl::IsFailedPrecondition(s) || t->accepts_writes() || attempt >= 3) return s;

@@ -97,7 +97,10 @@ class TabletServer {
   // the commit log's thread once the write is durable and applied. An error
   // returned here (unknown table, no tablet, bad input) means nothing was
   // queued and `write` is left to the caller.
-  absl::Status MutateRowAsync(std::string_view table, std::unique_ptr<Tablet::RowWrite>& write);
+  // With `may_block` false it never waits for a lock: where it would, it
+  // returns WouldBlockError() (see tablet.h) with `write` untouched.
+  absl::Status MutateRowAsync(std::string_view table, std::unique_ptr<Tablet::RowWrite>& write,
+                              bool may_block = true);
   // Queues every entry (each row atomic on its own); `done` runs once, with
   // one status per entry, when all have finished.
   void MutateRowsAsync(std::string_view table, std::vector<RowMutations> entries,
@@ -138,7 +141,9 @@ class TabletServer {
   const TableSchema* FindTableLocked(std::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   TabletEntry* FindEntryLocked(std::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The loaded tablet serving (table, row), or the reason there is none.
-  absl::StatusOr<std::shared_ptr<Tablet>> Route(std::string_view table, std::string_view row) const;
+  // Without `may_block`, WouldBlockError() if the server's lock is taken.
+  absl::StatusOr<std::shared_ptr<Tablet>> Route(std::string_view table, std::string_view row,
+                                                bool may_block = true) const;
   // Runs `fn` on the row's tablet; retries when the tablet was split meanwhile.
   template <typename Fn>
   auto WithTablet(std::string_view table, std::string_view row, Fn fn) -> decltype(fn(nullptr));

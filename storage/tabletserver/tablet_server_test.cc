@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -393,6 +394,60 @@ TEST_F(TabletServerTest, ReadModifyWriteAmidAsyncWritesOfTheSameRowLosesNothing)
   ASSERT_EQ(latest["n"].size(), 8u);
   EXPECT_EQ(static_cast<uint8_t>(latest["n"][7]), 200);
   EXPECT_EQ(latest["q"], "v499");
+}
+
+// Non-blocking submissions (what the RPC I/O threads do) racing with splits
+// and check-and-mutates: each is queued or told to retry blocking, and no
+// acknowledged write is lost.
+TEST_F(TabletServerTest, NonBlockingWritesRetriedBlockingLoseNothingDuringSplitsAndChecks) {
+  auto server = Open();
+  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  std::atomic<bool> stop{false};
+  std::thread others([&] {
+    RowFilter any;
+    for (int i = 0; !stop; ++i) {
+      ASSERT_TRUE(server->CheckAndMutateRow("t", "k" + std::to_string(i % 50), any, {},
+                                            {Mutation::SetCell("cf", "c", "x")}).ok());
+      if (i % 40 == 39) {
+        const auto tablets = server->ListTablets("t");
+        for (const TabletEntry& e : tablets) {
+          if (e.start_row() < "k25" && (e.end_row().empty() || e.end_row() > "k25")) {
+            ASSERT_TRUE(server->SplitTablet(e.id(), "k25").ok());
+          }
+        }
+      }
+    }
+  });
+  int would_block = 0;
+  absl::BlockingCounter pending(2000);
+  for (int i = 0; i < 2000; ++i) {
+    auto w = std::make_unique<Tablet::RowWrite>();
+    w->row = "k" + std::to_string(i % 50);
+    w->mutations = {Mutation::SetCell("cf", "q", "v" + std::to_string(i), 1000 + i)};
+    w->done = [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      pending.DecrementCount();
+    };
+    absl::Status s = server->MutateRowAsync("t", w, /*may_block=*/false);
+    if (IsWouldBlock(s)) {
+      ++would_block;
+      ASSERT_NE(w, nullptr);
+      s = server->MutateRowAsync("t", w);
+    }
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  pending.Wait();
+  stop = true;
+  others.join();
+  for (int k = 0; k < 50; ++k) {
+    ReadOptions o;
+    o.filter.qualifier_match = RowFilter::QualifierMatch::kExact;
+    o.filter.qualifier = "q";
+    auto row = server->ReadRow("t", "k" + std::to_string(k), o);
+    ASSERT_TRUE(row.ok() && row->has_value());
+    EXPECT_EQ((*row)->cells.size(), 40u) << "row k" << k;
+  }
+  std::printf("non-blocking submissions that had to block: %d of 2000\n", would_block);
 }
 
 TEST_F(TabletServerTest, AsyncWritesRefusedUpFrontLeaveTheWriteToTheCaller) {

@@ -149,14 +149,17 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     return Serialize(resp);
   });
 
-  // Writes do not hold a worker through the commit log's sync: the log's
-  // thread answers once the write is durable and applied.
-  rpc->Register("tablet.MutateRow", [server, metrics](const rpc::CallContext&, std::string_view body,
-                                                      std::shared_ptr<rpc::Responder> responder) {
+  // Writes do not hold a thread through the commit log's sync: the log's
+  // thread answers once the write is durable and applied. They are queued
+  // right on the I/O thread unless that would wait for a lock (a split, a
+  // check-and-mutate of the same rows); then a worker queues them.
+  auto mutate_row = [server, metrics](std::string_view body, std::shared_ptr<rpc::Responder>& responder,
+                                      bool may_block) {
     const int64_t start = NowMicros();
     auto fail = [&](const absl::Status& s) {
       metrics->Record("tablet.MutateRow", NowMicros() - start, false);
       responder->Finish(s);
+      return true;
     };
     MutateRowRequest r;
     if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
@@ -176,8 +179,19 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
         responder->Finish(s);
       }
     };
-    if (absl::Status s = server->MutateRowAsync(r.table(), write); !s.ok()) fail(s);
-  });
+    absl::Status s = server->MutateRowAsync(r.table(), write, may_block);
+    if (!may_block && IsWouldBlock(s)) return false;
+    if (!s.ok()) return fail(s);
+    return true;
+  };
+  rpc->RegisterInline(
+      "tablet.MutateRow",
+      [mutate_row](const rpc::CallContext&, std::string_view body, std::shared_ptr<rpc::Responder>& responder) {
+        return mutate_row(body, responder, false);
+      },
+      [mutate_row](const rpc::CallContext&, std::string_view body, std::shared_ptr<rpc::Responder> responder) {
+        mutate_row(body, responder, true);
+      });
   rpc->Register("tablet.MutateRows", [server, metrics](const rpc::CallContext&, std::string_view body,
                                                        std::shared_ptr<rpc::Responder> responder) {
     const int64_t start = NowMicros();
