@@ -16,6 +16,7 @@
 #include "storage/tabletserver/status_pages.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "base/init.h"
 
 namespace {
 
@@ -32,6 +33,7 @@ absl::Duration ParseDurationOrDie(const std::string& text, const char* flag) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  megastore::InitProcess();
   CLI::App app{
       "megastored: runs megastore server roles.\n"
       "Today one role exists: the Bigtable tablet server (--roles=tablet), standalone\n"

@@ -5,8 +5,10 @@
 
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
+#include "base/init.h"
 
 int main(int argc, char** argv) {
+  megastore::InitProcess();
   CLI::App app{"msadmin: operate megastore (exit status: 0 ok, 1 the operation failed, 2 usage error)"};
   app.require_subcommand(1);
   megastore::tools::BtState bt;

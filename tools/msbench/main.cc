@@ -5,8 +5,10 @@
 
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/tablet_bench.h"
+#include "base/init.h"
 
 int main(int argc, char** argv) {
+  megastore::InitProcess();
   CLI::App app{"msbench: megastore benchmarks (throughput measured side by side with baselines)"};
   app.require_subcommand(1);
 
