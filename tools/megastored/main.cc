@@ -2,21 +2,21 @@
 // server (--roles=tablet). `megastored --help` lists every flag.
 #include <signal.h>
 
-#include <CLI/CLI.hpp>
-
-#include "base/cli.h"
 #include <cstdio>
 #include <iostream>
 
+#include <CLI/CLI.hpp>
+
+#include "base/cli.h"
 #include "base/env.h"
 #include "base/http/http_server.h"
+#include "base/init.h"
 #include "base/logging.h"
 #include "base/rpc/rpc.h"
 #include "base/strings.h"
 #include "storage/tabletserver/status_pages.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
-#include "base/init.h"
 
 namespace {
 

@@ -2,10 +2,9 @@
 #include <CLI/CLI.hpp>
 
 #include "base/cli.h"
-
+#include "base/init.h"
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
-#include "base/init.h"
 
 int main(int argc, char** argv) {
   megastore::InitProcess();

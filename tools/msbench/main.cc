@@ -2,10 +2,9 @@
 #include <CLI/CLI.hpp>
 
 #include "base/cli.h"
-
+#include "base/init.h"
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/tablet_bench.h"
-#include "base/init.h"
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
