@@ -372,6 +372,17 @@ absl::Status Tablet::ValidateWrite(const CompiledSchema& schema, std::string_vie
 
 absl::Status Tablet::MutateRow(std::string_view row, absl::Span<const Mutation> mutations,
                                int64_t timestamp) {
+  if (options_.log == nullptr) {
+    const auto v = view();
+    MS_RETURN_IF_ERROR(ValidateWrite(*v->schema, row, mutations, timestamp));
+    absl::ReaderMutexLock gate(&write_gate_);
+    MS_RETURN_IF_ERROR(CheckWritable());
+    const size_t stripe = StripeOf(row);
+    absl::MutexLock lock(&row_locks_[stripe]);
+    return ApplyLocked(*v, row, mutations, timestamp, stripe);
+  }
+  // With a shared log every plain write takes the asynchronous path, so that
+  // writes to a row apply in log order.
   absl::Status result;
   absl::Notification finished;
   auto write = std::make_unique<RowWrite>();
