@@ -243,13 +243,13 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
 
   // Any thread.
   void Send(std::string frame) {
-    {
-      std::lock_guard<std::mutex> lock(out_mu);
-      if (out_closed) return;
-      out.push_back(std::move(frame));
-      if (flush_scheduled) return;
-      flush_scheduled = true;
-    }
+    // The post happens under out_mu, so that after DropFurtherOutput() no
+    // thread is still about to post.
+    std::lock_guard<std::mutex> lock(out_mu);
+    if (out_closed) return;
+    out.push_back(std::move(frame));
+    if (flush_scheduled) return;
+    flush_scheduled = true;
     if (strand.running_in_this_thread()) {
       // An inline handler answering: flush after the frames at hand are
       // dispatched, without waking another thread.
@@ -257,6 +257,12 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     } else {
       asio::post(strand, [self = shared_from_this()] { self->Flush(); });
     }
+  }
+
+  void DropFurtherOutput() {
+    std::lock_guard<std::mutex> lock(out_mu);
+    out_closed = true;
+    out.clear();
   }
 
   // On the strand; one gathered write at a time.
@@ -281,11 +287,7 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     if (closed) return;
     closed = true;
     if (!reason.empty()) MS_LOG_DEBUG("rpc: connection from {} closed: {}", peer, reason);
-    {
-      std::lock_guard<std::mutex> lock(out_mu);
-      out_closed = true;
-      out.clear();
-    }
+    DropFurtherOutput();
     error_code ec;
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
@@ -411,7 +413,7 @@ void RpcServer::Stop() {
   Impl* impl = impl_.get();
   if (impl->stopped.exchange(true)) return;
   if (!impl->io_threads.empty()) {
-    std::promise<void> closed;
+    absl::Notification closed;
     asio::post(impl->io, [impl, &closed] {
       error_code ec;
       impl->acceptor.close(ec);
@@ -421,11 +423,17 @@ void RpcServer::Stop() {
         conns.assign(impl->conns.begin(), impl->conns.end());
       }
       for (auto& c : conns) asio::post(c->strand, [c] { c->Close("server stopping"); });
-      closed.set_value();
+      closed.Notify();
     });
-    closed.get_future().wait();
+    closed.WaitForNotification();
   }
   impl->workers.join();
+  {
+    // Answers still to come (from the commit log's thread, say) are dropped
+    // from here on instead of being posted to a stopping io_context.
+    std::lock_guard<std::mutex> lock(impl->conns_mu);
+    for (const auto& c : impl->conns) c->DropFurtherOutput();
+  }
   impl->work.reset();
   impl->io.stop();
   for (auto& t : impl->io_threads) t.join();
