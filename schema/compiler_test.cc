@@ -1,0 +1,95 @@
+#include "schema/compiler.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megastore::schema {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadSource(const std::string& relative) {
+  std::ifstream in(std::string(MS_SOURCE_DIR) + "/" + relative);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Errors(const CompileResult& r) {
+  std::string out;
+  for (const Diagnostic& d : r.errors) out += FormatDiagnostic("f.msdl", d) + "\n";
+  return out;
+}
+
+TEST(CompilerTest, ThePapersPhotoAppCompilesVerbatim) {
+  const CompileResult r = CompileSchema(ReadSource("examples/photoapp.msdl"));
+  ASSERT_TRUE(r.ok()) << Errors(r);
+  const SchemaDescriptor& d = r.descriptor;
+  EXPECT_EQ(d.name(), "PhotoApp");
+  ASSERT_EQ(d.tables_size(), 2);
+  EXPECT_TRUE(d.tables(0).entity_group_root());
+  const TableDescriptor& photo = d.tables(1);
+  EXPECT_EQ(photo.name(), "Photo");
+  EXPECT_EQ(photo.root_table(), "User");
+  EXPECT_EQ(photo.in_table(), "User");  // written "IN TABLE user": names ignore case
+  ASSERT_EQ(photo.primary_key_size(), 2);
+  EXPECT_EQ(photo.primary_key(1).field(), "photo_id");
+  EXPECT_EQ(photo.fields(5).label(), REPEATED);
+  ASSERT_EQ(d.indexes_size(), 2);
+  EXPECT_EQ(d.indexes(0).scope(), IndexDescriptor::LOCAL);
+  EXPECT_EQ(d.indexes(1).scope(), IndexDescriptor::GLOBAL);
+  EXPECT_EQ(d.indexes(1).storing(0), "thumbnail_url");
+}
+
+TEST(CompilerTest, ReportsEveryErrorWithPositionAndHint) {
+  const CompileResult r = CompileSchema(
+      "CREATE SCHEMA S;\n"
+      "CREATE TABLE A {\n"
+      "  required int64 id;\n"
+      "  required strin name;\n"
+      "  optional int64 id;\n"
+      "} PRIMARY KEY(id, nope), ENTITY GROUP ROOT;\n"
+      "CREATE GLOBAL INDEX I ON A(missing);\n");
+  ASSERT_FALSE(r.ok());
+  const std::string e = Errors(r);
+  EXPECT_THAT(e, HasSubstr("f.msdl:4:12: error: unknown type \"strin\""));
+  EXPECT_THAT(e, HasSubstr("f.msdl:5:18: error: duplicate field \"id\" in table A"));
+  EXPECT_THAT(e, HasSubstr("f.msdl:6:19: error: primary key column \"nope\" is not a field of table A"));
+  EXPECT_THAT(e, HasSubstr("f.msdl:7:28: error: index I is on unknown column \"missing\""));
+  EXPECT_THAT(e, HasSubstr("  hint: "));
+}
+
+TEST(CompilerTest, KeywordsAsNamesNeedQuotes) {
+  CompileResult r = CompileSchema(
+      "CREATE SCHEMA S; CREATE TABLE T { required int64 key; } PRIMARY KEY(key), ENTITY GROUP ROOT;");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Errors(r), HasSubstr("\"key\" is a keyword and cannot be used as a field name without quoting"));
+  r = CompileSchema(
+      "CREATE SCHEMA S; CREATE TABLE T { required int64 `key`; } PRIMARY KEY(`key`), ENTITY GROUP ROOT;");
+  EXPECT_TRUE(r.ok()) << Errors(r);
+}
+
+TEST(CompilerTest, AlterAddsOptionalFieldsAndRefusesIncompatibleChanges) {
+  const std::string base = ReadSource("examples/photoapp.msdl");
+  CompileResult r = CompileSchema(base + "ALTER TABLE Photo ADD optional string caption;\n"
+                                         "DROP INDEX PhotosByTag;\n"
+                                         "ALTER TABLE Photo DROP thumbnail_url;\n");
+  ASSERT_TRUE(r.ok()) << Errors(r);
+  const TableDescriptor& photo = r.descriptor.tables(1);
+  EXPECT_EQ(photo.fields(photo.fields_size() - 1).name(), "caption");
+  EXPECT_EQ(photo.fields(photo.fields_size() - 1).number(), 7);
+  EXPECT_THAT(photo.reserved_numbers(), ::testing::ElementsAre(5));
+  r = CompileSchema(base + "ALTER TABLE Photo ADD required string caption;\n"
+                           "ALTER TABLE Photo DROP photo_id;\n"
+                           "ALTER TABLE Photo DROP thumbnail_url;\n");
+  const std::string e = Errors(r);
+  EXPECT_THAT(e, HasSubstr("ADD of a required field"));
+  EXPECT_THAT(e, HasSubstr("part of Photo's primary key"));
+  EXPECT_THAT(e, HasSubstr("index PhotosByTag uses it"));
+}
+
+}  // namespace
+}  // namespace megastore::schema
