@@ -43,6 +43,7 @@ class Parser {
   }
   const Token& Next() {
     const Token& t = Peek();
+    last_ = &t;
     while (index_ < tokens_.size() && tokens_[index_].kind == Token::Kind::kError) ++index_;
     if (index_ + 1 < tokens_.size()) ++index_;
     return t;
@@ -80,7 +81,14 @@ class Parser {
   SourcePos ExpectPunct(char c, std::string_view context) {
     const SourcePos pos = Peek().pos;
     if (AcceptPunct(c)) return pos;
-    Fail(pos, std::string("expected '") + c + "' " + std::string(context) + ", found " + Describe(Peek()));
+    // A missing ';' belongs right after the token it should follow.
+    const SourcePos at = c == ';' && last_ != nullptr ? EndOf(*last_) : pos;
+    Fail(at, std::string("expected '") + c + "' " + std::string(context) + ", found " + Describe(Peek()));
+  }
+  static SourcePos EndOf(const Token& t) {
+    SourcePos p = t.pos;
+    p.column += static_cast<int>(t.text.size()) + (t.kind == Token::Kind::kQuotedIdentifier ? 2 : 0);
+    return p;
   }
   Name ExpectName(std::string_view what) {
     const Token& t = Peek();
@@ -340,6 +348,7 @@ class Parser {
   }
 
   std::vector<Token> tokens_;
+  const Token* last_ = nullptr;  // the last token consumed
   size_t index_ = 0;
   ParseResult result_;
 };
