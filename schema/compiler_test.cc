@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "gmock/gmock.h"
@@ -92,42 +93,44 @@ TEST(CompilerTest, AlterAddsOptionalFieldsAndRefusesIncompatibleChanges) {
   EXPECT_THAT(e, HasSubstr("index PhotosByTag uses it"));
 }
 
+// The .msdl files of a directory under tests/schema, by name.
+std::map<std::string, std::string> SchemaFiles(const std::string& subdir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(MS_SOURCE_DIR) / subdir)) {
+    if (e.path().extension() == ".msdl") out[e.path().filename().string()] = ReadSource(subdir + "/" + e.path().filename().string());
+  }
+  return out;
+}
+
 // tests/schema/bad/*.msdl: each starts with "-- expect: LINE:COL: TEXT"; one
 // of its errors must be at LINE:COL and contain TEXT.
 TEST(CompilerTest, EveryBadSchemaFailsWhereItsFirstLineSays) {
-  const std::filesystem::path dir = std::filesystem::path(MS_SOURCE_DIR) / "tests/schema/bad";
-  int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".msdl") continue;
-    ++files;
-    const std::string source = ReadSource("tests/schema/bad/" + entry.path().filename().string());
+  const auto files = SchemaFiles("tests/schema/bad");
+  EXPECT_GE(files.size(), 20u);
+  for (const auto& [name, source] : files) {
     const std::string prefix = "-- expect: ";
-    ASSERT_EQ(source.compare(0, prefix.size(), prefix), 0) << entry.path() << " lacks its expect line";
+    ASSERT_EQ(source.compare(0, prefix.size(), prefix), 0) << name << " lacks its expect line";
     const std::string expect = source.substr(prefix.size(), source.find('\n') - prefix.size());
+    const size_t colon = expect.find(": ");
     const CompileResult r = CompileSchema(source);
-    ASSERT_FALSE(r.ok()) << entry.path() << " compiled";
+    ASSERT_FALSE(r.ok()) << name << " compiled";
     bool found = false;
     for (const Diagnostic& d : r.errors) {
       const std::string shown = std::to_string(d.pos.line) + ":" + std::to_string(d.pos.column) + ": " + d.message;
-      const size_t colon = expect.find(": ");
       found |= shown.compare(0, colon + 2, expect, 0, colon + 2) == 0 &&
                shown.find(expect.substr(colon + 2)) != std::string::npos;
     }
-    EXPECT_TRUE(found) << entry.path() << ": expected " << expect << "\n got:\n" << Errors(r);
+    EXPECT_TRUE(found) << name << ": expected " << expect << "\n got:\n" << Errors(r);
   }
-  EXPECT_GE(files, 20);
 }
 
 TEST(CompilerTest, EveryGoodSchemaCompiles) {
-  const std::filesystem::path dir = std::filesystem::path(MS_SOURCE_DIR) / "tests/schema/good";
-  int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".msdl") continue;
-    ++files;
-    const CompileResult r = CompileSchema(ReadSource("tests/schema/good/" + entry.path().filename().string()));
-    EXPECT_TRUE(r.ok()) << entry.path() << ":\n" << Errors(r);
+  const auto files = SchemaFiles("tests/schema/good");
+  EXPECT_GE(files.size(), 2u);
+  for (const auto& [name, source] : files) {
+    const CompileResult r = CompileSchema(source);
+    EXPECT_TRUE(r.ok()) << name << ":\n" << Errors(r);
   }
-  EXPECT_GE(files, 2);
 }
 
 }  // namespace
