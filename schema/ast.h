@@ -23,6 +23,14 @@ struct FieldDecl {
   Name message_type;  // type == MESSAGE
   Name name;
   SourcePos pos;  // of the label
+  int number = 0;  // "= N" after the name; 0 when not given
+  SourcePos number_pos;
+};
+
+// RESERVED n, ...; inside a body: field numbers that must not be used.
+struct ReservedDecl {
+  int number = 0;
+  SourcePos pos;
 };
 
 struct KeyPartDecl {
@@ -38,11 +46,13 @@ struct SchemaDecl {
 struct MessageDecl {
   Name name;
   std::vector<FieldDecl> fields;
+  std::vector<ReservedDecl> reserved;
 };
 
 struct TableDecl {
   Name name;
   std::vector<FieldDecl> fields;
+  std::vector<ReservedDecl> reserved;
   std::optional<SourcePos> primary_key_pos;
   std::vector<KeyPartDecl> primary_key;
   std::optional<SourcePos> root_pos;  // ENTITY GROUP ROOT

@@ -173,9 +173,45 @@ class Compiler {
   }
 
   void CheckMessage(MessageInfo* m) {
-    int number = 0;
-    for (const FieldDecl& f : m->decl->fields) {
-      AddField(f, "message " + m->desc.name(), &m->fields, m->desc.mutable_fields(), ++number);
+    AddFields(m->decl->fields, m->decl->reserved, "message " + m->desc.name(), &m->fields,
+              m->desc.mutable_fields(), m->desc.mutable_reserved_numbers());
+  }
+
+  // Numbers the fields of a body: "= N" if given, else one more than the
+  // highest number so far, skipping reserved ones.
+  void AddFields(const std::vector<FieldDecl>& decls, const std::vector<ReservedDecl>& reserved,
+                 const std::string& owner, Fields* fields, google::protobuf::RepeatedPtrField<FieldDescriptor>* out,
+                 google::protobuf::RepeatedField<int32_t>* reserved_out) {
+    std::map<int, SourcePos> taken;
+    std::set<int> reserved_set;
+    for (const ReservedDecl& r : reserved) {
+      if (!reserved_set.insert(r.number).second) {
+        Error(r.pos, "field number " + std::to_string(r.number) + " is reserved twice in " + owner);
+        continue;
+      }
+      reserved_out->Add(r.number);
+    }
+    int highest = 0;
+    for (const FieldDecl& f : decls) {
+      int number = f.number;
+      if (number == 0) {
+        number = highest + 1;
+        while (reserved_set.count(number)) ++number;
+      } else if (reserved_set.count(number)) {
+        Error(f.number_pos, "field \"" + f.name.text + "\" uses number " + std::to_string(number) +
+                                ", which " + owner + " reserves",
+              "reserved numbers belong to dropped fields; pick another");
+        continue;
+      }
+      auto [it, inserted] = taken.emplace(number, f.number_pos);
+      if (!inserted) {
+        Error(f.number != 0 ? f.number_pos : f.name.pos,
+              "field \"" + f.name.text + "\" gets number " + std::to_string(number) + ", already used in " + owner,
+              "give it another number with = N");
+        continue;
+      }
+      highest = std::max(highest, number);
+      AddField(f, owner, fields, out, number);
     }
   }
 
@@ -210,10 +246,8 @@ class Compiler {
   }
 
   void CheckTableFields(TableInfo& t) {
-    int number = 0;
-    for (const FieldDecl& f : t.decl->fields) {
-      AddField(f, "table " + t.desc.name(), &t.fields, t.desc.mutable_fields(), ++number);
-    }
+    AddFields(t.decl->fields, t.decl->reserved, "table " + t.desc.name(), &t.fields, t.desc.mutable_fields(),
+              t.desc.mutable_reserved_numbers());
   }
 
   const FieldDescriptor* FindField(const TableDescriptor& t, std::string_view name) {
@@ -545,7 +579,19 @@ class Compiler {
       int number = 0;
       for (const FieldDescriptor& f : table.fields()) number = std::max(number, f.number());
       for (int r : table.reserved_numbers()) number = std::max(number, r);
-      AddField(a.field, "table " + table.name(), &info.fields, table.mutable_fields(), number + 1);
+      ++number;
+      if (a.field.number != 0) {
+        number = a.field.number;
+        bool clash = std::find(table.reserved_numbers().begin(), table.reserved_numbers().end(), number) !=
+                     table.reserved_numbers().end();
+        for (const FieldDescriptor& f : table.fields()) clash |= f.number() == number;
+        if (clash) {
+          Error(a.field.number_pos, "number " + std::to_string(number) + " is used or reserved in " + table.name(),
+                "leave the number out to get the next free one");
+          return;
+        }
+      }
+      AddField(a.field, "table " + table.name(), &info.fields, table.mutable_fields(), number);
       return;
     }
     // kDropField

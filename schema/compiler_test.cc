@@ -1,5 +1,7 @@
 #include "schema/compiler.h"
 
+#include "schema/printer.h"
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -124,13 +126,39 @@ TEST(CompilerTest, EveryBadSchemaFailsWhereItsFirstLineSays) {
   }
 }
 
-TEST(CompilerTest, EveryGoodSchemaCompiles) {
+// Every good schema compiles, and its descriptor printed as DDL compiles
+// back to the same descriptor.
+TEST(CompilerTest, EveryGoodSchemaCompilesAndRoundTripsThroughPrintedDdl) {
   const auto files = SchemaFiles("tests/schema/good");
   EXPECT_GE(files.size(), 2u);
   for (const auto& [name, source] : files) {
     const CompileResult r = CompileSchema(source);
-    EXPECT_TRUE(r.ok()) << name << ":\n" << Errors(r);
+    ASSERT_TRUE(r.ok()) << name << ":\n" << Errors(r);
+    const std::string printed = PrintSchema(r.descriptor);
+    const CompileResult again = CompileSchema(printed);
+    ASSERT_TRUE(again.ok()) << name << " printed as:\n" << printed << "\n" << Errors(again);
+    EXPECT_EQ(again.descriptor.SerializeAsString(), r.descriptor.SerializeAsString())
+        << name << " printed as:\n" << printed << "\nfirst:\n" << r.descriptor.DebugString() << "\nagain:\n"
+        << again.descriptor.DebugString();
   }
+}
+
+TEST(CompilerTest, ExplicitAndReservedFieldNumbers) {
+  CompileResult r = CompileSchema(
+      "CREATE SCHEMA S; CREATE TABLE T { RESERVED 2; required int64 id; optional string a; optional bool b = 9;"
+      " optional bool c; } PRIMARY KEY(id), ENTITY GROUP ROOT;");
+  ASSERT_TRUE(r.ok()) << Errors(r);
+  const TableDescriptor& t = r.descriptor.tables(0);
+  EXPECT_EQ(t.fields(0).number(), 1);
+  EXPECT_EQ(t.fields(1).number(), 3);  // 2 is reserved
+  EXPECT_EQ(t.fields(2).number(), 9);
+  EXPECT_EQ(t.fields(3).number(), 10);
+  r = CompileSchema(
+      "CREATE SCHEMA S; CREATE TABLE T { RESERVED 2; required int64 id; optional string a = 2;"
+      " optional bool b = 1; } PRIMARY KEY(id), ENTITY GROUP ROOT;");
+  const std::string e = Errors(r);
+  EXPECT_THAT(e, HasSubstr("uses number 2, which table T reserves"));
+  EXPECT_THAT(e, HasSubstr("gets number 1, already used in table T"));
 }
 
 }  // namespace

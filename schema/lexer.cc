@@ -6,12 +6,12 @@
 namespace megastore::schema {
 namespace {
 
-constexpr std::array<std::string_view, 33> kKeywords = {
+constexpr std::array<std::string_view, 34> kKeywords = {
     "ADD",      "ALTER",    "ASC",     "BOOL",   "BYTES",   "CREATE",     "DESC",
     "DOUBLE",   "DROP",     "ENTITY",  "GLOBAL", "GROUP",   "IN",         "INDEX",
     "INLINE",   "INT32",    "INT64",   "KEY",    "LOCAL",   "MESSAGE",    "ON",
     "OPTIONAL", "PRIMARY",  "REFERENCES", "REPEATED", "REQUIRED", "ROOT", "SCATTER",
-    "SCHEMA",   "STORING",  "STRING",  "TABLE",  "UINT64",
+    "SCHEMA",   "STORING",  "STRING",  "TABLE",  "UINT64",  "RESERVED",
 };
 
 bool IsIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -102,7 +102,7 @@ std::vector<Token> Tokenize(std::string_view src) {
       out.push_back(Token{Token::Kind::kQuotedIdentifier, std::move(name), start});
       continue;
     }
-    if (std::string_view("{}(),;.").find(c) != std::string_view::npos) {
+    if (std::string_view("{}(),;.=").find(c) != std::string_view::npos) {
       out.push_back(Token{Token::Kind::kPunct, std::string(1, c), start});
       advance(1);
       continue;

@@ -21,7 +21,7 @@ struct Token {
     kIdentifier,        // a bare word (keywords too; see IsKeyword)
     kQuotedIdentifier,  // `...`: always a name
     kNumber,
-    kPunct,  // one of { } ( ) , ; .
+    kPunct,  // one of { } ( ) , ; . =
     kEnd,
     kError,  // text is the message
   };

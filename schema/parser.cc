@@ -178,22 +178,29 @@ class Parser {
   void Message() {
     MessageDecl m;
     m.name = ExpectName("a message name");
-    m.fields = Body("message " + m.name.text);
+    Body("message " + m.name.text, &m.fields, &m.reserved);
     AcceptPunct(';');
     result_.statements.push_back(std::move(m));
   }
 
-  // { field* }; field errors are reported and skipped one field at a time.
-  std::vector<FieldDecl> Body(const std::string& owner) {
+  // { (field | RESERVED n, ...;)* }; errors are reported and skipped one
+  // item at a time.
+  void Body(const std::string& owner, std::vector<FieldDecl>* fields, std::vector<ReservedDecl>* reserved) {
     ExpectPunct('{', "to open the body of " + owner);
-    std::vector<FieldDecl> fields;
     while (!IsPunct(Peek(), '}')) {
       if (Peek().kind == Token::Kind::kEnd || AtStatementStart(Peek())) {
         Fail(Peek().pos, "expected '}' to close the body of " + owner + ", found " + Describe(Peek()));
       }
       const size_t start = index_;
       try {
-        fields.push_back(Field());
+        if (AcceptWord("RESERVED")) {
+          do {
+            reserved->push_back(ReservedDecl{Number("a field number after RESERVED"), last_->pos});
+          } while (AcceptPunct(','));
+          ExpectPunct(';', "after RESERVED numbers");
+          continue;
+        }
+        fields->push_back(Field());
         ExpectPunct(';', "after the field");
       } catch (const SyntaxError&) {
         if (index_ == start) Next();
@@ -205,7 +212,21 @@ class Parser {
       }
     }
     Next();  // '}'
-    return fields;
+  }
+
+  // A positive decimal field number.
+  int Number(std::string_view what) {
+    const Token& t = Peek();
+    if (t.kind != Token::Kind::kNumber) Fail(t.pos, "expected " + std::string(what) + ", found " + Describe(t));
+    Next();
+    int64_t n = 0;
+    for (char c : t.text) {
+      if (c < '0' || c > '9' || (n = n * 10 + (c - '0')) > 536870911) {
+        Fail(t.pos, "\"" + t.text + "\" is not a field number (1 to 536870911)");
+      }
+    }
+    if (n == 0) Fail(t.pos, "field numbers start at 1");
+    return static_cast<int>(n);
   }
 
   FieldDecl Field() {
@@ -235,6 +256,10 @@ class Parser {
       f.message_type = ExpectName("a field type");
     }
     f.name = ExpectName("a field name");
+    if (AcceptPunct('=')) {
+      f.number_pos = Peek().pos;
+      f.number = Number("a field number after '='");
+    }
     return f;
   }
 
@@ -269,7 +294,7 @@ class Parser {
   void Table() {
     TableDecl t;
     t.name = ExpectName("a table name");
-    t.fields = Body("table " + t.name.text);
+    Body("table " + t.name.text, &t.fields, &t.reserved);
     do {
       const Token& c = Peek();
       if (AcceptWord("PRIMARY")) {

@@ -11,6 +11,7 @@
 #include "base/cli.h"
 #include "base/init.h"
 #include "schema/compiler.h"
+#include "schema/printer.h"
 
 namespace {
 
@@ -39,13 +40,15 @@ int main(int argc, char** argv) {
       "Exit status: 0 the schema is valid (and was written), 1 it has errors,\n"
       "2 usage error (bad flags, unreadable file, unwritable --out)."};
   std::string file, out_dir;
-  bool check = false;
+  bool check = false, print = false;
   app.add_option("file", file, "the schema file (.msdl)")->required();
   auto* out_opt = app.add_option("--out", out_dir, "directory for the compiled descriptor (created if missing)");
   app.add_flag("--check", check, "only check the schema; write nothing")->excludes(out_opt);
+  app.add_flag("--print", print,
+               "print the compiled schema as canonical DDL on stdout (ALTERs applied, numbers explicit where needed)");
   if (int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
-  if (!check && out_dir.empty()) {
-    std::fprintf(stderr, "msc: give --out=DIR to write the descriptor, or --check to only check\n");
+  if (!check && !print && out_dir.empty()) {
+    std::fprintf(stderr, "msc: give --out=DIR to write the descriptor, --check to only check, or --print\n");
     return 2;
   }
   std::ifstream in(file, std::ios::binary);
@@ -64,7 +67,8 @@ int main(int argc, char** argv) {
                  file.c_str());
     return 1;
   }
-  if (check) return 0;
+  if (print) std::fputs(megastore::schema::PrintSchema(result.descriptor).c_str(), stdout);
+  if (out_dir.empty()) return 0;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) {
