@@ -1,0 +1,90 @@
+// Where entities and index entries live in Bigtable, and the one function
+// family that turns an entity change into Bigtable mutations
+// (docs/schema.md, "Layout in Bigtable"). The transaction layer calls
+// Mutations(); nothing else writes entity rows.
+//
+// Rows of the entity table (named after the schema), for an entity group
+// whose root key encodes (key_codec.h) as R:
+//
+//   R                                   the root entity
+//   R 01 <table name> <rest of key>     a child entity (name lower-cased,
+//                                       ordered-bytes encoded)
+//   R 02 <index name> <values> <key>    a local index entry
+//
+// so a group is one contiguous row range with its root first. Entity fields
+// are cells e:"Table.field"; inline index entries are cells
+// e:"Index:<values><key>" of the parent entity. Global index entries are
+// rows <values> <key> of the Bigtable table "Schema.Index". Index entry rows
+// hold i:"" (an empty marker) and i:"Table.field" per STORING field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "schema/entity.h"
+#include "schema/key_codec.h"
+#include "storage/tablet/data_model.h"
+
+namespace megastore::schema {
+
+inline constexpr char kEntityFamily[] = "e";
+inline constexpr char kIndexFamily[] = "i";
+
+// Mutations for one Bigtable row, to apply with MutateRow(row, mutations,
+// timestamp): cells are written, and deletions stamped, at `timestamp`.
+struct BigtableWrite {
+  std::string table;
+  std::string row;
+  std::vector<storage::Mutation> mutations;
+  int64_t timestamp = 0;
+};
+
+class Layout {
+ public:
+  // FailedPrecondition if the descriptor is inconsistent (msc never writes
+  // such a one).
+  static absl::StatusOr<Layout> Create(const SchemaDescriptor& schema);
+
+  const SchemaIndex& schema() const { return schema_; }
+  // The Bigtable table of every entity and local index entry.
+  const std::string& entity_table() const { return schema_.schema().name(); }
+  std::string GlobalIndexTable(const IndexDescriptor& index) const;
+
+  // The values of `table`'s primary key in `entity` (InvalidArgument if one
+  // is missing).
+  absl::StatusOr<std::vector<KeyValue>> KeyOf(const TableDescriptor& table, const Entity& entity) const;
+  // The row of the entity of `table` with primary key `key`.
+  absl::StatusOr<std::string> EntityRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
+
+  // The Bigtable writes that take `table`'s entity from `before` to `after`
+  // at `timestamp`, indexes included: an insert (before == nullptr), an
+  // update (both; the primary key must not change), or a delete (after ==
+  // nullptr). InvalidArgument (naming the field) if `after` does not fit the
+  // schema or a key changes.
+  absl::StatusOr<std::vector<BigtableWrite>> Mutations(std::string_view table, const Entity* before,
+                                                       const Entity* after, int64_t timestamp) const;
+
+  // The entity stored in `row` (the latest cell of each e:"Table.field"
+  // column); DataLoss for undecodable cells.
+  absl::StatusOr<Entity> EntityFromRow(const TableDescriptor& table, const storage::Row& row) const;
+
+ private:
+  explicit Layout(const SchemaDescriptor& schema) : schema_(schema) {}
+
+  struct IndexEntry {
+    std::string table;      // Bigtable table
+    std::string row;        // entry row, or the parent's row for inline entries
+    std::string qualifier;  // inline entries: their cell
+    std::vector<std::pair<std::string, std::string>> stored;  // "Table.field" -> bytes
+  };
+  absl::StatusOr<std::vector<IndexEntry>> IndexEntries(const TableDescriptor& table, const Entity& entity) const;
+  // The encoded key of the entity group's root (the row prefix of the group).
+  absl::StatusOr<std::string> RootKey(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
+
+  SchemaIndex schema_;
+};
+
+}  // namespace megastore::schema
