@@ -48,14 +48,10 @@ std::string Default(const FieldDescriptor& f) {
   }
 }
 
-// The Entity value of one C++ value `v` of field `f`.
-std::string ToValue(const FieldDescriptor& f, const std::string& v) {
-  switch (f.type()) {
-    case INT32: return "megastore::schema::Value(static_cast<int64_t>(" + v + "))";
-    case MESSAGE: return "megastore::schema::Value(std::make_shared<const megastore::schema::Entity>(" + v + ".ToEntity()))";
-    default: return "megastore::schema::Value(" + v + ")";
-  }
-}
+// Arguments for emplacing C++ value `v` of field `f` into an Entity's
+// values (in place, which also keeps GCC's -Wmaybe-uninitialized quiet
+// about moving variants).
+std::string EmplaceArgs(const FieldDescriptor& f, const std::string& v);
 
 std::string VariantType(const FieldDescriptor& f) {
   switch (f.type()) {
@@ -63,6 +59,16 @@ std::string VariantType(const FieldDescriptor& f) {
     case INT64: return "int64_t";
     case MESSAGE: return "std::shared_ptr<const megastore::schema::Entity>";
     default: return CppType(f);
+  }
+}
+
+std::string EmplaceArgs(const FieldDescriptor& f, const std::string& v) {
+  switch (f.type()) {
+    case INT32: return "std::in_place_type<int64_t>, static_cast<int64_t>(" + v + ")";
+    case MESSAGE:
+      return "std::in_place_type<std::shared_ptr<const megastore::schema::Entity>>, "
+             "std::make_shared<const megastore::schema::Entity>(" + v + ".ToEntity())";
+    default: return "std::in_place_type<" + VariantType(f) + ">, " + v;
   }
 }
 
@@ -188,9 +194,9 @@ class Generator {
       const std::string member = CppName(f.name()) + "_";
       const std::string n = std::to_string(f.number());
       if (f.type() == MESSAGE || f.label() == REPEATED) {
-        C("  for (const auto& v : " + member + ") e.fields[" + n + "].push_back(" + ToValue(f, "v") + ");");
+        C("  for (const auto& v : " + member + ") e.fields[" + n + "].emplace_back(" + EmplaceArgs(f, "v") + ");");
       } else {
-        C("  if (" + member + ") e.fields[" + n + "].push_back(" + ToValue(f, "*" + member) + ");");
+        C("  if (" + member + ") e.fields[" + n + "].emplace_back(" + EmplaceArgs(f, "*" + member) + ");");
       }
     }
     C("  return e;");

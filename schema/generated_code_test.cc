@@ -3,9 +3,11 @@
 // the layout's mutations.
 #include <cmath>
 
+#include "blog/Blog.schema.h"
 #include "everything/Everything.schema.h"
 #include "example_photoapp/PhotoApp.schema.h"
 #include "gtest/gtest.h"
+#include "minimal/minimal.schema.h"
 #include "schema/layout.h"
 
 namespace megastore::schema {
@@ -82,6 +84,32 @@ TEST(GeneratedCodeTest, NestedMessagesQuotedNamesAndRepeatedMessages) {
   Entity wrong = ev.ToEntity();
   wrong.fields[3] = {std::string("not a number")};
   EXPECT_TRUE(absl::IsInvalidArgument(everything::Event::FromEntity(wrong).status()));
+}
+
+TEST(GeneratedCodeTest, EveryKeyTypeAndLowerCaseSchemas) {
+  blog::Comment c;
+  c.set_site_id(std::string("s\0x", 3));
+  c.set_comment_id(77);
+  c.set_post_id(5);
+  c.set_approved(true);
+  c.set_score(-1.5);
+  const blog::Comment::Key k = c.key();
+  EXPECT_EQ(k.site_id, std::string("s\0x", 3));
+  EXPECT_EQ(k.comment_id, 77u);
+  EXPECT_TRUE(k.approved);
+  EXPECT_EQ(k.score, -1.5);
+  auto layout = Layout::Create(blog::Schema());
+  ASSERT_TRUE(layout.ok());
+  const Entity e = c.ToEntity();
+  auto writes = layout->Mutations(blog::Comment::kTable, nullptr, &e, 1);
+  ASSERT_TRUE(writes.ok()) << writes.status();
+  EXPECT_EQ(writes->size(), 2u);  // the comment and its CommentsByPost entry
+
+  minimal::counter n;
+  n.set_id(1);
+  n.set_value(2);
+  EXPECT_EQ(minimal::Schema().name(), "minimal");
+  EXPECT_TRUE(minimal::counter::FromEntity(n.ToEntity()).ok());
 }
 
 }  // namespace
