@@ -7,11 +7,30 @@
 #include <poll.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <string>
 #include <vector>
 
 namespace megastore::testing {
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs a shell command to completion.
+inline Result RunCommand(const std::string& command) {
+  Result r{-1, ""};
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
 
 // A child process whose stdout the test reads line by line.
 class Subprocess {
