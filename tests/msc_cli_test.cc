@@ -44,6 +44,25 @@ TEST(MscCliTest, SchemaErrorsExitOneWithEveryErrorListed) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/out/S.schema.pb"));
 }
 
+TEST(MscCliTest, PreviousDescriptorRefusesIncompatibleChanges) {
+  TestDir dir;
+  ASSERT_EQ(RunCommand(kMsc + " " + kPhotoApp + " --out=" + dir.path()).exit_code, 0);
+  const std::string next = dir.path() + "/next.msdl";
+  {
+    std::ifstream in(kPhotoApp);
+    std::ofstream out(next);
+    out << in.rdbuf() << "ALTER TABLE Photo ADD optional string caption;\n";
+  }
+  EXPECT_EQ(RunCommand(kMsc + " --check " + next + " --previous=" + dir.path() + "/PhotoApp.schema.pb").exit_code, 0);
+  EXPECT_EQ(RunCommand(kMsc + " --check " + next + " --previous=" + dir.path() + "/PhotoApp.schema.textproto").exit_code, 0);
+  std::ofstream(next, std::ios::app) << "ALTER TABLE Photo ADD repeated string caption2;\nDROP INDEX PhotosByTime;\n"
+                                     << "CREATE LOCAL INDEX PhotosByTime ON Photo(time);\n";
+  const auto r = RunCommand(kMsc + " --check " + next + " --previous=" + dir.path() + "/PhotoApp.schema.pb");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("error: incompatible with " + dir.path() + "/PhotoApp.schema.pb: index PhotosByTime changed"));
+  EXPECT_EQ(RunCommand(kMsc + " --check " + next + " --previous=" + kPhotoApp).exit_code, 2);  // not a descriptor
+}
+
 TEST(MscCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(RunCommand(kMsc).exit_code, 2);                                   // no file
   EXPECT_EQ(RunCommand(kMsc + " " + kPhotoApp).exit_code, 2);                 // neither --out nor --check

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <google/protobuf/text_format.h>
@@ -11,6 +12,7 @@
 #include "base/cli.h"
 #include "base/init.h"
 #include "schema/codegen.h"
+#include "schema/compat.h"
 #include "schema/compiler.h"
 #include "schema/printer.h"
 
@@ -41,13 +43,16 @@ int main(int argc, char** argv) {
       "typed C++ classes to DIR/NAME.schema.h and DIR/NAME.schema.cc (link with ms_schema).\n\n"
       "Exit status: 0 the schema is valid (and was written), 1 it has errors,\n"
       "2 usage error (bad flags, unreadable file, unwritable --out)."};
-  std::string file, out_dir, include_prefix;
+  std::string file, out_dir, include_prefix, previous;
   bool check = false, print = false;
   app.add_option("file", file, "the schema file (.msdl)")->required();
   auto* out_opt = app.add_option("--out", out_dir, "directory for the compiled descriptor (created if missing)");
   app.add_flag("--check", check, "only check the schema; write nothing")->excludes(out_opt);
   app.add_option("--include-prefix", include_prefix,
                  "with --out: path put before NAME.schema.h in the generated source's #include (e.g. gen/)");
+  app.add_option("--previous", previous,
+                 "the descriptor (.schema.pb or .schema.textproto) the data was written under; refuse\n"
+                 "changes it cannot be served with (docs/schema.md, Schema evolution)");
   app.add_flag("--print", print,
                "print the compiled schema as canonical DDL on stdout (ALTERs applied, numbers explicit where needed)");
   if (int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -70,6 +75,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "msc: %zu error%s in %s\n", result.errors.size(), result.errors.size() == 1 ? "" : "s",
                  file.c_str());
     return 1;
+  }
+  if (!previous.empty()) {
+    std::ifstream pin(previous, std::ios::binary);
+    std::stringstream pbuf;
+    pbuf << pin.rdbuf();
+    megastore::schema::SchemaDescriptor old;
+    const bool text = previous.size() >= 10 && previous.compare(previous.size() - 10, 10, ".textproto") == 0;
+    if (!pin || !(text ? google::protobuf::TextFormat::ParseFromString(pbuf.str(), &old) : old.ParseFromString(pbuf.str()))) {
+      std::fprintf(stderr, "msc: cannot read a schema descriptor from %s\n", previous.c_str());
+      return 2;
+    }
+    const std::vector<std::string> problems = megastore::schema::CheckCompatible(old, result.descriptor);
+    for (const std::string& p : problems) {
+      std::fprintf(stderr, "%s: error: incompatible with %s: %s\n", file.c_str(), previous.c_str(), p.c_str());
+    }
+    if (!problems.empty()) {
+      std::fprintf(stderr, "msc: %zu incompatible change%s in %s\n", problems.size(), problems.size() == 1 ? "" : "s",
+                   file.c_str());
+      return 1;
+    }
   }
   if (print) std::fputs(megastore::schema::PrintSchema(result.descriptor).c_str(), stdout);
   if (out_dir.empty()) return 0;
