@@ -88,6 +88,8 @@ class Generator {
   Generator(const SchemaDescriptor& s, std::string include_prefix) : s_(s), prefix_(std::move(include_prefix)) {}
 
   GeneratedCode Run() {
+    for (const auto& m : s_.messages()) classes_.insert(CppName(m.name()));
+    for (const auto& t : s_.tables()) classes_.insert(CppName(t.name()));
     GeneratedCode g;
     g.header_name = s_.name() + ".schema.h";
     g.source_name = s_.name() + ".schema.cc";
@@ -144,7 +146,7 @@ class Generator {
       H("  struct Key {");
       for (const KeyPart& p : table->primary_key()) {
         for (const auto& f : fields) {
-          if (f.name() == p.field()) H("    " + CppType(f) + " " + CppName(f.name()) + " = " + Default(f) + ";");
+          if (f.name() == p.field()) H("    " + CppType(f) + " " + FieldName(f) + " = " + Default(f) + ";");
         }
       }
       H("    std::vector<megastore::schema::KeyValue> Values() const;");
@@ -155,7 +157,7 @@ class Generator {
       for (const KeyPart& p : table->primary_key()) {
         for (const auto& f : fields) {
           if (f.name() != p.field()) continue;
-          const std::string v = f.type() == INT32 ? "static_cast<int64_t>(" + CppName(f.name()) + ")" : CppName(f.name());
+          const std::string v = f.type() == INT32 ? "static_cast<int64_t>(" + FieldName(f) + ")" : FieldName(f);
           C("  out.emplace_back(" + v + ");");
         }
       }
@@ -165,7 +167,7 @@ class Generator {
       C("  Key k;");
       for (const KeyPart& p : table->primary_key()) {
         for (const auto& f : fields) {
-          if (f.name() == p.field()) C("  k." + CppName(f.name()) + " = " + CppName(f.name()) + "();");
+          if (f.name() == p.field()) C("  k." + FieldName(f) + " = " + FieldName(f) + "();");
         }
       }
       C("  return k;");
@@ -178,7 +180,7 @@ class Generator {
     H("  static absl::StatusOr<" + cls + "> FromEntity(const megastore::schema::Entity& entity);\n");
     H(" private:");
     for (const auto& f : fields) {
-      const std::string member = CppName(f.name()) + "_";
+      const std::string member = FieldName(f) + "_";
       if (f.type() == MESSAGE || f.label() == REPEATED) {
         H("  std::vector<" + CppType(f) + "> " + member + ";" +
           (f.type() == MESSAGE && f.label() != REPEATED ? "  // zero or one" : ""));
@@ -191,7 +193,7 @@ class Generator {
     C("megastore::schema::Entity " + cls + "::ToEntity() const {");
     C("  megastore::schema::Entity e;");
     for (const auto& f : fields) {
-      const std::string member = CppName(f.name()) + "_";
+      const std::string member = FieldName(f) + "_";
       const std::string n = std::to_string(f.number());
       if (f.type() == MESSAGE || f.label() == REPEATED) {
         C("  for (const auto& v : " + member + ") e.fields[" + n + "].emplace_back(" + EmplaceArgs(f, "v") + ");");
@@ -206,7 +208,7 @@ class Generator {
     C("  for (const auto& [number, values] : entity.fields) {");
     C("    switch (number) {");
     for (const auto& f : fields) {
-      const std::string member = CppName(f.name()) + "_";
+      const std::string member = FieldName(f) + "_";
       C("      case " + std::to_string(f.number()) + ":");
       C("        for (const auto& v : values) {");
       C("          const auto* x = std::get_if<" + VariantType(f) + ">(&v);");
@@ -234,7 +236,7 @@ class Generator {
   }
 
   void Accessors(const std::string& cls, const FieldDescriptor& f) {
-    const std::string n = CppName(f.name());
+    const std::string n = FieldName(f);
     const std::string m = n + "_";
     const std::string t = CppType(f);
     const char* label = f.label() == REQUIRED ? "required" : f.label() == OPTIONAL ? "optional" : "repeated";
@@ -292,7 +294,14 @@ class Generator {
     H("  void clear_" + n + "() { " + m + ".reset(); }");
   }
 
+  // A field's C++ name; a trailing '_' if it would hide a generated class.
+  std::string FieldName(const FieldDescriptor& f) const {
+    std::string n = CppName(f.name());
+    return classes_.count(n) ? n + "_" : n;
+  }
+
   const SchemaDescriptor& s_;
+  std::set<std::string> classes_;
   std::string prefix_;
   std::string ns_;
   std::string h_, c_;

@@ -81,6 +81,11 @@ TEST(GeneratedCodeTest, NestedMessagesQuotedNamesAndRepeatedMessages) {
   const Entity e = ev.ToEntity();
   EXPECT_TRUE(layout->Mutations(everything::Event::kTable, nullptr, &e, 1).ok());
 
+  everything::Marker marker;  // its field `Point` would hide class Point: it is Point_
+  marker.set_id(1);
+  marker.mutable_Point_()->set_lat(2.0);
+  EXPECT_EQ(marker.Point_().lat(), 2.0);
+
   Entity wrong = ev.ToEntity();
   wrong.fields[3] = {std::string("not a number")};
   EXPECT_TRUE(absl::IsInvalidArgument(everything::Event::FromEntity(wrong).status()));
