@@ -1,6 +1,7 @@
 #include "schema/codegen.h"
 
 #include <cctype>
+#include <map>
 #include <set>
 
 #include "base/strings.h"
@@ -314,6 +315,31 @@ std::string CppName(const std::string& name) {
   for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
   if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out.insert(0, "_");
   if (Reserved().count(out)) out += "_";
+  return out;
+}
+
+std::vector<NameClash> FindNameClashes(const SchemaDescriptor& schema) {
+  std::set<std::string> classes;
+  for (const auto& m : schema.messages()) classes.insert(CppName(m.name()));
+  for (const auto& t : schema.tables()) classes.insert(CppName(t.name()));
+  std::vector<NameClash> out;
+  auto check = [&](const std::string& owner, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields) {
+    std::map<std::string, std::string> taken;  // C++ name -> field
+    for (const FieldDescriptor& f : fields) {
+      std::string n = CppName(f.name());
+      if (classes.count(n)) n += "_";
+      for (const std::string& name : {n, "has_" + n, "set_" + n, "clear_" + n, "mutable_" + n, "add_" + n,
+                                      n + "_size", n + "_"}) {
+        auto [it, inserted] = taken.emplace(name, f.name());
+        if (!inserted && it->second != f.name()) {
+          out.push_back(NameClash{owner, f.name(), it->second, name});
+          break;
+        }
+      }
+    }
+  };
+  for (const auto& m : schema.messages()) check(m.name(), m.fields());
+  for (const auto& t : schema.tables()) check(t.name(), t.fields());
   return out;
 }
 

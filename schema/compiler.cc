@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "schema/codegen.h"
 #include "schema/parser.h"
 
 namespace megastore::schema {
@@ -67,6 +68,20 @@ class Compiler {
     for (auto& m : message_list_) *d.add_messages() = m->desc;
     for (const std::string& key : table_order_) *d.add_tables() = tables_.at(key).desc;
     for (const std::string& key : index_order_) *d.add_indexes() = indexes_.at(key).desc;
+    // Fields whose generated C++ accessors would collide.
+    for (const NameClash& c : FindNameClashes(d)) {
+      SourcePos pos;
+      const std::vector<FieldDecl>* decls = nullptr;
+      if (auto t = tables_.find(Lower(c.owner)); t != tables_.end()) decls = &t->second.decl->fields;
+      if (auto m = messages_.find(Lower(c.owner)); m != messages_.end()) decls = &m->second->decl->fields;
+      for (size_t i = 0; decls != nullptr && i < decls->size(); ++i) {
+        if (EqualsIgnoreCase((*decls)[i].name.text, c.field)) pos = (*decls)[i].name.pos;
+      }
+      result.errors.push_back(Diagnostic{
+          pos, "field \"" + c.field + "\" of " + c.owner + " and field \"" + c.other +
+                   "\" would both generate the C++ name " + c.name,
+          "rename one of them"});
+    }
     return result;
   }
 
