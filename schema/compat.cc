@@ -11,16 +11,10 @@ namespace {
 
 using Fields = google::protobuf::RepeatedPtrField<FieldDescriptor>;
 
-std::string Lower(const std::string& s) {
-  std::string out = s;
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 template <typename T>
 std::map<std::string, const T*> ByName(const google::protobuf::RepeatedPtrField<T>& items) {
   std::map<std::string, const T*> out;
-  for (const T& t : items) out[Lower(t.name())] = &t;
+  for (const T& t : items) out[ToLower(t.name())] = &t;
   return out;
 }
 
@@ -70,7 +64,7 @@ std::vector<std::string> CheckCompatible(const SchemaDescriptor& previous, const
   }
   const auto messages = ByName(next.messages());
   for (const MessageDescriptor& m : previous.messages()) {
-    auto it = messages.find(Lower(m.name()));
+    auto it = messages.find(ToLower(m.name()));
     if (it == messages.end()) {
       errors.push_back("message " + m.name() + " was removed");
       continue;
@@ -79,7 +73,7 @@ std::vector<std::string> CheckCompatible(const SchemaDescriptor& previous, const
   }
   const auto tables = ByName(next.tables());
   for (const TableDescriptor& t : previous.tables()) {
-    auto it = tables.find(Lower(t.name()));
+    auto it = tables.find(ToLower(t.name()));
     if (it == tables.end()) {
       errors.push_back("table " + t.name() + " was removed");
       continue;
@@ -99,7 +93,7 @@ std::vector<std::string> CheckCompatible(const SchemaDescriptor& previous, const
   }
   const auto indexes = ByName(next.indexes());
   for (const IndexDescriptor& x : previous.indexes()) {
-    auto it = indexes.find(Lower(x.name()));
+    auto it = indexes.find(ToLower(x.name()));
     if (it != indexes.end() && !MessageDifferencer::Equivalent(x, *it->second)) {
       errors.push_back("index " + x.name() + " changed; drop it and create the new one under another name");
     }

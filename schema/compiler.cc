@@ -9,29 +9,10 @@
 
 #include "schema/codegen.h"
 #include "schema/parser.h"
+#include "schema/printer.h"
 
 namespace megastore::schema {
 namespace {
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view TypeName(const FieldDescriptor& f) {
-  switch (f.type()) {
-    case INT32: return "int32";
-    case INT64: return "int64";
-    case UINT64: return "uint64";
-    case BOOL: return "bool";
-    case DOUBLE: return "double";
-    case STRING: return "string";
-    case BYTES: return "bytes";
-    case MESSAGE: return f.message_type();
-    default: return "?";
-  }
-}
 
 std::string Join(const std::vector<std::string>& parts) {
   std::string out;
@@ -72,8 +53,8 @@ class Compiler {
     for (const NameClash& c : FindNameClashes(d)) {
       SourcePos pos;
       const std::vector<FieldDecl>* decls = nullptr;
-      if (auto t = tables_.find(Lower(c.owner)); t != tables_.end()) decls = &t->second.decl->fields;
-      if (auto m = messages_.find(Lower(c.owner)); m != messages_.end()) decls = &m->second->decl->fields;
+      if (auto t = tables_.find(ToLower(c.owner)); t != tables_.end()) decls = &t->second.decl->fields;
+      if (auto m = messages_.find(ToLower(c.owner)); m != messages_.end()) decls = &m->second->decl->fields;
       for (size_t i = 0; decls != nullptr && i < decls->size(); ++i) {
         if (EqualsIgnoreCase((*decls)[i].name.text, c.field)) pos = (*decls)[i].name.pos;
       }
@@ -126,15 +107,15 @@ class Compiler {
         auto info = std::make_unique<MessageInfo>();
         info->decl = m;
         info->desc.set_name(m->name.text);
-        messages_.emplace(Lower(m->name.text), info.get());
+        messages_.emplace(ToLower(m->name.text), info.get());
         message_list_.push_back(std::move(info));
       } else if (const auto* t = std::get_if<TableDecl>(&s)) {
         if (!DeclareName(t->name, "table")) continue;
         TableInfo info;
         info.decl = t;
         info.desc.set_name(t->name.text);
-        tables_.emplace(Lower(t->name.text), std::move(info));
-        table_order_.push_back(Lower(t->name.text));
+        tables_.emplace(ToLower(t->name.text), std::move(info));
+        table_order_.push_back(ToLower(t->name.text));
       }
     }
     if (!have_schema) {
@@ -145,7 +126,7 @@ class Compiler {
 
   // Tables and messages share one namespace.
   bool DeclareName(const Name& name, std::string_view kind) {
-    auto [it, inserted] = declared_.emplace(Lower(name.text), std::pair(std::string(kind), name.pos));
+    auto [it, inserted] = declared_.emplace(ToLower(name.text), std::pair(std::string(kind), name.pos));
     if (inserted) return true;
     Error(name.pos, "duplicate " + std::string(kind) + " name \"" + name.text + "\"",
           "a " + it->second.first + " of that name (names ignore case) is declared at line " +
@@ -158,7 +139,7 @@ class Compiler {
   // Adds `f` to `fields`/`out`, checking its name and type. Returns false on error.
   bool AddField(const FieldDecl& f, const std::string& owner, Fields* fields,
                 google::protobuf::RepeatedPtrField<FieldDescriptor>* out, int number) {
-    auto [it, inserted] = fields->pos.emplace(Lower(f.name.text), f.name.pos);
+    auto [it, inserted] = fields->pos.emplace(ToLower(f.name.text), f.name.pos);
     if (!inserted) {
       Error(f.name.pos, "duplicate field \"" + f.name.text + "\" in " + owner,
             "it is already declared at line " + std::to_string(it->second.line));
@@ -170,16 +151,16 @@ class Compiler {
     d->set_label(f.label);
     d->set_type(f.type);
     if (f.type == MESSAGE) {
-      auto m = messages_.find(Lower(f.message_type.text));
+      auto m = messages_.find(ToLower(f.message_type.text));
       if (m == messages_.end()) {
         std::string hint = "types are int32, int64, uint64, bool, double, string, bytes, or a CREATE MESSAGE name";
-        if (tables_.count(Lower(f.message_type.text))) {
+        if (tables_.count(ToLower(f.message_type.text))) {
           hint = "\"" + f.message_type.text + "\" is a table; a field's type must be a scalar or a message";
         }
         Error(f.message_type.pos, "unknown type \"" + f.message_type.text + "\" for field \"" + f.name.text + "\"",
               hint);
         out->RemoveLast();
-        fields->pos.erase(Lower(f.name.text));
+        fields->pos.erase(ToLower(f.name.text));
         return false;
       }
       d->set_message_type(m->second->desc.name());
@@ -236,7 +217,7 @@ class Compiler {
     for (auto& info : message_list_) {
       std::vector<std::string> path;
       std::set<std::string> seen;
-      FindCycle(Lower(info->desc.name()), Lower(info->desc.name()), &seen, &path, &reported);
+      FindCycle(ToLower(info->desc.name()), ToLower(info->desc.name()), &seen, &path, &reported);
     }
   }
   void FindCycle(const std::string& start, const std::string& at, std::set<std::string>* seen,
@@ -244,7 +225,7 @@ class Compiler {
     const MessageInfo* m = messages_.at(at);
     for (const FieldDescriptor& f : m->desc.fields()) {
       if (f.type() != MESSAGE || f.label() != REQUIRED) continue;
-      const std::string next = Lower(f.message_type());
+      const std::string next = ToLower(f.message_type());
       path->push_back(m->desc.name() + "." + f.name());
       if (next == start) {
         if (reported->insert(start).second) {
@@ -297,14 +278,14 @@ class Compiler {
               "its fields are: " + FieldList(t.desc));
         continue;
       }
-      if (!seen.insert(Lower(f->name())).second) {
+      if (!seen.insert(ToLower(f->name())).second) {
         Error(k.field.pos, "column \"" + k.field.text + "\" appears twice in the primary key of " + d.name.text);
         continue;
       }
       if (f->label() != REQUIRED) {
         Error(k.field.pos, "primary key column \"" + f->name() + "\" of " + d.name.text + " is " +
                                (f->label() == REPEATED ? "repeated" : "optional") + "; key columns must be required",
-              "declare it as: required " + std::string(TypeName(*f)) + " " + f->name() + ";");
+              "declare it as: required " + DdlType(*f) + " " + f->name() + ";");
         continue;
       }
       if (f->type() == MESSAGE) {
@@ -332,7 +313,7 @@ class Compiler {
 
   void CheckGroupKey(TableInfo& t) {
     const TableDecl& d = *t.decl;
-    auto root_it = tables_.find(Lower(d.references.text));
+    auto root_it = tables_.find(ToLower(d.references.text));
     if (root_it == tables_.end()) {
       Error(d.references.pos, "REFERENCES unknown table \"" + d.references.text + "\"");
       return;
@@ -385,8 +366,8 @@ class Compiler {
       if (mine == nullptr || theirs == nullptr) continue;
       const Name& at = d.group_key[static_cast<size_t>(i)];
       if (mine->type() != theirs->type()) {
-        Error(at.pos, "entity group key column \"" + mine->name() + "\" is " + std::string(TypeName(*mine)) +
-                          " but " + r.name() + "." + theirs->name() + " is " + std::string(TypeName(*theirs)));
+        Error(at.pos, "entity group key column \"" + mine->name() + "\" is " + DdlType(*mine) +
+                          " but " + r.name() + "." + theirs->name() + " is " + DdlType(*theirs));
       } else if (t.desc.primary_key(i).descending() != r.primary_key(i).descending() ||
                  t.desc.primary_key(i).scatter() != r.primary_key(i).scatter()) {
         Error(at.pos, "key column \"" + mine->name() + "\" must have the same ASC/DESC and SCATTER as " + r.name() +
@@ -402,7 +383,7 @@ class Compiler {
       if (!t.desc.root_table().empty()) t.desc.set_in_table(t.desc.root_table());
       return;
     }
-    auto it = tables_.find(Lower(d.in_table->text));
+    auto it = tables_.find(ToLower(d.in_table->text));
     if (it == tables_.end()) {
       Error(d.in_table->pos, "IN TABLE names unknown table \"" + d.in_table->text + "\"");
       return;
@@ -422,14 +403,14 @@ class Compiler {
       return;
     }
     // Follow the chain of IN TABLE clauses; it must end at the root.
-    std::set<std::string> visited{Lower(d.name.text)};
+    std::set<std::string> visited{ToLower(d.name.text)};
     const TableDecl* at = target.decl;
     while (at != nullptr && at->in_table && !at->root_pos) {
-      if (!visited.insert(Lower(at->name.text)).second) break;
-      auto next = tables_.find(Lower(at->in_table->text));
+      if (!visited.insert(ToLower(at->name.text)).second) break;
+      auto next = tables_.find(ToLower(at->in_table->text));
       at = next == tables_.end() ? nullptr : next->second.decl;
     }
-    if (at != nullptr && visited.count(Lower(at->name.text)) && !at->root_pos) {
+    if (at != nullptr && visited.count(ToLower(at->name.text)) && !at->root_pos) {
       Error(d.in_table->pos, "IN TABLE clauses form a cycle through table " + d.name.text,
             "every chain of IN TABLE must end at the entity group's root");
       return;
@@ -440,13 +421,13 @@ class Compiler {
   // ---- indexes --------------------------------------------------------------------------
 
   void AddIndex(const IndexDecl& x) {
-    auto [existing, inserted] = index_pos_.emplace(Lower(x.name.text), x.name.pos);
+    auto [existing, inserted] = index_pos_.emplace(ToLower(x.name.text), x.name.pos);
     if (!inserted) {
       Error(x.name.pos, "duplicate index name \"" + x.name.text + "\"",
             "an index of that name (names ignore case) is declared at line " + std::to_string(existing->second.line));
       return;
     }
-    auto t = tables_.find(Lower(x.table.text));
+    auto t = tables_.find(ToLower(x.table.text));
     if (t == tables_.end()) {
       Error(x.table.pos, "index " + x.name.text + " is ON unknown table \"" + x.table.text + "\"");
       return;
@@ -468,7 +449,7 @@ class Compiler {
         ok = false;
         continue;
       }
-      if (!in_key.insert(Lower(f->name())).second) {
+      if (!in_key.insert(ToLower(f->name())).second) {
         Error(k.field.pos, "column \"" + f->name() + "\" appears twice in index " + x.name.text);
         ok = false;
         continue;
@@ -507,12 +488,12 @@ class Compiler {
         ok = false;
         continue;
       }
-      if (in_key.count(Lower(f->name()))) {
+      if (in_key.count(ToLower(f->name()))) {
         Error(n.pos, "index " + x.name.text + " is STORING \"" + f->name() + "\", which it already indexes");
         ok = false;
         continue;
       }
-      if (!stored.insert(Lower(f->name())).second) {
+      if (!stored.insert(ToLower(f->name())).second) {
         Error(n.pos, "column \"" + f->name() + "\" appears twice in STORING of index " + x.name.text);
         ok = false;
         continue;
@@ -530,7 +511,7 @@ class Compiler {
         ok = false;
       } else if (!table.root_table().empty()) {
         const std::string parent = x.inline_in ? x.inline_in->text : table.root_table();
-        auto p = tables_.find(Lower(parent));
+        auto p = tables_.find(ToLower(parent));
         if (p == tables_.end()) {
           Error(x.inline_in->pos, "INLINE IN names unknown table \"" + parent + "\"");
           ok = false;
@@ -547,8 +528,8 @@ class Compiler {
       }
     }
     if (!ok) return;
-    indexes_.emplace(Lower(x.name.text), std::move(info));
-    index_order_.push_back(Lower(x.name.text));
+    indexes_.emplace(ToLower(x.name.text), std::move(info));
+    index_order_.push_back(ToLower(x.name.text));
   }
 
   // Whether `parent`'s primary key columns are a prefix of `child`'s (same
@@ -568,17 +549,17 @@ class Compiler {
 
   void Alter(const AlterDecl& a) {
     if (a.kind == AlterDecl::Kind::kDropIndex) {
-      auto it = indexes_.find(Lower(a.target.text));
+      auto it = indexes_.find(ToLower(a.target.text));
       if (it == indexes_.end()) {
         Error(a.target.pos, "DROP INDEX of unknown index \"" + a.target.text + "\"");
         return;
       }
       indexes_.erase(it);
-      index_pos_.erase(Lower(a.target.text));
-      index_order_.erase(std::find(index_order_.begin(), index_order_.end(), Lower(a.target.text)));
+      index_pos_.erase(ToLower(a.target.text));
+      index_order_.erase(std::find(index_order_.begin(), index_order_.end(), ToLower(a.target.text)));
       return;
     }
-    auto t = tables_.find(Lower(a.table.text));
+    auto t = tables_.find(ToLower(a.table.text));
     if (t == tables_.end()) {
       Error(a.table.pos, "ALTER TABLE of unknown table \"" + a.table.text + "\"");
       return;
@@ -641,7 +622,7 @@ class Compiler {
       }
     }
     table.add_reserved_numbers(f->number());
-    info.fields.pos.erase(Lower(f->name()));
+    info.fields.pos.erase(ToLower(f->name()));
     auto* fields = table.mutable_fields();
     for (int i = 0; i < fields->size(); ++i) {
       if (&fields->Get(i) == f) {

@@ -16,12 +16,6 @@ namespace {
 constexpr char kChildEntity = '\x01';
 constexpr char kLocalIndexEntry = '\x02';
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::string Column(const TableDescriptor& t, const FieldDescriptor& f) { return t.name() + "." + f.name(); }
 
 absl::StatusOr<KeyValue> AsKeyValue(const Value& v) {
@@ -86,7 +80,7 @@ absl::StatusOr<std::string> Layout::EntityRow(const TableDescriptor& table, cons
   for (size_t i = 0; i < key.size(); ++i) {
     if (i == group) {
       row.push_back(kChildEntity);
-      AppendOrderedBytes(&row, Lower(table.name()));
+      AppendOrderedBytes(&row, ToLower(table.name()));
     }
     absl::Status s = AppendKeyPart(&row, columns[i], key[i]);
     if (!s.ok()) return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
@@ -150,7 +144,7 @@ absl::StatusOr<std::vector<Layout::IndexEntry>> Layout::IndexEntries(const Table
         e.table = entity_table();
         MS_ASSIGN_OR_RETURN(e.row, RootKey(table, key));
         e.row.push_back(kLocalIndexEntry);
-        AppendOrderedBytes(&e.row, Lower(x.name()));
+        AppendOrderedBytes(&e.row, ToLower(x.name()));
         e.row += values + encoded_key;
       } else {
         e.table = GlobalIndexTable(x);

@@ -29,6 +29,12 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 bool IsKeyword(std::string_view word) {
   for (std::string_view k : kKeywords) {
     if (EqualsIgnoreCase(k, word)) return true;

@@ -38,7 +38,8 @@ std::vector<Token> Tokenize(std::string_view source);
 // Reserved words, case-insensitive. They cannot name anything unless quoted.
 bool IsKeyword(std::string_view word);
 
-// Case-insensitive equality of ASCII words.
+// Case-insensitive equality of ASCII words, and lower-casing.
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+std::string ToLower(std::string_view s);
 
 }  // namespace megastore::schema

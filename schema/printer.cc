@@ -21,19 +21,6 @@ std::string Label(Label l) {
   }
 }
 
-std::string Type(const FieldDescriptor& f) {
-  switch (f.type()) {
-    case INT32: return "int32";
-    case INT64: return "int64";
-    case UINT64: return "uint64";
-    case BOOL: return "bool";
-    case DOUBLE: return "double";
-    case STRING: return "string";
-    case BYTES: return "bytes";
-    default: return N(f.message_type());
-  }
-}
-
 void Body(std::string* out, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
           const google::protobuf::RepeatedField<int32_t>& reserved) {
   // Numbers are written out unless they are exactly the defaults.
@@ -46,7 +33,8 @@ void Body(std::string* out, const google::protobuf::RepeatedPtrField<FieldDescri
     *out += ";\n";
   }
   for (const FieldDescriptor& f : fields) {
-    *out += "  " + Label(f.label()) + " " + Type(f) + " " + N(f.name());
+    const std::string type = f.type() == MESSAGE ? N(f.message_type()) : DdlType(f);
+    *out += "  " + Label(f.label()) + " " + type + " " + N(f.name());
     if (!defaults) *out += " = " + std::to_string(f.number());
     *out += ";\n";
   }
@@ -70,6 +58,19 @@ std::string Names(const google::protobuf::RepeatedPtrField<std::string>& names) 
 }
 
 }  // namespace
+
+std::string DdlType(const FieldDescriptor& f) {
+  switch (f.type()) {
+    case INT32: return "int32";
+    case INT64: return "int64";
+    case UINT64: return "uint64";
+    case BOOL: return "bool";
+    case DOUBLE: return "double";
+    case STRING: return "string";
+    case BYTES: return "bytes";
+    default: return f.message_type();
+  }
+}
 
 std::string PrintSchema(const SchemaDescriptor& schema) {
   std::string out = "CREATE SCHEMA " + N(schema.name()) + ";\n";

@@ -11,4 +11,7 @@ namespace megastore::schema {
 
 std::string PrintSchema(const SchemaDescriptor& schema);
 
+// A field's type as DDL spells it: int32 ... bytes, or its message's name.
+std::string DdlType(const FieldDescriptor& field);
+
 }  // namespace megastore::schema
