@@ -136,7 +136,7 @@ TEST_F(CommitLogTest, ConcurrentAppendsShareSyncs) {
   EXPECT_EQ(*all.rbegin(), 800u);
   const CommitLogStats stats = log->stats();
   EXPECT_EQ(stats.records, 800u);
-  // Eight writers waiting on fdatasync pile up behind the leader.
+  // Eight writers' records pile up while the writer thread syncs a group.
   EXPECT_LT(stats.syncs, stats.records);
   EXPECT_GT(stats.max_batch_records, 1u);
 }

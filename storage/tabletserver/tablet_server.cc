@@ -465,7 +465,20 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
 
 absl::Status TabletServer::MutateRow(std::string_view table, std::string_view row,
                                      absl::Span<const Mutation> mutations, int64_t timestamp) {
-  return WithTablet(table, row, [&](Tablet* t) { return t->MutateRow(row, mutations, timestamp); });
+  // The asynchronous path, waited for: one routing-and-retry loop for both.
+  absl::Status result;
+  absl::Notification finished;
+  auto write = std::make_unique<Tablet::RowWrite>();
+  write->row.assign(row);
+  write->mutations.assign(mutations.begin(), mutations.end());
+  write->timestamp = timestamp;
+  write->done = [&](absl::Status s) {
+    result = std::move(s);
+    finished.Notify();
+  };
+  MS_RETURN_IF_ERROR(MutateRowAsync(table, write));
+  finished.WaitForNotification();
+  return result;
 }
 
 absl::Status TabletServer::MutateRowAsync(std::string_view table,
