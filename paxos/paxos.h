@@ -23,7 +23,7 @@ namespace megastore::paxos {
 // Ordered by round, then proposer id. Round 0 is the fast path's ballot.
 struct Ballot {
   uint64_t round = 0;
-  uint32_t proposer = 0;
+  uint64_t proposer = 0;
   friend auto operator<=>(const Ballot&, const Ballot&) = default;
   std::string ToString() const;
 };
@@ -34,7 +34,7 @@ struct Message {
   enum class Type { kPrepare, kPromise, kAccept, kAccepted };
   Type type = Type::kPrepare;
   AcceptorId acceptor = 0;  // the acceptor it goes to or comes from
-  uint32_t proposer = 0;    // the proposer it goes to or comes from
+  uint64_t proposer = 0;    // the proposer it goes to or comes from
   Ballot ballot;            // the ballot the request is for (echoed in replies)
   std::string value;        // kAccept: the value
   // Replies:
@@ -65,7 +65,7 @@ Message HandleRequest(AcceptorState& state, const Message& request);
 
 struct ProposerOptions {
   int acceptors = 3;
-  uint32_t id = 1;  // unique among proposers of this position, > 0
+  uint64_t id = 1;  // unique among proposers of this position, > 0 (random 64-bit in production)
   // The leader of this position: try the fast path there first.
   std::optional<AcceptorId> leader;
 };

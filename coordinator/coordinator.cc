@@ -1,0 +1,154 @@
+#include "coordinator/coordinator.h"
+
+#include "base/strings.h"
+#include "coordinator/coordinator.pb.h"
+#include "storage/lock/lock.pb.h"
+
+namespace megastore::coordinator {
+
+namespace {
+
+std::string GroupKey(const CoordinatorRequest& r) {
+  std::string k = r.table();
+  k.push_back('\0');
+  k += r.root();
+  return k;
+}
+
+uint64_t NewEpoch(Env* env) {
+  uint64_t e = 0;
+  while (e == 0) e = env->Random64();
+  return e;
+}
+
+}  // namespace
+
+std::string LockName(std::string_view replica) { return StrCat("coordinator/", replica); }
+
+Coordinator::Coordinator(Env* env, Transport* transport, CoordinatorOptions options)
+    : env_(env),
+      transport_(transport),
+      options_(std::move(options)),
+      owner_(StrCat(options_.name, "#", env->Random64())) {
+  absl::MutexLock lock(&mu_);
+  epoch_ = NewEpoch(env_);
+  held_until_.assign(options_.lock_services.size(), 0);
+}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (running_) return;
+    running_ = true;
+  }
+  Renew();
+}
+
+void Coordinator::Stop() {
+  absl::MutexLock lock(&mu_);
+  running_ = false;
+  if (timer_ != 0) env_->Cancel(timer_);
+  timer_ = 0;
+  ResetLocked();
+}
+
+void Coordinator::PauseRenewals(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  paused_until_ = env_->MonotonicMicros() + absl::ToInt64Microseconds(d);
+}
+
+bool Coordinator::ServingLocked() {
+  const int64_t now = env_->MonotonicMicros();
+  size_t held = 0;
+  for (int64_t until : held_until_) held += until > now ? 1 : 0;
+  const bool serving = running_ && held >= held_until_.size() / 2 + 1;
+  if (was_serving_ && !serving) ResetLocked();
+  was_serving_ = serving;
+  return serving;
+}
+
+void Coordinator::ResetLocked() {
+  groups_.clear();
+  epoch_ = NewEpoch(env_);
+  was_serving_ = false;
+}
+
+bool Coordinator::serving() {
+  absl::MutexLock lock(&mu_);
+  return ServingLocked();
+}
+
+uint64_t Coordinator::epoch() {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+void Coordinator::Renew() {
+  bool paused;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!running_) return;
+    ServingLocked();
+    paused = env_->MonotonicMicros() < paused_until_;
+    timer_ = env_->Schedule(options_.renew_interval, [this] { Renew(); });
+  }
+  if (paused) return;
+  const int64_t sent = env_->MonotonicMicros();
+  for (size_t i = 0; i < options_.lock_services.size(); ++i) {
+    storage::lock::AcquireRequest req;
+    req.set_name(LockName(options_.name));
+    req.set_owner(owner_);
+    req.set_lease_micros(absl::ToInt64Microseconds(options_.lease));
+    transport_->Call(options_.lock_services[i], "lock.Acquire", req.SerializeAsString(),
+                     options_.rpc_timeout, [this, i, sent](absl::StatusOr<std::string> r) {
+                       storage::lock::LockReply reply;
+                       if (!r.ok() || !reply.ParseFromString(*r) || !reply.granted()) return;
+                       absl::MutexLock lock(&mu_);
+                       if (!running_) return;
+                       held_until_[i] = std::max(
+                           held_until_[i], sent + absl::ToInt64Microseconds(options_.lease));
+                       ServingLocked();
+                     });
+  }
+}
+
+void Coordinator::Serve(std::string_view method, std::string request, Responder respond) {
+  CoordinatorRequest req;
+  if (!req.ParseFromString(request) || req.table().empty() || req.root().empty()) {
+    respond(absl::InvalidArgumentError(
+        StrCat(method, ": malformed request (needs a table and a root row)")));
+    return;
+  }
+  CoordinatorReply reply;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool serving = ServingLocked();
+    reply.set_epoch(epoch_);
+    if (method == "coord.Check") {
+      auto it = groups_.find(GroupKey(req));
+      reply.set_valid(serving && it != groups_.end() && it->second.valid);
+    } else if (method == "coord.Invalidate") {
+      GroupState& g = groups_[GroupKey(req)];
+      g.valid = false;
+      g.invalidated = std::max(g.invalidated, req.position());
+      reply.set_applied(true);
+    } else if (method == "coord.Validate") {
+      auto it = groups_.find(GroupKey(req));
+      const uint64_t invalidated = it == groups_.end() ? 0 : it->second.invalidated;
+      if (serving && req.epoch() == epoch_ && invalidated <= req.position()) {
+        GroupState& g = groups_[GroupKey(req)];
+        g.valid = true;
+        reply.set_applied(true);
+        reply.set_valid(true);
+      }
+    } else {
+      respond(absl::UnimplementedError(StrCat("coordinator has no method ", method)));
+      return;
+    }
+  }
+  respond(reply.SerializeAsString());
+}
+
+}  // namespace megastore::coordinator

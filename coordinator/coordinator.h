@@ -1,0 +1,86 @@
+// The coordinator of one full replica (DESIGN.md §5): the set of entity
+// groups whose every chosen log position this replica has accepted, so a
+// `current` read there needs no inter-datacenter message.
+//
+//  * Invalidate(group, p) always wins over a Validate of a lower position,
+//    whichever arrives first.
+//  * Validate carries the epoch Check reported before the reader's catch-up
+//    and is refused if the epoch changed since (a restart, or a lost lock
+//    majority, each draws a new epoch and forgets every group).
+//  * It answers "valid" only while it holds a majority of its locks in the
+//    other datacenters' lock services. It counts a lock as held until
+//    `lease` after it *sent* the request that renewed it, never longer than
+//    the lock service itself will, so a writer that sees the lock expired
+//    there may treat the coordinator as invalidated.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/env.h"
+#include "base/transport.h"
+
+namespace megastore::coordinator {
+
+struct CoordinatorOptions {
+  // This replica's name; the lock is "coordinator/<name>".
+  std::string name;
+  // Node addresses of the other datacenters' lock services.
+  std::vector<std::string> lock_services;
+  absl::Duration lease = absl::Seconds(10);
+  absl::Duration renew_interval = absl::Seconds(2);
+  absl::Duration rpc_timeout = absl::Seconds(1);
+};
+
+std::string LockName(std::string_view replica);
+
+class Coordinator {
+ public:
+  // `env` and `transport` must outlive the coordinator.
+  Coordinator(Env* env, Transport* transport, CoordinatorOptions options);
+  ~Coordinator();
+
+  // Starts taking and renewing the locks.
+  void Start();
+  // Stops renewing (the locks then expire) and answering.
+  void Stop();
+
+  // Serves coord.Check, coord.Invalidate, coord.Validate (coordinator.proto).
+  void Serve(std::string_view method, std::string request, Responder respond);
+  static constexpr std::string_view kMethods[] = {"coord.Check", "coord.Invalidate",
+                                                  "coord.Validate"};
+
+  bool serving();
+  uint64_t epoch();
+  // Stop honouring the locks early (simulated lock expiry: the renewals
+  // stop reaching the lock services until `for_how_long` has passed).
+  void PauseRenewals(absl::Duration for_how_long);
+
+ private:
+  struct GroupState {
+    bool valid = false;
+    uint64_t invalidated = 0;  // highest position an Invalidate named
+  };
+  void Renew();
+  bool ServingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Env* const env_;
+  Transport* const transport_;
+  const CoordinatorOptions options_;
+  const std::string owner_;  // lock owner: name and incarnation
+
+  absl::Mutex mu_;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool was_serving_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t paused_until_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> held_until_ ABSL_GUARDED_BY(mu_);  // per lock service, monotonic micros
+  std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
+  Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace megastore::coordinator

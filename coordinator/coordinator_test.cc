@@ -1,0 +1,184 @@
+#include "coordinator/coordinator.h"
+
+#include <map>
+#include <set>
+
+#include "coordinator/coordinator.pb.h"
+#include "gtest/gtest.h"
+#include "storage/lock/lock_table.h"
+
+namespace megastore::coordinator {
+namespace {
+
+// Delivers calls at once to lock tables by node name; nodes in `down` do
+// not answer (the caller sees a timeout).
+class LockNetwork : public Transport {
+ public:
+  explicit LockNetwork(Env* env) : env_(env) {}
+  void Add(const std::string& node) { tables_.emplace(node, std::make_unique<storage::lock::LockTable>(env_)); }
+  void Call(std::string_view to, std::string_view method, std::string request, absl::Duration,
+            ReplyCallback done) override {
+    auto it = tables_.find(std::string(to));
+    if (it == tables_.end() || down.count(std::string(to))) {
+      done(absl::DeadlineExceededError("no answer"));
+      return;
+    }
+    it->second->Serve(method, std::move(request), std::move(done));
+  }
+  storage::lock::LockTable& table(const std::string& node) { return *tables_.at(node); }
+  std::set<std::string> down;
+
+ private:
+  Env* const env_;
+  std::map<std::string, std::unique_ptr<storage::lock::LockTable>> tables_;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorTest() : net_(&env_) {
+    net_.Add("B/lock");
+    net_.Add("C/lock");
+  }
+
+  std::unique_ptr<Coordinator> Make() {
+    CoordinatorOptions o;
+    o.name = "A";
+    o.lock_services = {"B/lock", "C/lock"};
+    o.lease = absl::Seconds(2);
+    o.renew_interval = absl::Milliseconds(500);
+    return std::make_unique<Coordinator>(&env_, &net_, o);
+  }
+
+  static CoordinatorReply Ask(Coordinator& c, std::string_view method, uint64_t position = 0,
+                              uint64_t epoch = 0, const std::string& root = "g1") {
+    CoordinatorRequest r;
+    r.set_table("t");
+    r.set_root(root);
+    r.set_position(position);
+    r.set_epoch(epoch);
+    CoordinatorReply reply;
+    bool answered = false;
+    c.Serve(method, r.SerializeAsString(), [&](absl::StatusOr<std::string> s) {
+      answered = s.ok() && reply.ParseFromString(*s);
+    });
+    EXPECT_TRUE(answered) << method;
+    return reply;
+  }
+
+  // Makes group g1 valid at `position` the way a reader does.
+  static void Validate(Coordinator& c, uint64_t position) {
+    const uint64_t epoch = Ask(c, "coord.Check").epoch();
+    ASSERT_TRUE(Ask(c, "coord.Validate", position, epoch).applied());
+  }
+
+  ManualEnv env_;
+  LockNetwork net_;
+};
+
+TEST_F(CoordinatorTest, ANewCoordinatorKnowsNoGroupAndServesOnlyWithItsLocks) {
+  auto c = Make();
+  EXPECT_FALSE(c->serving()) << "not started: holds no lock";
+  EXPECT_FALSE(Ask(*c, "coord.Validate", 5, c->epoch()).applied());
+  c->Start();
+  EXPECT_TRUE(c->serving());
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid()) << "a new coordinator starts with every group invalid";
+  Validate(*c, 5);
+  EXPECT_TRUE(Ask(*c, "coord.Check").valid());
+  EXPECT_FALSE(Ask(*c, "coord.Check", 0, 0, "g2").valid()) << "validity is per group";
+}
+
+TEST_F(CoordinatorTest, AValidateWithAnOldEpochIsRefused) {
+  auto c = Make();
+  c->Start();
+  const uint64_t epoch = Ask(*c, "coord.Check").epoch();
+  EXPECT_FALSE(Ask(*c, "coord.Validate", 5, epoch + 1).applied());
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+  EXPECT_TRUE(Ask(*c, "coord.Validate", 5, epoch).applied());
+}
+
+TEST_F(CoordinatorTest, AnInvalidateBeatsAValidateOfALowerPositionInEitherOrder) {
+  auto c = Make();
+  c->Start();
+  Validate(*c, 5);
+  ASSERT_TRUE(Ask(*c, "coord.Invalidate", 6).applied());
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+
+  // A reader that caught up to 5 (before position 6 was chosen) arrives late.
+  const uint64_t epoch = Ask(*c, "coord.Check").epoch();
+  EXPECT_FALSE(Ask(*c, "coord.Validate", 5, epoch).applied());
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+  // One that caught up to 6 or later may validate.
+  EXPECT_TRUE(Ask(*c, "coord.Validate", 6, epoch).applied());
+  EXPECT_TRUE(Ask(*c, "coord.Check").valid());
+  // Invalidations of old positions still invalidate (always safe).
+  ASSERT_TRUE(Ask(*c, "coord.Invalidate", 3).applied());
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+}
+
+TEST_F(CoordinatorTest, LosingTheLockMajorityForgetsEveryGroupAndChangesTheEpoch) {
+  auto c = Make();
+  c->Start();
+  Validate(*c, 5);
+  const uint64_t epoch = c->epoch();
+  net_.down.insert("C/lock");  // renewals reach only one of two
+  env_.Advance(absl::Milliseconds(1900));
+  EXPECT_TRUE(c->serving()) << "the lease taken at time 0 still runs";
+  EXPECT_TRUE(Ask(*c, "coord.Check").valid());
+  env_.Advance(absl::Milliseconds(100));
+  EXPECT_FALSE(c->serving()) << "a majority of 2 is 2";
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+  EXPECT_NE(c->epoch(), epoch);
+  // The lock service agrees the lease is over.
+  EXPECT_FALSE(net_.table("C/lock").Query(LockName("A")).held);
+
+  net_.down.clear();
+  env_.Advance(absl::Milliseconds(500));
+  EXPECT_TRUE(c->serving()) << "renewals got both locks back";
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid()) << "but everything is stale until validated";
+  EXPECT_FALSE(Ask(*c, "coord.Validate", 9, epoch).applied()) << "a validate from before the loss";
+  Validate(*c, 9);
+  EXPECT_TRUE(Ask(*c, "coord.Check").valid());
+}
+
+TEST_F(CoordinatorTest, PausedRenewalsLetTheLocksExpire) {
+  auto c = Make();
+  c->Start();
+  Validate(*c, 1);
+  c->PauseRenewals(absl::Seconds(3));
+  env_.Advance(absl::Milliseconds(2500));
+  EXPECT_FALSE(c->serving());
+  EXPECT_FALSE(net_.table("B/lock").Query(LockName("A")).held);
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorWaitsForItsPredecessorsLocksAndKnowsNothing) {
+  auto first = Make();
+  first->Start();
+  Validate(*first, 4);
+  first.reset();  // a crash: its leases stay until they expire
+  auto second = Make();
+  second->Start();
+  EXPECT_FALSE(second->serving()) << "the old incarnation still holds the locks";
+  env_.Advance(absl::Milliseconds(2500));
+  EXPECT_TRUE(second->serving());
+  EXPECT_FALSE(Ask(*second, "coord.Check").valid());
+}
+
+TEST_F(CoordinatorTest, MalformedRequestsAreRefused) {
+  auto c = Make();
+  c->Start();
+  absl::Status status;
+  c->Serve("coord.Check", "\x0a\xff garbage", [&](absl::StatusOr<std::string> r) { status = r.status(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  c->Serve("coord.Check", "", [&](absl::StatusOr<std::string> r) { status = r.status(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << "no table, no root";
+  CoordinatorRequest r;
+  r.set_table("t");
+  r.set_root("g");
+  c->Serve("coord.Frobnicate", r.SerializeAsString(),
+           [&](absl::StatusOr<std::string> s) { status = s.status(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace megastore::coordinator

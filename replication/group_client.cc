@@ -1,0 +1,734 @@
+#include "replication/group_client.h"
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include "absl/synchronization/mutex.h"
+#include "base/strings.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator.pb.h"
+#include "paxos/paxos.h"
+#include "storage/lock/lock.pb.h"
+
+namespace megastore::replication {
+
+namespace {
+
+template <typename T>
+using Callback = GroupClient::Callback<T>;
+
+int64_t DeadlineFrom(GroupClient* c) {
+  return c->env()->MonotonicMicros() + absl::ToInt64Microseconds(c->options().deadline);
+}
+
+bool Expired(GroupClient* c, int64_t deadline) { return c->env()->MonotonicMicros() >= deadline; }
+
+absl::Duration Jitter(GroupClient* c, absl::Duration max) {
+  const int64_t us = std::max<int64_t>(1, absl::ToInt64Microseconds(max));
+  return absl::Microseconds(static_cast<int64_t>(c->env()->Random64() % us) + 1);
+}
+
+// Calls `method` at `node` with a protobuf request and parses the reply.
+template <typename Reply, typename Request>
+void CallProto(GroupClient* c, const std::string& node, std::string_view method,
+               const Request& request, Callback<Reply> done,
+               std::optional<absl::Duration> timeout = std::nullopt) {
+  const std::string m(method);
+  c->transport()->Call(node, method, request.SerializeAsString(),
+                       timeout.value_or(c->options().rpc_timeout),
+                       [m, done = std::move(done)](absl::StatusOr<std::string> r) mutable {
+                         if (!r.ok()) return done(r.status());
+                         Reply reply;
+                         if (!reply.ParseFromString(*r))
+                           return done(absl::DataLossError(StrCat("unparsable reply to ", m)));
+                         done(std::move(reply));
+                       });
+}
+
+// Runs `n` calls and reports their results once `enough` succeeded or all
+// answered, whichever is first.
+template <typename T>
+class Gather : public std::enable_shared_from_this<Gather<T>> {
+ public:
+  using Results = std::vector<std::optional<absl::StatusOr<T>>>;
+  Gather(size_t n, size_t enough, absl::AnyInvocable<void(Results)> done)
+      : results_(n), enough_(enough), done_(std::move(done)) {}
+
+  Callback<T> Slot(size_t i) {
+    return [self = this->shared_from_this(), i](absl::StatusOr<T> r) { self->Set(i, std::move(r)); };
+  }
+  // For an empty set of calls.
+  void FinishIfEmpty() {
+    if (results_.empty()) Set(0, std::nullopt);
+  }
+
+ private:
+  void Set(size_t i, std::optional<absl::StatusOr<T>> r) {
+    absl::AnyInvocable<void(Results)> done;
+    Results copy;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!done_) return;
+      if (r) {
+        ok_ += r->ok() ? 1 : 0;
+        ++answered_;
+        results_[i] = std::move(r);
+      }
+      if (ok_ < enough_ && answered_ < results_.size()) return;
+      done = std::move(done_);
+      done_ = nullptr;
+      copy = results_;
+    }
+    done(std::move(copy));
+  }
+
+  absl::Mutex mu_;
+  Results results_;
+  const size_t enough_;
+  size_t ok_ = 0, answered_ = 0;
+  absl::AnyInvocable<void(Results)> done_;
+};
+
+LogPosition FromApplied(const AppliedRecord& a, int replica) {
+  LogPosition p;
+  p.position = a.position();
+  p.timestamp = a.timestamp();
+  p.next_leader = a.next_leader();
+  p.replica = replica;
+  return p;
+}
+
+// ---- Paxos for one position across the voting replicas ---------------------------
+
+// Replicas that accept the chosen value after it was chosen (their replies
+// were still on the way): each such accept spares that replica's
+// coordinator the invalidation.
+class LateAccepts {
+ public:
+  void Add(int replica) {
+    std::vector<std::function<void()>> fire;
+    {
+      absl::MutexLock lock(&mu_);
+      accepted_.insert(replica);
+      auto it = waiters_.find(replica);
+      if (it == waiters_.end()) return;
+      fire = std::move(it->second);
+      waiters_.erase(it);
+    }
+    for (auto& f : fire) f();
+  }
+  // Runs `fn` once `replica` has accepted (at once if it has).
+  void OnAccept(int replica, std::function<void()> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!accepted_.count(replica)) {
+        waiters_[replica].push_back(std::move(fn));
+        return;
+      }
+    }
+    fn();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::set<int> accepted_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<std::function<void()>>> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Chosen {
+  std::string value;
+  std::set<int> accepted_by;  // replica indices; empty if `learned`
+  bool learned = false;       // a replica already knew the value
+  std::shared_ptr<LateAccepts> late = std::make_shared<LateAccepts>();
+};
+
+class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
+ public:
+  PositionDriver(GroupClient* c, GroupRef group, uint64_t position, std::string value,
+                 std::optional<int> leader_voter, int64_t deadline, Callback<Chosen> done)
+      : c_(c),
+        group_(std::move(group)),
+        position_(position),
+        deadline_(deadline),
+        proposer_(paxos::ProposerOptions{static_cast<int>(c->voters().size()), ProposerId(c),
+                                         leader_voter},
+                  std::move(value)),
+        done_(std::move(done)) {}
+
+  void Start() {
+    std::vector<paxos::Message> out;
+    uint64_t round;
+    bool fast;
+    {
+      absl::MutexLock lock(&mu_);
+      out = proposer_.Start();
+      round = ++round_;
+      fast = proposer_.state() == paxos::Proposer::State::kFastAccept;
+    }
+    // A leader that does not answer soon is given up on sooner than a round.
+    ArmRoundTimer(round, fast ? std::optional(c_->options().leader_timeout) : std::nullopt);
+    Send(std::move(out), round);
+  }
+
+ private:
+  static uint64_t ProposerId(GroupClient* c) {
+    uint64_t id = 0;
+    while (id == 0) id = c->env()->Random64();
+    return id;
+  }
+
+  void Send(std::vector<paxos::Message> out, uint64_t round) {
+    for (paxos::Message& m : out) {
+      PaxosRequest req;
+      *req.mutable_group() = group_;
+      req.set_position(position_);
+      req.set_accept(m.type == paxos::Message::Type::kAccept);
+      req.mutable_ballot()->set_round(m.ballot.round);
+      req.mutable_ballot()->set_proposer(m.ballot.proposer);
+      req.set_value(m.value);
+      const int replica = c_->voters()[m.acceptor];
+      CallProto<PaxosReply>(c_, c_->options().replicas[replica].replication, "repl.Paxos", req,
+                            [self = shared_from_this(), m, round](absl::StatusOr<PaxosReply> r) {
+                              self->OnReply(m, round, std::move(r));
+                            });
+    }
+  }
+
+  void OnReply(const paxos::Message& request, uint64_t round, absl::StatusOr<PaxosReply> r) {
+    if (!r.ok()) return;  // lost: the round timer takes care of it
+    if (r->learned()) {
+      Chosen chosen;
+      chosen.value = r->learned_value();
+      chosen.learned = true;
+      return Finish(std::move(chosen));
+    }
+    paxos::Message m;
+    m.type = request.type == paxos::Message::Type::kAccept ? paxos::Message::Type::kAccepted
+                                                           : paxos::Message::Type::kPromise;
+    m.acceptor = request.acceptor;
+    m.proposer = request.proposer;
+    m.ballot = request.ballot;
+    m.ok = r->ok();
+    m.promised = paxos::Ballot{r->promised().round(), r->promised().proposer()};
+    if (r->has_accepted()) {
+      m.accepted_ballot = paxos::Ballot{r->accepted().round(), r->accepted().proposer()};
+      m.accepted_value = r->accepted_value();
+    }
+    std::vector<paxos::Message> out;
+    std::optional<Chosen> chosen;
+    bool stalled = false, late = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) {
+        // An accept of the chosen value that arrived after the majority.
+        late = chosen_ballot_ && m.type == paxos::Message::Type::kAccepted && m.ok &&
+               m.ballot == *chosen_ballot_;
+      } else {
+        out = proposer_.Step(m);
+      if (proposer_.chosen()) {
+        chosen_ballot_ = proposer_.ballot();
+        chosen.emplace();
+        chosen->late = late_;
+        chosen->value = proposer_.chosen_value();
+        for (paxos::AcceptorId a : proposer_.accepted_by()) chosen->accepted_by.insert(c_->voters()[a]);
+        } else if (proposer_.state() == paxos::Proposer::State::kStalled && round == round_ &&
+                   retry_armed_ != round_) {
+          retry_armed_ = round_;
+          stalled = true;
+        }
+      }
+    }
+    if (late) return late_->Add(c_->voters()[request.acceptor]);
+    if (chosen) return Finish(std::move(*chosen));
+    if (stalled) ScheduleRetry(round, Jitter(c_, c_->options().max_backoff));
+    Send(std::move(out), round);
+  }
+
+  void ArmRoundTimer(uint64_t round, std::optional<absl::Duration> limit = std::nullopt) {
+    // A round with no decision after one request timeout (plus a margin
+    // for the acceptor's own storage) is lost: retry after a backoff.
+    const absl::Duration wait =
+        limit.value_or(c_->options().rpc_timeout + c_->options().rpc_timeout / 4);
+    c_->env()->Schedule(wait, [self = shared_from_this(), round] {
+      bool retry = false;
+      {
+        absl::MutexLock lock(&self->mu_);
+        if (!self->finished_ && self->round_ == round && self->retry_armed_ != round) {
+          self->retry_armed_ = round;
+          retry = true;
+        }
+      }
+      if (retry) self->ScheduleRetry(round, Jitter(self->c_, self->c_->options().max_backoff));
+    });
+  }
+
+  void ScheduleRetry(uint64_t round, absl::Duration after) {
+    c_->env()->Schedule(after, [self = shared_from_this(), round] { self->Retry(round); });
+  }
+
+  void Retry(uint64_t round) {
+    std::vector<paxos::Message> out;
+    uint64_t next;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || round != round_) return;
+      if (Expired(c_, deadline_)) {
+        finished_ = true;
+      } else {
+        out = proposer_.Retry();
+        next = ++round_;
+      }
+    }
+    if (out.empty()) {
+      return Finish(absl::DeadlineExceededError(
+          StrCat("no value chosen at log position ", position_, " before the deadline")));
+    }
+    ArmRoundTimer(next);
+    Send(std::move(out), next);
+  }
+
+  void Finish(absl::StatusOr<Chosen> result) {
+    Callback<Chosen> done;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!done_) return;
+      finished_ = true;
+      done = std::move(done_);
+      done_ = nullptr;
+    }
+    done(std::move(result));
+  }
+
+  GroupClient* const c_;
+  const GroupRef group_;
+  const uint64_t position_;
+  const int64_t deadline_;
+  absl::Mutex mu_;
+  paxos::Proposer proposer_ ABSL_GUARDED_BY(mu_);
+  uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<paxos::Ballot> chosen_ballot_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<LateAccepts> late_ = std::make_shared<LateAccepts>();
+  Callback<Chosen> done_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---- after a value is chosen: invalidate, then apply --------------------------------
+
+coordinator::CoordinatorRequest CoordRequest(const GroupRef& group, uint64_t position,
+                                             uint64_t epoch = 0) {
+  coordinator::CoordinatorRequest r;
+  r.set_table(group.table());
+  r.set_root(group.root());
+  r.set_position(position);
+  r.set_epoch(epoch);
+  return r;
+}
+
+// Invalidates replica `r`'s coordinator for `position`, or establishes that
+// it cannot be serving: it lacks its lock at enough of the other lock
+// services that it cannot hold a majority. Both questions go out at once;
+// either answer suffices. Retries until `deadline`.
+void InvalidateOne(GroupClient* c, GroupRef group, uint64_t position, int r, int64_t deadline,
+                   absl::AnyInvocable<void(absl::Status)> done) {
+  struct Attempt {
+    absl::Mutex mu;
+    absl::AnyInvocable<void(absl::Status)> done;
+    int outstanding = 2;  // the invalidation, and the lock survey
+  };
+  auto attempt = std::make_shared<Attempt>();
+  attempt->done = std::move(done);
+  // `proved`: this answer settles it. Otherwise, once both failed, retry.
+  auto answer = [c, group, position, r, deadline, attempt](bool proved) {
+    absl::AnyInvocable<void(absl::Status)> done;
+    {
+      absl::MutexLock lock(&attempt->mu);
+      if (!attempt->done) return;
+      if (!proved && --attempt->outstanding > 0) return;
+      done = std::move(attempt->done);
+      attempt->done = nullptr;
+    }
+    if (proved) return done(absl::OkStatus());
+    if (Expired(c, deadline))
+      return done(absl::DeadlineExceededError(
+          StrCat("could not invalidate the coordinator of ", c->options().replicas[r].name,
+                 ", and it still holds its locks")));
+    // Env timers take copyable functions: park the callback.
+    auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+    c->env()->Schedule(Jitter(c, c->options().rpc_timeout / 2),
+                       [c, group, position, r, deadline, parked] {
+                         InvalidateOne(c, group, position, r, deadline, std::move(*parked));
+                       });
+  };
+  CallProto<coordinator::CoordinatorReply>(
+      c, c->options().replicas[r].coordinator, "coord.Invalidate", CoordRequest(group, position),
+      [answer](absl::StatusOr<coordinator::CoordinatorReply> reply) { answer(reply.ok()); });
+
+  std::vector<int> others;
+  for (int i = 0; i < static_cast<int>(c->options().replicas.size()); ++i)
+    if (i != r) others.push_back(i);
+  const size_t majority = others.size() / 2 + 1;
+  const size_t n = others.size();
+  auto on_locks = [answer, majority, n](Gather<storage::lock::LockReply>::Results results) {
+    size_t free = 0;
+    for (auto& res : results)
+      if (res && res->ok() && !(*res)->held()) ++free;
+    answer(free > n - majority);
+  };
+  // Done as soon as enough lock services report the lock free.
+  auto gather = std::make_shared<Gather<storage::lock::LockReply>>(n, n, std::move(on_locks));
+  storage::lock::LockRequest q;
+  q.set_name(coordinator::LockName(c->options().replicas[r].name));
+  for (size_t i = 0; i < n; ++i)
+    CallProto<storage::lock::LockReply>(c, c->options().replicas[others[i]].lock_service,
+                                       "lock.Query", q, gather->Slot(i));
+  gather->FinishIfEmpty();
+}
+
+// Makes a chosen value visible safely and applies it: invalidates the
+// coordinator of every full replica that did not accept it (unless it was
+// learned from a replica, whose copy is only ever written after that
+// step), then applies it everywhere, waiting for `wait_replica`'s apply.
+// `done(visible, applied)`: whether the invalidations succeeded, and how the
+// apply at `wait_replica` went.
+using CompleteCallback = absl::AnyInvocable<void(absl::Status visible, absl::Status applied)>;
+void Complete(GroupClient* c, GroupRef group, uint64_t position, Chosen chosen, int wait_replica,
+              int64_t deadline, CompleteCallback done) {
+  std::vector<int> to_invalidate;
+  if (!chosen.learned) {
+    for (int i = 0; i < static_cast<int>(c->options().replicas.size()); ++i)
+      if (c->options().replicas[i].type == ReplicaType::kFull && !chosen.accepted_by.count(i))
+        to_invalidate.push_back(i);
+  }
+  auto apply = [c, group, position, value = std::move(chosen.value), wait_replica,
+                done = std::move(done)](Gather<bool>::Results results) mutable {
+    for (auto& r : results)
+      if (r && !r->ok()) return done(r->status(), absl::AbortedError("not applied"));
+    ApplyRequest req;
+    *req.mutable_group() = group;
+    req.set_position(position);
+    req.set_value(value);
+    auto waited = std::make_shared<CompleteCallback>(std::move(done));
+    for (int i = 0; i < static_cast<int>(c->options().replicas.size()); ++i) {
+      CallProto<ApplyReply>(c, c->options().replicas[i].replication, "repl.Apply", req,
+                            [i, wait_replica, waited](absl::StatusOr<ApplyReply> r) {
+                              if (i != wait_replica) return;
+                              (*waited)(absl::OkStatus(), r.ok() ? absl::OkStatus() : r.status());
+                            });
+    }
+    if (wait_replica < 0) (*waited)(absl::OkStatus(), absl::OkStatus());
+  };
+  auto gather = std::make_shared<Gather<bool>>(to_invalidate.size(), to_invalidate.size(),
+                                               std::move(apply));
+  for (size_t i = 0; i < to_invalidate.size(); ++i) {
+    // Whichever comes first: the invalidation, or the replica's own accept.
+    struct Once {
+      absl::Mutex mu;
+      Callback<bool> slot;
+    };
+    auto once = std::make_shared<Once>();
+    once->slot = gather->Slot(i);
+    auto settle = [once](absl::StatusOr<bool> r) {
+      Callback<bool> slot;
+      {
+        absl::MutexLock lock(&once->mu);
+        if (!once->slot) return;
+        slot = std::move(once->slot);
+        once->slot = nullptr;
+      }
+      slot(std::move(r));
+    };
+    chosen.late->OnAccept(to_invalidate[i], [settle]() mutable { settle(true); });
+    InvalidateOne(c, group, position, to_invalidate[i], deadline, [settle](absl::Status s) mutable {
+      if (s.ok()) return settle(true);
+      settle(s);
+    });
+  }
+  gather->FinishIfEmpty();
+}
+
+LogEntry NoOp(GroupClient* c) {
+  LogEntry e;
+  e.set_id(StrCat("noop-", c->env()->Random64()));
+  e.set_noop(true);
+  e.set_next_leader(-1);
+  return e;
+}
+
+// ---- catch-up ----------------------------------------------------------------------
+
+struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
+  GroupClient* c;
+  GroupRef group;
+  int replica;
+  uint64_t target;
+  int64_t deadline;
+  Callback<LogPosition> done;
+  std::map<uint64_t, std::string> known;  // chosen values found in some replica's log
+  uint64_t next = 0;                      // the next position to apply
+  uint64_t chunk_end = 0;
+
+  void Begin() {
+    StateRequest req;
+    *req.mutable_group() = group;
+    CallProto<StateReply>(c, c->options().replicas[replica].replication, "repl.State", req,
+                          [self = shared_from_this()](absl::StatusOr<StateReply> s) {
+                            if (!s.ok()) return self->Fail(s.status());
+                            const AppliedRecord& a = s->applied();
+                            if (a.position() >= self->target)
+                              return self->Done(FromApplied(a, self->replica));
+                            self->next = a.position() + 1;
+                            self->Fetch();
+                          });
+  }
+
+  void Fetch() {
+    chunk_end = std::min(target, next + LogReplica::kMaxReadLog - 1);
+    ReadLogRequest req;
+    *req.mutable_group() = group;
+    req.set_from(next);
+    req.set_to(chunk_end);
+    const size_t n = c->options().replicas.size();
+    auto gather = std::make_shared<Gather<ReadLogReply>>(
+        n, n, [self = shared_from_this()](Gather<ReadLogReply>::Results results) {
+          for (auto& r : results) {
+            if (!r || !r->ok()) continue;
+            for (int i = 0; i < (*r)->positions_size(); ++i)
+              self->known.emplace((*r)->positions(i), (*r)->values(i));
+          }
+          self->Step();
+        });
+    for (size_t i = 0; i < n; ++i)
+      CallProto<ReadLogReply>(c, c->options().replicas[i].replication, "repl.ReadLog", req,
+                              gather->Slot(i));
+  }
+
+  void Step() {
+    if (Expired(c, deadline))
+      return Fail(absl::DeadlineExceededError(
+          StrCat("catch-up of ", c->options().replicas[replica].name, " stopped at position ",
+                 next, " of ", target, ": out of time")));
+    if (next > chunk_end) {
+      if (chunk_end >= target) return Begin();  // re-reads the applied position
+      return Fetch();
+    }
+    auto it = known.find(next);
+    if (it != known.end()) {
+      ApplyRequest req;
+      *req.mutable_group() = group;
+      req.set_position(next);
+      req.set_value(it->second);
+      CallProto<ApplyReply>(c, c->options().replicas[replica].replication, "repl.Apply", req,
+                            [self = shared_from_this()](absl::StatusOr<ApplyReply> r) {
+                              if (!r.ok()) return self->Fail(r.status());
+                              self->next = std::max(self->next + 1, r->applied().position() + 1);
+                              self->Step();
+                            });
+      return;
+    }
+    // Nobody knows the value: decide the position (a no-op, unless some
+    // replica accepted a value that must win).
+    auto driver = std::make_shared<PositionDriver>(
+        c, group, next, NoOp(c).SerializeAsString(), std::nullopt, deadline,
+        [self = shared_from_this()](absl::StatusOr<Chosen> chosen) {
+          if (!chosen.ok()) return self->Fail(chosen.status());
+          Complete(self->c, self->group, self->next, std::move(*chosen), self->replica,
+                   self->deadline, [self](absl::Status visible, absl::Status applied) {
+                     if (!visible.ok()) return self->Fail(visible);
+                     if (!applied.ok()) return self->Fail(applied);
+                     ++self->next;
+                     self->Step();
+                   });
+        });
+    driver->Start();
+  }
+
+  void Done(LogPosition p) {
+    if (done) std::exchange(done, nullptr)(std::move(p));
+  }
+  void Fail(absl::Status s) {
+    if (done) std::exchange(done, nullptr)(std::move(s));
+  }
+};
+
+}  // namespace
+
+const char* ToString(ReadLevel level) {
+  switch (level) {
+    case ReadLevel::kCurrent: return "current";
+    case ReadLevel::kSnapshot: return "snapshot";
+    case ReadLevel::kInconsistent: return "inconsistent";
+  }
+  return "?";
+}
+
+GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions options)
+    : env_(env), transport_(transport), options_(std::move(options)) {
+  for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
+    if (Votes(options_.replicas[i].type)) voters_.push_back(i);
+}
+
+void GroupClient::CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done) {
+  auto op = std::make_shared<CatchUpOp>();
+  op->c = this;
+  op->group = std::move(group);
+  op->replica = replica;
+  op->target = target;
+  op->deadline = DeadlineFrom(this);
+  op->done = std::move(done);
+  op->Begin();
+}
+
+void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done) {
+  const int local = options_.local;
+  const ReplicaInfo& info = options_.replicas[local];
+  StateRequest state_req;
+  *state_req.mutable_group() = group;
+  if (level != ReadLevel::kCurrent) {
+    CallProto<StateReply>(this, info.replication, "repl.State", state_req,
+                          [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
+                            if (!s.ok()) return done(s.status());
+                            LogPosition p = FromApplied(s->applied(), local);
+                            p.latest = level == ReadLevel::kInconsistent;
+                            done(p);
+                          });
+    return;
+  }
+  // Current: ask the coordinator and read the local log state at once.
+  struct Local {
+    std::optional<absl::StatusOr<coordinator::CoordinatorReply>> check;
+    std::optional<absl::StatusOr<StateReply>> state;
+  };
+  auto local_view = std::make_shared<Local>();
+  auto mu = std::make_shared<absl::Mutex>();
+  const bool has_coordinator = info.type == ReplicaType::kFull;
+  auto decide = [this, group, local, local_view, done = std::move(done)]() mutable {
+    auto& check = *local_view->check;
+    auto& state = *local_view->state;
+    if (check.ok() && check->valid() && state.ok()) {
+      // Up to date here: settle any position accepted locally but not yet
+      // applied, then read locally.
+      const uint64_t top = std::max(state->top(), state->applied().position());
+      if (top <= state->applied().position()) return done(FromApplied(state->applied(), local));
+      return CatchUp(group, local, top, std::move(done));
+    }
+    // Not known to be up to date: the highest position a majority knows.
+    const size_t n = voters_.size();
+    std::optional<uint64_t> epoch;
+    if (check.ok()) epoch = check->epoch();
+    auto on_states = [this, group, local, epoch, done = std::move(done)](
+                         Gather<StateReply>::Results results) mutable {
+      size_t ok = 0;
+      uint64_t target = 0;
+      for (auto& r : results) {
+        if (!r || !r->ok()) continue;
+        ++ok;
+        target = std::max({target, (*r)->top(), (*r)->applied().position()});
+      }
+      if (ok < voters_.size() / 2 + 1)
+        return done(absl::UnavailableError(StrCat(
+            "current read: only ", ok, " of ", voters_.size(),
+            " voting replicas answered; a majority is needed to find the latest position")));
+      CatchUp(group, local, target,
+              [this, group, local, epoch, done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+                if (p.ok() && epoch && options_.replicas[local].type == ReplicaType::kFull) {
+                  CallProto<coordinator::CoordinatorReply>(
+                      this, options_.replicas[local].coordinator, "coord.Validate",
+                      CoordRequest(group, p->position, *epoch),
+                      [](absl::StatusOr<coordinator::CoordinatorReply>) {});
+                }
+                done(std::move(p));
+              });
+    };
+    auto gather = std::make_shared<Gather<StateReply>>(n, n / 2 + 1, std::move(on_states));
+    StateRequest req;
+    *req.mutable_group() = group;
+    for (size_t i = 0; i < n; ++i)
+      CallProto<StateReply>(this, options_.replicas[voters_[i]].replication, "repl.State", req,
+                            gather->Slot(i));
+  };
+  auto shared_decide = std::make_shared<decltype(decide)>(std::move(decide));
+  auto decided = std::make_shared<bool>(false);
+  auto maybe_decide = [local_view, mu, shared_decide, decided] {
+    {
+      absl::MutexLock lock(mu.get());
+      if (!local_view->check || !local_view->state || *decided) return;
+      *decided = true;
+    }
+    (*shared_decide)();
+  };
+  if (has_coordinator) {
+    CallProto<coordinator::CoordinatorReply>(
+        this, info.coordinator, "coord.Check", CoordRequest(group, 0),
+        [local_view, mu, maybe_decide](absl::StatusOr<coordinator::CoordinatorReply> r) {
+          {
+            absl::MutexLock lock(mu.get());
+            local_view->check = std::move(r);
+          }
+          maybe_decide();
+        },
+        options_.coordinator_timeout);
+  } else {
+    local_view->check = absl::StatusOr<coordinator::CoordinatorReply>(
+        absl::FailedPreconditionError("no coordinator at this replica"));
+  }
+  CallProto<StateReply>(this, info.replication, "repl.State", state_req,
+                        [local_view, mu, maybe_decide](absl::StatusOr<StateReply> r) {
+                          {
+                            absl::MutexLock lock(mu.get());
+                            local_view->state = std::move(r);
+                          }
+                          maybe_decide();
+                        });
+}
+
+void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
+                       Callback<ReadReply> done) {
+  ReadRequest req;
+  *req.mutable_group() = std::move(group);
+  req.set_row(std::move(row));
+  req.set_family(std::move(family));
+  req.set_timestamp(at.timestamp);
+  req.set_latest(at.latest);
+  CallProto<ReadReply>(this, options_.replicas[at.replica].replication, "repl.Read", req,
+                       std::move(done));
+}
+
+void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
+                         Callback<CommitResult> done) {
+  const uint64_t position = at.position + 1;
+  const int local = options_.local;
+  entry.set_timestamp(std::max(env_->NowMicros(), at.timestamp + 1));
+  entry.set_next_leader(Votes(options_.replicas[local].type) ? local : -1);
+  std::optional<int> leader;
+  for (size_t i = 0; i < voters_.size(); ++i)
+    if (voters_[i] == at.next_leader) leader = static_cast<int>(i);
+  const int64_t timestamp = entry.timestamp();
+  std::string value = entry.SerializeAsString();
+  const int64_t deadline = DeadlineFrom(this);
+  auto driver = std::make_shared<PositionDriver>(
+      this, group, position, value, leader, deadline,
+      [this, group, position, value, timestamp, deadline,
+       done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
+        if (!chosen.ok()) return done(chosen.status());
+        const bool ours = chosen->value == value;
+        // The write is acknowledged once visible; applying goes on behind.
+        Complete(this, group, position, std::move(*chosen), /*wait_replica=*/-1, deadline,
+                 [position, timestamp, ours, done = std::move(done)](absl::Status visible,
+                                                                     absl::Status) mutable {
+                   if (!ours)
+                     return done(absl::AbortedError(StrCat(
+                         "conflict: another writer committed log position ", position)));
+                   // A failed local apply is harmless: the next read applies it.
+                   if (!visible.ok())
+                     return done(absl::UnavailableError(StrCat(
+                         "log position ", position,
+                         " was chosen but could not be made visible: ", visible.message())));
+                   done(CommitResult{position, timestamp});
+                 });
+      });
+  driver->Start();
+}
+
+}  // namespace megastore::replication

@@ -1,0 +1,107 @@
+// The library side of replication (DESIGN.md §5): what an app server's
+// client library runs to read an entity group at a consistency level and to
+// commit a log entry — the Paxos proposer, catch-up, coordinator
+// invalidation and apply. Everything goes through Env and Transport; the
+// replicas are reached through their replication servers.
+//
+// Thread-safe; callbacks run on the transport's or Env's threads (in the
+// simulator: its one thread).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/env.h"
+#include "base/transport.h"
+#include "replication/log_replica.h"
+#include "replication/replication.pb.h"
+
+namespace megastore::replication {
+
+struct ReplicaInfo {
+  std::string name;  // the datacenter
+  ReplicaType type = ReplicaType::kFull;
+  std::string replication;   // node address of its replication server
+  std::string coordinator;   // node address of its coordinator (full replicas)
+  std::string lock_service;  // node address of its lock service
+};
+
+struct GroupClientOptions {
+  std::vector<ReplicaInfo> replicas;
+  int local = 0;  // index of this app server's replica
+  // How long one request may take before it counts as lost.
+  absl::Duration rpc_timeout = absl::Milliseconds(500);
+  // How long a writer waits for the leader's fast-path accept before it
+  // runs both Paxos phases itself.
+  absl::Duration leader_timeout = absl::Milliseconds(100);
+  // How long a current read waits for the local coordinator before it
+  // treats the group as not known to be up to date here.
+  absl::Duration coordinator_timeout = absl::Milliseconds(50);
+  // A stalled Paxos round retries after a random pause up to this long.
+  absl::Duration max_backoff = absl::Milliseconds(40);
+  // How long one ReadPosition / Commit / CatchUp may take in all.
+  absl::Duration deadline = absl::Seconds(10);
+};
+
+enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };
+const char* ToString(ReadLevel level);
+
+// Where a read stands: data is read as of `timestamp` at `replica`.
+struct LogPosition {
+  uint64_t position = 0;
+  int64_t timestamp = 0;
+  int32_t next_leader = -1;  // leader nominated for position + 1
+  int replica = 0;
+  bool latest = false;       // inconsistent: ignore timestamp, read the newest data
+};
+
+struct CommitResult {
+  uint64_t position = 0;
+  int64_t timestamp = 0;
+};
+
+// Errors:
+//   Aborted            Commit lost its position to another writer (conflict):
+//                      the entry was certainly not committed; retry from a read.
+//   DeadlineExceeded,  the outcome is unknown (Commit), or the read could not
+//   Unavailable        be served (too few replicas answered).
+class GroupClient {
+ public:
+  template <typename T>
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
+
+  // `env` and `transport` must outlive the client and every operation.
+  GroupClient(Env* env, Transport* transport, GroupClientOptions options);
+
+  // Step one of a transaction: the position to read at (and commit after).
+  void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done);
+  // One row's latest cells of `family` as of `at`.
+  void Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
+            Callback<ReadReply> done);
+  // Proposes `entry` for position at.position + 1. Sets the entry's
+  // timestamp and next-leader nominee; the caller sets a unique `id`.
+  void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done);
+  // Brings replica `replica` up to at least position `target`: copies known
+  // chosen values, decides unknown positions with no-op Paxos, applies in
+  // order. Returns the replica's applied position.
+  void CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done);
+
+  const GroupClientOptions& options() const { return options_; }
+  Env* env() const { return env_; }
+  Transport* transport() const { return transport_; }
+  // The replicas that vote, in acceptor-id order (paxos::AcceptorId i is
+  // replica voters()[i]).
+  const std::vector<int>& voters() const { return voters_; }
+
+ private:
+  Env* const env_;
+  Transport* const transport_;
+  const GroupClientOptions options_;
+  std::vector<int> voters_;
+};
+
+}  // namespace megastore::replication

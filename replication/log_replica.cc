@@ -1,0 +1,406 @@
+#include "replication/log_replica.h"
+
+#include <memory>
+
+#include "base/coding.h"
+#include "base/strings.h"
+#include "paxos/paxos.h"
+
+namespace megastore::replication {
+
+namespace {
+
+using storage::Mutation;
+using storage::ReadOptions;
+using storage::Row;
+using storage::RowFilter;
+
+constexpr char kAppliedColumn[] = "S:applied";
+constexpr char kTopColumn[] = "S:top";
+constexpr char kSummaryPrefix[] = "S:";
+// A changed acceptor cell is retried this often before the step gives up
+// (each retry means another writer stepped the same position meanwhile).
+constexpr int kMaxStepAttempts = 16;
+
+std::string PositionPrefix(uint64_t position) {
+  std::string s = "L";
+  AppendOrderedUint64(&s, position);
+  return s;
+}
+
+bool ParsePositionColumn(std::string_view q, uint64_t* position, char* kind) {
+  if (q.size() != 10 || q[0] != 'L') return false;
+  std::string_view rest = q.substr(1, 8);
+  if (!ConsumeOrderedUint64(&rest, position)) return false;
+  *kind = q[9];
+  return true;
+}
+
+paxos::Ballot FromProto(const Ballot& b) { return paxos::Ballot{b.round(), b.proposer()}; }
+void ToProto(const paxos::Ballot& b, Ballot* out) {
+  out->set_round(b.round);
+  out->set_proposer(b.proposer);
+}
+
+AcceptorRecord ToRecord(const paxos::AcceptorState& state) {
+  AcceptorRecord r;
+  ToProto(state.promised, r.mutable_promised());
+  if (state.accepted_ballot) {
+    ToProto(*state.accepted_ballot, r.mutable_accepted());
+    r.set_accepted_value(state.accepted_value);
+  }
+  return r;
+}
+
+PaxosReply ToReply(const paxos::Message& m) {
+  PaxosReply reply;
+  reply.set_ok(m.ok);
+  ToProto(m.promised, reply.mutable_promised());
+  if (m.accepted_ballot) {
+    ToProto(*m.accepted_ballot, reply.mutable_accepted());
+    reply.set_accepted_value(m.accepted_value);
+  }
+  return reply;
+}
+
+paxos::Message ToMessage(const PaxosRequest& req) {
+  paxos::Message m;
+  m.type = req.accept() ? paxos::Message::Type::kAccept : paxos::Message::Type::kPrepare;
+  m.ballot = FromProto(req.ballot());
+  m.value = req.value();
+  return m;
+}
+
+ReadOptions LogRead(RowFilter::QualifierMatch match, std::string qualifier) {
+  ReadOptions o;
+  o.filter.families = {kLogFamily};
+  o.filter.qualifier_match = match;
+  o.filter.qualifier = std::move(qualifier);
+  o.filter.cells_per_column = 1;
+  return o;
+}
+
+Mutation TopCell(uint64_t position) {
+  std::string v;
+  AppendOrderedUint64(&v, position);
+  return Mutation::SetCell(kLogFamily, kTopColumn, v, static_cast<int64_t>(position));
+}
+
+absl::Status Corrupt(const GroupRef& group, std::string_view what) {
+  return absl::DataLossError(StrCat("entity group ", EscapeBytes(group.root()), " in table ",
+                                    group.table(), ": ", what));
+}
+
+// Parses the summary cells of a root row into `out`.
+absl::Status ParseSummary(const GroupRef& group, const std::optional<Row>& row, StateReply* out) {
+  out->Clear();
+  if (!row) return absl::OkStatus();
+  for (const storage::Cell& c : row->cells) {
+    if (c.qualifier == kAppliedColumn) {
+      if (!out->mutable_applied()->ParseFromString(c.value))
+        return Corrupt(group, "unreadable applied record");
+    } else if (c.qualifier == kTopColumn) {
+      std::string_view v = c.value;
+      uint64_t top = 0;
+      if (!ConsumeOrderedUint64(&v, &top)) return Corrupt(group, "unreadable top position");
+      out->set_top(top);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+storage::ColumnFamily LogFamilySchema() {
+  storage::ColumnFamily f;
+  f.set_name(kLogFamily);
+  f.mutable_gc_rule()->set_max_versions(1);
+  return f;
+}
+
+std::string AcceptorColumn(uint64_t position) { return PositionPrefix(position) + "a"; }
+std::string LearnedColumn(uint64_t position) { return PositionPrefix(position) + "l"; }
+
+const char* ToString(ReplicaType type) {
+  switch (type) {
+    case ReplicaType::kFull: return "full";
+    case ReplicaType::kWitness: return "witness";
+    case ReplicaType::kReadOnly: return "read-only";
+  }
+  return "?";
+}
+
+bool Votes(ReplicaType type) { return type != ReplicaType::kReadOnly; }
+
+absl::Status CheckGroup(const GroupRef& group) {
+  if (group.table().empty()) return absl::InvalidArgumentError("request names no table");
+  if (group.root().empty()) return absl::InvalidArgumentError("request names no entity group root row");
+  return absl::OkStatus();
+}
+
+std::vector<Mutation> EntryMutations(const RowChange& change, int64_t timestamp) {
+  std::vector<Mutation> out;
+  out.reserve(change.cells_size());
+  for (const CellChange& c : change.cells()) {
+    if (c.delete_cells()) {
+      // Bounded by the commit timestamp: a late or repeated apply never
+      // hides a later entry's cells.
+      out.push_back(Mutation::DeleteCells(c.family(), c.qualifier(), 0, timestamp + 1));
+    } else {
+      out.push_back(Mutation::SetCell(c.family(), c.qualifier(), c.value(), timestamp));
+    }
+  }
+  return out;
+}
+
+// ---- acceptor -------------------------------------------------------------------
+
+void LogReplica::Paxos(PaxosRequest request, Callback<PaxosReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (request.position() == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
+  if (type_ == ReplicaType::kReadOnly)
+    return done(absl::FailedPreconditionError("a read-only replica does not vote"));
+  auto req = std::make_shared<PaxosRequest>(std::move(request));
+  if (!req->accept() || req->ballot().round() != 0 || req->ballot().proposer() != 0)
+    return PaxosAttempt(req, 0, std::move(done));
+  // The fast path's accept usually finds the position untouched: write the
+  // acceptor state in one CheckAndMutateRow that applies only if no cell of
+  // the position exists; otherwise take the general read-then-write path.
+  paxos::AcceptorState state;
+  const PaxosReply reply = ToReply(paxos::HandleRequest(state, ToMessage(*req)));
+  const uint64_t pos = req->position();
+  RowFilter any = LogRead(RowFilter::QualifierMatch::kPrefix, PositionPrefix(pos)).filter;
+  bigtable_->CheckAndMutateRow(
+      req->group().table(), req->group().root(), std::move(any), {},
+      {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), ToRecord(state).SerializeAsString(), 0),
+       TopCell(pos)},
+      [this, req, reply, done = std::move(done)](absl::StatusOr<bool> existed) mutable {
+        if (!existed.ok()) return done(existed.status());
+        if (!*existed) return done(std::move(reply));
+        PaxosAttempt(req, 0, std::move(done));
+      });
+}
+
+void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, int attempt,
+                              Callback<PaxosReply> done) {
+  const uint64_t pos = req->position();
+  bigtable_->ReadRow(
+      req->group().table(), req->group().root(),
+      LogRead(RowFilter::QualifierMatch::kPrefix, PositionPrefix(pos)),
+      [this, req, attempt, pos, done = std::move(done)](
+          absl::StatusOr<std::optional<Row>> row) mutable {
+        if (!row.ok()) return done(row.status());
+        std::optional<std::string> stored;  // the acceptor cell as read
+        if (*row) {
+          for (const storage::Cell& c : (*row)->cells) {
+            if (c.qualifier == LearnedColumn(pos)) {
+              PaxosReply learned;
+              learned.set_learned(true);
+              learned.set_learned_value(c.value);
+              return done(std::move(learned));
+            }
+            if (c.qualifier == AcceptorColumn(pos)) stored = c.value;
+          }
+        }
+        AcceptorRecord record;
+        if (stored && !record.ParseFromString(*stored))
+          return done(Corrupt(req->group(), StrCat("unreadable acceptor state at position ", pos)));
+        paxos::AcceptorState state;
+        state.promised = FromProto(record.promised());
+        if (record.has_accepted()) {
+          state.accepted_ballot = FromProto(record.accepted());
+          state.accepted_value = record.accepted_value();
+        }
+        const paxos::AcceptorState before = state;
+        const paxos::Message r = paxos::HandleRequest(state, ToMessage(*req));
+        PaxosReply reply = ToReply(r);
+        if (state == before) return done(std::move(reply));
+
+        const AcceptorRecord next = ToRecord(state);
+        std::vector<Mutation> write = {
+            Mutation::SetCell(kLogFamily, AcceptorColumn(pos), next.SerializeAsString(), 0),
+            TopCell(pos)};
+        // The predicate matches iff the acceptor cell is still what we read.
+        RowFilter pred = LogRead(RowFilter::QualifierMatch::kExact, AcceptorColumn(pos)).filter;
+        std::vector<Mutation> if_true, if_false;
+        if (stored) {
+          pred.value_range = storage::ByteRange{*stored, *stored, true};
+          if_true = std::move(write);
+        } else {
+          if_false = std::move(write);
+        }
+        const bool expect = stored.has_value();
+        bigtable_->CheckAndMutateRow(
+            req->group().table(), req->group().root(), std::move(pred), std::move(if_true),
+            std::move(if_false),
+            [this, req, attempt, expect, reply = std::move(reply),
+             done = std::move(done)](absl::StatusOr<bool> matched) mutable {
+              if (!matched.ok()) return done(matched.status());
+              if (*matched == expect) return done(std::move(reply));
+              if (attempt + 1 >= kMaxStepAttempts)
+                return done(absl::AbortedError(StrCat(
+                    "acceptor state of position ", req->position(),
+                    " kept changing under this step; try again")));
+              PaxosAttempt(req, attempt + 1, std::move(done));
+            });
+      });
+}
+
+// ---- state, log, apply, read ---------------------------------------------------
+
+void LogReplica::State(GroupRef group, Callback<StateReply> done) {
+  if (absl::Status s = CheckGroup(group); !s.ok()) return done(s);
+  const std::string table = group.table(), root = group.root();
+  bigtable_->ReadRow(table, root, LogRead(RowFilter::QualifierMatch::kPrefix, kSummaryPrefix),
+                     [group = std::move(group), done = std::move(done)](
+                         absl::StatusOr<std::optional<Row>> row) mutable {
+                       if (!row.ok()) return done(row.status());
+                       StateReply reply;
+                       if (absl::Status s = ParseSummary(group, *row, &reply); !s.ok()) return done(s);
+                       done(std::move(reply));
+                     });
+}
+
+void LogReplica::ReadLog(ReadLogRequest request, Callback<ReadLogReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (request.from() == 0 || request.to() < request.from())
+    return done(absl::InvalidArgumentError(
+        StrCat("repl.ReadLog: bad range [", request.from(), ", ", request.to(), "]")));
+  const uint64_t to = std::min(request.to(), request.from() + kMaxReadLog - 1);
+  ReadOptions o = LogRead(RowFilter::QualifierMatch::kRange, "");
+  o.filter.qualifier_range = storage::ByteRange{PositionPrefix(request.from()), PositionPrefix(to + 1)};
+  const std::string table = request.group().table(), root = request.group().root();
+  bigtable_->ReadRow(table, root, std::move(o),
+                     [done = std::move(done)](absl::StatusOr<std::optional<Row>> row) mutable {
+                       if (!row.ok()) return done(row.status());
+                       ReadLogReply reply;
+                       if (*row) {
+                         for (const storage::Cell& c : (*row)->cells) {
+                           uint64_t pos;
+                           char kind;
+                           if (!ParsePositionColumn(c.qualifier, &pos, &kind) || kind != 'l') continue;
+                           reply.add_positions(pos);
+                           reply.add_values(c.value);
+                         }
+                       }
+                       done(std::move(reply));
+                     });
+}
+
+void LogReplica::Apply(ApplyRequest request, Callback<ApplyReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (request.position() == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
+  LogEntry entry;
+  if (!entry.ParseFromString(request.value()))
+    return done(absl::InvalidArgumentError(
+        StrCat("repl.Apply: the value of position ", request.position(), " is not a log entry")));
+  const GroupRef group = request.group();
+  bigtable_->MutateRow(
+      group.table(), group.root(),
+      {Mutation::SetCell(kLogFamily, LearnedColumn(request.position()), request.value(), 0),
+       TopCell(request.position())},
+      storage::kServerTimestamp,
+      [this, group, done = std::move(done)](absl::Status s) mutable {
+        if (!s.ok()) return done(s);
+        ApplyLoop(group, std::move(done));
+      });
+}
+
+namespace {
+
+// Writes the data of one entry, row by row; `done` after the last.
+struct EntryWriter {
+  storage::BigtableClient* bigtable;
+  std::string table;
+  LogEntry entry;
+  int next = 0;
+  absl::AnyInvocable<void(absl::Status)> done;
+
+  static void Run(std::shared_ptr<EntryWriter> self) {
+    if (self->next == self->entry.changes_size()) return self->done(absl::OkStatus());
+    const RowChange& change = self->entry.changes(self->next++);
+    self->bigtable->MutateRow(self->table, change.row(),
+                              EntryMutations(change, self->entry.timestamp()),
+                              self->entry.timestamp(), [self](absl::Status s) {
+                                if (!s.ok()) return self->done(s);
+                                Run(self);
+                              });
+  }
+};
+
+}  // namespace
+
+void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done) {
+  State(group, [this, group, done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+    if (!state.ok()) return done(state.status());
+    const AppliedRecord applied = state->applied();
+    const uint64_t next = applied.position() + 1;
+    if (state->top() < next) {
+      ApplyReply reply;
+      *reply.mutable_applied() = applied;
+      return done(std::move(reply));
+    }
+    ReadLogRequest req;
+    *req.mutable_group() = group;
+    req.set_from(next);
+    req.set_to(next);
+    ReadLog(std::move(req), [this, group, applied, next, done = std::move(done)](
+                                absl::StatusOr<ReadLogReply> log) mutable {
+      if (!log.ok()) return done(log.status());
+      if (log->positions_size() == 0) {  // a hole: wait for catch-up
+        ApplyReply reply;
+        *reply.mutable_applied() = applied;
+        return done(std::move(reply));
+      }
+      auto writer = std::make_shared<EntryWriter>();
+      if (!writer->entry.ParseFromString(log->values(0)))
+        return done(Corrupt(group, StrCat("unreadable log entry at position ", next)));
+      AppliedRecord rec;
+      rec.set_position(next);
+      rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
+      rec.set_next_leader(writer->entry.next_leader());
+      auto record = [this, group, rec, next, done = std::move(done)](absl::Status s) mutable {
+        if (!s.ok()) return done(s);
+        bigtable_->MutateRow(
+            group.table(), group.root(),
+            {Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
+                               static_cast<int64_t>(next))},
+            storage::kServerTimestamp, [this, group, done = std::move(done)](absl::Status s) mutable {
+              if (!s.ok()) return done(s);
+              ApplyLoop(group, std::move(done));
+            });
+      };
+      if (type_ == ReplicaType::kWitness) return record(absl::OkStatus());
+      writer->bigtable = bigtable_;
+      writer->table = group.table();
+      writer->done = std::move(record);
+      EntryWriter::Run(writer);
+    });
+  });
+}
+
+void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (type_ == ReplicaType::kWitness)
+    return done(absl::FailedPreconditionError("a witness replica keeps no data"));
+  ReadOptions o;
+  o.filter.families = {request.family()};
+  o.filter.cells_per_column = 1;
+  if (!request.latest()) o.read_timestamp = request.timestamp();
+  const std::string table = request.group().table(), row = request.row();
+  bigtable_->ReadRow(table, row, std::move(o),
+                     [done = std::move(done)](absl::StatusOr<std::optional<Row>> r) mutable {
+                       if (!r.ok()) return done(r.status());
+                       ReadReply reply;
+                       if (*r) {
+                         reply.set_found(true);
+                         for (const storage::Cell& c : (*r)->cells) {
+                           reply.add_qualifiers(c.qualifier);
+                           reply.add_values(c.value);
+                         }
+                       }
+                       done(std::move(reply));
+                     });
+}
+
+}  // namespace megastore::replication

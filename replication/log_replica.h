@@ -1,0 +1,85 @@
+// One replica's half of an entity group's replicated log: the acceptor, the
+// learner and the applier, kept in the group's root row of this datacenter's
+// Bigtable (DESIGN.md §5; docs/replication.md has the cell layout).
+//
+// Stateless: every call reads what it needs from Bigtable and changes the
+// acceptor state only through CheckAndMutateRow, so each acceptor step is
+// atomic and durable and a replication server can restart at any moment.
+//
+// Root-row cells, all in family "p" (kLogFamily, one version kept):
+//   "L" BE64(pos) "a"   AcceptorRecord of position pos
+//   "L" BE64(pos) "l"   the chosen LogEntry of pos, once known here
+//   "S:applied"         AppliedRecord; cell timestamp = its position
+//   "S:top"             BE64 of the highest position touched; timestamp = it
+// The two summary cells are written with their position as the cell
+// timestamp, so concurrent writers never move them backwards.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "replication/replication.pb.h"
+#include "storage/client/bigtable_client.h"
+#include "storage/tablet/schema.pb.h"
+
+namespace megastore::replication {
+
+inline constexpr char kLogFamily[] = "p";
+
+// The column family every Megastore table needs for its groups' logs.
+storage::ColumnFamily LogFamilySchema();
+
+std::string AcceptorColumn(uint64_t position);
+std::string LearnedColumn(uint64_t position);
+
+enum class ReplicaType {
+  kFull,      // votes, keeps the log and the data, has a coordinator
+  kWitness,   // votes and keeps the log; no data, no coordinator
+  kReadOnly,  // keeps the log and the data (for snapshot reads); no vote
+};
+const char* ToString(ReplicaType type);
+bool Votes(ReplicaType type);
+
+class LogReplica {
+ public:
+  template <typename T>
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
+
+  // `bigtable` must outlive this object.
+  LogReplica(storage::BigtableClient* bigtable, ReplicaType type)
+      : bigtable_(bigtable), type_(type) {}
+
+  ReplicaType type() const { return type_; }
+
+  // One acceptor step (paxos::HandleRequest), persisted before the reply.
+  // Replies `learned` instead if the position's chosen value is known here.
+  void Paxos(PaxosRequest request, Callback<PaxosReply> done);
+  void State(GroupRef group, Callback<StateReply> done);
+  // At most kMaxReadLog positions per call.
+  void ReadLog(ReadLogRequest request, Callback<ReadLogReply> done);
+  // Records the chosen value of a position, then applies every consecutive
+  // known position after the applied one (data only on full and read-only
+  // replicas). Safe to run concurrently and repeatedly.
+  void Apply(ApplyRequest request, Callback<ApplyReply> done);
+  // The latest cells of `row`'s `family` as of `timestamp`.
+  void Read(ReadRequest request, Callback<ReadReply> done);
+
+  static constexpr uint64_t kMaxReadLog = 256;
+
+ private:
+  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, int attempt, Callback<PaxosReply> done);
+  void ApplyLoop(GroupRef group, Callback<ApplyReply> done);
+
+  storage::BigtableClient* const bigtable_;
+  const ReplicaType type_;
+};
+
+// Validates a request's group reference (InvalidArgument naming the problem).
+absl::Status CheckGroup(const GroupRef& group);
+
+// The Bigtable mutations that apply `entry`'s changes to one row.
+std::vector<storage::Mutation> EntryMutations(const RowChange& change, int64_t timestamp);
+
+}  // namespace megastore::replication

@@ -1,0 +1,235 @@
+#include "replication/log_replica.h"
+
+#include "base/test_util.h"
+#include "gtest/gtest.h"
+#include "storage/tabletserver/tablet_server.h"
+
+namespace megastore::replication {
+namespace {
+
+class LogReplicaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    storage::TabletServerOptions o;
+    o.data_dir = dir_.path();
+    o.sync_log = false;
+    o.maintenance_interval = absl::ZeroDuration();
+    auto s = storage::TabletServer::Open(o, Env::Default());
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    storage::TableSchema schema;
+    schema.set_name("t");
+    *schema.add_families() = LogFamilySchema();
+    schema.add_families()->set_name("e");
+    ASSERT_TRUE(server_->CreateTable(schema).ok());
+    bigtable_ = std::make_unique<storage::InProcessBigtable>(server_.get());
+  }
+
+  GroupRef Group() const {
+    GroupRef g;
+    g.set_table("t");
+    g.set_root("root");
+    return g;
+  }
+
+  // The in-process Bigtable answers inline, so every call finishes at once.
+  template <typename T, typename Fn>
+  static absl::StatusOr<T> Sync(Fn fn) {
+    std::optional<absl::StatusOr<T>> out;
+    fn([&](absl::StatusOr<T> r) { out = std::move(r); });
+    EXPECT_TRUE(out.has_value());
+    return out.value_or(absl::UnknownError("no answer"));
+  }
+
+  absl::StatusOr<PaxosReply> Step(LogReplica& r, uint64_t pos, bool accept, uint64_t round,
+                                  uint64_t proposer, const std::string& value = "") {
+    PaxosRequest req;
+    *req.mutable_group() = Group();
+    req.set_position(pos);
+    req.set_accept(accept);
+    req.mutable_ballot()->set_round(round);
+    req.mutable_ballot()->set_proposer(proposer);
+    req.set_value(value);
+    return Sync<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
+  }
+
+  absl::StatusOr<ApplyReply> Apply(LogReplica& r, uint64_t pos, const LogEntry& e) {
+    ApplyRequest req;
+    *req.mutable_group() = Group();
+    req.set_position(pos);
+    req.set_value(e.SerializeAsString());
+    return Sync<ApplyReply>([&](auto cb) { r.Apply(req, std::move(cb)); });
+  }
+
+  absl::StatusOr<StateReply> State(LogReplica& r) {
+    return Sync<StateReply>([&](auto cb) { r.State(Group(), std::move(cb)); });
+  }
+
+  std::optional<std::string> Value(LogReplica& r, const std::string& row, int64_t ts) {
+    ReadRequest req;
+    *req.mutable_group() = Group();
+    req.set_row(row);
+    req.set_family("e");
+    req.set_timestamp(ts);
+    absl::StatusOr<ReadReply> reply = Sync<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    if (!reply.ok() || reply->values_size() == 0) return std::nullopt;
+    return reply->values(0);
+  }
+
+  static LogEntry Set(const std::string& id, const std::string& row, const std::string& value,
+                      int64_t ts) {
+    LogEntry e;
+    e.set_id(id);
+    e.set_timestamp(ts);
+    e.set_next_leader(1);
+    RowChange* rc = e.add_changes();
+    rc->set_row(row);
+    CellChange* cc = rc->add_cells();
+    cc->set_family("e");
+    cc->set_qualifier("v");
+    cc->set_value(value);
+    return e;
+  }
+
+  static LogEntry Delete(const std::string& id, const std::string& row, int64_t ts) {
+    LogEntry e = Set(id, row, "", ts);
+    e.mutable_changes(0)->mutable_cells(0)->set_delete_cells(true);
+    return e;
+  }
+
+  TestDir dir_;
+  std::unique_ptr<storage::TabletServer> server_;
+  std::unique_ptr<storage::InProcessBigtable> bigtable_;
+};
+
+TEST_F(LogReplicaTest, AcceptorStateIsPersistedInTheRootRowAndSurvivesANewServer) {
+  {
+    LogReplica r(bigtable_.get(), ReplicaType::kFull);
+    absl::StatusOr<PaxosReply> p = Step(r, 1, false, 3, 7);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(p->ok());
+    EXPECT_FALSE(p->has_accepted());
+    ASSERT_TRUE(Step(r, 1, true, 3, 7, "v1")->ok());
+  }
+  LogReplica again(bigtable_.get(), ReplicaType::kFull);  // stateless: a restart
+  absl::StatusOr<PaxosReply> p = Step(again, 1, false, 2, 9);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->ok()) << "ballot (2,9) is below the promise (3,7)";
+  p = Step(again, 1, false, 4, 1);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->ok());
+  ASSERT_TRUE(p->has_accepted());
+  EXPECT_EQ(p->accepted().round(), 3u);
+  EXPECT_EQ(p->accepted_value(), "v1");
+  absl::StatusOr<StateReply> s = State(again);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->top(), 1u);
+  EXPECT_EQ(s->applied().position(), 0u);
+}
+
+TEST_F(LogReplicaTest, BallotZeroHasOneOwnerPerPosition) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  EXPECT_TRUE(Step(r, 1, true, 0, 0, "first")->ok());
+  EXPECT_TRUE(Step(r, 1, true, 0, 0, "first")->ok()) << "a duplicated accept is harmless";
+  EXPECT_FALSE(Step(r, 1, true, 0, 0, "second")->ok());
+  EXPECT_TRUE(Step(r, 2, true, 0, 0, "second")->ok()) << "another position is another instance";
+}
+
+TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  absl::StatusOr<ApplyReply> a = Apply(r, 2, Set("w2", "root/k", "two", 200));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->applied().position(), 0u) << "position 1 is not known yet";
+  EXPECT_EQ(Value(r, "root/k", 1000), std::nullopt);
+  a = Apply(r, 1, Set("w1", "root/k", "one", 100));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->applied().position(), 2u);
+  EXPECT_EQ(a->applied().timestamp(), 200);
+  EXPECT_EQ(a->applied().next_leader(), 1);
+  EXPECT_EQ(Value(r, "root/k", 100), "one") << "each position's data is at its timestamp";
+  EXPECT_EQ(Value(r, "root/k", 200), "two");
+  // The position's value is now known here: Paxos answers with it.
+  absl::StatusOr<PaxosReply> p = Step(r, 1, false, 9, 9);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->learned());
+  LogEntry e;
+  ASSERT_TRUE(e.ParseFromString(p->learned_value()));
+  EXPECT_EQ(e.id(), "w1");
+  ReadLogRequest rl;
+  *rl.mutable_group() = Group();
+  rl.set_from(1);
+  rl.set_to(5);
+  absl::StatusOr<ReadLogReply> log = Sync<ReadLogReply>([&](auto cb) { r.ReadLog(rl, std::move(cb)); });
+  ASSERT_TRUE(log.ok());
+  ASSERT_EQ(log->positions_size(), 2);
+  EXPECT_EQ(log->positions(1), 2u);
+}
+
+TEST_F(LogReplicaTest, ALateRepeatedApplyNeverHidesALaterPositionsData) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  const LogEntry del = Delete("d", "root/k", 200);
+  ASSERT_TRUE(Apply(r, 1, Set("a", "root/k", "old", 100)).ok());
+  ASSERT_TRUE(Apply(r, 2, del).ok());
+  ASSERT_TRUE(Apply(r, 3, Set("b", "root/k", "new", 300)).ok());
+  EXPECT_EQ(Value(r, "root/k", 250), std::nullopt);
+  EXPECT_EQ(Value(r, "root/k", 300), "new");
+  // A slow applier of position 2 writes its mutations again, late.
+  std::optional<absl::Status> s;
+  bigtable_->MutateRow("t", "root/k", EntryMutations(del.changes(0), del.timestamp()),
+                       del.timestamp(), [&](absl::Status st) { s = st; });
+  ASSERT_TRUE(s && s->ok());
+  EXPECT_EQ(Value(r, "root/k", 300), "new");
+  EXPECT_EQ(Value(r, "root/k", 150), "old") << "snapshot reads below the delete still see it";
+}
+
+TEST_F(LogReplicaTest, AWitnessKeepsTheLogButNoDataAndAReadOnlyReplicaDoesNotVote) {
+  LogReplica witness(bigtable_.get(), ReplicaType::kWitness);
+  absl::StatusOr<ApplyReply> a = Apply(witness, 1, Set("w", "root/k", "v", 100));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->applied().position(), 1u);
+  LogReplica full(bigtable_.get(), ReplicaType::kFull);  // same storage, to look
+  EXPECT_EQ(Value(full, "root/k", 100), std::nullopt);
+  ReadRequest rr;
+  *rr.mutable_group() = Group();
+  rr.set_row("root/k");
+  EXPECT_EQ(Sync<ReadReply>([&](auto cb) { witness.Read(rr, std::move(cb)); }).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  LogReplica ro(bigtable_.get(), ReplicaType::kReadOnly);
+  EXPECT_EQ(Step(ro, 2, false, 1, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(LogReplicaTest, BadRequestsAndCorruptStateAreReportedNotTrusted) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  EXPECT_EQ(Step(r, 0, false, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  PaxosRequest no_table;
+  no_table.set_position(1);
+  EXPECT_EQ(Sync<PaxosReply>([&](auto cb) { r.Paxos(no_table, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ApplyRequest bad;
+  *bad.mutable_group() = Group();
+  bad.set_position(1);
+  bad.set_value("\xff\xff not an entry");
+  EXPECT_EQ(Sync<ApplyReply>([&](auto cb) { r.Apply(bad, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ReadLogRequest backwards;
+  *backwards.mutable_group() = Group();
+  backwards.set_from(5);
+  backwards.set_to(4);
+  EXPECT_EQ(Sync<ReadLogReply>([&](auto cb) { r.ReadLog(backwards, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A damaged acceptor cell.
+  ASSERT_TRUE(server_
+                  ->MutateRow("t", "root",
+                              {storage::Mutation::SetCell(kLogFamily, AcceptorColumn(3),
+                                                          "\xff\xff\xff", 0)})
+                  .ok());
+  absl::StatusOr<PaxosReply> p = Step(r, 3, false, 5, 5);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(p.status().message().find("position 3"), std::string::npos) << p.status();
+}
+
+}  // namespace
+}  // namespace megastore::replication

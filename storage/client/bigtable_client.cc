@@ -1,0 +1,25 @@
+#include "storage/client/bigtable_client.h"
+
+#include "storage/tabletserver/tablet_server.h"
+
+namespace megastore::storage {
+
+void InProcessBigtable::ReadRow(std::string table, std::string row, ReadOptions options,
+                                Callback<absl::StatusOr<std::optional<Row>>> done) {
+  done(server_->ReadRow(table, row, options));
+}
+
+void InProcessBigtable::MutateRow(std::string table, std::string row,
+                                  std::vector<Mutation> mutations, int64_t timestamp,
+                                  Callback<absl::Status> done) {
+  done(server_->MutateRow(table, row, mutations, timestamp));
+}
+
+void InProcessBigtable::CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
+                                          std::vector<Mutation> if_true,
+                                          std::vector<Mutation> if_false,
+                                          Callback<absl::StatusOr<bool>> done) {
+  done(server_->CheckAndMutateRow(table, row, predicate, if_true, if_false));
+}
+
+}  // namespace megastore::storage

@@ -1,0 +1,62 @@
+// BigtableClient: the asynchronous Bigtable operations the Megastore layer
+// uses (DESIGN.md §3, §4), as an interface so the same replication code runs
+// against an in-process tablet server, a remote cell, or the simulator's
+// Bigtable on virtual time.
+//
+// Every callback runs exactly once. It may run before the call returns (the
+// in-process client answers inline), so callers must not hold a lock that
+// the callback takes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "storage/tablet/data_model.h"
+
+namespace megastore::storage {
+
+class TabletServer;
+
+class BigtableClient {
+ public:
+  template <typename T>
+  using Callback = absl::AnyInvocable<void(T)>;
+
+  virtual ~BigtableClient() = default;
+
+  // The row's cells selected by `options`, or nullopt if none.
+  virtual void ReadRow(std::string table, std::string row, ReadOptions options,
+                       Callback<absl::StatusOr<std::optional<Row>>> done) = 0;
+  // Applies `mutations` to `row` atomically; deletions are stamped, and
+  // kServerTimestamp cells written, at `timestamp`.
+  virtual void MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
+                         int64_t timestamp, Callback<absl::Status> done) = 0;
+  // Atomically: if any cell of `row` passes `predicate`, applies
+  // `if_true`, else `if_false`; reports which.
+  virtual void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
+                                 std::vector<Mutation> if_true, std::vector<Mutation> if_false,
+                                 Callback<absl::StatusOr<bool>> done) = 0;
+};
+
+// A BigtableClient over a TabletServer in this process: each call runs to
+// completion on the caller's thread and calls back before returning.
+class InProcessBigtable : public BigtableClient {
+ public:
+  explicit InProcessBigtable(TabletServer* server) : server_(server) {}
+
+  void ReadRow(std::string table, std::string row, ReadOptions options,
+               Callback<absl::StatusOr<std::optional<Row>>> done) override;
+  void MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
+                 int64_t timestamp, Callback<absl::Status> done) override;
+  void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
+                         std::vector<Mutation> if_true, std::vector<Mutation> if_false,
+                         Callback<absl::StatusOr<bool>> done) override;
+
+ private:
+  TabletServer* const server_;
+};
+
+}  // namespace megastore::storage
