@@ -158,8 +158,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
 
   void Start() {
     std::vector<paxos::Message> out;
-    uint64_t round;
-    bool fast;
+    uint64_t round = 0;
+    bool fast = false;
     {
       absl::MutexLock lock(&mu_);
       out = proposer_.Start();
@@ -269,7 +269,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
 
   void Retry(uint64_t round) {
     std::vector<paxos::Message> out;
-    uint64_t next;
+    uint64_t next = 0;
     {
       absl::MutexLock lock(&mu_);
       if (finished_ || round != round_) return;

@@ -5,6 +5,7 @@
 #include "base/coding.h"
 #include "base/strings.h"
 #include "paxos/paxos.h"
+#include "schema/layout.h"
 
 namespace megastore::replication {
 
@@ -14,6 +15,9 @@ using storage::Mutation;
 using storage::ReadOptions;
 using storage::Row;
 using storage::RowFilter;
+
+static_assert(std::string_view(kLogFamily) == schema::kLogFamily,
+              "the schema layout reserves the log's family");
 
 constexpr char kAppliedColumn[] = "S:applied";
 constexpr char kTopColumn[] = "S:top";

@@ -32,6 +32,9 @@ namespace megastore::schema {
 
 inline constexpr char kEntityFamily[] = "e";
 inline constexpr char kIndexFamily[] = "i";
+// Reserved in every entity table: the entity group's replicated log and
+// acceptor state, in the group's root row (replication/log_replica.h).
+inline constexpr char kLogFamily[] = "p";
 
 // Mutations for one Bigtable row, to apply with MutateRow(row, mutations,
 // timestamp): cells are written, and deletions stamped, at `timestamp`.

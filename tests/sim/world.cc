@@ -211,6 +211,10 @@ SimBigtable::SimBigtable(SimEnv* env, storage::BigtableClient* inner, std::strin
                          absl::Duration disk_latency)
     : env_(env), inner_(inner), prefix_(std::move(prefix)), disk_(disk_latency) {}
 
+absl::Status SimBigtable::Outage() const {
+  return absl::UnavailableError(StrCat("the tablet server of ", prefix_, "* is down"));
+}
+
 template <typename T>
 void SimBigtable::Later(T result, Callback<T> done) {
   ++ops_;
@@ -223,8 +227,8 @@ void SimBigtable::Later(T result, Callback<T> done) {
 
 void SimBigtable::ReadRow(std::string table, std::string row, storage::ReadOptions options,
                           Callback<absl::StatusOr<std::optional<storage::Row>>> done) {
-  absl::StatusOr<std::optional<storage::Row>> result;
-  inner_->ReadRow(prefix_ + table, std::move(row), std::move(options),
+  absl::StatusOr<std::optional<storage::Row>> result = Outage();
+  if (!down_) inner_->ReadRow(prefix_ + table, std::move(row), std::move(options),
                   [&](absl::StatusOr<std::optional<storage::Row>> r) { result = std::move(r); });
   Later(std::move(result), std::move(done));
 }
@@ -232,8 +236,8 @@ void SimBigtable::ReadRow(std::string table, std::string row, storage::ReadOptio
 void SimBigtable::MutateRow(std::string table, std::string row,
                             std::vector<storage::Mutation> mutations, int64_t timestamp,
                             Callback<absl::Status> done) {
-  absl::Status result;
-  inner_->MutateRow(prefix_ + table, std::move(row), std::move(mutations), timestamp,
+  absl::Status result = Outage();
+  if (!down_) inner_->MutateRow(prefix_ + table, std::move(row), std::move(mutations), timestamp,
                     [&](absl::Status s) { result = std::move(s); });
   Later(std::move(result), std::move(done));
 }
@@ -243,8 +247,8 @@ void SimBigtable::CheckAndMutateRow(std::string table, std::string row,
                                     std::vector<storage::Mutation> if_true,
                                     std::vector<storage::Mutation> if_false,
                                     Callback<absl::StatusOr<bool>> done) {
-  absl::StatusOr<bool> result;
-  inner_->CheckAndMutateRow(prefix_ + table, std::move(row), std::move(predicate),
+  absl::StatusOr<bool> result = Outage();
+  if (!down_) inner_->CheckAndMutateRow(prefix_ + table, std::move(row), std::move(predicate),
                             std::move(if_true), std::move(if_false),
                             [&](absl::StatusOr<bool> r) { result = std::move(r); });
   Later(std::move(result), std::move(done));

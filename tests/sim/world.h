@@ -149,17 +149,23 @@ class SimBigtable : public storage::BigtableClient {
 
   // Extra delay on every operation (a slow replica).
   void set_extra_latency(absl::Duration d) { extra_ = d; }
+  // A tablet server outage: every operation fails with Unavailable (after
+  // the usual delay) and changes nothing; the data is kept.
+  void set_down(bool down) { down_ = down; }
+  bool down() const { return down_; }
   uint64_t operations() const { return ops_; }
 
  private:
   template <typename T>
   void Later(T result, Callback<T> done);
+  absl::Status Outage() const;
 
   SimEnv* const env_;
   storage::BigtableClient* const inner_;
   const std::string prefix_;
   const absl::Duration disk_;
   absl::Duration extra_;
+  bool down_ = false;
   uint64_t ops_ = 0;
 };
 
