@@ -344,6 +344,12 @@ class Clients {
 
   size_t size() const { return clients_.size(); }
   bool up(int i) const { return clients_[i]->up; }
+  // Moves app server i's wall clock by `micros` (either way).
+  void JumpClock(int i, int64_t micros) {
+    ProcessEnv* env = clients_[i]->env.get();
+    env->set_offset(env->offset() + micros);
+    c_->env().Trace(StrCat("clock of client", i, " jumps ", micros, "us"));
+  }
 
  private:
   struct Client {
@@ -357,13 +363,15 @@ class Clients {
     int seq = 0;
     bool busy = false;
     Event invoke;
+    std::unique_ptr<ProcessEnv> env;  // its own wall clock
     std::unique_ptr<GroupClient> gc;
   };
 
   void Boot(Client& cl) {
     cl.up = true;
     ++cl.incarnation;
-    cl.gc = std::make_unique<GroupClient>(&c_->env(), c_->net().TransportFor(cl.address),
+    if (!cl.env) cl.env = std::make_unique<ProcessEnv>(&c_->env());
+    cl.gc = std::make_unique<GroupClient>(cl.env.get(), c_->net().TransportFor(cl.address),
                                           c_->ClientOptions(cl.dc));
     Next(cl);
   }
@@ -527,7 +535,7 @@ class Faults {
     ++*count_;
     const int n = static_cast<int>(c_->size());
     const int dc = static_cast<int>(env().Uniform(n));
-    switch (env().Uniform(8)) {
+    switch (env().Uniform(9)) {
       case 0: {  // partition one datacenter: both ways, or one way only
         const int mode = static_cast<int>(env().Uniform(3));
         for (int o = 0; o < n; ++o) {
@@ -581,6 +589,11 @@ class Faults {
         c_->CrashLocks(dc);
         After(Between(100, 1500), [this, dc] { c_->StartLocks(dc); });
         break;
+      case 8: {  // an app server's wall clock jumps (up to 10 s either way)
+        const int64_t jump = static_cast<int64_t>(env().Uniform(20'000'001)) - 10'000'000;
+        clients_->JumpClock(static_cast<int>(env().Uniform(clients_->size())), jump);
+        break;
+      }
       case 5:  // the coordinator's lock renewals stop reaching the lock services
         if (c_->coord(dc) != nullptr) {
           env().Trace(StrCat("coordinator ", DcName(dc), " renewals paused"));

@@ -62,6 +62,29 @@ class SimEnv : public Env {
   std::vector<std::string>* trace_ = nullptr;
 };
 
+// One process's view of the simulator's clock: the same timers and
+// randomness, a wall clock that may be off by `offset` (a clock jump or
+// skew); the monotonic clock is the world's.
+class ProcessEnv : public Env {
+ public:
+  explicit ProcessEnv(SimEnv* world) : world_(world) {}
+  int64_t NowMicros() override { return world_->NowMicros() + offset_; }
+  int64_t MonotonicMicros() override { return world_->MonotonicMicros(); }
+  TimerId Schedule(absl::Duration after, std::function<void()> fn) override {
+    return world_->Schedule(after, std::move(fn));
+  }
+  bool Cancel(TimerId id) override { return world_->Cancel(id); }
+  uint64_t Random64() override { return world_->Random64(); }
+  uint64_t seed() const override { return world_->seed(); }
+
+  void set_offset(int64_t micros) { offset_ = micros; }
+  int64_t offset() const { return offset_; }
+
+ private:
+  SimEnv* const world_;
+  int64_t offset_ = 0;
+};
+
 struct LinkFaults {
   double loss = 0;          // probability a message is dropped
   double duplicate = 0;     // probability a request is delivered twice
