@@ -46,6 +46,27 @@ void CallProto(GroupClient* c, const std::string& node, std::string_view method,
                        });
 }
 
+// CallProto for requests that are safe to repeat: a lost request or reply
+// (or a replica briefly unavailable) is retried after a short random pause
+// until `deadline`.
+template <typename Reply, typename Request>
+void CallRetrying(GroupClient* c, std::string node, std::string method, Request request,
+                  int64_t deadline, Callback<Reply> done) {
+  auto parked = std::make_shared<Callback<Reply>>(std::move(done));
+  CallProto<Reply>(c, node, method, request,
+                   [c, node, method, request, deadline, parked](absl::StatusOr<Reply> r) {
+                     const bool transient = absl::IsDeadlineExceeded(r.status()) ||
+                                            absl::IsUnavailable(r.status());
+                     if (r.ok() || !transient || Expired(c, deadline))
+                       return (*parked)(std::move(r));
+                     c->env()->Schedule(Jitter(c, c->options().max_backoff),
+                                        [c, node, method, request, deadline, parked] {
+                                          CallRetrying<Reply>(c, node, method, request, deadline,
+                                                              std::move(*parked));
+                                        });
+                   });
+}
+
 // Runs `n` calls and reports their results once `enough` succeeded or all
 // answered, whichever is first.
 template <typename T>
@@ -472,8 +493,8 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
   void Begin() {
     StateRequest req;
     *req.mutable_group() = group;
-    CallProto<StateReply>(c, c->options().replicas[replica].replication, "repl.State", req,
-                          [self = shared_from_this()](absl::StatusOr<StateReply> s) {
+    CallRetrying<StateReply>(c, c->options().replicas[replica].replication, "repl.State", req,
+                             deadline, [self = shared_from_this()](absl::StatusOr<StateReply> s) {
                             if (!s.ok()) return self->Fail(s.status());
                             const AppliedRecord& a = s->applied();
                             if (a.position() >= self->target)
@@ -519,8 +540,8 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
       *req.mutable_group() = group;
       req.set_position(next);
       req.set_value(it->second);
-      CallProto<ApplyReply>(c, c->options().replicas[replica].replication, "repl.Apply", req,
-                            [self = shared_from_this()](absl::StatusOr<ApplyReply> r) {
+      CallRetrying<ApplyReply>(c, c->options().replicas[replica].replication, "repl.Apply", req,
+                               deadline, [self = shared_from_this()](absl::StatusOr<ApplyReply> r) {
                               if (!r.ok()) return self->Fail(r.status());
                               self->next = std::max(self->next + 1, r->applied().position() + 1);
                               self->Step();
@@ -586,8 +607,8 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   StateRequest state_req;
   *state_req.mutable_group() = group;
   if (level != ReadLevel::kCurrent) {
-    CallProto<StateReply>(this, info.replication, "repl.State", state_req,
-                          [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
+    CallRetrying<StateReply>(this, info.replication, "repl.State", state_req, DeadlineFrom(this),
+                             [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
                             if (!s.ok()) return done(s.status());
                             LogPosition p = FromApplied(s->applied(), local);
                             p.latest = level == ReadLevel::kInconsistent;
@@ -691,8 +712,8 @@ void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, s
   req.set_family(std::move(family));
   req.set_timestamp(at.timestamp);
   req.set_latest(at.latest);
-  CallProto<ReadReply>(this, options_.replicas[at.replica].replication, "repl.Read", req,
-                       std::move(done));
+  CallRetrying<ReadReply>(this, options_.replicas[at.replica].replication, "repl.Read", req,
+                          DeadlineFrom(this), std::move(done));
 }
 
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,

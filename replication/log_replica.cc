@@ -323,7 +323,7 @@ struct EntryWriter {
   static void Run(std::shared_ptr<EntryWriter> self) {
     if (self->next == self->entry.changes_size()) return self->done(absl::OkStatus());
     const RowChange& change = self->entry.changes(self->next++);
-    self->bigtable->MutateRow(self->table, change.row(),
+    self->bigtable->MutateRow(change.table().empty() ? self->table : change.table(), change.row(),
                               EntryMutations(change, self->entry.timestamp()),
                               self->entry.timestamp(), [self](absl::Status s) {
                                 if (!s.ok()) return self->done(s);

@@ -95,6 +95,16 @@ absl::StatusOr<std::string> Layout::RootKey(const TableDescriptor& table, const 
   return EncodeKey(columns, std::vector<KeyValue>(key.begin(), key.begin() + static_cast<ptrdiff_t>(n)));
 }
 
+absl::StatusOr<std::string> Layout::GroupRow(const TableDescriptor& table,
+                                             const std::vector<KeyValue>& key) const {
+  const size_t n = table.entity_group_root() ? static_cast<size_t>(table.primary_key_size())
+                                             : static_cast<size_t>(table.entity_group_key_size());
+  if (key.size() < n)
+    return absl::InvalidArgumentError(StrCat("the entity group of table ", table.name(), " needs ", n,
+                                             " key value", n == 1 ? "" : "s", ", got ", key.size()));
+  return RootKey(table, key);
+}
+
 absl::StatusOr<std::vector<Layout::IndexEntry>> Layout::IndexEntries(const TableDescriptor& table,
                                                                       const Entity& entity) const {
   std::vector<IndexEntry> out;
@@ -243,7 +253,12 @@ absl::StatusOr<std::vector<BigtableWrite>> Layout::Mutations(std::string_view ta
     if (!e.qualifier.empty()) {
       write_for(e.table, e.row).push_back(storage::Mutation::DeleteCells(kEntityFamily, e.qualifier));
     } else {
-      write_for(e.table, e.row).push_back(storage::Mutation::DeleteRow());
+      // Column by column (the marker and the stored fields), never a row
+      // delete: deletions stay per column, so the replicated log can bound
+      // them by the commit timestamp (docs/schema.md, "Writes").
+      auto& m = write_for(e.table, e.row);
+      m.push_back(storage::Mutation::DeleteCells(kIndexFamily, ""));
+      for (const auto& [column, bytes] : e.stored) m.push_back(storage::Mutation::DeleteCells(kIndexFamily, column));
     }
   }
   // Rows with nothing to do (an unchanged update) are dropped.

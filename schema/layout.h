@@ -70,6 +70,12 @@ class Layout {
   absl::StatusOr<std::vector<BigtableWrite>> Mutations(std::string_view table, const Entity* before,
                                                        const Entity* after, int64_t timestamp) const;
 
+  // The root row of the entity group an entity of `table` with primary key
+  // `key` belongs to (the group's row prefix). For a root table, `key` is
+  // the root's key; for a child, any key whose entity-group-key prefix is
+  // given. InvalidArgument if too few values are given.
+  absl::StatusOr<std::string> GroupRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
+
   // The entity stored in `row` (the latest cell of each e:"Table.field"
   // column); DataLoss for undecodable cells.
   absl::StatusOr<Entity> EntityFromRow(const TableDescriptor& table, const storage::Row& row) const;

@@ -1,0 +1,299 @@
+#include "txn/transaction.h"
+
+#include "base/coding.h"
+#include "base/status.h"
+#include "base/strings.h"
+
+namespace megastore::txn {
+
+namespace {
+
+constexpr char kEntityFamily[] = "e";
+
+absl::StatusOr<const schema::TableDescriptor*> FindTable(const Context& ctx, std::string_view name) {
+  const schema::TableDescriptor* t = ctx.layout->schema().FindTable(name);
+  if (t == nullptr)
+    return absl::NotFoundError(StrCat("schema ", ctx.layout->schema().schema().name(),
+                                      " has no table ", name));
+  return t;
+}
+
+// One CellChange per Bigtable mutation the layout produced.
+absl::Status AddChanges(const schema::BigtableWrite& w, replication::RowChange* rc) {
+  for (const storage::Mutation& m : w.mutations) {
+    replication::CellChange* c = rc->add_cells();
+    c->set_family(m.family);
+    c->set_qualifier(m.qualifier);
+    switch (m.type) {
+      case storage::Mutation::Type::kSetCell:
+        c->set_value(m.value);
+        break;
+      case storage::Mutation::Type::kDeleteCells:
+        c->set_delete_cells(true);
+        break;
+      default:
+        return absl::InternalError("the schema layout produced a mutation a log entry cannot carry");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Transaction::Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
+                         replication::LogPosition position)
+    : ctx_(ctx), options_(options), group_(std::move(group)), position_(position) {}
+
+void Transaction::Begin(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
+                        TransactionOptions options, Callback<std::shared_ptr<Transaction>> done) {
+  absl::StatusOr<const schema::TableDescriptor*> table = FindTable(ctx, root_table);
+  if (!table.ok()) return done(table.status());
+  absl::StatusOr<std::string> root = ctx.layout->GroupRow(**table, root_key);
+  if (!root.ok()) return done(root.status());
+  replication::GroupRef group;
+  group.set_table(ctx.layout->entity_table());
+  group.set_root(*root);
+  ctx.client->ReadPosition(
+      group, options.level,
+      [ctx, options, group, done = std::move(done)](absl::StatusOr<replication::LogPosition> p) mutable {
+        if (!p.ok()) return done(p.status());
+        done(std::make_shared<Transaction>(ctx, options, group, *p));
+      });
+}
+
+absl::StatusOr<std::string> Transaction::RowOf(const schema::TableDescriptor& table,
+                                               const std::vector<KeyValue>& key) const {
+  MS_ASSIGN_OR_RETURN(std::string group_row, ctx_.layout->GroupRow(table, key));
+  if (group_row != group_.root())
+    return absl::InvalidArgumentError(StrCat("this ", table.name(),
+                                             " entity belongs to another entity group than the "
+                                             "transaction's (", EscapeBytes(group_.root()), ")"));
+  return ctx_.layout->EntityRow(table, key);
+}
+
+void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
+                          Callback<std::optional<Entity>> done) {
+  auto self = shared_from_this();
+  ctx_.client->Read(group_, position_, row, kEntityFamily,
+                    [self, table, row, done = std::move(done)](
+                        absl::StatusOr<replication::ReadReply> r) mutable {
+                      if (!r.ok()) return done(r.status());
+                      storage::Row stored;
+                      stored.key = row;
+                      const std::string prefix = table->name() + ".";
+                      bool found = false;
+                      for (int i = 0; i < r->qualifiers_size(); ++i) {
+                        found |= r->qualifiers(i).compare(0, prefix.size(), prefix) == 0;
+                        stored.cells.push_back(storage::Cell{kEntityFamily, r->qualifiers(i), 0, r->values(i)});
+                      }
+                      std::optional<Entity> entity;
+                      if (found) {
+                        absl::StatusOr<Entity> e = self->ctx_.layout->EntityFromRow(*table, stored);
+                        if (!e.ok()) return done(e.status());
+                        entity = std::move(*e);
+                      }
+                      {
+                        absl::MutexLock lock(&self->mu_);
+                        self->read_.emplace(row, Row{table, entity});
+                      }
+                      done(std::move(entity));
+                    });
+}
+
+void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
+                      Callback<std::optional<Entity>> done) {
+  absl::StatusOr<const schema::TableDescriptor*> table = FindTable(ctx_, table_name);
+  if (!table.ok()) return done(table.status());
+  absl::StatusOr<std::string> row = RowOf(**table, key);
+  if (!row.ok()) return done(row.status());
+  std::optional<std::optional<Entity>> known;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto w = writes_.find(*row); w != writes_.end()) {
+      known = w->second.after;  // the transaction's own write
+    } else if (auto r = read_.find(*row); r != read_.end()) {
+      known = r->second.entity;
+    }
+  }
+  if (known) return done(std::move(*known));
+  ReadRow(*table, std::move(*row), std::move(done));
+}
+
+absl::Status Transaction::Put(std::string_view table_name, Entity entity) {
+  MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, table_name));
+  MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, ctx_.layout->KeyOf(*table, entity));
+  MS_ASSIGN_OR_RETURN(std::string row, RowOf(*table, key));
+  // The schema check (required fields, types), naming the field.
+  MS_RETURN_IF_ERROR(ctx_.layout->Mutations(table->name(), nullptr, &entity, 0).status());
+  absl::MutexLock lock(&mu_);
+  if (committing_) return absl::FailedPreconditionError("the transaction is already committing");
+  writes_[row] = Write{table, std::move(entity)};
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::Delete(std::string_view table_name, std::vector<KeyValue> key) {
+  MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, table_name));
+  MS_ASSIGN_OR_RETURN(std::string row, RowOf(*table, key));
+  absl::MutexLock lock(&mu_);
+  if (committing_) return absl::FailedPreconditionError("the transaction is already committing");
+  writes_[row] = Write{table, std::nullopt};
+  return absl::OkStatus();
+}
+
+void Transaction::Commit(Callback<CommitInfo> done) {
+  std::vector<std::pair<const schema::TableDescriptor*, std::string>> unread;
+  {
+    absl::MutexLock lock(&mu_);
+    if (committing_) return done(absl::FailedPreconditionError("Commit was already called"));
+    committing_ = true;
+    if (writes_.empty()) {
+      CommitInfo info;
+      info.position = position_.position;
+      info.timestamp = position_.timestamp;
+      return done(info);
+    }
+    if (options_.level == replication::ReadLevel::kInconsistent)
+      return done(absl::FailedPreconditionError(
+          "a transaction that reads at the inconsistent level cannot commit writes"));
+    for (const auto& [row, w] : writes_)
+      if (!read_.count(row)) unread.emplace_back(w.table, row);
+  }
+  // Index maintenance needs every written entity's current version.
+  struct Pending {
+    absl::Mutex mu;
+    size_t left;
+    absl::Status status;
+    Callback<CommitInfo> done;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = unread.size() + 1;
+  pending->done = std::move(done);
+  auto self = shared_from_this();
+  auto one_done = [self, pending](absl::Status s) {
+    Callback<CommitInfo> done;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&pending->mu);
+      if (!s.ok() && pending->status.ok()) pending->status = s;
+      if (--pending->left > 0) return;
+      done = std::move(pending->done);
+      status = pending->status;
+    }
+    if (!status.ok()) return done(status);
+    self->FinishCommit(std::move(done));
+  };
+  for (auto& [table, row] : unread)
+    ReadRow(table, row, [one_done](absl::StatusOr<std::optional<Entity>> e) mutable {
+      one_done(e.status());
+    });
+  one_done(absl::OkStatus());
+}
+
+void Transaction::FinishCommit(Callback<CommitInfo> done) {
+  replication::LogEntry entry;
+  std::map<std::pair<std::string, std::string>, int> change_of;  // (table, row) -> index
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [row, w] : writes_) {
+      const std::optional<Entity>& before = read_.at(row).entity;
+      if (!before && !w.after) continue;  // deleting what is not there
+      absl::StatusOr<std::vector<schema::BigtableWrite>> writes = ctx_.layout->Mutations(
+          w.table->name(), before ? &*before : nullptr, w.after ? &*w.after : nullptr, 0);
+      if (!writes.ok()) return done(writes.status());
+      for (const schema::BigtableWrite& bw : *writes) {
+        const std::string table = bw.table == ctx_.layout->entity_table() ? "" : bw.table;
+        auto [it, added] = change_of.emplace(std::make_pair(table, bw.row), entry.changes_size());
+        if (added) {
+          replication::RowChange* rc = entry.add_changes();
+          rc->set_row(bw.row);
+          rc->set_table(table);
+        }
+        if (absl::Status s = AddChanges(bw, entry.mutable_changes(it->second)); !s.ok()) return done(s);
+      }
+    }
+  }
+  if (entry.changes_size() == 0) {
+    CommitInfo info;
+    info.position = position_.position;
+    info.timestamp = position_.timestamp;
+    return done(info);
+  }
+  entry.set_id(fmt::format("txn-{:016x}", ctx_.client->env()->Random64()));
+  ctx_.client->Commit(group_, position_, std::move(entry),
+                      [done = std::move(done)](absl::StatusOr<replication::CommitResult> r) mutable {
+                        if (!r.ok()) return done(r.status());
+                        CommitInfo info;
+                        info.position = r->position;
+                        info.timestamp = r->timestamp;
+                        info.wrote = true;
+                        done(info);
+                      });
+}
+
+// ---- Run -------------------------------------------------------------------------------
+
+namespace {
+
+struct RunOp : std::enable_shared_from_this<RunOp> {
+  Context ctx;
+  std::string root_table;
+  std::vector<KeyValue> root_key;
+  TransactionOptions options;
+  Body body;
+  Callback<CommitInfo> done;
+  int attempt = 0;
+
+  void Attempt() {
+    ++attempt;
+    auto self = shared_from_this();
+    Transaction::Begin(ctx, root_table, root_key, options,
+                       [self](absl::StatusOr<std::shared_ptr<Transaction>> txn) {
+                         if (!txn.ok()) {
+                           // Nothing was proposed: a transient failure is
+                           // as safe to retry as a conflict.
+                           const bool transient = absl::IsUnavailable(txn.status()) ||
+                                                  absl::IsDeadlineExceeded(txn.status());
+                           return self->Finish(txn.status(), transient);
+                         }
+                         auto t = *txn;
+                         self->body(t, [self, t](absl::Status s) {
+                           if (!s.ok()) return self->Finish(s, false);  // the application's own
+                           t->Commit([self](absl::StatusOr<CommitInfo> info) {
+                             if (info.ok()) info->attempts = self->attempt;
+                             // After Commit only a conflict is certain not
+                             // to have committed.
+                             const bool retry = absl::IsAborted(info.status());
+                             self->Finish(std::move(info), retry);
+                           });
+                         });
+                       });
+  }
+
+  void Finish(absl::StatusOr<CommitInfo> result, bool retryable) {
+    if (!result.ok() && retryable && attempt < options.max_attempts) {
+      Env* env = ctx.client->env();
+      const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
+      auto self = shared_from_this();
+      env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % max)),
+                    [self] { self->Attempt(); });
+      return;
+    }
+    if (done) std::exchange(done, nullptr)(std::move(result));
+  }
+};
+
+}  // namespace
+
+void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
+         TransactionOptions options, Body body, Callback<CommitInfo> done) {
+  auto op = std::make_shared<RunOp>();
+  op->ctx = ctx;
+  op->root_table = std::move(root_table);
+  op->root_key = std::move(root_key);
+  op->options = options;
+  op->body = std::move(body);
+  op->done = std::move(done);
+  op->Attempt();
+}
+
+}  // namespace megastore::txn

@@ -1,0 +1,118 @@
+// Transactions on one entity group (DESIGN.md §5; seed 004 §3.3): the
+// paper's steps — read (the group's current log position and timestamp),
+// application logic (Gets see the group as of that position, plus the
+// transaction's own writes), commit (Paxos for the next position), apply
+// (the replicas write the entry's mutations at the commit timestamp) —
+// over replication::GroupClient and the schema's Bigtable layout.
+//
+// Asynchronous, so the simulator can run it on virtual time; api/ wraps it
+// in blocking calls for application code. Errors are absl::Status codes:
+//   Aborted            conflict: another transaction took the position; the
+//                      whole transaction may be retried (Run does).
+//   Unavailable,       the replicas could not be reached in time; a Commit's
+//   DeadlineExceeded   outcome is then unknown.
+//   InvalidArgument    the entity does not fit the schema (the message names
+//                      the field), a key changed, or it is in another group.
+//   NotFound           no such table.
+//   FailedPrecondition writes in a transaction that read `inconsistent`, or
+//                      use after Commit.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "replication/group_client.h"
+#include "schema/layout.h"
+
+namespace megastore::txn {
+
+using schema::Entity;
+using schema::KeyValue;
+
+template <typename T>
+using Callback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
+
+struct Context {
+  replication::GroupClient* client = nullptr;
+  const schema::Layout* layout = nullptr;
+};
+
+struct TransactionOptions {
+  replication::ReadLevel level = replication::ReadLevel::kCurrent;
+  // Run: attempts in all (the first and the retries after conflicts), and
+  // the longest pause before a retry (each pause is random up to it).
+  int max_attempts = 10;
+  absl::Duration max_retry_backoff = absl::Milliseconds(50);
+};
+
+struct CommitInfo {
+  uint64_t position = 0;  // the log position of the commit (or of the read, if nothing was written)
+  int64_t timestamp = 0;  // the commit timestamp (micros)
+  bool wrote = false;     // false: a read-only transaction, nothing committed
+  int attempts = 1;       // Run: how many tries it took
+};
+
+class Transaction : public std::enable_shared_from_this<Transaction> {
+ public:
+  // Begins a transaction on the group of `root_table`'s entity with key
+  // `root_key` (or any table's entity with that group key).
+  static void Begin(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
+                    TransactionOptions options, Callback<std::shared_ptr<Transaction>> done);
+
+  // The entity of `table` with primary key `key` in this group, or nullopt.
+  void Get(std::string table, std::vector<KeyValue> key, Callback<std::optional<Entity>> done);
+  // Buffer a write; checked against the schema now.
+  absl::Status Put(std::string_view table, Entity entity);
+  absl::Status Delete(std::string_view table, std::vector<KeyValue> key);
+  // Commits the buffered writes at the next log position.
+  void Commit(Callback<CommitInfo> done);
+
+  const replication::LogPosition& position() const { return position_; }
+  const replication::GroupRef& group() const { return group_; }
+
+  Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
+              replication::LogPosition position);
+
+ private:
+  struct Write {
+    const schema::TableDescriptor* table = nullptr;
+    std::optional<Entity> after;  // nullopt: delete
+  };
+  struct Row {
+    const schema::TableDescriptor* table = nullptr;
+    std::optional<Entity> entity;
+  };
+  absl::StatusOr<std::string> RowOf(const schema::TableDescriptor& table,
+                                    const std::vector<KeyValue>& key) const;
+  // Reads `row` as of the transaction's position (no buffer).
+  void ReadRow(const schema::TableDescriptor* table, std::string row, Callback<std::optional<Entity>> done);
+  void FinishCommit(Callback<CommitInfo> done);
+
+  const Context ctx_;
+  const TransactionOptions options_;
+  const replication::GroupRef group_;
+  const replication::LogPosition position_;
+
+  absl::Mutex mu_;
+  std::map<std::string, Write> writes_ ABSL_GUARDED_BY(mu_);  // by row, in row order
+  std::map<std::string, Row> read_ ABSL_GUARDED_BY(mu_);      // rows read at the position
+  bool committing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Runs `body` in a transaction on the group and commits it, retrying the
+// whole transaction after a conflict (Aborted) with a random pause, up to
+// options.max_attempts. `body` calls its `done` with OK to commit, or an
+// error to abandon the transaction (returned as is).
+using Body = std::function<void(std::shared_ptr<Transaction> txn,
+                                absl::AnyInvocable<void(absl::Status)> done)>;
+void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
+         TransactionOptions options, Body body, Callback<CommitInfo> done);
+
+}  // namespace megastore::txn

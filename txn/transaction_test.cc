@@ -1,0 +1,291 @@
+// Transactions on the simulated three-datacenter deployment (tests/sim/):
+// the API's rules, then bank transfers under faults.
+#include "txn/transaction.h"
+
+#include "gtest/gtest.h"
+#include "schema/compiler.h"
+#include "tests/sim/deployment.h"
+
+namespace megastore::txn {
+namespace {
+
+constexpr char kBank[] = R"(
+CREATE SCHEMA Bank
+CREATE TABLE Branch {
+  required int64 id;
+  optional string name;
+} PRIMARY KEY(id), ENTITY GROUP ROOT;
+CREATE TABLE Account {
+  required int64 branch;
+  required int64 id;
+  required int64 balance;
+  optional string owner;
+} PRIMARY KEY(branch, id), ENTITY GROUP KEY(branch) REFERENCES Branch;
+CREATE LOCAL INDEX AccountsByOwner ON Account(branch, owner);
+CREATE GLOBAL INDEX AccountsByBalance ON Account(balance);
+)";
+
+// The Bigtable tables a schema needs: its entity table and one per global index.
+std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
+  std::vector<storage::TableSchema> out;
+  storage::TableSchema entities;
+  entities.set_name(layout.entity_table());
+  *entities.add_families() = replication::LogFamilySchema();
+  entities.add_families()->set_name(schema::kEntityFamily);
+  entities.add_families()->set_name(schema::kIndexFamily);
+  out.push_back(entities);
+  for (const schema::IndexDescriptor& x : layout.schema().schema().indexes()) {
+    if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
+    storage::TableSchema t;
+    t.set_name(layout.GlobalIndexTable(x));
+    t.add_families()->set_name(schema::kIndexFamily);
+    out.push_back(t);
+  }
+  return out;
+}
+
+Entity Account(const schema::Layout& layout, int64_t branch, int64_t id, int64_t balance,
+               std::optional<std::string> owner = std::nullopt) {
+  const schema::TableDescriptor* t = layout.schema().FindTable("Account");
+  Entity e;
+  for (const auto& f : t->fields()) {
+    if (f.name() == "branch") e.fields[f.number()] = {branch};
+    if (f.name() == "id") e.fields[f.number()] = {id};
+    if (f.name() == "balance") e.fields[f.number()] = {balance};
+    if (f.name() == "owner" && owner) e.fields[f.number()] = {*owner};
+  }
+  return e;
+}
+
+int64_t Balance(const schema::Layout& layout, const Entity& e) {
+  for (const auto& f : layout.schema().FindTable("Account")->fields())
+    if (f.name() == "balance") return std::get<int64_t>(e.fields.at(f.number()).at(0));
+  return -1;
+}
+
+class TransactionTest : public ::testing::Test {
+ protected:
+  void Open(uint64_t seed = 1) {
+    schema::CompileResult compiled = schema::CompileSchema(kBank);
+    ASSERT_TRUE(compiled.ok());
+    auto layout = schema::Layout::Create(compiled.descriptor);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = std::make_unique<schema::Layout>(std::move(*layout));
+    sim::SimOptions o;
+    o.seed = seed;
+    cluster_ = std::make_unique<sim::Cluster>(o);
+    ASSERT_TRUE(cluster_->Open(TablesFor(*layout_)).ok());
+    for (int dc = 0; dc < 3; ++dc) {
+      const std::string node = StrCat("app", dc);
+      cluster_->net().AddNode(node, dc);
+      clients_.push_back(std::make_unique<replication::GroupClient>(
+          &cluster_->env(), cluster_->net().TransportFor(node), cluster_->ClientOptions(dc)));
+    }
+  }
+
+  Context Ctx(int dc = 0) { return Context{clients_[dc].get(), layout_.get()}; }
+
+  // Runs the simulation until `done` is set.
+  template <typename T>
+  T Await(std::optional<T>& done) {
+    cluster_->env().RunUntil(cluster_->env().now() + 120'000'000, [&] { return done.has_value(); });
+    EXPECT_TRUE(done.has_value()) << "the operation never finished";
+    return std::move(done).value_or(T(absl::UnknownError("never finished")));
+  }
+
+  std::shared_ptr<Transaction> Begin(int64_t branch, TransactionOptions o = {}, int dc = 0) {
+    std::optional<absl::StatusOr<std::shared_ptr<Transaction>>> t;
+    Transaction::Begin(Ctx(dc), "Branch", {branch}, o, [&](auto r) { t = std::move(r); });
+    absl::StatusOr<std::shared_ptr<Transaction>> r = Await(t);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : nullptr;
+  }
+
+  absl::StatusOr<std::optional<Entity>> Get(Transaction& t, int64_t branch, int64_t id) {
+    std::optional<absl::StatusOr<std::optional<Entity>>> r;
+    t.Get("Account", {branch, id}, [&](auto x) { r = std::move(x); });
+    return Await(r);
+  }
+
+  absl::StatusOr<CommitInfo> Commit(Transaction& t) {
+    std::optional<absl::StatusOr<CommitInfo>> r;
+    t.Commit([&](auto x) { r = std::move(x); });
+    return Await(r);
+  }
+
+  std::unique_ptr<schema::Layout> layout_;
+  std::unique_ptr<sim::Cluster> cluster_;
+  std::vector<std::unique_ptr<replication::GroupClient>> clients_;
+};
+
+TEST_F(TransactionTest, WritesAreSeenByTheirOwnTransactionAndAfterCommitByOthers) {
+  Open();
+  auto t = Begin(1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(*Get(*t, 1, 7), std::nullopt);
+  ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, 7, 100, "ann")).ok());
+  absl::StatusOr<std::optional<Entity>> own = Get(*t, 1, 7);
+  ASSERT_TRUE(own.ok() && own->has_value());
+  EXPECT_EQ(Balance(*layout_, **own), 100);
+  absl::StatusOr<CommitInfo> c = Commit(*t);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->wrote);
+  EXPECT_EQ(c->position, 1u);
+
+  auto at_b = Begin(1, {}, 1);  // another datacenter, current read
+  absl::StatusOr<std::optional<Entity>> seen = Get(*at_b, 1, 7);
+  ASSERT_TRUE(seen.ok() && seen->has_value());
+  EXPECT_EQ(Balance(*layout_, **seen), 100);
+  ASSERT_TRUE(at_b->Delete("Account", {int64_t{1}, int64_t{7}}).ok());
+  EXPECT_EQ(*Get(*at_b, 1, 7), std::nullopt) << "its own delete";
+  absl::StatusOr<CommitInfo> deleted = Commit(*at_b);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  auto after = Begin(1, {}, 2);
+  EXPECT_EQ(*Get(*after, 1, 7), std::nullopt);
+  absl::StatusOr<CommitInfo> ro = Commit(*after);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_FALSE(ro->wrote) << "a read-only transaction commits nothing";
+  EXPECT_EQ(ro->position, 2u);
+}
+
+TEST_F(TransactionTest, BadWritesAreRefusedNamingWhatIsWrong) {
+  Open();
+  auto t = Begin(1);
+  Entity missing = Account(*layout_, 1, 8, 5);
+  for (const auto& f : layout_->schema().FindTable("Account")->fields())
+    if (f.name() == "balance") missing.fields.erase(f.number());
+  absl::Status s = t->Put("Account", missing);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("balance"), std::string::npos) << s;
+  s = t->Put("Account", Account(*layout_, 2, 8, 5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("another entity group"), std::string::npos) << s;
+  EXPECT_EQ(t->Put("Acount", Account(*layout_, 1, 8, 5)).code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<CommitInfo> c = Commit(*t);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->wrote) << "nothing refused was committed";
+  EXPECT_EQ(Commit(*t).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  TransactionOptions inconsistent;
+  inconsistent.level = replication::ReadLevel::kInconsistent;
+  auto i = Begin(1, inconsistent);
+  ASSERT_TRUE(i->Put("Account", Account(*layout_, 1, 9, 5)).ok());
+  EXPECT_EQ(Commit(*i).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(TransactionTest, TheLoserOfAPositionGetsAConflict) {
+  Open();
+  auto a = Begin(1);
+  auto b = Begin(1, {}, 1);
+  ASSERT_TRUE(a->Put("Account", Account(*layout_, 1, 1, 10)).ok());
+  ASSERT_TRUE(b->Put("Account", Account(*layout_, 1, 1, 20)).ok());
+  absl::StatusOr<CommitInfo> first = Commit(*a);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Commit(*b).status().code(), absl::StatusCode::kAborted);
+}
+
+// Transfers between the accounts of one branch by clients in all three
+// datacenters, with message loss, duplication and server crashes: every
+// transfer is atomic, so the total never changes.
+TEST_F(TransactionTest, BankTransfersInOneGroupConserveMoneyUnderFaults) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    clients_.clear();
+    Open(seed);
+    constexpr int kAccounts = 5;
+    constexpr int64_t kInitial = 100;
+    {
+      auto t = Begin(1);
+      for (int i = 0; i < kAccounts; ++i)
+        ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, i, kInitial)).ok());
+      ASSERT_TRUE(Commit(*t).ok());
+    }
+    sim::SimEnv& env = cluster_->env();
+    sim::LinkFaults f;
+    f.loss = 0.03;
+    f.duplicate = 0.03;
+    f.jitter = absl::Milliseconds(4);
+    cluster_->net().set_faults(f);
+    // Crash and restart a random replication server or coordinator now and then.
+    std::function<void()> chaos = [&] {
+      const int dc = static_cast<int>(env.Uniform(3));
+      if (env.Chance(0.5)) {
+        cluster_->CrashRepl(dc);
+        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartRepl(dc); });
+      } else {
+        cluster_->CrashCoordinator(dc);
+        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartCoordinator(dc); });
+      }
+      if (env.now() < 8'000'000) env.Schedule(absl::Milliseconds(500 + env.Uniform(1000)), chaos);
+    };
+    env.Schedule(absl::Milliseconds(200), chaos);
+
+    int committed = 0, failed = 0, running = 0;
+    std::function<void(int, int)> transfer = [&](int client, int left) {
+      if (left == 0) return;
+      ++running;
+      const int from = static_cast<int>(env.Uniform(kAccounts));
+      const int to = (from + 1 + static_cast<int>(env.Uniform(kAccounts - 1))) % kAccounts;
+      const int64_t amount = static_cast<int64_t>(env.Uniform(30));
+      TransactionOptions o;
+      o.max_attempts = 20;
+      txn::Run(Ctx(client), "Branch", {int64_t{1}}, o,
+          [&, from, to, amount](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+            auto shared_done = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+            t->Get("Account", {int64_t{1}, int64_t{from}}, [&, t, to, amount, shared_done](auto a) {
+              if (!a.ok()) return (*shared_done)(a.status());
+              t->Get("Account", {int64_t{1}, int64_t{to}}, [&, t, a, from = **a, amount, shared_done](auto b) {
+                if (!b.ok()) return (*shared_done)(b.status());
+                const int64_t fb = Balance(*layout_, from), tb = Balance(*layout_, **b);
+                if (fb < amount) return (*shared_done)(absl::OkStatus());  // insufficient: commit nothing
+                Entity nf = from, nt = **b;
+                for (const auto& fd : layout_->schema().FindTable("Account")->fields()) {
+                  if (fd.name() != "balance") continue;
+                  nf.fields[fd.number()] = {fb - amount};
+                  nt.fields[fd.number()] = {tb + amount};
+                }
+                absl::Status s = t->Put("Account", nf);
+                if (s.ok()) s = t->Put("Account", nt);
+                (*shared_done)(s);
+              });
+            });
+          },
+          [&, client, left](absl::StatusOr<CommitInfo> r) {
+            --running;
+            (r.ok() ? committed : failed)++;
+            if (!r.ok() && getenv("MS_VERBOSE")) std::cout << r.status() << "\n";
+            EXPECT_TRUE(r.ok() || absl::IsAborted(r.status()) || absl::IsUnavailable(r.status()) ||
+                        absl::IsDeadlineExceeded(r.status()))
+                << r.status();
+            transfer(client, left - 1);
+          });
+    };
+    for (int c = 0; c < 3; ++c) transfer(c, 12);
+    env.RunUntil(env.now() + 300'000'000, [&] { return running == 0 && env.now() > 9'000'000; });
+    ASSERT_EQ(running, 0) << "seed " << seed << ": transfers still running";
+    cluster_->net().HealAll();
+    for (int dc = 0; dc < 3; ++dc) {
+      cluster_->StartRepl(dc);
+      cluster_->StartCoordinator(dc);
+    }
+    // Read every account at each datacenter, current level.
+    for (int dc = 0; dc < 3; ++dc) {
+      auto t = Begin(1, {}, dc);
+      ASSERT_TRUE(t) << "seed " << seed;
+      int64_t total = 0;
+      for (int i = 0; i < kAccounts; ++i) {
+        absl::StatusOr<std::optional<Entity>> e = Get(*t, 1, i);
+        ASSERT_TRUE(e.ok() && e->has_value()) << "seed " << seed << " account " << i;
+        const int64_t b = Balance(*layout_, **e);
+        EXPECT_GE(b, 0);
+        total += b;
+      }
+      EXPECT_EQ(total, kAccounts * kInitial) << "seed " << seed << " at datacenter " << dc;
+    }
+    EXPECT_GT(committed, 10) << "seed " << seed << " (" << failed << " failed)";
+    std::cout << "seed " << seed << ": " << committed << " transfers committed, " << failed
+              << " failed or unknown\n";
+  }
+}
+
+}  // namespace
+}  // namespace megastore::txn
