@@ -149,7 +149,8 @@ void ManualEnv::Advance(absl::Duration d) {
       absl::MutexLock lock(&mu_);
       const int64_t next = timers_.NextDeadline();
       if (next > target) {
-        monotonic_ = target;
+        // Never backwards: another thread's Advance may have gone further.
+        monotonic_ = std::max(monotonic_, target);
         return;
       }
       if (next > monotonic_) monotonic_ = next;

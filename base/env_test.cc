@@ -1,3 +1,5 @@
+#include <atomic>
+#include <thread>
 #include "base/env.h"
 
 #include <atomic>
@@ -68,6 +70,33 @@ TEST(RealEnvTest, ClocksAreSane) {
   EXPECT_GT(env.NowMicros(), int64_t{1577836800} * 1000000);
   const int64_t a = env.MonotonicMicros();
   EXPECT_GE(env.MonotonicMicros(), a);
+}
+
+}  // namespace
+}  // namespace megastore
+
+namespace megastore {
+namespace {
+
+TEST(ManualEnvTest, ConcurrentAdvancesNeverMoveTheClockBackwards) {
+  ManualEnv env;
+  std::atomic<bool> backwards{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      int64_t last = env.MonotonicMicros();
+      for (int i = 0; i < 20000; ++i) {
+        env.Advance(absl::Microseconds(1));
+        const int64_t now = env.MonotonicMicros();
+        if (now < last) backwards = true;
+        last = now;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(backwards.load());
+  EXPECT_LE(env.MonotonicMicros(), 80000);
+  EXPECT_GE(env.MonotonicMicros(), 20000);
 }
 
 }  // namespace
