@@ -716,6 +716,20 @@ void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, s
                           DeadlineFrom(this), std::move(done));
 }
 
+void GroupClient::Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
+                       std::string family, int64_t limit, Callback<ScanReply> done) {
+  ScanRequest req;
+  *req.mutable_group() = std::move(group);
+  req.set_start(std::move(start));
+  req.set_end(std::move(end));
+  req.set_family(std::move(family));
+  req.set_timestamp(at.timestamp);
+  req.set_latest(at.latest);
+  req.set_limit(limit);
+  CallRetrying<ScanReply>(this, options_.replicas[at.replica].replication, "repl.Scan", req,
+                          DeadlineFrom(this), std::move(done));
+}
+
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
                          Callback<CommitResult> done) {
   const uint64_t position = at.position + 1;

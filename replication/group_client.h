@@ -82,6 +82,9 @@ class GroupClient {
   // One row's latest cells of `family` as of `at`.
   void Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
             Callback<ReadReply> done);
+  // Rows of the group in [start, end) as of `at` (at most `limit`).
+  void Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
+            std::string family, int64_t limit, Callback<ScanReply> done);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`.
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done);

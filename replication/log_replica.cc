@@ -407,4 +407,41 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
                      });
 }
 
+void LogReplica::Scan(ScanRequest request, Callback<ScanReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (type_ == ReplicaType::kWitness)
+    return done(absl::FailedPreconditionError("a witness replica keeps no data"));
+  const std::string& root = request.group().root();
+  const std::string group_end = PrefixSuccessor(root);
+  if (request.start() < root || request.end().empty() || request.end() > group_end ||
+      request.end() <= request.start())
+    return done(absl::InvalidArgumentError(
+        "repl.Scan: the range must be non-empty and inside the entity group's rows"));
+  const int64_t limit = request.limit() <= 0 ? kMaxScanRows : std::min(request.limit(), kMaxScanRows);
+  ReadOptions o;
+  o.filter.families = {request.family()};
+  o.filter.cells_per_column = 1;
+  if (!request.latest()) o.read_timestamp = request.timestamp();
+  o.rows_limit = limit + 1;  // one more tells whether there is more
+  const std::string table = request.group().table();
+  bigtable_->ReadRows(table, storage::RowRange{request.start(), request.end()}, std::move(o),
+                      [limit, done = std::move(done)](absl::StatusOr<std::vector<Row>> rows) mutable {
+                        if (!rows.ok()) return done(rows.status());
+                        ScanReply reply;
+                        for (Row& r : *rows) {
+                          if (reply.rows_size() == limit) {
+                            reply.set_more(true);
+                            break;
+                          }
+                          ScannedRow* out = reply.add_rows();
+                          out->set_key(r.key);
+                          for (const storage::Cell& c : r.cells) {
+                            out->add_qualifiers(c.qualifier);
+                            out->add_values(c.value);
+                          }
+                        }
+                        done(std::move(reply));
+                      });
+}
+
 }  // namespace megastore::replication

@@ -65,6 +65,9 @@ class LogReplica {
   void Apply(ApplyRequest request, Callback<ApplyReply> done);
   // The latest cells of `row`'s `family` as of `timestamp`.
   void Read(ReadRequest request, Callback<ReadReply> done);
+  // Rows of the group in a range (at most kMaxScanRows per call).
+  void Scan(ScanRequest request, Callback<ScanReply> done);
+  static constexpr int64_t kMaxScanRows = 1000;
 
   static constexpr uint64_t kMaxReadLog = 256;
 

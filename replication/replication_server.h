@@ -35,10 +35,10 @@ class ReplicationServer {
                     ReplicationServerOptions options);
   ~ReplicationServer();
 
-  // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read.
+  // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read, repl.Scan.
   void Serve(std::string_view method, std::string request, Responder respond);
   static constexpr std::string_view kMethods[] = {"repl.Paxos", "repl.State", "repl.ReadLog",
-                                                  "repl.Apply", "repl.Read"};
+                                                  "repl.Apply", "repl.Read", "repl.Scan"};
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();

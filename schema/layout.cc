@@ -105,6 +105,89 @@ absl::StatusOr<std::string> Layout::GroupRow(const TableDescriptor& table,
   return RootKey(table, key);
 }
 
+absl::StatusOr<storage::RowRange> Layout::TableRange(const TableDescriptor& table,
+                                                    const std::vector<KeyValue>& prefix) const {
+  MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> columns, PrimaryKeyColumns(table));
+  const size_t group = table.entity_group_root() ? columns.size()
+                                                 : static_cast<size_t>(table.entity_group_key_size());
+  if (prefix.size() < group || prefix.size() > columns.size())
+    return absl::InvalidArgumentError(StrCat("a query of ", table.name(), " needs between ", group,
+                                             " and ", columns.size(), " key values, got ",
+                                             prefix.size()));
+  std::string row;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (i == group) {
+      row.push_back(kChildEntity);
+      AppendOrderedBytes(&row, ToLower(table.name()));
+    }
+    absl::Status s = AppendKeyPart(&row, columns[i], prefix[i]);
+    if (!s.ok()) return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
+  }
+  if (prefix.size() == group && !table.entity_group_root()) {
+    row.push_back(kChildEntity);
+    AppendOrderedBytes(&row, ToLower(table.name()));
+  }
+  // A root entity's group also holds its children: the root itself is
+  // exactly its row.
+  if (table.entity_group_root()) return storage::RowRange{row, row + std::string(1, '\0')};
+  return storage::RowRange{row, PrefixSuccessor(row)};
+}
+
+namespace {
+
+std::vector<KeyColumn> IndexColumns(const TableDescriptor& table, const IndexDescriptor& index) {
+  std::vector<KeyColumn> out;
+  for (const KeyPart& p : index.columns()) {
+    const FieldDescriptor* f = FindField(table.fields(), p.field());
+    out.push_back(KeyColumn{f == nullptr ? FIELD_TYPE_UNSPECIFIED : f->type(), p.descending(), p.scatter()});
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(const IndexDescriptor& index,
+                                                          std::string_view group_row,
+                                                          const std::vector<KeyValue>& values) const {
+  if (index.scope() != IndexDescriptor::LOCAL || !index.inline_in().empty())
+    return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a local index with its own entries"));
+  const TableDescriptor* table = schema_.FindTable(index.table());
+  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  const std::vector<KeyColumn> columns = IndexColumns(*table, index);
+  if (values.size() > columns.size())
+    return absl::InvalidArgumentError(StrCat("index ", index.name(), " has ", columns.size(),
+                                             " columns, got ", values.size(), " values"));
+  std::string row(group_row);
+  row.push_back(kLocalIndexEntry);
+  AppendOrderedBytes(&row, ToLower(index.name()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    absl::Status s = AppendKeyPart(&row, columns[i], values[i]);
+    if (!s.ok()) return absl::InvalidArgumentError(StrCat("index ", index.name(), " column ", i, ": ", s.message()));
+  }
+  return storage::RowRange{row, PrefixSuccessor(row)};
+}
+
+absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfIndexEntry(const IndexDescriptor& index,
+                                                              std::string_view group_row,
+                                                              std::string_view entry_row) const {
+  const TableDescriptor* table = schema_.FindTable(index.table());
+  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  std::string prefix(group_row);
+  prefix.push_back(kLocalIndexEntry);
+  AppendOrderedBytes(&prefix, ToLower(index.name()));
+  if (entry_row.substr(0, prefix.size()) != prefix)
+    return absl::DataLossError(StrCat("row is not an entry of index ", index.name()));
+  std::string_view rest = entry_row.substr(prefix.size());
+  for (const KeyColumn& c : IndexColumns(*table, index)) {
+    absl::StatusOr<KeyValue> skipped = ConsumeKeyPart(&rest, c);
+    if (!skipped.ok()) return absl::DataLossError(StrCat("damaged entry of index ", index.name(), ": ", skipped.status().message()));
+  }
+  MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> key_columns, PrimaryKeyColumns(*table));
+  absl::StatusOr<std::vector<KeyValue>> key = DecodeKey(key_columns, rest);
+  if (!key.ok()) return absl::DataLossError(StrCat("damaged entry of index ", index.name(), ": ", key.status().message()));
+  return key;
+}
+
 absl::StatusOr<std::vector<Layout::IndexEntry>> Layout::IndexEntries(const TableDescriptor& table,
                                                                       const Entity& entity) const {
   std::vector<IndexEntry> out;

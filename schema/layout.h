@@ -76,6 +76,21 @@ class Layout {
   // given. InvalidArgument if too few values are given.
   absl::StatusOr<std::string> GroupRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
 
+  // The rows of `table`'s entities whose primary key starts with `prefix`
+  // (at least the entity group key: queries stay inside one group), as
+  // [start, end) in key order.
+  absl::StatusOr<storage::RowRange> TableRange(const TableDescriptor& table,
+                                               const std::vector<KeyValue>& prefix) const;
+  // The entries of local index `index` in the group whose root row is
+  // `group_row`, with indexed values starting with `values`, in index order.
+  absl::StatusOr<storage::RowRange> LocalIndexRange(const IndexDescriptor& index,
+                                                    std::string_view group_row,
+                                                    const std::vector<KeyValue>& values) const;
+  // The primary key of the entity a local index entry's row points to.
+  absl::StatusOr<std::vector<KeyValue>> KeyOfIndexEntry(const IndexDescriptor& index,
+                                                        std::string_view group_row,
+                                                        std::string_view entry_row) const;
+
   // The entity stored in `row` (the latest cell of each e:"Table.field"
   // column); DataLoss for undecodable cells.
   absl::StatusOr<Entity> EntityFromRow(const TableDescriptor& table, const storage::Row& row) const;

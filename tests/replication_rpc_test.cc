@@ -10,106 +10,31 @@
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
 #include "base/test_util.h"
-#include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 #include "replication/group_client.h"
-#include "replication/replication_server.h"
-#include "storage/lock/lock_table.h"
-#include "storage/tabletserver/tablet_server.h"
+#include "tools/megastored/datacenter.h"
 
 namespace megastore::replication {
 namespace {
 
-struct Datacenter {
-  std::string name;
-  TestDir dir;
-  std::unique_ptr<storage::TabletServer> tablets;
-  std::unique_ptr<storage::InProcessBigtable> bigtable;
-  std::unique_ptr<storage::lock::LockTable> locks;
-  std::unique_ptr<rpc::RpcServer> server;
-  rpc::RpcTransport transport;
-  std::unique_ptr<coordinator::Coordinator> coord;
-  std::unique_ptr<ReplicationServer> repl;
-  std::string address;
-};
-
 class ReplicationRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* name : {"A", "B", "C"}) {
-      auto dc = std::make_unique<Datacenter>();
-      dc->name = name;
-      storage::TabletServerOptions o;
-      o.data_dir = dc->dir.path();
-      o.sync_log = false;
-      auto ts = storage::TabletServer::Open(o, &env_);
-      ASSERT_TRUE(ts.ok()) << ts.status();
-      dc->tablets = std::move(*ts);
-      storage::TableSchema schema;
-      schema.set_name("t");
-      *schema.add_families() = LogFamilySchema();
-      schema.add_families()->set_name("e");
-      ASSERT_TRUE(dc->tablets->CreateTable(schema).ok());
-      dc->bigtable = std::make_unique<storage::InProcessBigtable>(dc->tablets.get());
-      dc->locks = std::make_unique<storage::lock::LockTable>(&env_);
-      rpc::ServerOptions so;
-      so.worker_threads = 4;
-      dc->server = std::make_unique<rpc::RpcServer>(so);
-      Datacenter* d = dc.get();
-      for (std::string_view m : storage::lock::LockTable::kMethods)
-        rpc::Serve(*d->server, std::string(m), [d, m](std::string req, Responder respond) {
-          d->locks->Serve(m, std::move(req), std::move(respond));
-        });
-      for (std::string_view m : coordinator::Coordinator::kMethods)
-        rpc::Serve(*d->server, std::string(m), [d, m](std::string req, Responder respond) {
-          d->coord->Serve(m, std::move(req), std::move(respond));
-        });
-      for (std::string_view m : ReplicationServer::kMethods)
-        rpc::Serve(*d->server, std::string(m), [d, m](std::string req, Responder respond) {
-          d->repl->Serve(m, std::move(req), std::move(respond));
-        });
-      ASSERT_TRUE(dc->server->Start().ok());
-      dc->address = StrCat("127.0.0.1:", dc->server->port());
-      dcs_.push_back(std::move(dc));
-    }
-    for (size_t i = 0; i < dcs_.size(); ++i) {
-      Datacenter& dc = *dcs_[i];
-      coordinator::CoordinatorOptions co;
-      co.name = dc.name;
-      for (const auto& other : dcs_)
-        if (other.get() != &dc) co.lock_services.push_back(other->address);
-      co.lease = absl::Seconds(3);
-      co.renew_interval = absl::Milliseconds(300);
-      dc.coord = std::make_unique<coordinator::Coordinator>(&env_, &dc.transport, co);
-      ReplicationServerOptions ro;
-      ro.cluster = Options(static_cast<int>(i));
-      dc.repl = std::make_unique<ReplicationServer>(&env_, &dc.transport, dc.bigtable.get(), ro);
-      dc.coord->Start();
-      dc.repl->Start();
-    }
-    // Wait until every coordinator holds its locks.
-    for (auto& dc : dcs_) {
-      for (int i = 0; i < 200 && !dc->coord->serving(); ++i) absl::SleepFor(absl::Milliseconds(10));
-      ASSERT_TRUE(dc->coord->serving()) << dc->name;
-    }
-  }
-
-  void TearDown() override {
-    for (auto& dc : dcs_) {
-      dc->repl->Stop();
-      dc->coord->Stop();
-    }
-    for (auto& dc : dcs_) dc->server->Stop();
+    storage::TableSchema schema;
+    schema.set_name("t");
+    *schema.add_families() = LogFamilySchema();
+    schema.add_families()->set_name("e");
+    auto cluster = server::LocalCluster::Start(
+        &env_, dir_.path(), {ReplicaType::kFull, ReplicaType::kFull, ReplicaType::kFull}, {schema},
+        /*sync_log=*/false);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    ASSERT_TRUE(cluster_->WaitUntilServing(absl::Seconds(5)));
   }
 
   GroupClientOptions Options(int local) const {
     GroupClientOptions o;
-    for (const auto& dc : dcs_) {
-      ReplicaInfo r;
-      r.name = dc->name;
-      r.replication = r.coordinator = r.lock_service = dc->address;
-      o.replicas.push_back(r);
-    }
+    o.replicas = cluster_->replicas();
     o.local = local;
     o.rpc_timeout = absl::Seconds(2);
     o.deadline = absl::Seconds(20);
@@ -170,7 +95,8 @@ class ReplicationRpcTest : public ::testing::Test {
   }
 
   RealEnv env_{42};
-  std::vector<std::unique_ptr<Datacenter>> dcs_;
+  TestDir dir_;
+  std::unique_ptr<server::LocalCluster> cluster_;
 };
 
 TEST_F(ReplicationRpcTest, ACommitAtOneDatacenterIsReadCurrentlyAtAnother) {
@@ -210,9 +136,7 @@ TEST_F(ReplicationRpcTest, AMajorityKeepsCommittingWhileOneDatacenterIsDown) {
   rpc::RpcTransport ta;
   GroupClient a(&env_, &ta, Options(0));
   Append(a, "g/k", "x");
-  dcs_[2]->repl->Stop();
-  dcs_[2]->coord->Stop();
-  dcs_[2]->server->Stop();  // C stops answering at all
+  cluster_->datacenter(2).Stop();  // C stops answering at all
   // The first commit waits out C's coordinator leases (3 s) before it is
   // acknowledged; the rest prove quickly that C cannot be serving.
   for (int i = 0; i < 3; ++i) Append(a, "g/k", "y");

@@ -119,6 +119,136 @@ void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
   ReadRow(*table, std::move(*row), std::move(done));
 }
 
+namespace {
+
+// The first row after `cursor` in [start, end), or an error if the cursor
+// does not belong to this query.
+absl::StatusOr<std::string> ResumeAt(const storage::RowRange& range, const std::string& cursor) {
+  if (cursor.empty()) return range.start;
+  if (cursor < range.start || cursor >= range.end)
+    return absl::InvalidArgumentError("the query cursor belongs to another query");
+  return cursor + std::string(1, '\0');
+}
+
+}  // namespace
+
+void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix,
+                        QueryOptions options, Callback<QueryResult> done) {
+  absl::StatusOr<const schema::TableDescriptor*> table = FindTable(ctx_, table_name);
+  if (!table.ok()) return done(table.status());
+  absl::StatusOr<std::string> group_row = ctx_.layout->GroupRow(**table, key_prefix);
+  if (!group_row.ok()) return done(group_row.status());
+  if (*group_row != group_.root())
+    return done(absl::InvalidArgumentError("the query's key prefix is in another entity group"));
+  absl::StatusOr<storage::RowRange> range = ctx_.layout->TableRange(**table, key_prefix);
+  if (!range.ok()) return done(range.status());
+  absl::StatusOr<std::string> start = ResumeAt(*range, options.cursor);
+  if (!start.ok()) return done(start.status());
+  auto self = shared_from_this();
+  const schema::TableDescriptor* t = *table;
+  const std::string end = range->end;
+  ctx_.client->Scan(
+      group_, position_, *start, end, kEntityFamily, options.limit,
+      [self, t, start = *start, end, limit = options.limit,
+       done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
+        if (!reply.ok()) return done(reply.status());
+        // What storage says, as of the read position...
+        std::map<std::string, std::optional<Entity>> rows;
+        const std::string prefix = t->name() + ".";
+        for (const replication::ScannedRow& r : reply->rows()) {
+          storage::Row stored;
+          stored.key = r.key();
+          bool found = false;
+          for (int i = 0; i < r.qualifiers_size(); ++i) {
+            found |= r.qualifiers(i).compare(0, prefix.size(), prefix) == 0;
+            stored.cells.push_back(storage::Cell{kEntityFamily, r.qualifiers(i), 0, r.values(i)});
+          }
+          if (!found) continue;
+          absl::StatusOr<Entity> e = self->ctx_.layout->EntityFromRow(*t, stored);
+          if (!e.ok()) return done(e.status());
+          rows.emplace(r.key(), std::move(*e));
+        }
+        // ...overlaid with this transaction's writes in the part scanned.
+        const std::string scanned_to =
+            reply->more() ? reply->rows(reply->rows_size() - 1).key() + std::string(1, '\0') : end;
+        {
+          absl::MutexLock lock(&self->mu_);
+          for (const auto& [row, e] : rows) self->read_.emplace(row, Row{t, e});
+          for (auto it = self->writes_.lower_bound(start);
+               it != self->writes_.end() && it->first < scanned_to; ++it) {
+            if (it->second.table == t) rows[it->first] = it->second.after;
+          }
+        }
+        QueryResult result;
+        std::string last;
+        bool cut = false;
+        for (auto& [row, e] : rows) {
+          if (!e) continue;
+          if (limit > 0 && static_cast<int64_t>(result.entities.size()) == limit) {
+            cut = true;
+            break;
+          }
+          result.entities.push_back(std::move(*e));
+          last = row;
+        }
+        if ((cut || reply->more()) && !last.empty()) result.cursor = last;
+        done(std::move(result));
+      });
+}
+
+void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> values,
+                             QueryOptions options, Callback<QueryResult> done) {
+  const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(index_name);
+  if (index == nullptr)
+    return done(absl::NotFoundError(StrCat("schema ", ctx_.layout->schema().schema().name(),
+                                           " has no index ", index_name)));
+  absl::StatusOr<storage::RowRange> range =
+      ctx_.layout->LocalIndexRange(*index, group_.root(), values);
+  if (!range.ok()) return done(range.status());
+  absl::StatusOr<std::string> start = ResumeAt(*range, options.cursor);
+  if (!start.ok()) return done(start.status());
+  auto self = shared_from_this();
+  ctx_.client->Scan(
+      group_, position_, *start, range->end, schema::kIndexFamily, options.limit,
+      [self, index, done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
+        if (!reply.ok()) return done(reply.status());
+        // Fetch the entities one after another, in index order.
+        struct Fetch {
+          std::shared_ptr<Transaction> txn;
+          std::string table;
+          std::vector<std::pair<std::string, std::vector<KeyValue>>> keys;  // entry row, key
+          size_t next = 0;
+          bool more = false;
+          QueryResult result;
+          Callback<QueryResult> done;
+          static void Step(std::shared_ptr<Fetch> f) {
+            if (f->next == f->keys.size()) {
+              if (f->more && !f->keys.empty()) f->result.cursor = f->keys.back().first;
+              return f->done(std::move(f->result));
+            }
+            const size_t i = f->next++;
+            f->txn->Get(f->table, f->keys[i].second, [f](absl::StatusOr<std::optional<Entity>> e) {
+              if (!e.ok()) return f->done(e.status());
+              if (*e) f->result.entities.push_back(std::move(**e));
+              Step(f);
+            });
+          }
+        };
+        auto f = std::make_shared<Fetch>();
+        f->txn = self;
+        f->table = index->table();
+        f->more = reply->more();
+        f->done = std::move(done);
+        for (const replication::ScannedRow& r : reply->rows()) {
+          absl::StatusOr<std::vector<KeyValue>> key =
+              self->ctx_.layout->KeyOfIndexEntry(*index, self->group_.root(), r.key());
+          if (!key.ok()) return f->done(key.status());
+          f->keys.emplace_back(r.key(), std::move(*key));
+        }
+        Fetch::Step(f);
+      });
+}
+
 absl::Status Transaction::Put(std::string_view table_name, Entity entity) {
   MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, table_name));
   MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, ctx_.layout->KeyOf(*table, entity));
@@ -228,6 +358,24 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
                         info.wrote = true;
                         done(info);
                       });
+}
+
+std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
+  std::vector<storage::TableSchema> out;
+  storage::TableSchema entities;
+  entities.set_name(layout.entity_table());
+  *entities.add_families() = replication::LogFamilySchema();
+  entities.add_families()->set_name(schema::kEntityFamily);
+  entities.add_families()->set_name(schema::kIndexFamily);
+  out.push_back(entities);
+  for (const schema::IndexDescriptor& x : layout.schema().schema().indexes()) {
+    if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
+    storage::TableSchema t;
+    t.set_name(layout.GlobalIndexTable(x));
+    t.add_families()->set_name(schema::kIndexFamily);
+    out.push_back(t);
+  }
+  return out;
 }
 
 // ---- Run -------------------------------------------------------------------------------

@@ -59,6 +59,19 @@ struct CommitInfo {
   int attempts = 1;       // Run: how many tries it took
 };
 
+// Query paging: at most `limit` entities per call (0: as many as one
+// replica answer holds, 1000); `cursor` resumes after the previous page.
+struct QueryOptions {
+  int64_t limit = 0;
+  std::string cursor;
+};
+
+struct QueryResult {
+  std::vector<Entity> entities;
+  // Pass back in QueryOptions to get the next page; empty when done.
+  std::string cursor;
+};
+
 class Transaction : public std::enable_shared_from_this<Transaction> {
  public:
   // Begins a transaction on the group of `root_table`'s entity with key
@@ -68,6 +81,18 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   // The entity of `table` with primary key `key` in this group, or nullopt.
   void Get(std::string table, std::vector<KeyValue> key, Callback<std::optional<Entity>> done);
+  // Ancestor query: `table`'s entities in this group whose primary key
+  // starts with `key_prefix` (at least the group's key), in key order, as
+  // of the read position, with this transaction's own writes applied.
+  void Query(std::string table, std::vector<KeyValue> key_prefix, QueryOptions options,
+             Callback<QueryResult> done);
+  // Local index query: the entities whose index `index` values start with
+  // `values`, in index order. The index is read as of the read position
+  // (the transaction's own writes show in the entities returned, not in
+  // which entities match).
+  void IndexQuery(std::string index, std::vector<KeyValue> values, QueryOptions options,
+                  Callback<QueryResult> done);
+
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);
   absl::Status Delete(std::string_view table, std::vector<KeyValue> key);
@@ -105,6 +130,10 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   std::map<std::string, Row> read_ ABSL_GUARDED_BY(mu_);      // rows read at the position
   bool committing_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// The Bigtable tables a schema needs in every datacenter: its entity table
+// (families: the log, entities, index entries) and one per global index.
+std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout);
 
 // Runs `body` in a transaction on the group and commits it, retrying the
 // whole transaction after a conflict (Aborted) with a random pause, up to

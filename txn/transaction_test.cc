@@ -25,25 +25,6 @@ CREATE LOCAL INDEX AccountsByOwner ON Account(branch, owner);
 CREATE GLOBAL INDEX AccountsByBalance ON Account(balance);
 )";
 
-// The Bigtable tables a schema needs: its entity table and one per global index.
-std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
-  std::vector<storage::TableSchema> out;
-  storage::TableSchema entities;
-  entities.set_name(layout.entity_table());
-  *entities.add_families() = replication::LogFamilySchema();
-  entities.add_families()->set_name(schema::kEntityFamily);
-  entities.add_families()->set_name(schema::kIndexFamily);
-  out.push_back(entities);
-  for (const schema::IndexDescriptor& x : layout.schema().schema().indexes()) {
-    if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
-    storage::TableSchema t;
-    t.set_name(layout.GlobalIndexTable(x));
-    t.add_families()->set_name(schema::kIndexFamily);
-    out.push_back(t);
-  }
-  return out;
-}
-
 Entity Account(const schema::Layout& layout, int64_t branch, int64_t id, int64_t balance,
                std::optional<std::string> owner = std::nullopt) {
   const schema::TableDescriptor* t = layout.schema().FindTable("Account");
@@ -146,6 +127,76 @@ TEST_F(TransactionTest, WritesAreSeenByTheirOwnTransactionAndAfterCommitByOthers
   ASSERT_TRUE(ro.ok());
   EXPECT_FALSE(ro->wrote) << "a read-only transaction commits nothing";
   EXPECT_EQ(ro->position, 2u);
+}
+
+std::vector<int64_t> Ids(const schema::Layout& layout, const std::vector<Entity>& es) {
+  std::vector<int64_t> out;
+  for (const Entity& e : es)
+    for (const auto& f : layout.schema().FindTable("Account")->fields())
+      if (f.name() == "id") out.push_back(std::get<int64_t>(e.fields.at(f.number()).at(0)));
+  return out;
+}
+
+TEST_F(TransactionTest, QueriesPageThroughAGroupAndSeeTheirOwnWrites) {
+  Open();
+  {
+    auto t = Begin(1);
+    for (int64_t id = 1; id <= 7; ++id)
+      ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, id, 10 * id, id % 2 ? "odd" : "even")).ok());
+    ASSERT_TRUE(t->Put("Account", Account(*layout_, 2, 1, 5)).code() == absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(Commit(*t).ok());
+    auto other = Begin(2);  // another group, which queries of group 1 never see
+    ASSERT_TRUE(other->Put("Account", Account(*layout_, 2, 4, 5, "odd")).ok());
+    ASSERT_TRUE(Commit(*other).ok());
+  }
+  auto t = Begin(1, {}, 1);
+  ASSERT_TRUE(t->Delete("Account", {int64_t{1}, int64_t{3}}).ok());
+  ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, 9, 90, "odd")).ok());
+  auto query = [&](QueryOptions o) {
+    std::optional<absl::StatusOr<QueryResult>> r;
+    t->Query("Account", {int64_t{1}}, o, [&](auto x) { r = std::move(x); });
+    return Await(r);
+  };
+  std::vector<int64_t> all;
+  QueryOptions o;
+  o.limit = 3;
+  int pages = 0;
+  do {
+    absl::StatusOr<QueryResult> page = query(o);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->entities.size(), 3u);
+    for (int64_t id : Ids(*layout_, page->entities)) all.push_back(id);
+    o.cursor = page->cursor;
+    ++pages;
+  } while (!o.cursor.empty() && pages < 10);
+  EXPECT_EQ(all, (std::vector<int64_t>{1, 2, 4, 5, 6, 7, 9})) << "key order, own delete and insert";
+  EXPECT_GE(pages, 3);
+
+  std::optional<absl::StatusOr<QueryResult>> r;
+  t->IndexQuery("AccountsByOwner", {int64_t{1}, std::string("odd")}, {},
+                [&](auto x) { r = std::move(x); });
+  absl::StatusOr<QueryResult> odd = Await(r);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(Ids(*layout_, odd->entities), (std::vector<int64_t>{1, 5, 7}))
+      << "the index as of the read position; 3 is deleted by this transaction";
+  EXPECT_TRUE(odd->cursor.empty());
+  ASSERT_TRUE(Commit(*t).ok());
+  auto later = Begin(1, {}, 2);
+  r.reset();
+  later->IndexQuery("AccountsByOwner", {int64_t{1}, std::string("odd")}, {},
+                    [&](auto x) { r = std::move(x); });
+  absl::StatusOr<QueryResult> after = Await(r);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Ids(*layout_, after->entities), (std::vector<int64_t>{1, 5, 7, 9}))
+      << "index entries follow the committed writes";
+  r.reset();
+  later->IndexQuery("AccountsByBalance", {int64_t{10}}, {}, [&](auto x) { r = std::move(x); });
+  EXPECT_EQ(Await(r).status().code(), absl::StatusCode::kInvalidArgument) << "a global index";
+  r.reset();
+  QueryOptions foreign;
+  foreign.cursor = "elsewhere";
+  later->Query("Account", {int64_t{1}}, foreign, [&](auto x) { r = std::move(x); });
+  EXPECT_EQ(Await(r).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TransactionTest, BadWritesAreRefusedNamingWhatIsWrong) {

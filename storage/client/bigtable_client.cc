@@ -9,6 +9,19 @@ void InProcessBigtable::ReadRow(std::string table, std::string row, ReadOptions 
   done(server_->ReadRow(table, row, options));
 }
 
+void InProcessBigtable::ReadRows(std::string table, RowRange range, ReadOptions options,
+                                 Callback<absl::StatusOr<std::vector<Row>>> done) {
+  RowSet rows;
+  rows.ranges.push_back(std::move(range));
+  std::vector<Row> out;
+  absl::Status s = server_->ReadRows(table, rows, options, [&](Row& row) {
+    out.push_back(std::move(row));
+    return true;
+  });
+  if (!s.ok()) return done(s);
+  done(std::move(out));
+}
+
 void InProcessBigtable::MutateRow(std::string table, std::string row,
                                   std::vector<Mutation> mutations, int64_t timestamp,
                                   Callback<absl::Status> done) {

@@ -30,6 +30,10 @@ class BigtableClient {
   // The row's cells selected by `options`, or nullopt if none.
   virtual void ReadRow(std::string table, std::string row, ReadOptions options,
                        Callback<absl::StatusOr<std::optional<Row>>> done) = 0;
+  // The rows in [range.start, range.end) with a cell selected by `options`,
+  // in row order (options.rows_limit bounds how many).
+  virtual void ReadRows(std::string table, RowRange range, ReadOptions options,
+                        Callback<absl::StatusOr<std::vector<Row>>> done) = 0;
   // Applies `mutations` to `row` atomically; deletions are stamped, and
   // kServerTimestamp cells written, at `timestamp`.
   virtual void MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
@@ -49,6 +53,8 @@ class InProcessBigtable : public BigtableClient {
 
   void ReadRow(std::string table, std::string row, ReadOptions options,
                Callback<absl::StatusOr<std::optional<Row>>> done) override;
+  void ReadRows(std::string table, RowRange range, ReadOptions options,
+                Callback<absl::StatusOr<std::vector<Row>>> done) override;
   void MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
                  int64_t timestamp, Callback<absl::Status> done) override;
   void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,

@@ -233,6 +233,15 @@ void SimBigtable::ReadRow(std::string table, std::string row, storage::ReadOptio
   Later(std::move(result), std::move(done));
 }
 
+void SimBigtable::ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
+                           Callback<absl::StatusOr<std::vector<storage::Row>>> done) {
+  absl::StatusOr<std::vector<storage::Row>> result = Outage();
+  if (!down_)
+    inner_->ReadRows(prefix_ + table, std::move(range), std::move(options),
+                     [&](absl::StatusOr<std::vector<storage::Row>> r) { result = std::move(r); });
+  Later(std::move(result), std::move(done));
+}
+
 void SimBigtable::MutateRow(std::string table, std::string row,
                             std::vector<storage::Mutation> mutations, int64_t timestamp,
                             Callback<absl::Status> done) {

@@ -163,6 +163,8 @@ class SimBigtable : public storage::BigtableClient {
 
   void ReadRow(std::string table, std::string row, storage::ReadOptions options,
                Callback<absl::StatusOr<std::optional<storage::Row>>> done) override;
+  void ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
+                Callback<absl::StatusOr<std::vector<storage::Row>>> done) override;
   void MutateRow(std::string table, std::string row, std::vector<storage::Mutation> mutations,
                  int64_t timestamp, Callback<absl::Status> done) override;
   void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,

@@ -1,0 +1,163 @@
+// The client library application servers link (DESIGN.md §1, §5): open a
+// Database, then run transactions on entity groups with typed entities
+// (the classes msc generates) or untyped ones (schema::Entity).
+//
+//   auto db = megastore::Database::Open(options);
+//   auto info = (*db)->Run<PhotoApp::User>(PhotoApp::User::Key{7}, [&](megastore::Transaction& t) {
+//     auto user = t.Get<PhotoApp::User>(PhotoApp::User::Key{7});
+//     ...
+//     return t.Put(photo);
+//   });
+//
+// Calls block the calling thread; a Database is thread-safe and meant to be
+// shared. Errors are absl::Status codes (see txn/transaction.h): Aborted is
+// a conflict (Run retries it), Unavailable/DeadlineExceeded mean the
+// replicas did not answer in time, InvalidArgument names the field that
+// does not fit the schema.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/env.h"
+#include "base/transport.h"
+#include "replication/group_client.h"
+#include "schema/layout.h"
+#include "txn/transaction.h"
+
+namespace megastore {
+
+using txn::CommitInfo;
+using txn::QueryOptions;
+using txn::TransactionOptions;
+
+struct DatabaseOptions {
+  // Every datacenter's replica, and which one is this app server's.
+  std::vector<replication::ReplicaInfo> replicas;
+  std::string local;
+  // The schema, as msc compiled it (SchemaName.schema.pb).
+  schema::SchemaDescriptor schema;
+  // Timeouts and backoff of the replication protocol (`replicas` and
+  // `local` above take precedence over the ones in here).
+  replication::GroupClientOptions replication;
+  // Where requests go; nullptr: TCP (RPC) to the replicas' addresses.
+  Transport* transport = nullptr;
+  // Clock, timers and randomness; nullptr: the real ones.
+  Env* env = nullptr;
+};
+
+class Transaction;
+
+class Database {
+ public:
+  static absl::StatusOr<std::unique_ptr<Database>> Open(DatabaseOptions options);
+  ~Database();
+
+  // Begins a transaction on the entity group of `root_table`'s entity with
+  // key `root_key`.
+  absl::StatusOr<std::unique_ptr<Transaction>> Begin(std::string_view root_table,
+                                                     std::vector<schema::KeyValue> root_key,
+                                                     TransactionOptions options = {});
+  template <typename Root>
+  absl::StatusOr<std::unique_ptr<Transaction>> Begin(const typename Root::Key& key,
+                                                     TransactionOptions options = {}) {
+    return Begin(Root::kTable, key.Values(), options);
+  }
+
+  // Runs `fn` in a transaction and commits it; on a conflict (Aborted from
+  // Commit, or from the body), runs it again after a random pause, up to
+  // options.max_attempts. A body error is returned as is.
+  using Body = std::function<absl::Status(Transaction&)>;
+  absl::StatusOr<CommitInfo> Run(std::string_view root_table, std::vector<schema::KeyValue> root_key,
+                                 const Body& fn, TransactionOptions options = {});
+  template <typename Root>
+  absl::StatusOr<CommitInfo> Run(const typename Root::Key& key, const Body& fn,
+                                 TransactionOptions options = {}) {
+    return Run(Root::kTable, key.Values(), fn, options);
+  }
+
+  const schema::Layout& layout() const { return *layout_; }
+  // Conflicts retried by Run so far.
+  uint64_t retries() const { return retries_.load(); }
+
+ private:
+  Database() = default;
+
+  std::unique_ptr<Env> owned_env_;
+  std::unique_ptr<Transport> owned_transport_;
+  Env* env_ = nullptr;
+  std::unique_ptr<schema::Layout> layout_;
+  std::unique_ptr<replication::GroupClient> client_;
+  std::atomic<uint64_t> retries_{0};
+};
+
+// A transaction in progress (blocking calls over txn::Transaction).
+class Transaction {
+ public:
+  absl::StatusOr<std::optional<schema::Entity>> Get(std::string_view table,
+                                                    std::vector<schema::KeyValue> key);
+  absl::Status Put(std::string_view table, schema::Entity entity);
+  absl::Status Delete(std::string_view table, std::vector<schema::KeyValue> key);
+  absl::StatusOr<txn::QueryResult> Query(std::string_view table,
+                                         std::vector<schema::KeyValue> key_prefix,
+                                         QueryOptions options = {});
+  absl::StatusOr<txn::QueryResult> IndexQuery(std::string_view index,
+                                              std::vector<schema::KeyValue> values,
+                                              QueryOptions options = {});
+  absl::StatusOr<CommitInfo> Commit();
+
+  // Typed forms, with the classes msc generates.
+  template <typename T>
+  absl::StatusOr<std::optional<T>> Get(const typename T::Key& key) {
+    absl::StatusOr<std::optional<schema::Entity>> e = Get(T::kTable, key.Values());
+    if (!e.ok()) return e.status();
+    if (!e->has_value()) return std::optional<T>();
+    absl::StatusOr<T> typed = T::FromEntity(**e);
+    if (!typed.ok()) return typed.status();
+    return std::optional<T>(std::move(*typed));
+  }
+  template <typename T>
+  absl::Status Put(const T& entity) {
+    return Put(T::kTable, entity.ToEntity());
+  }
+  template <typename T>
+  absl::Status Delete(const typename T::Key& key) {
+    return Delete(T::kTable, key.Values());
+  }
+  // The entities of T whose key starts with `prefix` (at least the group's key).
+  template <typename T>
+  absl::StatusOr<std::vector<T>> Query(std::vector<schema::KeyValue> prefix, QueryOptions options = {}) {
+    return Typed<T>(Query(T::kTable, std::move(prefix), options));
+  }
+  template <typename T>
+  absl::StatusOr<std::vector<T>> IndexQuery(std::string_view index, std::vector<schema::KeyValue> values,
+                                            QueryOptions options = {}) {
+    return Typed<T>(IndexQuery(index, std::move(values), options));
+  }
+
+  const replication::LogPosition& position() const { return txn_->position(); }
+
+ private:
+  friend class Database;
+  explicit Transaction(std::shared_ptr<txn::Transaction> txn) : txn_(std::move(txn)) {}
+  template <typename T>
+  static absl::StatusOr<std::vector<T>> Typed(absl::StatusOr<txn::QueryResult> r) {
+    if (!r.ok()) return r.status();
+    std::vector<T> out;
+    for (const schema::Entity& e : r->entities) {
+      absl::StatusOr<T> typed = T::FromEntity(e);
+      if (!typed.ok()) return typed.status();
+      out.push_back(std::move(*typed));
+    }
+    return out;
+  }
+
+  std::shared_ptr<txn::Transaction> txn_;
+};
+
+}  // namespace megastore

@@ -1,0 +1,118 @@
+#include "tools/megastored/datacenter.h"
+
+#include "base/status.h"
+#include "base/strings.h"
+
+namespace megastore::server {
+
+absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, DatacenterOptions options) {
+  std::unique_ptr<Datacenter> dc(new Datacenter(env, std::move(options)));
+  const DatacenterOptions& o = dc->options_;
+  storage::TabletServerOptions to;
+  to.data_dir = o.data_dir;
+  to.sync_log = o.sync_log;
+  MS_ASSIGN_OR_RETURN(dc->tablets_, storage::TabletServer::Open(to, env));
+  for (const storage::TableSchema& t : o.tables) {
+    if (dc->tablets_->GetTable(t.name()).ok()) continue;
+    MS_RETURN_IF_ERROR(dc->tablets_->CreateTable(t));
+  }
+  dc->bigtable_ = std::make_unique<storage::InProcessBigtable>(dc->tablets_.get());
+  dc->locks_ = std::make_unique<storage::lock::LockTable>(env);
+  rpc::ServerOptions so;
+  so.listen = o.listen;
+  so.worker_threads = o.rpc_workers;
+  dc->server_ = std::make_unique<rpc::RpcServer>(so);
+  Datacenter* d = dc.get();
+  for (std::string_view m : storage::lock::LockTable::kMethods)
+    rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
+      d->locks_->Serve(m, std::move(req), std::move(respond));
+    });
+  // The roles that need the other datacenters answer Unavailable until
+  // StartReplication.
+  for (std::string_view m : coordinator::Coordinator::kMethods)
+    rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
+      coordinator::Coordinator* c = d->serving_coordinator_.load();
+      if (c == nullptr)
+        return respond(absl::UnavailableError(StrCat("no coordinator runs at ", d->options_.name)));
+      c->Serve(m, std::move(req), std::move(respond));
+    });
+  for (std::string_view m : replication::ReplicationServer::kMethods)
+    rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
+      replication::ReplicationServer* r = d->serving_replication_.load();
+      if (r == nullptr)
+        return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
+      r->Serve(m, std::move(req), std::move(respond));
+    });
+  MS_RETURN_IF_ERROR(dc->server_->Start());
+  const size_t colon = o.listen.rfind(':');
+  dc->address_ = StrCat(o.listen.substr(0, colon), ":", dc->server_->port());
+  return dc;
+}
+
+Datacenter::~Datacenter() { Stop(); }
+
+void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& replicas, int self) {
+  if (options_.type == replication::ReplicaType::kFull) {
+    coordinator::CoordinatorOptions co;
+    co.name = options_.name;
+    for (size_t i = 0; i < replicas.size(); ++i)
+      if (static_cast<int>(i) != self) co.lock_services.push_back(replicas[i].lock_service);
+    co.lease = options_.coordinator_lease;
+    co.renew_interval = options_.coordinator_renew;
+    coordinator_ = std::make_unique<coordinator::Coordinator>(env_, &transport_, co);
+    coordinator_->Start();
+    serving_coordinator_ = coordinator_.get();
+  }
+  replication::ReplicationServerOptions ro;
+  ro.cluster.replicas = replicas;
+  ro.cluster.local = self;
+  replication_ = std::make_unique<replication::ReplicationServer>(env_, &transport_, bigtable_.get(), ro);
+  replication_->Start();
+  serving_replication_ = replication_.get();
+}
+
+void Datacenter::Stop() {
+  if (server_) server_->Stop();  // no handler runs after this
+  if (replication_) replication_->Stop();
+  if (coordinator_) coordinator_->Stop();
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    Env* env, const std::string& dir, std::vector<replication::ReplicaType> types,
+    std::vector<storage::TableSchema> tables, bool sync_log) {
+  auto cluster = std::make_unique<LocalCluster>();
+  for (size_t i = 0; i < types.size(); ++i) {
+    DatacenterOptions o;
+    o.name = std::string(1, static_cast<char>('A' + i));
+    o.data_dir = StrCat(dir, "/", o.name);
+    o.type = types[i];
+    o.tables = tables;
+    o.sync_log = sync_log;
+    o.coordinator_lease = absl::Seconds(3);
+    o.coordinator_renew = absl::Milliseconds(300);
+    MS_ASSIGN_OR_RETURN(std::unique_ptr<Datacenter> dc, Datacenter::Start(env, o));
+    replication::ReplicaInfo r;
+    r.name = o.name;
+    r.type = o.type;
+    r.replication = r.lock_service = dc->address();
+    if (o.type == replication::ReplicaType::kFull) r.coordinator = dc->address();
+    cluster->replicas_.push_back(r);
+    cluster->datacenters_.push_back(std::move(dc));
+  }
+  for (size_t i = 0; i < cluster->datacenters_.size(); ++i)
+    cluster->datacenters_[i]->StartReplication(cluster->replicas_, static_cast<int>(i));
+  return cluster;
+}
+
+bool LocalCluster::WaitUntilServing(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (auto& dc : datacenters_) {
+    while (dc->coordinator() != nullptr && !dc->coordinator()->serving()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  return true;
+}
+
+}  // namespace megastore::server

@@ -1,0 +1,93 @@
+// One datacenter's Megastore servers in this process: a tablet server (its
+// Bigtable), the lock service, the coordinator and the replication server,
+// all served on one RPC port. LocalCluster starts several on loopback — the
+// core of the embedded default (`megastored --local=3`, issue 7) and of
+// the end-to-end tests.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/env.h"
+#include "base/rpc/rpc.h"
+#include "base/rpc/rpc_transport.h"
+#include "coordinator/coordinator.h"
+#include "replication/group_client.h"
+#include "replication/replication_server.h"
+#include "storage/client/bigtable_client.h"
+#include "storage/lock/lock_table.h"
+#include "storage/tabletserver/tablet_server.h"
+
+namespace megastore::server {
+
+struct DatacenterOptions {
+  std::string name;
+  std::string data_dir;
+  std::string listen = "127.0.0.1:0";
+  replication::ReplicaType type = replication::ReplicaType::kFull;
+  // Created at start unless they exist.
+  std::vector<storage::TableSchema> tables;
+  bool sync_log = true;
+  absl::Duration coordinator_lease = absl::Seconds(10);
+  absl::Duration coordinator_renew = absl::Seconds(2);
+  int rpc_workers = 8;
+};
+
+class Datacenter {
+ public:
+  // Opens the tablet server, creates missing tables and starts serving the
+  // lock service; the coordinator and replication server answer once
+  // StartReplication() knows the other datacenters.
+  static absl::StatusOr<std::unique_ptr<Datacenter>> Start(Env* env, DatacenterOptions options);
+  ~Datacenter();
+
+  // Starts the coordinator (full replicas) and the replication server;
+  // `replicas[self]` is this datacenter.
+  void StartReplication(const std::vector<replication::ReplicaInfo>& replicas, int self);
+  // Stops answering anything (a datacenter outage); the data stays.
+  void Stop();
+
+  const std::string& address() const { return address_; }
+  const DatacenterOptions& options() const { return options_; }
+  coordinator::Coordinator* coordinator() { return coordinator_.get(); }
+  storage::TabletServer* tablets() { return tablets_.get(); }
+
+ private:
+  explicit Datacenter(Env* env, DatacenterOptions options) : env_(env), options_(std::move(options)) {}
+
+  Env* const env_;
+  const DatacenterOptions options_;
+  std::unique_ptr<storage::TabletServer> tablets_;
+  std::unique_ptr<storage::InProcessBigtable> bigtable_;
+  std::unique_ptr<storage::lock::LockTable> locks_;
+  rpc::RpcTransport transport_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::unique_ptr<replication::ReplicationServer> replication_;
+  // What the RPC handlers use: set once the roles have started.
+  std::atomic<coordinator::Coordinator*> serving_coordinator_{nullptr};
+  std::atomic<replication::ReplicationServer*> serving_replication_{nullptr};
+  std::unique_ptr<rpc::RpcServer> server_;
+  std::string address_;
+};
+
+// N datacenters named A, B, C, ... under `dir`, on loopback.
+class LocalCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      Env* env, const std::string& dir, std::vector<replication::ReplicaType> types,
+      std::vector<storage::TableSchema> tables, bool sync_log = true);
+
+  const std::vector<replication::ReplicaInfo>& replicas() const { return replicas_; }
+  Datacenter& datacenter(int i) { return *datacenters_[static_cast<size_t>(i)]; }
+  // Waits until every coordinator holds its locks (false on timeout).
+  bool WaitUntilServing(absl::Duration timeout);
+
+ private:
+  std::vector<std::unique_ptr<Datacenter>> datacenters_;
+  std::vector<replication::ReplicaInfo> replicas_;
+};
+
+}  // namespace megastore::server
