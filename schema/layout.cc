@@ -69,23 +69,38 @@ absl::StatusOr<std::vector<KeyValue>> Layout::KeyOf(const TableDescriptor& table
   return key;
 }
 
+namespace {
+
+// A child table's rows: the group key's parts, the child marker and table
+// name, then the rest of the key. A root's row is just its key. `key` may
+// be a prefix of at least the group key (the marker follows the group key
+// even when nothing else does).
+absl::StatusOr<std::string> EncodeEntityKey(const TableDescriptor& table,
+                                            const std::vector<KeyColumn>& columns,
+                                            const std::vector<KeyValue>& key) {
+  const size_t group = table.entity_group_root() ? columns.size()
+                                                 : static_cast<size_t>(table.entity_group_key_size());
+  std::string row;
+  for (size_t i = 0; i <= key.size(); ++i) {
+    if (i == group && !table.entity_group_root()) {
+      row.push_back(kChildEntity);
+      AppendOrderedBytes(&row, ToLower(table.name()));
+    }
+    if (i == key.size()) break;
+    absl::Status s = AppendKeyPart(&row, columns[i], key[i]);
+    if (!s.ok()) return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
+  }
+  return row;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Layout::EntityRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const {
   MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> columns, PrimaryKeyColumns(table));
   if (key.size() != columns.size()) {
     return absl::InvalidArgumentError(StrCat(table.name(), " has ", columns.size(), " key columns, got ", key.size()));
   }
-  if (table.entity_group_root()) return EncodeKey(columns, key);
-  const size_t group = static_cast<size_t>(table.entity_group_key_size());
-  std::string row;
-  for (size_t i = 0; i < key.size(); ++i) {
-    if (i == group) {
-      row.push_back(kChildEntity);
-      AppendOrderedBytes(&row, ToLower(table.name()));
-    }
-    absl::Status s = AppendKeyPart(&row, columns[i], key[i]);
-    if (!s.ok()) return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
-  }
-  return row;
+  return EncodeEntityKey(table, columns, key);
 }
 
 absl::StatusOr<std::string> Layout::RootKey(const TableDescriptor& table, const std::vector<KeyValue>& key) const {
@@ -114,19 +129,7 @@ absl::StatusOr<storage::RowRange> Layout::TableRange(const TableDescriptor& tabl
     return absl::InvalidArgumentError(StrCat("a query of ", table.name(), " needs between ", group,
                                              " and ", columns.size(), " key values, got ",
                                              prefix.size()));
-  std::string row;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    if (i == group) {
-      row.push_back(kChildEntity);
-      AppendOrderedBytes(&row, ToLower(table.name()));
-    }
-    absl::Status s = AppendKeyPart(&row, columns[i], prefix[i]);
-    if (!s.ok()) return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
-  }
-  if (prefix.size() == group && !table.entity_group_root()) {
-    row.push_back(kChildEntity);
-    AppendOrderedBytes(&row, ToLower(table.name()));
-  }
+  MS_ASSIGN_OR_RETURN(std::string row, EncodeEntityKey(table, columns, prefix));
   // A root entity's group also holds its children: the root itself is
   // exactly its row.
   if (table.entity_group_root()) return storage::RowRange{row, row + std::string(1, '\0')};
