@@ -1,8 +1,13 @@
 #include "api/database.h"
 
+#include <map>
+#include <set>
+
 #include "absl/synchronization/notification.h"
 #include "base/rpc/rpc_transport.h"
+#include "base/coding.h"
 #include "base/strings.h"
+#include "schema/lexer.h"
 
 namespace megastore {
 
@@ -102,6 +107,134 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
     if (!absl::IsAborted(last)) return last;  // an unknown outcome is not retried
   }
   return last;
+}
+
+absl::StatusOr<txn::QueryResult> Database::GlobalIndexQuery(std::string_view index,
+                                                            std::vector<schema::KeyValue> values,
+                                                            QueryOptions options,
+                                                            replication::ReadLevel level) {
+  txn::Context ctx{client_.get(), layout_.get()};
+  return Wait<txn::QueryResult>([&](auto cb) {
+    txn::GlobalIndexQuery(ctx, std::string(index), std::move(values), std::move(options), level,
+                          std::move(cb));
+  });
+}
+
+absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
+    const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups) {
+  const schema::SchemaIndex& sx = layout_->schema();
+  IndexReport report;
+  // Expected global entries of the checked groups: index -> entry row -> entity.
+  std::map<std::string, std::map<std::string, std::string>> expected_global;
+  std::set<std::string> checked_roots;
+  auto describe = [](const schema::TableDescriptor& t, const std::string& row) {
+    return StrCat(t.name(), " at row ", EscapeBytes(row));
+  };
+  // Every row of a scan, page by page.
+  auto scan_all = [&](auto scan_page) -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> rows;
+    std::string start;
+    for (bool first = true; first || !start.empty(); first = false) {
+      absl::StatusOr<replication::ScanReply> page = scan_page(start);
+      if (!page.ok()) return page.status();
+      for (const auto& r : page->rows()) rows.push_back(r.key());
+      start = page->more() && page->rows_size() > 0 ? page->rows(page->rows_size() - 1).key() + std::string(1, '\0') : "";
+    }
+    return rows;
+  };
+  for (const auto& [root_table, root_key] : groups) {
+    absl::StatusOr<std::unique_ptr<Transaction>> t = Begin(root_table, root_key);
+    if (!t.ok()) return t.status();
+    const replication::GroupRef group = (*t)->txn_->group();
+    const replication::LogPosition at = (*t)->position();
+    checked_roots.insert(group.root());
+    std::map<std::string, std::set<std::string>> expected_local;  // index -> rows
+    for (const schema::TableDescriptor& table : sx.schema().tables()) {
+      const bool in_group = table.entity_group_root()
+                                ? schema::EqualsIgnoreCase(table.name(), root_table)
+                                : schema::EqualsIgnoreCase(table.root_table(), root_table);
+      if (!in_group) continue;
+      std::vector<schema::KeyValue> prefix = root_key;
+      if (!table.entity_group_root()) prefix.resize(static_cast<size_t>(table.entity_group_key_size()));
+      QueryOptions page;
+      do {
+        absl::StatusOr<txn::QueryResult> r = (*t)->Query(table.name(), prefix, page);
+        if (!r.ok()) return r.status();
+        for (const schema::Entity& e : r->entities) {
+          ++report.entities;
+          absl::StatusOr<std::vector<schema::KeyValue>> key = layout_->KeyOf(table, e);
+          if (!key.ok()) return key.status();
+          absl::StatusOr<std::string> row = layout_->EntityRow(table, *key);
+          if (!row.ok()) return row.status();
+          for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
+            if (!schema::EqualsIgnoreCase(x.table(), table.name()) || !x.inline_in().empty()) continue;
+            absl::StatusOr<std::vector<std::string>> rows = layout_->IndexEntryRows(x, e);
+            if (!rows.ok()) return rows.status();
+            for (const std::string& er : *rows) {
+              if (x.scope() == schema::IndexDescriptor::GLOBAL) {
+                expected_global[x.name()][er] = describe(table, *row);
+              } else {
+                expected_local[x.name()].insert(er);
+              }
+            }
+          }
+        }
+        page.cursor = r->cursor;
+      } while (!page.cursor.empty());
+    }
+    for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
+      if (x.scope() != schema::IndexDescriptor::LOCAL || !x.inline_in().empty()) continue;
+      const schema::TableDescriptor* table = sx.FindTable(x.table());
+      if (table == nullptr || (table->entity_group_root() ? !schema::EqualsIgnoreCase(table->name(), root_table)
+                                                          : !schema::EqualsIgnoreCase(table->root_table(), root_table)))
+        continue;
+      absl::StatusOr<storage::RowRange> range = layout_->LocalIndexRange(x, group.root(), {});
+      if (!range.ok()) return range.status();
+      absl::StatusOr<std::vector<std::string>> actual = scan_all([&](const std::string& from) {
+        return Wait<replication::ScanReply>([&](auto cb) {
+          client_->Scan(group, at, from.empty() ? range->start : from, range->end, schema::kIndexFamily, 0,
+                        std::move(cb));
+        });
+      });
+      if (!actual.ok()) return actual.status();
+      std::set<std::string>& want = expected_local[x.name()];
+      for (const std::string& r : *actual) {
+        ++report.entries;
+        if (!want.erase(r))
+          report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r),
+                                           " points to no entity that has it"));
+      }
+      for (const std::string& r : want)
+        report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r), " is missing"));
+    }
+  }
+  for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
+    if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
+    const schema::TableDescriptor* table = sx.FindTable(x.table());
+    absl::StatusOr<std::vector<std::string>> actual = scan_all([&](const std::string& from) {
+      return Wait<replication::ScanReply>([&](auto cb) {
+        client_->ScanIndex(layout_->GlobalIndexTable(x), from, "", 0, std::move(cb));
+      });
+    });
+    if (!actual.ok()) return actual.status();
+    std::map<std::string, std::string>& want = expected_global[x.name()];
+    for (const std::string& r : *actual) {
+      absl::StatusOr<std::vector<schema::KeyValue>> key = layout_->KeyOfGlobalIndexEntry(x, r);
+      if (!key.ok()) {
+        report.problems.push_back(StrCat("index ", x.name(), ": damaged entry ", EscapeBytes(r)));
+        continue;
+      }
+      absl::StatusOr<std::string> root = layout_->GroupRow(*table, *key);
+      if (!root.ok() || !checked_roots.count(*root)) continue;  // a group not checked
+      ++report.entries;
+      if (!want.erase(r))
+        report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r),
+                                         " points to no entity that has it"));
+    }
+    for (const auto& [r, what] : want)
+      report.problems.push_back(StrCat("index ", x.name(), ": the entry of ", what, " is missing"));
+  }
+  return report;
 }
 
 absl::StatusOr<std::optional<schema::Entity>> Transaction::Get(std::string_view table,

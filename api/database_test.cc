@@ -39,6 +39,16 @@ class DatabaseTest : public ::testing::Test {
     return db.ok() ? std::move(*db) : nullptr;
   }
 
+  // The index consistency checker over the given users' groups.
+  static void ExpectIndexesConsistent(Database& db, std::vector<int64_t> users) {
+    std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> groups;
+    for (int64_t u : users) groups.push_back({"User", {u}});
+    absl::StatusOr<Database::IndexReport> report = db.CheckIndexes(groups);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->problems.empty()) << report->problems.front();
+    EXPECT_GT(report->entities, 0);
+  }
+
   static Photo MakePhoto(int64_t user, int32_t id, int64_t time, std::vector<std::string> tags) {
     Photo p;
     p.set_user_id(user);
@@ -85,6 +95,92 @@ TEST_F(DatabaseTest, PhotoAppWritesAtOneDatacenterAndQueriesAtAnother) {
   ASSERT_EQ(by_time->size(), 5u);
   EXPECT_EQ((*by_time)[0].photo_id(), 5);
   EXPECT_EQ((*by_time)[4].photo_id(), 1);
+  ExpectIndexesConsistent(*at_b, {7});
+}
+
+TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntries) {
+  auto db = Open("A");
+  ASSERT_TRUE(db->Run<User>(User::Key{30}, [&](Transaction& t) {
+                  User u;
+                  u.set_user_id(30);
+                  u.set_name("c");
+                  absl::Status s = t.Put(u);
+                  if (s.ok()) s = t.Put(MakePhoto(30, 1, 77, {"a"}));
+                  return s;
+                }).ok());
+  ExpectIndexesConsistent(*db, {30});
+  // Damage A's copy: an entry no entity has, and a lost one.
+  const schema::Layout& layout = db->layout();
+  const schema::IndexDescriptor* by_time = layout.schema().FindIndex("PhotosByTime");
+  const std::string root = *layout.GroupRow(*layout.schema().FindTable("User"), {int64_t{30}});
+  const std::string bogus = layout.LocalIndexRange(*by_time, root, {int64_t{30}, int64_t{99}})->start + "x";
+  storage::TabletServer* a = cluster_->datacenter(0).tablets();
+  ASSERT_TRUE(a->MutateRow("PhotoApp", bogus, {storage::Mutation::SetCell("i", "", "", 1)}).ok());
+  Photo photo = MakePhoto(30, 1, 77, {"a"});
+  const schema::IndexDescriptor* by_tag = layout.schema().FindIndex("PhotosByTag");
+  const std::string tag_row = layout.IndexEntryRows(*by_tag, photo.ToEntity())->at(0);
+  ASSERT_TRUE(a->MutateRow("PhotoApp.PhotosByTag", tag_row, {storage::Mutation::DeleteRow()}).ok());
+  absl::StatusOr<Database::IndexReport> report = db->CheckIndexes({{"User", {int64_t{30}}}});
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->problems.size(), 2u);
+  EXPECT_NE(report->problems[0].find("PhotosByTime: entry"), std::string::npos) << report->problems[0];
+  EXPECT_NE(report->problems[0].find("points to no entity"), std::string::npos) << report->problems[0];
+  EXPECT_NE(report->problems[1].find("PhotosByTag: the entry of Photo"), std::string::npos) << report->problems[1];
+}
+
+TEST_F(DatabaseTest, AGlobalIndexFindsPhotosAcrossUsersAndFollowsUpdates) {
+  auto at_a = Open("A");
+  auto at_b = Open("B");
+  for (int64_t user = 20; user < 23; ++user) {
+    absl::StatusOr<CommitInfo> r = at_a->Run<User>(User::Key{user}, [&](Transaction& t) {
+      User u;
+      u.set_user_id(user);
+      u.set_name("u");
+      absl::Status s = t.Put(u);
+      if (s.ok()) s = t.Put(MakePhoto(user, 1, 5, {"sunset", "tree"}));
+      if (s.ok()) s = t.Put(MakePhoto(user, 2, 6, {"tree"}));
+      return s;
+    });
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  // The entries are written as each commit is applied at B; wait for it.
+  absl::StatusOr<std::vector<Photo>> sunsets;
+  for (int i = 0; i < 200; ++i) {
+    sunsets = at_b->GlobalIndexQuery<Photo>("PhotosByTag", {std::string("sunset")});
+    ASSERT_TRUE(sunsets.ok()) << sunsets.status();
+    if (sunsets->size() == 3) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(sunsets->size(), 3u);
+  EXPECT_EQ((*sunsets)[0].user_id(), 20);
+  EXPECT_EQ((*sunsets)[2].user_id(), 22);
+  QueryOptions page;
+  page.limit = 4;
+  absl::StatusOr<txn::QueryResult> trees = at_a->GlobalIndexQuery("PhotosByTag", {std::string("tree")}, page);
+  ASSERT_TRUE(trees.ok()) << trees.status();
+  EXPECT_EQ(trees->entities.size(), 4u);
+  EXPECT_FALSE(trees->cursor.empty());
+  page.cursor = trees->cursor;
+  trees = at_a->GlobalIndexQuery("PhotosByTag", {std::string("tree")}, page);
+  ASSERT_TRUE(trees.ok());
+  EXPECT_EQ(trees->entities.size(), 2u);
+
+  // Retag user 21's photo: it leaves "sunset".
+  ASSERT_TRUE(at_a->Run<User>(User::Key{21}, [&](Transaction& t) {
+                    return t.Put(MakePhoto(21, 1, 5, {"tree"}));
+                  }).ok());
+  for (int i = 0; i < 200; ++i) {
+    sunsets = at_a->GlobalIndexQuery<Photo>("PhotosByTag", {std::string("sunset")});
+    ASSERT_TRUE(sunsets.ok());
+    if (sunsets->size() == 2) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(sunsets->size(), 2u);
+  for (const Photo& p : *sunsets) EXPECT_NE(p.user_id(), 21);
+  ExpectIndexesConsistent(*at_a, {20, 21, 22});
+  EXPECT_EQ(at_a->GlobalIndexQuery("PhotosByTime", {int64_t{20}}).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a local index";
 }
 
 TEST_F(DatabaseTest, ASchemaViolationNamesTheFieldAndCommitsNothing) {
@@ -138,6 +234,7 @@ TEST_F(DatabaseTest, ConcurrentTransactionsOnOneGroupRetryAndLoseNothing) {
   absl::StatusOr<std::optional<User>> user = (*t)->Get<User>(User::Key{9});
   ASSERT_TRUE(user.ok() && user->has_value());
   EXPECT_EQ((*user)->name(), std::to_string(2 * kEach)) << "no read-modify-write lost";
+  ExpectIndexesConsistent(*at_b, {9});
   std::cout << "conflicts retried: " << at_a->retries() + at_b->retries() << "\n";
 }
 

@@ -730,6 +730,17 @@ void GroupClient::Scan(GroupRef group, const LogPosition& at, std::string start,
                           DeadlineFrom(this), std::move(done));
 }
 
+void GroupClient::ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
+                            Callback<ScanReply> done) {
+  ScanIndexRequest req;
+  req.set_table(std::move(table));
+  req.set_start(std::move(start));
+  req.set_end(std::move(end));
+  req.set_limit(limit);
+  CallRetrying<ScanReply>(this, options_.replicas[options_.local].replication, "repl.ScanIndex",
+                          req, DeadlineFrom(this), std::move(done));
+}
+
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
                          Callback<CommitResult> done) {
   const uint64_t position = at.position + 1;

@@ -85,6 +85,9 @@ class GroupClient {
   // Rows of the group in [start, end) as of `at` (at most `limit`).
   void Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
             std::string family, int64_t limit, Callback<ScanReply> done);
+  // Rows of a global index table at the local replica (newest data).
+  void ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
+                 Callback<ScanReply> done);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`.
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done);

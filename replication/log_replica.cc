@@ -407,6 +407,48 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
                      });
 }
 
+namespace {
+
+// Rows as a ScanReply: at most `limit` (one more was asked for, to know
+// whether the scan was cut short).
+absl::AnyInvocable<void(absl::StatusOr<std::vector<Row>>)> ToScanReply(
+    int64_t limit, LogReplica::Callback<ScanReply> done) {
+  return [limit, done = std::move(done)](absl::StatusOr<std::vector<Row>> rows) mutable {
+    if (!rows.ok()) return done(rows.status());
+    ScanReply reply;
+    for (Row& r : *rows) {
+      if (reply.rows_size() == limit) {
+        reply.set_more(true);
+        break;
+      }
+      ScannedRow* out = reply.add_rows();
+      out->set_key(r.key);
+      for (const storage::Cell& c : r.cells) {
+        out->add_qualifiers(c.qualifier);
+        out->add_values(c.value);
+      }
+    }
+    done(std::move(reply));
+  };
+}
+
+}  // namespace
+
+void LogReplica::ScanIndex(ScanIndexRequest request, Callback<ScanReply> done) {
+  if (request.table().empty()) return done(absl::InvalidArgumentError("repl.ScanIndex names no table"));
+  if (type_ == ReplicaType::kWitness)
+    return done(absl::FailedPreconditionError("a witness replica keeps no data"));
+  if (!request.end().empty() && request.end() <= request.start())
+    return done(absl::InvalidArgumentError("repl.ScanIndex: the range is empty"));
+  const int64_t limit = request.limit() <= 0 ? kMaxScanRows : std::min(request.limit(), kMaxScanRows);
+  ReadOptions o;
+  o.filter.families = {schema::kIndexFamily};
+  o.filter.cells_per_column = 1;
+  o.rows_limit = limit + 1;
+  bigtable_->ReadRows(request.table(), storage::RowRange{request.start(), request.end()},
+                      std::move(o), ToScanReply(limit, std::move(done)));
+}
+
 void LogReplica::Scan(ScanRequest request, Callback<ScanReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
   if (type_ == ReplicaType::kWitness)
@@ -425,23 +467,7 @@ void LogReplica::Scan(ScanRequest request, Callback<ScanReply> done) {
   o.rows_limit = limit + 1;  // one more tells whether there is more
   const std::string table = request.group().table();
   bigtable_->ReadRows(table, storage::RowRange{request.start(), request.end()}, std::move(o),
-                      [limit, done = std::move(done)](absl::StatusOr<std::vector<Row>> rows) mutable {
-                        if (!rows.ok()) return done(rows.status());
-                        ScanReply reply;
-                        for (Row& r : *rows) {
-                          if (reply.rows_size() == limit) {
-                            reply.set_more(true);
-                            break;
-                          }
-                          ScannedRow* out = reply.add_rows();
-                          out->set_key(r.key);
-                          for (const storage::Cell& c : r.cells) {
-                            out->add_qualifiers(c.qualifier);
-                            out->add_values(c.value);
-                          }
-                        }
-                        done(std::move(reply));
-                      });
+                      ToScanReply(limit, std::move(done)));
 }
 
 }  // namespace megastore::replication

@@ -68,6 +68,8 @@ class LogReplica {
   // Rows of the group in a range (at most kMaxScanRows per call).
   void Scan(ScanRequest request, Callback<ScanReply> done);
   static constexpr int64_t kMaxScanRows = 1000;
+  // Rows of a global index table (family "i"), newest data.
+  void ScanIndex(ScanIndexRequest request, Callback<ScanReply> done);
 
   static constexpr uint64_t kMaxReadLog = 256;
 

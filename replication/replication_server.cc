@@ -62,6 +62,10 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     ReadRequest req;
     if (!Parse(method, request, &req, respond)) return;
     replica_.Read(std::move(req), Answer<ReadReply>(std::move(respond)));
+  } else if (method == "repl.ScanIndex") {
+    ScanIndexRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.ScanIndex(std::move(req), Answer<ScanReply>(std::move(respond)));
   } else if (method == "repl.Scan") {
     ScanRequest req;
     if (!Parse(method, request, &req, respond)) return;

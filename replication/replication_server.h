@@ -35,10 +35,12 @@ class ReplicationServer {
                     ReplicationServerOptions options);
   ~ReplicationServer();
 
-  // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read, repl.Scan.
+  // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read, repl.Scan,
+  // repl.ScanIndex.
   void Serve(std::string_view method, std::string request, Responder respond);
   static constexpr std::string_view kMethods[] = {"repl.Paxos", "repl.State", "repl.ReadLog",
-                                                  "repl.Apply", "repl.Read", "repl.Scan"};
+                                                  "repl.Apply", "repl.Read", "repl.Scan",
+                                                  "repl.ScanIndex"};
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();

@@ -170,14 +170,72 @@ absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(const IndexDescriptor&
   return storage::RowRange{row, PrefixSuccessor(row)};
 }
 
+absl::StatusOr<storage::RowRange> Layout::GlobalIndexRange(const IndexDescriptor& index,
+                                                           const std::vector<KeyValue>& values) const {
+  if (index.scope() != IndexDescriptor::GLOBAL)
+    return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a global index"));
+  const TableDescriptor* table = schema_.FindTable(index.table());
+  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  const std::vector<KeyColumn> columns = IndexColumns(*table, index);
+  if (values.size() > columns.size())
+    return absl::InvalidArgumentError(StrCat("index ", index.name(), " has ", columns.size(),
+                                             " columns, got ", values.size(), " values"));
+  std::string row;
+  for (size_t i = 0; i < values.size(); ++i) {
+    absl::Status s = AppendKeyPart(&row, columns[i], values[i]);
+    if (!s.ok()) return absl::InvalidArgumentError(StrCat("index ", index.name(), " column ", i, ": ", s.message()));
+  }
+  // An empty prefix is the whole index table.
+  return storage::RowRange{row, row.empty() ? "" : PrefixSuccessor(row)};
+}
+
+absl::StatusOr<std::vector<std::string>> Layout::IndexEntryRows(const IndexDescriptor& index,
+                                                                const Entity& entity) const {
+  const TableDescriptor* table = schema_.FindTable(index.table());
+  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  MS_ASSIGN_OR_RETURN(std::vector<IndexEntry> entries, IndexEntries(*table, entity));
+  std::vector<std::string> out;
+  const std::string table_name =
+      index.scope() == IndexDescriptor::GLOBAL ? GlobalIndexTable(index) : entity_table();
+  const std::string inline_prefix = index.name() + ":";
+  for (IndexEntry& e : entries) {
+    if (e.table != table_name) continue;
+    if (!index.inline_in().empty()) {
+      if (e.qualifier.compare(0, inline_prefix.size(), inline_prefix) == 0) out.push_back(e.qualifier);
+    } else if (index.scope() == IndexDescriptor::GLOBAL || e.qualifier.empty()) {
+      out.push_back(std::move(e.row));
+    }
+  }
+  if (index.scope() == IndexDescriptor::LOCAL && index.inline_in().empty()) {
+    // Local entries of every local index share the entity table: keep this index's.
+    MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, KeyOf(*table, entity));
+    MS_ASSIGN_OR_RETURN(std::string group_row, RootKey(*table, key));
+    std::string prefix = group_row;
+    prefix.push_back(kLocalIndexEntry);
+    AppendOrderedBytes(&prefix, ToLower(index.name()));
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [&](const std::string& r) { return r.compare(0, prefix.size(), prefix) != 0; }),
+              out.end());
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfGlobalIndexEntry(const IndexDescriptor& index,
+                                                                    std::string_view entry_row) const {
+  return KeyOfIndexEntry(index, "", entry_row);
+}
+
 absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfIndexEntry(const IndexDescriptor& index,
                                                               std::string_view group_row,
                                                               std::string_view entry_row) const {
   const TableDescriptor* table = schema_.FindTable(index.table());
   if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
-  std::string prefix(group_row);
-  prefix.push_back(kLocalIndexEntry);
-  AppendOrderedBytes(&prefix, ToLower(index.name()));
+  std::string prefix;
+  if (index.scope() == IndexDescriptor::LOCAL) {
+    prefix = std::string(group_row);
+    prefix.push_back(kLocalIndexEntry);
+    AppendOrderedBytes(&prefix, ToLower(index.name()));
+  }
   if (entry_row.substr(0, prefix.size()) != prefix)
     return absl::DataLossError(StrCat("row is not an entry of index ", index.name()));
   std::string_view rest = entry_row.substr(prefix.size());

@@ -86,6 +86,17 @@ class Layout {
   absl::StatusOr<storage::RowRange> LocalIndexRange(const IndexDescriptor& index,
                                                     std::string_view group_row,
                                                     const std::vector<KeyValue>& values) const;
+  // The entries of global index `index` (in its own table) with indexed
+  // values starting with `values`, in index order.
+  absl::StatusOr<storage::RowRange> GlobalIndexRange(const IndexDescriptor& index,
+                                                     const std::vector<KeyValue>& values) const;
+  // The rows of `entity`'s entries in index `index` (global or local; for
+  // inline indexes, their cells' qualifiers).
+  absl::StatusOr<std::vector<std::string>> IndexEntryRows(const IndexDescriptor& index,
+                                                          const Entity& entity) const;
+  // The primary key of the entity a global index entry's row points to.
+  absl::StatusOr<std::vector<KeyValue>> KeyOfGlobalIndexEntry(const IndexDescriptor& index,
+                                                              std::string_view entry_row) const;
   // The primary key of the entity a local index entry's row points to.
   absl::StatusOr<std::vector<KeyValue>> KeyOfIndexEntry(const IndexDescriptor& index,
                                                         std::string_view group_row,

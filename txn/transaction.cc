@@ -121,11 +121,11 @@ void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
 
 namespace {
 
-// The first row after `cursor` in [start, end), or an error if the cursor
-// does not belong to this query.
+// The first row after `cursor` in [start, end) (an empty end: unbounded),
+// or an error if the cursor does not belong to this query.
 absl::StatusOr<std::string> ResumeAt(const storage::RowRange& range, const std::string& cursor) {
   if (cursor.empty()) return range.start;
-  if (cursor < range.start || cursor >= range.end)
+  if (cursor < range.start || (!range.end.empty() && cursor >= range.end))
     return absl::InvalidArgumentError("the query cursor belongs to another query");
   return cursor + std::string(1, '\0');
 }
@@ -358,6 +358,76 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
                         info.wrote = true;
                         done(info);
                       });
+}
+
+void GlobalIndexQuery(Context ctx, std::string index_name, std::vector<KeyValue> values,
+                      QueryOptions options, replication::ReadLevel level,
+                      Callback<QueryResult> done) {
+  const schema::IndexDescriptor* index = ctx.layout->schema().FindIndex(index_name);
+  if (index == nullptr)
+    return done(absl::NotFoundError(StrCat("schema ", ctx.layout->schema().schema().name(),
+                                           " has no index ", index_name)));
+  absl::StatusOr<storage::RowRange> range = ctx.layout->GlobalIndexRange(*index, values);
+  if (!range.ok()) return done(range.status());
+  absl::StatusOr<std::string> start = ResumeAt(*range, options.cursor);
+  if (!start.ok()) return done(start.status());
+  ctx.client->ScanIndex(
+      ctx.layout->GlobalIndexTable(*index), *start, range->end, options.limit,
+      [ctx, index, level, done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
+        if (!reply.ok()) return done(reply.status());
+        // Check each entry against its entity, read from the entity's group.
+        struct Check : std::enable_shared_from_this<Check> {
+          Context ctx;
+          const schema::IndexDescriptor* index;
+          replication::ReadLevel level;
+          std::vector<std::pair<std::string, std::vector<KeyValue>>> entries;  // row, key
+          size_t next = 0;
+          bool more = false;
+          QueryResult result;
+          Callback<QueryResult> done;
+
+          void Step() {
+            if (next == entries.size()) {
+              if (more && !entries.empty()) result.cursor = entries.back().first;
+              return done(std::move(result));
+            }
+            const auto& [row, key] = entries[next++];
+            TransactionOptions o;
+            o.level = level;
+            auto self = shared_from_this();
+            const std::string entry_row = row;
+            const std::vector<KeyValue> entity_key = key;
+            Transaction::Begin(ctx, index->table(), entity_key, o,
+                               [self, entry_row, entity_key](absl::StatusOr<std::shared_ptr<Transaction>> t) {
+                                 if (!t.ok()) return self->done(t.status());
+                                 (*t)->Get(self->index->table(), entity_key,
+                                           [self, entry_row](absl::StatusOr<std::optional<Entity>> e) {
+                                             if (!e.ok()) return self->done(e.status());
+                                             if (*e) {
+                                               absl::StatusOr<std::vector<std::string>> rows =
+                                                   self->ctx.layout->IndexEntryRows(*self->index, **e);
+                                               if (!rows.ok()) return self->done(rows.status());
+                                               if (std::find(rows->begin(), rows->end(), entry_row) != rows->end())
+                                                 self->result.entities.push_back(std::move(**e));
+                                             }
+                                             self->Step();
+                                           });
+                               });
+          }
+        };
+        auto check = std::make_shared<Check>();
+        check->ctx = ctx;
+        check->index = index;
+        check->level = level;
+        check->more = reply->more();
+        check->done = std::move(done);
+        for (const replication::ScannedRow& r : reply->rows()) {
+          absl::StatusOr<std::vector<KeyValue>> key = ctx.layout->KeyOfGlobalIndexEntry(*index, r.key());
+          if (!key.ok()) return check->done(key.status());
+          check->entries.emplace_back(r.key(), std::move(*key));
+        }
+        check->Step();
+      });
 }
 
 std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {

@@ -131,6 +131,17 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   bool committing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Global index query: the entities whose index `index` values start with
+// `values`, across entity groups, in index order. The index is read at the
+// local replica and may lag the groups' logs (its entries are written when
+// each commit is applied); each entity is then read from its own group at
+// `level` (snapshot by default) and returned only if it still has the
+// entry, so a result never shows an entity that no longer matches — but a
+// just-committed match may be missing until its entry is applied here.
+void GlobalIndexQuery(Context ctx, std::string index, std::vector<KeyValue> values,
+                      QueryOptions options, replication::ReadLevel level,
+                      Callback<QueryResult> done);
+
 // The Bigtable tables a schema needs in every datacenter: its entity table
 // (families: the log, entities, index entries) and one per global index.
 std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout);
