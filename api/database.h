@@ -53,6 +53,19 @@ struct DatabaseOptions {
 
 class Transaction;
 
+// A query's entities as msc's class T.
+template <typename T>
+absl::StatusOr<std::vector<T>> TypedEntities(absl::StatusOr<txn::QueryResult> r) {
+  if (!r.ok()) return r.status();
+  std::vector<T> out;
+  for (const schema::Entity& e : r->entities) {
+    absl::StatusOr<T> typed = T::FromEntity(e);
+    if (!typed.ok()) return typed.status();
+    out.push_back(std::move(*typed));
+  }
+  return out;
+}
+
 class Database {
  public:
   static absl::StatusOr<std::unique_ptr<Database>> Open(DatabaseOptions options);
@@ -91,15 +104,7 @@ class Database {
   absl::StatusOr<std::vector<T>> GlobalIndexQuery(std::string_view index,
                                                   std::vector<schema::KeyValue> values,
                                                   QueryOptions options = {}) {
-    absl::StatusOr<txn::QueryResult> r = GlobalIndexQuery(index, std::move(values), options);
-    if (!r.ok()) return r.status();
-    std::vector<T> out;
-    for (const schema::Entity& e : r->entities) {
-      absl::StatusOr<T> typed = T::FromEntity(e);
-      if (!typed.ok()) return typed.status();
-      out.push_back(std::move(*typed));
-    }
-    return out;
+    return TypedEntities<T>(GlobalIndexQuery(index, std::move(values), options));
   }
 
   // The index consistency checker: for each listed entity group (a root
@@ -167,12 +172,12 @@ class Transaction {
   // The entities of T whose key starts with `prefix` (at least the group's key).
   template <typename T>
   absl::StatusOr<std::vector<T>> Query(std::vector<schema::KeyValue> prefix, QueryOptions options = {}) {
-    return Typed<T>(Query(T::kTable, std::move(prefix), options));
+    return TypedEntities<T>(Query(T::kTable, std::move(prefix), options));
   }
   template <typename T>
   absl::StatusOr<std::vector<T>> IndexQuery(std::string_view index, std::vector<schema::KeyValue> values,
                                             QueryOptions options = {}) {
-    return Typed<T>(IndexQuery(index, std::move(values), options));
+    return TypedEntities<T>(IndexQuery(index, std::move(values), options));
   }
 
   const replication::LogPosition& position() const { return txn_->position(); }
@@ -180,17 +185,6 @@ class Transaction {
  private:
   friend class Database;
   explicit Transaction(std::shared_ptr<txn::Transaction> txn) : txn_(std::move(txn)) {}
-  template <typename T>
-  static absl::StatusOr<std::vector<T>> Typed(absl::StatusOr<txn::QueryResult> r) {
-    if (!r.ok()) return r.status();
-    std::vector<T> out;
-    for (const schema::Entity& e : r->entities) {
-      absl::StatusOr<T> typed = T::FromEntity(e);
-      if (!typed.ok()) return typed.status();
-      out.push_back(std::move(*typed));
-    }
-    return out;
-  }
 
   std::shared_ptr<txn::Transaction> txn_;
 };

@@ -149,24 +149,31 @@ std::vector<KeyColumn> IndexColumns(const TableDescriptor& table, const IndexDes
 
 }  // namespace
 
-absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(const IndexDescriptor& index,
-                                                          std::string_view group_row,
-                                                          const std::vector<KeyValue>& values) const {
-  if (index.scope() != IndexDescriptor::LOCAL || !index.inline_in().empty())
-    return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a local index with its own entries"));
+// Appends the encoded `values` (a prefix of `index`'s columns) to `row`.
+absl::Status Layout::AppendIndexValues(std::string* row, const IndexDescriptor& index,
+                                       const std::vector<KeyValue>& values) const {
   const TableDescriptor* table = schema_.FindTable(index.table());
   if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
   const std::vector<KeyColumn> columns = IndexColumns(*table, index);
   if (values.size() > columns.size())
     return absl::InvalidArgumentError(StrCat("index ", index.name(), " has ", columns.size(),
                                              " columns, got ", values.size(), " values"));
+  for (size_t i = 0; i < values.size(); ++i) {
+    absl::Status s = AppendKeyPart(row, columns[i], values[i]);
+    if (!s.ok()) return absl::InvalidArgumentError(StrCat("index ", index.name(), " column ", i, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(const IndexDescriptor& index,
+                                                          std::string_view group_row,
+                                                          const std::vector<KeyValue>& values) const {
+  if (index.scope() != IndexDescriptor::LOCAL || !index.inline_in().empty())
+    return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a local index with its own entries"));
   std::string row(group_row);
   row.push_back(kLocalIndexEntry);
   AppendOrderedBytes(&row, ToLower(index.name()));
-  for (size_t i = 0; i < values.size(); ++i) {
-    absl::Status s = AppendKeyPart(&row, columns[i], values[i]);
-    if (!s.ok()) return absl::InvalidArgumentError(StrCat("index ", index.name(), " column ", i, ": ", s.message()));
-  }
+  MS_RETURN_IF_ERROR(AppendIndexValues(&row, index, values));
   return storage::RowRange{row, PrefixSuccessor(row)};
 }
 
@@ -174,19 +181,15 @@ absl::StatusOr<storage::RowRange> Layout::GlobalIndexRange(const IndexDescriptor
                                                            const std::vector<KeyValue>& values) const {
   if (index.scope() != IndexDescriptor::GLOBAL)
     return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a global index"));
-  const TableDescriptor* table = schema_.FindTable(index.table());
-  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
-  const std::vector<KeyColumn> columns = IndexColumns(*table, index);
-  if (values.size() > columns.size())
-    return absl::InvalidArgumentError(StrCat("index ", index.name(), " has ", columns.size(),
-                                             " columns, got ", values.size(), " values"));
   std::string row;
-  for (size_t i = 0; i < values.size(); ++i) {
-    absl::Status s = AppendKeyPart(&row, columns[i], values[i]);
-    if (!s.ok()) return absl::InvalidArgumentError(StrCat("index ", index.name(), " column ", i, ": ", s.message()));
-  }
+  MS_RETURN_IF_ERROR(AppendIndexValues(&row, index, values));
   // An empty prefix is the whole index table.
   return storage::RowRange{row, row.empty() ? "" : PrefixSuccessor(row)};
+}
+
+absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfGlobalIndexEntry(const IndexDescriptor& index,
+                                                                    std::string_view entry_row) const {
+  return KeyOfIndexEntry(index, "", entry_row);
 }
 
 absl::StatusOr<std::vector<std::string>> Layout::IndexEntryRows(const IndexDescriptor& index,
@@ -218,11 +221,6 @@ absl::StatusOr<std::vector<std::string>> Layout::IndexEntryRows(const IndexDescr
               out.end());
   }
   return out;
-}
-
-absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfGlobalIndexEntry(const IndexDescriptor& index,
-                                                                    std::string_view entry_row) const {
-  return KeyOfIndexEntry(index, "", entry_row);
 }
 
 absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfIndexEntry(const IndexDescriptor& index,

@@ -116,6 +116,8 @@ class Layout {
     std::vector<std::pair<std::string, std::string>> stored;  // "Table.field" -> bytes
   };
   absl::StatusOr<std::vector<IndexEntry>> IndexEntries(const TableDescriptor& table, const Entity& entity) const;
+  absl::Status AppendIndexValues(std::string* row, const IndexDescriptor& index,
+                                 const std::vector<KeyValue>& values) const;
   // The encoded key of the entity group's root (the row prefix of the group).
   absl::StatusOr<std::string> RootKey(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
 
