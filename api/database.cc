@@ -101,6 +101,12 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
     absl::StatusOr<CommitInfo> info = (*t)->Commit();
     if (info.ok()) {
       info->attempts = attempt;
+      if ((*t)->txn_->sent_messages()) {
+        // Deliver now; a failure leaves them in the outbox for DeliverQueues.
+        txn::Context ctx{client_.get(), layout_.get()};
+        const std::string source = (*t)->txn_->group().root();
+        (void)Wait<int>([&](auto cb) { txn::DeliverPending(ctx, source, std::move(cb)); });
+      }
       return info;
     }
     last = info.status();
@@ -235,6 +241,22 @@ absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
       report.problems.push_back(StrCat("index ", x.name(), ": the entry of ", what, " is missing"));
   }
   return report;
+}
+
+absl::StatusOr<int> Database::DeliverQueues(std::string_view root_table,
+                                            std::vector<schema::KeyValue> root_key) {
+  const schema::TableDescriptor* table = layout_->schema().FindTable(root_table);
+  if (table == nullptr) return absl::NotFoundError(StrCat("no table ", root_table));
+  absl::StatusOr<std::string> root = layout_->GroupRow(*table, root_key);
+  if (!root.ok()) return root.status();
+  txn::Context ctx{client_.get(), layout_.get()};
+  return Wait<int>([&](auto cb) { txn::DeliverPending(ctx, *root, std::move(cb)); });
+}
+
+absl::StatusOr<std::vector<txn::QueueMessage>> Transaction::ReadQueue(std::string_view queue,
+                                                                      int64_t limit) {
+  return Wait<std::vector<txn::QueueMessage>>(
+      [&](auto cb) { txn_->ReadQueue(std::string(queue), limit, std::move(cb)); });
 }
 
 absl::StatusOr<std::optional<schema::Entity>> Transaction::Get(std::string_view table,

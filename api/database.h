@@ -107,6 +107,12 @@ class Database {
     return TypedEntities<T>(GlobalIndexQuery(index, std::move(values), options));
   }
 
+  // Delivers the messages the group of `root_table`/`root_key` sent that
+  // are still in its outbox (Run delivers a transaction's messages right
+  // after it commits; this finishes the job if that was interrupted).
+  // Exactly once however often it runs. Returns how many it delivered.
+  absl::StatusOr<int> DeliverQueues(std::string_view root_table, std::vector<schema::KeyValue> root_key);
+
   // The index consistency checker: for each listed entity group (a root
   // table's name and key), every entity has exactly its local and global
   // index entries, and every entry points to a live entity that has it.
@@ -150,6 +156,15 @@ class Transaction {
                                               std::vector<schema::KeyValue> values,
                                               QueryOptions options = {});
   absl::StatusOr<CommitInfo> Commit();
+
+  // Queues (seed 004 §3.4): send to another group's queue atomically with
+  // this transaction; read and consume this group's queue.
+  absl::Status Send(std::string_view root_table, std::vector<schema::KeyValue> root_key,
+                    std::string queue, std::string body) {
+    return txn_->Send(root_table, root_key, std::move(queue), std::move(body));
+  }
+  absl::StatusOr<std::vector<txn::QueueMessage>> ReadQueue(std::string_view queue, int64_t limit = 0);
+  absl::Status Consume(const txn::QueueMessage& m) { return txn_->Consume(m); }
 
   // Typed forms, with the classes msc generates.
   template <typename T>

@@ -32,6 +32,15 @@ namespace megastore::schema {
 
 inline constexpr char kEntityFamily[] = "e";
 inline constexpr char kIndexFamily[] = "i";
+// Rows of an entity group R besides its entities (R, R 01 table key) and
+// local index entries (R 02 index values key): the group's queues.
+//   R 03 queue id   a message waiting in queue `queue` of this group
+//   R 04 id         delivery marker: message `id` was delivered here
+//   R 05 id         outbox: a message this group sent, until delivered
+inline constexpr char kQueueRow = '\x03';
+inline constexpr char kDeliveredRow = '\x04';
+inline constexpr char kOutboxRow = '\x05';
+
 // Reserved in every entity table: the entity group's replicated log and
 // acceptor state, in the group's root row (replication/log_replica.h).
 inline constexpr char kLogFamily[] = "p";

@@ -50,9 +50,14 @@ void Transaction::Begin(Context ctx, std::string root_table, std::vector<KeyValu
   if (!table.ok()) return done(table.status());
   absl::StatusOr<std::string> root = ctx.layout->GroupRow(**table, root_key);
   if (!root.ok()) return done(root.status());
+  BeginAtRow(ctx, *root, options, std::move(done));
+}
+
+void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptions options,
+                             Callback<std::shared_ptr<Transaction>> done) {
   replication::GroupRef group;
   group.set_table(ctx.layout->entity_table());
-  group.set_root(*root);
+  group.set_root(std::move(root_row));
   ctx.client->ReadPosition(
       group, options.level,
       [ctx, options, group, done = std::move(done)](absl::StatusOr<replication::LogPosition> p) mutable {
@@ -249,6 +254,256 @@ void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> value
       });
 }
 
+// ---- queues ------------------------------------------------------------------------
+
+namespace {
+
+constexpr char kTargetColumn[] = "t";
+constexpr char kQueueColumn[] = "q";
+constexpr char kBodyColumn[] = "b";
+constexpr char kSourceColumn[] = "s";
+constexpr char kMarkerColumn[] = "d";
+
+replication::CellChange SetCell(const char* qualifier, std::string value) {
+  replication::CellChange c;
+  c.set_family(kEntityFamily);
+  c.set_qualifier(qualifier);
+  c.set_value(std::move(value));
+  return c;
+}
+
+replication::CellChange DeleteCell(const char* qualifier) {
+  replication::CellChange c;
+  c.set_family(kEntityFamily);
+  c.set_qualifier(qualifier);
+  c.set_delete_cells(true);
+  return c;
+}
+
+std::string QueuePrefix(const std::string& root, std::string_view queue) {
+  std::string row = root;
+  row.push_back(schema::kQueueRow);
+  AppendOrderedBytes(&row, queue);
+  return row;
+}
+
+std::string RowAfter(const std::string& root, char kind, std::string_view id = {}) {
+  std::string row = root;
+  row.push_back(kind);
+  row += id;
+  return row;
+}
+
+}  // namespace
+
+bool Transaction::sent_messages() const {
+  absl::MutexLock lock(&mu_);
+  return sent_;
+}
+
+void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::string>> done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto w = raw_writes_.find(row); w != raw_writes_.end()) {
+      std::map<std::string, std::string> cells;
+      for (const auto& c : w->second)
+        if (!c.delete_cells()) cells[c.qualifier()] = c.value();
+      return done(std::move(cells));
+    }
+  }
+  ctx_.client->Read(group_, position_, row, kEntityFamily,
+                    [done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
+                      if (!r.ok()) return done(r.status());
+                      std::map<std::string, std::string> cells;
+                      for (int i = 0; i < r->qualifiers_size(); ++i) cells[r->qualifiers(i)] = r->values(i);
+                      done(std::move(cells));
+                    });
+}
+
+void Transaction::RawWrite(std::string row, std::vector<replication::CellChange> cells) {
+  absl::MutexLock lock(&mu_);
+  raw_writes_[std::move(row)] = std::move(cells);
+}
+
+absl::Status Transaction::Send(std::string_view root_table, const std::vector<KeyValue>& root_key,
+                               std::string queue, std::string body) {
+  MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, root_table));
+  MS_ASSIGN_OR_RETURN(std::string target, ctx_.layout->GroupRow(*table, root_key));
+  if (queue.empty()) return absl::InvalidArgumentError("a message needs a queue name");
+  absl::MutexLock lock(&mu_);
+  if (committing_) return absl::FailedPreconditionError("the transaction is already committing");
+  if (options_.level == replication::ReadLevel::kInconsistent)
+    return absl::FailedPreconditionError("a transaction at the inconsistent level cannot send");
+  const std::string id = fmt::format("{:016x}{:04x}", ctx_.client->env()->Random64(), ++message_seq_);
+  raw_writes_[RowAfter(group_.root(), schema::kOutboxRow, id)] = {
+      SetCell(kTargetColumn, std::move(target)), SetCell(kQueueColumn, std::move(queue)),
+      SetCell(kBodyColumn, std::move(body))};
+  sent_ = true;
+  return absl::OkStatus();
+}
+
+void Transaction::ReadQueue(std::string queue, int64_t limit, Callback<std::vector<QueueMessage>> done) {
+  const std::string prefix = QueuePrefix(group_.root(), queue);
+  auto self = shared_from_this();
+  ctx_.client->Scan(group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, limit,
+                    [self, prefix, queue, done = std::move(done)](
+                        absl::StatusOr<replication::ScanReply> r) mutable {
+                      if (!r.ok()) return done(r.status());
+                      std::vector<QueueMessage> out;
+                      absl::MutexLock lock(&self->mu_);
+                      for (const auto& row : r->rows()) {
+                        auto w = self->raw_writes_.find(row.key());
+                        if (w != self->raw_writes_.end() && !w->second.empty() &&
+                            w->second[0].delete_cells())
+                          continue;  // consumed by this transaction
+                        QueueMessage m;
+                        m.id = row.key().substr(prefix.size());
+                        m.queue = queue;
+                        for (int i = 0; i < row.qualifiers_size(); ++i) {
+                          if (row.qualifiers(i) == kBodyColumn) m.body = row.values(i);
+                          if (row.qualifiers(i) == kSourceColumn) m.source = row.values(i);
+                        }
+                        out.push_back(std::move(m));
+                      }
+                      done(std::move(out));
+                    });
+}
+
+absl::Status Transaction::Consume(const QueueMessage& m) {
+  if (m.id.empty()) return absl::InvalidArgumentError("the message has no id");
+  RawWrite(QueuePrefix(group_.root(), m.queue) + m.id,
+           {DeleteCell(kBodyColumn), DeleteCell(kSourceColumn)});
+  return absl::OkStatus();
+}
+
+// Moves one outbox message: into the target's queue (once), out of the
+// source's outbox.
+struct Delivery : std::enable_shared_from_this<Delivery> {
+  Context ctx;
+  std::string source;
+  std::string outbox_row;
+  QueueMessage message;
+  std::string target;
+  Callback<bool> done;  // true: delivered now; false: it had been already
+
+  void Run() {
+    TransactionOptions o;
+    o.max_attempts = 20;
+    auto self = shared_from_this();
+    RunAt(target, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+      auto shared_commit = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
+      const std::string marker = RowAfter(self->target, schema::kDeliveredRow, self->message.id);
+      t->RawGet(marker, [self, t, marker, shared_commit](absl::StatusOr<std::map<std::string, std::string>> m) {
+        if (!m.ok()) return (*shared_commit)(m.status());
+        if (m->empty()) {
+          t->RawWrite(QueuePrefix(self->target, self->message.queue) + self->message.id,
+                      {SetCell(kBodyColumn, self->message.body), SetCell(kSourceColumn, self->source)});
+          t->RawWrite(marker, {SetCell(kMarkerColumn, "")});
+        }
+        (*shared_commit)(absl::OkStatus());
+      });
+    }, [self](absl::StatusOr<CommitInfo> info) {
+      if (!info.ok()) return self->done(info.status());
+      const bool now = info->wrote;
+      // Then leave the outbox.
+      self->RunAt(self->source, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+        t->RawWrite(self->outbox_row, {DeleteCell(kTargetColumn), DeleteCell(kQueueColumn), DeleteCell(kBodyColumn)});
+        commit(absl::OkStatus());
+      }, [self, now](absl::StatusOr<CommitInfo> info) {
+        if (!info.ok()) return self->done(info.status());
+        self->done(now);
+      });
+    });
+  }
+
+  // Run() of txn, on a group given by its root row.
+  void RunAt(const std::string& root, Body body, Callback<CommitInfo> finished) {
+    struct Attempt : std::enable_shared_from_this<Attempt> {
+      Context ctx;
+      std::string root;
+      Body body;
+      Callback<CommitInfo> finished;
+      int attempt = 0;
+      void Go() {
+        ++attempt;
+        auto self = shared_from_this();
+        Transaction::BeginAtRow(ctx, root, {}, [self](absl::StatusOr<std::shared_ptr<Transaction>> t) {
+          if (!t.ok()) return self->Retry(t.status());
+          auto txn = *t;
+          self->body(txn, [self, txn](absl::Status s) {
+            if (!s.ok()) return self->Retry(s);
+            txn->Commit([self](absl::StatusOr<CommitInfo> info) {
+              if (info.ok() || !absl::IsAborted(info.status())) return self->finished(std::move(info));
+              self->Retry(info.status());
+            });
+          });
+        });
+      }
+      void Retry(absl::Status s) {
+        const bool transient = absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+        if (!transient || attempt >= 20) return finished(s);
+        auto self = shared_from_this();
+        Env* env = ctx.client->env();
+        env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % 50000)), [self] { self->Go(); });
+      }
+    };
+    auto a = std::make_shared<Attempt>();
+    a->ctx = ctx;
+    a->root = root;
+    a->body = std::move(body);
+    a->finished = std::move(finished);
+    a->Go();
+  }
+};
+
+void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
+  Transaction::BeginAtRow(
+      ctx, source_root, {},
+      [ctx, source_root, done = std::move(done)](absl::StatusOr<std::shared_ptr<Transaction>> t) mutable {
+        if (!t.ok()) return done(t.status());
+        const std::string prefix = RowAfter(source_root, schema::kOutboxRow);
+        ctx.client->Scan(
+            (*t)->group(), (*t)->position(), prefix, PrefixSuccessor(prefix), kEntityFamily, 0,
+            [ctx, source_root, prefix, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+              if (!r.ok()) return done(r.status());
+              struct Each {
+                std::vector<std::shared_ptr<Delivery>> pending;
+                size_t next = 0;
+                int delivered = 0;
+                Callback<int> done;
+                static void Step(std::shared_ptr<Each> e) {
+                  if (e->next == e->pending.size()) return e->done(e->delivered);
+                  auto d = e->pending[e->next++];
+                  d->done = [e](absl::StatusOr<bool> now) {
+                    if (!now.ok()) return e->done(now.status());
+                    e->delivered += *now ? 1 : 0;
+                    Step(e);
+                  };
+                  d->Run();
+                }
+              };
+              auto each = std::make_shared<Each>();
+              each->done = std::move(done);
+              for (const auto& row : r->rows()) {
+                auto d = std::make_shared<Delivery>();
+                d->ctx = ctx;
+                d->source = source_root;
+                d->outbox_row = row.key();
+                d->message.id = row.key().substr(prefix.size());
+                for (int i = 0; i < row.qualifiers_size(); ++i) {
+                  if (row.qualifiers(i) == kTargetColumn) d->target = row.values(i);
+                  if (row.qualifiers(i) == kQueueColumn) d->message.queue = row.values(i);
+                  if (row.qualifiers(i) == kBodyColumn) d->message.body = row.values(i);
+                }
+                if (d->target.empty() || d->message.queue.empty())
+                  return each->done(absl::DataLossError(StrCat("damaged outbox row ", EscapeBytes(row.key()))));
+                each->pending.push_back(std::move(d));
+              }
+              Each::Step(each);
+            });
+      });
+}
+
 absl::Status Transaction::Put(std::string_view table_name, Entity entity) {
   MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, table_name));
   MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, ctx_.layout->KeyOf(*table, entity));
@@ -276,7 +531,7 @@ void Transaction::Commit(Callback<CommitInfo> done) {
     absl::MutexLock lock(&mu_);
     if (committing_) return done(absl::FailedPreconditionError("Commit was already called"));
     committing_ = true;
-    if (writes_.empty()) {
+    if (writes_.empty() && raw_writes_.empty()) {
       CommitInfo info;
       info.position = position_.position;
       info.timestamp = position_.timestamp;
@@ -340,6 +595,14 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
         }
         if (absl::Status s = AddChanges(bw, entry.mutable_changes(it->second)); !s.ok()) return done(s);
       }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [row, cells] : raw_writes_) {
+      auto [it, added] = change_of.emplace(std::make_pair(std::string(), row), entry.changes_size());
+      if (added) entry.add_changes()->set_row(row);
+      for (const replication::CellChange& c : cells) *entry.mutable_changes(it->second)->add_cells() = c;
     }
   }
   if (entry.changes_size() == 0) {

@@ -72,6 +72,16 @@ struct QueryResult {
   std::string cursor;
 };
 
+// A message in an entity group's queue (seed 004 §3.4): sent atomically
+// with the sending transaction, delivered to the receiving group exactly
+// once, read and consumed there by its transactions.
+struct QueueMessage {
+  std::string id;
+  std::string queue;
+  std::string body;
+  std::string source;  // the sending group's root row
+};
+
 class Transaction : public std::enable_shared_from_this<Transaction> {
  public:
   // Begins a transaction on the group of `root_table`'s entity with key
@@ -93,6 +103,17 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   void IndexQuery(std::string index, std::vector<KeyValue> values, QueryOptions options,
                   Callback<QueryResult> done);
 
+  // Sends `body` to queue `queue` of the entity group of `root_table`'s
+  // entity with key `root_key`, atomically with this transaction's commit
+  // (it goes into this group's outbox; DeliverPending moves it).
+  absl::Status Send(std::string_view root_table, const std::vector<KeyValue>& root_key,
+                    std::string queue, std::string body);
+  // Up to `limit` messages waiting in this group's queue `queue`, by id.
+  void ReadQueue(std::string queue, int64_t limit, Callback<std::vector<QueueMessage>> done);
+  // Removes a message read from this group's queue, at commit.
+  absl::Status Consume(const QueueMessage& message);
+  bool sent_messages() const;
+
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);
   absl::Status Delete(std::string_view table, std::vector<KeyValue> key);
@@ -104,6 +125,9 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
               replication::LogPosition position);
+  // Begins a transaction on the group whose root row is `root_row`.
+  static void BeginAtRow(Context ctx, std::string root_row, TransactionOptions options,
+                         Callback<std::shared_ptr<Transaction>> done);
 
  private:
   struct Write {
@@ -125,9 +149,19 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   const replication::GroupRef group_;
   const replication::LogPosition position_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, Write> writes_ ABSL_GUARDED_BY(mu_);  // by row, in row order
   std::map<std::string, Row> read_ ABSL_GUARDED_BY(mu_);      // rows read at the position
+  // Rows outside the entity layout (queues): row -> cells to set ("" value
+  // and delete flag: delete).
+  std::map<std::string, std::vector<replication::CellChange>> raw_writes_ ABSL_GUARDED_BY(mu_);
+  uint64_t message_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sent_ ABSL_GUARDED_BY(mu_) = false;
+  friend struct Delivery;
+  // Raw rows of the group (queues): the latest "e" cells as of the read
+  // position (empty if none), and buffered writes of them.
+  void RawGet(std::string row, Callback<std::map<std::string, std::string>> done);
+  void RawWrite(std::string row, std::vector<replication::CellChange> cells);
   bool committing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -141,6 +175,13 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 void GlobalIndexQuery(Context ctx, std::string index, std::vector<KeyValue> values,
                       QueryOptions options, replication::ReadLevel level,
                       Callback<QueryResult> done);
+
+// Delivers every message in the outbox of the group whose root row is
+// `source_root`: each goes into its receiving group's queue in a
+// transaction there that first checks the delivery marker (so a message is
+// delivered exactly once however often this runs), then leaves the outbox.
+// Returns how many were delivered now.
+void DeliverPending(Context ctx, std::string source_root, Callback<int> done);
 
 // The Bigtable tables a schema needs in every datacenter: its entity table
 // (families: the log, entities, index entries) and one per global index.
