@@ -75,16 +75,18 @@ absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view ro
   return std::unique_ptr<Transaction>(new Transaction(std::move(*t)));
 }
 
+void Database::PauseBeforeRetry(const TransactionOptions& options) {
+  retries_.fetch_add(1);
+  const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
+  absl::SleepFor(absl::Microseconds(static_cast<int64_t>(env_->Random64() % max)));
+}
+
 absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
                                          std::vector<schema::KeyValue> root_key, const Body& fn,
                                          TransactionOptions options) {
   absl::Status last;
   for (int attempt = 1; attempt <= std::max(1, options.max_attempts); ++attempt) {
-    if (attempt > 1) {
-      retries_.fetch_add(1);
-      const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
-      absl::SleepFor(absl::Microseconds(static_cast<int64_t>(env_->Random64() % max)));
-    }
+    if (attempt > 1) PauseBeforeRetry(options);
     absl::StatusOr<std::unique_ptr<Transaction>> t = Begin(root_table, root_key, options);
     if (!t.ok()) {
       // Nothing was proposed yet: transient failures are retried too.
@@ -241,6 +243,84 @@ absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
       report.problems.push_back(StrCat("index ", x.name(), ": the entry of ", what, " is missing"));
   }
   return report;
+}
+
+absl::StatusOr<Transaction*> MultiTransaction::In(std::string_view root_table,
+                                                  std::vector<schema::KeyValue> root_key) {
+  const schema::TableDescriptor* table = db_->layout().schema().FindTable(root_table);
+  if (table == nullptr) return absl::NotFoundError(StrCat("no table ", root_table));
+  absl::StatusOr<std::string> root = db_->layout().GroupRow(*table, root_key);
+  if (!root.ok()) return root.status();
+  auto it = parts_.find(*root);
+  if (it == parts_.end()) {
+    absl::StatusOr<std::unique_ptr<Transaction>> t = db_->Begin(root_table, std::move(root_key), options_);
+    if (!t.ok()) return t.status();
+    it = parts_.emplace(*root, std::move(*t)).first;
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionOptions options) {
+  txn::Context ctx = context();
+  absl::Status last;
+  for (int attempt = 1; attempt <= std::max(1, options.max_attempts); ++attempt) {
+    if (attempt > 1) PauseBeforeRetry(options);
+    MultiTransaction multi(this, options);
+    last = fn(multi);
+    if (!last.ok()) {
+      if (absl::IsAborted(last) || absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last)) continue;
+      return last;
+    }
+    std::vector<Transaction*> writers;
+    for (auto& [root, part] : multi.parts_)
+      if (part->txn_->has_writes()) writers.push_back(part.get());
+    if (writers.size() <= 1) {
+      if (writers.empty()) return CommitInfo{};
+      absl::StatusOr<CommitInfo> info = writers[0]->Commit();
+      if (info.ok() || !absl::IsAborted(info.status())) return info;
+      last = info.status();
+      continue;
+    }
+    // Phase one: prepare in every group; the first group keeps the decision.
+    const std::string txid = fmt::format("{:016x}", env_->Random64());
+    const std::string decision_root = writers[0]->txn_->group().root();
+    absl::Status prepared = absl::OkStatus();
+    for (Transaction* w : writers) {
+      absl::StatusOr<CommitInfo> r = Wait<CommitInfo>([&](auto cb) {
+        w->txn_->Prepare(txid, decision_root, std::move(cb));
+      });
+      if (!r.ok()) {
+        prepared = r.status();
+        break;
+      }
+    }
+    // The decision: commit if every group prepared (unless a group's other
+    // writer already timed this transaction out and decided abort).
+    std::optional<bool> propose = prepared.ok();
+    absl::StatusOr<std::optional<bool>> decided = Wait<std::optional<bool>>([&](auto cb) {
+      txn::Decide(ctx, decision_root, txid, propose, std::move(cb));
+    });
+    if (!decided.ok()) return decided.status();  // unknown: resolvers will finish it
+    const bool commit = decided->value_or(false);
+    // Phase two in every group (also where preparing failed: a no-op there).
+    for (Transaction* w : writers) {
+      absl::StatusOr<bool> done = Wait<bool>([&](auto cb) {
+        txn::FinishPrepared(ctx, w->txn_->group().root(), txid, commit, std::move(cb));
+      });
+      // A failure here leaves the group to the next writer's resolution,
+      // which applies the recorded decision.
+      (void)done;
+    }
+    if (commit) {
+      CommitInfo info;
+      info.wrote = true;
+      info.attempts = attempt;
+      return info;
+    }
+    last = prepared.ok() ? absl::AbortedError("the two-phase transaction was aborted") : prepared;
+    if (!absl::IsAborted(last)) return last;
+  }
+  return last;
 }
 
 absl::StatusOr<int> Database::DeliverQueues(std::string_view root_table,

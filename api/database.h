@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,7 @@ struct DatabaseOptions {
 };
 
 class Transaction;
+class MultiTransaction;
 
 // A query's entities as msc's class T.
 template <typename T>
@@ -107,6 +109,16 @@ class Database {
     return TypedEntities<T>(GlobalIndexQuery(index, std::move(values), options));
   }
 
+  // Runs `fn` in one transaction across several entity groups (each part
+  // begun with MultiTransaction::In) and commits it atomically with
+  // two-phase commit; conflicts are retried like Run. A transaction that
+  // writes only one group commits without two-phase commit.
+  using MultiBody = std::function<absl::Status(MultiTransaction&)>;
+  absl::StatusOr<CommitInfo> RunAcross(const MultiBody& fn, TransactionOptions options = {});
+
+  // The asynchronous layer underneath (txn/), for tools and tests.
+  txn::Context context() { return txn::Context{client_.get(), layout_.get()}; }
+
   // Delivers the messages the group of `root_table`/`root_key` sent that
   // are still in its outbox (Run delivers a transaction's messages right
   // after it commits; this finishes the job if that was interrupted).
@@ -133,6 +145,8 @@ class Database {
 
  private:
   Database() = default;
+  // A random pause before a retried transaction (counted in retries()).
+  void PauseBeforeRetry(const TransactionOptions& options);
 
   std::unique_ptr<Env> owned_env_;
   std::unique_ptr<Transport> owned_transport_;
@@ -202,6 +216,25 @@ class Transaction {
   explicit Transaction(std::shared_ptr<txn::Transaction> txn) : txn_(std::move(txn)) {}
 
   std::shared_ptr<txn::Transaction> txn_;
+};
+
+// A transaction across entity groups (Database::RunAcross).
+class MultiTransaction {
+ public:
+  // The transaction's part in the group of `root_table`'s entity with key
+  // `root_key`, begun (reading that group's position) on first use.
+  absl::StatusOr<Transaction*> In(std::string_view root_table, std::vector<schema::KeyValue> root_key);
+  template <typename Root>
+  absl::StatusOr<Transaction*> In(const typename Root::Key& key) {
+    return In(Root::kTable, key.Values());
+  }
+
+ private:
+  friend class Database;
+  MultiTransaction(Database* db, TransactionOptions options) : db_(db), options_(options) {}
+  Database* const db_;
+  const TransactionOptions options_;
+  std::map<std::string, std::unique_ptr<Transaction>> parts_;  // by group root row
 };
 
 }  // namespace megastore

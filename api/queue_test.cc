@@ -1,8 +1,12 @@
-// Queues between entity groups (seed 004 §3.4) through the client API:
-// money moved between branches by messages is conserved once the queues
-// drain, and each message is delivered exactly once.
+// Transactions across entity groups through the client API: queues (seed
+// 004 §3.4) — money moved between branches by messages is conserved once
+// the queues drain, each message delivered exactly once — and two-phase
+// commit, including the in-doubt transactions a dead client leaves.
 #include "api/database.h"
 
+#include <thread>
+
+#include "absl/synchronization/notification.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "schema/compiler.h"
@@ -143,6 +147,120 @@ TEST_F(QueueTest, SendingChecksItsArguments) {
   EXPECT_EQ((*t)->Send("Nope", {int64_t{2}}, "q", "x").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*t)->Send("Branch", {}, "q", "x").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(db_->DeliverQueues("Nope", {int64_t{1}}).status().code(), absl::StatusCode::kNotFound);
+}
+
+using TwoPhaseTest = QueueTest;
+
+TEST_F(TwoPhaseTest, TransfersAcrossGroupsAreAtomic) {
+  for (int i = 1; i <= 5; ++i) {
+    absl::StatusOr<CommitInfo> r = db_->RunAcross([&](MultiTransaction& m) {
+      auto from = m.In("Branch", {int64_t{1}});
+      auto to = m.In("Branch", {int64_t{2}});
+      if (!from.ok()) return from.status();
+      if (!to.ok()) return to.status();
+      absl::Status s = (*from)->Put("Account", Account(1, 1, BalanceIn(**from, 1) - i));
+      if (s.ok()) s = (*to)->Put("Account", Account(2, 1, BalanceIn(**to, 2) + i));
+      return s;
+    });
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->wrote);
+  }
+  EXPECT_EQ(Balance(1), 1000 - 15);
+  EXPECT_EQ(Balance(2), 1000 + 15);
+}
+
+TEST_F(TwoPhaseTest, ConcurrentTransfersAndLocalWritesConserveMoney) {
+  auto transfer = [&](int64_t from, int64_t to, int n) {
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<CommitInfo> r = db_->RunAcross([&](MultiTransaction& m) {
+        auto a = m.In("Branch", {from});
+        auto b = m.In("Branch", {to});
+        if (!a.ok()) return a.status();
+        if (!b.ok()) return b.status();
+        absl::Status s = (*a)->Put("Account", Account(from, 1, BalanceIn(**a, from) - 3));
+        if (s.ok()) s = (*b)->Put("Account", Account(to, 1, BalanceIn(**b, to) + 3));
+        return s;
+      }, TransactionOptions{replication::ReadLevel::kCurrent, 50, absl::Milliseconds(20)});
+      EXPECT_TRUE(r.ok()) << r.status();
+    }
+  };
+  std::thread one([&] { transfer(1, 2, 8); });
+  std::thread two([&] { transfer(2, 1, 8); });
+  // Single-group writes in between: they must wait for (or settle) any
+  // prepared transaction, never overwrite its effect.
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<CommitInfo> r = db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
+      return t.Put("Account", Account(1, 2, i));
+    }, TransactionOptions{replication::ReadLevel::kCurrent, 50, absl::Milliseconds(20)});
+    EXPECT_TRUE(r.ok()) << r.status();
+  }
+  one.join();
+  two.join();
+  EXPECT_EQ(Balance(1) + Balance(2), 2000);
+  EXPECT_EQ(Balance(1), 1000);
+}
+
+TEST_F(TwoPhaseTest, InDoubtTransactionsOfADeadClientAreSettled) {
+  txn::Context ctx = db_->context();
+  const schema::Layout& layout = db_->layout();
+  const schema::TableDescriptor* branch = layout.schema().FindTable("Branch");
+  const std::string g1 = *layout.GroupRow(*branch, {int64_t{1}});
+  const std::string g2 = *layout.GroupRow(*branch, {int64_t{2}});
+  // A client prepares a transfer in both groups and dies before deciding.
+  auto prepare = [&](const std::string& root, int64_t b, int64_t balance, const std::string& txid) {
+    absl::Notification n;
+    absl::Status status;
+    txn::Transaction::BeginAtRow(ctx, root, {}, [&](absl::StatusOr<std::shared_ptr<txn::Transaction>> t) {
+      if (!t.ok()) {
+        status = t.status();
+        return n.Notify();
+      }
+      auto txn = *t;
+      status = txn->Put("Account", Account(b, 1, balance));
+      if (!status.ok()) return n.Notify();
+      txn->Prepare(txid, g1, [&, txn](absl::StatusOr<CommitInfo> r) {
+        status = r.status();
+        n.Notify();
+      });
+    });
+    n.WaitForNotification();
+    return status;
+  };
+  ASSERT_TRUE(prepare(g1, 1, 900, "dead1").ok());
+  ASSERT_TRUE(prepare(g2, 2, 1100, "dead1").ok());
+  // Before the timeout, writers of the group cannot commit past it.
+  TransactionOptions impatient;
+  impatient.max_attempts = 3;
+  absl::StatusOr<CommitInfo> blocked = db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
+    return t.Put("Account", Account(1, 3, 1));
+  }, impatient);
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kAborted) << blocked.status();
+  // After it, the next writer decides "abort" and goes on.
+  absl::SleepFor(txn::kPreparedTimeout + absl::Milliseconds(200));
+  absl::StatusOr<CommitInfo> after = db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
+    return t.Put("Account", Account(1, 3, 1));
+  });
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_TRUE(db_->Run("Branch", {int64_t{2}}, [&](Transaction& t) {
+                   return t.Put("Account", Account(2, 3, 1));
+                 }).ok());
+  EXPECT_EQ(Balance(1), 1000) << "the in-doubt transfer was aborted";
+  EXPECT_EQ(Balance(2), 1000);
+
+  // A client that recorded "commit" and died before phase two: its
+  // decision holds, and the next writer of each group applies it at once.
+  ASSERT_TRUE(prepare(g1, 1, 950, "dead2").ok());
+  ASSERT_TRUE(prepare(g2, 2, 1050, "dead2").ok());
+  absl::Notification n;
+  txn::Decide(ctx, g1, "dead2", true, [&](absl::StatusOr<std::optional<bool>> d) {
+    EXPECT_TRUE(d.ok() && d->value_or(false));
+    n.Notify();
+  });
+  n.WaitForNotification();
+  for (int64_t b : {1, 2})
+    ASSERT_TRUE(db_->Run("Branch", {b}, [&](Transaction& t) { return t.Put("Account", Account(b, 4, 1)); }).ok());
+  EXPECT_EQ(Balance(1), 950);
+  EXPECT_EQ(Balance(2), 1050);
 }
 
 }  // namespace

@@ -37,9 +37,14 @@ inline constexpr char kIndexFamily[] = "i";
 //   R 03 queue id   a message waiting in queue `queue` of this group
 //   R 04 id         delivery marker: message `id` was delivered here
 //   R 05 id         outbox: a message this group sent, until delivered
+// and two-phase commit's:
+//   R 06 txid       the decision of a two-phase transaction coordinated here
+//   R 07 txid       writes prepared here, until the decision is applied
 inline constexpr char kQueueRow = '\x03';
 inline constexpr char kDeliveredRow = '\x04';
 inline constexpr char kOutboxRow = '\x05';
+inline constexpr char kDecisionRow = '\x06';
+inline constexpr char kPreparedRow = '\x07';
 
 // Reserved in every entity table: the entity group's replicated log and
 // acceptor state, in the group's root row (replication/log_replica.h).

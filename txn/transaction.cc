@@ -263,6 +263,11 @@ constexpr char kQueueColumn[] = "q";
 constexpr char kBodyColumn[] = "b";
 constexpr char kSourceColumn[] = "s";
 constexpr char kMarkerColumn[] = "d";
+// Two-phase commit rows.
+constexpr char kWritesColumn[] = "w";
+constexpr char kDecisionGroupColumn[] = "c";
+constexpr char kPreparedAtColumn[] = "t";
+constexpr char kDecisionColumn[] = "x";
 
 replication::CellChange SetCell(const char* qualifier, std::string value) {
   replication::CellChange c;
@@ -390,7 +395,7 @@ struct Delivery : std::enable_shared_from_this<Delivery> {
     TransactionOptions o;
     o.max_attempts = 20;
     auto self = shared_from_this();
-    RunAt(target, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+    RunAtRow(ctx, target, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
       auto shared_commit = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
       const std::string marker = RowAfter(self->target, schema::kDeliveredRow, self->message.id);
       t->RawGet(marker, [self, t, marker, shared_commit](absl::StatusOr<std::map<std::string, std::string>> m) {
@@ -406,7 +411,7 @@ struct Delivery : std::enable_shared_from_this<Delivery> {
       if (!info.ok()) return self->done(info.status());
       const bool now = info->wrote;
       // Then leave the outbox.
-      self->RunAt(self->source, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+      RunAtRow(self->ctx, self->source, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
         t->RawWrite(self->outbox_row, {DeleteCell(kTargetColumn), DeleteCell(kQueueColumn), DeleteCell(kBodyColumn)});
         commit(absl::OkStatus());
       }, [self, now](absl::StatusOr<CommitInfo> info) {
@@ -416,45 +421,45 @@ struct Delivery : std::enable_shared_from_this<Delivery> {
     });
   }
 
-  // Run() of txn, on a group given by its root row.
-  void RunAt(const std::string& root, Body body, Callback<CommitInfo> finished) {
-    struct Attempt : std::enable_shared_from_this<Attempt> {
-      Context ctx;
-      std::string root;
-      Body body;
-      Callback<CommitInfo> finished;
-      int attempt = 0;
-      void Go() {
-        ++attempt;
-        auto self = shared_from_this();
-        Transaction::BeginAtRow(ctx, root, {}, [self](absl::StatusOr<std::shared_ptr<Transaction>> t) {
-          if (!t.ok()) return self->Retry(t.status());
-          auto txn = *t;
-          self->body(txn, [self, txn](absl::Status s) {
-            if (!s.ok()) return self->Retry(s);
-            txn->Commit([self](absl::StatusOr<CommitInfo> info) {
-              if (info.ok() || !absl::IsAborted(info.status())) return self->finished(std::move(info));
-              self->Retry(info.status());
-            });
+};
+
+void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> done) {
+  struct Attempt : std::enable_shared_from_this<Attempt> {
+    Context ctx;
+    std::string root;
+    Body body;
+    Callback<CommitInfo> finished;
+    int attempt = 0;
+    void Go() {
+      ++attempt;
+      auto self = shared_from_this();
+      Transaction::BeginAtRow(ctx, root, {}, [self](absl::StatusOr<std::shared_ptr<Transaction>> t) {
+        if (!t.ok()) return self->Retry(t.status());
+        auto txn = *t;
+        self->body(txn, [self, txn](absl::Status s) {
+          if (!s.ok()) return self->Retry(s);
+          txn->Commit([self](absl::StatusOr<CommitInfo> info) {
+            if (info.ok() || !absl::IsAborted(info.status())) return self->finished(std::move(info));
+            self->Retry(info.status());
           });
         });
-      }
-      void Retry(absl::Status s) {
-        const bool transient = absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
-        if (!transient || attempt >= 20) return finished(s);
-        auto self = shared_from_this();
-        Env* env = ctx.client->env();
-        env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % 50000)), [self] { self->Go(); });
-      }
-    };
-    auto a = std::make_shared<Attempt>();
-    a->ctx = ctx;
-    a->root = root;
-    a->body = std::move(body);
-    a->finished = std::move(finished);
-    a->Go();
-  }
-};
+      });
+    }
+    void Retry(absl::Status s) {
+      const bool transient = absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+      if (!transient || attempt >= 20) return finished(s);
+      auto self = shared_from_this();
+      Env* env = ctx.client->env();
+      env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % 50000)), [self] { self->Go(); });
+    }
+  };
+  auto a = std::make_shared<Attempt>();
+  a->ctx = ctx;
+  a->root = std::move(root);
+  a->body = std::move(body);
+  a->finished = std::move(done);
+  a->Go();
+}
 
 void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
   Transaction::BeginAtRow(
@@ -504,6 +509,113 @@ void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
       });
 }
 
+void Transaction::ResolvePrepared(Callback<bool> done) {
+  const std::string prefix = RowAfter(group_.root(), schema::kPreparedRow);
+  auto self = shared_from_this();
+  ctx_.client->Scan(
+      group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, 0,
+      [self, prefix, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+        if (!r.ok()) return done(r.status());
+        for (const auto& row : r->rows()) {
+          const std::string txid = row.key().substr(prefix.size());
+          std::string decision_root;
+          int64_t prepared_at = 0;
+          for (int i = 0; i < row.qualifiers_size(); ++i) {
+            if (row.qualifiers(i) == kDecisionGroupColumn) decision_root = row.values(i);
+            if (row.qualifiers(i) == kPreparedAtColumn) prepared_at = std::atoll(row.values(i).c_str());
+          }
+          const Context ctx = self->ctx_;
+          const std::string group = self->group_.root();
+          // Past the timeout an undecided transaction may be decided aborted;
+          // before it, only an existing decision is applied.
+          const bool expired = ctx.client->env()->NowMicros() - prepared_at >
+                               absl::ToInt64Microseconds(kPreparedTimeout);
+          std::optional<bool> propose;
+          if (expired) propose = false;
+          Decide(ctx, decision_root, txid, propose,
+                 [ctx, group, txid, done = std::move(done)](absl::StatusOr<std::optional<bool>> d) mutable {
+                   if (!d.ok()) return done(d.status());
+                   if (!d->has_value()) return done(true);  // still undecided: the caller retries later
+                   FinishPrepared(ctx, group, txid, **d, [done = std::move(done)](absl::StatusOr<bool> f) mutable {
+                     if (!f.ok()) return done(f.status());
+                     done(true);
+                   });
+                 });
+          return;
+        }
+        done(false);
+      });
+}
+
+void Decide(Context ctx, std::string decision_root, std::string txid, std::optional<bool> propose,
+            Callback<std::optional<bool>> done) {
+  auto decided = std::make_shared<std::optional<bool>>();
+  const std::string row = RowAfter(decision_root, schema::kDecisionRow, txid);
+  RunAtRow(
+      ctx, decision_root,
+      [row, propose, decided](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+        {
+          absl::MutexLock lock(&t->mu_);
+          t->two_phase_bookkeeping_ = true;
+        }
+        auto shared_commit = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
+        t->RawGet(row, [t, row, propose, decided, shared_commit](
+                           absl::StatusOr<std::map<std::string, std::string>> cells) {
+          if (!cells.ok()) return (*shared_commit)(cells.status());
+          auto it = cells->find(kDecisionColumn);
+          if (it != cells->end()) {
+            *decided = it->second == "commit";
+          } else if (propose) {
+            *decided = *propose;
+            t->RawWrite(row, {SetCell(kDecisionColumn, *propose ? "commit" : "abort")});
+          } else {
+            decided->reset();
+          }
+          (*shared_commit)(absl::OkStatus());
+        });
+      },
+      [decided, done = std::move(done)](absl::StatusOr<CommitInfo> info) mutable {
+        if (!info.ok()) return done(info.status());
+        done(*decided);
+      });
+}
+
+void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool commit,
+                    Callback<bool> done) {
+  auto found = std::make_shared<bool>(false);
+  const std::string row = RowAfter(group_root, schema::kPreparedRow, txid);
+  RunAtRow(
+      ctx, group_root,
+      [row, commit, found](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+        {
+          absl::MutexLock lock(&t->mu_);
+          t->two_phase_bookkeeping_ = true;
+        }
+        auto shared_done = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+        t->RawGet(row, [t, row, commit, found, shared_done](
+                           absl::StatusOr<std::map<std::string, std::string>> cells) {
+          if (!cells.ok()) return (*shared_done)(cells.status());
+          auto w = cells->find(kWritesColumn);
+          *found = w != cells->end();
+          if (!*found) return (*shared_done)(absl::OkStatus());  // already finished
+          if (commit) {
+            replication::LogEntry prepared;
+            if (!prepared.ParseFromString(w->second))
+              return (*shared_done)(absl::DataLossError("unreadable prepared writes"));
+            absl::MutexLock lock(&t->mu_);
+            for (const replication::RowChange& rc : prepared.changes()) t->extra_changes_.push_back(rc);
+          }
+          t->RawWrite(row, {DeleteCell(kWritesColumn), DeleteCell(kDecisionGroupColumn),
+                            DeleteCell(kPreparedAtColumn)});
+          (*shared_done)(absl::OkStatus());
+        });
+      },
+      [found, done = std::move(done)](absl::StatusOr<CommitInfo> info) mutable {
+        if (!info.ok()) return done(info.status());
+        done(*found);
+      });
+}
+
 absl::Status Transaction::Put(std::string_view table_name, Entity entity) {
   MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, table_name));
   MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, ctx_.layout->KeyOf(*table, entity));
@@ -525,18 +637,53 @@ absl::Status Transaction::Delete(std::string_view table_name, std::vector<KeyVal
   return absl::OkStatus();
 }
 
+bool Transaction::has_writes() const {
+  absl::MutexLock lock(&mu_);
+  return !writes_.empty() || !raw_writes_.empty() || !extra_changes_.empty();
+}
+
+void Transaction::Prepare(std::string txid, std::string decision_root, Callback<CommitInfo> done) {
+  {
+    absl::MutexLock lock(&mu_);
+    prepare_ = std::make_pair(std::move(txid), std::move(decision_root));
+  }
+  Commit(std::move(done));
+}
+
 void Transaction::Commit(Callback<CommitInfo> done) {
-  std::vector<std::pair<const schema::TableDescriptor*, std::string>> unread;
   {
     absl::MutexLock lock(&mu_);
     if (committing_) return done(absl::FailedPreconditionError("Commit was already called"));
     committing_ = true;
-    if (writes_.empty() && raw_writes_.empty()) {
+    if (writes_.empty() && raw_writes_.empty() && extra_changes_.empty()) {
       CommitInfo info;
       info.position = position_.position;
       info.timestamp = position_.timestamp;
       return done(info);
     }
+  }
+  // A group with an undecided two-phase transaction takes no other commit:
+  // resolve it first, then this one retries from a fresh read.
+  auto self = shared_from_this();
+  bool bookkeeping;
+  {
+    absl::MutexLock lock(&mu_);
+    bookkeeping = two_phase_bookkeeping_;
+  }
+  if (bookkeeping) return CommitUnlocked(std::move(done));
+  ResolvePrepared([self, done = std::move(done)](absl::StatusOr<bool> found) mutable {
+    if (!found.ok()) return done(found.status());
+    if (*found)
+      return done(absl::AbortedError(
+          "conflict: the entity group had a two-phase transaction to settle first; retry"));
+    self->CommitUnlocked(std::move(done));
+  });
+}
+
+void Transaction::CommitUnlocked(Callback<CommitInfo> done) {
+  std::vector<std::pair<const schema::TableDescriptor*, std::string>> unread;
+  {
+    absl::MutexLock lock(&mu_);
     if (options_.level == replication::ReadLevel::kInconsistent)
       return done(absl::FailedPreconditionError(
           "a transaction that reads at the inconsistent level cannot commit writes"));
@@ -574,36 +721,46 @@ void Transaction::Commit(Callback<CommitInfo> done) {
   one_done(absl::OkStatus());
 }
 
-void Transaction::FinishCommit(Callback<CommitInfo> done) {
-  replication::LogEntry entry;
+absl::Status Transaction::BuildChanges(replication::LogEntry* entry) {
   std::map<std::pair<std::string, std::string>, int> change_of;  // (table, row) -> index
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [row, w] : writes_) {
-      const std::optional<Entity>& before = read_.at(row).entity;
-      if (!before && !w.after) continue;  // deleting what is not there
-      absl::StatusOr<std::vector<schema::BigtableWrite>> writes = ctx_.layout->Mutations(
-          w.table->name(), before ? &*before : nullptr, w.after ? &*w.after : nullptr, 0);
-      if (!writes.ok()) return done(writes.status());
-      for (const schema::BigtableWrite& bw : *writes) {
-        const std::string table = bw.table == ctx_.layout->entity_table() ? "" : bw.table;
-        auto [it, added] = change_of.emplace(std::make_pair(table, bw.row), entry.changes_size());
-        if (added) {
-          replication::RowChange* rc = entry.add_changes();
-          rc->set_row(bw.row);
-          rc->set_table(table);
-        }
-        if (absl::Status s = AddChanges(bw, entry.mutable_changes(it->second)); !s.ok()) return done(s);
-      }
+  auto change = [&](const std::string& table, const std::string& row) {
+    auto [it, added] = change_of.emplace(std::make_pair(table, row), entry->changes_size());
+    if (added) {
+      replication::RowChange* rc = entry->add_changes();
+      rc->set_row(row);
+      rc->set_table(table);
+    }
+    return entry->mutable_changes(it->second);
+  };
+  for (const auto& [row, w] : writes_) {
+    const std::optional<Entity>& before = read_.at(row).entity;
+    if (!before && !w.after) continue;  // deleting what is not there
+    MS_ASSIGN_OR_RETURN(std::vector<schema::BigtableWrite> writes,
+                        ctx_.layout->Mutations(w.table->name(), before ? &*before : nullptr,
+                                               w.after ? &*w.after : nullptr, 0));
+    for (const schema::BigtableWrite& bw : writes) {
+      const std::string table = bw.table == ctx_.layout->entity_table() ? "" : bw.table;
+      MS_RETURN_IF_ERROR(AddChanges(bw, change(table, bw.row)));
     }
   }
+  for (const auto& [row, cells] : raw_writes_) {
+    replication::RowChange* rc = change("", row);
+    for (const replication::CellChange& c : cells) *rc->add_cells() = c;
+  }
+  for (const replication::RowChange& extra : extra_changes_) {
+    replication::RowChange* rc = change(extra.table(), extra.row());
+    for (const replication::CellChange& c : extra.cells()) *rc->add_cells() = c;
+  }
+  return absl::OkStatus();
+}
+
+void Transaction::FinishCommit(Callback<CommitInfo> done) {
+  replication::LogEntry entry;
+  std::optional<std::pair<std::string, std::string>> prepare;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [row, cells] : raw_writes_) {
-      auto [it, added] = change_of.emplace(std::make_pair(std::string(), row), entry.changes_size());
-      if (added) entry.add_changes()->set_row(row);
-      for (const replication::CellChange& c : cells) *entry.mutable_changes(it->second)->add_cells() = c;
-    }
+    if (absl::Status s = BuildChanges(&entry); !s.ok()) return done(s);
+    prepare = prepare_;
   }
   if (entry.changes_size() == 0) {
     CommitInfo info;
@@ -611,6 +768,20 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
     info.timestamp = position_.timestamp;
     return done(info);
   }
+  if (prepare) {
+    // Phase one: the writes go into the group's prepared row, not its data.
+    replication::LogEntry prepared;
+    replication::RowChange* rc = prepared.add_changes();
+    rc->set_row(RowAfter(group_.root(), schema::kPreparedRow, prepare->first));
+    *rc->add_cells() = SetCell(kWritesColumn, entry.SerializeAsString());
+    *rc->add_cells() = SetCell(kDecisionGroupColumn, prepare->second);
+    *rc->add_cells() = SetCell(kPreparedAtColumn, std::to_string(ctx_.client->env()->NowMicros()));
+    entry = std::move(prepared);
+  }
+  ProposeEntry(std::move(entry), std::move(done));
+}
+
+void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done) {
   entry.set_id(fmt::format("txn-{:016x}", ctx_.client->env()->Random64()));
   ctx_.client->Commit(group_, position_, std::move(entry),
                       [done = std::move(done)](absl::StatusOr<replication::CommitResult> r) mutable {

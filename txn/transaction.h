@@ -114,6 +114,21 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   absl::Status Consume(const QueueMessage& message);
   bool sent_messages() const;
 
+  // Two-phase commit, phase one: instead of committing, records this
+  // transaction's writes in the group as prepared under `txid`, with the
+  // group holding the decision (`decision_root`). Until the decision is
+  // applied (FinishPrepared), every other commit in the group first
+  // resolves it: see docs/transactions.md, "Two-phase commit".
+  void Prepare(std::string txid, std::string decision_root, Callback<CommitInfo> done);
+  bool has_writes() const;
+
+  // The group's own bookkeeping rows (queues, two-phase commit), outside
+  // the entity layout: the latest "e" cells of `row` as of the read
+  // position (empty if none), and a buffered write of its cells. Not for
+  // entities: use Get/Put.
+  void RawGet(std::string row, Callback<std::map<std::string, std::string>> done);
+  void RawWrite(std::string row, std::vector<replication::CellChange> cells);
+
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);
   absl::Status Delete(std::string_view table, std::vector<KeyValue> key);
@@ -158,10 +173,22 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   uint64_t message_seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool sent_ ABSL_GUARDED_BY(mu_) = false;
   friend struct Delivery;
-  // Raw rows of the group (queues): the latest "e" cells as of the read
-  // position (empty if none), and buffered writes of them.
-  void RawGet(std::string row, Callback<std::map<std::string, std::string>> done);
-  void RawWrite(std::string row, std::vector<replication::CellChange> cells);
+  friend void FinishPrepared(Context, std::string, std::string, bool, Callback<bool>);
+  friend void Decide(Context, std::string, std::string, std::optional<bool>,
+                     Callback<std::optional<bool>>);
+  // Appends the transaction's writes to `entry`.
+  absl::Status BuildChanges(replication::LogEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finds an undecided prepared transaction in the group and resolves it;
+  // `done(true)` if there was one.
+  void ResolvePrepared(Callback<bool> done);
+  void ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done);
+  void CommitUnlocked(Callback<CommitInfo> done);
+  std::vector<replication::RowChange> extra_changes_ ABSL_GUARDED_BY(mu_);  // other tables
+  // Two-phase commit's own transactions (decisions, phase two) write only
+  // bookkeeping rows or the prepared writes themselves: they must not wait
+  // for prepared transactions (that could wait in a cycle).
+  bool two_phase_bookkeeping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::pair<std::string, std::string>> prepare_ ABSL_GUARDED_BY(mu_);  // txid, decision root
   bool committing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -176,6 +203,29 @@ void GlobalIndexQuery(Context ctx, std::string index, std::vector<KeyValue> valu
                       QueryOptions options, replication::ReadLevel level,
                       Callback<QueryResult> done);
 
+// A transaction's application logic: it calls `done` with OK to commit, or
+// an error to abandon the transaction.
+using Body = std::function<void(std::shared_ptr<Transaction> txn,
+                                absl::AnyInvocable<void(absl::Status)> done)>;
+
+// Two-phase commit: the decision of `txid`, kept in the group whose root
+// row is `decision_root`. With `propose`, records it unless one is already
+// recorded (the first decision wins); returns the recorded decision
+// (true: commit), or nullopt if none is recorded and none was proposed.
+void Decide(Context ctx, std::string decision_root, std::string txid, std::optional<bool> propose,
+            Callback<std::optional<bool>> done);
+// Phase two in one group: applies (commit) or drops (abort) the writes
+// prepared under `txid`; `done(false)` if nothing was prepared there.
+void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool commit,
+                    Callback<bool> done);
+// How old an undecided prepared transaction must be before another
+// transaction of its group may decide it aborted.
+inline constexpr absl::Duration kPreparedTimeout = absl::Seconds(5);
+
+// Runs `body` in a transaction on the group whose root row is `root`,
+// committing it and retrying conflicts and transient failures (20 tries).
+void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> done);
+
 // Delivers every message in the outbox of the group whose root row is
 // `source_root`: each goes into its receiving group's queue in a
 // transaction there that first checks the delivery marker (so a message is
@@ -189,10 +239,7 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout);
 
 // Runs `body` in a transaction on the group and commits it, retrying the
 // whole transaction after a conflict (Aborted) with a random pause, up to
-// options.max_attempts. `body` calls its `done` with OK to commit, or an
-// error to abandon the transaction (returned as is).
-using Body = std::function<void(std::shared_ptr<Transaction> txn,
-                                absl::AnyInvocable<void(absl::Status)> done)>;
+// options.max_attempts. A body error is returned as is.
 void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
          TransactionOptions options, Body body, Callback<CommitInfo> done);
 
