@@ -478,7 +478,8 @@ void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
                 Callback<int> done;
                 static void Step(std::shared_ptr<Each> e) {
                   if (e->next == e->pending.size()) return e->done(e->delivered);
-                  auto d = e->pending[e->next++];
+                  // Taken out of the list: the delivery holds `e` until it ends.
+                  auto d = std::move(e->pending[e->next++]);
                   d->done = [e](absl::StatusOr<bool> now) {
                     if (!now.ok()) return e->done(now.status());
                     e->delivered += *now ? 1 : 0;
