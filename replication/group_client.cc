@@ -247,12 +247,12 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
                m.ballot == *chosen_ballot_;
       } else {
         out = proposer_.Step(m);
-      if (proposer_.chosen()) {
-        chosen_ballot_ = proposer_.ballot();
-        chosen.emplace();
-        chosen->late = late_;
-        chosen->value = proposer_.chosen_value();
-        for (paxos::AcceptorId a : proposer_.accepted_by()) chosen->accepted_by.insert(c_->voters()[a]);
+        if (proposer_.chosen()) {
+          chosen_ballot_ = proposer_.ballot();
+          chosen.emplace();
+          chosen->late = late_;
+          chosen->value = proposer_.chosen_value();
+          for (paxos::AcceptorId a : proposer_.accepted_by()) chosen->accepted_by.insert(c_->voters()[a]);
         } else if (proposer_.state() == paxos::Proposer::State::kStalled && round == round_ &&
                    retry_armed_ != round_) {
           retry_armed_ = round_;
