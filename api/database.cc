@@ -369,6 +369,12 @@ absl::StatusOr<txn::QueryResult> Transaction::IndexQuery(std::string_view index,
   });
 }
 
+absl::StatusOr<std::vector<schema::Entity>> Transaction::IndexIntersect(
+    std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> conditions) {
+  return Wait<std::vector<schema::Entity>>(
+      [&](auto cb) { txn_->IndexIntersect(std::move(conditions), std::move(cb)); });
+}
+
 absl::StatusOr<CommitInfo> Transaction::Commit() {
   return Wait<CommitInfo>([&](auto cb) { txn_->Commit(std::move(cb)); });
 }

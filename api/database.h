@@ -169,6 +169,9 @@ class Transaction {
   absl::StatusOr<txn::QueryResult> IndexQuery(std::string_view index,
                                               std::vector<schema::KeyValue> values,
                                               QueryOptions options = {});
+  // Entities matching every (local index, values prefix) condition, in key order.
+  absl::StatusOr<std::vector<schema::Entity>> IndexIntersect(
+      std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> conditions);
   absl::StatusOr<CommitInfo> Commit();
 
   // Queues (seed 004 §3.4): send to another group's queue atomically with

@@ -617,6 +617,96 @@ void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool 
       });
 }
 
+void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
+                                 Callback<std::vector<Entity>> done) {
+  if (conditions.empty()) return done(absl::InvalidArgumentError("an intersection needs conditions"));
+  struct Scan {
+    const schema::IndexDescriptor* index = nullptr;
+    storage::RowRange range;
+  };
+  std::vector<Scan> scans;
+  const schema::TableDescriptor* table = nullptr;
+  for (const auto& [name, values] : conditions) {
+    const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(name);
+    if (index == nullptr) return done(absl::NotFoundError(StrCat("no index ", name)));
+    const schema::TableDescriptor* t = ctx_.layout->schema().FindTable(index->table());
+    if (table != nullptr && t != table)
+      return done(absl::InvalidArgumentError("intersected indexes must be on one table"));
+    table = t;
+    absl::StatusOr<storage::RowRange> range = ctx_.layout->LocalIndexRange(*index, group_.root(), values);
+    if (!range.ok()) return done(range.status());
+    scans.push_back(Scan{index, *range});
+  }
+  // Scan each index in turn (page by page), keeping the entity rows every
+  // scan so far found.
+  struct Op : std::enable_shared_from_this<Op> {
+    std::shared_ptr<Transaction> txn;
+    const schema::TableDescriptor* table;
+    std::vector<Scan> scans;
+    size_t current = 0;
+    std::string from;
+    std::set<std::string> found;                   // this scan's entity rows
+    std::optional<std::map<std::string, std::vector<KeyValue>>> keep;  // intersection so far
+    Callback<std::vector<Entity>> done;
+
+    void Page() {
+      const Scan& s = scans[current];
+      auto self = shared_from_this();
+      txn->ctx_.client->Scan(txn->group_, txn->position_, from.empty() ? s.range.start : from, s.range.end,
+                             schema::kIndexFamily, 0, [self](absl::StatusOr<replication::ScanReply> r) {
+                               if (!r.ok()) return self->done(r.status());
+                               self->Collect(*r);
+                             });
+    }
+    void Collect(const replication::ScanReply& r) {
+      const Scan& s = scans[current];
+      for (const auto& row : r.rows()) {
+        absl::StatusOr<std::vector<KeyValue>> key =
+            txn->ctx_.layout->KeyOfIndexEntry(*s.index, txn->group_.root(), row.key());
+        if (!key.ok()) return done(key.status());
+        absl::StatusOr<std::string> entity_row = txn->ctx_.layout->EntityRow(*table, *key);
+        if (!entity_row.ok()) return done(entity_row.status());
+        if (!keep || keep->count(*entity_row)) {
+          found.insert(*entity_row);
+          if (!keep) first.emplace(*entity_row, std::move(*key));
+        }
+      }
+      if (r.more() && r.rows_size() > 0) {
+        from = r.rows(r.rows_size() - 1).key() + std::string(1, '\0');
+        return Page();
+      }
+      // This index is done: narrow the intersection.
+      if (!keep) {
+        keep = std::move(first);
+      } else {
+        for (auto it = keep->begin(); it != keep->end();) it = found.count(it->first) ? std::next(it) : keep->erase(it);
+      }
+      found.clear();
+      from.clear();
+      if (++current < scans.size() && !keep->empty()) return Page();
+      Fetch(keep->begin());
+    }
+    // The surviving entities, in key (row) order.
+    void Fetch(std::map<std::string, std::vector<KeyValue>>::iterator it) {
+      if (it == keep->end()) return done(std::move(out));
+      auto self = shared_from_this();
+      txn->Get(table->name(), it->second, [self, it](absl::StatusOr<std::optional<Entity>> e) {
+        if (!e.ok()) return self->done(e.status());
+        if (*e) self->out.push_back(std::move(**e));
+        self->Fetch(std::next(it));
+      });
+    }
+    std::map<std::string, std::vector<KeyValue>> first;
+    std::vector<Entity> out;
+  };
+  auto op = std::make_shared<Op>();
+  op->txn = shared_from_this();
+  op->table = table;
+  op->scans = std::move(scans);
+  op->done = std::move(done);
+  op->Page();
+}
+
 absl::Status Transaction::Put(std::string_view table_name, Entity entity) {
   MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, FindTable(ctx_, table_name));
   MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, ctx_.layout->KeyOf(*table, entity));

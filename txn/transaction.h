@@ -129,6 +129,14 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   void RawGet(std::string row, Callback<std::map<std::string, std::string>> done);
   void RawWrite(std::string row, std::vector<replication::CellChange> cells);
 
+  // Intersection of several local index queries on one table: the
+  // entities that match every (index, values prefix) condition, in key
+  // order (e.g. photos with tag "beach" and tag "sun"). Each index is read
+  // as of the read position; the keys are intersected, then the entities
+  // read (with this transaction's writes).
+  void IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
+                      Callback<std::vector<Entity>> done);
+
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);
   absl::Status Delete(std::string_view table, std::vector<KeyValue> key);

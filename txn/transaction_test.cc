@@ -23,6 +23,7 @@ CREATE TABLE Account {
 } PRIMARY KEY(branch, id), ENTITY GROUP KEY(branch) REFERENCES Branch;
 CREATE LOCAL INDEX AccountsByOwner ON Account(branch, owner);
 CREATE GLOBAL INDEX AccountsByBalance ON Account(balance);
+CREATE LOCAL INDEX AccountsByLocalBalance ON Account(branch, balance);
 )";
 
 Entity Account(const schema::Layout& layout, int64_t branch, int64_t id, int64_t balance,
@@ -180,6 +181,28 @@ TEST_F(TransactionTest, QueriesPageThroughAGroupAndSeeTheirOwnWrites) {
   EXPECT_EQ(Ids(*layout_, odd->entities), (std::vector<int64_t>{1, 5, 7}))
       << "the index as of the read position; 3 is deleted by this transaction";
   EXPECT_TRUE(odd->cursor.empty());
+  // Intersections: odd owners with balance 70 (just 7), odd with 20 (none).
+  std::optional<absl::StatusOr<std::vector<Entity>>> both;
+  t->IndexIntersect({{"AccountsByOwner", {int64_t{1}, std::string("odd")}},
+                     {"AccountsByLocalBalance", {int64_t{1}, int64_t{70}}}},
+                    [&](auto x) { both = std::move(x); });
+  absl::StatusOr<std::vector<Entity>> seven = Await(both);
+  ASSERT_TRUE(seven.ok()) << seven.status();
+  EXPECT_EQ(Ids(*layout_, *seven), (std::vector<int64_t>{7}));
+  both.reset();
+  t->IndexIntersect({{"AccountsByOwner", {int64_t{1}, std::string("odd")}},
+                     {"AccountsByLocalBalance", {int64_t{1}, int64_t{20}}}},
+                    [&](auto x) { both = std::move(x); });
+  absl::StatusOr<std::vector<Entity>> none = Await(both);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  both.reset();
+  t->IndexIntersect({{"AccountsByOwner", {int64_t{1}}}, {"AccountsByLocalBalance", {int64_t{1}}}},
+                    [&](auto x) { both = std::move(x); });
+  absl::StatusOr<std::vector<Entity>> all_of_group = Await(both);
+  ASSERT_TRUE(all_of_group.ok());
+  EXPECT_EQ(Ids(*layout_, *all_of_group), (std::vector<int64_t>{1, 2, 4, 5, 6, 7}))
+      << "every account with both entries, as of the read position, minus this transaction's delete";
   ASSERT_TRUE(Commit(*t).ok());
   auto later = Begin(1, {}, 2);
   r.reset();
