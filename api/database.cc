@@ -3,7 +3,7 @@
 #include <map>
 #include <set>
 
-#include "absl/synchronization/notification.h"
+#include "base/await.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/coding.h"
 #include "base/strings.h"
@@ -11,22 +11,6 @@
 
 namespace megastore {
 
-namespace {
-
-// Runs an asynchronous call and waits for its answer.
-template <typename T, typename Fn>
-absl::StatusOr<T> Wait(Fn fn) {
-  absl::Notification done;
-  std::optional<absl::StatusOr<T>> out;
-  fn([&](absl::StatusOr<T> r) {
-    out = std::move(r);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return std::move(*out);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Database>> Database::Open(DatabaseOptions options) {
   if (options.replicas.empty()) return absl::InvalidArgumentError("DatabaseOptions names no replicas");
@@ -68,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view ro
                                                              TransactionOptions options) {
   txn::Context ctx{client_.get(), layout_.get()};
   absl::StatusOr<std::shared_ptr<txn::Transaction>> t =
-      Wait<std::shared_ptr<txn::Transaction>>([&](auto cb) {
+      Await<std::shared_ptr<txn::Transaction>>([&](auto cb) {
         txn::Transaction::Begin(ctx, std::string(root_table), std::move(root_key), options, std::move(cb));
       });
   if (!t.ok()) return t.status();
@@ -107,7 +91,7 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
         // Deliver now; a failure leaves them in the outbox for DeliverQueues.
         txn::Context ctx{client_.get(), layout_.get()};
         const std::string source = (*t)->txn_->group().root();
-        (void)Wait<int>([&](auto cb) { txn::DeliverPending(ctx, source, std::move(cb)); });
+        (void)Await<int>([&](auto cb) { txn::DeliverPending(ctx, source, std::move(cb)); });
       }
       return info;
     }
@@ -122,7 +106,7 @@ absl::StatusOr<txn::QueryResult> Database::GlobalIndexQuery(std::string_view ind
                                                             QueryOptions options,
                                                             replication::ReadLevel level) {
   txn::Context ctx{client_.get(), layout_.get()};
-  return Wait<txn::QueryResult>([&](auto cb) {
+  return Await<txn::QueryResult>([&](auto cb) {
     txn::GlobalIndexQuery(ctx, std::string(index), std::move(values), std::move(options), level,
                           std::move(cb));
   });
@@ -199,7 +183,7 @@ absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
       absl::StatusOr<storage::RowRange> range = layout_->LocalIndexRange(x, group.root(), {});
       if (!range.ok()) return range.status();
       absl::StatusOr<std::vector<std::string>> actual = scan_all([&](const std::string& from) {
-        return Wait<replication::ScanReply>([&](auto cb) {
+        return Await<replication::ScanReply>([&](auto cb) {
           client_->Scan(group, at, from.empty() ? range->start : from, range->end, schema::kIndexFamily, 0,
                         std::move(cb));
         });
@@ -220,7 +204,7 @@ absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
     if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
     const schema::TableDescriptor* table = sx.FindTable(x.table());
     absl::StatusOr<std::vector<std::string>> actual = scan_all([&](const std::string& from) {
-      return Wait<replication::ScanReply>([&](auto cb) {
+      return Await<replication::ScanReply>([&](auto cb) {
         client_->ScanIndex(layout_->GlobalIndexTable(x), from, "", 0, std::move(cb));
       });
     });
@@ -286,7 +270,7 @@ absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionO
     const std::string decision_root = writers[0]->txn_->group().root();
     absl::Status prepared = absl::OkStatus();
     for (Transaction* w : writers) {
-      absl::StatusOr<CommitInfo> r = Wait<CommitInfo>([&](auto cb) {
+      absl::StatusOr<CommitInfo> r = Await<CommitInfo>([&](auto cb) {
         w->txn_->Prepare(txid, decision_root, std::move(cb));
       });
       if (!r.ok()) {
@@ -297,14 +281,14 @@ absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionO
     // The decision: commit if every group prepared (unless a group's other
     // writer already timed this transaction out and decided abort).
     std::optional<bool> propose = prepared.ok();
-    absl::StatusOr<std::optional<bool>> decided = Wait<std::optional<bool>>([&](auto cb) {
+    absl::StatusOr<std::optional<bool>> decided = Await<std::optional<bool>>([&](auto cb) {
       txn::Decide(ctx, decision_root, txid, propose, std::move(cb));
     });
     if (!decided.ok()) return decided.status();  // unknown: resolvers will finish it
     const bool commit = decided->value_or(false);
     // Phase two in every group (also where preparing failed: a no-op there).
     for (Transaction* w : writers) {
-      absl::StatusOr<bool> done = Wait<bool>([&](auto cb) {
+      absl::StatusOr<bool> done = Await<bool>([&](auto cb) {
         txn::FinishPrepared(ctx, w->txn_->group().root(), txid, commit, std::move(cb));
       });
       // A failure here leaves the group to the next writer's resolution,
@@ -330,18 +314,18 @@ absl::StatusOr<int> Database::DeliverQueues(std::string_view root_table,
   absl::StatusOr<std::string> root = layout_->GroupRow(*table, root_key);
   if (!root.ok()) return root.status();
   txn::Context ctx{client_.get(), layout_.get()};
-  return Wait<int>([&](auto cb) { txn::DeliverPending(ctx, *root, std::move(cb)); });
+  return Await<int>([&](auto cb) { txn::DeliverPending(ctx, *root, std::move(cb)); });
 }
 
 absl::StatusOr<std::vector<txn::QueueMessage>> Transaction::ReadQueue(std::string_view queue,
                                                                       int64_t limit) {
-  return Wait<std::vector<txn::QueueMessage>>(
+  return Await<std::vector<txn::QueueMessage>>(
       [&](auto cb) { txn_->ReadQueue(std::string(queue), limit, std::move(cb)); });
 }
 
 absl::StatusOr<std::optional<schema::Entity>> Transaction::Get(std::string_view table,
                                                                std::vector<schema::KeyValue> key) {
-  return Wait<std::optional<schema::Entity>>(
+  return Await<std::optional<schema::Entity>>(
       [&](auto cb) { txn_->Get(std::string(table), std::move(key), std::move(cb)); });
 }
 
@@ -356,7 +340,7 @@ absl::Status Transaction::Delete(std::string_view table, std::vector<schema::Key
 absl::StatusOr<txn::QueryResult> Transaction::Query(std::string_view table,
                                                     std::vector<schema::KeyValue> key_prefix,
                                                     QueryOptions options) {
-  return Wait<txn::QueryResult>([&](auto cb) {
+  return Await<txn::QueryResult>([&](auto cb) {
     txn_->Query(std::string(table), std::move(key_prefix), std::move(options), std::move(cb));
   });
 }
@@ -364,19 +348,19 @@ absl::StatusOr<txn::QueryResult> Transaction::Query(std::string_view table,
 absl::StatusOr<txn::QueryResult> Transaction::IndexQuery(std::string_view index,
                                                          std::vector<schema::KeyValue> values,
                                                          QueryOptions options) {
-  return Wait<txn::QueryResult>([&](auto cb) {
+  return Await<txn::QueryResult>([&](auto cb) {
     txn_->IndexQuery(std::string(index), std::move(values), std::move(options), std::move(cb));
   });
 }
 
 absl::StatusOr<std::vector<schema::Entity>> Transaction::IndexIntersect(
     std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> conditions) {
-  return Wait<std::vector<schema::Entity>>(
+  return Await<std::vector<schema::Entity>>(
       [&](auto cb) { txn_->IndexIntersect(std::move(conditions), std::move(cb)); });
 }
 
 absl::StatusOr<CommitInfo> Transaction::Commit() {
-  return Wait<CommitInfo>([&](auto cb) { txn_->Commit(std::move(cb)); });
+  return Await<CommitInfo>([&](auto cb) { txn_->Commit(std::move(cb)); });
 }
 
 }  // namespace megastore

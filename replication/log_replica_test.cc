@@ -1,5 +1,6 @@
 #include "replication/log_replica.h"
 
+#include "base/await.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "storage/tabletserver/tablet_server.h"
@@ -32,14 +33,6 @@ class LogReplicaTest : public ::testing::Test {
     return g;
   }
 
-  // The in-process Bigtable answers inline, so every call finishes at once.
-  template <typename T, typename Fn>
-  static absl::StatusOr<T> Sync(Fn fn) {
-    std::optional<absl::StatusOr<T>> out;
-    fn([&](absl::StatusOr<T> r) { out = std::move(r); });
-    EXPECT_TRUE(out.has_value());
-    return out.value_or(absl::UnknownError("no answer"));
-  }
 
   absl::StatusOr<PaxosReply> Step(LogReplica& r, uint64_t pos, bool accept, uint64_t round,
                                   uint64_t proposer, const std::string& value = "") {
@@ -50,7 +43,7 @@ class LogReplicaTest : public ::testing::Test {
     req.mutable_ballot()->set_round(round);
     req.mutable_ballot()->set_proposer(proposer);
     req.set_value(value);
-    return Sync<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
+    return Await<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
   }
 
   absl::StatusOr<ApplyReply> Apply(LogReplica& r, uint64_t pos, const LogEntry& e) {
@@ -58,11 +51,11 @@ class LogReplicaTest : public ::testing::Test {
     *req.mutable_group() = Group();
     req.set_position(pos);
     req.set_value(e.SerializeAsString());
-    return Sync<ApplyReply>([&](auto cb) { r.Apply(req, std::move(cb)); });
+    return Await<ApplyReply>([&](auto cb) { r.Apply(req, std::move(cb)); });
   }
 
   absl::StatusOr<StateReply> State(LogReplica& r) {
-    return Sync<StateReply>([&](auto cb) { r.State(Group(), std::move(cb)); });
+    return Await<StateReply>([&](auto cb) { r.State(Group(), std::move(cb)); });
   }
 
   std::optional<std::string> Value(LogReplica& r, const std::string& row, int64_t ts) {
@@ -71,7 +64,7 @@ class LogReplicaTest : public ::testing::Test {
     req.set_row(row);
     req.set_family("e");
     req.set_timestamp(ts);
-    absl::StatusOr<ReadReply> reply = Sync<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+    absl::StatusOr<ReadReply> reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     if (!reply.ok() || reply->values_size() == 0) return std::nullopt;
     return reply->values(0);
@@ -160,7 +153,7 @@ TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
   *rl.mutable_group() = Group();
   rl.set_from(1);
   rl.set_to(5);
-  absl::StatusOr<ReadLogReply> log = Sync<ReadLogReply>([&](auto cb) { r.ReadLog(rl, std::move(cb)); });
+  absl::StatusOr<ReadLogReply> log = Await<ReadLogReply>([&](auto cb) { r.ReadLog(rl, std::move(cb)); });
   ASSERT_TRUE(log.ok());
   ASSERT_EQ(log->positions_size(), 2);
   EXPECT_EQ(log->positions(1), 2u);
@@ -193,7 +186,7 @@ TEST_F(LogReplicaTest, AWitnessKeepsTheLogButNoDataAndAReadOnlyReplicaDoesNotVot
   ReadRequest rr;
   *rr.mutable_group() = Group();
   rr.set_row("root/k");
-  EXPECT_EQ(Sync<ReadReply>([&](auto cb) { witness.Read(rr, std::move(cb)); }).status().code(),
+  EXPECT_EQ(Await<ReadReply>([&](auto cb) { witness.Read(rr, std::move(cb)); }).status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   LogReplica ro(bigtable_.get(), ReplicaType::kReadOnly);
@@ -205,19 +198,19 @@ TEST_F(LogReplicaTest, BadRequestsAndCorruptStateAreReportedNotTrusted) {
   EXPECT_EQ(Step(r, 0, false, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
   PaxosRequest no_table;
   no_table.set_position(1);
-  EXPECT_EQ(Sync<PaxosReply>([&](auto cb) { r.Paxos(no_table, std::move(cb)); }).status().code(),
+  EXPECT_EQ(Await<PaxosReply>([&](auto cb) { r.Paxos(no_table, std::move(cb)); }).status().code(),
             absl::StatusCode::kInvalidArgument);
   ApplyRequest bad;
   *bad.mutable_group() = Group();
   bad.set_position(1);
   bad.set_value("\xff\xff not an entry");
-  EXPECT_EQ(Sync<ApplyReply>([&](auto cb) { r.Apply(bad, std::move(cb)); }).status().code(),
+  EXPECT_EQ(Await<ApplyReply>([&](auto cb) { r.Apply(bad, std::move(cb)); }).status().code(),
             absl::StatusCode::kInvalidArgument);
   ReadLogRequest backwards;
   *backwards.mutable_group() = Group();
   backwards.set_from(5);
   backwards.set_to(4);
-  EXPECT_EQ(Sync<ReadLogReply>([&](auto cb) { r.ReadLog(backwards, std::move(cb)); }).status().code(),
+  EXPECT_EQ(Await<ReadLogReply>([&](auto cb) { r.ReadLog(backwards, std::move(cb)); }).status().code(),
             absl::StatusCode::kInvalidArgument);
 
   // A damaged acceptor cell.

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <thread>
 
-#include "absl/synchronization/notification.h"
+#include "base/await.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
 #include "base/test_util.h"
@@ -48,26 +48,15 @@ class ReplicationRpcTest : public ::testing::Test {
     return g;
   }
 
-  template <typename T, typename Fn>
-  static absl::StatusOr<T> Wait(Fn fn) {
-    absl::Notification done;
-    std::optional<absl::StatusOr<T>> out;
-    fn([&](absl::StatusOr<T> r) {
-      out = std::move(r);
-      done.Notify();
-    });
-    done.WaitForNotification();
-    return *out;
-  }
 
   // One read-modify-write transaction with retries on conflict: appends
   // `suffix` to row `row`'s value. Returns the number of conflicts.
   static int Append(GroupClient& c, const std::string& row, const std::string& suffix) {
     for (int conflicts = 0;; ++conflicts) {
-      auto pos = Wait<LogPosition>([&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+      auto pos = Await<LogPosition>([&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
       EXPECT_TRUE(pos.ok()) << pos.status();
       if (!pos.ok()) return conflicts;
-      auto read = Wait<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
+      auto read = Await<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
       EXPECT_TRUE(read.ok()) << read.status();
       const std::string old = read.ok() && read->values_size() > 0 ? read->values(0) : "";
       LogEntry e;
@@ -78,7 +67,7 @@ class ReplicationRpcTest : public ::testing::Test {
       cc->set_family("e");
       cc->set_qualifier("v");
       cc->set_value(old + suffix);
-      auto r = Wait<CommitResult>([&](auto cb) { c.Commit(Group(), *pos, e, std::move(cb)); });
+      auto r = Await<CommitResult>([&](auto cb) { c.Commit(Group(), *pos, e, std::move(cb)); });
       if (r.ok()) return conflicts;
       EXPECT_TRUE(absl::IsAborted(r.status())) << r.status();
       if (!absl::IsAborted(r.status())) return conflicts;
@@ -86,10 +75,10 @@ class ReplicationRpcTest : public ::testing::Test {
   }
 
   std::string CurrentValue(GroupClient& c, const std::string& row) {
-    auto pos = Wait<LogPosition>([&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+    auto pos = Await<LogPosition>([&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
     EXPECT_TRUE(pos.ok()) << pos.status();
     if (!pos.ok()) return "?";
-    auto read = Wait<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
+    auto read = Await<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
     EXPECT_TRUE(read.ok()) << read.status();
     return read.ok() && read->values_size() > 0 ? read->values(0) : "";
   }
