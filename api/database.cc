@@ -59,18 +59,55 @@ absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view ro
   return std::unique_ptr<Transaction>(new Transaction(std::move(*t)));
 }
 
-void Database::PauseBeforeRetry(const TransactionOptions& options) {
+namespace {
+
+// A transaction deadline that covers every attempt of Run/RunAcross: the
+// time left goes into each attempt's options.
+class RunDeadline {
+ public:
+  RunDeadline(Env* env, const TransactionOptions& options) : env_(env), total_(options.deadline) {
+    if (total_ > absl::ZeroDuration())
+      at_ = env->MonotonicMicros() + absl::ToInt64Microseconds(total_);
+  }
+  // Narrows `options` to the time left, or says it is gone.
+  absl::Status Narrow(TransactionOptions* options, int attempt) const {
+    if (at_ == 0) return absl::OkStatus();
+    const int64_t left = at_ - env_->MonotonicMicros();
+    if (left <= 0)
+      return absl::DeadlineExceededError(StrCat("transaction deadline (", absl::FormatDuration(total_),
+                                                ") passed after ", attempt - 1, " attempt(s)"));
+    options->deadline = absl::Microseconds(left);
+    return absl::OkStatus();
+  }
+  // The longest pause before a retry: the back-off, or what is left.
+  absl::Duration MaxPause(const TransactionOptions& options) const {
+    if (at_ == 0) return options.max_retry_backoff;
+    return std::min(options.max_retry_backoff,
+                    absl::Microseconds(std::max<int64_t>(0, at_ - env_->MonotonicMicros())));
+  }
+
+ private:
+  Env* const env_;
+  const absl::Duration total_;
+  int64_t at_ = 0;
+};
+
+}  // namespace
+
+void Database::PauseBeforeRetry(absl::Duration max_pause) {
   retries_.fetch_add(1);
-  const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
+  const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(max_pause));
   absl::SleepFor(absl::Microseconds(static_cast<int64_t>(env_->Random64() % max)));
 }
 
 absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
                                          std::vector<schema::KeyValue> root_key, const Body& fn,
                                          TransactionOptions options) {
+  const RunDeadline deadline(env_, options);
   absl::Status last;
   for (int attempt = 1; attempt <= std::max(1, options.max_attempts); ++attempt) {
-    if (attempt > 1) PauseBeforeRetry(options);
+    if (attempt > 1) PauseBeforeRetry(deadline.MaxPause(options));
+    if (absl::Status s = deadline.Narrow(&options, attempt); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<Transaction>> t = Begin(root_table, root_key, options);
     if (!t.ok()) {
       // Nothing was proposed yet: transient failures are retried too.
@@ -246,9 +283,11 @@ absl::StatusOr<Transaction*> MultiTransaction::In(std::string_view root_table,
 
 absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionOptions options) {
   txn::Context ctx = context();
+  const RunDeadline deadline(env_, options);
   absl::Status last;
   for (int attempt = 1; attempt <= std::max(1, options.max_attempts); ++attempt) {
-    if (attempt > 1) PauseBeforeRetry(options);
+    if (attempt > 1) PauseBeforeRetry(deadline.MaxPause(options));
+    if (absl::Status s = deadline.Narrow(&options, attempt); !s.ok()) return s;
     MultiTransaction multi(this, options);
     last = fn(multi);
     if (!last.ok()) {

@@ -146,7 +146,7 @@ class Database {
  private:
   Database() = default;
   // A random pause before a retried transaction (counted in retries()).
-  void PauseBeforeRetry(const TransactionOptions& options);
+  void PauseBeforeRetry(absl::Duration max_pause);
 
   std::unique_ptr<Env> owned_env_;
   std::unique_ptr<Transport> owned_transport_;

@@ -238,5 +238,26 @@ TEST_F(DatabaseTest, ConcurrentTransactionsOnOneGroupRetryAndLoseNothing) {
   std::cout << "conflicts retried: " << at_a->retries() + at_b->retries() << "\n";
 }
 
+// With the other datacenters gone, a Run with a deadline ends with
+// DeadlineExceeded (or Unavailable) near its deadline, well before the
+// client's 10 s per-step default; nothing was committed.
+TEST_F(DatabaseTest, ADeadlineEndsATransactionThatCannotReachAMajority) {
+  auto db = Open("A");
+  ASSERT_TRUE(db);
+  cluster_->datacenter(1).Stop();
+  cluster_->datacenter(2).Stop();
+  TransactionOptions o;
+  o.deadline = absl::Milliseconds(400);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CommitInfo> r = db->Run<User>(User::Key{9}, [&](Transaction& t) {
+    User u;
+    u.set_user_id(9);
+    u.set_name("Lost");
+    return t.Put(u);
+  }, o);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the deadline was not applied";
+}
+
 }  // namespace
 }  // namespace megastore

@@ -1,5 +1,6 @@
 #include "replication/group_client.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,11 +19,18 @@ namespace {
 template <typename T>
 using Callback = GroupClient::Callback<T>;
 
-int64_t DeadlineFrom(GroupClient* c) {
+// The caller's deadline, or the client's default from now.
+int64_t DeadlineFrom(GroupClient* c, int64_t deadline) {
+  if (deadline != 0) return deadline;
   return c->env()->MonotonicMicros() + absl::ToInt64Microseconds(c->options().deadline);
 }
 
 bool Expired(GroupClient* c, int64_t deadline) { return c->env()->MonotonicMicros() >= deadline; }
+
+// A pause of `d`, cut short at `deadline` (when the waiter then gives up).
+absl::Duration Capped(GroupClient* c, int64_t deadline, absl::Duration d) {
+  return std::min(d, absl::Microseconds(std::max<int64_t>(0, deadline - c->env()->MonotonicMicros())));
+}
 
 absl::Duration Jitter(GroupClient* c, absl::Duration max) {
   const int64_t us = std::max<int64_t>(1, absl::ToInt64Microseconds(max));
@@ -30,13 +38,17 @@ absl::Duration Jitter(GroupClient* c, absl::Duration max) {
 }
 
 // Calls `method` at `node` with a protobuf request and parses the reply.
+// No request waits past `deadline` (0: no limit beyond its timeout).
 template <typename Reply, typename Request>
 void CallProto(GroupClient* c, const std::string& node, std::string_view method,
                const Request& request, Callback<Reply> done,
-               std::optional<absl::Duration> timeout = std::nullopt) {
+               std::optional<absl::Duration> timeout = std::nullopt, int64_t deadline = 0) {
   const std::string m(method);
-  c->transport()->Call(node, method, request.SerializeAsString(),
-                       timeout.value_or(c->options().rpc_timeout),
+  absl::Duration wait = timeout.value_or(c->options().rpc_timeout);
+  if (deadline != 0)
+    wait = std::clamp(absl::Microseconds(deadline - c->env()->MonotonicMicros()),
+                      absl::Milliseconds(1), wait);
+  c->transport()->Call(node, method, request.SerializeAsString(), wait,
                        [m, done = std::move(done)](absl::StatusOr<std::string> r) mutable {
                          if (!r.ok()) return done(r.status());
                          Reply reply;
@@ -59,12 +71,13 @@ void CallRetrying(GroupClient* c, std::string node, std::string method, Request 
                                             absl::IsUnavailable(r.status());
                      if (r.ok() || !transient || Expired(c, deadline))
                        return (*parked)(std::move(r));
-                     c->env()->Schedule(Jitter(c, c->options().max_backoff),
+                     c->env()->Schedule(Capped(c, deadline, Jitter(c, c->options().max_backoff)),
                                         [c, node, method, request, deadline, parked] {
                                           CallRetrying<Reply>(c, node, method, request, deadline,
                                                               std::move(*parked));
                                         });
-                   });
+                   },
+                   std::nullopt, deadline);
 }
 
 // Runs `n` calls and reports their results once `enough` succeeded or all
@@ -212,7 +225,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       CallProto<PaxosReply>(c_, c_->options().replicas[replica].replication, "repl.Paxos", req,
                             [self = shared_from_this(), m, round](absl::StatusOr<PaxosReply> r) {
                               self->OnReply(m, round, std::move(r));
-                            });
+                            },
+                            std::nullopt, deadline_);
     }
   }
 
@@ -271,7 +285,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     // for the acceptor's own storage) is lost: retry after a backoff.
     const absl::Duration wait =
         limit.value_or(c_->options().rpc_timeout + c_->options().rpc_timeout / 4);
-    c_->env()->Schedule(wait, [self = shared_from_this(), round] {
+    c_->env()->Schedule(Capped(c_, deadline_, wait), [self = shared_from_this(), round] {
       bool retry = false;
       {
         absl::MutexLock lock(&self->mu_);
@@ -285,7 +299,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   }
 
   void ScheduleRetry(uint64_t round, absl::Duration after) {
-    c_->env()->Schedule(after, [self = shared_from_this(), round] { self->Retry(round); });
+    c_->env()->Schedule(Capped(c_, deadline_, after),
+                        [self = shared_from_this(), round] { self->Retry(round); });
   }
 
   void Retry(uint64_t round) {
@@ -377,7 +392,7 @@ void InvalidateOne(GroupClient* c, GroupRef group, uint64_t position, int r, int
                  ", and it still holds its locks")));
     // Env timers take copyable functions: park the callback.
     auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-    c->env()->Schedule(Jitter(c, c->options().rpc_timeout / 2),
+    c->env()->Schedule(Capped(c, deadline, Jitter(c, c->options().rpc_timeout / 2)),
                        [c, group, position, r, deadline, parked] {
                          InvalidateOne(c, group, position, r, deadline, std::move(*parked));
                        });
@@ -522,7 +537,7 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
         });
     for (size_t i = 0; i < n; ++i)
       CallProto<ReadLogReply>(c, c->options().replicas[i].replication, "repl.ReadLog", req,
-                              gather->Slot(i));
+                              gather->Slot(i), std::nullopt, deadline);
   }
 
   void Step() {
@@ -590,24 +605,27 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
     if (Votes(options_.replicas[i].type)) voters_.push_back(i);
 }
 
-void GroupClient::CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done) {
+void GroupClient::CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done,
+                          int64_t deadline) {
   auto op = std::make_shared<CatchUpOp>();
   op->c = this;
   op->group = std::move(group);
   op->replica = replica;
   op->target = target;
-  op->deadline = DeadlineFrom(this);
+  op->deadline = DeadlineFrom(this, deadline);
   op->done = std::move(done);
   op->Begin();
 }
 
-void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done) {
+void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                               int64_t deadline_in) {
+  const int64_t deadline = DeadlineFrom(this, deadline_in);
   const int local = options_.local;
   const ReplicaInfo& info = options_.replicas[local];
   StateRequest state_req;
   *state_req.mutable_group() = group;
   if (level != ReadLevel::kCurrent) {
-    CallRetrying<StateReply>(this, info.replication, "repl.State", state_req, DeadlineFrom(this),
+    CallRetrying<StateReply>(this, info.replication, "repl.State", state_req, deadline,
                              [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
                             if (!s.ok()) return done(s.status());
                             LogPosition p = FromApplied(s->applied(), local);
@@ -624,7 +642,7 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   auto local_view = std::make_shared<Local>();
   auto mu = std::make_shared<absl::Mutex>();
   const bool has_coordinator = info.type == ReplicaType::kFull;
-  auto decide = [this, group, local, local_view, done = std::move(done)]() mutable {
+  auto decide = [this, group, local, local_view, deadline, done = std::move(done)]() mutable {
     auto& check = *local_view->check;
     auto& state = *local_view->state;
     if (check.ok() && check->valid() && state.ok()) {
@@ -632,13 +650,13 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
       // applied, then read locally.
       const uint64_t top = std::max(state->top(), state->applied().position());
       if (top <= state->applied().position()) return done(FromApplied(state->applied(), local));
-      return CatchUp(group, local, top, std::move(done));
+      return CatchUp(group, local, top, std::move(done), deadline);
     }
     // Not known to be up to date: the highest position a majority knows.
     const size_t n = voters_.size();
     std::optional<uint64_t> epoch;
     if (check.ok()) epoch = check->epoch();
-    auto on_states = [this, group, local, epoch, done = std::move(done)](
+    auto on_states = [this, group, local, epoch, deadline, done = std::move(done)](
                          Gather<StateReply>::Results results) mutable {
       size_t ok = 0;
       uint64_t target = 0;
@@ -660,14 +678,15 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
                       [](absl::StatusOr<coordinator::CoordinatorReply>) {});
                 }
                 done(std::move(p));
-              });
+              },
+              deadline);
     };
     auto gather = std::make_shared<Gather<StateReply>>(n, n / 2 + 1, std::move(on_states));
     StateRequest req;
     *req.mutable_group() = group;
     for (size_t i = 0; i < n; ++i)
       CallProto<StateReply>(this, options_.replicas[voters_[i]].replication, "repl.State", req,
-                            gather->Slot(i));
+                            gather->Slot(i), std::nullopt, deadline);
   };
   auto shared_decide = std::make_shared<decltype(decide)>(std::move(decide));
   auto decided = std::make_shared<bool>(false);
@@ -689,7 +708,7 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
           }
           maybe_decide();
         },
-        options_.coordinator_timeout);
+        options_.coordinator_timeout, deadline);
   } else {
     local_view->check = absl::StatusOr<coordinator::CoordinatorReply>(
         absl::FailedPreconditionError("no coordinator at this replica"));
@@ -701,11 +720,12 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
                             local_view->state = std::move(r);
                           }
                           maybe_decide();
-                        });
+                        },
+                        std::nullopt, deadline);
 }
 
 void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
-                       Callback<ReadReply> done) {
+                       Callback<ReadReply> done, int64_t deadline) {
   ReadRequest req;
   *req.mutable_group() = std::move(group);
   req.set_row(std::move(row));
@@ -713,11 +733,12 @@ void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, s
   req.set_timestamp(at.timestamp);
   req.set_latest(at.latest);
   CallRetrying<ReadReply>(this, options_.replicas[at.replica].replication, "repl.Read", req,
-                          DeadlineFrom(this), std::move(done));
+                          DeadlineFrom(this, deadline), std::move(done));
 }
 
 void GroupClient::Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
-                       std::string family, int64_t limit, Callback<ScanReply> done) {
+                       std::string family, int64_t limit, Callback<ScanReply> done,
+                       int64_t deadline) {
   ScanRequest req;
   *req.mutable_group() = std::move(group);
   req.set_start(std::move(start));
@@ -727,22 +748,22 @@ void GroupClient::Scan(GroupRef group, const LogPosition& at, std::string start,
   req.set_latest(at.latest);
   req.set_limit(limit);
   CallRetrying<ScanReply>(this, options_.replicas[at.replica].replication, "repl.Scan", req,
-                          DeadlineFrom(this), std::move(done));
+                          DeadlineFrom(this, deadline), std::move(done));
 }
 
 void GroupClient::ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
-                            Callback<ScanReply> done) {
+                            Callback<ScanReply> done, int64_t deadline) {
   ScanIndexRequest req;
   req.set_table(std::move(table));
   req.set_start(std::move(start));
   req.set_end(std::move(end));
   req.set_limit(limit);
   CallRetrying<ScanReply>(this, options_.replicas[options_.local].replication, "repl.ScanIndex",
-                          req, DeadlineFrom(this), std::move(done));
+                          req, DeadlineFrom(this, deadline), std::move(done));
 }
 
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
-                         Callback<CommitResult> done) {
+                         Callback<CommitResult> done, int64_t deadline_in) {
   const uint64_t position = at.position + 1;
   const int local = options_.local;
   entry.set_timestamp(std::max(env_->NowMicros(), at.timestamp + 1));
@@ -752,7 +773,7 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
     if (voters_[i] == at.next_leader) leader = static_cast<int>(i);
   const int64_t timestamp = entry.timestamp();
   std::string value = entry.SerializeAsString();
-  const int64_t deadline = DeadlineFrom(this);
+  const int64_t deadline = DeadlineFrom(this, deadline_in);
   auto driver = std::make_shared<PositionDriver>(
       this, group, position, value, leader, deadline,
       [this, group, position, value, timestamp, deadline,

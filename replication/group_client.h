@@ -77,24 +77,32 @@ class GroupClient {
   // `env` and `transport` must outlive the client and every operation.
   GroupClient(Env* env, Transport* transport, GroupClientOptions options);
 
+  // Every operation ends by `deadline`, a time of env()->MonotonicMicros()
+  // (0: options().deadline from the call), with DeadlineExceeded or
+  // Unavailable if it could not finish; no single request waits longer
+  // than what is left.
+
   // Step one of a transaction: the position to read at (and commit after).
-  void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done);
+  void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                    int64_t deadline = 0);
   // One row's latest cells of `family` as of `at`.
   void Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
-            Callback<ReadReply> done);
+            Callback<ReadReply> done, int64_t deadline = 0);
   // Rows of the group in [start, end) as of `at` (at most `limit`).
   void Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
-            std::string family, int64_t limit, Callback<ScanReply> done);
+            std::string family, int64_t limit, Callback<ScanReply> done, int64_t deadline = 0);
   // Rows of a global index table at the local replica (newest data).
   void ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
-                 Callback<ScanReply> done);
+                 Callback<ScanReply> done, int64_t deadline = 0);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`.
-  void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done);
+  void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done,
+              int64_t deadline = 0);
   // Brings replica `replica` up to at least position `target`: copies known
   // chosen values, decides unknown positions with no-op Paxos, applies in
   // order. Returns the replica's applied position.
-  void CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done);
+  void CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done,
+               int64_t deadline = 0);
 
   const GroupClientOptions& options() const { return options_; }
   Env* env() const { return env_; }

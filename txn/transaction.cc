@@ -41,8 +41,8 @@ absl::Status AddChanges(const schema::BigtableWrite& w, replication::RowChange* 
 }  // namespace
 
 Transaction::Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-                         replication::LogPosition position)
-    : ctx_(ctx), options_(options), group_(std::move(group)), position_(position) {}
+                         replication::LogPosition position, int64_t deadline)
+    : ctx_(ctx), options_(options), group_(std::move(group)), position_(position), deadline_(deadline) {}
 
 void Transaction::Begin(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
                         TransactionOptions options, Callback<std::shared_ptr<Transaction>> done) {
@@ -58,12 +58,17 @@ void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptio
   replication::GroupRef group;
   group.set_table(ctx.layout->entity_table());
   group.set_root(std::move(root_row));
+  int64_t deadline = 0;
+  if (options.deadline > absl::ZeroDuration())
+    deadline = ctx.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline);
   ctx.client->ReadPosition(
       group, options.level,
-      [ctx, options, group, done = std::move(done)](absl::StatusOr<replication::LogPosition> p) mutable {
+      [ctx, options, group, deadline, done = std::move(done)](
+          absl::StatusOr<replication::LogPosition> p) mutable {
         if (!p.ok()) return done(p.status());
-        done(std::make_shared<Transaction>(ctx, options, group, *p));
-      });
+        done(std::make_shared<Transaction>(ctx, options, group, *p, deadline));
+      },
+      deadline);
 }
 
 absl::StatusOr<std::string> Transaction::RowOf(const schema::TableDescriptor& table,
@@ -102,7 +107,7 @@ void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
                         self->read_.emplace(row, Row{table, entity});
                       }
                       done(std::move(entity));
-                    });
+                    }, deadline_);
 }
 
 void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
@@ -198,7 +203,7 @@ void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix
         }
         if ((cut || reply->more()) && !last.empty()) result.cursor = last;
         done(std::move(result));
-      });
+      }, deadline_);
 }
 
 void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> values,
@@ -251,7 +256,7 @@ void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> value
           f->keys.emplace_back(r.key(), std::move(*key));
         }
         Fetch::Step(f);
-      });
+      }, deadline_);
 }
 
 // ---- queues ------------------------------------------------------------------------
@@ -322,7 +327,7 @@ void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::st
                       std::map<std::string, std::string> cells;
                       for (int i = 0; i < r->qualifiers_size(); ++i) cells[r->qualifiers(i)] = r->values(i);
                       done(std::move(cells));
-                    });
+                    }, deadline_);
 }
 
 void Transaction::RawWrite(std::string row, std::vector<replication::CellChange> cells) {
@@ -371,7 +376,7 @@ void Transaction::ReadQueue(std::string queue, int64_t limit, Callback<std::vect
                         out.push_back(std::move(m));
                       }
                       done(std::move(out));
-                    });
+                    }, deadline_);
 }
 
 absl::Status Transaction::Consume(const QueueMessage& m) {
@@ -545,7 +550,7 @@ void Transaction::ResolvePrepared(Callback<bool> done) {
           return;
         }
         done(false);
-      });
+      }, deadline_);
 }
 
 void Decide(Context ctx, std::string decision_root, std::string txid, std::optional<bool> propose,
@@ -656,7 +661,7 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
                              schema::kIndexFamily, 0, [self](absl::StatusOr<replication::ScanReply> r) {
                                if (!r.ok()) return self->done(r.status());
                                self->Collect(*r);
-                             });
+                             }, txn->deadline_);
     }
     void Collect(const replication::ScanReply& r) {
       const Scan& s = scans[current];
@@ -882,7 +887,7 @@ void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo>
                         info.timestamp = r->timestamp;
                         info.wrote = true;
                         done(info);
-                      });
+                      }, deadline_);
 }
 
 void GlobalIndexQuery(Context ctx, std::string index_name, std::vector<KeyValue> values,
@@ -985,11 +990,22 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
   Body body;
   Callback<CommitInfo> done;
   int attempt = 0;
+  int64_t deadline = 0;  // env MonotonicMicros; 0: none
 
   void Attempt() {
     ++attempt;
     auto self = shared_from_this();
-    Transaction::Begin(ctx, root_table, root_key, options,
+    TransactionOptions this_try = options;
+    if (deadline != 0) {
+      const int64_t left = deadline - ctx.client->env()->MonotonicMicros();
+      if (left <= 0)
+        return Finish(absl::DeadlineExceededError(StrCat(
+                          "transaction deadline (", absl::FormatDuration(options.deadline),
+                          ") passed after ", attempt - 1, " attempt(s)")),
+                      false);
+      this_try.deadline = absl::Microseconds(left);
+    }
+    Transaction::Begin(ctx, root_table, root_key, this_try,
                        [self](absl::StatusOr<std::shared_ptr<Transaction>> txn) {
                          if (!txn.ok()) {
                            // Nothing was proposed: a transient failure is
@@ -1016,9 +1032,10 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
     if (!result.ok() && retryable && attempt < options.max_attempts) {
       Env* env = ctx.client->env();
       const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
+      int64_t pause = static_cast<int64_t>(env->Random64() % max);
+      if (deadline != 0) pause = std::clamp<int64_t>(deadline - env->MonotonicMicros(), 0, pause);
       auto self = shared_from_this();
-      env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % max)),
-                    [self] { self->Attempt(); });
+      env->Schedule(absl::Microseconds(pause), [self] { self->Attempt(); });
       return;
     }
     if (done) std::exchange(done, nullptr)(std::move(result));
@@ -1036,6 +1053,8 @@ void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
   op->options = options;
   op->body = std::move(body);
   op->done = std::move(done);
+  if (options.deadline > absl::ZeroDuration())
+    op->deadline = ctx.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline);
   op->Attempt();
 }
 

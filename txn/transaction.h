@@ -50,6 +50,12 @@ struct TransactionOptions {
   // the longest pause before a retry (each pause is random up to it).
   int max_attempts = 10;
   absl::Duration max_retry_backoff = absl::Milliseconds(50);
+  // How long the transaction may take in all, from Begin to the end of
+  // Commit (Run: from its start, across every attempt); past it, calls end
+  // with DeadlineExceeded (a Commit's outcome is then unknown). Zero: no
+  // limit of its own, each step gets the client's per-operation deadline
+  // (GroupClientOptions::deadline, 10 s).
+  absl::Duration deadline = absl::ZeroDuration();
 };
 
 struct CommitInfo {
@@ -146,8 +152,9 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   const replication::LogPosition& position() const { return position_; }
   const replication::GroupRef& group() const { return group_; }
 
+  // `deadline`: env MonotonicMicros by which every step must end (0: none).
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-              replication::LogPosition position);
+              replication::LogPosition position, int64_t deadline = 0);
   // Begins a transaction on the group whose root row is `root_row`.
   static void BeginAtRow(Context ctx, std::string root_row, TransactionOptions options,
                          Callback<std::shared_ptr<Transaction>> done);
@@ -171,6 +178,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   const TransactionOptions options_;
   const replication::GroupRef group_;
   const replication::LogPosition position_;
+  const int64_t deadline_;  // env MonotonicMicros; 0: the client's per-step default
 
   mutable absl::Mutex mu_;
   std::map<std::string, Write> writes_ ABSL_GUARDED_BY(mu_);  // by row, in row order

@@ -258,6 +258,36 @@ TEST_F(TransactionTest, TheLoserOfAPositionGetsAConflict) {
   EXPECT_EQ(Commit(*b).status().code(), absl::StatusCode::kAborted);
 }
 
+// A transaction's deadline bounds all of it, retries included: cut off
+// from the other datacenters, a Run gives up when its deadline passes, not
+// after the client's 10 s per-step default; reconnected, it commits.
+TEST_F(TransactionTest, ADeadlineBoundsTheWholeTransaction) {
+  Open();
+  sim::SimEnv& env = cluster_->env();
+  for (int other : {1, 2}) {
+    cluster_->net().Block(0, other, true);
+    cluster_->net().Block(other, 0, true);
+  }
+  auto put = [&](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+    done(t->Put("Account", Account(*layout_, 1, 1, 5)));
+  };
+  TransactionOptions o;
+  o.deadline = absl::Milliseconds(300);
+  const int64_t start = env.now();
+  std::optional<absl::StatusOr<CommitInfo>> cut;
+  txn::Run(Ctx(0), "Branch", {int64_t{1}}, o, put, [&](auto r) { cut = std::move(r); });
+  absl::StatusOr<CommitInfo> r = Await(cut);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_LE(env.now() - start, 320'000) << "it ran on past its deadline";
+
+  cluster_->net().HealAll();
+  o.deadline = absl::Seconds(5);
+  std::optional<absl::StatusOr<CommitInfo>> healed;
+  txn::Run(Ctx(0), "Branch", {int64_t{1}}, o, put, [&](auto r) { healed = std::move(r); });
+  r = Await(healed);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
 // Transfers between the accounts of one branch by clients in all three
 // datacenters, with message loss, duplication and server crashes: every
 // transfer is atomic, so the total never changes.
