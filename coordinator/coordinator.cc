@@ -115,6 +115,8 @@ void Coordinator::Renew() {
 }
 
 void Coordinator::Serve(std::string_view method, std::string request, Responder respond) {
+  if (method == "coord.Lock" || method == "coord.Unlock")
+    return advisory_locks_.Serve(method, std::move(request), std::move(respond));
   CoordinatorRequest req;
   if (!req.ParseFromString(request) || req.table().empty() || req.root().empty()) {
     respond(absl::InvalidArgumentError(

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/transport.h"
+#include "coordinator/advisory_locks.h"
 
 namespace megastore::coordinator {
 
@@ -48,10 +49,13 @@ class Coordinator {
   // Stops renewing (the locks then expire) and answering.
   void Stop();
 
-  // Serves coord.Check, coord.Invalidate, coord.Validate (coordinator.proto).
+  // Serves coord.Check, coord.Invalidate, coord.Validate (coordinator.proto),
+  // and the groups' advisory locks, coord.Lock and coord.Unlock.
   void Serve(std::string_view method, std::string request, Responder respond);
   static constexpr std::string_view kMethods[] = {"coord.Check", "coord.Invalidate",
-                                                  "coord.Validate"};
+                                                  "coord.Validate", "coord.Lock",
+                                                  "coord.Unlock"};
+  AdvisoryLocks& advisory_locks() { return advisory_locks_; }
 
   bool serving();
   uint64_t epoch();
@@ -81,6 +85,7 @@ class Coordinator {
   std::vector<int64_t> held_until_ ABSL_GUARDED_BY(mu_);  // per lock service, monotonic micros
   std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+  AdvisoryLocks advisory_locks_{env_};
 };
 
 }  // namespace megastore::coordinator
