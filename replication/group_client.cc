@@ -174,6 +174,7 @@ struct Chosen {
   std::string value;
   std::set<int> accepted_by;  // replica indices; empty if `learned`
   bool learned = false;       // a replica already knew the value
+  bool fast = false;          // chosen by the leader's ballot-0 accept (no prepare)
   std::shared_ptr<LateAccepts> late = std::make_shared<LateAccepts>();
 };
 
@@ -266,6 +267,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
           chosen.emplace();
           chosen->late = late_;
           chosen->value = proposer_.chosen_value();
+          chosen->fast = proposer_.ballot().round == 0;
           for (paxos::AcceptorId a : proposer_.accepted_by()) chosen->accepted_by.insert(c_->voters()[a]);
         } else if (proposer_.state() == paxos::Proposer::State::kStalled && round == round_ &&
                    retry_armed_ != round_) {
@@ -276,7 +278,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     }
     if (late) return late_->Add(c_->voters()[request.acceptor]);
     if (chosen) return Finish(std::move(*chosen));
-    if (stalled) ScheduleRetry(round, Jitter(c_, c_->options().max_backoff));
+    if (stalled) ScheduleRetry(round, Backoff(round));
     Send(std::move(out), round);
   }
 
@@ -294,8 +296,16 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
           retry = true;
         }
       }
-      if (retry) self->ScheduleRetry(round, Jitter(self->c_, self->c_->options().max_backoff));
+      if (retry) self->ScheduleRetry(round, self->Backoff(round));
     });
+  }
+
+  // The pause after failed round `round`: random, up to max_backoff, doubling
+  // with each further round up to 8 times it, so many writers dueling over
+  // one position spread out instead of preempting each other forever.
+  absl::Duration Backoff(uint64_t round) const {
+    const uint64_t factor = uint64_t{1} << std::min<uint64_t>(round > 0 ? round - 1 : 0, 3);
+    return Jitter(c_, c_->options().max_backoff * static_cast<int64_t>(factor));
   }
 
   void ScheduleRetry(uint64_t round, absl::Duration after) {
@@ -603,6 +613,9 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
     : env_(env), transport_(transport), options_(std::move(options)) {
   for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
     if (Votes(options_.replicas[i].type)) voters_.push_back(i);
+  for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
+    if (options_.replicas[i].type == ReplicaType::kFull && !options_.replicas[i].coordinator.empty())
+      lock_homes_.push_back(i);
 }
 
 void GroupClient::CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done,
@@ -778,10 +791,23 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
       this, group, position, value, leader, deadline,
       [this, group, position, value, timestamp, deadline,
        done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
-        if (!chosen.ok()) return done(chosen.status());
+        if (!chosen.ok()) {
+          stats_.unknown.fetch_add(1, std::memory_order_relaxed);
+          return done(chosen.status());
+        }
         const bool ours = chosen->value == value;
-        // The write is acknowledged once visible; applying goes on behind.
-        Complete(this, group, position, std::move(*chosen), /*wait_replica=*/-1, deadline,
+        if (ours) {
+          stats_.commits.fetch_add(1, std::memory_order_relaxed);
+          if (chosen->fast) stats_.fast_path.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
+        }
+        // The write is acknowledged once visible and applied here (so this
+        // app server's next read needs no catch-up); the other replicas
+        // apply behind.
+        const int wait = options_.replicas[options_.local].type == ReplicaType::kWitness ? -1
+                                                                                         : options_.local;
+        Complete(this, group, position, std::move(*chosen), wait, deadline,
                  [position, timestamp, ours, done = std::move(done)](absl::Status visible,
                                                                      absl::Status) mutable {
                    if (!ours)
@@ -796,6 +822,66 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
                  });
       });
   driver->Start();
+}
+
+GroupClient::Stats GroupClient::stats() const {
+  Stats s;
+  s.commits = stats_.commits.load();
+  s.fast_path = stats_.fast_path.load();
+  s.conflicts = stats_.conflicts.load();
+  s.unknown = stats_.unknown.load();
+  s.locks_granted = stats_.locks_granted.load();
+  s.locks_missed = stats_.locks_missed.load();
+  return s;
+}
+
+const ReplicaInfo* GroupClient::LockHome(const GroupRef& group) const {
+  if (lock_homes_.empty()) return nullptr;
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: the same home in every app server
+  for (const std::string* part : {&group.table(), &group.root()}) {
+    for (unsigned char ch : *part) {
+      h ^= ch;
+      h *= 0x100000001b3ULL;
+    }
+    h ^= 0xff;
+    h *= 0x100000001b3ULL;
+  }
+  return &options_.replicas[static_cast<size_t>(lock_homes_[h % lock_homes_.size()])];
+}
+
+void GroupClient::LockGroup(GroupRef group, std::string owner, absl::Duration wait,
+                            absl::Duration lease, Callback<bool> done, int64_t deadline) {
+  const ReplicaInfo* home = LockHome(group);
+  if (home == nullptr) {
+    stats_.locks_missed.fetch_add(1, std::memory_order_relaxed);
+    return done(absl::FailedPreconditionError("no full replica has a coordinator to hold advisory locks"));
+  }
+  coordinator::AdvisoryLockRequest req;
+  req.set_table(group.table());
+  req.set_root(group.root());
+  req.set_owner(std::move(owner));
+  req.set_wait_ms(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wait))));
+  req.set_lease_ms(static_cast<uint64_t>(std::max<int64_t>(1, absl::ToInt64Milliseconds(lease))));
+  CallProto<coordinator::AdvisoryLockReply>(
+      this, home->coordinator, "coord.Lock", req,
+      [this, done = std::move(done)](absl::StatusOr<coordinator::AdvisoryLockReply> r) mutable {
+        const bool granted = r.ok() && r->granted();
+        (granted ? stats_.locks_granted : stats_.locks_missed).fetch_add(1, std::memory_order_relaxed);
+        if (!r.ok()) return done(r.status());
+        done(granted);
+      },
+      wait + options_.rpc_timeout, deadline);
+}
+
+void GroupClient::UnlockGroup(GroupRef group, std::string owner) {
+  const ReplicaInfo* home = LockHome(group);
+  if (home == nullptr) return;
+  coordinator::AdvisoryLockRequest req;
+  req.set_table(group.table());
+  req.set_root(group.root());
+  req.set_owner(std::move(owner));
+  CallProto<coordinator::AdvisoryLockReply>(this, home->coordinator, "coord.Unlock", req,
+                                            [](absl::StatusOr<coordinator::AdvisoryLockReply>) {});
 }
 
 }  // namespace megastore::replication

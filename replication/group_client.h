@@ -8,6 +8,7 @@
 // simulator: its one thread).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,9 +105,30 @@ class GroupClient {
   void CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done,
                int64_t deadline = 0);
 
+  // The advisory lock of `group` (coordinator/advisory_locks.h), held by
+  // `owner`: asks the group's home coordinator — one full replica's, picked
+  // by a hash of the group so every writer asks the same one — waiting at
+  // most `wait` in its queue. `done(true)`: granted for at most `lease`.
+  // `done(false)` or an error: go ahead without it.
+  void LockGroup(GroupRef group, std::string owner, absl::Duration wait, absl::Duration lease,
+                 Callback<bool> done, int64_t deadline = 0);
+  // Releases it (or leaves the queue); nobody waits for the answer.
+  void UnlockGroup(GroupRef group, std::string owner);
+
   const GroupClientOptions& options() const { return options_; }
   Env* env() const { return env_; }
   Transport* transport() const { return transport_; }
+  // What this client's Commits came to, since it was made.
+  struct Stats {
+    uint64_t commits = 0;    // our entry was chosen
+    uint64_t fast_path = 0;  // ... by the leader's ballot-0 accept, one round trip
+    uint64_t conflicts = 0;  // another writer's entry took the position (Aborted)
+    uint64_t unknown = 0;    // no value chosen in time (outcome unknown)
+    uint64_t locks_granted = 0;  // advisory locks taken
+    uint64_t locks_missed = 0;   // advisory lock requests that went ahead without it
+  };
+  Stats stats() const;
+
   // The replicas that vote, in acceptor-id order (paxos::AcceptorId i is
   // replica voters()[i]).
   const std::vector<int>& voters() const { return voters_; }
@@ -116,6 +138,14 @@ class GroupClient {
   Transport* const transport_;
   const GroupClientOptions options_;
   std::vector<int> voters_;
+  // Replicas with a coordinator, where groups' advisory locks live.
+  std::vector<int> lock_homes_;
+  const ReplicaInfo* LockHome(const GroupRef& group) const;
+  struct Counters {
+    std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, unknown{0};
+    std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
+  };
+  Counters stats_;
 };
 
 }  // namespace megastore::replication

@@ -41,8 +41,29 @@ absl::Status AddChanges(const schema::BigtableWrite& w, replication::RowChange* 
 }  // namespace
 
 Transaction::Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-                         replication::LogPosition position, int64_t deadline)
-    : ctx_(ctx), options_(options), group_(std::move(group)), position_(position), deadline_(deadline) {}
+                         replication::LogPosition position, int64_t deadline, std::string lock_owner)
+    : ctx_(ctx),
+      options_(options),
+      group_(std::move(group)),
+      position_(position),
+      deadline_(deadline),
+      lock_owner_(std::move(lock_owner)) {}
+
+Transaction::~Transaction() { ReleaseLock(); }
+
+bool Transaction::holds_lock() const {
+  absl::MutexLock lock(&mu_);
+  return !lock_owner_.empty();
+}
+
+void Transaction::ReleaseLock() {
+  std::string owner;
+  {
+    absl::MutexLock lock(&mu_);
+    owner = std::exchange(lock_owner_, "");
+  }
+  if (!owner.empty()) ctx_.client->UnlockGroup(group_, std::move(owner));
+}
 
 void Transaction::Begin(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
                         TransactionOptions options, Callback<std::shared_ptr<Transaction>> done) {
@@ -61,12 +82,31 @@ void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptio
   int64_t deadline = 0;
   if (options.deadline > absl::ZeroDuration())
     deadline = ctx.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline);
-  ctx.client->ReadPosition(
-      group, options.level,
-      [ctx, options, group, deadline, done = std::move(done)](
-          absl::StatusOr<replication::LogPosition> p) mutable {
-        if (!p.ok()) return done(p.status());
-        done(std::make_shared<Transaction>(ctx, options, group, *p, deadline));
+  // Reads the position (after taking the lock, so the read sees the
+  // previous holder's commit).
+  auto read = [ctx, options, group, deadline](std::string lock_owner,
+                                              Callback<std::shared_ptr<Transaction>> done) {
+    ctx.client->ReadPosition(
+        group, options.level,
+        [ctx, options, group, deadline, lock_owner, done = std::move(done)](
+            absl::StatusOr<replication::LogPosition> p) mutable {
+          if (!p.ok()) {
+            if (!lock_owner.empty()) ctx.client->UnlockGroup(group, lock_owner);
+            return done(p.status());
+          }
+          done(std::make_shared<Transaction>(ctx, options, group, *p, deadline, lock_owner));
+        },
+        deadline);
+  };
+  if (!options.advisory_lock) return read("", std::move(done));
+  std::string owner = fmt::format("{:016x}", ctx.client->env()->Random64());
+  ctx.client->LockGroup(
+      group, owner, options.lock_wait, options.lock_lease,
+      [ctx, group, read, owner, done = std::move(done)](absl::StatusOr<bool> granted) mutable {
+        // Not granted: go ahead unlocked. Without an answer the request may
+        // still sit in the queue (or even be granted): withdraw it.
+        if (!granted.ok()) ctx.client->UnlockGroup(group, owner);
+        read(granted.ok() && *granted ? owner : "", std::move(done));
       },
       deadline);
 }
@@ -312,15 +352,16 @@ bool Transaction::sent_messages() const {
 }
 
 void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::string>> done) {
+  std::optional<std::map<std::string, std::string>> buffered;
   {
     absl::MutexLock lock(&mu_);
     if (auto w = raw_writes_.find(row); w != raw_writes_.end()) {
-      std::map<std::string, std::string> cells;
+      buffered.emplace();
       for (const auto& c : w->second)
-        if (!c.delete_cells()) cells[c.qualifier()] = c.value();
-      return done(std::move(cells));
+        if (!c.delete_cells()) (*buffered)[c.qualifier()] = c.value();
     }
   }
+  if (buffered) return done(std::move(*buffered));
   ctx_.client->Read(group_, position_, row, kEntityFamily,
                     [done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
                       if (!r.ok()) return done(r.status());
@@ -360,20 +401,22 @@ void Transaction::ReadQueue(std::string queue, int64_t limit, Callback<std::vect
                         absl::StatusOr<replication::ScanReply> r) mutable {
                       if (!r.ok()) return done(r.status());
                       std::vector<QueueMessage> out;
-                      absl::MutexLock lock(&self->mu_);
-                      for (const auto& row : r->rows()) {
-                        auto w = self->raw_writes_.find(row.key());
-                        if (w != self->raw_writes_.end() && !w->second.empty() &&
-                            w->second[0].delete_cells())
-                          continue;  // consumed by this transaction
-                        QueueMessage m;
-                        m.id = row.key().substr(prefix.size());
-                        m.queue = queue;
-                        for (int i = 0; i < row.qualifiers_size(); ++i) {
-                          if (row.qualifiers(i) == kBodyColumn) m.body = row.values(i);
-                          if (row.qualifiers(i) == kSourceColumn) m.source = row.values(i);
+                      {
+                        absl::MutexLock lock(&self->mu_);
+                        for (const auto& row : r->rows()) {
+                          auto w = self->raw_writes_.find(row.key());
+                          if (w != self->raw_writes_.end() && !w->second.empty() &&
+                              w->second[0].delete_cells())
+                            continue;  // consumed by this transaction
+                          QueueMessage m;
+                          m.id = row.key().substr(prefix.size());
+                          m.queue = queue;
+                          for (int i = 0; i < row.qualifiers_size(); ++i) {
+                            if (row.qualifiers(i) == kBodyColumn) m.body = row.values(i);
+                            if (row.qualifiers(i) == kSourceColumn) m.source = row.values(i);
+                          }
+                          out.push_back(std::move(m));
                         }
-                        out.push_back(std::move(m));
                       }
                       done(std::move(out));
                     }, deadline_);
@@ -746,17 +789,26 @@ void Transaction::Prepare(std::string txid, std::string decision_root, Callback<
   Commit(std::move(done));
 }
 
-void Transaction::Commit(Callback<CommitInfo> done) {
+void Transaction::Commit(Callback<CommitInfo> done_in) {
+  // The advisory lock goes back as soon as the commit's outcome is known.
+  Callback<CommitInfo> done = [self = shared_from_this(), done = std::move(done_in)](
+                                  absl::StatusOr<CommitInfo> r) mutable {
+    self->ReleaseLock();
+    done(std::move(r));
+  };
+  bool again = false, read_only = false;
   {
     absl::MutexLock lock(&mu_);
-    if (committing_) return done(absl::FailedPreconditionError("Commit was already called"));
-    committing_ = true;
-    if (writes_.empty() && raw_writes_.empty() && extra_changes_.empty()) {
-      CommitInfo info;
-      info.position = position_.position;
-      info.timestamp = position_.timestamp;
-      return done(info);
-    }
+    again = std::exchange(committing_, true);
+    read_only = writes_.empty() && raw_writes_.empty() && extra_changes_.empty();
+  }
+  // (Callbacks run outside the mutex: `done` itself takes it.)
+  if (again) return done(absl::FailedPreconditionError("Commit was already called"));
+  if (read_only) {
+    CommitInfo info;
+    info.position = position_.position;
+    info.timestamp = position_.timestamp;
+    return done(info);
   }
   // A group with an undecided two-phase transaction takes no other commit:
   // resolve it first, then this one retries from a fresh read.
@@ -778,11 +830,11 @@ void Transaction::Commit(Callback<CommitInfo> done) {
 
 void Transaction::CommitUnlocked(Callback<CommitInfo> done) {
   std::vector<std::pair<const schema::TableDescriptor*, std::string>> unread;
+  if (options_.level == replication::ReadLevel::kInconsistent)
+    return done(absl::FailedPreconditionError(
+        "a transaction that reads at the inconsistent level cannot commit writes"));
   {
     absl::MutexLock lock(&mu_);
-    if (options_.level == replication::ReadLevel::kInconsistent)
-      return done(absl::FailedPreconditionError(
-          "a transaction that reads at the inconsistent level cannot commit writes"));
     for (const auto& [row, w] : writes_)
       if (!read_.count(row)) unread.emplace_back(w.table, row);
   }
@@ -853,11 +905,13 @@ absl::Status Transaction::BuildChanges(replication::LogEntry* entry) {
 void Transaction::FinishCommit(Callback<CommitInfo> done) {
   replication::LogEntry entry;
   std::optional<std::pair<std::string, std::string>> prepare;
+  absl::Status built;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = BuildChanges(&entry); !s.ok()) return done(s);
+    built = BuildChanges(&entry);
     prepare = prepare_;
   }
+  if (!built.ok()) return done(built);
   if (entry.changes_size() == 0) {
     CommitInfo info;
     info.position = position_.position;

@@ -56,6 +56,16 @@ struct TransactionOptions {
   // limit of its own, each step gets the client's per-operation deadline
   // (GroupClientOptions::deadline, 10 s).
   absl::Duration deadline = absl::ZeroDuration();
+  // Advisory lock, for groups many writers share (seed 004 §3.3): take the
+  // group's lock at its coordinator before reading, hold it until Commit
+  // ends, so the group's writers take turns instead of losing Paxos races
+  // and retrying. Waits at most `lock_wait`; without the lock (wait over,
+  // coordinator unreachable) the transaction goes ahead unlocked — the lock
+  // never decides correctness. A lock whose holder died frees itself after
+  // `lock_lease`.
+  bool advisory_lock = false;
+  absl::Duration lock_wait = absl::Seconds(2);
+  absl::Duration lock_lease = absl::Seconds(5);
 };
 
 struct CommitInfo {
@@ -154,7 +164,10 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   // `deadline`: env MonotonicMicros by which every step must end (0: none).
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-              replication::LogPosition position, int64_t deadline = 0);
+              replication::LogPosition position, int64_t deadline = 0, std::string lock_owner = "");
+  ~Transaction();
+  // True if the transaction holds its group's advisory lock.
+  bool holds_lock() const;
   // Begins a transaction on the group whose root row is `root_row`.
   static void BeginAtRow(Context ctx, std::string root_row, TransactionOptions options,
                          Callback<std::shared_ptr<Transaction>> done);
@@ -173,6 +186,8 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // Reads `row` as of the transaction's position (no buffer).
   void ReadRow(const schema::TableDescriptor* table, std::string row, Callback<std::optional<Entity>> done);
   void FinishCommit(Callback<CommitInfo> done);
+  // Gives the advisory lock back, if held (idempotent).
+  void ReleaseLock();
 
   const Context ctx_;
   const TransactionOptions options_;
@@ -206,6 +221,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   bool two_phase_bookkeeping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::pair<std::string, std::string>> prepare_ ABSL_GUARDED_BY(mu_);  // txid, decision root
   bool committing_ ABSL_GUARDED_BY(mu_) = false;
+  std::string lock_owner_ ABSL_GUARDED_BY(mu_);  // empty: no advisory lock held
 };
 
 // Global index query: the entities whose index `index` values start with

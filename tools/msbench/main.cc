@@ -5,6 +5,7 @@
 #include "base/init.h"
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/tablet_bench.h"
+#include "tools/msbench/txn_bench.h"
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
@@ -41,8 +42,30 @@ int main(int argc, char** argv) {
   b->add_option("--dir", bt.dir, "directory for the raw RocksDB (and the in-process server)");
   b->add_flag("--json", bt.json, "print one JSON object per operation");
 
+  megastore::tools::TxnBenchOptions txn;
+  CLI::App* x = app.add_subcommand(
+      "txn",
+      "Read-modify-write transactions through the client API on three datacenters in this "
+      "process with emulated WAN latency: every (clients, groups) pair; throughput, p50/p99, "
+      "conflict, retry and fast-path rates");
+  x->add_option("--clients", txn.clients, "concurrent clients (threads), a comma-separated list")->delimiter(',')->check(CLI::Range(1, 1024))->capture_default_str();
+  x->add_option("--groups", txn.groups, "entity groups the clients pick from uniformly, a list")->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{10'000'000}))->capture_default_str();
+  x->add_option("--seconds", txn.seconds, "duration of each (clients, groups) cell")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  x->add_option("--runs", txn.runs, "runs of the whole matrix; medians are reported")->check(CLI::Range(1, 99))->capture_default_str();
+  x->add_option("--replicas", txn.replicas, "replica type of datacenters A, B, C, ...: full, witness or read-only")->capture_default_str();
+  x->add_option("--wan", txn.wan, "one-way delays between datacenters, FROM-TO=DELAY,... ('none': loopback only)")->capture_default_str();
+  x->add_option("--at", txn.at, "datacenters the clients run in, round robin")->capture_default_str();
+  x->add_option("--value-size", txn.value_size, "bytes written per transaction")->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
+  x->add_flag("--sync,!--no-sync", txn.sync, "fsync each tablet server's commit log on every write");
+  x->add_flag("--preload,!--no-preload", txn.preload, "commit once in every group before measuring (so each group has a leader)");
+  x->add_flag("--advisory-lock", txn.advisory_lock, "each transaction takes its group's advisory lock first (the remedy for hot groups)");
+  x->add_option("--seed", txn.seed, "random seed for the clients' choices")->capture_default_str();
+  x->add_option("--dir", txn.dir, "directory for the datacenters' data (default: a fresh temp dir, removed afterwards)");
+  x->add_flag("--json", txn.json, "print one JSON object per (clients, groups) cell");
+
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (t->parsed()) return megastore::tools::RunTabletBench(tablet);
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
+  if (x->parsed()) return megastore::tools::RunTxnBench(txn);
   return 2;
 }

@@ -1,0 +1,418 @@
+#include "tools/msbench/txn_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "api/database.h"
+#include "base/delayed_transport.h"
+#include "base/env.h"
+#include "base/logging.h"
+#include "base/random.h"
+#include "base/rpc/rpc_transport.h"
+#include "base/strings.h"
+#include "schema/compiler.h"
+#include "tools/megastored/datacenter.h"
+#include "tools/msbench/stats.h"
+
+namespace megastore::tools {
+namespace {
+
+// Each transaction reads one of ten items of its group and writes it back
+// incremented: a read-modify-write, so concurrent writers to one group
+// conflict (Megastore serializes a group's transactions through its log).
+constexpr char kSchema[] = R"(
+CREATE SCHEMA Bench
+CREATE TABLE Counter {
+  required int64 group_id;
+} PRIMARY KEY(group_id), ENTITY GROUP ROOT;
+CREATE TABLE Item {
+  required int64 group_id;
+  required int64 id;
+  required int64 value;
+  optional bytes payload;
+} PRIMARY KEY(group_id, id), ENTITY GROUP KEY(group_id) REFERENCES Counter;
+)";
+constexpr int64_t kItemsPerGroup = 10;
+
+struct Cell {
+  int clients = 0;
+  int64_t groups = 0;
+  double throughput = 0;        // committed transactions per second
+  double p50_ms = 0, p99_ms = 0;  // a transaction from Begin to the end of Commit, retries included
+  double conflict_rate = 0;     // commit attempts that lost their position
+  double retries_per_txn = 0;   // Run's retries per committed transaction
+  double fast_path = 0;         // commits chosen by the leader's ballot-0 accept
+  double lock_missed = 0;       // advisory lock requests that went ahead without the lock
+  uint64_t committed = 0;
+  uint64_t errors = 0;          // transactions that failed (Unavailable, gave up, ...)
+  std::string first_error;
+};
+
+// Parses "A-B=10ms,A-C=30ms" into one-way delays between datacenter names.
+absl::StatusOr<std::map<std::pair<std::string, std::string>, absl::Duration>> ParseWan(
+    const std::string& spec) {
+  std::map<std::pair<std::string, std::string>, absl::Duration> out;
+  if (spec.empty() || spec == "none") return out;
+  for (absl::string_view link : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(link, '=');
+    std::vector<std::string> ends = kv.size() == 2 ? absl::StrSplit(kv[0], '-') : std::vector<std::string>{};
+    absl::Duration d;
+    if (ends.size() != 2 || !absl::ParseDuration(kv[1], &d) || d < absl::ZeroDuration())
+      return absl::InvalidArgumentError(
+          StrCat("--wan: '", link, "' is not FROM-TO=DELAY (e.g. A-B=10ms)"));
+    out[{ends[0], ends[1]}] = d;
+    out[{ends[1], ends[0]}] = d;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<replication::ReplicaType>> ParseTypes(const std::string& spec) {
+  std::vector<replication::ReplicaType> out;
+  for (absl::string_view t : absl::StrSplit(spec, ',')) {
+    if (t == "full") out.push_back(replication::ReplicaType::kFull);
+    else if (t == "witness") out.push_back(replication::ReplicaType::kWitness);
+    else if (t == "read-only") out.push_back(replication::ReplicaType::kReadOnly);
+    else return absl::InvalidArgumentError(StrCat("--replicas: '", t, "' is not full, witness or read-only"));
+  }
+  if (out.size() < 1 || out.size() > 26)
+    return absl::InvalidArgumentError("--replicas: name 1 to 26 datacenters");
+  return out;
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
+  return v[i];
+}
+
+// An app server in one datacenter: its RPC transport with the WAN delays
+// in front, and the Database on top.
+struct AppServer {
+  std::unique_ptr<rpc::RpcTransport> rpc;
+  std::unique_ptr<DelayedTransport> wan;
+  std::unique_ptr<Database> db;
+};
+
+class Bench {
+ public:
+  Bench(const TxnBenchOptions& o, std::vector<std::unique_ptr<AppServer>> servers,
+        std::vector<int> placement)
+      : o_(o), servers_(std::move(servers)), placement_(std::move(placement)) {
+    payload_.assign(static_cast<size_t>(o.value_size), 'x');
+    options_.advisory_lock = o.advisory_lock;
+  }
+
+  // One read-modify-write transaction on group `g`.
+  absl::StatusOr<CommitInfo> Transact(Database& db, int64_t g, int64_t item) {
+    return db.Run("Counter", {g}, [&](Transaction& t) -> absl::Status {
+      absl::StatusOr<std::optional<schema::Entity>> e = t.Get("Item", {g, item});
+      if (!e.ok()) return e.status();
+      const schema::TableDescriptor* table = db.layout().schema().FindTable("Item");
+      schema::Entity next;
+      int64_t value = 0;
+      if (e->has_value()) next = **e;
+      for (const auto& f : table->fields()) {
+        if (f.name() == "value" && e->has_value()) value = std::get<int64_t>((**e).fields.at(f.number()).at(0));
+      }
+      for (const auto& f : table->fields()) {
+        if (f.name() == "group_id") next.fields[f.number()] = {g};
+        if (f.name() == "id") next.fields[f.number()] = {item};
+        if (f.name() == "value") next.fields[f.number()] = {value + 1};
+        if (f.name() == "payload") next.fields[f.number()] = {payload_};
+      }
+      return t.Put("Item", std::move(next));
+    }, options_);
+  }
+
+  // Commits once in each of the first `groups` groups, `threads` at a time.
+  absl::Status Preload(int64_t groups, int threads) {
+    std::atomic<int64_t> next{0};
+    std::vector<absl::Status> errors(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        Database& db = *servers_[static_cast<size_t>(placement_[static_cast<size_t>(t) % placement_.size()])]->db;
+        for (int64_t g = next.fetch_add(1); g < groups; g = next.fetch_add(1)) {
+          absl::StatusOr<CommitInfo> r = Transact(db, g, 0);
+          if (!r.ok()) {
+            errors[static_cast<size_t>(t)] = r.status();
+            return;
+          }
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    for (const absl::Status& s : errors)
+      if (!s.ok()) return s;
+    return absl::OkStatus();
+  }
+
+  Cell Measure(int clients, int64_t groups, uint64_t seed) {
+    Cell cell;
+    cell.clients = clients;
+    cell.groups = groups;
+    std::vector<replication::GroupClient::Stats> before;
+    uint64_t retries_before = 0;
+    for (auto& s : servers_) {
+      before.push_back(s->db->context().client->stats());
+      retries_before += s->db->retries();
+    }
+    std::atomic<bool> stop{false};
+    std::vector<std::vector<double>> latencies(static_cast<size_t>(clients));
+    std::vector<uint64_t> errors(static_cast<size_t>(clients), 0);
+    std::vector<std::string> first_error(static_cast<size_t>(clients));
+    std::vector<std::thread> threads;
+    Env* env = Env::Default();
+    const int64_t start = env->MonotonicMicros();
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        Random rng(seed * 1000003 + static_cast<uint64_t>(c));
+        Database& db = *servers_[static_cast<size_t>(placement_[static_cast<size_t>(c) % placement_.size()])]->db;
+        while (!stop.load(std::memory_order_relaxed)) {
+          const int64_t g = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(groups)));
+          const int64_t item = static_cast<int64_t>(rng.Uniform(kItemsPerGroup));
+          const int64_t t0 = env->MonotonicMicros();
+          absl::StatusOr<CommitInfo> r = Transact(db, g, item);
+          const int64_t t1 = env->MonotonicMicros();
+          if (r.ok()) {
+            latencies[static_cast<size_t>(c)].push_back(static_cast<double>(t1 - t0) / 1000.0);
+          } else {
+            if (errors[static_cast<size_t>(c)]++ == 0) first_error[static_cast<size_t>(c)] = r.status().ToString();
+            absl::SleepFor(absl::Milliseconds(10));  // do not spin on a failing cluster
+          }
+        }
+      });
+    }
+    absl::SleepFor(absl::Seconds(o_.seconds));
+    stop = true;
+    for (auto& t : threads) t.join();
+    const double elapsed = static_cast<double>(env->MonotonicMicros() - start) / 1e6;
+    std::vector<double> all;
+    for (size_t c = 0; c < latencies.size(); ++c) {
+      all.insert(all.end(), latencies[c].begin(), latencies[c].end());
+      cell.errors += errors[c];
+      if (cell.first_error.empty()) cell.first_error = first_error[c];
+    }
+    cell.committed = all.size();
+    cell.throughput = static_cast<double>(all.size()) / elapsed;
+    cell.p50_ms = Percentile(all, 0.50);
+    cell.p99_ms = Percentile(all, 0.99);
+    uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      const auto now = servers_[i]->db->context().client->stats();
+      commits += now.commits - before[i].commits;
+      fast += now.fast_path - before[i].fast_path;
+      conflicts += now.conflicts - before[i].conflicts;
+      locked += now.locks_granted - before[i].locks_granted;
+      unlocked += now.locks_missed - before[i].locks_missed;
+      retries += servers_[i]->db->retries();
+    }
+    retries -= retries_before;
+    if (commits + conflicts > 0)
+      cell.conflict_rate = static_cast<double>(conflicts) / static_cast<double>(commits + conflicts);
+    if (commits > 0) cell.fast_path = static_cast<double>(fast) / static_cast<double>(commits);
+    if (locked + unlocked > 0)
+      cell.lock_missed = static_cast<double>(unlocked) / static_cast<double>(locked + unlocked);
+    if (cell.committed > 0)
+      cell.retries_per_txn = static_cast<double>(retries) / static_cast<double>(cell.committed);
+    return cell;
+  }
+
+ private:
+  const TxnBenchOptions& o_;
+  std::vector<std::unique_ptr<AppServer>> servers_;
+  std::vector<int> placement_;  // client i runs at servers_[placement_[i % size]]
+  std::string payload_;
+  TransactionOptions options_;
+};
+
+// The median of one figure over runs.
+template <typename F>
+double MedianOf(const std::vector<Cell>& runs, F f) {
+  std::vector<double> v;
+  for (const Cell& c : runs) v.push_back(f(c));
+  return Median(v);
+}
+
+}  // namespace
+
+int RunTxnBench(const TxnBenchOptions& o) {
+  SetLogLevel("warn");
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "msbench txn: %s\n", std::string(s.message()).c_str());
+    return 1;
+  };
+  absl::StatusOr<std::vector<replication::ReplicaType>> types = ParseTypes(o.replicas);
+  if (!types.ok()) return fail(types.status());
+  auto wan = ParseWan(o.wan);
+  if (!wan.ok()) return fail(wan.status());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < types->size(); ++i) names.emplace_back(1, static_cast<char>('A' + i));
+  for (const auto& [link, d] : *wan)
+    for (const std::string& end : {link.first, link.second})
+      if (std::find(names.begin(), names.end(), end) == names.end())
+        return fail(absl::InvalidArgumentError(
+            StrCat("--wan names datacenter ", end, "; --replicas has ", absl::StrJoin(names, ","))));
+  std::vector<int> placement;
+  for (absl::string_view dc : absl::StrSplit(o.at, ',', absl::SkipWhitespace())) {
+    auto it = std::find(names.begin(), names.end(), dc);
+    if (it == names.end())
+      return fail(absl::InvalidArgumentError(StrCat("--at: no datacenter ", dc, " (have ", absl::StrJoin(names, ","), ")")));
+    if ((*types)[static_cast<size_t>(it - names.begin())] == replication::ReplicaType::kWitness)
+      return fail(absl::InvalidArgumentError(StrCat("--at: ", dc, " is a witness; app servers need a replica with data")));
+    placement.push_back(static_cast<int>(it - names.begin()));
+  }
+  if (placement.empty()) return fail(absl::InvalidArgumentError("--at names no datacenter"));
+
+  schema::CompileResult compiled = schema::CompileSchema(kSchema);
+  if (!compiled.ok()) return fail(absl::InternalError("the benchmark's schema does not compile"));
+  absl::StatusOr<schema::Layout> layout = schema::Layout::Create(compiled.descriptor);
+  if (!layout.ok()) return fail(layout.status());
+
+  Env* env = Env::Default();
+  std::string root = o.dir;
+  const bool temp = root.empty();
+  if (temp) root = (std::filesystem::temp_directory_path() / StrCat("msbench-txn-", env->Random64())).string();
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return fail(absl::InternalError(StrCat("cannot create ", root, ": ", ec.message())));
+  int rc = 0;
+  {
+    auto cluster = server::LocalCluster::Start(env, root, *types, txn::TablesFor(*layout), o.sync);
+    if (!cluster.ok()) return fail(cluster.status());
+    if (!(*cluster)->WaitUntilServing(absl::Seconds(10)))
+      return fail(absl::UnavailableError("the coordinators did not get their locks within 10 s"));
+    const auto& replicas = (*cluster)->replicas();
+    std::map<std::string, std::string> dc_of;  // node address -> datacenter
+    for (const auto& r : replicas) dc_of[r.replication] = r.name;
+
+    // One app server per datacenter that runs clients.
+    std::vector<std::unique_ptr<AppServer>> servers;
+    std::vector<int> server_of(names.size(), -1);
+    std::vector<int> client_servers;
+    for (int dc : placement) {
+      if (server_of[static_cast<size_t>(dc)] < 0) {
+        auto s = std::make_unique<AppServer>();
+        s->rpc = std::make_unique<rpc::RpcTransport>();
+        const std::string here = names[static_cast<size_t>(dc)];
+        const auto delays = *wan;
+        s->wan = std::make_unique<DelayedTransport>(
+            env, s->rpc.get(), [here, delays, dc_of](std::string_view to) {
+              auto node = dc_of.find(std::string(to));
+              if (node == dc_of.end()) return absl::ZeroDuration();
+              auto d = delays.find({here, node->second});
+              return d == delays.end() ? absl::ZeroDuration() : d->second;
+            });
+        DatabaseOptions d;
+        d.replicas = replicas;
+        d.local = here;
+        d.schema = compiled.descriptor;
+        d.transport = s->wan.get();
+        auto db = Database::Open(d);
+        if (!db.ok()) return fail(db.status());
+        s->db = std::move(*db);
+        server_of[static_cast<size_t>(dc)] = static_cast<int>(servers.size());
+        servers.push_back(std::move(s));
+      }
+      client_servers.push_back(server_of[static_cast<size_t>(dc)]);
+    }
+    Bench bench(o, std::move(servers), client_servers);
+
+    // The floor: a commit needs at least one round trip from the client's
+    // datacenter to the nearest other voter.
+    std::vector<double> floors;
+    for (int dc : placement) {
+      double best = 0;
+      for (size_t v = 0; v < names.size(); ++v) {
+        if (static_cast<int>(v) == dc || (*types)[v] == replication::ReplicaType::kReadOnly) continue;
+        auto d = wan->find({names[static_cast<size_t>(dc)], names[v]});
+        const double rtt = d == wan->end() ? 0 : 2 * absl::ToDoubleMilliseconds(d->second);
+        if (best == 0 || rtt < best) best = rtt;
+      }
+      floors.push_back(best);
+    }
+    const double floor_ms = floors.empty() ? 0 : *std::min_element(floors.begin(), floors.end());
+
+    const int64_t max_groups = *std::max_element(o.groups.begin(), o.groups.end());
+    const int max_clients = *std::max_element(o.clients.begin(), o.clients.end());
+    if (o.preload) {
+      const int64_t t0 = env->MonotonicMicros();
+      if (absl::Status s = bench.Preload(max_groups, std::max(max_clients, 16)); !s.ok()) {
+        std::fprintf(stderr, "msbench txn: preloading %lld groups failed: %s\n",
+                     static_cast<long long>(max_groups), s.ToString().c_str());
+        rc = 1;
+      } else if (!o.json) {
+        std::printf("preloaded %lld groups in %.1f s\n", static_cast<long long>(max_groups),
+                    static_cast<double>(env->MonotonicMicros() - t0) / 1e6);
+      }
+    }
+    if (rc == 0 && !o.json) {
+      std::printf("replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %.1f s per cell, median of %d run(s)\n",
+                  o.replicas.c_str(), o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
+                  o.advisory_lock ? "advisory locks" : "no advisory locks", o.seconds, o.runs);
+      std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
+      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s\n", "clients", "groups", "txn/s", "p50 ms",
+                  "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors");
+    }
+    std::map<std::pair<int, int64_t>, std::vector<Cell>> results;
+    for (int run = 0; rc == 0 && run < o.runs; ++run)
+      for (int64_t groups : o.groups)
+        for (int clients : o.clients)
+          results[{clients, groups}].push_back(
+              bench.Measure(clients, groups, o.seed + static_cast<uint64_t>(run)));
+    for (int64_t groups : o.groups) {
+      for (int clients : o.clients) {
+        if (rc != 0) break;
+        const std::vector<Cell>& runs = results[{clients, groups}];
+        const double tput = MedianOf(runs, [](const Cell& c) { return c.throughput; });
+        const double p50 = MedianOf(runs, [](const Cell& c) { return c.p50_ms; });
+        const double p99 = MedianOf(runs, [](const Cell& c) { return c.p99_ms; });
+        const double conflict = MedianOf(runs, [](const Cell& c) { return c.conflict_rate; });
+        const double retry = MedianOf(runs, [](const Cell& c) { return c.retries_per_txn; });
+        const double fast = MedianOf(runs, [](const Cell& c) { return c.fast_path; });
+        const double missed = MedianOf(runs, [](const Cell& c) { return c.lock_missed; });
+        uint64_t errors = 0;
+        std::string first_error;
+        for (const Cell& c : runs) {
+          errors += c.errors;
+          if (first_error.empty()) first_error = c.first_error;
+        }
+        const double ratio = floor_ms > 0 ? p50 / floor_ms : 0;
+        if (o.json) {
+          std::printf(
+              "{\"bench\":\"txn\",\"clients\":%d,\"groups\":%lld,\"replicas\":\"%s\",\"at\":\"%s\","
+              "\"wan\":\"%s\",\"sync\":%s,\"seconds\":%.2f,\"runs\":%d,\"txn_per_s\":%.1f,"
+              "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
+              "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
+              "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"errors\":%llu}\n",
+              clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(), o.wan.c_str(),
+              o.sync ? "true" : "false", o.seconds, o.runs, tput, p50, p99, floor_ms, ratio, conflict,
+              retry, fast, o.advisory_lock ? "true" : "false", missed,
+              static_cast<unsigned long long>(errors));
+        } else {
+          std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.1f%% %7llu\n", clients,
+                      static_cast<long long>(groups), tput, p50, p99, ratio, 100 * conflict, retry,
+                      100 * fast, static_cast<unsigned long long>(errors));
+        }
+        if (o.advisory_lock && !o.json && missed > 0)
+          std::printf("        advisory lock missed (went ahead unlocked): %.1f%%\n", 100 * missed);
+        if (errors > 0 && !o.json) std::printf("        first error: %s\n", first_error.c_str());
+      }
+    }
+    std::fflush(stdout);
+  }
+  if (temp) std::filesystem::remove_all(root, ec);
+  return rc;
+}
+
+}  // namespace megastore::tools

@@ -1,0 +1,33 @@
+// `msbench txn`: read-modify-write transactions through the client API on
+// three datacenters in this process, with emulated WAN latency between
+// them — 1, 16 and 64 clients over 1, 10 and 10,000 entity groups.
+// Reports throughput, p50/p99 latency, conflict and retry rates and the
+// fast-path hit rate (docs/benchmarks.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megastore::tools {
+
+struct TxnBenchOptions {
+  std::vector<int> clients = {1, 16, 64};
+  std::vector<int64_t> groups = {1, 10, 10000};
+  double seconds = 3;        // per cell
+  int runs = 3;              // the median of each figure is reported
+  std::string replicas = "full,full,witness";  // datacenters A, B, C
+  std::string wan = "A-B=10ms,A-C=30ms,B-C=25ms";  // one-way delays
+  std::string at = "A,B";    // where the clients run, round robin
+  int64_t value_size = 100;  // bytes written per transaction
+  bool sync = false;         // fsync each tablet server's commit log
+  bool preload = true;       // commit once in every group before measuring
+  bool advisory_lock = false;  // transactions take their group's advisory lock
+  uint64_t seed = 1;
+  bool json = false;
+  std::string dir;           // data of the three datacenters (default: temp, removed)
+};
+
+int RunTxnBench(const TxnBenchOptions& options);
+
+}  // namespace megastore::tools
