@@ -278,7 +278,20 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     }
     if (late) return late_->Add(c_->voters()[request.acceptor]);
     if (chosen) return Finish(std::move(*chosen));
-    if (stalled) ScheduleRetry(round, Backoff(round));
+    if (stalled) {
+      // Refused on the fast path because the leader took another writer's
+      // value at ballot 0: that writer is most likely finishing the
+      // position. Preparing at once would preempt its accepts (with many
+      // writers on one group, everyone's, round after round); wait long
+      // enough for it to finish, and the next round mostly just learns the
+      // outcome from the replicas.
+      const bool lost_fast_path = request.type == paxos::Message::Type::kAccept &&
+                                  request.ballot == paxos::Ballot{} && m.accepted_ballot &&
+                                  *m.accepted_ballot == paxos::Ballot{} &&
+                                  m.accepted_value != request.value;
+      ScheduleRetry(round, lost_fast_path ? c_->options().leader_timeout + Backoff(round)
+                                          : Backoff(round));
+    }
     Send(std::move(out), round);
   }
 
