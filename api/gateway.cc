@@ -1,0 +1,292 @@
+#include "api/gateway.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/escaping.h"
+#include "api/gateway.pb.h"
+#include "base/await.h"
+#include "base/http/http_server.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "schema/entity_json.h"
+
+namespace megastore {
+
+namespace {
+
+using google::protobuf::util::JsonStringToMessage;
+using google::protobuf::util::MessageToJsonString;
+
+int HttpStatus(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAborted: return 409;
+    case absl::StatusCode::kFailedPrecondition: return 412;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+Gateway::Reply Json(const google::protobuf::Message& m) {
+  std::string out;
+  if (!MessageToJsonString(m, &out).ok()) return {500, R"({"code":"INTERNAL","message":"unprintable reply"})"};
+  return {200, out + "\n"};
+}
+
+Gateway::Reply Error(const absl::Status& s) {
+  gateway::Error e;
+  e.set_code(absl::StatusCodeToString(s.code()));
+  e.set_message(std::string(s.message()));
+  Gateway::Reply r = Json(e);
+  r.status = HttpStatus(s);
+  return r;
+}
+
+absl::StatusOr<replication::ReadLevel> ParseLevel(const std::string& level,
+                                                  replication::ReadLevel fallback) {
+  if (level.empty()) return fallback;
+  if (level == "current") return replication::ReadLevel::kCurrent;
+  if (level == "snapshot") return replication::ReadLevel::kSnapshot;
+  if (level == "inconsistent") return replication::ReadLevel::kInconsistent;
+  return absl::InvalidArgumentError(
+      StrCat("level: \"", level, "\" is not current, snapshot or inconsistent"));
+}
+
+std::string EncodeToken(const txn::Transaction& t) {
+  gateway::ReadToken token;
+  token.set_root(t.group().root());
+  token.set_position(t.position().position);
+  token.set_timestamp(t.position().timestamp);
+  token.set_next_leader(t.position().next_leader);
+  token.set_replica(t.position().replica);
+  return absl::WebSafeBase64Escape(token.SerializeAsString());
+}
+
+// Answers one request.
+class RequestHandler {
+ public:
+  RequestHandler(Database* db, absl::Duration deadline) : db_(db), ctx_(db->context()) {
+    options_.deadline = deadline;
+  }
+
+  absl::StatusOr<const schema::TableDescriptor*> Table(const std::string& name, std::string_view what) {
+    if (name.empty()) return absl::InvalidArgumentError(StrCat(what, ": missing"));
+    const schema::TableDescriptor* t = db_->layout().schema().FindTable(name);
+    if (t == nullptr) return absl::NotFoundError(StrCat(what, ": no table ", name));
+    return t;
+  }
+
+  // A transaction on the group of `table`'s entity with key (prefix) `key`.
+  absl::StatusOr<std::shared_ptr<txn::Transaction>> Begin(const schema::TableDescriptor& table,
+                                                          const std::vector<schema::KeyValue>& key,
+                                                          replication::ReadLevel level) {
+    MS_ASSIGN_OR_RETURN(std::string root, db_->layout().GroupRow(table, key));
+    txn::TransactionOptions o = options_;
+    o.level = level;
+    return Await<std::shared_ptr<txn::Transaction>>(
+        [&](auto cb) { txn::Transaction::BeginAtRow(ctx_, root, o, std::move(cb)); });
+  }
+
+  absl::StatusOr<gateway::GetReply> Get(const gateway::GetRequest& req) {
+    MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(req.table(), "table"));
+    MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
+    MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> key,
+                        schema::KeyFromJson(*table, table->primary_key(), req.key(), "key"));
+    if (key.size() != static_cast<size_t>(table->primary_key_size()))
+      return absl::InvalidArgumentError(StrCat("key: ", table->name(), " has ", table->primary_key_size(),
+                                               " key parts; ", key.size(), " given"));
+    MS_ASSIGN_OR_RETURN(auto t, Begin(*table, key, level));
+    MS_ASSIGN_OR_RETURN(std::optional<schema::Entity> e,
+                        Await<std::optional<schema::Entity>>([&](auto cb) { t->Get(table->name(), key, std::move(cb)); }));
+    gateway::GetReply reply;
+    reply.set_found(e.has_value());
+    if (e) *reply.mutable_entity() = schema::EntityToJson(db_->layout().schema(), *table, *e);
+    reply.set_read_token(EncodeToken(*t));
+    reply.set_position(t->position().position);
+    return reply;
+  }
+
+  absl::StatusOr<gateway::QueryReply> Query(const gateway::QueryRequest& req) {
+    const schema::SchemaIndex& sx = db_->layout().schema();
+    txn::QueryOptions q;
+    q.limit = req.limit();
+    q.cursor = req.cursor();
+    gateway::QueryReply reply;
+    auto fill = [&](const schema::TableDescriptor& table, const txn::QueryResult& r) {
+      for (const schema::Entity& e : r.entities) *reply.add_entities() = schema::EntityToJson(sx, table, e);
+      reply.set_cursor(r.cursor);
+    };
+    if (!req.index().empty()) {
+      const schema::IndexDescriptor* index = sx.FindIndex(req.index());
+      if (index == nullptr) return absl::NotFoundError(StrCat("index: no index ", req.index()));
+      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(index->table(), "index table"));
+      MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> values,
+                          schema::KeyFromJson(*table, index->columns(), req.values(), "values"));
+      if (index->scope() == schema::IndexDescriptor::GLOBAL) {
+        MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kSnapshot));
+        MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
+                              txn::GlobalIndexQuery(ctx_, index->name(), values, q, level, std::move(cb));
+                            }));
+        fill(*table, r);
+        return reply;
+      }
+      MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
+      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root, Table(req.root_table(), "root_table"));
+      MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> root_key,
+                          schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
+      MS_ASSIGN_OR_RETURN(auto t, Begin(*root, root_key, level));
+      MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
+                            t->IndexQuery(index->name(), values, q, std::move(cb));
+                          }));
+      fill(*table, r);
+      reply.set_read_token(EncodeToken(*t));
+      return reply;
+    }
+    MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(req.table(), "table"));
+    MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
+    MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> prefix,
+                        schema::KeyFromJson(*table, table->primary_key(), req.key_prefix(), "key_prefix"));
+    MS_ASSIGN_OR_RETURN(auto t, Begin(*table, prefix, level));
+    MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
+                          t->Query(table->name(), prefix, q, std::move(cb));
+                        }));
+    fill(*table, r);
+    reply.set_read_token(EncodeToken(*t));
+    return reply;
+  }
+
+  // Buffers the request's mutations in `t`.
+  absl::Status Apply(const gateway::CommitRequest& req, txn::Transaction& t) {
+    for (int i = 0; i < req.mutations_size(); ++i) {
+      const gateway::Mutation& m = req.mutations(i);
+      const std::string what = StrCat("mutations[", i, "]");
+      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(m.table(), what + ".table"));
+      if (m.has_put() == (m.delete_key_size() > 0))
+        return absl::InvalidArgumentError(StrCat(what, ": give exactly one of put and delete_key"));
+      if (m.has_put()) {
+        MS_ASSIGN_OR_RETURN(schema::Entity e, schema::EntityFromJson(db_->layout().schema(), *table, m.put()));
+        if (absl::Status s = t.Put(table->name(), std::move(e)); !s.ok())
+          return absl::Status(s.code(), StrCat(what, ": ", s.message()));
+      } else {
+        MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> key,
+                            schema::KeyFromJson(*table, table->primary_key(), m.delete_key(), what + ".delete_key"));
+        if (absl::Status s = t.Delete(table->name(), std::move(key)); !s.ok())
+          return absl::Status(s.code(), StrCat(what, ": ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<gateway::CommitReply> Commit(const gateway::CommitRequest& req) {
+    MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root, Table(req.root_table(), "root_table"));
+    MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> root_key,
+                        schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
+    MS_ASSIGN_OR_RETURN(std::string root_row, db_->layout().GroupRow(*root, root_key));
+    if (req.mutations_size() == 0) return absl::InvalidArgumentError("mutations: none given");
+    absl::StatusOr<txn::CommitInfo> info;
+    if (!req.read_token().empty()) {
+      // Commit right after the read: the next position, or a conflict.
+      std::string raw;
+      gateway::ReadToken token;
+      if (!absl::WebSafeBase64Unescape(req.read_token(), &raw) || !token.ParseFromString(raw))
+        return absl::InvalidArgumentError("read_token: not a token this gateway gave out");
+      const auto& replicas = ctx_.client->options().replicas;
+      if (token.replica() < 0 || token.replica() >= static_cast<int>(replicas.size()) ||
+          replicas[static_cast<size_t>(token.replica())].type == replication::ReplicaType::kWitness)
+        return absl::InvalidArgumentError("read_token: names no replica with data");
+      if (token.root() != root_row)
+        return absl::InvalidArgumentError("read_token: it is from a read of another entity group");
+      replication::GroupRef group;
+      group.set_table(db_->layout().entity_table());
+      group.set_root(root_row);
+      replication::LogPosition at;
+      at.position = token.position();
+      at.timestamp = token.timestamp();
+      at.next_leader = token.next_leader();
+      at.replica = token.replica();
+      auto t = std::make_shared<txn::Transaction>(
+          ctx_, options_, group, at,
+          ctx_.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options_.deadline));
+      MS_RETURN_IF_ERROR(Apply(req, *t));
+      info = Await<txn::CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });
+    } else {
+      // A blind write: retried on conflict (it read nothing that could change).
+      info = Await<txn::CommitInfo>([&](auto cb) {
+        txn::RunAtRow(
+            ctx_, root_row,
+            [&](std::shared_ptr<txn::Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+              done(Apply(req, *t));
+            },
+            std::move(cb));
+      });
+    }
+    if (!info.ok()) return info.status();
+    gateway::CommitReply reply;
+    reply.set_position(info->position);
+    reply.set_timestamp(info->timestamp);
+    return reply;
+  }
+
+ private:
+  Database* const db_;
+  const txn::Context ctx_;
+  txn::TransactionOptions options_;
+};
+
+template <typename Request, typename Fn>
+Gateway::Reply Serve(const std::string& body, Fn fn) {
+  Request req;
+  google::protobuf::util::JsonParseOptions o;
+  o.ignore_unknown_fields = false;
+  if (auto st = JsonStringToMessage(body, &req, o); !st.ok())
+    return Error(absl::InvalidArgumentError(StrCat("request is not valid JSON for ",
+                                                   Request::descriptor()->name(), ": ", st.message().as_string())));
+  auto reply = fn(req);
+  if (!reply.ok()) return Error(reply.status());
+  return Json(*reply);
+}
+
+}  // namespace
+
+Gateway::Gateway(Database* db, GatewayOptions options) : db_(db), options_(std::move(options)) {}
+
+Gateway::~Gateway() { Stop(); }
+
+Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body) {
+  RequestHandler h(db_, options_.deadline);
+  if (path == "/v1/get")
+    return Serve<gateway::GetRequest>(body, [&](const auto& r) { return h.Get(r); });
+  if (path == "/v1/query")
+    return Serve<gateway::QueryRequest>(body, [&](const auto& r) { return h.Query(r); });
+  if (path == "/v1/commit")
+    return Serve<gateway::CommitRequest>(body, [&](const auto& r) { return h.Commit(r); });
+  if (path == "/v1/schema") return Json(db_->layout().schema().schema());
+  return Error(absl::NotFoundError(StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
+}
+
+absl::Status Gateway::Start() {
+  server_ = std::make_unique<http::HttpServer>(options_.listen, options_.workers);
+  for (const char* path : {"/v1/get", "/v1/query", "/v1/commit", "/v1/schema"}) {
+    const std::string p = path;
+    server_->HandleRequests(p, [this, p](const http::Request& req) {
+      const bool get_ok = p == "/v1/schema";
+      if (req.method != "POST" && !(get_ok && req.method == "GET"))
+        return http::Response{405, "application/json",
+                              StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ",
+                                     get_ok ? "GET" : "POST", "\"}\n")};
+      Reply r = Handle(p, req.body);
+      return http::Response{r.status, "application/json", std::move(r.json)};
+    });
+  }
+  return server_->Start();
+}
+
+void Gateway::Stop() {
+  if (server_) server_->Stop();
+}
+
+int Gateway::port() const { return server_ ? server_->port() : 0; }
+
+}  // namespace megastore

@@ -1,0 +1,202 @@
+// The HTTP/JSON gateway end to end: PhotoApp over three datacenters in this
+// process, through JSON requests (and once over real HTTP).
+#include "api/gateway.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "base/strings.h"
+#include "base/test_util.h"
+#include "gtest/gtest.h"
+#include "photoapp/PhotoApp.schema.h"
+#include "tools/megastored/datacenter.h"
+
+namespace megastore {
+namespace {
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto layout = schema::Layout::Create(photoapp::Schema());
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    auto cluster = server::LocalCluster::Start(
+        &env_, dir_.path(), {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
+                             replication::ReplicaType::kWitness},
+        txn::TablesFor(*layout), /*sync_log=*/false);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    ASSERT_TRUE(cluster_->WaitUntilServing(absl::Seconds(5)));
+    DatabaseOptions o;
+    o.replicas = cluster_->replicas();
+    o.local = "A";
+    o.schema = photoapp::Schema();
+    auto db = Database::Open(o);
+    ASSERT_TRUE(db.ok()) << db.status();
+    db_ = std::move(*db);
+    gateway_ = std::make_unique<Gateway>(db_.get(), GatewayOptions{});
+  }
+
+  Gateway::Reply Post(const std::string& path, const std::string& json) {
+    return gateway_->Handle(path, json);
+  }
+
+  RealEnv env_{11};
+  TestDir dir_;
+  std::unique_ptr<server::LocalCluster> cluster_;
+  std::unique_ptr<Database> db_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+TEST_F(GatewayTest, EntitiesGoInAndComeOutAsJson) {
+  Gateway::Reply put = Post("/v1/commit", R"({
+    "root_table": "User", "root_key": ["7"],
+    "mutations": [
+      {"table": "User", "put": {"user_id": "7", "name": "Ada"}},
+      {"table": "Photo", "put": {"user_id": 7, "photo_id": 1, "time": "100",
+                                 "full_url": "https://p/1", "tag": ["beach", "sun"]}},
+      {"table": "Photo", "put": {"user_id": 7, "photo_id": 2, "time": "50",
+                                 "full_url": "https://p/2", "tag": ["city"]}}
+    ]})");
+  ASSERT_EQ(put.status, 200) << put.json;
+  EXPECT_NE(put.json.find("\"position\""), std::string::npos) << put.json;
+
+  Gateway::Reply got = Post("/v1/get", R"({"table": "Photo", "key": [7, 1]})");
+  ASSERT_EQ(got.status, 200) << got.json;
+  EXPECT_NE(got.json.find(R"("found":true)"), std::string::npos) << got.json;
+  EXPECT_NE(got.json.find(R"("tag":["beach","sun"])"), std::string::npos) << got.json;
+  EXPECT_NE(got.json.find(R"("time":"100")"), std::string::npos) << "int64 as a string: " << got.json;
+  EXPECT_NE(got.json.find(R"("photo_id":1)"), std::string::npos) << "int32 as a number: " << got.json;
+
+  Gateway::Reply missing = Post("/v1/get", R"({"table": "Photo", "key": [7, 99]})");
+  ASSERT_EQ(missing.status, 200) << missing.json;
+  EXPECT_EQ(missing.json.find("\"found\":true"), std::string::npos) << missing.json;
+
+  // Ancestor query, local index query (by time), global index query (by tag).
+  Gateway::Reply photos = Post("/v1/query", R"({"table": "Photo", "key_prefix": ["7"]})");
+  ASSERT_EQ(photos.status, 200) << photos.json;
+  EXPECT_LT(photos.json.find("https://p/1"), photos.json.find("https://p/2")) << "key order: " << photos.json;
+  Gateway::Reply by_time = Post("/v1/query", R"({"root_table": "User", "root_key": ["7"],
+                                                 "index": "PhotosByTime", "values": ["7"]})");
+  ASSERT_EQ(by_time.status, 200) << by_time.json;
+  EXPECT_LT(by_time.json.find("https://p/2"), by_time.json.find("https://p/1")) << "time order: " << by_time.json;
+  Gateway::Reply beach = Post("/v1/query", R"({"index": "PhotosByTag", "values": ["beach"], "level": "current"})");
+  ASSERT_EQ(beach.status, 200) << beach.json;
+  EXPECT_NE(beach.json.find("https://p/1"), std::string::npos) << beach.json;
+  EXPECT_EQ(beach.json.find("https://p/2"), std::string::npos) << beach.json;
+
+  Gateway::Reply del = Post("/v1/commit", R"({"root_table": "User", "root_key": ["7"],
+      "mutations": [{"table": "Photo", "delete_key": ["7", 2]}]})");
+  ASSERT_EQ(del.status, 200) << del.json;
+  Gateway::Reply after = Post("/v1/query", R"({"table": "Photo", "key_prefix": ["7"]})");
+  EXPECT_EQ(after.json.find("https://p/2"), std::string::npos) << after.json;
+}
+
+TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
+  ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["8"],
+      "mutations": [{"table": "User", "put": {"user_id": "8", "name": "v1"}}]})").status, 200);
+  auto token_of = [](const std::string& json) {
+    const std::string key = "\"readToken\":\"";
+    const size_t at = json.find(key);
+    if (at == std::string::npos) return std::string();
+    return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
+  };
+  const std::string first = token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json);
+  const std::string second = token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json);
+  ASSERT_FALSE(first.empty());
+  auto commit = [&](const std::string& token, const std::string& name) {
+    return Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["8"], "read_token": ")", token,
+                                     R"(", "mutations": [{"table": "User", "put": {"user_id": "8", "name": ")",
+                                     name, R"("}}]})"));
+  };
+  Gateway::Reply won = commit(first, "v2");
+  EXPECT_EQ(won.status, 200) << won.json;
+  Gateway::Reply lost = commit(second, "v3");
+  EXPECT_EQ(lost.status, 409) << "the group changed since that read: " << lost.json;
+  EXPECT_NE(lost.json.find("ABORTED"), std::string::npos) << lost.json;
+  Gateway::Reply now = Post("/v1/get", R"({"table": "User", "key": ["8"]})");
+  EXPECT_NE(now.json.find("\"v2\""), std::string::npos) << now.json;
+
+  Gateway::Reply other_group = Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["9"], "read_token": ")",
+      token_of(now.json), R"(", "mutations": [{"table": "User", "put": {"user_id": "9", "name": "x"}}]})"));
+  EXPECT_EQ(other_group.status, 400) << other_group.json;
+  Gateway::Reply forged = commit("bm90IGEgdG9rZW4", "x");
+  EXPECT_EQ(forged.status, 400) << forged.json;
+}
+
+TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {
+  struct Case {
+    std::string path, body, expect;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/get", "{not json", "not valid JSON", 400},
+      {"/v1/get", R"({"table": "User", "key": ["8"], "colour": 1})", "colour", 400},
+      {"/v1/get", R"({"table": "Nope", "key": [1]})", "no table Nope", 404},
+      {"/v1/get", R"({"table": "User", "key": ["eight"]})", "is not an integer", 400},
+      {"/v1/get", R"({"table": "Photo", "key": [1]})", "2 key parts", 400},
+      {"/v1/get", R"({"table": "User", "key": [1], "level": "eventual"})", "eventual", 400},
+      {"/v1/query", R"({"index": "Nope", "values": [1]})", "no index Nope", 404},
+      {"/v1/commit", R"({"root_table": "User", "root_key": [5],
+          "mutations": [{"table": "Photo", "put": {"user_id": 5, "photo_id": 1, "full_url": "u"}}]})",
+       "time", 400},  // a required field is missing
+      {"/v1/commit", R"({"root_table": "User", "root_key": [5],
+          "mutations": [{"table": "Photo", "put": {"user_id": 5, "photo_id": 99999999999, "time": 1, "full_url": "u"}}]})",
+       "out of range for int32", 400},
+      {"/v1/commit", R"({"root_table": "User", "root_key": [5],
+          "mutations": [{"table": "User", "put": {"user_id": 5, "name": "n", "age": 3}}]})",
+       "User.age: no such field", 400},
+      {"/v1/commit", R"({"root_table": "User", "root_key": [5],
+          "mutations": [{"table": "User", "put": {"user_id": 6, "name": "n"}}]})",
+       "another entity group", 400},
+      {"/v1/commit", R"({"root_table": "User", "root_key": [5], "mutations": []})", "none given", 400},
+      {"/v1/nothing", "{}", "no endpoint", 404},
+  };
+  for (const Case& c : cases) {
+    Gateway::Reply r = Post(c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.json;
+    EXPECT_NE(r.json.find(c.expect), std::string::npos) << c.body << " -> " << r.json;
+  }
+  Gateway::Reply none = Post("/v1/query", R"({"table": "Photo", "key_prefix": [5]})");
+  ASSERT_EQ(none.status, 200) << none.json;
+  EXPECT_EQ(none.json.find("entities"), std::string::npos) << "nothing was written: " << none.json;
+}
+
+// The same over HTTP: status codes and JSON bodies.
+TEST_F(GatewayTest, ServesOverHttp) {
+  ASSERT_TRUE(gateway_->Start().ok());
+  namespace beast = boost::beast;
+  namespace bhttp = beast::http;
+  auto request = [&](bhttp::verb verb, const std::string& path, const std::string& body) {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket socket(io);
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(gateway_->port())});
+    bhttp::request<bhttp::string_body> req{verb, path, 11};
+    req.set(bhttp::field::host, "127.0.0.1");
+    req.set(bhttp::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    bhttp::write(socket, req);
+    beast::flat_buffer buffer;
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(socket, buffer, res);
+    return std::make_pair(res.result_int(), res.body());
+  };
+  auto put = request(bhttp::verb::post, "/v1/commit", R"({"rootTable": "User", "rootKey": ["3"],
+      "mutations": [{"table": "User", "put": {"user_id": "3", "name": "Grace"}}]})");
+  EXPECT_EQ(put.first, 200u) << put.second;
+  auto got = request(bhttp::verb::post, "/v1/get", R"({"table": "User", "key": ["3"]})");
+  EXPECT_EQ(got.first, 200u) << got.second;
+  EXPECT_NE(got.second.find("Grace"), std::string::npos) << got.second;
+  auto bad = request(bhttp::verb::post, "/v1/get", R"({"table": 7})");
+  EXPECT_EQ(bad.first, 400u) << bad.second;
+  auto wrong_verb = request(bhttp::verb::get, "/v1/get", "");
+  EXPECT_EQ(wrong_verb.first, 405u) << wrong_verb.second;
+  auto schema = request(bhttp::verb::get, "/v1/schema", "");
+  EXPECT_EQ(schema.first, 200u);
+  EXPECT_NE(schema.second.find("PhotosByTag"), std::string::npos) << schema.second;
+  gateway_->Stop();
+}
+
+}  // namespace
+}  // namespace megastore
