@@ -294,53 +294,15 @@ absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionO
       if (absl::IsAborted(last) || absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last)) continue;
       return last;
     }
-    std::vector<Transaction*> writers;
-    for (auto& [root, part] : multi.parts_)
-      if (part->txn_->has_writes()) writers.push_back(part.get());
-    if (writers.size() <= 1) {
-      if (writers.empty()) return CommitInfo{};
-      absl::StatusOr<CommitInfo> info = writers[0]->Commit();
-      if (info.ok() || !absl::IsAborted(info.status())) return info;
-      last = info.status();
-      continue;
-    }
-    // Phase one: prepare in every group; the first group keeps the decision.
-    const std::string txid = fmt::format("{:016x}", env_->Random64());
-    const std::string decision_root = writers[0]->txn_->group().root();
-    absl::Status prepared = absl::OkStatus();
-    for (Transaction* w : writers) {
-      absl::StatusOr<CommitInfo> r = Await<CommitInfo>([&](auto cb) {
-        w->txn_->Prepare(txid, decision_root, std::move(cb));
-      });
-      if (!r.ok()) {
-        prepared = r.status();
-        break;
-      }
-    }
-    // The decision: commit if every group prepared (unless a group's other
-    // writer already timed this transaction out and decided abort).
-    std::optional<bool> propose = prepared.ok();
-    absl::StatusOr<std::optional<bool>> decided = Await<std::optional<bool>>([&](auto cb) {
-      txn::Decide(ctx, decision_root, txid, propose, std::move(cb));
-    });
-    if (!decided.ok()) return decided.status();  // unknown: resolvers will finish it
-    const bool commit = decided->value_or(false);
-    // Phase two in every group (also where preparing failed: a no-op there).
-    for (Transaction* w : writers) {
-      absl::StatusOr<bool> done = Await<bool>([&](auto cb) {
-        txn::FinishPrepared(ctx, w->txn_->group().root(), txid, commit, std::move(cb));
-      });
-      // A failure here leaves the group to the next writer's resolution,
-      // which applies the recorded decision.
-      (void)done;
-    }
-    if (commit) {
-      CommitInfo info;
-      info.wrote = true;
-      info.attempts = attempt;
+    std::vector<std::shared_ptr<txn::Transaction>> parts;
+    for (auto& [root, part] : multi.parts_) parts.push_back(part->txn_);
+    absl::StatusOr<CommitInfo> info =
+        Await<CommitInfo>([&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
+    if (info.ok()) {
+      info->attempts = attempt;
       return info;
     }
-    last = prepared.ok() ? absl::AbortedError("the two-phase transaction was aborted") : prepared;
+    last = info.status();
     if (!absl::IsAborted(last)) return last;
   }
   return last;

@@ -32,6 +32,14 @@ absl::Duration Capped(GroupClient* c, int64_t deadline, absl::Duration d) {
   return std::min(d, absl::Microseconds(std::max<int64_t>(0, deadline - c->env()->MonotonicMicros())));
 }
 
+// Runs `fn` after `d` on the Env's timer, unless the client is gone by then.
+void Later(GroupClient* c, absl::Duration d, std::function<void()> fn) {
+  c->env()->Schedule(d, [life = c->lifetime(), fn = std::move(fn)] {
+    GroupClient::Entry entry(life);
+    if (entry) fn();
+  });
+}
+
 absl::Duration Jitter(GroupClient* c, absl::Duration max) {
   const int64_t us = std::max<int64_t>(1, absl::ToInt64Microseconds(max));
   return absl::Microseconds(static_cast<int64_t>(c->env()->Random64() % us) + 1);
@@ -49,7 +57,9 @@ void CallProto(GroupClient* c, const std::string& node, std::string_view method,
     wait = std::clamp(absl::Microseconds(deadline - c->env()->MonotonicMicros()),
                       absl::Milliseconds(1), wait);
   c->transport()->Call(node, method, request.SerializeAsString(), wait,
-                       [m, done = std::move(done)](absl::StatusOr<std::string> r) mutable {
+                       [life = c->lifetime(), m, done = std::move(done)](absl::StatusOr<std::string> r) mutable {
+                         GroupClient::Entry entry(life);
+                         if (!entry) return;  // the client is gone
                          if (!r.ok()) return done(r.status());
                          Reply reply;
                          if (!reply.ParseFromString(*r))
@@ -71,7 +81,7 @@ void CallRetrying(GroupClient* c, std::string node, std::string method, Request 
                                             absl::IsUnavailable(r.status());
                      if (r.ok() || !transient || Expired(c, deadline))
                        return (*parked)(std::move(r));
-                     c->env()->Schedule(Capped(c, deadline, Jitter(c, c->options().max_backoff)),
+                     Later(c, Capped(c, deadline, Jitter(c, c->options().max_backoff)),
                                         [c, node, method, request, deadline, parked] {
                                           CallRetrying<Reply>(c, node, method, request, deadline,
                                                               std::move(*parked));
@@ -300,7 +310,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     // for the acceptor's own storage) is lost: retry after a backoff.
     const absl::Duration wait =
         limit.value_or(c_->options().rpc_timeout + c_->options().rpc_timeout / 4);
-    c_->env()->Schedule(Capped(c_, deadline_, wait), [self = shared_from_this(), round] {
+    Later(c_, Capped(c_, deadline_, wait), [self = shared_from_this(), round] {
       bool retry = false;
       {
         absl::MutexLock lock(&self->mu_);
@@ -322,7 +332,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   }
 
   void ScheduleRetry(uint64_t round, absl::Duration after) {
-    c_->env()->Schedule(Capped(c_, deadline_, after),
+    Later(c_, Capped(c_, deadline_, after),
                         [self = shared_from_this(), round] { self->Retry(round); });
   }
 
@@ -415,7 +425,7 @@ void InvalidateOne(GroupClient* c, GroupRef group, uint64_t position, int r, int
                  ", and it still holds its locks")));
     // Env timers take copyable functions: park the callback.
     auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-    c->env()->Schedule(Capped(c, deadline, Jitter(c, c->options().rpc_timeout / 2)),
+    Later(c, Capped(c, deadline, Jitter(c, c->options().rpc_timeout / 2)),
                        [c, group, position, r, deadline, parked] {
                          InvalidateOne(c, group, position, r, deadline, std::move(*parked));
                        });
@@ -620,6 +630,28 @@ const char* ToString(ReadLevel level) {
     case ReadLevel::kInconsistent: return "inconsistent";
   }
   return "?";
+}
+
+GroupClient::Entry::Entry(std::shared_ptr<Lifetime> life) : life_(std::move(life)) {
+  absl::MutexLock lock(&life_->mu);
+  if (life_->dead) return;
+  ++life_->active;
+  entered_ = true;
+}
+
+GroupClient::Entry::~Entry() {
+  if (!entered_) return;
+  absl::MutexLock lock(&life_->mu);
+  --life_->active;
+}
+
+GroupClient::~GroupClient() {
+  absl::MutexLock lock(&lifetime_->mu);
+  lifetime_->dead = true;
+  // Callbacks on other threads finish. (One on this thread — destroying the
+  // client from its own callback — would wait forever: not allowed.)
+  lifetime_->mu.Await(absl::Condition(
+      +[](Lifetime* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return l->active == 0; }, lifetime_.get()));
 }
 
 GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions options)

@@ -15,6 +15,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/transport.h"
@@ -77,6 +78,30 @@ class GroupClient {
 
   // `env` and `transport` must outlive the client and every operation.
   GroupClient(Env* env, Transport* transport, GroupClientOptions options);
+  // Waits for callbacks running in the client's code on other threads, and
+  // makes later ones do nothing: an operation's tail (applies, a lost
+  // race's invalidation) may still be under way after its caller was told
+  // the outcome. Do not destroy it from inside one of its own callbacks.
+  ~GroupClient();
+
+  // What a reply or timer callback holds to enter the client's code: false
+  // once the client is being destroyed (the callback must then do nothing).
+  struct Lifetime {
+    absl::Mutex mu;
+    int active ABSL_GUARDED_BY(mu) = 0;
+    bool dead ABSL_GUARDED_BY(mu) = false;
+  };
+  class Entry {
+   public:
+    explicit Entry(std::shared_ptr<Lifetime> life);
+    ~Entry();
+    explicit operator bool() const { return entered_; }
+
+   private:
+    std::shared_ptr<Lifetime> life_;
+    bool entered_ = false;
+  };
+  const std::shared_ptr<Lifetime>& lifetime() const { return lifetime_; }
 
   // Every operation ends by `deadline`, a time of env()->MonotonicMicros()
   // (0: options().deadline from the call), with DeadlineExceeded or
@@ -146,6 +171,7 @@ class GroupClient {
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
   };
   Counters stats_;
+  std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };
 
 }  // namespace megastore::replication

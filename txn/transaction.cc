@@ -1098,6 +1098,72 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
 
 }  // namespace
 
+namespace {
+
+struct CommitAcrossOp : std::enable_shared_from_this<CommitAcrossOp> {
+  Context ctx;
+  std::vector<std::shared_ptr<Transaction>> writers;
+  std::string txid;
+  std::string decision_root;
+  absl::Status prepared;
+  bool commit = false;
+  Callback<CommitInfo> done;
+
+  void Prepare(size_t i) {
+    if (i == writers.size()) return Decide();
+    auto self = shared_from_this();
+    writers[i]->Prepare(txid, decision_root, [self, i](absl::StatusOr<CommitInfo> r) {
+      if (!r.ok()) {
+        self->prepared = r.status();
+        return self->Decide();
+      }
+      self->Prepare(i + 1);
+    });
+  }
+  // Commit if every group prepared (unless a group's other writer already
+  // timed this transaction out and decided abort: the first decision wins).
+  void Decide() {
+    auto self = shared_from_this();
+    txn::Decide(ctx, decision_root, txid, std::optional<bool>(prepared.ok()),
+                [self](absl::StatusOr<std::optional<bool>> decided) {
+                  if (!decided.ok()) return self->done(decided.status());  // unknown: resolvers finish it
+                  self->commit = decided->value_or(false);
+                  self->Finish(0);
+                });
+  }
+  // Phase two in every group (also where preparing failed: a no-op there).
+  // A failure leaves the group to the next writer's resolution, which
+  // applies the recorded decision.
+  void Finish(size_t i) {
+    if (i == writers.size()) {
+      if (commit) {
+        CommitInfo info;
+        info.wrote = true;
+        return done(info);
+      }
+      return done(prepared.ok() ? absl::AbortedError("the two-phase transaction was aborted") : prepared);
+    }
+    auto self = shared_from_this();
+    FinishPrepared(ctx, writers[i]->group().root(), txid, commit,
+                   [self, i](absl::StatusOr<bool>) { self->Finish(i + 1); });
+  }
+};
+
+}  // namespace
+
+void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts, Callback<CommitInfo> done) {
+  auto op = std::make_shared<CommitAcrossOp>();
+  for (auto& p : parts)
+    if (p->has_writes()) op->writers.push_back(std::move(p));
+  if (op->writers.empty()) return done(CommitInfo{});
+  if (op->writers.size() == 1) return op->writers[0]->Commit(std::move(done));
+  op->ctx = ctx;
+  op->txid = fmt::format("{:016x}", ctx.client->env()->Random64());
+  op->decision_root = op->writers[0]->group().root();
+  op->done = std::move(done);
+  op->Prepare(0);
+}
+
 void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
          TransactionOptions options, Body body, Callback<CommitInfo> done) {
   auto op = std::make_shared<RunOp>();

@@ -250,6 +250,15 @@ void Decide(Context ctx, std::string decision_root, std::string txid, std::optio
 // prepared under `txid`; `done(false)` if nothing was prepared there.
 void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool commit,
                     Callback<bool> done);
+// Commits a transaction across entity groups — `parts`, each begun on its
+// own group, with their writes buffered — atomically: a part alone
+// commits normally; several go through two-phase commit (prepare in each,
+// the decision in the first written group, then phase two in each; see
+// docs/transactions.md). Aborted if any part lost a conflict (nothing was
+// committed: retry from the reads); another error from the decision means
+// the outcome is unknown (in-doubt resolution finishes it).
+void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts, Callback<CommitInfo> done);
+
 // How old an undecided prepared transaction must be before another
 // transaction of its group may decide it aborted.
 inline constexpr absl::Duration kPreparedTimeout = absl::Seconds(5);
