@@ -444,5 +444,197 @@ TEST_F(TransactionTest, BankTransfersInOneGroupConserveMoneyUnderFaults) {
   }
 }
 
+// Transfers between three branches (entity groups) by clients in all three
+// datacenters, half through two-phase commit and half through queues,
+// under message loss, duplication and server crashes. Once in-doubt
+// transactions are settled and the queues drained, no money was created
+// or lost, at every datacenter.
+TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMoneyUnderFaults) {
+  constexpr int kBranches = 3, kAccounts = 3;
+  constexpr int64_t kInitial = 100;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    clients_.clear();
+    Open(seed);
+    sim::SimEnv& env = cluster_->env();
+    using Done = std::shared_ptr<absl::AnyInvocable<void(absl::Status)>>;
+    auto park = [](absl::AnyInvocable<void(absl::Status)> done) { return std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done)); };
+    auto set_balance = [this](Entity e, int64_t balance) {
+      for (const auto& f : layout_->schema().FindTable("Account")->fields())
+        if (f.name() == "balance") e.fields[f.number()] = {balance};
+      return e;
+    };
+    // Runs a transaction to the end, on virtual time.
+    auto run = [&](int64_t branch, Body body) {
+      std::optional<absl::StatusOr<CommitInfo>> r;
+      TransactionOptions o;
+      o.max_attempts = 50;
+      txn::Run(Ctx(static_cast<int>(branch) % 3), "Branch", {branch}, o, std::move(body),
+               [&](auto x) { r = std::move(x); });
+      return Await(r);
+    };
+    for (int64_t b = 1; b <= kBranches; ++b) {
+      ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+        absl::Status s;
+        for (int a = 0; s.ok() && a < kAccounts; ++a) s = t->Put("Account", Account(*layout_, b, a, kInitial));
+        done(s);
+      }).ok());
+    }
+    sim::LinkFaults f;
+    f.loss = 0.03;
+    f.duplicate = 0.03;
+    f.jitter = absl::Milliseconds(4);
+    cluster_->net().set_faults(f);
+    std::function<void()> chaos = [&] {
+      const int dc = static_cast<int>(env.Uniform(3));
+      if (env.Chance(0.5)) {
+        cluster_->CrashRepl(dc);
+        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartRepl(dc); });
+      } else {
+        cluster_->CrashCoordinator(dc);
+        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartCoordinator(dc); });
+      }
+      if (env.now() < 8'000'000) env.Schedule(absl::Milliseconds(500 + env.Uniform(1000)), chaos);
+    };
+    env.Schedule(absl::Milliseconds(200), chaos);
+
+    // One two-phase transfer: both groups read, both written, CommitAcross;
+    // a conflict starts over (an unknown outcome does not: it may have
+    // committed).
+    std::function<void(int, int64_t, int64_t, int64_t, int, Done)> two_phase =
+        [&](int client, int64_t from, int64_t to, int64_t amount, int attempt, Done done) {
+          Transaction::Begin(Ctx(client), "Branch", {from}, {}, [&, client, from, to, amount, attempt, done](auto a) {
+            if (!a.ok()) return (*done)(a.status());
+            Transaction::Begin(Ctx(client), "Branch", {to}, {}, [&, client, from, to, amount, attempt, done, a = *a](auto b) {
+              if (!b.ok()) return (*done)(b.status());
+              auto tb = *b;
+              a->Get("Account", {from, int64_t{0}}, [&, client, from, to, amount, attempt, done, a, tb](auto x) {
+                if (!x.ok() || !x->has_value()) return (*done)(x.ok() ? absl::NotFoundError("account") : x.status());
+                tb->Get("Account", {to, int64_t{0}}, [&, client, from, to, amount, attempt, done, a, tb, x = **x](auto y) {
+                  if (!y.ok() || !y->has_value()) return (*done)(y.ok() ? absl::NotFoundError("account") : y.status());
+                  const int64_t fb = Balance(*layout_, x);
+                  if (fb < amount) return (*done)(absl::OkStatus());
+                  absl::Status s = a->Put("Account", set_balance(x, fb - amount));
+                  if (s.ok()) s = tb->Put("Account", set_balance(**y, Balance(*layout_, **y) + amount));
+                  if (!s.ok()) return (*done)(s);
+                  CommitAcross(Ctx(client), {a, tb}, [&, client, from, to, amount, attempt, done](auto r) {
+                    if (absl::IsAborted(r.status()) && attempt < 20) {
+                      env.Schedule(absl::Milliseconds(1 + env.Uniform(50)), [&, client, from, to, amount, attempt, done] {
+                        two_phase(client, from, to, amount, attempt + 1, done);
+                      });
+                      return;
+                    }
+                    (*done)(r.status());
+                  });
+                });
+              });
+            });
+          });
+        };
+    // One queued transfer: debit and send in the sender's group, then deliver.
+    auto queued = [&](int client, int64_t from, int64_t to, int64_t amount, Done done) {
+      TransactionOptions o;
+      o.max_attempts = 20;
+      txn::Run(Ctx(client), "Branch", {from}, o,
+               [&, from, to, amount](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> body_done) {
+                 auto bd = park(std::move(body_done));
+                 t->Get("Account", {from, int64_t{1}}, [&, t, to, amount, bd](auto x) {
+                   if (!x.ok() || !x->has_value()) return (*bd)(x.ok() ? absl::NotFoundError("account") : x.status());
+                   const int64_t fb = Balance(*layout_, **x);
+                   if (fb < amount) return (*bd)(absl::OkStatus());
+                   absl::Status s = t->Put("Account", set_balance(**x, fb - amount));
+                   if (s.ok()) s = t->Send("Branch", {to}, "credits", StrCat(amount));
+                   (*bd)(s);
+                 });
+               },
+               [&, client, from, done](absl::StatusOr<CommitInfo> r) {
+                 if (!r.ok()) return (*done)(r.status());
+                 absl::StatusOr<std::string> root =
+                     layout_->GroupRow(*layout_->schema().FindTable("Branch"), {from});
+                 DeliverPending(Ctx(client), *root, [done](absl::StatusOr<int>) { (*done)(absl::OkStatus()); });
+               });
+    };
+    int ok = 0, failed = 0, running = 0;
+    std::function<void(int, int)> work = [&](int client, int left) {
+      if (left == 0) return;
+      ++running;
+      const int64_t from = 1 + static_cast<int64_t>(env.Uniform(kBranches));
+      const int64_t to = 1 + (from + static_cast<int64_t>(env.Uniform(kBranches - 1))) % kBranches;
+      const int64_t amount = 1 + static_cast<int64_t>(env.Uniform(20));
+      Done done = park([&, client, left](absl::Status s) {
+        --running;
+        (s.ok() ? ok : failed)++;
+        EXPECT_TRUE(s.ok() || absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+        work(client, left - 1);
+      });
+      if (left % 2 == 0) two_phase(client, from, to, amount, 1, done);
+      else queued(client, from, to, amount, done);
+    };
+    for (int c = 0; c < 3; ++c) work(c, 8);
+    env.RunUntil(env.now() + 300'000'000, [&] { return running == 0 && env.now() > 9'000'000; });
+    ASSERT_EQ(running, 0) << "seed " << seed << ": transfers still running";
+
+    // Settle: heal, let in-doubt transactions time out, then one write in
+    // each group resolves them; deliver every outbox; collect every credit.
+    cluster_->net().HealAll();
+    cluster_->net().set_faults({});
+    for (int dc = 0; dc < 3; ++dc) {
+      cluster_->StartRepl(dc);
+      cluster_->StartCoordinator(dc);
+    }
+    env.RunUntil(env.now() + absl::ToInt64Microseconds(kPreparedTimeout) + 1'000'000, [] { return false; });
+    for (int64_t b = 1; b <= kBranches; ++b) {
+      ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+        Entity branch;
+        for (const auto& fd : layout_->schema().FindTable("Branch")->fields())
+          if (fd.name() == "id") branch.fields[fd.number()] = {b};
+        done(t->Put("Branch", branch));
+      }).ok()) << "seed " << seed << " branch " << b;
+      absl::StatusOr<std::string> root = layout_->GroupRow(*layout_->schema().FindTable("Branch"), {b});
+      std::optional<absl::StatusOr<int>> delivered;
+      DeliverPending(Ctx(0), *root, [&](auto r) { delivered = std::move(r); });
+      ASSERT_TRUE(Await(delivered).ok()) << "seed " << seed;
+    }
+    int credits = 0;
+    for (int64_t b = 1; b <= kBranches; ++b) {
+      for (bool more = true; more;) {
+        more = false;
+        ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+          auto d = park(std::move(done));
+          t->ReadQueue("credits", 1, [&, b, t, d](auto msgs) {
+            if (!msgs.ok()) return (*d)(msgs.status());
+            if (msgs->empty()) return (*d)(absl::OkStatus());
+            const QueueMessage m = msgs->front();
+            t->Get("Account", {b, int64_t{0}}, [&, t, d, m](auto x) {
+              if (!x.ok() || !x->has_value()) return (*d)(x.ok() ? absl::NotFoundError("account") : x.status());
+              absl::Status s = t->Put("Account", set_balance(**x, Balance(*layout_, **x) + std::atoll(m.body.c_str())));
+              if (s.ok()) s = t->Consume(m);
+              more = s.ok();
+              (*d)(s);
+            });
+          });
+        }).ok()) << "seed " << seed;
+        credits += more ? 1 : 0;
+      }
+    }
+    for (int dc = 0; dc < 3; ++dc) {
+      int64_t total = 0;
+      for (int64_t b = 1; b <= kBranches; ++b) {
+        auto t = Begin(b, {}, dc);
+        ASSERT_TRUE(t) << "seed " << seed;
+        for (int a = 0; a < kAccounts; ++a) {
+          absl::StatusOr<std::optional<Entity>> e = Get(*t, b, a);
+          ASSERT_TRUE(e.ok() && e->has_value()) << "seed " << seed;
+          EXPECT_GE(Balance(*layout_, **e), 0);
+          total += Balance(*layout_, **e);
+        }
+      }
+      EXPECT_EQ(total, kBranches * kAccounts * kInitial) << "seed " << seed << " at datacenter " << dc;
+    }
+    EXPECT_GT(ok, 12) << "seed " << seed << " (" << failed << " failed)";
+    std::cout << "seed " << seed << ": " << ok << " transfers done, " << failed << " failed or unknown, "
+              << credits << " queued credits collected\n";
+  }
+}
+
 }  // namespace
 }  // namespace megastore::txn
