@@ -6,6 +6,7 @@
 #include "base/await.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/coding.h"
+#include "base/status.h"
 #include "base/strings.h"
 #include "schema/lexer.h"
 
@@ -149,35 +150,67 @@ absl::StatusOr<txn::QueryResult> Database::GlobalIndexQuery(std::string_view ind
   });
 }
 
-absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
+// What the checker found, with the writes that would fix it.
+struct Database::IndexExamination {
+  IndexReport report;
+  struct Group {
+    replication::GroupRef group;
+    replication::LogPosition at;                 // where the group was read
+    std::vector<schema::BigtableWrite> fixes;    // entries to write or delete
+  };
+  std::map<std::string, Group> groups;  // by root row
+};
+
+absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
     const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups) {
   const schema::SchemaIndex& sx = layout_->schema();
-  IndexReport report;
+  IndexExamination ex;
+  IndexReport& report = ex.report;
+  struct Expected {
+    std::string what;            // the entity, for messages
+    std::string root;            // its group
+    schema::BigtableWrite write; // the entry, as the layout writes it
+  };
   // Expected global entries of the checked groups: index -> entry row -> entity.
-  std::map<std::string, std::map<std::string, std::string>> expected_global;
-  std::set<std::string> checked_roots;
+  std::map<std::string, std::map<std::string, Expected>> expected_global;
   auto describe = [](const schema::TableDescriptor& t, const std::string& row) {
     return StrCat(t.name(), " at row ", EscapeBytes(row));
   };
+  // A row found by a scan: its key and the index cells it has.
+  struct Found {
+    std::string key;
+    std::vector<std::string> qualifiers;
+  };
   // Every row of a scan, page by page.
-  auto scan_all = [&](auto scan_page) -> absl::StatusOr<std::vector<std::string>> {
-    std::vector<std::string> rows;
+  auto scan_all = [&](auto scan_page) -> absl::StatusOr<std::vector<Found>> {
+    std::vector<Found> rows;
     std::string start;
     for (bool first = true; first || !start.empty(); first = false) {
       absl::StatusOr<replication::ScanReply> page = scan_page(start);
       if (!page.ok()) return page.status();
-      for (const auto& r : page->rows()) rows.push_back(r.key());
+      for (const auto& r : page->rows())
+        rows.push_back(Found{r.key(), {r.qualifiers().begin(), r.qualifiers().end()}});
       start = page->more() && page->rows_size() > 0 ? page->rows(page->rows_size() - 1).key() + std::string(1, '\0') : "";
     }
     return rows;
+  };
+  // The fix for an entry that points to nothing: delete its cells.
+  auto removal = [](std::string table, const Found& f) {
+    schema::BigtableWrite w;
+    w.table = std::move(table);
+    w.row = f.key;
+    for (const std::string& q : f.qualifiers) w.mutations.push_back(storage::Mutation::DeleteCells(schema::kIndexFamily, q));
+    return w;
   };
   for (const auto& [root_table, root_key] : groups) {
     absl::StatusOr<std::unique_ptr<Transaction>> t = Begin(root_table, root_key);
     if (!t.ok()) return t.status();
     const replication::GroupRef group = (*t)->txn_->group();
     const replication::LogPosition at = (*t)->position();
-    checked_roots.insert(group.root());
-    std::map<std::string, std::set<std::string>> expected_local;  // index -> rows
+    IndexExamination::Group& g = ex.groups[group.root()];
+    g.group = group;
+    g.at = at;
+    std::map<std::string, std::map<std::string, schema::BigtableWrite>> expected_local;  // index -> row -> entry
     for (const schema::TableDescriptor& table : sx.schema().tables()) {
       const bool in_group = table.entity_group_root()
                                 ? schema::EqualsIgnoreCase(table.name(), root_table)
@@ -195,15 +228,24 @@ absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
           if (!key.ok()) return key.status();
           absl::StatusOr<std::string> row = layout_->EntityRow(table, *key);
           if (!row.ok()) return row.status();
+          // Every write of the entity as if new: its index entries among them.
+          absl::StatusOr<std::vector<schema::BigtableWrite>> writes = layout_->Mutations(table.name(), nullptr, &e, 0);
+          if (!writes.ok()) return writes.status();
+          auto entry_write = [&](const std::string& bt_table, const std::string& er) {
+            for (const schema::BigtableWrite& w : *writes)
+              if (w.table == bt_table && w.row == er) return w;
+            return schema::BigtableWrite{bt_table, er, {}, 0};
+          };
           for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
             if (!schema::EqualsIgnoreCase(x.table(), table.name()) || !x.inline_in().empty()) continue;
             absl::StatusOr<std::vector<std::string>> rows = layout_->IndexEntryRows(x, e);
             if (!rows.ok()) return rows.status();
             for (const std::string& er : *rows) {
               if (x.scope() == schema::IndexDescriptor::GLOBAL) {
-                expected_global[x.name()][er] = describe(table, *row);
+                expected_global[x.name()][er] =
+                    Expected{describe(table, *row), group.root(), entry_write(layout_->GlobalIndexTable(x), er)};
               } else {
-                expected_local[x.name()].insert(er);
+                expected_local[x.name()][er] = entry_write(layout_->entity_table(), er);
               }
             }
           }
@@ -219,51 +261,100 @@ absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
         continue;
       absl::StatusOr<storage::RowRange> range = layout_->LocalIndexRange(x, group.root(), {});
       if (!range.ok()) return range.status();
-      absl::StatusOr<std::vector<std::string>> actual = scan_all([&](const std::string& from) {
+      absl::StatusOr<std::vector<Found>> actual = scan_all([&](const std::string& from) {
         return Await<replication::ScanReply>([&](auto cb) {
           client_->Scan(group, at, from.empty() ? range->start : from, range->end, schema::kIndexFamily, 0,
                         std::move(cb));
         });
       });
       if (!actual.ok()) return actual.status();
-      std::set<std::string>& want = expected_local[x.name()];
-      for (const std::string& r : *actual) {
+      std::map<std::string, schema::BigtableWrite>& want = expected_local[x.name()];
+      for (const Found& f : *actual) {
         ++report.entries;
-        if (!want.erase(r))
-          report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r),
-                                           " points to no entity that has it"));
+        if (want.erase(f.key)) continue;
+        report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(f.key),
+                                         " points to no entity that has it"));
+        g.fixes.push_back(removal(layout_->entity_table(), f));
       }
-      for (const std::string& r : want)
+      for (auto& [r, w] : want) {
         report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r), " is missing"));
+        g.fixes.push_back(std::move(w));
+      }
     }
   }
   for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
     if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
     const schema::TableDescriptor* table = sx.FindTable(x.table());
-    absl::StatusOr<std::vector<std::string>> actual = scan_all([&](const std::string& from) {
+    const std::string bt_table = layout_->GlobalIndexTable(x);
+    absl::StatusOr<std::vector<Found>> actual = scan_all([&](const std::string& from) {
       return Await<replication::ScanReply>([&](auto cb) {
-        client_->ScanIndex(layout_->GlobalIndexTable(x), from, "", 0, std::move(cb));
+        client_->ScanIndex(bt_table, from, "", 0, std::move(cb));
       });
     });
     if (!actual.ok()) return actual.status();
-    std::map<std::string, std::string>& want = expected_global[x.name()];
-    for (const std::string& r : *actual) {
-      absl::StatusOr<std::vector<schema::KeyValue>> key = layout_->KeyOfGlobalIndexEntry(x, r);
+    std::map<std::string, Expected>& want = expected_global[x.name()];
+    for (const Found& f : *actual) {
+      absl::StatusOr<std::vector<schema::KeyValue>> key = layout_->KeyOfGlobalIndexEntry(x, f.key);
       if (!key.ok()) {
-        report.problems.push_back(StrCat("index ", x.name(), ": damaged entry ", EscapeBytes(r)));
-        continue;
+        report.problems.push_back(StrCat("index ", x.name(), ": damaged entry ", EscapeBytes(f.key)));
+        continue;  // no group to repair it in
       }
       absl::StatusOr<std::string> root = layout_->GroupRow(*table, *key);
-      if (!root.ok() || !checked_roots.count(*root)) continue;  // a group not checked
+      if (!root.ok() || !ex.groups.count(*root)) continue;  // a group not checked
       ++report.entries;
-      if (!want.erase(r))
-        report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r),
-                                         " points to no entity that has it"));
+      if (want.erase(f.key)) continue;
+      report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(f.key),
+                                       " points to no entity that has it"));
+      ex.groups[*root].fixes.push_back(removal(bt_table, f));
     }
-    for (const auto& [r, what] : want)
-      report.problems.push_back(StrCat("index ", x.name(), ": the entry of ", what, " is missing"));
+    for (auto& [r, e] : want) {
+      report.problems.push_back(StrCat("index ", x.name(), ": the entry of ", e.what, " is missing"));
+      ex.groups[e.root].fixes.push_back(std::move(e.write));
+    }
   }
-  return report;
+  return ex;
+}
+
+absl::StatusOr<Database::IndexReport> Database::CheckIndexes(
+    const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups) {
+  absl::StatusOr<IndexExamination> ex = ExamineIndexes(groups);
+  if (!ex.ok()) return ex.status();
+  return std::move(ex->report);
+}
+
+absl::StatusOr<Database::IndexReport> Database::RepairIndexes(
+    const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups) {
+  txn::Context ctx = context();
+  int64_t repaired = 0;
+  for (int round = 0; round < 5; ++round) {
+    absl::StatusOr<IndexExamination> ex = ExamineIndexes(groups);
+    if (!ex.ok()) return ex.status();
+    bool any = false;
+    for (auto& [root, g] : ex->groups) {
+      if (g.fixes.empty()) continue;
+      any = true;
+      // Commit right after the examined read: if the group changed since,
+      // the fixes may be stale — the commit then loses its position
+      // (Aborted) and the next round examines the group again.
+      auto t = std::make_shared<txn::Transaction>(ctx, TransactionOptions{}, g.group, g.at);
+      for (const schema::BigtableWrite& w : g.fixes) MS_RETURN_IF_ERROR(t->AddRepair(w));
+      absl::StatusOr<CommitInfo> info = Await<CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });
+      if (info.ok()) {
+        repaired += static_cast<int64_t>(g.fixes.size());
+      } else if (!absl::IsAborted(info.status())) {
+        return info.status();
+      }
+    }
+    if (!any) {
+      ex->report.repaired = repaired;
+      return std::move(ex->report);
+    }
+  }
+  // Still changing under us after five rounds: say what is left.
+  absl::StatusOr<IndexExamination> last = ExamineIndexes(groups);
+  if (!last.ok()) return last.status();
+  last->report.repaired = repaired;
+  return std::move(last->report);
 }
 
 absl::StatusOr<Transaction*> MultiTransaction::In(std::string_view root_table,

@@ -135,8 +135,16 @@ class Database {
     int64_t entities = 0;
     int64_t entries = 0;
     std::vector<std::string> problems;  // empty: consistent
+    int64_t repaired = 0;               // RepairIndexes: entries written or removed
   };
   absl::StatusOr<IndexReport> CheckIndexes(
+      const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups);
+  // The repair scan: checks like CheckIndexes, then fixes what it found in
+  // each group with one commit at the position it checked (missing entries
+  // written, entries that point to nothing removed, at every replica);
+  // a group that changed meanwhile is checked again. Returns what is still
+  // wrong afterwards (damaged global entries, which belong to no group, stay).
+  absl::StatusOr<IndexReport> RepairIndexes(
       const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups);
 
   const schema::Layout& layout() const { return *layout_; }
@@ -145,6 +153,9 @@ class Database {
 
  private:
   Database() = default;
+  struct IndexExamination;
+  absl::StatusOr<IndexExamination> ExamineIndexes(
+      const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups);
   // A random pause before a retried transaction (counted in retries()).
   void PauseBeforeRetry(absl::Duration max_pause);
 

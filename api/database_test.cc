@@ -98,7 +98,7 @@ TEST_F(DatabaseTest, PhotoAppWritesAtOneDatacenterAndQueriesAtAnother) {
   ExpectIndexesConsistent(*at_b, {7});
 }
 
-TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntries) {
+TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntriesAndTheRepairScanFixesThem) {
   auto db = Open("A");
   ASSERT_TRUE(db->Run<User>(User::Key{30}, [&](Transaction& t) {
                   User u;
@@ -126,6 +126,19 @@ TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntries) {
   EXPECT_NE(report->problems[0].find("PhotosByTime: entry"), std::string::npos) << report->problems[0];
   EXPECT_NE(report->problems[0].find("points to no entity"), std::string::npos) << report->problems[0];
   EXPECT_NE(report->problems[1].find("PhotosByTag: the entry of Photo"), std::string::npos) << report->problems[1];
+
+  // The repair scan fixes both, through the log (so at every replica).
+  absl::StatusOr<Database::IndexReport> repaired = db->RepairIndexes({{"User", {int64_t{30}}}});
+  ASSERT_TRUE(repaired.ok()) << repaired.status();
+  EXPECT_EQ(repaired->repaired, 2);
+  EXPECT_TRUE(repaired->problems.empty()) << repaired->problems.front();
+  ExpectIndexesConsistent(*db, {30});
+  absl::StatusOr<std::vector<Photo>> tagged = db->GlobalIndexQuery<Photo>("PhotosByTag", {std::string("a")});
+  ASSERT_TRUE(tagged.ok()) << tagged.status();
+  EXPECT_EQ(tagged->size(), 1u) << "the lost entry is back";
+  absl::StatusOr<Database::IndexReport> again = db->RepairIndexes({{"User", {int64_t{30}}}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->repaired, 0) << "nothing left to repair";
 }
 
 TEST_F(DatabaseTest, AGlobalIndexFindsPhotosAcrossUsersAndFollowsUpdates) {

@@ -371,6 +371,16 @@ void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::st
                     }, deadline_);
 }
 
+absl::Status Transaction::AddRepair(const schema::BigtableWrite& w) {
+  replication::RowChange rc;
+  rc.set_table(w.table == ctx_.layout->entity_table() ? "" : w.table);
+  rc.set_row(w.row);
+  MS_RETURN_IF_ERROR(AddChanges(w, &rc));
+  absl::MutexLock lock(&mu_);
+  extra_changes_.push_back(std::move(rc));
+  return absl::OkStatus();
+}
+
 void Transaction::RawWrite(std::string row, std::vector<replication::CellChange> cells) {
   absl::MutexLock lock(&mu_);
   raw_writes_[std::move(row)] = std::move(cells);

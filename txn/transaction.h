@@ -144,6 +144,10 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // entities: use Get/Put.
   void RawGet(std::string row, Callback<std::map<std::string, std::string>> done);
   void RawWrite(std::string row, std::vector<replication::CellChange> cells);
+  // An index repair (Database::RepairIndexes): writes `w` (index entry
+  // cells, of the entity table or a global index table) with the commit,
+  // at every replica. Not for entities: use Put.
+  absl::Status AddRepair(const schema::BigtableWrite& w);
 
   // Intersection of several local index queries on one table: the
   // entities that match every (index, values prefix) condition, in key
