@@ -6,6 +6,7 @@
 #include "base/await.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/coding.h"
+#include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "schema/lexer.h"
@@ -43,10 +44,35 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(DatabaseOptions options
   co.replicas = options.replicas;
   co.local = local;
   db->client_ = std::make_unique<replication::GroupClient>(db->env_, transport, co);
+  if (options.queue_sweep_interval > absl::ZeroDuration()) {
+    Database* d = db.get();
+    db->sweeper_ = std::thread([d, interval = options.queue_sweep_interval] {
+      absl::MutexLock lock(&d->sweeper_mu_);
+      while (true) {
+        d->sweeper_mu_.AwaitWithTimeout(absl::Condition(&d->stopping_), interval);
+        if (d->stopping_) return;
+        d->sweeper_mu_.Unlock();
+        absl::StatusOr<int> swept = d->SweepQueues();
+        if (!swept.ok()) MS_LOG_WARN("queue sweep: {}", swept.status().ToString());
+        d->sweeper_mu_.Lock();
+      }
+    });
+  }
   return db;
 }
 
-Database::~Database() = default;
+Database::~Database() {
+  {
+    absl::MutexLock lock(&sweeper_mu_);
+    stopping_ = true;
+  }
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+absl::StatusOr<int> Database::SweepQueues() {
+  txn::Context ctx{client_.get(), layout_.get()};
+  return Await<int>([&](auto cb) { txn::SweepQueues(ctx, std::move(cb)); });
+}
 
 absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view root_table,
                                                              std::vector<schema::KeyValue> root_key,

@@ -22,9 +22,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/env.h"
 #include "base/transport.h"
 #include "replication/group_client.h"
@@ -50,6 +52,10 @@ struct DatabaseOptions {
   Transport* transport = nullptr;
   // Clock, timers and randomness; nullptr: the real ones.
   Env* env = nullptr;
+  // How often a background thread sweeps the queues (SweepQueues), so
+  // messages whose sender died before delivering them still arrive. Zero:
+  // no background sweeping (call SweepQueues yourself).
+  absl::Duration queue_sweep_interval = absl::Seconds(10);
 };
 
 class Transaction;
@@ -124,6 +130,9 @@ class Database {
   // after it commits; this finishes the job if that was interrupted).
   // Exactly once however often it runs. Returns how many it delivered.
   absl::StatusOr<int> DeliverQueues(std::string_view root_table, std::vector<schema::KeyValue> root_key);
+  // Delivers every group's undelivered messages (txn::SweepQueues): what
+  // the background sweeper runs every options.queue_sweep_interval.
+  absl::StatusOr<int> SweepQueues();
 
   // The index consistency checker: for each listed entity group (a root
   // table's name and key), every entity has exactly its local and global
@@ -165,6 +174,10 @@ class Database {
   std::unique_ptr<schema::Layout> layout_;
   std::unique_ptr<replication::GroupClient> client_;
   std::atomic<uint64_t> retries_{0};
+  // The background queue sweeper.
+  absl::Mutex sweeper_mu_;
+  bool stopping_ ABSL_GUARDED_BY(sweeper_mu_) = false;
+  std::thread sweeper_;
 };
 
 // A transaction in progress (blocking calls over txn::Transaction).

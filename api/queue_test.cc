@@ -43,6 +43,7 @@ class QueueTest : public ::testing::Test {
     o.replicas = cluster_->replicas();
     o.local = "A";
     o.schema = compiled.descriptor;
+    o.queue_sweep_interval = sweep_interval_;
     auto db = Database::Open(o);
     ASSERT_TRUE(db.ok()) << db.status();
     db_ = std::move(*db);
@@ -105,6 +106,7 @@ class QueueTest : public ::testing::Test {
     return taken;
   }
 
+  absl::Duration sweep_interval_ = absl::ZeroDuration();  // no background sweeps unless a test wants them
   RealEnv env_{3};
   TestDir dir_;
   std::unique_ptr<server::LocalCluster> cluster_;
@@ -132,12 +134,38 @@ TEST_F(QueueTest, AnInterruptedDeliveryIsFinishedExactlyOnce) {
     ASSERT_TRUE((*t)->Commit().ok());
   }
   EXPECT_EQ(Collect(), 0) << "still in branch 1's outbox";
-  EXPECT_EQ(*db_->DeliverQueues("Branch", {int64_t{1}}), 1);
+  EXPECT_EQ(*db_->SweepQueues(), 1) << "the sweeper finds the outbox";
+  EXPECT_EQ(*db_->SweepQueues(), 0) << "and delivers once";
   EXPECT_EQ(*db_->DeliverQueues("Branch", {int64_t{1}}), 0);
   EXPECT_EQ(Collect(), 1);
   EXPECT_EQ(*db_->DeliverQueues("Branch", {int64_t{1}}), 0) << "a consumed message is not redelivered";
   EXPECT_EQ(Collect(), 0);
   EXPECT_EQ(Balance(1) + Balance(2), 2000);
+}
+
+// A sender that died before delivering: the background sweeper of an app
+// server delivers its message anyway.
+class SweptQueueTest : public QueueTest {
+ protected:
+  SweptQueueTest() { sweep_interval_ = absl::Milliseconds(100); }
+};
+
+TEST_F(SweptQueueTest, TheBackgroundSweeperDeliversWhatADeadSenderLeft) {
+  {
+    auto t = db_->Begin("Branch", {int64_t{1}});
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE((*t)->Put("Account", Account(1, 1, BalanceIn(**t, 1) - 40)).ok());
+    ASSERT_TRUE((*t)->Send("Branch", {int64_t{2}}, "credits", "40").ok());
+    ASSERT_TRUE((*t)->Commit().ok());
+  }
+  int collected = 0;
+  for (int i = 0; i < 200 && collected == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    collected = Collect();
+  }
+  EXPECT_EQ(collected, 1) << "the sweeper delivered it";
+  EXPECT_EQ(Balance(1) + Balance(2), 2000);
+  EXPECT_EQ(*db_->SweepQueues(), 0) << "nothing left, and the group is off the list";
 }
 
 TEST_F(QueueTest, SendingChecksItsArguments) {

@@ -308,6 +308,7 @@ constexpr char kQueueColumn[] = "q";
 constexpr char kBodyColumn[] = "b";
 constexpr char kSourceColumn[] = "s";
 constexpr char kMarkerColumn[] = "d";
+constexpr char kListedColumn[] = "o";  // in the outbox table: the group has messages to deliver
 // Two-phase commit rows.
 constexpr char kWritesColumn[] = "w";
 constexpr char kDecisionGroupColumn[] = "c";
@@ -399,6 +400,15 @@ absl::Status Transaction::Send(std::string_view root_table, const std::vector<Ke
   raw_writes_[RowAfter(group_.root(), schema::kOutboxRow, id)] = {
       SetCell(kTargetColumn, std::move(target)), SetCell(kQueueColumn, std::move(queue)),
       SetCell(kBodyColumn, std::move(body))};
+  if (!sent_) {
+    // The group goes on the list of outboxes to sweep, in the same commit.
+    replication::RowChange listed;
+    listed.set_table(OutboxTable(*ctx_.layout));
+    listed.set_row(group_.root());
+    *listed.add_cells() = SetCell(kListedColumn, "");
+    listed.mutable_cells(0)->set_family(schema::kIndexFamily);
+    extra_changes_.push_back(std::move(listed));
+  }
   sent_ = true;
   return absl::OkStatus();
 }
@@ -519,6 +529,73 @@ void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> don
   a->Go();
 }
 
+namespace {
+
+// Takes the group whose root row is `root` off the sweep list, if its
+// outbox is empty as of the transaction's read (a later send lists it
+// again: its cell is newer than the deletion).
+void Unlist(Context ctx, std::string root, absl::AnyInvocable<void(absl::Status)> done) {
+  auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+  RunAtRow(
+      ctx, root,
+      [ctx, root](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+        auto c = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
+        const std::string prefix = RowAfter(root, schema::kOutboxRow);
+        ctx.client->Scan(t->group(), t->position(), prefix, PrefixSuccessor(prefix), kEntityFamily, 1,
+                         [ctx, root, t, c](absl::StatusOr<replication::ScanReply> r) {
+                           if (!r.ok()) return (*c)(r.status());
+                           if (r->rows_size() == 0) {
+                             schema::BigtableWrite unlist;
+                             unlist.table = OutboxTable(*ctx.layout);
+                             unlist.row = root;
+                             unlist.mutations.push_back(
+                                 storage::Mutation::DeleteCells(schema::kIndexFamily, kListedColumn));
+                             if (absl::Status s = t->AddRepair(unlist); !s.ok()) return (*c)(s);
+                           }
+                           (*c)(absl::OkStatus());
+                         });
+      },
+      [parked](absl::StatusOr<CommitInfo> info) { (*parked)(info.status()); });
+}
+
+}  // namespace
+
+std::string OutboxTable(const schema::Layout& layout) { return layout.entity_table() + ".outboxes"; }
+
+void SweepQueues(Context ctx, Callback<int> done) {
+  ctx.client->ScanIndex(
+      OutboxTable(*ctx.layout), "", "", 0,
+      [ctx, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+        if (!r.ok()) return done(r.status());
+        struct Sweep : std::enable_shared_from_this<Sweep> {
+          Context ctx;
+          std::vector<std::string> roots;
+          size_t next = 0;
+          int delivered = 0;
+          absl::Status first_error;
+          Callback<int> done;
+          void Step() {
+            if (next == roots.size()) {
+              if (!first_error.ok() && delivered == 0) return done(first_error);
+              return done(delivered);
+            }
+            auto self = shared_from_this();
+            DeliverPending(ctx, roots[next++], [self](absl::StatusOr<int> n) {
+              // One group's trouble does not stop the others.
+              if (n.ok()) self->delivered += *n;
+              else if (self->first_error.ok()) self->first_error = n.status();
+              self->Step();
+            });
+          }
+        };
+        auto sweep = std::make_shared<Sweep>();
+        sweep->ctx = ctx;
+        for (const auto& row : r->rows()) sweep->roots.push_back(row.key());
+        sweep->done = std::move(done);
+        sweep->Step();
+      });
+}
+
 void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
   Transaction::BeginAtRow(
       ctx, source_root, {},
@@ -547,7 +624,15 @@ void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
                 }
               };
               auto each = std::make_shared<Each>();
-              each->done = std::move(done);
+              // Once every message is out, take the group off the sweep list
+              // (if nothing new was sent meanwhile).
+              each->done = [ctx, source_root, done = std::move(done)](absl::StatusOr<int> delivered) mutable {
+                if (!delivered.ok()) return done(delivered.status());
+                Unlist(ctx, source_root, [delivered = *delivered, done = std::move(done)](absl::Status s) mutable {
+                  if (!s.ok()) return done(s);
+                  done(delivered);
+                });
+              };
               for (const auto& row : r->rows()) {
                 auto d = std::make_shared<Delivery>();
                 d->ctx = ctx;
@@ -1039,6 +1124,10 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
     t.add_families()->set_name(schema::kIndexFamily);
     out.push_back(t);
   }
+  storage::TableSchema outboxes;
+  outboxes.set_name(OutboxTable(layout));
+  outboxes.add_families()->set_name(schema::kIndexFamily);
+  out.push_back(outboxes);
   return out;
 }
 

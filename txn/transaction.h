@@ -278,8 +278,20 @@ void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> don
 // Returns how many were delivered now.
 void DeliverPending(Context ctx, std::string source_root, Callback<int> done);
 
+// The queue sweeper: delivers the outboxes of every group listed in the
+// outbox table at the local replica (a group is listed by the commit of
+// its first Send and unlisted once DeliverPending emptied its outbox), so
+// messages of a sender that died before delivering still arrive. Exactly
+// once, like DeliverPending. The list is read at the local replica and may
+// lag a moment behind recent commits; the next sweep picks those up.
+// Returns how many messages it delivered.
+void SweepQueues(Context ctx, Callback<int> done);
+// The Bigtable table listing groups with undelivered messages.
+std::string OutboxTable(const schema::Layout& layout);
+
 // The Bigtable tables a schema needs in every datacenter: its entity table
-// (families: the log, entities, index entries) and one per global index.
+// (families: the log, entities, index entries), one per global index, and
+// the outbox list.
 std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout);
 
 // Runs `body` in a transaction on the group and commits it, retrying the
