@@ -1,5 +1,7 @@
 #include "txn/transaction.h"
 
+#include <deque>
+
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -760,9 +762,165 @@ void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool 
       });
 }
 
+namespace {
+
+// The merge-join of IndexIntersect: one cursor per condition over entry
+// rows `prefix` + encoded primary key, all in key order.
+struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
+  static constexpr int64_t kPage = 100;
+  struct Cursor {
+    std::string prefix, end;
+    std::deque<std::string> ahead;  // encoded keys read and not yet passed
+    std::string resume;             // encoded key to read on from ("": the start)
+    bool exhausted = false;
+  };
+  std::shared_ptr<Transaction> txn;
+  Context ctx;
+  replication::GroupRef group;
+  replication::LogPosition at;
+  int64_t deadline = 0;
+  const schema::IndexDescriptor* index0 = nullptr;  // to decode keys
+  const schema::TableDescriptor* table = nullptr;
+  std::vector<Cursor> cursors;
+  std::string target;  // the smallest key that may still match
+  int64_t limit = 0;   // 0: all
+  std::vector<std::vector<KeyValue>> matches;
+  std::string last;    // encoded key of the last match
+  bool more = false;
+  Callback<QueryResult> done;
+
+  void Step() {
+    for (size_t i = 0; i < cursors.size(); ++i) {
+      Cursor& c = cursors[i];
+      while (!c.ahead.empty() && c.ahead.front() < target) c.ahead.pop_front();
+      if (!c.ahead.empty()) continue;
+      if (c.exhausted) return Finish();
+      // Seek: read on from the target (or from where the last page ended).
+      return Fetch(i, std::max(target, c.resume));
+    }
+    std::string high;
+    for (const Cursor& c : cursors) high = std::max(high, c.ahead.front());
+    bool all = true;
+    for (const Cursor& c : cursors) all &= c.ahead.front() == high;
+    if (!all) {
+      target = high;
+      return Step();
+    }
+    absl::StatusOr<std::vector<KeyValue>> key =
+        ctx.layout->KeyOfIndexEntry(*index0, group.root(), cursors[0].prefix + high);
+    if (!key.ok()) return Fail(key.status());
+    matches.push_back(std::move(*key));
+    last = high;
+    target = high + std::string(1, '\0');
+    if (limit > 0 && static_cast<int64_t>(matches.size()) >= limit) {
+      more = true;
+      return Finish();
+    }
+    Step();
+  }
+  void Fetch(size_t i, const std::string& from) {
+    auto self = shared_from_this();
+    Cursor& c = cursors[i];
+    ctx.client->Scan(group, at, c.prefix + from, c.end, schema::kIndexFamily, kPage,
+                     [self, i](absl::StatusOr<replication::ScanReply> r) {
+                       if (!r.ok()) return self->Fail(r.status());
+                       Cursor& c = self->cursors[i];
+                       for (const auto& row : r->rows()) {
+                         if (row.key().compare(0, c.prefix.size(), c.prefix) != 0) continue;
+                         c.ahead.push_back(row.key().substr(c.prefix.size()));
+                       }
+                       c.exhausted = !r->more() || r->rows_size() == 0;
+                       if (!c.ahead.empty()) c.resume = c.ahead.back() + std::string(1, '\0');
+                       self->Step();
+                     },
+                     deadline);
+  }
+  void Fail(absl::Status s) {
+    if (done) std::exchange(done, nullptr)(std::move(s));
+  }
+  // Reads the matched entities in key order (with the transaction's writes).
+  void Finish() { Read(0, std::make_shared<QueryResult>()); }
+  void Read(size_t next, std::shared_ptr<QueryResult> out) {
+    if (next == matches.size()) {
+      if (more) out->cursor = last;
+      if (done) std::exchange(done, nullptr)(std::move(*out));
+      return;
+    }
+    auto self = shared_from_this();
+    txn->Get(table->name(), matches[next], [self, next, out](absl::StatusOr<std::optional<Entity>> e) {
+      if (!e.ok()) return self->Fail(e.status());
+      if (*e) out->entities.push_back(std::move(**e));
+      self->Read(next + 1, out);
+    });
+  }
+};
+
+}  // namespace
+
+void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
+                                 QueryOptions options, Callback<QueryResult> done) {
+  if (conditions.empty()) return done(absl::InvalidArgumentError("an intersection needs conditions"));
+  auto join = std::make_shared<MergeJoin>();
+  bool full = true;
+  for (const auto& [name, values] : conditions) {
+    const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(name);
+    if (index == nullptr) return done(absl::NotFoundError(StrCat("no index ", name)));
+    const schema::TableDescriptor* t = ctx_.layout->schema().FindTable(index->table());
+    if (join->table != nullptr && t != join->table)
+      return done(absl::InvalidArgumentError("intersected indexes must be on one table"));
+    join->table = t;
+    if (join->index0 == nullptr) join->index0 = index;
+    absl::StatusOr<storage::RowRange> range = ctx_.layout->LocalIndexRange(*index, group_.root(), values);
+    if (!range.ok()) return done(range.status());
+    full &= values.size() == static_cast<size_t>(index->columns_size());
+    join->cursors.push_back(MergeJoin::Cursor{range->start, range->end, {}, {}, false});
+  }
+  if (!full) {
+    // Entries are not in key order within a range: intersect in memory,
+    // then page the result.
+    IndexIntersect(std::move(conditions),
+                   [options, done = std::move(done)](absl::StatusOr<std::vector<Entity>> all) mutable {
+                     if (!all.ok()) return done(all.status());
+                     QueryResult r;
+                     const size_t skip = options.cursor.empty() ? 0 : std::strtoull(options.cursor.c_str(), nullptr, 10);
+                     for (size_t i = skip; i < all->size(); ++i) {
+                       if (options.limit > 0 && static_cast<int64_t>(r.entities.size()) >= options.limit) {
+                         r.cursor = std::to_string(i);
+                         break;
+                       }
+                       r.entities.push_back(std::move((*all)[i]));
+                     }
+                     done(std::move(r));
+                   });
+    return;
+  }
+  join->txn = shared_from_this();
+  join->ctx = ctx_;
+  join->group = group_;
+  join->at = position_;
+  join->deadline = deadline_;
+  join->limit = options.limit;
+  if (!options.cursor.empty()) join->target = options.cursor + std::string(1, '\0');
+  join->done = std::move(done);
+  join->Step();
+}
+
 void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
                                  Callback<std::vector<Entity>> done) {
   if (conditions.empty()) return done(absl::InvalidArgumentError("an intersection needs conditions"));
+  bool full = true;
+  for (const auto& [name, values] : conditions) {
+    const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(name);
+    full &= index != nullptr && values.size() == static_cast<size_t>(index->columns_size());
+  }
+  if (full) {
+    // The merge-join, all in one page.
+    return IndexIntersect(std::move(conditions), QueryOptions{},
+                          [done = std::move(done)](absl::StatusOr<QueryResult> r) mutable {
+                            if (!r.ok()) return done(r.status());
+                            done(std::move(r->entities));
+                          });
+  }
   struct Scan {
     const schema::IndexDescriptor* index = nullptr;
     storage::RowRange range;

@@ -156,6 +156,15 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // read (with this transaction's writes).
   void IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
                       Callback<std::vector<Entity>> done);
+  // The same a page at a time (options.limit entities; the cursor resumes).
+  // When every condition gives a value for each of its index's columns, the
+  // entries of each condition are in primary-key order and the scans are
+  // merge-joined: each scan reads ahead a page at a time and skips (seeks)
+  // to the largest key another scan is at, so memory stays at a page per
+  // condition however many entries match one of them. Otherwise the keys
+  // are intersected in memory, as above.
+  void IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
+                      QueryOptions options, Callback<QueryResult> done);
 
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);
