@@ -5,6 +5,7 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
+#include "tools/msadmin/index.h"
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
@@ -12,8 +13,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   megastore::tools::BtState bt;
   megastore::tools::AddBtCommand(app, bt);
+  megastore::tools::IndexState index;
+  megastore::tools::AddIndexCommand(app, index);
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
+  if (app.got_subcommand("index")) return megastore::tools::RunIndex(index);
   return 2;
 }
