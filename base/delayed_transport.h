@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -17,10 +18,11 @@ class DelayedTransport : public Transport {
   // How long a message to node `to` takes one way (zero: no delay).
   using OneWay = std::function<absl::Duration(std::string_view to)>;
 
-  // `env` (timers) and `inner` (the real transport) must outlive this and
-  // every call in flight.
-  DelayedTransport(Env* env, Transport* inner, OneWay one_way)
-      : env_(env), inner_(inner), one_way_(std::move(one_way)) {}
+  // `env` (timers) must outlive this; `inner` (the real transport) must
+  // outlive this. Destroying it waits for delay timers running on other
+  // threads; later ones do nothing (their callers are not answered).
+  DelayedTransport(Env* env, Transport* inner, OneWay one_way);
+  ~DelayedTransport() override;
 
   // The request leaves after the delay and the reply arrives after it
   // again; `timeout` covers the whole round trip, delays included.
@@ -28,9 +30,10 @@ class DelayedTransport : public Transport {
             absl::Duration timeout, ReplyCallback done) override;
 
  private:
+  struct State;
   Env* const env_;
-  Transport* const inner_;
   const OneWay one_way_;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace megastore

@@ -20,25 +20,7 @@ using ::testing::HasSubstr;
 using testing::Result;
 using testing::RunCommand;
 
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) resp.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return resp;
-}
+std::string HttpGet(int port, const std::string& path) { return testing::Http(port, "GET", path); }
 
 class MegastoredCliTest : public ::testing::Test {
  protected:

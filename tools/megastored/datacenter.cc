@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   }
   dc->bigtable_ = std::make_unique<storage::InProcessBigtable>(dc->tablets_.get());
   dc->locks_ = std::make_unique<storage::lock::LockTable>(env);
+  if (o.one_way) dc->delayed_ = std::make_unique<DelayedTransport>(env, &dc->transport_, o.one_way);
   rpc::ServerOptions so;
   so.listen = o.listen;
   so.worker_threads = o.rpc_workers;
@@ -59,14 +60,14 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
       if (static_cast<int>(i) != self) co.lock_services.push_back(replicas[i].lock_service);
     co.lease = options_.coordinator_lease;
     co.renew_interval = options_.coordinator_renew;
-    coordinator_ = std::make_unique<coordinator::Coordinator>(env_, &transport_, co);
+    coordinator_ = std::make_unique<coordinator::Coordinator>(env_, outbound(), co);
     coordinator_->Start();
     serving_coordinator_ = coordinator_.get();
   }
   replication::ReplicationServerOptions ro;
   ro.cluster.replicas = replicas;
   ro.cluster.local = self;
-  replication_ = std::make_unique<replication::ReplicationServer>(env_, &transport_, bigtable_.get(), ro);
+  replication_ = std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
   replication_->Start();
   serving_replication_ = replication_.get();
 }
@@ -80,25 +81,60 @@ void Datacenter::Stop() {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     Env* env, const std::string& dir, std::vector<replication::ReplicaType> types,
     std::vector<storage::TableSchema> tables, bool sync_log) {
-  auto cluster = std::make_unique<LocalCluster>();
+  ClusterConfig config;
   for (size_t i = 0; i < types.size(); ++i) {
+    DatacenterConfig* dc = config.add_datacenters();
+    dc->set_name(std::string(1, static_cast<char>('A' + i)));
+    dc->set_type(types[i] == replication::ReplicaType::kWitness    ? "witness"
+                 : types[i] == replication::ReplicaType::kReadOnly ? "read-only"
+                                                                   : "full");
+    dc->set_address("127.0.0.1:0");
+  }
+  return Start(env, dir, std::move(config), std::move(tables), sync_log);
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, const std::string& dir,
+                                                                  ClusterConfig config,
+                                                                  std::vector<storage::TableSchema> tables,
+                                                                  bool sync_log) {
+  auto cluster = std::make_unique<LocalCluster>();
+  // Which datacenter an address belongs to, filled as they start (the
+  // delays are looked up per message, after all have started).
+  struct Book {
+    absl::Mutex mu;
+    std::map<std::string, std::string> dc_of ABSL_GUARDED_BY(mu);
+  };
+  auto book = std::make_shared<Book>();
+  const auto delays = DelaysOf(config);
+  for (DatacenterConfig& c : *config.mutable_datacenters()) {
     DatacenterOptions o;
-    o.name = std::string(1, static_cast<char>('A' + i));
+    o.name = c.name();
     o.data_dir = StrCat(dir, "/", o.name);
-    o.type = types[i];
+    o.type = TypeOf(c);
+    o.listen = c.address();
     o.tables = tables;
     o.sync_log = sync_log;
     o.coordinator_lease = absl::Seconds(3);
     o.coordinator_renew = absl::Milliseconds(300);
+    if (!delays.empty()) {
+      o.one_way = [book, delays, here = c.name()](std::string_view to) {
+        absl::MutexLock lock(&book->mu);
+        auto dc = book->dc_of.find(std::string(to));
+        if (dc == book->dc_of.end()) return absl::ZeroDuration();
+        auto d = delays.find({here, dc->second});
+        return d == delays.end() ? absl::ZeroDuration() : d->second;
+      };
+    }
     MS_ASSIGN_OR_RETURN(std::unique_ptr<Datacenter> dc, Datacenter::Start(env, o));
-    replication::ReplicaInfo r;
-    r.name = o.name;
-    r.type = o.type;
-    r.replication = r.lock_service = dc->address();
-    if (o.type == replication::ReplicaType::kFull) r.coordinator = dc->address();
-    cluster->replicas_.push_back(r);
+    c.set_address(dc->address());
+    {
+      absl::MutexLock lock(&book->mu);
+      book->dc_of[dc->address()] = c.name();
+    }
     cluster->datacenters_.push_back(std::move(dc));
   }
+  cluster->replicas_ = ReplicasOf(config);
+  cluster->config_ = std::move(config);
   for (size_t i = 0; i < cluster->datacenters_.size(); ++i)
     cluster->datacenters_[i]->StartReplication(cluster->replicas_, static_cast<int>(i));
   return cluster;

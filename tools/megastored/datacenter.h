@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/delayed_transport.h"
 #include "base/env.h"
 #include "base/rpc/rpc.h"
 #include "base/rpc/rpc_transport.h"
@@ -20,6 +21,7 @@
 #include "storage/client/bigtable_client.h"
 #include "storage/lock/lock_table.h"
 #include "storage/tabletserver/tablet_server.h"
+#include "tools/megastored/cluster.h"
 
 namespace megastore::server {
 
@@ -34,6 +36,10 @@ struct DatacenterOptions {
   absl::Duration coordinator_lease = absl::Seconds(10);
   absl::Duration coordinator_renew = absl::Seconds(2);
   int rpc_workers = 8;
+  // Emulated WAN: the one-way delay of this datacenter's messages to a node
+  // (its coordinator's lock renewals, its replication server's sweeps).
+  // Empty: none.
+  DelayedTransport::OneWay one_way;
 };
 
 class Datacenter {
@@ -64,6 +70,8 @@ class Datacenter {
   std::unique_ptr<storage::InProcessBigtable> bigtable_;
   std::unique_ptr<storage::lock::LockTable> locks_;
   rpc::RpcTransport transport_;
+  std::unique_ptr<DelayedTransport> delayed_;
+  Transport* outbound() { return delayed_ ? static_cast<Transport*>(delayed_.get()) : &transport_; }
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<replication::ReplicationServer> replication_;
   // What the RPC handlers use: set once the roles have started.
@@ -79,6 +87,15 @@ class LocalCluster {
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
       Env* env, const std::string& dir, std::vector<replication::ReplicaType> types,
       std::vector<storage::TableSchema> tables, bool sync_log = true);
+  // The datacenters of `config` (ports 0 are picked), each under
+  // dir/NAME, with its links' delays emulated on their messages.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(Env* env, const std::string& dir,
+                                                             ClusterConfig config,
+                                                             std::vector<storage::TableSchema> tables,
+                                                             bool sync_log = true);
+  // The config with the addresses actually bound.
+  const ClusterConfig& config() const { return config_; }
+  int size() const { return static_cast<int>(datacenters_.size()); }
 
   const std::vector<replication::ReplicaInfo>& replicas() const { return replicas_; }
   Datacenter& datacenter(int i) { return *datacenters_[static_cast<size_t>(i)]; }
@@ -88,6 +105,7 @@ class LocalCluster {
  private:
   std::vector<std::unique_ptr<Datacenter>> datacenters_;
   std::vector<replication::ReplicaInfo> replicas_;
+  ClusterConfig config_;
 };
 
 }  // namespace megastore::server

@@ -1,5 +1,7 @@
-// megastored: runs megastore's server roles. Today: the Bigtable tablet
-// server (--roles=tablet). `megastored --help` lists every flag.
+// megastored: runs megastore's server roles: a standalone Bigtable tablet
+// server (--roles=tablet), every role of one datacenter from a cluster
+// config (--config --datacenter), or a whole cluster in one process
+// (--local=N). `megastored --help` lists every flag.
 #include <signal.h>
 
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include "storage/tabletserver/status_pages.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "tools/megastored/cluster_roles.h"
 
 namespace {
 
@@ -30,15 +33,48 @@ absl::Duration ParseDurationOrDie(const std::string& text, const char* flag) {
   return d;
 }
 
+// Blocks the shutdown signals (before any thread starts: every thread
+// inherits the mask), so the main thread can sigwait for them.
+sigset_t BlockShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
+
+std::string CommandLine(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) out += (i ? " " : "") + std::string(argv[i]);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
   CLI::App app{
-      "megastored: runs megastore server roles.\n"
-      "Today one role exists: the Bigtable tablet server (--roles=tablet), standalone\n"
-      "(it keeps its own table list until the master exists). SIGTERM or SIGINT shuts it\n"
-      "down cleanly."};
+      "megastored: runs megastore server roles. Three ways:\n"
+      "  megastored --local=3 --data=DIR [--schema=S.schema.pb] [--gateway=HOST:PORT]\n"
+      "      a whole cluster in this process: three full datacenters on loopback with\n"
+      "      emulated WAN delays (--config=conf/local.textproto to change them)\n"
+      "  megastored --config=FILE --datacenter=NAME --data=DIR [--schema=...]\n"
+      "      every role of one datacenter of a cluster (lock service, tablet server,\n"
+      "      coordinator, replication server, on the config's address)\n"
+      "  megastored --roles=tablet --listen=HOST:PORT --data=DIR\n"
+      "      a standalone Bigtable tablet server\n"
+      "SIGTERM or SIGINT shuts it down cleanly."};
+  megastore::server::ClusterFlags cluster;
+  app.add_option("--local", cluster.local, "run N datacenters in this process (the embedded default: 3)")
+      ->check(CLI::Range(1, 26));
+  app.add_option("--config", cluster.config, "cluster config in protobuf text format (conf/*.textproto)");
+  app.add_option("--datacenter", cluster.datacenter, "with --config: which datacenter this process is");
+  app.add_option("--schema", cluster.schemas,
+                 "a schema descriptor from msc --out (NAME.schema.pb) whose tables to create; repeatable");
+  app.add_option("--gateway", cluster.gateway,
+                 "with --local: serve the HTTP/JSON gateway (docs/gateway.md) on HOST:PORT for the first --schema");
   std::string roles = "tablet";
   std::string listen = "127.0.0.1:7400";
   std::string data;
@@ -70,24 +106,28 @@ int main(int argc, char** argv) {
                  log_level.c_str());
     return 2;
   }
+  if (cluster.local > 0 || !cluster.config.empty()) {
+    cluster.data = data;
+    cluster.sync = !no_sync;
+    BlockShutdownSignals();
+    return megastore::server::RunCluster(cluster, CommandLine(argc, argv));
+  }
+  if (!cluster.gateway.empty() || !cluster.schemas.empty() || !cluster.datacenter.empty()) {
+    std::fprintf(stderr, "megastored: --gateway, --schema and --datacenter need --local or --config\n");
+    return 2;
+  }
   for (std::string_view role : {std::string_view(roles)}) {
     if (role != "tablet") {
       std::fprintf(stderr,
-                   "megastored: --roles=%s: only the \"tablet\" role exists so far (lock, master, "
-                   "coordinator and replication come with later versions)\n",
+                   "megastored: --roles=%s: alone, only the \"tablet\" role runs; the lock service, "
+                   "coordinator and replication server run with --config/--datacenter or --local\n",
                    roles.c_str());
       return 2;
     }
   }
   const absl::Duration flush_max_age = ParseDurationOrDie(flush_age, "--flush-max-age");
 
-  // Block the shutdown signals before any thread starts, then wait for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t signals = BlockShutdownSignals();
 
   megastore::Env* env = megastore::Env::Default();
   megastore::storage::TabletServerOptions options;
@@ -116,8 +156,7 @@ int main(int argc, char** argv) {
   std::string host = listen.substr(0, listen.rfind(':'));
   const std::string bound = megastore::StrCat(host, ":", rpc.port());
 
-  std::string command_line;
-  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  const std::string command_line = CommandLine(argc, argv);
   megastore::storage::StatusContext ctx{bound, command_line, env->NowMicros(), 0};
   std::unique_ptr<megastore::http::HttpServer> http_server;
   std::string http_bound;

@@ -8,6 +8,7 @@
 #include "api/database.h"
 #include "base/strings.h"
 #include "schema/entity_json.h"
+#include "tools/megastored/cluster.h"
 
 namespace megastore::tools {
 
@@ -80,9 +81,11 @@ void AddIndexCommand(CLI::App& app, IndexState& state) {
     CLI::App* v = index->add_subcommand(
         verb, repair ? "Check, then fix what was found through the replicated log (every replica)"
                      : "Report every missing or orphan index entry of the given entity groups");
+    v->add_option("--config", state.config,
+                  "the cluster config (protobuf text; megastored --local writes DIR/cluster.textproto)");
     v->add_option("--replicas", state.replicas,
-                  "every datacenter as NAME=TYPE@HOST:PORT (TYPE full, witness or read-only), comma-separated")
-        ->required();
+                  "instead of --config: every datacenter as NAME=TYPE@HOST:PORT (TYPE full, witness or "
+                  "read-only), comma-separated");
     v->add_option("--local", state.local, "the datacenter to read from (a full or read-only replica)")->required();
     v->add_option("--schema", state.schema, "the schema descriptor msc wrote (NAME.schema.pb)")->required();
     v->add_option("--timeout", state.timeout, "seconds each step may take")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
@@ -92,7 +95,16 @@ void AddIndexCommand(CLI::App& app, IndexState& state) {
 }
 
 int RunIndex(const IndexState& state) {
-  absl::StatusOr<std::vector<replication::ReplicaInfo>> replicas = ParseReplicas(state.replicas);
+  if (state.config.empty() == state.replicas.empty())
+    return UsageError("give the cluster as --config=FILE or as --replicas=NAME=TYPE@HOST:PORT,...");
+  absl::StatusOr<std::vector<replication::ReplicaInfo>> replicas;
+  if (!state.config.empty()) {
+    absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(state.config);
+    if (!config.ok()) return UsageError(std::string(config.status().message()));
+    replicas = server::ReplicasOf(*config);
+  } else {
+    replicas = ParseReplicas(state.replicas);
+  }
   if (!replicas.ok()) return UsageError(std::string(replicas.status().message()));
   std::ifstream in(state.schema, std::ios::binary);
   if (!in) return UsageError(StrCat("cannot read --schema ", state.schema));

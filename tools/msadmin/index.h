@@ -10,7 +10,8 @@
 namespace megastore::tools {
 
 struct IndexState {
-  std::string replicas;  // NAME=TYPE@HOST:PORT,...
+  std::string config;    // cluster config file (megastored --local writes DIR/cluster.textproto)
+  std::string replicas;  // or NAME=TYPE@HOST:PORT,...
   std::string local;
   std::string schema;    // path of NAME.schema.pb (msc --out)
   std::vector<std::string> groups;  // Table:key[,key...]

@@ -1,0 +1,159 @@
+// megastored's cluster modes as processes: the embedded default (--local=3)
+// with the JSON gateway, and three datacenters as separate processes from
+// one config, one of them killed with SIGKILL and restarted.
+#include <fstream>
+
+#include "api/database.h"
+#include "base/strings.h"
+#include "base/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "photoapp/PhotoApp.schema.h"
+#include "tests/subprocess.h"
+#include "tools/megastored/cluster.h"
+
+namespace megastore {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Reads the server's lines until "megastored: ready"; returns them all.
+std::string UntilReady(testing::Subprocess& p) {
+  std::string out;
+  for (int i = 0; i < 40; ++i) {
+    const std::string line = p.ReadLine(30000);
+    out += line + "\n";
+    if (line.empty() || line == "megastored: ready") break;
+  }
+  return out;
+}
+
+std::string WriteSchema(const std::string& dir) {
+  const std::string path = dir + "/PhotoApp.schema.pb";
+  std::ofstream(path, std::ios::binary) << photoapp::Schema().SerializeAsString();
+  return path;
+}
+
+TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data", "--schema=" + schema,
+                            "--gateway=127.0.0.1:0", "--no-sync", "--log-level=warn"}));
+  const std::string out = UntilReady(server);
+  ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
+  EXPECT_THAT(out, HasSubstr("WAN A-C: 30 ms one way"));
+  const size_t at = out.find("gateway at http://127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int port = std::atoi(out.c_str() + at + std::string("gateway at http://127.0.0.1:").size());
+
+  const std::string put = testing::Http(port, "POST", "/v1/commit",
+      R"({"rootTable": "User", "rootKey": ["4"], "mutations": [{"table": "User", "put": {"user_id": "4", "name": "Ada"}}]})");
+  EXPECT_THAT(put, HasSubstr("200 OK"));
+  const std::string got = testing::Http(port, "POST", "/v1/get", R"({"table": "User", "key": [4]})");
+  EXPECT_THAT(got, HasSubstr("\"name\":\"Ada\""));
+
+  testing::Result check = testing::RunCommand(StrCat(MSADMIN, " index check --config=", dir.path(),
+                                                     "/data/cluster.textproto --local=B --schema=", schema, " User:4"));
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  EXPECT_THAT(check.out, HasSubstr("1 entities"));
+
+  ::kill(server.pid(), SIGTERM);
+  const int status = server.Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(MegastoredClusterTest, BadClusterFlagsAreOneLineErrors) {
+  TestDir dir;
+  const std::string bad = dir.path() + "/bad.textproto";
+  std::ofstream(bad) << "datacenters { name: \"A\" type: \"huge\" address: \"127.0.0.1:1\" }\n";
+  testing::Result r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("type \"huge\" is not full, witness or read-only"));
+  std::ofstream(bad) << "datacenters { name: \"A\" address: \"127.0.0.1:1\" \n";
+  r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("bad.textproto:2:")) << "the position of the syntax error";
+  r = testing::RunCommand(StrCat(MEGASTORED, " --local=3 --gateway=127.0.0.1:0 --data=", dir.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--gateway needs --schema"));
+}
+
+// Three datacenters, three processes: C is killed with SIGKILL while A
+// commits, A and B go on committing, C restarts on its data and catches up;
+// every acknowledged write is there, read at C.
+TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  server::ClusterConfig config;
+  for (const char* name : {"A", "B", "C"}) {
+    server::DatacenterConfig* dc = config.add_datacenters();
+    dc->set_name(name);
+    dc->set_type("full");
+    dc->set_address(StrCat("127.0.0.1:", testing::FreePort()));
+  }
+  const std::string config_path = dir.path() + "/cluster.textproto";
+  std::ofstream(config_path) << server::ToText(config);
+  std::map<std::string, std::unique_ptr<testing::Subprocess>> procs;
+  auto start = [&](const std::string& name) {
+    auto p = std::make_unique<testing::Subprocess>();
+    ASSERT_TRUE(p->Start({MEGASTORED, "--config=" + config_path, "--datacenter=" + name,
+                          "--data=" + dir.path() + "/" + name, "--schema=" + schema, "--no-sync",
+                          "--log-level=warn"}));
+    const std::string out = UntilReady(*p);
+    ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
+    procs[name] = std::move(p);
+  };
+  for (const char* name : {"A", "B", "C"}) start(name);
+
+  DatabaseOptions o;
+  o.replicas = server::ReplicasOf(config);
+  o.local = "A";
+  o.schema = photoapp::Schema();
+  o.queue_sweep_interval = absl::ZeroDuration();
+  auto db = Database::Open(o);
+  ASSERT_TRUE(db.ok());
+  std::vector<int32_t> acked;
+  auto add_photo = [&](int32_t id) {
+    absl::StatusOr<CommitInfo> r = (*db)->Run<photoapp::User>(photoapp::User::Key{1}, [&](Transaction& t) {
+      photoapp::Photo p;
+      p.set_user_id(1);
+      p.set_photo_id(id);
+      p.set_time(id);
+      p.set_full_url(StrCat("u", id));
+      return t.Put(p);
+    });
+    if (r.ok()) acked.push_back(id);
+  };
+  // Wait for the coordinators' locks, then write.
+  for (int i = 0; i < 100 && acked.empty(); ++i) {
+    add_photo(1);
+    if (acked.empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(acked.empty()) << "the cluster never accepted a commit";
+  for (int32_t id = 2; id <= 10; ++id) add_photo(id);
+  procs["C"]->Kill(SIGKILL);
+  for (int32_t id = 11; id <= 30; ++id) add_photo(id);
+  EXPECT_GE(acked.size(), 25u) << "A and B are a majority: commits go on without C";
+  start("C");
+  for (int32_t id = 31; id <= 35; ++id) add_photo(id);
+
+  // Read everything at C (a current read catches C up first).
+  DatabaseOptions at_c = o;
+  at_c.local = "C";
+  auto db_c = Database::Open(at_c);
+  ASSERT_TRUE(db_c.ok());
+  std::set<int32_t> seen;
+  absl::StatusOr<CommitInfo> read = (*db_c)->Run<photoapp::User>(photoapp::User::Key{1}, [&](Transaction& t) {
+    auto photos = t.Query<photoapp::Photo>({int64_t{1}});
+    if (!photos.ok()) return photos.status();
+    for (const auto& p : *photos) seen.insert(p.photo_id());
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(read.ok()) << read.status();
+  for (int32_t id : acked) EXPECT_TRUE(seen.count(id)) << "acknowledged photo " << id << " is missing at C";
+  for (auto& [name, p] : procs) p->Kill(SIGTERM);
+}
+
+}  // namespace
+}  // namespace megastore

@@ -1,0 +1,123 @@
+#include "tools/megastored/cluster.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "base/strings.h"
+
+namespace megastore::server {
+
+namespace {
+
+class Collector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty()) first = StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  std::string first;
+};
+
+}  // namespace
+
+replication::ReplicaType TypeOf(const DatacenterConfig& dc) {
+  if (dc.type() == "witness") return replication::ReplicaType::kWitness;
+  if (dc.type() == "read-only") return replication::ReplicaType::kReadOnly;
+  return replication::ReplicaType::kFull;
+}
+
+absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::string_view file,
+                                                 bool local_mode) {
+  ClusterConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  Collector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config))
+    return absl::InvalidArgumentError(StrCat(file, ":", errors.first));
+  if (config.datacenters().empty()) return absl::InvalidArgumentError(StrCat(file, ": no datacenters"));
+  std::set<std::string> names;
+  int full = 0;
+  for (const DatacenterConfig& dc : config.datacenters()) {
+    if (dc.name().empty()) return absl::InvalidArgumentError(StrCat(file, ": a datacenter has no name"));
+    if (!names.insert(dc.name()).second)
+      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), " is named twice"));
+    if (!dc.type().empty() && dc.type() != "full" && dc.type() != "witness" && dc.type() != "read-only")
+      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), ": type \"", dc.type(),
+                                               "\" is not full, witness or read-only"));
+    full += TypeOf(dc) == replication::ReplicaType::kFull ? 1 : 0;
+    const size_t colon = dc.address().rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      return absl::InvalidArgumentError(
+          StrCat(file, ": datacenter ", dc.name(), ": address \"", dc.address(), "\" is not HOST:PORT"));
+    if (!local_mode && dc.address().substr(colon + 1) == "0")
+      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(),
+                                               ": port 0 only works in local mode (megastored --local)"));
+  }
+  if (full == 0) return absl::InvalidArgumentError(StrCat(file, ": no full replica"));
+  for (const Link& l : config.links()) {
+    for (const std::string& end : {l.a(), l.b()})
+      if (!names.count(end))
+        return absl::InvalidArgumentError(StrCat(file, ": link ", l.a(), "-", l.b(), " names no datacenter ", end));
+  }
+  return config;
+}
+
+absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool local_mode) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("cannot read cluster config ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseClusterConfig(text.str(), path, local_mode);
+}
+
+std::string ToText(const ClusterConfig& config) {
+  std::string out;
+  google::protobuf::TextFormat::PrintToString(config, &out);
+  return out;
+}
+
+std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config) {
+  std::vector<replication::ReplicaInfo> out;
+  for (const DatacenterConfig& dc : config.datacenters()) {
+    replication::ReplicaInfo r;
+    r.name = dc.name();
+    r.type = TypeOf(dc);
+    r.replication = r.lock_service = dc.address();
+    if (r.type == replication::ReplicaType::kFull) r.coordinator = dc.address();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config) {
+  std::map<std::pair<std::string, std::string>, absl::Duration> out;
+  for (const Link& l : config.links()) {
+    out[{l.a(), l.b()}] = absl::Milliseconds(l.one_way_ms());
+    out[{l.b(), l.a()}] = absl::Milliseconds(l.one_way_ms());
+  }
+  return out;
+}
+
+ClusterConfig DefaultLocalConfig(int datacenters) {
+  ClusterConfig c;
+  for (int i = 0; i < datacenters; ++i) {
+    DatacenterConfig* dc = c.add_datacenters();
+    dc->set_name(std::string(1, static_cast<char>('A' + i)));
+    dc->set_type("full");
+    dc->set_address("127.0.0.1:0");
+  }
+  const uint32_t delays[3][3] = {{0, 10, 30}, {10, 0, 25}, {30, 25, 0}};
+  for (int i = 0; i < datacenters && i < 3; ++i)
+    for (int j = i + 1; j < datacenters && j < 3; ++j) {
+      Link* l = c.add_links();
+      l->set_a(c.datacenters(i).name());
+      l->set_b(c.datacenters(j).name());
+      l->set_one_way_ms(delays[i][j]);
+    }
+  return c;
+}
+
+}  // namespace megastore::server

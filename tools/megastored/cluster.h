@@ -1,0 +1,36 @@
+// Reading and checking a cluster config (tools/megastored/cluster.proto).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "replication/group_client.h"
+#include "tools/megastored/cluster.pb.h"
+
+namespace megastore::server {
+
+// Parses protobuf text and checks it: InvalidArgument naming the line and
+// column of a syntax error, or the datacenter/link that is wrong
+// (duplicate names, unknown types, links to unknown datacenters, no
+// datacenter, a missing address unless `allow_port0`).
+absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::string_view file,
+                                                 bool local_mode = false);
+absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool local_mode = false);
+std::string ToText(const ClusterConfig& config);
+
+replication::ReplicaType TypeOf(const DatacenterConfig& dc);
+// What the client library needs: every datacenter as a replica (all roles
+// on its address).
+std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config);
+// One-way delays by (from, to) datacenter name.
+std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config);
+
+// The built-in local default: three full datacenters A, B, C on loopback
+// (ports picked at start), WAN A-B 10 ms, A-C 30 ms, B-C 25 ms one way.
+ClusterConfig DefaultLocalConfig(int datacenters = 3);
+
+}  // namespace megastore::server

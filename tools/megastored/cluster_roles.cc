@@ -1,0 +1,192 @@
+#include "tools/megastored/cluster_roles.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "api/database.h"
+#include "api/gateway.h"
+#include "base/delayed_transport.h"
+#include "base/env.h"
+#include "base/logging.h"
+#include "base/rpc/rpc_transport.h"
+#include "base/strings.h"
+#include "tools/megastored/cluster.h"
+#include "tools/megastored/datacenter.h"
+#include "txn/transaction.h"
+
+namespace megastore::server {
+
+namespace {
+
+int BadFlags(const std::string& what) {
+  std::fprintf(stderr, "megastored: %s\n", what.c_str());
+  return 2;
+}
+
+int WaitForSignal() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  return 0;
+}
+
+const char* TypeName(replication::ReplicaType t) {
+  switch (t) {
+    case replication::ReplicaType::kWitness: return "witness";
+    case replication::ReplicaType::kReadOnly: return "read-only";
+    default: return "full";
+  }
+}
+
+}  // namespace
+
+int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
+  (void)command_line;
+  Env* env = Env::Default();
+  // The schemas whose tables every datacenter needs.
+  std::vector<schema::SchemaDescriptor> schemas;
+  std::vector<storage::TableSchema> tables;
+  for (const std::string& path : flags.schemas) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    schema::SchemaDescriptor d;
+    if (!in || !d.ParseFromString(bytes.str()) || d.name().empty())
+      return BadFlags(StrCat("--schema=", path, ": not a schema descriptor (msc --out writes NAME.schema.pb)"));
+    absl::StatusOr<schema::Layout> layout = schema::Layout::Create(d);
+    if (!layout.ok()) return BadFlags(StrCat("--schema=", path, ": ", layout.status().message()));
+    for (storage::TableSchema& t : txn::TablesFor(*layout)) tables.push_back(std::move(t));
+    schemas.push_back(std::move(d));
+  }
+  if (!flags.gateway.empty() && schemas.empty()) return BadFlags("--gateway needs --schema (the schema it serves)");
+
+  ClusterConfig config;
+  if (!flags.config.empty()) {
+    absl::StatusOr<ClusterConfig> loaded = LoadClusterConfig(flags.config, /*local_mode=*/flags.local > 0);
+    if (!loaded.ok()) return BadFlags(std::string(loaded.status().message()));
+    config = std::move(*loaded);
+  } else {
+    config = DefaultLocalConfig(flags.local);
+  }
+
+  if (flags.local == 0) {
+    // One datacenter's roles, as the config describes it.
+    if (flags.datacenter.empty()) return BadFlags("--config without --local needs --datacenter=NAME");
+    int self = -1;
+    for (int i = 0; i < config.datacenters_size(); ++i)
+      if (config.datacenters(i).name() == flags.datacenter) self = i;
+    if (self < 0) return BadFlags(StrCat("--datacenter=", flags.datacenter, ": not in ", flags.config));
+    const DatacenterConfig& me = config.datacenters(self);
+    DatacenterOptions o;
+    o.name = me.name();
+    o.data_dir = flags.data;
+    o.type = TypeOf(me);
+    o.listen = me.address();
+    o.tables = tables;
+    o.sync_log = flags.sync;
+    auto dc = Datacenter::Start(env, o);
+    if (!dc.ok()) {
+      std::fprintf(stderr, "megastored: cannot start datacenter %s: %s\n", o.name.c_str(),
+                   dc.status().ToString().c_str());
+      return 1;
+    }
+    (*dc)->StartReplication(ReplicasOf(config), self);
+    std::printf("megastored: datacenter %s (%s) serving on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
+                (*dc)->address().c_str(), flags.data.c_str());
+    std::printf("megastored: ready\n");
+    std::fflush(stdout);
+    WaitForSignal();
+    (*dc)->Stop();
+    return 0;
+  }
+
+  // --local: the whole cluster in this process.
+  if (config.datacenters_size() < 1) return BadFlags("--local needs at least one datacenter");
+  if (!flags.config.empty() && config.datacenters_size() != flags.local)
+    return BadFlags(StrCat("--local=", flags.local, " but ", flags.config, " describes ",
+                           config.datacenters_size(), " datacenters"));
+  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
+    return 1;
+  }
+  if (!(*cluster)->WaitUntilServing(absl::Seconds(15))) {
+    std::fprintf(stderr, "megastored: the coordinators did not get their locks within 15 s\n");
+    return 1;
+  }
+  const std::string config_path = flags.data + "/cluster.textproto";
+  {
+    std::ofstream out(config_path);
+    out << "# Written by megastored --local: the running cluster's addresses.\n" << ToText((*cluster)->config());
+    if (!out) {
+      std::fprintf(stderr, "megastored: cannot write %s\n", config_path.c_str());
+      return 1;
+    }
+  }
+  std::printf("megastored: local cluster of %d datacenters (data %s)\n", (*cluster)->size(), flags.data.c_str());
+  for (const DatacenterConfig& dc : (*cluster)->config().datacenters())
+    std::printf("  %-4s %-9s %s\n", dc.name().c_str(), TypeName(TypeOf(dc)), dc.address().c_str());
+  for (const Link& l : (*cluster)->config().links())
+    std::printf("  WAN %s-%s: %u ms one way\n", l.a().c_str(), l.b().c_str(), l.one_way_ms());
+  std::printf("megastored: cluster config (for msadmin --config): %s\n", config_path.c_str());
+
+  // The JSON gateway, as an app server in the first datacenter with data.
+  std::unique_ptr<rpc::RpcTransport> gateway_rpc;
+  std::unique_ptr<DelayedTransport> gateway_wan;
+  std::unique_ptr<Database> db;
+  std::unique_ptr<Gateway> gateway;
+  if (!flags.gateway.empty()) {
+    const ClusterConfig& running = (*cluster)->config();
+    std::string local;
+    for (const DatacenterConfig& dc : running.datacenters())
+      if (local.empty() && TypeOf(dc) != replication::ReplicaType::kWitness) local = dc.name();
+    std::map<std::string, std::string> dc_of;
+    for (const DatacenterConfig& dc : running.datacenters()) dc_of[dc.address()] = dc.name();
+    gateway_rpc = std::make_unique<rpc::RpcTransport>();
+    gateway_wan = std::make_unique<DelayedTransport>(
+        env, gateway_rpc.get(), [local, dc_of, delays = DelaysOf(running)](std::string_view to) {
+          auto dc = dc_of.find(std::string(to));
+          if (dc == dc_of.end()) return absl::ZeroDuration();
+          auto d = delays.find({local, dc->second});
+          return d == delays.end() ? absl::ZeroDuration() : d->second;
+        });
+    DatabaseOptions d;
+    d.replicas = (*cluster)->replicas();
+    d.local = local;
+    d.schema = schemas.front();
+    d.transport = gateway_wan.get();
+    auto opened = Database::Open(d);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "megastored: the gateway's database: %s\n", opened.status().ToString().c_str());
+      return 1;
+    }
+    db = std::move(*opened);
+    GatewayOptions g;
+    g.listen = flags.gateway;
+    gateway = std::make_unique<Gateway>(db.get(), g);
+    if (absl::Status s = gateway->Start(); !s.ok()) {
+      std::fprintf(stderr, "megastored: the gateway: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("megastored: JSON gateway at http://%s:%d/v1/ (schema %s, datacenter %s)\n",
+                flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(), gateway->port(),
+                schemas.front().name().c_str(), local.c_str());
+  }
+  std::printf("megastored: ready\n");
+  std::fflush(stdout);
+  WaitForSignal();
+  if (gateway) gateway->Stop();
+  gateway.reset();
+  db.reset();
+  return 0;
+}
+
+}  // namespace megastore::server

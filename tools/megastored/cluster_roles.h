@@ -1,0 +1,25 @@
+// megastored's cluster modes: every role of one datacenter from a cluster
+// config, or a whole cluster in one process (--local).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace megastore::server {
+
+struct ClusterFlags {
+  int local = 0;              // --local=N: N datacenters in this process
+  std::string config;         // --config=FILE
+  std::string datacenter;     // --datacenter=NAME (with --config, not --local)
+  std::string data;           // --data=DIR
+  std::vector<std::string> schemas;  // --schema=FILE.schema.pb: create its tables
+  std::string gateway;        // --gateway=HOST:PORT: the JSON gateway (local mode)
+  bool sync = true;
+};
+
+// Runs until SIGINT/SIGTERM (blocked by the caller). Prints its endpoints.
+// Returns the exit code: 0 after a clean shutdown, 1 if it could not start,
+// 2 for bad flags or config (one line on stderr naming what is wrong).
+int RunCluster(const ClusterFlags& flags, const std::string& command_line);
+
+}  // namespace megastore::server
