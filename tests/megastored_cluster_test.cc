@@ -39,7 +39,7 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   const std::string schema = WriteSchema(dir.path());
   testing::Subprocess server;
   ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data", "--schema=" + schema,
-                            "--gateway=127.0.0.1:0", "--no-sync", "--log-level=warn"}));
+                            "--gateway=127.0.0.1:0", "--http=127.0.0.1:0", "--no-sync", "--log-level=warn"}));
   const std::string out = UntilReady(server);
   ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
   EXPECT_THAT(out, HasSubstr("WAN A-C: 30 ms one way"));
@@ -57,6 +57,21 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
                                                      "/data/cluster.textproto --local=B --schema=", schema, " User:4"));
   EXPECT_EQ(check.exit_code, 0) << check.out;
   EXPECT_THAT(check.out, HasSubstr("1 entities"));
+
+  // Status pages.
+  const size_t st = out.find("status at http://127.0.0.1:");
+  ASSERT_NE(st, std::string::npos) << out;
+  const int http = std::atoi(out.c_str() + st + std::string("status at http://127.0.0.1:").size());
+  EXPECT_THAT(testing::Http(http, "GET", "/status"), HasSubstr("<td>serving"));
+  const std::string metrics = testing::Http(http, "GET", "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("megastore_coordinator_serving{datacenter=\"C\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("megastore_client_commits_total{outcome=\"committed\"} 1"));
+
+  // The example application against it (what ./ms demo runs).
+  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", dir.path(), "/data/cluster.textproto"));
+  EXPECT_EQ(demo.exit_code, 0) << demo.out;
+  EXPECT_THAT(demo.out, HasSubstr("stored the shared photo as his photo 101"));
+  EXPECT_THAT(demo.out, HasSubstr("0 problems"));
 
   ::kill(server.pid(), SIGTERM);
   const int status = server.Wait();

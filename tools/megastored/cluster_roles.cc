@@ -11,6 +11,7 @@
 #include "api/gateway.h"
 #include "base/delayed_transport.h"
 #include "base/env.h"
+#include "base/http/http_server.h"
 #include "base/logging.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
@@ -48,8 +49,71 @@ const char* TypeName(replication::ReplicaType t) {
 
 }  // namespace
 
+// /status (HTML) and /metrics (Prometheus text) of the datacenters running
+// in this process, and of the gateway's client if there is one.
+std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const std::string& command_line,
+                                              std::vector<Datacenter*> dcs, const ClusterConfig& config,
+                                              Database* gateway_db, std::string* bound) {
+  auto server = std::make_unique<http::HttpServer>(listen);
+  const int64_t started = Env::Default()->NowMicros();
+  server->Handle("/status", [=] {
+    std::string html = StrCat("<!doctype html><title>megastored</title><h1>megastored</h1><p><code>",
+                              command_line, "</code><br>up ",
+                              (Env::Default()->NowMicros() - started) / 1'000'000, " s</p>",
+                              "<h2>Datacenters</h2><table border=1 cellpadding=4><tr><th>name<th>type<th>address"
+                              "<th>coordinator<th>epoch<th>tables</tr>");
+    for (Datacenter* dc : dcs) {
+      coordinator::Coordinator* c = dc->coordinator();
+      html += StrCat("<tr><td>", dc->options().name, "<td>", TypeName(dc->options().type), "<td>", dc->address(),
+                     "<td>", c == nullptr ? "—" : (c->serving() ? "serving" : "NOT serving (no lock majority)"),
+                     "<td>", c == nullptr ? std::string("—") : std::to_string(c->epoch()), "<td>",
+                     dc->tablets()->ListTables().size(), "</tr>");
+    }
+    html += "</table>";
+    if (!config.links().empty()) {
+      html += "<h2>Emulated WAN (one way)</h2><ul>";
+      for (const Link& l : config.links()) html += StrCat("<li>", l.a(), "–", l.b(), ": ", l.one_way_ms(), " ms");
+      html += "</ul>";
+    }
+    if (gateway_db != nullptr) {
+      const auto s = gateway_db->context().client->stats();
+      html += StrCat("<h2>Gateway client</h2><p>commits ", s.commits, ", on the fast path ", s.fast_path,
+                     ", conflicts ", s.conflicts, ", unknown outcomes ", s.unknown, ", retries ",
+                     gateway_db->retries(), "</p>");
+    }
+    return http::Response{200, "text/html; charset=utf-8", html};
+  });
+  server->Handle("/metrics", [=] {
+    std::string out =
+        "# HELP megastore_coordinator_serving 1 if the datacenter's coordinator holds its lock majority.\n"
+        "# TYPE megastore_coordinator_serving gauge\n";
+    for (Datacenter* dc : dcs)
+      if (dc->coordinator() != nullptr)
+        out += StrCat("megastore_coordinator_serving{datacenter=\"", dc->options().name, "\"} ",
+                      dc->coordinator()->serving() ? 1 : 0, "\n");
+    if (gateway_db != nullptr) {
+      const auto s = gateway_db->context().client->stats();
+      out += "# HELP megastore_client_commits_total Commits by the gateway's client, by outcome.\n"
+             "# TYPE megastore_client_commits_total counter\n";
+      out += StrCat("megastore_client_commits_total{outcome=\"committed\"} ", s.commits, "\n",
+                    "megastore_client_commits_total{outcome=\"conflict\"} ", s.conflicts, "\n",
+                    "megastore_client_commits_total{outcome=\"unknown\"} ", s.unknown, "\n");
+      out += StrCat("# TYPE megastore_client_fast_path_commits_total counter\n",
+                    "megastore_client_fast_path_commits_total ", s.fast_path, "\n",
+                    "# TYPE megastore_client_retries_total counter\n",
+                    "megastore_client_retries_total ", gateway_db->retries(), "\n");
+    }
+    return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", out};
+  });
+  if (absl::Status s = server->Start(); !s.ok()) {
+    std::fprintf(stderr, "megastored: %s\n", s.ToString().c_str());
+    return nullptr;
+  }
+  *bound = StrCat(listen.substr(0, listen.rfind(':')), ":", server->port());
+  return server;
+}
+
 int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
-  (void)command_line;
   Env* env = Env::Default();
   // The schemas whose tables every datacenter needs.
   std::vector<schema::SchemaDescriptor> schemas;
@@ -101,9 +165,17 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     (*dc)->StartReplication(ReplicasOf(config), self);
     std::printf("megastored: datacenter %s (%s) serving on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
                 (*dc)->address().c_str(), flags.data.c_str());
+    std::unique_ptr<http::HttpServer> status;
+    if (!flags.http.empty()) {
+      std::string bound;
+      status = ServeStatus(flags.http, command_line, {dc->get()}, config, nullptr, &bound);
+      if (status == nullptr) return 1;
+      std::printf("megastored: status at http://%s/status\n", bound.c_str());
+    }
     std::printf("megastored: ready\n");
     std::fflush(stdout);
     WaitForSignal();
+    if (status) status->Stop();
     (*dc)->Stop();
     return 0;
   }
@@ -180,9 +252,19 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                 flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(), gateway->port(),
                 schemas.front().name().c_str(), local.c_str());
   }
+  std::unique_ptr<http::HttpServer> status;
+  if (!flags.http.empty()) {
+    std::vector<Datacenter*> dcs;
+    for (int i = 0; i < (*cluster)->size(); ++i) dcs.push_back(&(*cluster)->datacenter(i));
+    std::string bound;
+    status = ServeStatus(flags.http, command_line, dcs, (*cluster)->config(), db.get(), &bound);
+    if (status == nullptr) return 1;
+    std::printf("megastored: status at http://%s/status\n", bound.c_str());
+  }
   std::printf("megastored: ready\n");
   std::fflush(stdout);
   WaitForSignal();
+  if (status) status->Stop();
   if (gateway) gateway->Stop();
   gateway.reset();
   db.reset();

@@ -14,6 +14,7 @@ struct ClusterFlags {
   std::string data;           // --data=DIR
   std::vector<std::string> schemas;  // --schema=FILE.schema.pb: create its tables
   std::string gateway;        // --gateway=HOST:PORT: the JSON gateway (local mode)
+  std::string http;           // --http=HOST:PORT: /status and /metrics
   bool sync = true;
 };
 

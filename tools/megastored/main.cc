@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   }
   if (cluster.local > 0 || !cluster.config.empty()) {
     cluster.data = data;
+    cluster.http = http;
     cluster.sync = !no_sync;
     BlockShutdownSignals();
     return megastore::server::RunCluster(cluster, CommandLine(argc, argv));
