@@ -170,5 +170,53 @@ TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
   for (auto& [name, p] : procs) p->Kill(SIGTERM);
 }
 
+// An operator's session with msadmin against the embedded default: apply
+// a schema, check the cluster, run the example app, look at a group's log,
+// switch a coordinator off and on; refusals say what to do.
+TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
+  TestDir dir;
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data", "--no-sync",
+                            "--log-level=warn"}));
+  ASSERT_THAT(UntilReady(server), HasSubstr("megastored: ready"));
+  const std::string msadmin = StrCat(MSADMIN, " ");
+  const std::string config = StrCat(" --config=", dir.path(), "/data/cluster.textproto ");
+  auto run = [&](const std::string& args) { return testing::RunCommand(msadmin + args); };
+
+  testing::Result status = run("cluster status" + config);
+  EXPECT_EQ(status.exit_code, 0) << status.out;
+  EXPECT_THAT(status.out, HasSubstr("tablet,lock,coordinator,replication serving (epoch"));
+  testing::Result applied = run("schema apply" + config + MS_SOURCE_DIR "/examples/photoapp.msdl");
+  EXPECT_EQ(applied.exit_code, 0) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("schema PhotoApp applied to 3 datacenter(s)"));
+  EXPECT_THAT(run("schema show" + config).out, HasSubstr("CREATE TABLE Photo"));
+
+  // An incompatible change is refused, naming the problem.
+  const std::string changed = dir.path() + "/changed.msdl";
+  std::ofstream(changed) << "CREATE SCHEMA PhotoApp\nCREATE TABLE User {\n  required int64 user_id;\n"
+                            "  required int64 name;\n} PRIMARY KEY(user_id), ENTITY GROUP ROOT;\n";
+  testing::Result refused = run("schema apply" + config + changed);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("incompatible"));
+
+  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, config));
+  ASSERT_EQ(demo.exit_code, 0) << demo.out;
+  testing::Result log = run("group log" + config + "PhotoApp User:2");
+  EXPECT_EQ(log.exit_code, 0) << log.out;
+  EXPECT_THAT(log.out, HasSubstr("A: applied up to position"));
+  EXPECT_THAT(log.out, HasSubstr("A,B,C"));
+
+  EXPECT_EQ(run("coordinator disable" + config + "C").exit_code, 0);
+  testing::Result disabled = run("cluster status --json" + config);
+  EXPECT_THAT(disabled.out, HasSubstr("\"coordinatorDisabled\":true"));
+  EXPECT_EQ(run("coordinator enable" + config + "C").exit_code, 0);
+  testing::Result nowhere = run("coordinator disable" + config + "Z");
+  EXPECT_EQ(nowhere.exit_code, 2) << nowhere.out;
+  EXPECT_THAT(nowhere.out, HasSubstr("no datacenter Z"));
+  testing::Result no_config = run("cluster status --config=/nonexistent");
+  EXPECT_EQ(no_config.exit_code, 2) << no_config.out;
+  EXPECT_THAT(no_config.out, HasSubstr("cannot read cluster config /nonexistent"));
+}
+
 }  // namespace
 }  // namespace megastore

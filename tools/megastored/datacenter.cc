@@ -1,6 +1,7 @@
 #include "tools/megastored/datacenter.h"
 
 #include "base/status.h"
+#include "tools/megastored/datacenter.pb.h"
 #include "base/strings.h"
 
 namespace megastore::server {
@@ -44,6 +45,37 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
         return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
       r->Serve(m, std::move(req), std::move(respond));
     });
+  // Its Bigtable's own RPC service (msadmin bt, schema apply).
+  dc->tablet_metrics_ = std::make_unique<storage::ServiceMetrics>();
+  storage::RegisterTabletService(dc->tablets_.get(), dc->server_.get(), dc->tablet_metrics_.get());
+  dc->started_micros_ = env->NowMicros();
+  rpc::Serve(*d->server_, "dc.Status", [d](std::string, Responder respond) {
+    DatacenterStatus s;
+    s.set_name(d->options_.name);
+    s.set_type(d->options_.type == replication::ReplicaType::kWitness    ? "witness"
+               : d->options_.type == replication::ReplicaType::kReadOnly ? "read-only"
+                                                                         : "full");
+    coordinator::Coordinator* c = d->serving_coordinator_.load();
+    if (c != nullptr) {
+      s.set_coordinator_serving(c->serving());
+      s.set_coordinator_epoch(c->epoch());
+    }
+    s.set_coordinator_disabled(d->coordinator_disabled_.load());
+    s.set_tables(static_cast<uint32_t>(d->tablets_->ListTables().size()));
+    s.set_uptime_seconds((d->env_->NowMicros() - d->started_micros_) / 1'000'000);
+    for (const char* role : {"tablet", "lock"}) s.add_roles(role);
+    if (c != nullptr) s.add_roles("coordinator");
+    if (d->serving_replication_.load() != nullptr) s.add_roles("replication");
+    respond(s.SerializeAsString());
+  });
+  rpc::Serve(*d->server_, "dc.Coordinator", [d](std::string req, Responder respond) {
+    CoordinatorSwitchRequest r;
+    if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("dc.Coordinator: malformed request"));
+    if (d->options_.type != replication::ReplicaType::kFull)
+      return respond(absl::FailedPreconditionError(StrCat(d->options_.name, " is not a full replica: it has no coordinator")));
+    d->SetCoordinatorEnabled(r.enable());
+    respond(std::string());
+  });
   MS_RETURN_IF_ERROR(dc->server_->Start());
   const size_t colon = o.listen.rfind(':');
   dc->address_ = StrCat(o.listen.substr(0, colon), ":", dc->server_->port());
@@ -70,6 +102,16 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
   replication_ = std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
   replication_->Start();
   serving_replication_ = replication_.get();
+}
+
+void Datacenter::SetCoordinatorEnabled(bool enabled) {
+  coordinator_disabled_ = !enabled;
+  if (coordinator_ == nullptr) return;
+  if (enabled) {
+    coordinator_->Start();
+  } else {
+    coordinator_->Stop();
+  }
 }
 
 void Datacenter::Stop() {

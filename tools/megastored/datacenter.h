@@ -21,6 +21,7 @@
 #include "storage/client/bigtable_client.h"
 #include "storage/lock/lock_table.h"
 #include "storage/tabletserver/tablet_server.h"
+#include "storage/tabletserver/tablet_service.h"
 #include "tools/megastored/cluster.h"
 
 namespace megastore::server {
@@ -55,6 +56,10 @@ class Datacenter {
   void StartReplication(const std::vector<replication::ReplicaInfo>& replicas, int self);
   // Stops answering anything (a datacenter outage); the data stays.
   void Stop();
+  // An operator's switch (msadmin coordinator disable|enable): a disabled
+  // coordinator stops renewing its locks, so after its lease writers no
+  // longer need to reach it, and reads there go to a majority.
+  void SetCoordinatorEnabled(bool enabled);
 
   const std::string& address() const { return address_; }
   const DatacenterOptions& options() const { return options_; }
@@ -79,6 +84,9 @@ class Datacenter {
   std::atomic<replication::ReplicationServer*> serving_replication_{nullptr};
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;
+  std::unique_ptr<storage::ServiceMetrics> tablet_metrics_;
+  int64_t started_micros_ = 0;
+  std::atomic<bool> coordinator_disabled_{false};
 };
 
 // N datacenters named A, B, C, ... under `dir`, on loopback.

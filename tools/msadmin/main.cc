@@ -5,6 +5,7 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
+#include "tools/msadmin/cluster.h"
 #include "tools/msadmin/index.h"
 
 int main(int argc, char** argv) {
@@ -15,9 +16,12 @@ int main(int argc, char** argv) {
   megastore::tools::AddBtCommand(app, bt);
   megastore::tools::IndexState index;
   megastore::tools::AddIndexCommand(app, index);
+  megastore::tools::ClusterState cluster;
+  megastore::tools::AddClusterCommands(app, cluster);
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
   if (app.got_subcommand("index")) return megastore::tools::RunIndex(index);
+  if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }

@@ -1,0 +1,369 @@
+#include "tools/msadmin/cluster.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "base/await.h"
+#include "base/coding.h"
+#include "base/rpc/rpc_transport.h"
+#include "base/strings.h"
+#include "replication/replication.pb.h"
+#include "schema/compat.h"
+#include "schema/compiler.h"
+#include "schema/entity_json.h"
+#include "schema/layout.h"
+#include "schema/printer.h"
+#include "storage/tabletserver/tablet_service.h"
+#include "tools/megastored/cluster.h"
+#include "tools/megastored/datacenter.pb.h"
+#include "txn/transaction.h"
+
+namespace megastore::tools {
+
+namespace {
+
+// Where applied schemas are kept, in every datacenter's Bigtable.
+constexpr char kSchemaTable[] = "megastore.schemas";
+constexpr char kSchemaFamily[] = "s";
+
+int Usage(const std::string& what) {
+  std::fprintf(stderr, "msadmin: %s\n", what.c_str());
+  return 2;
+}
+int Failed(const std::string& what) {
+  std::fprintf(stderr, "msadmin: %s\n", what.c_str());
+  return 1;
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+template <typename Reply, typename Request>
+absl::StatusOr<Reply> Call(Transport& t, const std::string& to, const std::string& method, const Request& req,
+                           absl::Duration timeout) {
+  absl::StatusOr<std::string> raw = Await<std::string>(
+      [&](auto cb) { t.Call(to, method, req.SerializeAsString(), timeout, std::move(cb)); });
+  if (!raw.ok()) return raw.status();
+  Reply reply;
+  if (!reply.ParseFromString(*raw)) return absl::DataLossError(StrCat("unparsable reply from ", to));
+  return reply;
+}
+
+absl::StatusOr<schema::SchemaDescriptor> ReadSchemaFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  if (path.size() > 5 && path.substr(path.size() - 5) == ".msdl") {
+    schema::CompileResult r = schema::CompileSchema(bytes.str());
+    if (!r.ok()) {
+      std::string errors;
+      for (const auto& e : r.errors) errors += StrCat("\n  ", path, ":", e.pos.line, ":", e.pos.column, ": ", e.message);
+      return absl::InvalidArgumentError(StrCat(path, " does not compile (check it with msc):", errors));
+    }
+    return r.descriptor;
+  }
+  schema::SchemaDescriptor d;
+  if (!d.ParseFromString(bytes.str()) || d.name().empty())
+    return absl::InvalidArgumentError(StrCat(path, " is neither DDL (.msdl) nor a descriptor from msc --out"));
+  return d;
+}
+
+// The schema named `name` as applied to the cluster (read at the first
+// datacenter that answers).
+absl::StatusOr<schema::SchemaDescriptor> AppliedSchema(const server::ClusterConfig& config, const std::string& name,
+                                                       absl::Duration timeout) {
+  absl::Status last = absl::NotFoundError("no datacenter");
+  for (const auto& dc : config.datacenters()) {
+    storage::TabletClient client(dc.address(), timeout);
+    absl::StatusOr<std::optional<storage::Row>> row = client.ReadRow(kSchemaTable, name);
+    if (!row.ok()) {
+      last = row.status();
+      continue;
+    }
+    if (!row->has_value() || (*row)->cells.empty())
+      return absl::NotFoundError(StrCat("no schema ", name, " was applied (msadmin schema apply FILE)"));
+    schema::SchemaDescriptor d;
+    if (!d.ParseFromString((*row)->cells.front().value))
+      return absl::DataLossError(StrCat("the stored schema ", name, " is damaged"));
+    return d;
+  }
+  return last;
+}
+
+int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
+  rpc::RpcTransport transport;
+  bool healthy = true;
+  if (!s.json) std::printf("%-10s %-9s %-22s %-8s %-32s %s\n", "datacenter", "type", "address", "state", "roles", "coordinator");
+  std::string json = "[";
+  for (const auto& dc : config.datacenters()) {
+    absl::StatusOr<server::DatacenterStatus> st = Call<server::DatacenterStatus>(
+        transport, dc.address(), "dc.Status", server::DatacenterStatusRequest(), absl::Seconds(s.timeout));
+    std::string coord = "—";
+    if (st.ok() && server::TypeOf(dc) == replication::ReplicaType::kFull) {
+      coord = st->coordinator_disabled() ? "disabled by an operator"
+              : st->coordinator_serving() ? StrCat("serving (epoch ", st->coordinator_epoch(), ")")
+                                          : "NOT serving: no lock majority";
+      healthy &= st->coordinator_serving() || st->coordinator_disabled();
+    }
+    healthy &= st.ok();
+    if (s.json) {
+      json += StrCat(json.size() > 1 ? "," : "", "{\"datacenter\":\"", dc.name(), "\",\"address\":\"", dc.address(),
+                     "\",\"up\":", st.ok() ? "true" : "false",
+                     st.ok() ? StrCat(",\"status\":", Json(*st)) : StrCat(",\"error\":\"", st.status().message(), "\""),
+                     "}");
+    } else {
+      std::string roles;
+      if (st.ok())
+        for (const std::string& r : st->roles()) roles += (roles.empty() ? "" : ",") + r;
+      std::printf("%-10s %-9s %-22s %-8s %-32s %s\n", dc.name().c_str(),
+                  dc.type().empty() ? "full" : dc.type().c_str(), dc.address().c_str(), st.ok() ? "up" : "DOWN",
+                  st.ok() ? roles.c_str() : std::string(st.status().message()).substr(0, 32).c_str(), coord.c_str());
+    }
+  }
+  if (s.json) std::printf("%s]\n", json.c_str());
+  else if (!healthy) std::printf("\nnot healthy: start the datacenters that are down (megastored --config ... --datacenter=NAME); a coordinator without its lock majority recovers once the other datacenters' lock services answer\n");
+  return healthy ? 0 : 1;
+}
+
+int CoordinatorSwitch(const ClusterState& s, const server::ClusterConfig& config, bool enable) {
+  for (const auto& dc : config.datacenters()) {
+    if (dc.name() != s.datacenter) continue;
+    rpc::RpcTransport transport;
+    server::CoordinatorSwitchRequest req;
+    req.set_enable(enable);
+    absl::StatusOr<std::string> r = Await<std::string>([&](auto cb) {
+      transport.Call(dc.address(), "dc.Coordinator", req.SerializeAsString(), absl::Seconds(s.timeout), std::move(cb));
+    });
+    if (!r.ok()) return Failed(StrCat("coordinator ", enable ? "enable " : "disable ", s.datacenter, ": ", r.status().message()));
+    std::printf("coordinator of %s %s%s\n", s.datacenter.c_str(), enable ? "enabled" : "disabled",
+                enable ? ": it serves again once it holds its locks"
+                       : ": writers stop waiting for it once its lease runs out; reads there go to a majority");
+    return 0;
+  }
+  return Usage(StrCat("no datacenter ", s.datacenter, " in ", s.config));
+}
+
+int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
+  absl::StatusOr<schema::SchemaDescriptor> next = ReadSchemaFile(s.file);
+  if (!next.ok()) return Usage(std::string(next.status().message()));
+  absl::StatusOr<schema::SchemaDescriptor> previous = AppliedSchema(config, next->name(), absl::Seconds(s.timeout));
+  if (previous.ok()) {
+    std::vector<std::string> problems = schema::CheckCompatible(*previous, *next);
+    if (!problems.empty()) {
+      for (const std::string& p : problems) std::fprintf(stderr, "msadmin schema apply: %s\n", p.c_str());
+      return Failed(StrCat("refused: the change to ", next->name(), " is incompatible with the data written "
+                           "under the applied schema (make the change compatible, or create a new table)"));
+    }
+  } else if (!absl::IsNotFound(previous.status())) {
+    return Failed(StrCat("cannot read the applied schema: ", previous.status().message()));
+  }
+  absl::StatusOr<schema::Layout> layout = schema::Layout::Create(*next);
+  if (!layout.ok()) return Usage(std::string(layout.status().message()));
+  std::vector<storage::TableSchema> tables = txn::TablesFor(*layout);
+  storage::TableSchema schemas;
+  schemas.set_name(kSchemaTable);
+  schemas.add_families()->set_name(kSchemaFamily);
+  tables.push_back(schemas);
+  int created = 0;
+  for (const auto& dc : config.datacenters()) {
+    storage::TabletClient client(dc.address(), absl::Seconds(s.timeout));
+    for (const storage::TableSchema& t : tables) {
+      absl::Status st = client.CreateTable(t);
+      if (st.ok()) ++created;
+      else if (!absl::IsAlreadyExists(st))
+        return Failed(StrCat("datacenter ", dc.name(), ": creating table ", t.name(), ": ", st.message(),
+                             " (the tables created so far stay; run it again when ", dc.name(), " is up)"));
+    }
+    if (absl::Status st = client.MutateRow(kSchemaTable, next->name(),
+                                           {storage::Mutation::SetCell(kSchemaFamily, "descriptor",
+                                                                       next->SerializeAsString())});
+        !st.ok())
+      return Failed(StrCat("datacenter ", dc.name(), ": storing the schema: ", st.message()));
+  }
+  std::printf("schema %s applied to %d datacenter(s): %d table(s) created%s\n", next->name().c_str(),
+              config.datacenters_size(), created, previous.ok() ? " (it was applied before; the change is compatible)" : "");
+  return 0;
+}
+
+int SchemaShow(const ClusterState& s, const server::ClusterConfig& config) {
+  for (const auto& dc : config.datacenters()) {
+    storage::TabletClient client(dc.address(), absl::Seconds(s.timeout));
+    std::vector<std::string> names;
+    absl::Status st = client.ReadRows(kSchemaTable, storage::RowSet{}, {}, [&](storage::Row& row) {
+      schema::SchemaDescriptor d;
+      if (!row.cells.empty() && d.ParseFromString(row.cells.front().value)) {
+        if (s.json) names.push_back(Json(d));
+        else names.push_back(schema::PrintSchema(d));
+      }
+      return true;
+    });
+    if (!st.ok()) {
+      if (absl::IsNotFound(st)) return Failed("no schema has been applied yet (msadmin schema apply FILE)");
+      continue;  // try the next datacenter
+    }
+    if (s.json) {
+      std::string out = "[";
+      for (const std::string& n : names) out += (out.size() > 1 ? "," : "") + n;
+      std::printf("%s]\n", out.c_str());
+    } else {
+      for (const std::string& n : names) std::printf("%s\n", n.c_str());
+    }
+    return 0;
+  }
+  return Failed("no datacenter answered");
+}
+
+int GroupLog(const ClusterState& s, const server::ClusterConfig& config) {
+  absl::StatusOr<schema::SchemaDescriptor> d =
+      s.schema.find('.') != std::string::npos ? ReadSchemaFile(s.schema)
+                                              : AppliedSchema(config, s.schema, absl::Seconds(s.timeout));
+  if (!d.ok()) return Usage(std::string(d.status().message()));
+  absl::StatusOr<schema::Layout> layout = schema::Layout::Create(*d);
+  if (!layout.ok()) return Usage(std::string(layout.status().message()));
+  const size_t colon = s.group.find(':');
+  const schema::TableDescriptor* table =
+      colon == std::string::npos ? nullptr : layout->schema().FindTable(s.group.substr(0, colon));
+  if (table == nullptr) return Usage(StrCat("group '", s.group, "' is not ROOT_TABLE:KEY[,KEY...] of schema ", d->name()));
+  google::protobuf::RepeatedPtrField<google::protobuf::Value> values;
+  std::stringstream parts(s.group.substr(colon + 1));
+  for (std::string v; std::getline(parts, v, ',');) values.Add()->set_string_value(v);
+  absl::StatusOr<std::vector<schema::KeyValue>> key = schema::KeyFromJson(*table, table->primary_key(), values, "key");
+  if (!key.ok()) return Usage(std::string(key.status().message()));
+  absl::StatusOr<std::string> root = layout->GroupRow(*table, *key);
+  if (!root.ok()) return Usage(std::string(root.status().message()));
+  replication::GroupRef group;
+  group.set_table(layout->entity_table());
+  group.set_root(*root);
+
+  rpc::RpcTransport transport;
+  const auto timeout = absl::Seconds(s.timeout);
+  uint64_t top = 0;
+  std::map<std::string, replication::StateReply> states;
+  for (const auto& dc : config.datacenters()) {
+    replication::StateRequest req;
+    *req.mutable_group() = group;
+    auto st = Call<replication::StateReply>(transport, dc.address(), "repl.State", req, timeout);
+    if (!st.ok()) {
+      std::printf("%s: %s\n", dc.name().c_str(), std::string(st.status().message()).c_str());
+      continue;
+    }
+    top = std::max({top, st->top(), st->applied().position()});
+    states[dc.name()] = *st;
+  }
+  if (states.empty()) return Failed("no datacenter answered");
+  std::printf("entity group %s of %s (root row %s)\n", s.group.c_str(), d->name().c_str(), EscapeBytes(*root).c_str());
+  for (const auto& [name, st] : states)
+    std::printf("  %s: applied up to position %llu, highest position seen %llu\n", name.c_str(),
+                static_cast<unsigned long long>(st.applied().position()), static_cast<unsigned long long>(st.top()));
+  if (top == 0) {
+    std::printf("  the log is empty\n");
+    return 0;
+  }
+  const uint64_t from = top > static_cast<uint64_t>(s.limit) ? top - static_cast<uint64_t>(s.limit) + 1 : 1;
+  // Each replica's chosen values for the positions.
+  std::map<uint64_t, std::map<std::string, std::string>> log;  // position -> replica -> value
+  for (const auto& [name, st] : states) {
+    replication::ReadLogRequest req;
+    *req.mutable_group() = group;
+    req.set_from(from);
+    req.set_to(top);
+    std::string address;
+    for (const auto& dc : config.datacenters())
+      if (dc.name() == name) address = dc.address();
+    auto r = Call<replication::ReadLogReply>(transport, address, "repl.ReadLog", req, timeout);
+    if (!r.ok()) continue;
+    for (int i = 0; i < r->positions_size(); ++i) log[r->positions(i)][name] = r->values(i);
+  }
+  std::printf("  %-9s %-24s %-18s %-7s %-8s %s\n", "position", "entry", "timestamp", "leader", "changes", "known at");
+  for (uint64_t p = from; p <= top; ++p) {
+    auto it = log.find(p);
+    if (it == log.end()) {
+      std::printf("  %-9llu (not known to be chosen at any replica yet)\n", static_cast<unsigned long long>(p));
+      continue;
+    }
+    replication::LogEntry e;
+    e.ParseFromString(it->second.begin()->second);
+    std::string at;
+    for (const auto& [name, v] : it->second) at += (at.empty() ? "" : ",") + name;
+    const std::string leader = e.next_leader() >= 0 && e.next_leader() < config.datacenters_size()
+                                   ? config.datacenters(e.next_leader()).name()
+                                   : "-";
+    std::printf("  %-9llu %-24s %-18lld %-7s %-8d %s\n", static_cast<unsigned long long>(p),
+                e.noop() ? "(no-op)" : e.id().c_str(), static_cast<long long>(e.timestamp()), leader.c_str(),
+                e.changes_size(), at.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddClusterCommands(CLI::App& app, ClusterState& state) {
+  auto with_config = [&state](CLI::App* c) {
+    c->add_option("--config", state.config, "the cluster config (megastored --local writes DATA/cluster.textproto)")
+        ->required();
+    c->add_option("--timeout", state.timeout, "seconds each request may take")->capture_default_str();
+    c->add_flag("--json", state.json, "JSON output");
+  };
+  CLI::App* cluster = app.add_subcommand("cluster", "The cluster as a whole");
+  cluster->require_subcommand(1);
+  CLI::App* status = cluster->add_subcommand("status", "Every datacenter: reachable?, roles, coordinator health");
+  with_config(status);
+  status->callback([&state] { state.command = "cluster status"; });
+
+  CLI::App* coord = app.add_subcommand("coordinator", "The operator's coordinator switch");
+  coord->require_subcommand(1);
+  for (const char* verb : {"disable", "enable"}) {
+    CLI::App* v = coord->add_subcommand(
+        verb, std::string(verb) == std::string("disable")
+                  ? "Stop a datacenter's coordinator (its locks lapse: writers stop waiting for an unhealthy replica)"
+                  : "Start a disabled coordinator again");
+    with_config(v);
+    v->add_option("datacenter", state.datacenter, "the datacenter")->required();
+    v->callback([&state, verb] { state.command = StrCat("coordinator ", verb); });
+  }
+
+  CLI::App* sch = app.add_subcommand("schema", "Schemas applied to the cluster");
+  sch->require_subcommand(1);
+  CLI::App* apply = sch->add_subcommand(
+      "apply", "Create a schema's tables in every datacenter (DDL .msdl or msc's .schema.pb); a change to an "
+               "applied schema must be compatible");
+  with_config(apply);
+  apply->add_option("file", state.file, "the schema")->required();
+  apply->callback([&state] { state.command = "schema apply"; });
+  CLI::App* show = sch->add_subcommand("show", "Print the applied schemas as DDL");
+  with_config(show);
+  show->callback([&state] { state.command = "schema show"; });
+
+  CLI::App* grp = app.add_subcommand("group", "One entity group");
+  grp->require_subcommand(1);
+  CLI::App* log = grp->add_subcommand("log", "The group's replicated log at every replica: positions, entries, "
+                                             "leaders, where each is known");
+  with_config(log);
+  log->add_option("schema", state.schema, "an applied schema's name, or a NAME.schema.pb/.msdl file")->required();
+  log->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
+  log->add_option("--last", state.limit, "how many of the latest positions to show")->check(CLI::Range(1, 100000))->capture_default_str();
+  log->callback([&state] { state.command = "group log"; });
+}
+
+int RunClusterCommand(const ClusterState& s) {
+  absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(s.config);
+  if (!config.ok()) return Usage(std::string(config.status().message()));
+  if (s.command == "cluster status") return ClusterStatus(s, *config);
+  if (s.command == "coordinator disable") return CoordinatorSwitch(s, *config, false);
+  if (s.command == "coordinator enable") return CoordinatorSwitch(s, *config, true);
+  if (s.command == "schema apply") return SchemaApply(s, *config);
+  if (s.command == "schema show") return SchemaShow(s, *config);
+  if (s.command == "group log") return GroupLog(s, *config);
+  return Usage(StrCat("unknown command ", s.command));
+}
+
+}  // namespace megastore::tools

@@ -1,0 +1,29 @@
+// msadmin's cluster commands, against a cluster config (docs/msadmin.md):
+//   cluster status                      every datacenter's roles and health
+//   coordinator disable|enable DC       the operator's coordinator switch
+//   schema apply FILE | schema show     create a schema's tables everywhere
+//   group log TABLE:KEY                 an entity group's log at every replica
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace megastore::tools {
+
+struct ClusterState {
+  std::string config;
+  bool json = false;
+  double timeout = 10;
+  std::string command;     // "cluster status", "coordinator disable", ...
+  std::string datacenter;  // coordinator disable|enable
+  std::string file;        // schema apply
+  std::string schema;      // group log: NAME.schema.pb, or a schema applied to the cluster by name
+  std::string group;       // group log
+  int64_t limit = 20;      // group log: the last N positions
+};
+
+void AddClusterCommands(CLI::App& app, ClusterState& state);
+// Exit code: 0 ok, 1 the operation failed (or the cluster is unhealthy), 2 usage.
+int RunClusterCommand(const ClusterState& state);
+
+}  // namespace megastore::tools
