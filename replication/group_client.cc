@@ -665,6 +665,7 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
 
 void GroupClient::CatchUp(GroupRef group, int replica, uint64_t target, Callback<LogPosition> done,
                           int64_t deadline) {
+  stats_.catchups.fetch_add(1, std::memory_order_relaxed);
   auto op = std::make_shared<CatchUpOp>();
   op->c = this;
   op->group = std::move(group);
@@ -693,6 +694,10 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
     return;
   }
   // Current: ask the coordinator and read the local log state at once.
+  done = [this, started = env_->MonotonicMicros(), done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+    if (p.ok()) read_latency_.Observe(env_->MonotonicMicros() - started);
+    done(std::move(p));
+  };
   struct Local {
     std::optional<absl::StatusOr<coordinator::CoordinatorReply>> check;
     std::optional<absl::StatusOr<StateReply>> state;
@@ -834,7 +839,7 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   const int64_t deadline = DeadlineFrom(this, deadline_in);
   auto driver = std::make_shared<PositionDriver>(
       this, group, position, value, leader, deadline,
-      [this, group, position, value, timestamp, deadline,
+      [this, group, position, value, timestamp, deadline, started = env_->MonotonicMicros(),
        done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
         if (!chosen.ok()) {
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
@@ -847,13 +852,20 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
         } else {
           stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         }
+        CountGroup(group.root(), !ours);
+        if (!chosen->learned) {
+          // Complete invalidates the coordinator of each full replica that missed it.
+          for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
+            if (options_.replicas[i].type == ReplicaType::kFull && !chosen->accepted_by.count(i))
+              stats_.invalidations.fetch_add(1, std::memory_order_relaxed);
+        }
         // The write is acknowledged once visible and applied here (so this
         // app server's next read needs no catch-up); the other replicas
         // apply behind.
         const int wait = options_.replicas[options_.local].type == ReplicaType::kWitness ? -1
                                                                                          : options_.local;
         Complete(this, group, position, std::move(*chosen), wait, deadline,
-                 [position, timestamp, ours, done = std::move(done)](absl::Status visible,
+                 [this, started, position, timestamp, ours, done = std::move(done)](absl::Status visible,
                                                                      absl::Status) mutable {
                    if (!ours)
                      return done(absl::AbortedError(StrCat(
@@ -863,6 +875,7 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
                      return done(absl::UnavailableError(StrCat(
                          "log position ", position,
                          " was chosen but could not be made visible: ", visible.message())));
+                   commit_latency_.Observe(env_->MonotonicMicros() - started);
                    done(CommitResult{position, timestamp});
                  });
       });
@@ -877,7 +890,33 @@ GroupClient::Stats GroupClient::stats() const {
   s.unknown = stats_.unknown.load();
   s.locks_granted = stats_.locks_granted.load();
   s.locks_missed = stats_.locks_missed.load();
+  s.catchups = stats_.catchups.load();
+  s.invalidations = stats_.invalidations.load();
   return s;
+}
+
+void GroupClient::CountGroup(const std::string& root, bool conflict) {
+  absl::MutexLock lock(&groups_mu_);
+  auto it = group_counts_.find(root);
+  if (it == group_counts_.end()) {
+    if (group_counts_.size() >= kMaxTrackedGroups) return;
+    it = group_counts_.emplace(root, GroupCounts{}).first;
+  }
+  (conflict ? it->second.conflicts : it->second.commits)++;
+}
+
+std::vector<std::pair<std::string, uint64_t>> GroupClient::HottestGroups(size_t n, bool by_conflicts) const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  {
+    absl::MutexLock lock(&groups_mu_);
+    for (const auto& [root, c] : group_counts_) {
+      const uint64_t v = by_conflicts ? c.conflicts : c.commits;
+      if (v > 0) out.emplace_back(root, v);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (out.size() > n) out.resize(n);
+  return out;
 }
 
 const ReplicaInfo* GroupClient::LockHome(const GroupRef& group) const {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
+#include "base/histogram.h"
 #include "base/transport.h"
 #include "replication/log_replica.h"
 #include "replication/replication.pb.h"
@@ -151,8 +153,16 @@ class GroupClient {
     uint64_t unknown = 0;    // no value chosen in time (outcome unknown)
     uint64_t locks_granted = 0;  // advisory locks taken
     uint64_t locks_missed = 0;   // advisory lock requests that went ahead without it
+    uint64_t catchups = 0;       // catch-ups of a replica (reads that found it behind, sweeps)
+    uint64_t invalidations = 0;  // coordinators invalidated after a commit they missed
   };
   Stats stats() const;
+  // Latency of successful commits and of current-level ReadPositions.
+  const LatencyHistogram& commit_latency() const { return commit_latency_; }
+  const LatencyHistogram& read_latency() const { return read_latency_; }
+  // The entity groups with the most commits (or conflicts) by this client,
+  // most first: (root row, count).
+  std::vector<std::pair<std::string, uint64_t>> HottestGroups(size_t n, bool by_conflicts) const;
 
   // The replicas that vote, in acceptor-id order (paxos::AcceptorId i is
   // replica voters()[i]).
@@ -169,7 +179,16 @@ class GroupClient {
   struct Counters {
     std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, unknown{0};
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
+    std::atomic<uint64_t> catchups{0}, invalidations{0};
   };
+  void CountGroup(const std::string& root, bool conflict);
+  LatencyHistogram commit_latency_, read_latency_;
+  struct GroupCounts {
+    uint64_t commits = 0, conflicts = 0;
+  };
+  mutable absl::Mutex groups_mu_;
+  std::map<std::string, GroupCounts> group_counts_ ABSL_GUARDED_BY(groups_mu_);  // at most kMaxTrackedGroups
+  static constexpr size_t kMaxTrackedGroups = 100'000;
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };

@@ -10,6 +10,7 @@
 #include "api/database.h"
 #include "api/gateway.h"
 #include "base/delayed_transport.h"
+#include "base/coding.h"
 #include "base/env.h"
 #include "base/http/http_server.h"
 #include "base/logging.h"
@@ -79,7 +80,17 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const s
       const auto s = gateway_db->context().client->stats();
       html += StrCat("<h2>Gateway client</h2><p>commits ", s.commits, ", on the fast path ", s.fast_path,
                      ", conflicts ", s.conflicts, ", unknown outcomes ", s.unknown, ", retries ",
-                     gateway_db->retries(), "</p>");
+                     gateway_db->retries(), ", catch-ups ", s.catchups, ", coordinator invalidations ",
+                     s.invalidations, "</p>");
+      for (bool by_conflicts : {false, true}) {
+        const auto hot = gateway_db->context().client->HottestGroups(10, by_conflicts);
+        if (hot.empty()) continue;
+        html += StrCat("<h3>Hottest entity groups by ", by_conflicts ? "conflicts" : "commits",
+                       "</h3><table border=1 cellpadding=4><tr><th>root row<th>", by_conflicts ? "conflicts" : "commits",
+                       "</tr>");
+        for (const auto& [root, n] : hot) html += StrCat("<tr><td><code>", EscapeBytes(root), "</code><td>", n, "</tr>");
+        html += "</table>";
+      }
     }
     return http::Response{200, "text/html; charset=utf-8", html};
   });
@@ -101,7 +112,15 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const s
       out += StrCat("# TYPE megastore_client_fast_path_commits_total counter\n",
                     "megastore_client_fast_path_commits_total ", s.fast_path, "\n",
                     "# TYPE megastore_client_retries_total counter\n",
-                    "megastore_client_retries_total ", gateway_db->retries(), "\n");
+                    "megastore_client_retries_total ", gateway_db->retries(), "\n",
+                    "# TYPE megastore_client_catchups_total counter\n",
+                    "megastore_client_catchups_total ", s.catchups, "\n",
+                    "# TYPE megastore_client_invalidations_total counter\n",
+                    "megastore_client_invalidations_total ", s.invalidations, "\n");
+      out += gateway_db->context().client->commit_latency().Prometheus(
+          "megastore_client_commit_seconds", "Successful commits, from proposing to acknowledged.");
+      out += gateway_db->context().client->read_latency().Prometheus(
+          "megastore_client_current_read_position_seconds", "Finding a group's position for a current read.");
     }
     return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", out};
   });
