@@ -29,6 +29,12 @@ std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config);
 // One-way delays by (from, to) datacenter name.
 std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config);
 
+// Where schemas applied to the cluster are kept, in every datacenter's
+// Bigtable: one row per schema name, cell s:descriptor.
+inline constexpr char kSchemaTable[] = "megastore.schemas";
+inline constexpr char kSchemaFamily[] = "s";
+inline constexpr char kSchemaColumn[] = "descriptor";
+
 // The built-in local default: three full datacenters A, B, C on loopback
 // (ports picked at start), WAN A-B 10 ms, A-C 30 ms, B-C 25 ms one way.
 ClusterConfig DefaultLocalConfig(int datacenters = 3);

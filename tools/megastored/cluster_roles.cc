@@ -15,6 +15,7 @@
 #include "base/http/http_server.h"
 #include "base/logging.h"
 #include "base/rpc/rpc_transport.h"
+#include "base/status.h"
 #include "base/strings.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/datacenter.h"
@@ -150,6 +151,20 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     schemas.push_back(std::move(d));
   }
   if (!flags.gateway.empty() && schemas.empty()) return BadFlags("--gateway needs --schema (the schema it serves)");
+  if (!schemas.empty()) {
+    storage::TableSchema t;
+    t.set_name(kSchemaTable);
+    t.add_families()->set_name(kSchemaFamily);
+    tables.push_back(std::move(t));
+  }
+  // Records the schemas as applied (what msadmin schema show|group log read).
+  auto record = [&schemas](storage::TabletServer* tablets) -> absl::Status {
+    for (const schema::SchemaDescriptor& d : schemas)
+      MS_RETURN_IF_ERROR(tablets->MutateRow(kSchemaTable, d.name(),
+                                            {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn,
+                                                                        d.SerializeAsString())}));
+    return absl::OkStatus();
+  };
 
   ClusterConfig config;
   if (!flags.config.empty()) {
@@ -181,6 +196,10 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                    dc.status().ToString().c_str());
       return 1;
     }
+    if (absl::Status s = record((*dc)->tablets()); !s.ok()) {
+      std::fprintf(stderr, "megastored: recording the schemas: %s\n", s.ToString().c_str());
+      return 1;
+    }
     (*dc)->StartReplication(ReplicasOf(config), self);
     std::printf("megastored: datacenter %s (%s) serving on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
                 (*dc)->address().c_str(), flags.data.c_str());
@@ -208,6 +227,12 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   if (!cluster.ok()) {
     std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
     return 1;
+  }
+  for (int i = 0; i < (*cluster)->size(); ++i) {
+    if (absl::Status s = record((*cluster)->datacenter(i).tablets()); !s.ok()) {
+      std::fprintf(stderr, "megastored: recording the schemas: %s\n", s.ToString().c_str());
+      return 1;
+    }
   }
   if (!(*cluster)->WaitUntilServing(absl::Seconds(15))) {
     std::fprintf(stderr, "megastored: the coordinators did not get their locks within 15 s\n");

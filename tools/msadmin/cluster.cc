@@ -25,9 +25,9 @@ namespace megastore::tools {
 
 namespace {
 
-// Where applied schemas are kept, in every datacenter's Bigtable.
-constexpr char kSchemaTable[] = "megastore.schemas";
-constexpr char kSchemaFamily[] = "s";
+using server::kSchemaColumn;
+using server::kSchemaFamily;
+using server::kSchemaTable;
 
 int Usage(const std::string& what) {
   std::fprintf(stderr, "msadmin: %s\n", what.c_str());
@@ -85,6 +85,9 @@ absl::StatusOr<schema::SchemaDescriptor> AppliedSchema(const server::ClusterConf
   for (const auto& dc : config.datacenters()) {
     storage::TabletClient client(dc.address(), timeout);
     absl::StatusOr<std::optional<storage::Row>> row = client.ReadRow(kSchemaTable, name);
+    if (absl::IsNotFound(row.status()))
+      return absl::NotFoundError(StrCat("no schema was applied to this cluster yet (msadmin schema apply FILE, or "
+                                        "megastored --schema=FILE), or give the schema file instead of ", name));
     if (!row.ok()) {
       last = row.status();
       continue;
@@ -184,7 +187,7 @@ int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
                              " (the tables created so far stay; run it again when ", dc.name(), " is up)"));
     }
     if (absl::Status st = client.MutateRow(kSchemaTable, next->name(),
-                                           {storage::Mutation::SetCell(kSchemaFamily, "descriptor",
+                                           {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn,
                                                                        next->SerializeAsString())});
         !st.ok())
       return Failed(StrCat("datacenter ", dc.name(), ": storing the schema: ", st.message()));
