@@ -213,6 +213,22 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   testing::Result disabled = run("cluster status --json" + config);
   EXPECT_THAT(disabled.out, HasSubstr("\"coordinatorDisabled\":true"));
   EXPECT_EQ(run("coordinator enable" + config + "C").exit_code, 0);
+
+  // A replica out for maintenance: A and B still commit; taking B too is refused.
+  testing::Result out = run("replica disable" + config + "C");
+  EXPECT_EQ(out.exit_code, 0) << out.out;
+  EXPECT_THAT(run("cluster status" + config).out, HasSubstr("disabled"));
+  testing::Result too_many = run("replica disable" + config + "B");
+  EXPECT_EQ(too_many.exit_code, 1) << too_many.out;
+  EXPECT_THAT(too_many.out, HasSubstr("fewer than a majority"));
+  testing::Result during = testing::RunCommand(StrCat(PHOTOAPP_DEMO, config, " --local=A"));
+  EXPECT_EQ(during.exit_code, 0) << "A and B are a majority without C: " << during.out;
+  EXPECT_EQ(run("replica enable" + config + "C").exit_code, 0);
+  testing::Result caught = run("group catchup" + config + "PhotoApp User:2 --datacenter=C");
+  EXPECT_EQ(caught.exit_code, 0) << caught.out;
+  EXPECT_THAT(caught.out, HasSubstr("C: applied up to position"));
+  testing::Result after = run("group log" + config + "PhotoApp User:2");
+  EXPECT_THAT(after.out, HasSubstr("C: applied up to position"));
   testing::Result nowhere = run("coordinator disable" + config + "Z");
   EXPECT_EQ(nowhere.exit_code, 2) << nowhere.out;
   EXPECT_THAT(nowhere.out, HasSubstr("no datacenter Z"));

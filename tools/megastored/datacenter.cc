@@ -41,6 +41,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   for (std::string_view m : replication::ReplicationServer::kMethods)
     rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
       replication::ReplicationServer* r = d->serving_replication_.load();
+      if (d->replica_disabled_.load())
+        return respond(absl::UnavailableError(StrCat("the replica at ", d->options_.name, " is disabled by an operator")));
       if (r == nullptr)
         return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
       r->Serve(m, std::move(req), std::move(respond));
@@ -61,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       s.set_coordinator_epoch(c->epoch());
     }
     s.set_coordinator_disabled(d->coordinator_disabled_.load());
+    s.set_replica_disabled(d->replica_disabled_.load());
     s.set_tables(static_cast<uint32_t>(d->tablets_->ListTables().size()));
     s.set_uptime_seconds((d->env_->NowMicros() - d->started_micros_) / 1'000'000);
     for (const char* role : {"tablet", "lock"}) s.add_roles(role);
@@ -68,8 +71,14 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     if (d->serving_replication_.load() != nullptr) s.add_roles("replication");
     respond(s.SerializeAsString());
   });
+  rpc::Serve(*d->server_, "dc.Replica", [d](std::string req, Responder respond) {
+    SwitchRequest r;
+    if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("dc.Replica: malformed request"));
+    d->SetReplicaEnabled(r.enable());
+    respond(std::string());
+  });
   rpc::Serve(*d->server_, "dc.Coordinator", [d](std::string req, Responder respond) {
-    CoordinatorSwitchRequest r;
+    SwitchRequest r;
     if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("dc.Coordinator: malformed request"));
     if (d->options_.type != replication::ReplicaType::kFull)
       return respond(absl::FailedPreconditionError(StrCat(d->options_.name, " is not a full replica: it has no coordinator")));
@@ -112,6 +121,11 @@ void Datacenter::SetCoordinatorEnabled(bool enabled) {
   } else {
     coordinator_->Stop();
   }
+}
+
+void Datacenter::SetReplicaEnabled(bool enabled) {
+  replica_disabled_ = !enabled;
+  if (options_.type == replication::ReplicaType::kFull) SetCoordinatorEnabled(enabled);
 }
 
 void Datacenter::Stop() {

@@ -60,6 +60,10 @@ class Datacenter {
   // coordinator stops renewing its locks, so after its lease writers no
   // longer need to reach it, and reads there go to a majority.
   void SetCoordinatorEnabled(bool enabled);
+  // Takes the replica out (msadmin replica disable): its replication server
+  // answers Unavailable and its coordinator is disabled, as if the
+  // datacenter were down, until enabled again.
+  void SetReplicaEnabled(bool enabled);
 
   const std::string& address() const { return address_; }
   const DatacenterOptions& options() const { return options_; }
@@ -87,6 +91,7 @@ class Datacenter {
   std::unique_ptr<storage::ServiceMetrics> tablet_metrics_;
   int64_t started_micros_ = 0;
   std::atomic<bool> coordinator_disabled_{false};
+  std::atomic<bool> replica_disabled_{false};
 };
 
 // N datacenters named A, B, C, ... under `dir`, on loopback.

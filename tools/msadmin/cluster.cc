@@ -7,9 +7,11 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "base/await.h"
+#include "base/env.h"
 #include "base/coding.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
+#include "replication/group_client.h"
 #include "replication/replication.pb.h"
 #include "schema/compat.h"
 #include "schema/compiler.h"
@@ -128,7 +130,8 @@ int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
       if (st.ok())
         for (const std::string& r : st->roles()) roles += (roles.empty() ? "" : ",") + r;
       std::printf("%-10s %-9s %-22s %-8s %-32s %s\n", dc.name().c_str(),
-                  dc.type().empty() ? "full" : dc.type().c_str(), dc.address().c_str(), st.ok() ? "up" : "DOWN",
+                  dc.type().empty() ? "full" : dc.type().c_str(), dc.address().c_str(),
+                  !st.ok() ? "DOWN" : st->replica_disabled() ? "disabled" : "up",
                   st.ok() ? roles.c_str() : std::string(st.status().message()).substr(0, 32).c_str(), coord.c_str());
     }
   }
@@ -137,22 +140,78 @@ int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
   return healthy ? 0 : 1;
 }
 
-int CoordinatorSwitch(const ClusterState& s, const server::ClusterConfig& config, bool enable) {
-  for (const auto& dc : config.datacenters()) {
-    if (dc.name() != s.datacenter) continue;
-    rpc::RpcTransport transport;
-    server::CoordinatorSwitchRequest req;
-    req.set_enable(enable);
-    absl::StatusOr<std::string> r = Await<std::string>([&](auto cb) {
-      transport.Call(dc.address(), "dc.Coordinator", req.SerializeAsString(), absl::Seconds(s.timeout), std::move(cb));
-    });
-    if (!r.ok()) return Failed(StrCat("coordinator ", enable ? "enable " : "disable ", s.datacenter, ": ", r.status().message()));
-    std::printf("coordinator of %s %s%s\n", s.datacenter.c_str(), enable ? "enabled" : "disabled",
-                enable ? ": it serves again once it holds its locks"
-                       : ": writers stop waiting for it once its lease runs out; reads there go to a majority");
-    return 0;
+// msadmin coordinator|replica disable|enable DC.
+int Switch(const ClusterState& s, const server::ClusterConfig& config, bool replica, bool enable) {
+  int self = -1;
+  for (int i = 0; i < config.datacenters_size(); ++i)
+    if (config.datacenters(i).name() == s.datacenter) self = i;
+  if (self < 0) return Usage(StrCat("no datacenter ", s.datacenter, " in ", s.config));
+  rpc::RpcTransport transport;
+  if (replica && !enable && !s.force) {
+    // Refuse to take out a vote the cluster needs for its majority.
+    int voters = 0, others_up = 0;
+    for (int i = 0; i < config.datacenters_size(); ++i) {
+      const auto& dc = config.datacenters(i);
+      if (server::TypeOf(dc) == replication::ReplicaType::kReadOnly) continue;
+      ++voters;
+      if (i == self) continue;
+      auto st = Call<server::DatacenterStatus>(transport, dc.address(), "dc.Status",
+                                               server::DatacenterStatusRequest(), absl::Seconds(s.timeout));
+      if (st.ok() && !st->replica_disabled()) ++others_up;
+    }
+    const bool votes = server::TypeOf(config.datacenters(self)) != replication::ReplicaType::kReadOnly;
+    if (votes && others_up < voters / 2 + 1)
+      return Failed(StrCat("refused: without ", s.datacenter, " only ", others_up, " of ", voters,
+                           " voting replicas are up and enabled, fewer than a majority: every commit would "
+                           "stop. Bring another datacenter back first, or add --force"));
   }
-  return Usage(StrCat("no datacenter ", s.datacenter, " in ", s.config));
+  const auto& dc = config.datacenters(self);
+  server::SwitchRequest req;
+  req.set_enable(enable);
+  absl::StatusOr<std::string> r = Await<std::string>([&](auto cb) {
+    transport.Call(dc.address(), replica ? "dc.Replica" : "dc.Coordinator", req.SerializeAsString(),
+                   absl::Seconds(s.timeout), std::move(cb));
+  });
+  const std::string what = StrCat(replica ? "replica" : "coordinator", " ", enable ? "enable " : "disable ",
+                                  s.datacenter);
+  if (!r.ok()) return Failed(StrCat(what, ": ", r.status().message()));
+  if (replica) {
+    std::printf("replica %s %s\n", s.datacenter.c_str(),
+                enable ? "enabled: its next current reads catch it up"
+                       : "disabled: it answers nothing for the other datacenters and app servers until enabled");
+  } else {
+    std::printf("coordinator of %s %s\n", s.datacenter.c_str(),
+                enable ? "enabled: it serves again once it holds its locks"
+                       : "disabled: writers stop waiting for it once its lease runs out; reads there go to a majority");
+  }
+  return 0;
+}
+
+// msadmin group catchup: a current read at the datacenter, which brings its
+// replica of the group up to the latest position.
+int GroupCatchup(const ClusterState& s, const server::ClusterConfig& config, const replication::GroupRef& group) {
+  rpc::RpcTransport transport;
+  replication::GroupClientOptions o;
+  o.replicas = server::ReplicasOf(config);
+  o.local = -1;
+  for (int i = 0; i < config.datacenters_size(); ++i)
+    if (config.datacenters(i).name() == s.datacenter) o.local = i;
+  if (o.local < 0) return Usage(StrCat("no datacenter ", s.datacenter, " in ", s.config));
+  if (o.replicas[static_cast<size_t>(o.local)].type == replication::ReplicaType::kWitness)
+    return Usage(StrCat(s.datacenter, " is a witness: it keeps no data to catch up (its log follows the votes)"));
+  o.deadline = absl::Seconds(s.timeout);
+  replication::GroupClient client(Env::Default(), &transport, o);
+  replication::StateRequest req;
+  *req.mutable_group() = group;
+  auto before = Call<replication::StateReply>(transport, o.replicas[static_cast<size_t>(o.local)].replication,
+                                              "repl.State", req, absl::Seconds(s.timeout));
+  absl::StatusOr<replication::LogPosition> p = Await<replication::LogPosition>(
+      [&](auto cb) { client.ReadPosition(group, replication::ReadLevel::kCurrent, std::move(cb)); });
+  if (!p.ok()) return Failed(StrCat("group catchup at ", s.datacenter, ": ", p.status().message()));
+  std::printf("%s: applied up to position %llu (was %s)\n", s.datacenter.c_str(),
+              static_cast<unsigned long long>(p->position),
+              before.ok() ? std::to_string(before->applied().position()).c_str() : "unknown");
+  return 0;
 }
 
 int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
@@ -225,28 +284,36 @@ int SchemaShow(const ClusterState& s, const server::ClusterConfig& config) {
   return Failed("no datacenter answered");
 }
 
-int GroupLog(const ClusterState& s, const server::ClusterConfig& config) {
+// The group named by `s.schema` and `s.group`, or a usage error.
+absl::StatusOr<std::pair<replication::GroupRef, std::string>> ResolveGroup(const ClusterState& s,
+                                                                          const server::ClusterConfig& config) {
   absl::StatusOr<schema::SchemaDescriptor> d =
       s.schema.find('.') != std::string::npos ? ReadSchemaFile(s.schema)
                                               : AppliedSchema(config, s.schema, absl::Seconds(s.timeout));
-  if (!d.ok()) return Usage(std::string(d.status().message()));
+  if (!d.ok()) return d.status();
   absl::StatusOr<schema::Layout> layout = schema::Layout::Create(*d);
-  if (!layout.ok()) return Usage(std::string(layout.status().message()));
+  if (!layout.ok()) return layout.status();
   const size_t colon = s.group.find(':');
   const schema::TableDescriptor* table =
       colon == std::string::npos ? nullptr : layout->schema().FindTable(s.group.substr(0, colon));
-  if (table == nullptr) return Usage(StrCat("group '", s.group, "' is not ROOT_TABLE:KEY[,KEY...] of schema ", d->name()));
+  if (table == nullptr)
+    return absl::InvalidArgumentError(StrCat("group '", s.group, "' is not ROOT_TABLE:KEY[,KEY...] of schema ", d->name()));
   google::protobuf::RepeatedPtrField<google::protobuf::Value> values;
   std::stringstream parts(s.group.substr(colon + 1));
   for (std::string v; std::getline(parts, v, ',');) values.Add()->set_string_value(v);
   absl::StatusOr<std::vector<schema::KeyValue>> key = schema::KeyFromJson(*table, table->primary_key(), values, "key");
-  if (!key.ok()) return Usage(std::string(key.status().message()));
+  if (!key.ok()) return key.status();
   absl::StatusOr<std::string> root = layout->GroupRow(*table, *key);
-  if (!root.ok()) return Usage(std::string(root.status().message()));
+  if (!root.ok()) return root.status();
   replication::GroupRef group;
   group.set_table(layout->entity_table());
   group.set_root(*root);
+  return std::make_pair(group, d->name());
+}
 
+int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
+             const std::pair<replication::GroupRef, std::string>& resolved) {
+  const replication::GroupRef& group = resolved.first;
   rpc::RpcTransport transport;
   const auto timeout = absl::Seconds(s.timeout);
   uint64_t top = 0;
@@ -263,7 +330,8 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config) {
     states[dc.name()] = *st;
   }
   if (states.empty()) return Failed("no datacenter answered");
-  std::printf("entity group %s of %s (root row %s)\n", s.group.c_str(), d->name().c_str(), EscapeBytes(*root).c_str());
+  std::printf("entity group %s of %s (root row %s)\n", s.group.c_str(), resolved.second.c_str(),
+              EscapeBytes(group.root()).c_str());
   for (const auto& [name, st] : states)
     std::printf("  %s: applied up to position %llu, highest position seen %llu\n", name.c_str(),
                 static_cast<unsigned long long>(st.applied().position()), static_cast<unsigned long long>(st.top()));
@@ -334,6 +402,20 @@ void AddClusterCommands(CLI::App& app, ClusterState& state) {
     v->callback([&state, verb] { state.command = StrCat("coordinator ", verb); });
   }
 
+  CLI::App* rep = app.add_subcommand("replica", "Take a datacenter's replica out of the cluster and back");
+  rep->require_subcommand(1);
+  for (const char* verb : {"disable", "enable"}) {
+    CLI::App* v = rep->add_subcommand(
+        verb, std::string(verb) == std::string("disable")
+                  ? "Its replication server answers nothing and its coordinator stops, as if the datacenter "
+                    "were down (maintenance); refused if the others are not a majority"
+                  : "Take a disabled replica back; reads catch it up");
+    with_config(v);
+    v->add_option("datacenter", state.datacenter, "the datacenter")->required();
+    v->add_flag("--force", state.force, "disable even if the remaining voters are no majority");
+    v->callback([&state, verb] { state.command = StrCat("replica ", verb); });
+  }
+
   CLI::App* sch = app.add_subcommand("schema", "Schemas applied to the cluster");
   sch->require_subcommand(1);
   CLI::App* apply = sch->add_subcommand(
@@ -355,17 +437,31 @@ void AddClusterCommands(CLI::App& app, ClusterState& state) {
   log->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
   log->add_option("--last", state.limit, "how many of the latest positions to show")->check(CLI::Range(1, 100000))->capture_default_str();
   log->callback([&state] { state.command = "group log"; });
+  CLI::App* catchup = grp->add_subcommand(
+      "catchup", "Bring one datacenter's replica of the group up to the latest position now");
+  with_config(catchup);
+  catchup->add_option("schema", state.schema, "an applied schema's name, or a NAME.schema.pb/.msdl file")->required();
+  catchup->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
+  catchup->add_option("--datacenter", state.datacenter, "the replica to catch up")->required();
+  catchup->callback([&state] { state.command = "group catchup"; });
 }
 
 int RunClusterCommand(const ClusterState& s) {
   absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(s.config);
   if (!config.ok()) return Usage(std::string(config.status().message()));
   if (s.command == "cluster status") return ClusterStatus(s, *config);
-  if (s.command == "coordinator disable") return CoordinatorSwitch(s, *config, false);
-  if (s.command == "coordinator enable") return CoordinatorSwitch(s, *config, true);
+  if (s.command == "coordinator disable") return Switch(s, *config, false, false);
+  if (s.command == "coordinator enable") return Switch(s, *config, false, true);
+  if (s.command == "replica disable") return Switch(s, *config, true, false);
+  if (s.command == "replica enable") return Switch(s, *config, true, true);
   if (s.command == "schema apply") return SchemaApply(s, *config);
   if (s.command == "schema show") return SchemaShow(s, *config);
-  if (s.command == "group log") return GroupLog(s, *config);
+  if (s.command == "group log" || s.command == "group catchup") {
+    auto resolved = ResolveGroup(s, *config);
+    if (!resolved.ok()) return Usage(std::string(resolved.status().message()));
+    if (s.command == "group log") return GroupLog(s, *config, *resolved);
+    return GroupCatchup(s, *config, resolved->first);
+  }
   return Usage(StrCat("unknown command ", s.command));
 }
 

@@ -1,6 +1,8 @@
 // msadmin's cluster commands, against a cluster config (docs/msadmin.md):
 //   cluster status                      every datacenter's roles and health
 //   coordinator disable|enable DC       the operator's coordinator switch
+//   replica disable|enable DC           take a replica out and back
+//   group catchup TABLE:KEY --datacenter=DC
 //   schema apply FILE | schema show     create a schema's tables everywhere
 //   group log TABLE:KEY                 an entity group's log at every replica
 #pragma once
@@ -20,6 +22,7 @@ struct ClusterState {
   std::string schema;      // group log: NAME.schema.pb, or a schema applied to the cluster by name
   std::string group;       // group log
   int64_t limit = 20;      // group log: the last N positions
+  bool force = false;      // replica disable: even without a remaining majority
 };
 
 void AddClusterCommands(CLI::App& app, ClusterState& state);
