@@ -1,6 +1,9 @@
 #include "base/logging.h"
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+
 #include <cstdlib>
+#include <memory>
 
 namespace megastore {
 
@@ -16,6 +19,27 @@ bool SetLogLevel(std::string_view level) {
     }
   }
   return false;
+}
+
+namespace {
+std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& RecentSink() {
+  static auto* sink = new std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>();
+  return *sink;
+}
+}  // namespace
+
+void KeepRecentErrors(size_t n) {
+  if (RecentSink()) return;
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(n);
+  sink->set_level(spdlog::level::warn);
+  sink->set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");
+  spdlog::default_logger()->sinks().push_back(sink);
+  RecentSink() = sink;
+}
+
+std::vector<std::string> RecentErrors() {
+  if (!RecentSink()) return {};
+  return RecentSink()->last_formatted();
 }
 
 void CheckFailed(const char* file, int line, const char* condition,

@@ -7,7 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/strings.h"
 
@@ -16,6 +18,12 @@ namespace megastore {
 // Sets the process-wide log level from its name ("trace", "debug", "info",
 // "warn", "error", "off"). Returns false for an unknown name.
 bool SetLogLevel(std::string_view level);
+
+// Keeps the last `n` warnings and errors the process logged, for status
+// pages. Call once at start, before other threads log.
+void KeepRecentErrors(size_t n = 20);
+// Those lines, oldest first (empty if KeepRecentErrors was not called).
+std::vector<std::string> RecentErrors();
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
                               const std::string& message);

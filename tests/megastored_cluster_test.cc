@@ -68,7 +68,9 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   EXPECT_THAT(metrics, HasSubstr("megastore_client_commits_total{outcome=\"committed\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("megastore_client_commit_seconds_count 1"));
   EXPECT_THAT(metrics, HasSubstr("megastore_client_current_read_position_seconds_bucket{le=\"+Inf\"} "));
-  EXPECT_THAT(testing::Http(http, "GET", "/status"), HasSubstr("Hottest entity groups by commits"));
+  const std::string page = testing::Http(http, "GET", "/status");
+  EXPECT_THAT(page, HasSubstr("Hottest entity groups by commits"));
+  EXPECT_THAT(page, HasSubstr("Recent warnings and errors"));
 
   // The example application against it (what ./ms demo runs).
   testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", dir.path(), "/data/cluster.textproto"));

@@ -51,6 +51,20 @@ const char* TypeName(replication::ReplicaType t) {
 
 }  // namespace
 
+std::string Html(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 // /status (HTML) and /metrics (Prometheus text) of the datacenters running
 // in this process, and of the gateway's client if there is one.
 std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const std::string& command_line,
@@ -60,7 +74,7 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const s
   const int64_t started = Env::Default()->NowMicros();
   server->Handle("/status", [=] {
     std::string html = StrCat("<!doctype html><title>megastored</title><h1>megastored</h1><p><code>",
-                              command_line, "</code><br>up ",
+                              Html(command_line), "</code><br>up ",
                               (Env::Default()->NowMicros() - started) / 1'000'000, " s</p>",
                               "<h2>Datacenters</h2><table border=1 cellpadding=4><tr><th>name<th>type<th>address"
                               "<th>coordinator<th>epoch<th>tables</tr>");
@@ -92,6 +106,14 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const s
         for (const auto& [root, n] : hot) html += StrCat("<tr><td><code>", EscapeBytes(root), "</code><td>", n, "</tr>");
         html += "</table>";
       }
+    }
+    const std::vector<std::string> errors = RecentErrors();
+    html += "<h2>Recent warnings and errors</h2>";
+    if (errors.empty()) html += "<p>none</p>";
+    else {
+      html += "<pre>";
+      for (const std::string& e : errors) html += Html(e) + "\n";
+      html += "</pre>";
     }
     return http::Response{200, "text/html; charset=utf-8", html};
   });
@@ -134,6 +156,7 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const s
 }
 
 int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
+  KeepRecentErrors();
   Env* env = Env::Default();
   // The schemas whose tables every datacenter needs.
   std::vector<schema::SchemaDescriptor> schemas;
