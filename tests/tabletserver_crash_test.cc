@@ -34,11 +34,16 @@ std::string StartServer(testing::Subprocess* p, const std::string& data) {
                  "--log-level=warn", "--flush-max-age=1s"})) {
     return "";
   }
-  const std::string line = p->ReadLine(30000);
-  const size_t at = line.find("listening on ");
-  if (at == std::string::npos) return "";
-  const size_t start = at + 13;
-  return line.substr(start, line.find(' ', start) - start);
+  // Log lines (a warning under load) may come first.
+  for (int i = 0; i < 50; ++i) {
+    const std::string line = p->ReadLine(30000);
+    if (line.empty()) return "";
+    const size_t at = line.find("listening on ");
+    if (at == std::string::npos) continue;
+    const size_t start = at + 13;
+    return line.substr(start, line.find(' ', start) - start);
+  }
+  return "";
 }
 
 TEST(TabletServerCrashTest, AcknowledgedWritesSurviveSigkillAtRandomMoments) {
