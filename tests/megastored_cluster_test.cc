@@ -195,6 +195,10 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_EQ(applied.exit_code, 0) << applied.out;
   EXPECT_THAT(applied.out, HasSubstr("schema PhotoApp applied to 3 datacenter(s)"));
   EXPECT_THAT(run("schema show" + config).out, HasSubstr("CREATE TABLE Photo"));
+  testing::Result tables = run("bt" + config + "--datacenter=B ls");
+  EXPECT_EQ(tables.exit_code, 0) << tables.out;
+  EXPECT_THAT(tables.out, HasSubstr("PhotoApp.PhotosByTag"));
+  EXPECT_EQ(run("bt" + config + "--datacenter=Q ls").exit_code, 2);
 
   // An incompatible change is refused, naming the problem.
   const std::string changed = dir.path() + "/changed.msdl";

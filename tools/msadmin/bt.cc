@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "tools/megastored/cluster.h"
 
 namespace megastore::tools {
 namespace {
@@ -388,7 +389,9 @@ const VerbInfo kVerbs[] = {
 
 void AddBtCommand(CLI::App& app, BtState& state) {
   CLI::App* bt = app.add_subcommand("bt", "Bigtable data and tables on one tablet server, like Cloud Bigtable's cbt");
-  bt->add_option("--server", state.server, "tablet server HOST:PORT")->required();
+  bt->add_option("--server", state.server, "tablet server HOST:PORT");
+  bt->add_option("--config", state.config, "instead of --server: a cluster config (docs/operations.md) ...");
+  bt->add_option("--datacenter", state.datacenter, "... and the datacenter whose Bigtable to use");
   bt->add_option("--timeout", state.timeout, "seconds to wait for each call")->capture_default_str();
   bt->require_subcommand(1);
   for (const VerbInfo& v : kVerbs) {
@@ -402,7 +405,26 @@ void AddBtCommand(CLI::App& app, BtState& state) {
 int RunBt(const BtState& state) {
   if (state.verb < 0) return 2;
   const VerbInfo& v = kVerbs[state.verb];
-  storage::TabletClient client(state.server, absl::Seconds(state.timeout));
+  std::string server = state.server;
+  if (server.empty() == state.config.empty()) {
+    std::fprintf(stderr, "msadmin bt: give --server=HOST:PORT, or --config=FILE with --datacenter=NAME\n");
+    return 2;
+  }
+  if (!state.config.empty()) {
+    absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(state.config);
+    if (!config.ok()) {
+      std::fprintf(stderr, "msadmin bt: %s\n", std::string(config.status().message()).c_str());
+      return 2;
+    }
+    for (const auto& dc : config->datacenters())
+      if (dc.name() == state.datacenter) server = dc.address();
+    if (server.empty()) {
+      std::fprintf(stderr, "msadmin bt: --datacenter=%s is not in %s\n", state.datacenter.c_str(),
+                   state.config.c_str());
+      return 2;
+    }
+  }
+  storage::TabletClient client(server, absl::Seconds(state.timeout));
   absl::Status s = v.run(client, state.args);
   if (!s.ok()) {
     std::fprintf(stderr, "msadmin bt %s: %s\n", v.name, std::string(s.message()).c_str());

@@ -10,6 +10,8 @@ namespace megastore::tools {
 
 struct BtState {
   std::string server;
+  std::string config;      // or a cluster config and
+  std::string datacenter;  // the datacenter whose Bigtable to use
   double timeout = 30;
   std::vector<std::string> args;
   int verb = -1;
