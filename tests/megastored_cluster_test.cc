@@ -214,6 +214,9 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_EQ(log.exit_code, 0) << log.out;
   EXPECT_THAT(log.out, HasSubstr("A: applied up to position"));
   EXPECT_THAT(log.out, HasSubstr("A,B,C"));
+  testing::Result json_log = run("group log --json" + config + "PhotoApp User:2 --last=2");
+  EXPECT_EQ(json_log.exit_code, 0) << json_log.out;
+  EXPECT_THAT(json_log.out, HasSubstr("\"known_at\":[\"A\",\"B\",\"C\"]"));
 
   EXPECT_EQ(run("coordinator disable" + config + "C").exit_code, 0);
   testing::Result disabled = run("cluster status --json" + config);

@@ -318,31 +318,24 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
   const auto timeout = absl::Seconds(s.timeout);
   uint64_t top = 0;
   std::map<std::string, replication::StateReply> states;
+  std::map<std::string, std::string> unreachable;  // datacenter -> why
   for (const auto& dc : config.datacenters()) {
     replication::StateRequest req;
     *req.mutable_group() = group;
     auto st = Call<replication::StateReply>(transport, dc.address(), "repl.State", req, timeout);
     if (!st.ok()) {
-      std::printf("%s: %s\n", dc.name().c_str(), std::string(st.status().message()).c_str());
+      unreachable[dc.name()] = std::string(st.status().message());
       continue;
     }
     top = std::max({top, st->top(), st->applied().position()});
     states[dc.name()] = *st;
   }
   if (states.empty()) return Failed("no datacenter answered");
-  std::printf("entity group %s of %s (root row %s)\n", s.group.c_str(), resolved.second.c_str(),
-              EscapeBytes(group.root()).c_str());
-  for (const auto& [name, st] : states)
-    std::printf("  %s: applied up to position %llu, highest position seen %llu\n", name.c_str(),
-                static_cast<unsigned long long>(st.applied().position()), static_cast<unsigned long long>(st.top()));
-  if (top == 0) {
-    std::printf("  the log is empty\n");
-    return 0;
-  }
   const uint64_t from = top > static_cast<uint64_t>(s.limit) ? top - static_cast<uint64_t>(s.limit) + 1 : 1;
   // Each replica's chosen values for the positions.
   std::map<uint64_t, std::map<std::string, std::string>> log;  // position -> replica -> value
   for (const auto& [name, st] : states) {
+    if (top == 0) break;
     replication::ReadLogRequest req;
     *req.mutable_group() = group;
     req.set_from(from);
@@ -354,23 +347,78 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
     if (!r.ok()) continue;
     for (int i = 0; i < r->positions_size(); ++i) log[r->positions(i)][name] = r->values(i);
   }
-  std::printf("  %-9s %-24s %-18s %-7s %-8s %s\n", "position", "entry", "timestamp", "leader", "changes", "known at");
-  for (uint64_t p = from; p <= top; ++p) {
+  struct Row {
+    uint64_t position = 0;
+    bool known = false;
+    replication::LogEntry entry;
+    std::string leader = "-";
+    std::vector<std::string> known_at;
+  };
+  std::vector<Row> rows;
+  for (uint64_t p = from; top > 0 && p <= top; ++p) {
+    Row row;
+    row.position = p;
     auto it = log.find(p);
-    if (it == log.end()) {
-      std::printf("  %-9llu (not known to be chosen at any replica yet)\n", static_cast<unsigned long long>(p));
+    if (it != log.end()) {
+      row.known = true;
+      row.entry.ParseFromString(it->second.begin()->second);
+      for (const auto& [name, v] : it->second) row.known_at.push_back(name);
+      if (row.entry.next_leader() >= 0 && row.entry.next_leader() < config.datacenters_size())
+        row.leader = config.datacenters(row.entry.next_leader()).name();
+    }
+    rows.push_back(std::move(row));
+  }
+  if (s.json) {
+    std::string out = StrCat("{\"group\":\"", s.group, "\",\"schema\":\"", resolved.second, "\",\"replicas\":[");
+    bool first = true;
+    for (const auto& dc : config.datacenters()) {
+      out += first ? "" : ",";
+      first = false;
+      auto st = states.find(dc.name());
+      if (st == states.end()) {
+        out += StrCat("{\"datacenter\":\"", dc.name(), "\",\"up\":false}");
+      } else {
+        out += StrCat("{\"datacenter\":\"", dc.name(), "\",\"up\":true,\"applied\":", st->second.applied().position(),
+                      ",\"top\":", st->second.top(), "}");
+      }
+    }
+    out += "],\"log\":[";
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const Row& r = rows[k];
+      out += StrCat(k ? "," : "", "{\"position\":", r.position, ",\"known\":", r.known ? "true" : "false");
+      if (r.known) {
+        out += StrCat(",\"id\":\"", r.entry.noop() ? "" : r.entry.id(), "\",\"noop\":", r.entry.noop() ? "true" : "false",
+                      ",\"timestamp\":", r.entry.timestamp(), ",\"next_leader\":\"", r.leader,
+                      "\",\"changes\":", r.entry.changes_size(), ",\"known_at\":[");
+        for (size_t n = 0; n < r.known_at.size(); ++n) out += StrCat(n ? "," : "", "\"", r.known_at[n], "\"");
+        out += "]";
+      }
+      out += "}";
+    }
+    std::printf("%s]}\n", out.c_str());
+    return 0;
+  }
+  for (const auto& [name, why] : unreachable) std::printf("%s: %s\n", name.c_str(), why.c_str());
+  std::printf("entity group %s of %s (root row %s)\n", s.group.c_str(), resolved.second.c_str(),
+              EscapeBytes(group.root()).c_str());
+  for (const auto& [name, st] : states)
+    std::printf("  %s: applied up to position %llu, highest position seen %llu\n", name.c_str(),
+                static_cast<unsigned long long>(st.applied().position()), static_cast<unsigned long long>(st.top()));
+  if (rows.empty()) {
+    std::printf("  the log is empty\n");
+    return 0;
+  }
+  std::printf("  %-9s %-24s %-18s %-7s %-8s %s\n", "position", "entry", "timestamp", "leader", "changes", "known at");
+  for (const Row& r : rows) {
+    if (!r.known) {
+      std::printf("  %-9llu (not known to be chosen at any replica yet)\n", static_cast<unsigned long long>(r.position));
       continue;
     }
-    replication::LogEntry e;
-    e.ParseFromString(it->second.begin()->second);
     std::string at;
-    for (const auto& [name, v] : it->second) at += (at.empty() ? "" : ",") + name;
-    const std::string leader = e.next_leader() >= 0 && e.next_leader() < config.datacenters_size()
-                                   ? config.datacenters(e.next_leader()).name()
-                                   : "-";
-    std::printf("  %-9llu %-24s %-18lld %-7s %-8d %s\n", static_cast<unsigned long long>(p),
-                e.noop() ? "(no-op)" : e.id().c_str(), static_cast<long long>(e.timestamp()), leader.c_str(),
-                e.changes_size(), at.c_str());
+    for (const std::string& name : r.known_at) at += (at.empty() ? "" : ",") + name;
+    std::printf("  %-9llu %-24s %-18lld %-7s %-8d %s\n", static_cast<unsigned long long>(r.position),
+                r.entry.noop() ? "(no-op)" : r.entry.id().c_str(), static_cast<long long>(r.entry.timestamp()),
+                r.leader.c_str(), r.entry.changes_size(), at.c_str());
   }
   return 0;
 }
