@@ -304,38 +304,57 @@ void LogReplica::Apply(ApplyRequest request, Callback<ApplyReply> done) {
       {Mutation::SetCell(kLogFamily, LearnedColumn(request.position()), request.value(), 0),
        TopCell(request.position())},
       storage::kServerTimestamp,
-      [this, group, done = std::move(done)](absl::Status s) mutable {
+      [this, group, position = request.position(), value = request.value(),
+       done = std::move(done)](absl::Status s) mutable {
         if (!s.ok()) return done(s);
-        ApplyLoop(group, std::move(done));
+        ApplyLoop(group, std::move(done), std::make_pair(position, std::move(value)));
       });
 }
 
 namespace {
 
-// Writes the data of one entry, row by row; `done` after the last.
+// Writes the data of one entry, all its rows at once (they are
+// independent); `done` once every row is written, with the first error.
 struct EntryWriter {
   storage::BigtableClient* bigtable;
   std::string table;
   LogEntry entry;
-  int next = 0;
+  absl::Mutex mu;
+  int left ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
   absl::AnyInvocable<void(absl::Status)> done;
 
   static void Run(std::shared_ptr<EntryWriter> self) {
-    if (self->next == self->entry.changes_size()) return self->done(absl::OkStatus());
-    const RowChange& change = self->entry.changes(self->next++);
-    self->bigtable->MutateRow(change.table().empty() ? self->table : change.table(), change.row(),
-                              EntryMutations(change, self->entry.timestamp()),
-                              self->entry.timestamp(), [self](absl::Status s) {
-                                if (!s.ok()) return self->done(s);
-                                Run(self);
-                              });
+    const int n = self->entry.changes_size();
+    if (n == 0) return self->done(absl::OkStatus());
+    {
+      absl::MutexLock lock(&self->mu);
+      self->left = n;
+    }
+    for (int i = 0; i < n; ++i) {
+      const RowChange& change = self->entry.changes(i);
+      self->bigtable->MutateRow(change.table().empty() ? self->table : change.table(), change.row(),
+                                EntryMutations(change, self->entry.timestamp()), self->entry.timestamp(),
+                                [self](absl::Status s) {
+                                  absl::Status result;
+                                  {
+                                    absl::MutexLock lock(&self->mu);
+                                    if (!s.ok() && self->status.ok()) self->status = s;
+                                    if (--self->left > 0) return;
+                                    result = self->status;
+                                  }
+                                  self->done(result);
+                                });
+    }
   }
 };
 
 }  // namespace
 
-void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done) {
-  State(group, [this, group, done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done,
+                           std::optional<std::pair<uint64_t, std::string>> known) {
+  State(group, [this, group, known = std::move(known), done = std::move(done)](
+                   absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
     const AppliedRecord applied = state->applied();
     const uint64_t next = applied.position() + 1;
@@ -348,8 +367,9 @@ void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done) {
     *req.mutable_group() = group;
     req.set_from(next);
     req.set_to(next);
-    ReadLog(std::move(req), [this, group, applied, next, done = std::move(done)](
-                                absl::StatusOr<ReadLogReply> log) mutable {
+    const uint64_t top = state->top();
+    auto apply = [this, group, applied, next, top, done = std::move(done)](
+                     absl::StatusOr<ReadLogReply> log) mutable {
       if (!log.ok()) return done(log.status());
       if (log->positions_size() == 0) {  // a hole: wait for catch-up
         ApplyReply reply;
@@ -363,14 +383,23 @@ void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done) {
       rec.set_position(next);
       rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
       rec.set_next_leader(writer->entry.next_leader());
-      auto record = [this, group, rec, next, done = std::move(done)](absl::Status s) mutable {
+      auto record = [this, group, rec, next, top, done = std::move(done)](absl::Status s) mutable {
         if (!s.ok()) return done(s);
         bigtable_->MutateRow(
             group.table(), group.root(),
             {Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
                                static_cast<int64_t>(next))},
-            storage::kServerTimestamp, [this, group, done = std::move(done)](absl::Status s) mutable {
+            storage::kServerTimestamp, [this, group, rec, next, top, done = std::move(done)](absl::Status s) mutable {
               if (!s.ok()) return done(s);
+              // Done if no later position was seen when this round began; a
+              // position learned since runs its own Apply, whose loop
+              // applies it (and, if it read the state before this write,
+              // this position again: harmless, applies are idempotent).
+              if (next >= top) {
+                ApplyReply reply;
+                *reply.mutable_applied() = rec;
+                return done(std::move(reply));
+              }
               ApplyLoop(group, std::move(done));
             });
       };
@@ -379,7 +408,14 @@ void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done) {
       writer->table = group.table();
       writer->done = std::move(record);
       EntryWriter::Run(writer);
-    });
+    };
+    if (known && known->first == next) {
+      ReadLogReply reply;
+      reply.add_positions(next);
+      reply.add_values(std::move(known->second));
+      return apply(std::move(reply));
+    }
+    ReadLog(std::move(req), std::move(apply));
   });
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/functional/any_invocable.h"
@@ -75,7 +76,10 @@ class LogReplica {
 
  private:
   void PaxosAttempt(std::shared_ptr<PaxosRequest> request, int attempt, Callback<PaxosReply> done);
-  void ApplyLoop(GroupRef group, Callback<ApplyReply> done);
+  // Applies learned positions in order from the applied one. `known`: a
+  // position's value the caller just learned (spares reading it back).
+  void ApplyLoop(GroupRef group, Callback<ApplyReply> done,
+                 std::optional<std::pair<uint64_t, std::string>> known = std::nullopt);
 
   storage::BigtableClient* const bigtable_;
   const ReplicaType type_;
