@@ -82,23 +82,7 @@ TEST_F(PhotoAppSimTest, IndexesFollowPhotosWrittenUnderFaults) {
     clients_.clear();
     Open(seed);
     sim::SimEnv& env = cluster_->env();
-    sim::LinkFaults f;
-    f.loss = 0.03;
-    f.duplicate = 0.03;
-    f.jitter = absl::Milliseconds(4);
-    cluster_->net().set_faults(f);
-    std::function<void()> chaos = [&] {
-      const int dc = static_cast<int>(env.Uniform(3));
-      if (env.Chance(0.5)) {
-        cluster_->CrashRepl(dc);
-        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartRepl(dc); });
-      } else {
-        cluster_->CrashCoordinator(dc);
-        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartCoordinator(dc); });
-      }
-      if (env.now() < 6'000'000) env.Schedule(absl::Milliseconds(500 + env.Uniform(1000)), chaos);
-    };
-    env.Schedule(absl::Milliseconds(200), chaos);
+    cluster_->StartChaos(6'000'000);
 
     // Per photo, its changes in order (each photo is changed by one client).
     std::map<std::pair<int64_t, int32_t>, std::vector<Change>> history;
@@ -154,12 +138,7 @@ TEST_F(PhotoAppSimTest, IndexesFollowPhotosWrittenUnderFaults) {
     for (int c = 0; c < 3; ++c) work(c, 12);
     env.RunUntil(env.now() + 300'000'000, [&] { return running == 0 && env.now() > 7'000'000; });
     ASSERT_EQ(running, 0) << "seed " << seed;
-    cluster_->net().HealAll();
-    cluster_->net().set_faults({});
-    for (int dc = 0; dc < 3; ++dc) {
-      cluster_->StartRepl(dc);
-      cluster_->StartCoordinator(dc);
-    }
+    cluster_->StopChaos();
 
     for (int dc = 0; dc < 3; ++dc) {
       std::map<std::pair<int64_t, int32_t>, Photo> all;

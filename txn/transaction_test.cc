@@ -412,24 +412,7 @@ TEST_F(TransactionTest, BankTransfersInOneGroupConserveMoneyUnderFaults) {
       ASSERT_TRUE(Commit(*t).ok());
     }
     sim::SimEnv& env = cluster_->env();
-    sim::LinkFaults f;
-    f.loss = 0.03;
-    f.duplicate = 0.03;
-    f.jitter = absl::Milliseconds(4);
-    cluster_->net().set_faults(f);
-    // Crash and restart a random replication server or coordinator now and then.
-    std::function<void()> chaos = [&] {
-      const int dc = static_cast<int>(env.Uniform(3));
-      if (env.Chance(0.5)) {
-        cluster_->CrashRepl(dc);
-        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartRepl(dc); });
-      } else {
-        cluster_->CrashCoordinator(dc);
-        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartCoordinator(dc); });
-      }
-      if (env.now() < 8'000'000) env.Schedule(absl::Milliseconds(500 + env.Uniform(1000)), chaos);
-    };
-    env.Schedule(absl::Milliseconds(200), chaos);
+    cluster_->StartChaos(8'000'000);
 
     int committed = 0, failed = 0, running = 0;
     std::function<void(int, int)> transfer = [&](int client, int left) {
@@ -474,11 +457,7 @@ TEST_F(TransactionTest, BankTransfersInOneGroupConserveMoneyUnderFaults) {
     for (int c = 0; c < 3; ++c) transfer(c, 12);
     env.RunUntil(env.now() + 300'000'000, [&] { return running == 0 && env.now() > 9'000'000; });
     ASSERT_EQ(running, 0) << "seed " << seed << ": transfers still running";
-    cluster_->net().HealAll();
-    for (int dc = 0; dc < 3; ++dc) {
-      cluster_->StartRepl(dc);
-      cluster_->StartCoordinator(dc);
-    }
+    cluster_->StopChaos();
     // Read every account at each datacenter, current level.
     for (int dc = 0; dc < 3; ++dc) {
       auto t = Begin(1, {}, dc);
@@ -535,23 +514,7 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
         done(s);
       }).ok());
     }
-    sim::LinkFaults f;
-    f.loss = 0.03;
-    f.duplicate = 0.03;
-    f.jitter = absl::Milliseconds(4);
-    cluster_->net().set_faults(f);
-    std::function<void()> chaos = [&] {
-      const int dc = static_cast<int>(env.Uniform(3));
-      if (env.Chance(0.5)) {
-        cluster_->CrashRepl(dc);
-        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartRepl(dc); });
-      } else {
-        cluster_->CrashCoordinator(dc);
-        env.Schedule(absl::Milliseconds(300 + env.Uniform(1000)), [&, dc] { cluster_->StartCoordinator(dc); });
-      }
-      if (env.now() < 8'000'000) env.Schedule(absl::Milliseconds(500 + env.Uniform(1000)), chaos);
-    };
-    env.Schedule(absl::Milliseconds(200), chaos);
+    cluster_->StartChaos(8'000'000);
 
     // One two-phase transfer: both groups read, both written, CommitAcross;
     // a conflict starts over (an unknown outcome does not: it may have
@@ -633,12 +596,7 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
 
     // Settle: heal, let in-doubt transactions time out, then one write in
     // each group resolves them; deliver every outbox; collect every credit.
-    cluster_->net().HealAll();
-    cluster_->net().set_faults({});
-    for (int dc = 0; dc < 3; ++dc) {
-      cluster_->StartRepl(dc);
-      cluster_->StartCoordinator(dc);
-    }
+    cluster_->StopChaos();
     env.RunUntil(env.now() + absl::ToInt64Microseconds(kPreparedTimeout) + 1'000'000, [] { return false; });
     for (int64_t b = 1; b <= kBranches; ++b) {
       ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {

@@ -44,16 +44,8 @@ struct AppServer {
 absl::StatusOr<AppServer> Connect(const megastore::server::ClusterConfig& config, const std::string& local) {
   AppServer s;
   s.rpc = std::make_unique<megastore::rpc::RpcTransport>();
-  std::map<std::string, std::string> dc_of;
-  for (const auto& dc : config.datacenters()) dc_of[dc.address()] = dc.name();
-  s.wan = std::make_unique<megastore::DelayedTransport>(
-      megastore::Env::Default(), s.rpc.get(),
-      [local, dc_of, delays = megastore::server::DelaysOf(config)](std::string_view to) {
-        auto dc = dc_of.find(std::string(to));
-        if (dc == dc_of.end()) return absl::ZeroDuration();
-        auto d = delays.find({local, dc->second});
-        return d == delays.end() ? absl::ZeroDuration() : d->second;
-      });
+  s.wan = std::make_unique<megastore::DelayedTransport>(megastore::Env::Default(), s.rpc.get(),
+                                                        megastore::server::OneWayFrom(config, local));
   megastore::DatabaseOptions o;
   o.replicas = megastore::server::ReplicasOf(config);
   o.local = local;

@@ -106,6 +106,30 @@ class Cluster {
 
   SimEnv& env() { return env_; }
   SimNetwork& net() { return net_; }
+
+  // The faults the end-to-end tests run under: 3% message loss, 3%
+  // duplication and 4 ms jitter on every link, and, every 0.5-1.5 s until
+  // `until_micros` of virtual time, a random datacenter's replication server
+  // or coordinator crashed and restarted 0.3-1.3 s later.
+  void StartChaos(int64_t until_micros) {
+    LinkFaults f;
+    f.loss = 0.03;
+    f.duplicate = 0.03;
+    f.jitter = absl::Milliseconds(4);
+    net_.set_faults(f);
+    chaos_until_ = until_micros;
+    env_.Schedule(absl::Milliseconds(200), [this] { Chaos(); });
+  }
+  // Ends the faults: links healed and clean, every server running.
+  void StopChaos() {
+    chaos_until_ = 0;
+    net_.HealAll();
+    net_.set_faults({});
+    for (int dc = 0; dc < static_cast<int>(size()); ++dc) {
+      StartRepl(dc);
+      StartCoordinator(dc);
+    }
+  }
   const SimOptions& options() const { return options_; }
   size_t size() const { return dcs_.size(); }
   ReplicaType type(int dc) const { return dcs_[dc]->type; }
@@ -250,6 +274,20 @@ class Cluster {
   }
 
  private:
+  void Chaos() {
+    if (env_.now() >= chaos_until_) return;
+    const int dc = static_cast<int>(env_.Uniform(size()));
+    if (env_.Chance(0.5)) {
+      CrashRepl(dc);
+      env_.Schedule(absl::Milliseconds(300 + env_.Uniform(1000)), [this, dc] { StartRepl(dc); });
+    } else {
+      CrashCoordinator(dc);
+      env_.Schedule(absl::Milliseconds(300 + env_.Uniform(1000)), [this, dc] { StartCoordinator(dc); });
+    }
+    env_.Schedule(absl::Milliseconds(500 + env_.Uniform(1000)), [this] { Chaos(); });
+  }
+  int64_t chaos_until_ = 0;
+
   struct Dc {
     int index = 0;
     std::string name;

@@ -101,6 +101,17 @@ std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const Clu
   return out;
 }
 
+DelayedTransport::OneWay OneWayFrom(const ClusterConfig& config, const std::string& here) {
+  std::map<std::string, std::string> dc_of;  // address -> datacenter
+  for (const DatacenterConfig& dc : config.datacenters()) dc_of[dc.address()] = dc.name();
+  return [here, dc_of = std::move(dc_of), delays = DelaysOf(config)](std::string_view to) {
+    auto dc = dc_of.find(std::string(to));
+    if (dc == dc_of.end()) return absl::ZeroDuration();
+    auto d = delays.find({here, dc->second});
+    return d == delays.end() ? absl::ZeroDuration() : d->second;
+  };
+}
+
 ClusterConfig DefaultLocalConfig(int datacenters) {
   ClusterConfig c;
   for (int i = 0; i < datacenters; ++i) {

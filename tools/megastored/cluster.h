@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/delayed_transport.h"
 #include "replication/group_client.h"
 #include "tools/megastored/cluster.pb.h"
 
@@ -28,6 +29,10 @@ replication::ReplicaType TypeOf(const DatacenterConfig& dc);
 std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config);
 // One-way delays by (from, to) datacenter name.
 std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config);
+// The emulated WAN as seen from datacenter `here`: the delay of a message
+// to a node address of the config (zero for unknown addresses), for a
+// DelayedTransport of an app server there.
+DelayedTransport::OneWay OneWayFrom(const ClusterConfig& config, const std::string& here);
 
 // Where schemas applied to the cluster are kept, in every datacenter's
 // Bigtable: one row per schema name, cell s:descriptor.

@@ -155,6 +155,24 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const s
   return server;
 }
 
+// Serves the status pages if --http asks for them, says "ready", and
+// waits for SIGINT/SIGTERM. False if the status server could not start.
+bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line, std::vector<Datacenter*> dcs,
+                      const ClusterConfig& config, Database* gateway_db) {
+  std::unique_ptr<http::HttpServer> status;
+  if (!flags.http.empty()) {
+    std::string bound;
+    status = ServeStatus(flags.http, command_line, std::move(dcs), config, gateway_db, &bound);
+    if (status == nullptr) return false;
+    std::printf("megastored: status at http://%s/status\n", bound.c_str());
+  }
+  std::printf("megastored: ready\n");
+  std::fflush(stdout);
+  WaitForSignal();
+  if (status) status->Stop();
+  return true;
+}
+
 int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   KeepRecentErrors();
   Env* env = Env::Default();
@@ -226,19 +244,9 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     (*dc)->StartReplication(ReplicasOf(config), self);
     std::printf("megastored: datacenter %s (%s) serving on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
                 (*dc)->address().c_str(), flags.data.c_str());
-    std::unique_ptr<http::HttpServer> status;
-    if (!flags.http.empty()) {
-      std::string bound;
-      status = ServeStatus(flags.http, command_line, {dc->get()}, config, nullptr, &bound);
-      if (status == nullptr) return 1;
-      std::printf("megastored: status at http://%s/status\n", bound.c_str());
-    }
-    std::printf("megastored: ready\n");
-    std::fflush(stdout);
-    WaitForSignal();
-    if (status) status->Stop();
+    const bool served = ServeUntilSignal(flags, command_line, {dc->get()}, config, nullptr);
     (*dc)->Stop();
-    return 0;
+    return served ? 0 : 1;
   }
 
   // --local: the whole cluster in this process.
@@ -287,16 +295,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     std::string local;
     for (const DatacenterConfig& dc : running.datacenters())
       if (local.empty() && TypeOf(dc) != replication::ReplicaType::kWitness) local = dc.name();
-    std::map<std::string, std::string> dc_of;
-    for (const DatacenterConfig& dc : running.datacenters()) dc_of[dc.address()] = dc.name();
     gateway_rpc = std::make_unique<rpc::RpcTransport>();
-    gateway_wan = std::make_unique<DelayedTransport>(
-        env, gateway_rpc.get(), [local, dc_of, delays = DelaysOf(running)](std::string_view to) {
-          auto dc = dc_of.find(std::string(to));
-          if (dc == dc_of.end()) return absl::ZeroDuration();
-          auto d = delays.find({local, dc->second});
-          return d == delays.end() ? absl::ZeroDuration() : d->second;
-        });
+    gateway_wan = std::make_unique<DelayedTransport>(env, gateway_rpc.get(), OneWayFrom(running, local));
     DatabaseOptions d;
     d.replicas = (*cluster)->replicas();
     d.local = local;
@@ -319,23 +319,13 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                 flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(), gateway->port(),
                 schemas.front().name().c_str(), local.c_str());
   }
-  std::unique_ptr<http::HttpServer> status;
-  if (!flags.http.empty()) {
-    std::vector<Datacenter*> dcs;
-    for (int i = 0; i < (*cluster)->size(); ++i) dcs.push_back(&(*cluster)->datacenter(i));
-    std::string bound;
-    status = ServeStatus(flags.http, command_line, dcs, (*cluster)->config(), db.get(), &bound);
-    if (status == nullptr) return 1;
-    std::printf("megastored: status at http://%s/status\n", bound.c_str());
-  }
-  std::printf("megastored: ready\n");
-  std::fflush(stdout);
-  WaitForSignal();
-  if (status) status->Stop();
+  std::vector<Datacenter*> dcs;
+  for (int i = 0; i < (*cluster)->size(); ++i) dcs.push_back(&(*cluster)->datacenter(i));
+  const bool served = ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), db.get());
   if (gateway) gateway->Stop();
   gateway.reset();
   db.reset();
-  return 0;
+  return served ? 0 : 1;
 }
 
 }  // namespace megastore::server

@@ -57,11 +57,9 @@ struct Cell {
   std::string first_error;
 };
 
-// Parses "A-B=10ms,A-C=30ms" into one-way delays between datacenter names.
-absl::StatusOr<std::map<std::pair<std::string, std::string>, absl::Duration>> ParseWan(
-    const std::string& spec) {
-  std::map<std::pair<std::string, std::string>, absl::Duration> out;
-  if (spec.empty() || spec == "none") return out;
+// Adds "A-B=10ms,A-C=30ms" to `config` as links (emulated one-way delays).
+absl::Status ParseWan(const std::string& spec, server::ClusterConfig* config) {
+  if (spec.empty() || spec == "none") return absl::OkStatus();
   for (absl::string_view link : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(link, '=');
     std::vector<std::string> ends = kv.size() == 2 ? absl::StrSplit(kv[0], '-') : std::vector<std::string>{};
@@ -69,10 +67,12 @@ absl::StatusOr<std::map<std::pair<std::string, std::string>, absl::Duration>> Pa
     if (ends.size() != 2 || !absl::ParseDuration(kv[1], &d) || d < absl::ZeroDuration())
       return absl::InvalidArgumentError(
           StrCat("--wan: '", link, "' is not FROM-TO=DELAY (e.g. A-B=10ms)"));
-    out[{ends[0], ends[1]}] = d;
-    out[{ends[1], ends[0]}] = d;
+    server::Link* l = config->add_links();
+    l->set_a(ends[0]);
+    l->set_b(ends[1]);
+    l->set_one_way_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(d)));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<replication::ReplicaType>> ParseTypes(const std::string& spec) {
@@ -254,15 +254,25 @@ int RunTxnBench(const TxnBenchOptions& o) {
   };
   absl::StatusOr<std::vector<replication::ReplicaType>> types = ParseTypes(o.replicas);
   if (!types.ok()) return fail(types.status());
-  auto wan = ParseWan(o.wan);
-  if (!wan.ok()) return fail(wan.status());
+  // The cluster: datacenters A, B, ... of those types on loopback, with the WAN between them.
+  server::ClusterConfig cluster_config;
   std::vector<std::string> names;
-  for (size_t i = 0; i < types->size(); ++i) names.emplace_back(1, static_cast<char>('A' + i));
-  for (const auto& [link, d] : *wan)
-    for (const std::string& end : {link.first, link.second})
+  for (size_t i = 0; i < types->size(); ++i) {
+    names.emplace_back(1, static_cast<char>('A' + i));
+    server::DatacenterConfig* dc = cluster_config.add_datacenters();
+    dc->set_name(names.back());
+    dc->set_type((*types)[i] == replication::ReplicaType::kWitness    ? "witness"
+                 : (*types)[i] == replication::ReplicaType::kReadOnly ? "read-only"
+                                                                      : "full");
+    dc->set_address("127.0.0.1:0");
+  }
+  if (absl::Status s = ParseWan(o.wan, &cluster_config); !s.ok()) return fail(s);
+  for (const server::Link& l : cluster_config.links())
+    for (const std::string& end : {l.a(), l.b()})
       if (std::find(names.begin(), names.end(), end) == names.end())
         return fail(absl::InvalidArgumentError(
             StrCat("--wan names datacenter ", end, "; --replicas has ", absl::StrJoin(names, ","))));
+  const auto wan = server::DelaysOf(cluster_config);
   std::vector<int> placement;
   for (absl::string_view dc : absl::StrSplit(o.at, ',', absl::SkipWhitespace())) {
     auto it = std::find(names.begin(), names.end(), dc);
@@ -288,14 +298,11 @@ int RunTxnBench(const TxnBenchOptions& o) {
   if (ec) return fail(absl::InternalError(StrCat("cannot create ", root, ": ", ec.message())));
   int rc = 0;
   {
-    auto cluster = server::LocalCluster::Start(env, root, *types, txn::TablesFor(*layout), o.sync);
+    auto cluster = server::LocalCluster::Start(env, root, cluster_config, txn::TablesFor(*layout), o.sync);
     if (!cluster.ok()) return fail(cluster.status());
     if (!(*cluster)->WaitUntilServing(absl::Seconds(10)))
       return fail(absl::UnavailableError("the coordinators did not get their locks within 10 s"));
     const auto& replicas = (*cluster)->replicas();
-    std::map<std::string, std::string> dc_of;  // node address -> datacenter
-    for (const auto& r : replicas) dc_of[r.replication] = r.name;
-
     // One app server per datacenter that runs clients.
     std::vector<std::unique_ptr<AppServer>> servers;
     std::vector<int> server_of(names.size(), -1);
@@ -305,14 +312,8 @@ int RunTxnBench(const TxnBenchOptions& o) {
         auto s = std::make_unique<AppServer>();
         s->rpc = std::make_unique<rpc::RpcTransport>();
         const std::string here = names[static_cast<size_t>(dc)];
-        const auto delays = *wan;
-        s->wan = std::make_unique<DelayedTransport>(
-            env, s->rpc.get(), [here, delays, dc_of](std::string_view to) {
-              auto node = dc_of.find(std::string(to));
-              if (node == dc_of.end()) return absl::ZeroDuration();
-              auto d = delays.find({here, node->second});
-              return d == delays.end() ? absl::ZeroDuration() : d->second;
-            });
+        s->wan = std::make_unique<DelayedTransport>(env, s->rpc.get(),
+                                                    server::OneWayFrom((*cluster)->config(), here));
         DatabaseOptions d;
         d.replicas = replicas;
         d.local = here;
@@ -335,8 +336,8 @@ int RunTxnBench(const TxnBenchOptions& o) {
       double best = 0;
       for (size_t v = 0; v < names.size(); ++v) {
         if (static_cast<int>(v) == dc || (*types)[v] == replication::ReplicaType::kReadOnly) continue;
-        auto d = wan->find({names[static_cast<size_t>(dc)], names[v]});
-        const double rtt = d == wan->end() ? 0 : 2 * absl::ToDoubleMilliseconds(d->second);
+        auto d = wan.find({names[static_cast<size_t>(dc)], names[v]});
+        const double rtt = d == wan.end() ? 0 : 2 * absl::ToDoubleMilliseconds(d->second);
         if (best == 0 || rtt < best) best = rtt;
       }
       floors.push_back(best);
