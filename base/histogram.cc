@@ -6,7 +6,11 @@ namespace megastore {
 
 std::string LatencyHistogram::Prometheus(std::string_view name, std::string_view help,
                                          std::string_view labels) const {
-  std::string out = StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " histogram\n");
+  return StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " histogram\n", PrometheusSamples(name, labels));
+}
+
+std::string LatencyHistogram::PrometheusSamples(std::string_view name, std::string_view labels) const {
+  std::string out;
   const std::string sep = labels.empty() ? "" : ",";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < kBoundsMs.size(); ++i) {

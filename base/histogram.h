@@ -32,6 +32,9 @@ class LatencyHistogram {
   // The Prometheus text of this histogram as `name` (seconds), with
   // `labels` ("" or `key="value",...`) on every line.
   std::string Prometheus(std::string_view name, std::string_view help, std::string_view labels = "") const;
+  // Only its samples, for a family with several label sets (one # HELP and
+  // # TYPE header before them all).
+  std::string PrometheusSamples(std::string_view name, std::string_view labels) const;
 
  private:
   std::array<std::atomic<uint64_t>, kBoundsMs.size()> counts_{};

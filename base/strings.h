@@ -36,4 +36,43 @@ std::string StrCat(const Args&... args) {
 inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
+// `s` with the characters HTML gives meaning to (< > & ") escaped.
+inline std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// `s` escaped for the inside of a JSON string (quotes, backslashes and
+// control characters; other bytes pass through).
+inline std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+inline std::string JsonEscape(absl::string_view s) { return JsonEscape(ToStd(s)); }
+inline std::string JsonEscape(const std::string& s) { return JsonEscape(std::string_view(s)); }
+inline std::string JsonEscape(const char* s) { return JsonEscape(std::string_view(s)); }
+
 }  // namespace megastore

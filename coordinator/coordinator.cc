@@ -114,6 +114,14 @@ void Coordinator::Renew() {
   }
 }
 
+Coordinator::Stats Coordinator::stats() {
+  absl::MutexLock lock(&mu_);
+  Stats s = counts_;
+  s.groups = groups_.size();
+  for (const auto& [key, g] : groups_) s.valid_groups += g.valid ? 1 : 0;
+  return s;
+}
+
 void Coordinator::Serve(std::string_view method, std::string request, Responder respond) {
   if (method == "coord.Lock" || method == "coord.Unlock")
     return advisory_locks_.Serve(method, std::move(request), std::move(respond));
@@ -131,7 +139,10 @@ void Coordinator::Serve(std::string_view method, std::string request, Responder 
     if (method == "coord.Check") {
       auto it = groups_.find(GroupKey(req));
       reply.set_valid(serving && it != groups_.end() && it->second.valid);
+      counts_.checks++;
+      if (reply.valid()) counts_.checks_valid++;
     } else if (method == "coord.Invalidate") {
+      counts_.invalidations++;
       GroupState& g = groups_[GroupKey(req)];
       g.valid = false;
       g.invalidated = std::max(g.invalidated, req.position());
@@ -144,6 +155,7 @@ void Coordinator::Serve(std::string_view method, std::string request, Responder 
         g.valid = true;
         reply.set_applied(true);
         reply.set_valid(true);
+        counts_.validations++;
       }
     } else {
       respond(absl::UnimplementedError(StrCat("coordinator has no method ", method)));

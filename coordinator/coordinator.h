@@ -59,6 +59,17 @@ class Coordinator {
 
   bool serving();
   uint64_t epoch();
+
+  // What it has answered since it started (status pages, /metrics).
+  struct Stats {
+    uint64_t checks = 0;         // coord.Check: a current read asking
+    uint64_t checks_valid = 0;   // ... answered "valid": served without a majority read
+    uint64_t invalidations = 0;  // coord.Invalidate from writers
+    uint64_t validations = 0;    // coord.Validate accepted after a reader's catch-up
+    uint64_t groups = 0;         // groups it holds state for
+    uint64_t valid_groups = 0;   // ... of which up to date here
+  };
+  Stats stats();
   // Stop honouring the locks early (simulated lock expiry: the renewals
   // stop reaching the lock services until `for_how_long` has passed).
   void PauseRenewals(absl::Duration for_how_long);
@@ -84,6 +95,7 @@ class Coordinator {
   int64_t paused_until_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> held_until_ ABSL_GUARDED_BY(mu_);  // per lock service, monotonic micros
   std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
+  Stats counts_ ABSL_GUARDED_BY(mu_);  // its counters (the group counts are computed)
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
   AdvisoryLocks advisory_locks_{env_};
 };

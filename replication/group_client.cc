@@ -852,7 +852,7 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
         } else {
           stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         }
-        CountGroup(group.root(), !ours);
+        group_counts_.Add(group.root(), ours ? 0 : 1);
         if (!chosen->learned) {
           // Complete invalidates the coordinator of each full replica that missed it.
           for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
@@ -895,27 +895,10 @@ GroupClient::Stats GroupClient::stats() const {
   return s;
 }
 
-void GroupClient::CountGroup(const std::string& root, bool conflict) {
-  absl::MutexLock lock(&groups_mu_);
-  auto it = group_counts_.find(root);
-  if (it == group_counts_.end()) {
-    if (group_counts_.size() >= kMaxTrackedGroups) return;
-    it = group_counts_.emplace(root, GroupCounts{}).first;
-  }
-  (conflict ? it->second.conflicts : it->second.commits)++;
-}
-
 std::vector<std::pair<std::string, uint64_t>> GroupClient::HottestGroups(size_t n, bool by_conflicts) const {
   std::vector<std::pair<std::string, uint64_t>> out;
-  {
-    absl::MutexLock lock(&groups_mu_);
-    for (const auto& [root, c] : group_counts_) {
-      const uint64_t v = by_conflicts ? c.conflicts : c.commits;
-      if (v > 0) out.emplace_back(root, v);
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (out.size() > n) out.resize(n);
+  for (auto& [root, counts] : group_counts_.Top(n, by_conflicts ? 1 : 0))
+    out.emplace_back(std::move(root), counts[by_conflicts ? 1 : 0]);
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/histogram.h"
+#include "base/top_counts.h"
 #include "base/transport.h"
 #include "replication/log_replica.h"
 #include "replication/replication.pb.h"
@@ -181,14 +182,8 @@ class GroupClient {
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
     std::atomic<uint64_t> catchups{0}, invalidations{0};
   };
-  void CountGroup(const std::string& root, bool conflict);
   LatencyHistogram commit_latency_, read_latency_;
-  struct GroupCounts {
-    uint64_t commits = 0, conflicts = 0;
-  };
-  mutable absl::Mutex groups_mu_;
-  std::map<std::string, GroupCounts> group_counts_ ABSL_GUARDED_BY(groups_mu_);  // at most kMaxTrackedGroups
-  static constexpr size_t kMaxTrackedGroups = 100'000;
+  TopCounts<2> group_counts_;  // by root row: commits, conflicts
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };

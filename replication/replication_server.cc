@@ -40,12 +40,75 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
 
 ReplicationServer::~ReplicationServer() { Stop(); }
 
+// A read's answer, counted and timed.
+template <typename Reply>
+absl::AnyInvocable<void(absl::StatusOr<Reply>)> ReplicationServer::Timed(Responder respond) {
+  counters_.reads++;
+  return [this, started = env_->MonotonicMicros(), respond = std::move(respond)](absl::StatusOr<Reply> r) mutable {
+    read_latency_.Observe(env_->MonotonicMicros() - started);
+    if (!r.ok()) return respond(r.status());
+    respond(r->SerializeAsString());
+  };
+}
+
+void ReplicationServer::CountPaxos(const PaxosCount& request, const absl::StatusOr<PaxosReply>& reply) {
+  paxos_latency_.Observe(env_->MonotonicMicros() - request.started);
+  counters_.paxos++;
+  groups_.Raise(request.group_key, 2, request.position);
+  if (!reply.ok()) return;
+  if (!reply->ok()) {
+    counters_.rejected++;
+    groups_.Add(request.group_key, 1);
+  } else if (request.accept) {
+    counters_.accepted++;
+    if (request.fast) counters_.fast_path++;
+    counters_.log_bytes += request.value_bytes;
+    groups_.Add(request.group_key, 0);
+  }
+}
+
+ReplicationServer::Stats ReplicationServer::stats() const {
+  Stats s;
+  s.paxos = counters_.paxos.load();
+  s.accepted = counters_.accepted.load();
+  s.fast_path = counters_.fast_path.load();
+  s.log_bytes = counters_.log_bytes.load();
+  s.rejected = counters_.rejected.load();
+  s.reads = counters_.reads.load();
+  s.applies = counters_.applies.load();
+  s.sweeps = counters_.sweeps.load();
+  s.sweep_catchups = counters_.sweep_catchups.load();
+  return s;
+}
+
+std::vector<ReplicationServer::GroupActivity> ReplicationServer::HottestGroups(size_t n, bool by_conflicts) const {
+  std::vector<GroupActivity> out;
+  for (const auto& [key, c] : groups_.Top(n, by_conflicts ? 1 : 0)) {
+    GroupActivity a;
+    const size_t nul = key.find('\0');
+    a.group.set_table(key.substr(0, nul));
+    a.group.set_root(key.substr(nul + 1));
+    a.writes = c[0];
+    a.conflicts = c[1];
+    a.position = c[2];
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 void ReplicationServer::Serve(std::string_view method, std::string request, Responder respond) {
   if (method == "repl.Paxos") {
     PaxosRequest req;
     if (!Parse(method, request, &req, respond)) return;
     Note(req.group());
-    replica_.Paxos(std::move(req), Answer<PaxosReply>(std::move(respond)));
+    PaxosCount count{Key(req.group()),   req.accept(),       req.ballot().round() == 0,
+                     req.position(),     req.value().size(), env_->MonotonicMicros()};
+    replica_.Paxos(std::move(req), [this, count = std::move(count),
+                                    respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
+      CountPaxos(count, r);
+      if (!r.ok()) return respond(r.status());
+      respond(r->SerializeAsString());
+    });
   } else if (method == "repl.State") {
     StateRequest req;
     if (!Parse(method, request, &req, respond)) return;
@@ -57,19 +120,20 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
   } else if (method == "repl.Apply") {
     ApplyRequest req;
     if (!Parse(method, request, &req, respond)) return;
+    counters_.applies++;
     replica_.Apply(std::move(req), Answer<ApplyReply>(std::move(respond)));
   } else if (method == "repl.Read") {
     ReadRequest req;
     if (!Parse(method, request, &req, respond)) return;
-    replica_.Read(std::move(req), Answer<ReadReply>(std::move(respond)));
+    replica_.Read(std::move(req), Timed<ReadReply>(std::move(respond)));
   } else if (method == "repl.ScanIndex") {
     ScanIndexRequest req;
     if (!Parse(method, request, &req, respond)) return;
-    replica_.ScanIndex(std::move(req), Answer<ScanReply>(std::move(respond)));
+    replica_.ScanIndex(std::move(req), Timed<ScanReply>(std::move(respond)));
   } else if (method == "repl.Scan") {
     ScanRequest req;
     if (!Parse(method, request, &req, respond)) return;
-    replica_.Scan(std::move(req), Answer<ScanReply>(std::move(respond)));
+    replica_.Scan(std::move(req), Timed<ScanReply>(std::move(respond)));
   } else {
     respond(absl::UnimplementedError(StrCat("replication server has no method ", method)));
   }
@@ -123,6 +187,7 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
     size_t left;
     absl::AnyInvocable<void()> done;
   };
+  counters_.sweeps++;
   auto pending = std::make_shared<Pending>();
   pending->left = due.size() + 1;
   pending->done = std::move(done);
@@ -150,6 +215,7 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
         }
         return finish_one();
       }
+      counters_.sweep_catchups++;
       client_.CatchUp(group, local, s->top(),
                       [finish_one](absl::StatusOr<LogPosition>) mutable { finish_one(); });
     });

@@ -8,12 +8,15 @@
 // hint for the sweep only; after a restart, readers' catch-up does the same.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "base/env.h"
+#include "base/histogram.h"
+#include "base/top_counts.h"
 #include "base/transport.h"
 #include "replication/group_client.h"
 #include "replication/log_replica.h"
@@ -48,6 +51,32 @@ class ReplicationServer {
   // One sweep now; `done` runs when every catch-up it started has finished.
   void Sweep(absl::AnyInvocable<void()> done = nullptr);
 
+  // What it has served since it started (status pages, /metrics).
+  struct Stats {
+    uint64_t paxos = 0;           // prepare and accept requests
+    uint64_t accepted = 0;        // values accepted: log entries written here
+    uint64_t fast_path = 0;       // ... at ballot round 0: the leader's one-round-trip writes
+    uint64_t log_bytes = 0;       // ... and their bytes
+    uint64_t rejected = 0;        // requests refused for a higher ballot: writers in conflict
+    uint64_t reads = 0;           // repl.Read, repl.Scan, repl.ScanIndex
+    uint64_t applies = 0;         // repl.Apply
+    uint64_t sweeps = 0;
+    uint64_t sweep_catchups = 0;  // incomplete writes the sweep finished
+  };
+  Stats stats() const;
+  const LatencyHistogram& paxos_latency() const { return paxos_latency_; }
+  const LatencyHistogram& read_latency() const { return read_latency_; }
+  struct GroupActivity {
+    GroupRef group;
+    uint64_t writes = 0;     // values accepted
+    uint64_t conflicts = 0;  // requests refused
+    uint64_t position = 0;   // highest log position asked about: the log's length
+  };
+  // The groups with the most writes (or conflicts) here.
+  std::vector<GroupActivity> HottestGroups(size_t n, bool by_conflicts) const;
+  // How many groups had Paxos traffic here since it started (at most 100,000 are counted).
+  size_t groups_seen() const { return groups_.size(); }
+
  private:
   struct Seen {
     GroupRef group;
@@ -55,6 +84,19 @@ class ReplicationServer {
   };
   void Note(const GroupRef& group);
   void Tick();
+
+  template <typename Reply>
+  absl::AnyInvocable<void(absl::StatusOr<Reply>)> Timed(Responder respond);
+  // What is counted of a repl.Paxos request, once answered.
+  struct PaxosCount {
+    std::string group_key;
+    bool accept = false;
+    bool fast = false;  // ballot round 0
+    uint64_t position = 0;
+    size_t value_bytes = 0;
+    int64_t started = 0;  // monotonic micros
+  };
+  void CountPaxos(const PaxosCount& request, const absl::StatusOr<PaxosReply>& reply);
 
   Env* const env_;
   const ReplicationServerOptions options_;
@@ -66,6 +108,14 @@ class ReplicationServer {
   bool sweeping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+
+  struct Counters {
+    std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0}, applies{0}, sweeps{0},
+        sweep_catchups{0};
+  };
+  Counters counters_;
+  LatencyHistogram paxos_latency_, read_latency_;
+  TopCounts<3> groups_;  // by Key(group): writes, conflicts, highest position
 };
 
 }  // namespace megastore::replication

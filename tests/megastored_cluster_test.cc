@@ -1,7 +1,10 @@
 // megastored's cluster modes as processes: the embedded default (--local=3)
 // with the JSON gateway, and three datacenters as separate processes from
-// one config, one of them killed with SIGKILL and restarted.
+// one config (one of them split by role), one killed with SIGKILL and
+// restarted.
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "api/database.h"
 #include "base/strings.h"
@@ -26,6 +29,42 @@ std::string UntilReady(testing::Subprocess& p) {
     if (line.empty() || line == "megastored: ready") break;
   }
   return out;
+}
+
+// The value of the sample named exactly `series` (name and labels), or
+// -1 if there is none.
+double MetricValue(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.compare(0, series.size() + 1, series + " ") == 0) return std::atof(line.c_str() + series.size() + 1);
+  return -1;
+}
+
+// What is wrong with Prometheus text: a family typed twice, or its samples
+// not in one block after its # TYPE line. "" when nothing is.
+std::string PrometheusProblems(const std::string& text) {
+  std::set<std::string> typed, finished;
+  std::string current;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const std::string family = line.substr(7, line.find(' ', 7) - 7);
+      if (!typed.insert(family).second) return "typed twice: " + family;
+      if (!current.empty()) finished.insert(current);
+      current = family;
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    std::string name = line.substr(0, line.find_first_of("{ "));
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string sfx = suffix;
+      if (!typed.count(name) && name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
+        name = name.substr(0, name.size() - sfx.size());
+    }
+    if (name != current) return "sample outside its family's block: " + line;
+    if (finished.count(name)) return "family split: " + name;
+  }
+  return "";
 }
 
 std::string WriteSchema(const std::string& dir) {
@@ -69,7 +108,7 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   EXPECT_THAT(metrics, HasSubstr("megastore_client_commit_seconds_count 1"));
   EXPECT_THAT(metrics, HasSubstr("megastore_client_current_read_position_seconds_bucket{le=\"+Inf\"} "));
   const std::string page = testing::Http(http, "GET", "/status");
-  EXPECT_THAT(page, HasSubstr("Hottest entity groups by commits"));
+  EXPECT_THAT(page, HasSubstr("hottest entity groups by commits"));
   EXPECT_THAT(page, HasSubstr("Recent warnings and errors"));
 
   // The example application against it (what ./ms demo runs).
@@ -77,6 +116,23 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   EXPECT_EQ(demo.exit_code, 0) << demo.out;
   EXPECT_THAT(demo.out, HasSubstr("stored the shared photo as his photo 101"));
   EXPECT_THAT(demo.out, HasSubstr("0 problems"));
+
+  // The servers' side of it: log entries, measured round trips (the
+  // emulated A-C link is 30 ms each way), coordinators, in well-formed
+  // Prometheus text.
+  std::string after = testing::Http(http, "GET", "/metrics");
+  after = after.substr(after.find("\r\n\r\n") + 4);
+  EXPECT_EQ(PrometheusProblems(after), "");
+  EXPECT_GT(MetricValue(after, "megastore_log_entries_total{datacenter=\"B\"}"), 5);
+  EXPECT_GT(MetricValue(after, "megastore_log_bytes_total{datacenter=\"C\"}"), 1000);
+  EXPECT_GE(MetricValue(after, "megastore_datacenter_rtt_seconds{from=\"A\",to=\"C\"}"), 0.059);
+  EXPECT_LT(MetricValue(after, "megastore_datacenter_rtt_seconds{from=\"A\",to=\"B\"}"), 0.059);
+  EXPECT_GT(MetricValue(after, "megastore_coordinator_checks_total{datacenter=\"A\",answer=\"valid\"}"), 0);
+  EXPECT_GT(MetricValue(after, "megastore_replication_paxos_seconds_count{datacenter=\"A\"}"), 0);
+  const std::string page_after = testing::Http(http, "GET", "/status");
+  for (const char* section : {"Inter-datacenter round trips", "Replication server of A", "Hottest entity groups by writes",
+                              "Coordinator of C", "Cluster config", "one_way_ms: 30"})
+    EXPECT_THAT(page_after, HasSubstr(section));
 
   ::kill(server.pid(), SIGTERM);
   const int status = server.Wait();
@@ -97,12 +153,40 @@ TEST(MegastoredClusterTest, BadClusterFlagsAreOneLineErrors) {
   r = testing::RunCommand(StrCat(MEGASTORED, " --local=3 --gateway=127.0.0.1:0 --data=", dir.path()));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--gateway needs --schema"));
+
+  // Roles: unknown names, roles a replica type has not, roles the config
+  // puts on different addresses, a role without an address.
+  std::ofstream(bad) << "datacenters { name: \"A\" address: \"127.0.0.1:1\" roles { replication: \"127.0.0.1:2\" } }\n"
+                        "datacenters { name: \"W\" type: \"witness\" address: \"127.0.0.1:3\" }\n";
+  const std::string dc_a = StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path());
+  r = testing::RunCommand(dc_a + " --roles=tablet,paxos");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("unknown role \"paxos\""));
+  r = testing::RunCommand(dc_a + " --roles=tablet,replication");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("run one megastored per address"));
+  r = testing::RunCommand(dc_a);
+  EXPECT_EQ(r.exit_code, 2) << r.out << "without --roles every role runs here, but the config splits them";
+  r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=W --roles=coordinator"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("only full replicas have a coordinator"));
+  r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --roles=tablet,lock,coordinator"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--data=DIR is required"));
+  std::ofstream(bad) << "datacenters { name: \"A\" roles { tablet: \"127.0.0.1:1\" } }\n";
+  r = testing::RunCommand(dc_a + " --roles=tablet");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("datacenter A: address is missing (HOST:PORT where the lock role listens)"));
 }
 
-// Three datacenters, three processes: C is killed with SIGKILL while A
-// commits, A and B go on committing, C restarts on its data and catches up;
-// every acknowledged write is there, read at C.
-TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
+// Three datacenters on loopback as processes: A and B one process each, C
+// split by role into three (tablet server and lock service; coordinator;
+// replication server, which reaches C's Bigtable over RPC). The example app
+// runs against it and reads at C. Then every process of C is killed with
+// SIGKILL while A commits; A and B go on committing; C restarts on its data;
+// the example app runs again from B, reading at C; every acknowledged write
+// is there, read at C.
+TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatchesUp) {
   TestDir dir;
   const std::string schema = WriteSchema(dir.path());
   server::ClusterConfig config;
@@ -112,19 +196,52 @@ TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
     dc->set_type("full");
     dc->set_address(StrCat("127.0.0.1:", testing::FreePort()));
   }
+  server::RoleAddresses* c_roles = config.mutable_datacenters(2)->mutable_roles();
+  c_roles->set_coordinator(StrCat("127.0.0.1:", testing::FreePort()));
+  c_roles->set_replication(StrCat("127.0.0.1:", testing::FreePort()));
   const std::string config_path = dir.path() + "/cluster.textproto";
   std::ofstream(config_path) << server::ToText(config);
+  // Process name ("A", "C/replication", ...) -> its process.
   std::map<std::string, std::unique_ptr<testing::Subprocess>> procs;
-  auto start = [&](const std::string& name) {
+  auto start = [&](const std::string& name, const std::string& roles) {
+    const std::string dc = name.substr(0, 1);
+    std::vector<std::string> args = {MEGASTORED, "--config=" + config_path, "--datacenter=" + dc, "--no-sync",
+                                     "--log-level=warn"};
+    if (roles.empty() || roles.find("tablet") != std::string::npos) {
+      args.push_back("--data=" + dir.path() + "/" + dc);
+      args.push_back("--schema=" + schema);
+    }
+    if (!roles.empty()) args.push_back("--roles=" + roles);
     auto p = std::make_unique<testing::Subprocess>();
-    ASSERT_TRUE(p->Start({MEGASTORED, "--config=" + config_path, "--datacenter=" + name,
-                          "--data=" + dir.path() + "/" + name, "--schema=" + schema, "--no-sync",
-                          "--log-level=warn"}));
+    ASSERT_TRUE(p->Start(args));
     const std::string out = UntilReady(*p);
-    ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
+    ASSERT_THAT(out, HasSubstr("megastored: ready")) << name << ": " << out;
     procs[name] = std::move(p);
   };
-  for (const char* name : {"A", "B", "C"}) start(name);
+  auto start_c = [&] {
+    start("C/tablet,lock", "tablet,lock");
+    start("C/coordinator", "coordinator");
+    start("C/replication", "replication");
+  };
+  start("A", "");
+  start("B", "");
+  start_c();
+
+  // Healthy once every coordinator holds its locks.
+  testing::Result status;
+  for (int i = 0; i < 100; ++i) {
+    status = testing::RunCommand(StrCat(MSADMIN, " cluster status --config=", config_path));
+    if (status.exit_code == 0) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_EQ(status.exit_code, 0) << status.out;
+  EXPECT_THAT(status.out, HasSubstr("3 processes")) << status.out;
+  EXPECT_THAT(status.out, HasSubstr("tablet,lock")) << status.out;
+
+  // The example app at A; it reads at C (the last datacenter).
+  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=A"));
+  ASSERT_EQ(demo.exit_code, 0) << demo.out;
+  EXPECT_THAT(demo.out, HasSubstr("4. Reading at datacenter C")) << demo.out;
 
   DatabaseOptions o;
   o.replicas = server::ReplicasOf(config);
@@ -135,9 +252,9 @@ TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
   ASSERT_TRUE(db.ok());
   std::vector<int32_t> acked;
   auto add_photo = [&](int32_t id) {
-    absl::StatusOr<CommitInfo> r = (*db)->Run<photoapp::User>(photoapp::User::Key{1}, [&](Transaction& t) {
+    absl::StatusOr<CommitInfo> r = (*db)->Run<photoapp::User>(photoapp::User::Key{100}, [&](Transaction& t) {
       photoapp::Photo p;
-      p.set_user_id(1);
+      p.set_user_id(100);
       p.set_photo_id(id);
       p.set_time(id);
       p.set_full_url(StrCat("u", id));
@@ -145,18 +262,18 @@ TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
     });
     if (r.ok()) acked.push_back(id);
   };
-  // Wait for the coordinators' locks, then write.
-  for (int i = 0; i < 100 && acked.empty(); ++i) {
-    add_photo(1);
-    if (acked.empty()) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_FALSE(acked.empty()) << "the cluster never accepted a commit";
-  for (int32_t id = 2; id <= 10; ++id) add_photo(id);
-  procs["C"]->Kill(SIGKILL);
+  for (int32_t id = 1; id <= 10; ++id) add_photo(id);
+  ASSERT_EQ(acked.size(), 10u);
+  for (const char* name : {"C/tablet,lock", "C/coordinator", "C/replication"}) procs[name]->Kill(SIGKILL);
   for (int32_t id = 11; id <= 30; ++id) add_photo(id);
   EXPECT_GE(acked.size(), 25u) << "A and B are a majority: commits go on without C";
-  start("C");
+  start_c();
   for (int32_t id = 31; id <= 35; ++id) add_photo(id);
+
+  // The example app again, from B: it reads at C too.
+  demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=B"));
+  ASSERT_EQ(demo.exit_code, 0) << demo.out;
+  EXPECT_THAT(demo.out, HasSubstr("4. Reading at datacenter C")) << demo.out;
 
   // Read everything at C (a current read catches C up first).
   DatabaseOptions at_c = o;
@@ -164,8 +281,8 @@ TEST(MegastoredClusterTest, ThreeProcessesSurviveOneKilledAndItCatchesUp) {
   auto db_c = Database::Open(at_c);
   ASSERT_TRUE(db_c.ok());
   std::set<int32_t> seen;
-  absl::StatusOr<CommitInfo> read = (*db_c)->Run<photoapp::User>(photoapp::User::Key{1}, [&](Transaction& t) {
-    auto photos = t.Query<photoapp::Photo>({int64_t{1}});
+  absl::StatusOr<CommitInfo> read = (*db_c)->Run<photoapp::User>(photoapp::User::Key{100}, [&](Transaction& t) {
+    auto photos = t.Query<photoapp::Photo>({int64_t{100}});
     if (!photos.ok()) return photos.status();
     for (const auto& p : *photos) seen.insert(p.photo_id());
     return absl::OkStatus();
@@ -190,7 +307,7 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
 
   testing::Result status = run("cluster status" + config);
   EXPECT_EQ(status.exit_code, 0) << status.out;
-  EXPECT_THAT(status.out, HasSubstr("tablet,lock,coordinator,replication serving (epoch"));
+  EXPECT_THAT(status.out, HasSubstr("tablet,lock,coordinator,replication  serving (epoch"));
   testing::Result applied = run("schema apply" + config + MS_SOURCE_DIR "/examples/photoapp.msdl");
   EXPECT_EQ(applied.exit_code, 0) << applied.out;
   EXPECT_THAT(applied.out, HasSubstr("schema PhotoApp applied to 3 datacenter(s)"));

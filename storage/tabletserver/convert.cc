@@ -137,4 +137,19 @@ absl::Status FromProto(const StatusProto& p) {
   return absl::Status(static_cast<absl::StatusCode>(p.code()), p.message());
 }
 
+ReadRowsRequest ToReadRowsRequest(const std::string& table, const RowSet& rows, const ReadOptions& options) {
+  ReadRowsRequest r;
+  r.set_table(table);
+  for (const std::string& k : rows.keys) r.add_keys(k);
+  for (const RowRange& range : rows.ranges) {
+    RowRangeProto* p = r.add_ranges();
+    p->set_start(range.start);
+    p->set_end(range.end);
+  }
+  ToProto(options.filter, r.mutable_filter());
+  if (options.read_timestamp != kMaxTimestamp) r.set_read_timestamp(options.read_timestamp);
+  r.set_rows_limit(options.rows_limit);
+  return r;
+}
+
 }  // namespace megastore::storage

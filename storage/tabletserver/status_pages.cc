@@ -5,23 +5,17 @@
 namespace megastore::storage {
 namespace {
 
+// Table names and rows may hold any bytes: unprintable ones as \xNN.
 std::string Html(std::string_view s) {
-  std::string out;
+  std::string printable;
   for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
-          out += StrCat("\\x", fmt::format("{:02x}", static_cast<unsigned char>(c)));
-        } else {
-          out.push_back(c);
-        }
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      printable += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    } else {
+      printable.push_back(c);
     }
   }
-  return out;
+  return HtmlEscape(printable);
 }
 
 std::string Bytes(uint64_t b) {

@@ -430,17 +430,7 @@ absl::StatusOr<std::optional<Row>> TabletClient::ReadRow(const std::string& tabl
 absl::Status TabletClient::ReadRows(const std::string& table, const RowSet& rows,
                                     const ReadOptions& options,
                                     const std::function<bool(Row&)>& on_row) {
-  ReadRowsRequest r;
-  r.set_table(table);
-  for (const std::string& k : rows.keys) r.add_keys(k);
-  for (const RowRange& range : rows.ranges) {
-    RowRangeProto* p = r.add_ranges();
-    p->set_start(range.start);
-    p->set_end(range.end);
-  }
-  ToProto(options.filter, r.mutable_filter());
-  if (options.read_timestamp != kMaxTimestamp) r.set_read_timestamp(options.read_timestamp);
-  r.set_rows_limit(options.rows_limit);
+  const ReadRowsRequest r = ToReadRowsRequest(table, rows, options);
   absl::Status parse_error;
   absl::Status s = rpc_.Stream("tablet.ReadRows", r.SerializeAsString(), timeout_, [&](std::string_view msg) {
     ReadRowsResponse chunk;

@@ -1,5 +1,6 @@
 #include "tools/megastored/cluster.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -29,6 +30,61 @@ replication::ReplicaType TypeOf(const DatacenterConfig& dc) {
   return replication::ReplicaType::kFull;
 }
 
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kTablet: return "tablet";
+    case Role::kLock: return "lock";
+    case Role::kCoordinator: return "coordinator";
+    case Role::kReplication: return "replication";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view text) {
+  if (text == "all") return std::vector<Role>(std::begin(kAllRoles), std::end(kAllRoles));
+  std::vector<Role> out;
+  for (size_t start = 0; start <= text.size();) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view name = text.substr(start, comma - start);
+    start = comma + 1;
+    bool known = false;
+    for (Role r : kAllRoles) {
+      if (name != RoleName(r)) continue;
+      known = true;
+      if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+    }
+    if (!known)
+      return absl::InvalidArgumentError(
+          StrCat("unknown role \"", name, "\" (roles: tablet, lock, coordinator, replication, or all)"));
+  }
+  return out;
+}
+
+const std::string& AddressOf(const DatacenterConfig& dc, Role role) {
+  const RoleAddresses& r = dc.roles();
+  const std::string* own = nullptr;
+  switch (role) {
+    case Role::kTablet: own = &r.tablet(); break;
+    case Role::kLock: own = &r.lock(); break;
+    case Role::kCoordinator: own = &r.coordinator(); break;
+    case Role::kReplication: own = &r.replication(); break;
+  }
+  return own->empty() ? dc.address() : *own;
+}
+
+std::vector<std::pair<std::string, std::vector<Role>>> ProcessesOf(const DatacenterConfig& dc) {
+  std::vector<std::pair<std::string, std::vector<Role>>> out;
+  for (Role role : kAllRoles) {
+    if (role == Role::kCoordinator && TypeOf(dc) != replication::ReplicaType::kFull) continue;
+    const std::string& address = AddressOf(dc, role);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == address; });
+    if (it == out.end()) it = out.insert(out.end(), {address, {}});
+    it->second.push_back(role);
+  }
+  return out;
+}
+
 absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::string_view file,
                                                  bool local_mode) {
   ClusterConfig config;
@@ -48,13 +104,22 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
       return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), ": type \"", dc.type(),
                                                "\" is not full, witness or read-only"));
     full += TypeOf(dc) == replication::ReplicaType::kFull ? 1 : 0;
-    const size_t colon = dc.address().rfind(':');
-    if (colon == std::string::npos || colon == 0)
-      return absl::InvalidArgumentError(
-          StrCat(file, ": datacenter ", dc.name(), ": address \"", dc.address(), "\" is not HOST:PORT"));
-    if (!local_mode && dc.address().substr(colon + 1) == "0")
-      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(),
-                                               ": port 0 only works in local mode (megastored --local)"));
+    for (Role role : kAllRoles) {
+      const std::string& address = AddressOf(dc, role);
+      const std::string what = StrCat(file, ": datacenter ", dc.name(), ": ",
+                                      address == dc.address() ? "address" : StrCat("roles.", RoleName(role)));
+      const size_t colon = address.rfind(':');
+      if (address.empty())
+        return absl::InvalidArgumentError(StrCat(what, " is missing (HOST:PORT where the ", RoleName(role),
+                                                 " role listens)"));
+      if (colon == std::string::npos || colon == 0)
+        return absl::InvalidArgumentError(StrCat(what, " \"", address, "\" is not HOST:PORT"));
+      if (!local_mode && address.substr(colon + 1) == "0")
+        return absl::InvalidArgumentError(StrCat(what, ": port 0 only works in local mode (megastored --local)"));
+      if (local_mode && address != dc.address())
+        return absl::InvalidArgumentError(
+            StrCat(what, ": megastored --local runs each datacenter in one place; roles { } is for separate processes"));
+    }
   }
   if (full == 0) return absl::InvalidArgumentError(StrCat(file, ": no full replica"));
   for (const Link& l : config.links()) {
@@ -85,8 +150,9 @@ std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config) {
     replication::ReplicaInfo r;
     r.name = dc.name();
     r.type = TypeOf(dc);
-    r.replication = r.lock_service = dc.address();
-    if (r.type == replication::ReplicaType::kFull) r.coordinator = dc.address();
+    r.replication = AddressOf(dc, Role::kReplication);
+    r.lock_service = AddressOf(dc, Role::kLock);
+    if (r.type == replication::ReplicaType::kFull) r.coordinator = AddressOf(dc, Role::kCoordinator);
     out.push_back(std::move(r));
   }
   return out;
@@ -103,7 +169,8 @@ std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const Clu
 
 DelayedTransport::OneWay OneWayFrom(const ClusterConfig& config, const std::string& here) {
   std::map<std::string, std::string> dc_of;  // address -> datacenter
-  for (const DatacenterConfig& dc : config.datacenters()) dc_of[dc.address()] = dc.name();
+  for (const DatacenterConfig& dc : config.datacenters())
+    for (Role role : kAllRoles) dc_of[AddressOf(dc, role)] = dc.name();
   return [here, dc_of = std::move(dc_of), delays = DelaysOf(config)](std::string_view to) {
     auto dc = dc_of.find(std::string(to));
     if (dc == dc_of.end()) return absl::ZeroDuration();

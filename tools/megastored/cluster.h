@@ -24,6 +24,18 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool lo
 std::string ToText(const ClusterConfig& config);
 
 replication::ReplicaType TypeOf(const DatacenterConfig& dc);
+
+// A datacenter's roles (megastored --roles).
+enum class Role { kTablet, kLock, kCoordinator, kReplication };
+inline constexpr Role kAllRoles[] = {Role::kTablet, Role::kLock, Role::kCoordinator, Role::kReplication};
+const char* RoleName(Role role);
+// Parses "tablet,lock,..." (or "all"); InvalidArgument naming an unknown role.
+absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view text);
+// Where `role` of `dc` listens: its roles { } entry, else its address.
+const std::string& AddressOf(const DatacenterConfig& dc, Role role);
+// The distinct addresses of `dc`'s processes, each with the roles there
+// (a witness or read-only replica has no coordinator).
+std::vector<std::pair<std::string, std::vector<Role>>> ProcessesOf(const DatacenterConfig& dc);
 // What the client library needs: every datacenter as a replica (all roles
 // on its address).
 std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config);

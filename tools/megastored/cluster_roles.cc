@@ -19,6 +19,7 @@
 #include "base/strings.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/datacenter.h"
+#include "tools/megastored/status.h"
 #include "txn/transaction.h"
 
 namespace megastore::server {
@@ -51,110 +52,6 @@ const char* TypeName(replication::ReplicaType t) {
 
 }  // namespace
 
-std::string Html(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-// /status (HTML) and /metrics (Prometheus text) of the datacenters running
-// in this process, and of the gateway's client if there is one.
-std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, const std::string& command_line,
-                                              std::vector<Datacenter*> dcs, const ClusterConfig& config,
-                                              Database* gateway_db, std::string* bound) {
-  auto server = std::make_unique<http::HttpServer>(listen);
-  const int64_t started = Env::Default()->NowMicros();
-  server->Handle("/status", [=] {
-    std::string html = StrCat("<!doctype html><title>megastored</title><h1>megastored</h1><p><code>",
-                              Html(command_line), "</code><br>up ",
-                              (Env::Default()->NowMicros() - started) / 1'000'000, " s</p>",
-                              "<h2>Datacenters</h2><table border=1 cellpadding=4><tr><th>name<th>type<th>address"
-                              "<th>coordinator<th>epoch<th>tables</tr>");
-    for (Datacenter* dc : dcs) {
-      coordinator::Coordinator* c = dc->coordinator();
-      html += StrCat("<tr><td>", dc->options().name, "<td>", TypeName(dc->options().type), "<td>", dc->address(),
-                     "<td>", c == nullptr ? "—" : (c->serving() ? "serving" : "NOT serving (no lock majority)"),
-                     "<td>", c == nullptr ? std::string("—") : std::to_string(c->epoch()), "<td>",
-                     dc->tablets()->ListTables().size(), "</tr>");
-    }
-    html += "</table>";
-    if (!config.links().empty()) {
-      html += "<h2>Emulated WAN (one way)</h2><ul>";
-      for (const Link& l : config.links()) html += StrCat("<li>", l.a(), "–", l.b(), ": ", l.one_way_ms(), " ms");
-      html += "</ul>";
-    }
-    if (gateway_db != nullptr) {
-      const auto s = gateway_db->context().client->stats();
-      html += StrCat("<h2>Gateway client</h2><p>commits ", s.commits, ", on the fast path ", s.fast_path,
-                     ", conflicts ", s.conflicts, ", unknown outcomes ", s.unknown, ", retries ",
-                     gateway_db->retries(), ", catch-ups ", s.catchups, ", coordinator invalidations ",
-                     s.invalidations, "</p>");
-      for (bool by_conflicts : {false, true}) {
-        const auto hot = gateway_db->context().client->HottestGroups(10, by_conflicts);
-        if (hot.empty()) continue;
-        html += StrCat("<h3>Hottest entity groups by ", by_conflicts ? "conflicts" : "commits",
-                       "</h3><table border=1 cellpadding=4><tr><th>root row<th>", by_conflicts ? "conflicts" : "commits",
-                       "</tr>");
-        for (const auto& [root, n] : hot) html += StrCat("<tr><td><code>", EscapeBytes(root), "</code><td>", n, "</tr>");
-        html += "</table>";
-      }
-    }
-    const std::vector<std::string> errors = RecentErrors();
-    html += "<h2>Recent warnings and errors</h2>";
-    if (errors.empty()) html += "<p>none</p>";
-    else {
-      html += "<pre>";
-      for (const std::string& e : errors) html += Html(e) + "\n";
-      html += "</pre>";
-    }
-    return http::Response{200, "text/html; charset=utf-8", html};
-  });
-  server->Handle("/metrics", [=] {
-    std::string out =
-        "# HELP megastore_coordinator_serving 1 if the datacenter's coordinator holds its lock majority.\n"
-        "# TYPE megastore_coordinator_serving gauge\n";
-    for (Datacenter* dc : dcs)
-      if (dc->coordinator() != nullptr)
-        out += StrCat("megastore_coordinator_serving{datacenter=\"", dc->options().name, "\"} ",
-                      dc->coordinator()->serving() ? 1 : 0, "\n");
-    if (gateway_db != nullptr) {
-      const auto s = gateway_db->context().client->stats();
-      out += "# HELP megastore_client_commits_total Commits by the gateway's client, by outcome.\n"
-             "# TYPE megastore_client_commits_total counter\n";
-      out += StrCat("megastore_client_commits_total{outcome=\"committed\"} ", s.commits, "\n",
-                    "megastore_client_commits_total{outcome=\"conflict\"} ", s.conflicts, "\n",
-                    "megastore_client_commits_total{outcome=\"unknown\"} ", s.unknown, "\n");
-      out += StrCat("# TYPE megastore_client_fast_path_commits_total counter\n",
-                    "megastore_client_fast_path_commits_total ", s.fast_path, "\n",
-                    "# TYPE megastore_client_retries_total counter\n",
-                    "megastore_client_retries_total ", gateway_db->retries(), "\n",
-                    "# TYPE megastore_client_catchups_total counter\n",
-                    "megastore_client_catchups_total ", s.catchups, "\n",
-                    "# TYPE megastore_client_invalidations_total counter\n",
-                    "megastore_client_invalidations_total ", s.invalidations, "\n");
-      out += gateway_db->context().client->commit_latency().Prometheus(
-          "megastore_client_commit_seconds", "Successful commits, from proposing to acknowledged.");
-      out += gateway_db->context().client->read_latency().Prometheus(
-          "megastore_client_current_read_position_seconds", "Finding a group's position for a current read.");
-    }
-    return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", out};
-  });
-  if (absl::Status s = server->Start(); !s.ok()) {
-    std::fprintf(stderr, "megastored: %s\n", s.ToString().c_str());
-    return nullptr;
-  }
-  *bound = StrCat(listen.substr(0, listen.rfind(':')), ":", server->port());
-  return server;
-}
-
 // Serves the status pages if --http asks for them, says "ready", and
 // waits for SIGINT/SIGTERM. False if the status server could not start.
 bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line, std::vector<Datacenter*> dcs,
@@ -162,7 +59,7 @@ bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line
   std::unique_ptr<http::HttpServer> status;
   if (!flags.http.empty()) {
     std::string bound;
-    status = ServeStatus(flags.http, command_line, std::move(dcs), config, gateway_db, &bound);
+    status = ServeStatus(flags.http, StatusSources{command_line, std::move(dcs), config, gateway_db}, &bound);
     if (status == nullptr) return false;
     std::printf("megastored: status at http://%s/status\n", bound.c_str());
   }
@@ -228,28 +125,60 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     o.name = me.name();
     o.data_dir = flags.data;
     o.type = TypeOf(me);
-    o.listen = me.address();
+    if (flags.roles.empty()) {
+      o.roles.clear();
+      for (Role r : kAllRoles)
+        if (r != Role::kCoordinator || o.type == replication::ReplicaType::kFull) o.roles.push_back(r);
+    } else {
+      absl::StatusOr<std::vector<Role>> roles = ParseRoles(flags.roles);
+      if (!roles.ok()) return BadFlags(StrCat("--roles=", flags.roles, ": ", roles.status().message()));
+      o.roles = std::move(*roles);
+      if (std::count(o.roles.begin(), o.roles.end(), Role::kCoordinator) && o.type != replication::ReplicaType::kFull)
+        return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), " is a ",
+                               TypeName(o.type), " replica; only full replicas have a coordinator"));
+    }
+    // Every role run here listens on one address.
+    o.listen = AddressOf(me, o.roles.front());
+    for (Role r : o.roles)
+      if (AddressOf(me, r) != o.listen)
+        return BadFlags(StrCat(flags.config, " puts ", me.name(), "'s ", RoleName(o.roles.front()), " role on ", o.listen,
+                               " and its ", RoleName(r), " role on ", AddressOf(me, r),
+                               ": run one megastored per address, each with --roles naming the roles there"));
+    o.tablet_address = AddressOf(me, Role::kTablet);
+    const bool has_tablet = std::count(o.roles.begin(), o.roles.end(), Role::kTablet) > 0;
+    if (has_tablet && flags.data.empty()) return BadFlags("--data=DIR is required where the tablet role runs");
+    if (!schemas.empty() && !has_tablet)
+      return BadFlags("--schema creates tables: give it to the process running the tablet role");
     o.tables = tables;
     o.sync_log = flags.sync;
+    // The config's links: this process delays its own outgoing messages.
+    if (!config.links().empty()) o.one_way = OneWayFrom(config, me.name());
     auto dc = Datacenter::Start(env, o);
     if (!dc.ok()) {
       std::fprintf(stderr, "megastored: cannot start datacenter %s: %s\n", o.name.c_str(),
                    dc.status().ToString().c_str());
       return 1;
     }
-    if (absl::Status s = record((*dc)->tablets()); !s.ok()) {
+    if (absl::Status s = has_tablet ? record((*dc)->tablets()) : absl::OkStatus(); !s.ok()) {
       std::fprintf(stderr, "megastored: recording the schemas: %s\n", s.ToString().c_str());
       return 1;
     }
     (*dc)->StartReplication(ReplicasOf(config), self);
-    std::printf("megastored: datacenter %s (%s) serving on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
-                (*dc)->address().c_str(), flags.data.c_str());
-    const bool served = ServeUntilSignal(flags, command_line, {dc->get()}, config, nullptr);
+    std::string running;
+    for (Role r : o.roles) running += StrCat(running.empty() ? "" : ",", RoleName(r));
+    std::printf("megastored: datacenter %s (%s) serving %s on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
+                running.c_str(), (*dc)->address().c_str(), flags.data.c_str());
+    // The config's status address belongs to the datacenter's tablet-role process.
+    ClusterFlags serving = flags;
+    if (serving.http.empty() && has_tablet) serving.http = me.http();
+    const bool served = ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr);
     (*dc)->Stop();
     return served ? 0 : 1;
   }
 
   // --local: the whole cluster in this process.
+  if (!flags.roles.empty()) return BadFlags("--roles needs --config and --datacenter (--local runs every role)");
+  if (flags.data.empty()) return BadFlags("--local needs --data=DIR (each datacenter keeps its data under it)");
   if (config.datacenters_size() < 1) return BadFlags("--local needs at least one datacenter");
   if (!flags.config.empty() && config.datacenters_size() != flags.local)
     return BadFlags(StrCat("--local=", flags.local, " but ", flags.config, " describes ",

@@ -11,6 +11,7 @@ struct ClusterFlags {
   int local = 0;              // --local=N: N datacenters in this process
   std::string config;         // --config=FILE
   std::string datacenter;     // --datacenter=NAME (with --config, not --local)
+  std::string roles;          // --roles=...: which of its roles (default: all)
   std::string data;           // --data=DIR
   std::vector<std::string> schemas;  // --schema=FILE.schema.pb: create its tables
   std::string gateway;        // --gateway=HOST:PORT: the JSON gateway (local mode)

@@ -1,55 +1,79 @@
 #include "tools/megastored/datacenter.h"
 
+#include <algorithm>
+
 #include "base/status.h"
+#include "storage/tabletserver/remote_bigtable.h"
 #include "tools/megastored/datacenter.pb.h"
 #include "base/strings.h"
 
 namespace megastore::server {
 
+bool Datacenter::Runs(Role role) const {
+  return std::find(options_.roles.begin(), options_.roles.end(), role) != options_.roles.end();
+}
+
 absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, DatacenterOptions options) {
+  // Only full replicas have a coordinator.
+  if (options.type != replication::ReplicaType::kFull)
+    std::erase(options.roles, Role::kCoordinator);
   std::unique_ptr<Datacenter> dc(new Datacenter(env, std::move(options)));
   const DatacenterOptions& o = dc->options_;
-  storage::TabletServerOptions to;
-  to.data_dir = o.data_dir;
-  to.sync_log = o.sync_log;
-  MS_ASSIGN_OR_RETURN(dc->tablets_, storage::TabletServer::Open(to, env));
-  for (const storage::TableSchema& t : o.tables) {
-    if (dc->tablets_->GetTable(t.name()).ok()) continue;
-    MS_RETURN_IF_ERROR(dc->tablets_->CreateTable(t));
+  if (dc->Runs(Role::kTablet)) {
+    storage::TabletServerOptions to;
+    to.data_dir = o.data_dir;
+    to.sync_log = o.sync_log;
+    MS_ASSIGN_OR_RETURN(dc->tablets_, storage::TabletServer::Open(to, env));
+    for (const storage::TableSchema& t : o.tables) {
+      if (dc->tablets_->GetTable(t.name()).ok()) continue;
+      MS_RETURN_IF_ERROR(dc->tablets_->CreateTable(t));
+    }
+    dc->bigtable_ = std::make_unique<storage::InProcessBigtable>(dc->tablets_.get());
+  } else if (dc->Runs(Role::kReplication)) {
+    if (o.tablet_address.empty())
+      return absl::InvalidArgumentError(StrCat(o.name, ": the replication role without the tablet role needs the "
+                                               "tablet server's address"));
+    dc->bigtable_ = std::make_unique<storage::RemoteBigtable>(o.tablet_address);
   }
-  dc->bigtable_ = std::make_unique<storage::InProcessBigtable>(dc->tablets_.get());
-  dc->locks_ = std::make_unique<storage::lock::LockTable>(env);
   if (o.one_way) dc->delayed_ = std::make_unique<DelayedTransport>(env, &dc->transport_, o.one_way);
   rpc::ServerOptions so;
   so.listen = o.listen;
   so.worker_threads = o.rpc_workers;
   dc->server_ = std::make_unique<rpc::RpcServer>(so);
   Datacenter* d = dc.get();
-  for (std::string_view m : storage::lock::LockTable::kMethods)
-    rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
-      d->locks_->Serve(m, std::move(req), std::move(respond));
-    });
+  if (d->Runs(Role::kLock)) {
+    dc->locks_ = std::make_unique<storage::lock::LockTable>(env);
+    for (std::string_view m : storage::lock::LockTable::kMethods)
+      rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
+        d->locks_->Serve(m, std::move(req), std::move(respond));
+      });
+  }
   // The roles that need the other datacenters answer Unavailable until
   // StartReplication.
-  for (std::string_view m : coordinator::Coordinator::kMethods)
-    rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
-      coordinator::Coordinator* c = d->serving_coordinator_.load();
-      if (c == nullptr)
-        return respond(absl::UnavailableError(StrCat("no coordinator runs at ", d->options_.name)));
-      c->Serve(m, std::move(req), std::move(respond));
-    });
-  for (std::string_view m : replication::ReplicationServer::kMethods)
-    rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
-      replication::ReplicationServer* r = d->serving_replication_.load();
-      if (d->replica_disabled_.load())
-        return respond(absl::UnavailableError(StrCat("the replica at ", d->options_.name, " is disabled by an operator")));
-      if (r == nullptr)
-        return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
-      r->Serve(m, std::move(req), std::move(respond));
-    });
-  // Its Bigtable's own RPC service (msadmin bt, schema apply).
-  dc->tablet_metrics_ = std::make_unique<storage::ServiceMetrics>();
-  storage::RegisterTabletService(dc->tablets_.get(), dc->server_.get(), dc->tablet_metrics_.get());
+  if (d->Runs(Role::kCoordinator))
+    for (std::string_view m : coordinator::Coordinator::kMethods)
+      rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
+        coordinator::Coordinator* c = d->serving_coordinator_.load();
+        if (c == nullptr)
+          return respond(absl::UnavailableError(StrCat("no coordinator runs at ", d->options_.name)));
+        c->Serve(m, std::move(req), std::move(respond));
+      });
+  if (d->Runs(Role::kReplication))
+    for (std::string_view m : replication::ReplicationServer::kMethods)
+      rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
+        replication::ReplicationServer* r = d->serving_replication_.load();
+        if (d->replica_disabled_.load())
+          return respond(absl::UnavailableError(StrCat("the replica at ", d->options_.name, " is disabled by an operator")));
+        if (r == nullptr)
+          return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
+        r->Serve(m, std::move(req), std::move(respond));
+      });
+  // Its Bigtable's own RPC service (msadmin bt, schema apply; a replication
+  // server in another process).
+  if (dc->tablets_ != nullptr) {
+    dc->tablet_metrics_ = std::make_unique<storage::ServiceMetrics>();
+    storage::RegisterTabletService(dc->tablets_.get(), dc->server_.get(), dc->tablet_metrics_.get());
+  }
   dc->started_micros_ = env->NowMicros();
   rpc::Serve(*d->server_, "dc.Status", [d](std::string, Responder respond) {
     DatacenterStatus s;
@@ -64,11 +88,14 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     }
     s.set_coordinator_disabled(d->coordinator_disabled_.load());
     s.set_replica_disabled(d->replica_disabled_.load());
-    s.set_tables(static_cast<uint32_t>(d->tablets_->ListTables().size()));
+    if (d->tablets_ != nullptr) s.set_tables(static_cast<uint32_t>(d->tablets_->ListTables().size()));
     s.set_uptime_seconds((d->env_->NowMicros() - d->started_micros_) / 1'000'000);
-    for (const char* role : {"tablet", "lock"}) s.add_roles(role);
-    if (c != nullptr) s.add_roles("coordinator");
-    if (d->serving_replication_.load() != nullptr) s.add_roles("replication");
+    for (Role role : d->options_.roles) {
+      // A role that needs the other datacenters counts once it started.
+      if (role == Role::kCoordinator && c == nullptr) continue;
+      if (role == Role::kReplication && d->serving_replication_.load() == nullptr) continue;
+      s.add_roles(RoleName(role));
+    }
     respond(s.SerializeAsString());
   });
   rpc::Serve(*d->server_, "dc.Replica", [d](std::string req, Responder respond) {
@@ -82,6 +109,9 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("dc.Coordinator: malformed request"));
     if (d->options_.type != replication::ReplicaType::kFull)
       return respond(absl::FailedPreconditionError(StrCat(d->options_.name, " is not a full replica: it has no coordinator")));
+    if (!d->Runs(Role::kCoordinator))
+      return respond(absl::FailedPreconditionError(StrCat("the coordinator of ", d->options_.name,
+                                                          " does not run in this process")));
     d->SetCoordinatorEnabled(r.enable());
     respond(std::string());
   });
@@ -94,7 +124,12 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
 Datacenter::~Datacenter() { Stop(); }
 
 void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& replicas, int self) {
-  if (options_.type == replication::ReplicaType::kFull) {
+  std::vector<LatencyProber::Target> others;
+  for (size_t i = 0; i < replicas.size(); ++i)
+    if (static_cast<int>(i) != self) others.push_back({replicas[i].name, replicas[i].lock_service});
+  prober_ = std::make_unique<LatencyProber>(env_, outbound(), std::move(others));
+  prober_->Start();
+  if (Runs(Role::kCoordinator)) {
     coordinator::CoordinatorOptions co;
     co.name = options_.name;
     for (size_t i = 0; i < replicas.size(); ++i)
@@ -105,6 +140,7 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
     coordinator_->Start();
     serving_coordinator_ = coordinator_.get();
   }
+  if (!Runs(Role::kReplication)) return;
   replication::ReplicationServerOptions ro;
   ro.cluster.replicas = replicas;
   ro.cluster.local = self;
@@ -125,10 +161,11 @@ void Datacenter::SetCoordinatorEnabled(bool enabled) {
 
 void Datacenter::SetReplicaEnabled(bool enabled) {
   replica_disabled_ = !enabled;
-  if (options_.type == replication::ReplicaType::kFull) SetCoordinatorEnabled(enabled);
+  if (Runs(Role::kCoordinator)) SetCoordinatorEnabled(enabled);
 }
 
 void Datacenter::Stop() {
+  if (prober_) prober_->Stop();
   if (server_) server_->Stop();  // no handler runs after this
   if (replication_) replication_->Stop();
   if (coordinator_) coordinator_->Stop();

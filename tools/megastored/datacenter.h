@@ -1,6 +1,7 @@
 // One datacenter's Megastore servers in this process: a tablet server (its
 // Bigtable), the lock service, the coordinator and the replication server,
-// all served on one RPC port. LocalCluster starts several on loopback — the
+// all served on one RPC port — or a subset of them (megastored --roles), the
+// replication server then reaching the datacenter's Bigtable over RPC. LocalCluster starts several on loopback — the
 // core of the embedded default (`megastored --local=3`, issue 7) and of
 // the end-to-end tests.
 #pragma once
@@ -23,6 +24,7 @@
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
 #include "tools/megastored/cluster.h"
+#include "tools/megastored/prober.h"
 
 namespace megastore::server {
 
@@ -31,7 +33,12 @@ struct DatacenterOptions {
   std::string data_dir;
   std::string listen = "127.0.0.1:0";
   replication::ReplicaType type = replication::ReplicaType::kFull;
-  // Created at start unless they exist.
+  // Which roles run here; the others run in other processes. (A witness or
+  // read-only replica has no coordinator: that role is dropped.)
+  std::vector<Role> roles = {std::begin(kAllRoles), std::end(kAllRoles)};
+  // Without the tablet role: the tablet server the replication server uses.
+  std::string tablet_address;
+  // Created at start unless they exist (tablet role).
   std::vector<storage::TableSchema> tables;
   bool sync_log = true;
   absl::Duration coordinator_lease = absl::Seconds(10);
@@ -46,8 +53,9 @@ struct DatacenterOptions {
 class Datacenter {
  public:
   // Opens the tablet server, creates missing tables and starts serving the
-  // lock service; the coordinator and replication server answer once
-  // StartReplication() knows the other datacenters.
+  // lock service (those of its roles that run here); the coordinator and
+  // replication server answer once StartReplication() knows the other
+  // datacenters.
   static absl::StatusOr<std::unique_ptr<Datacenter>> Start(Env* env, DatacenterOptions options);
   ~Datacenter();
 
@@ -67,7 +75,15 @@ class Datacenter {
 
   const std::string& address() const { return address_; }
   const DatacenterOptions& options() const { return options_; }
+  bool Runs(Role role) const;
+  // Null where the role does not run in this process.
   coordinator::Coordinator* coordinator() { return coordinator_.get(); }
+  replication::ReplicationServer* replication() { return replication_.get(); }
+  // Round trips to the other datacenters (after StartReplication).
+  std::vector<LatencyProber::Result> Latencies() const {
+    return prober_ ? prober_->Results() : std::vector<LatencyProber::Result>();
+  }
+  // Null without the tablet role.
   storage::TabletServer* tablets() { return tablets_.get(); }
 
  private:
@@ -76,13 +92,14 @@ class Datacenter {
   Env* const env_;
   const DatacenterOptions options_;
   std::unique_ptr<storage::TabletServer> tablets_;
-  std::unique_ptr<storage::InProcessBigtable> bigtable_;
+  std::unique_ptr<storage::BigtableClient> bigtable_;
   std::unique_ptr<storage::lock::LockTable> locks_;
   rpc::RpcTransport transport_;
   std::unique_ptr<DelayedTransport> delayed_;
   Transport* outbound() { return delayed_ ? static_cast<Transport*>(delayed_.get()) : &transport_; }
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<replication::ReplicationServer> replication_;
+  std::unique_ptr<LatencyProber> prober_;
   // What the RPC handlers use: set once the roles have started.
   std::atomic<coordinator::Coordinator*> serving_coordinator_{nullptr};
   std::atomic<replication::ReplicationServer*> serving_replication_{nullptr};

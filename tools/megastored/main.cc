@@ -60,9 +60,10 @@ int main(int argc, char** argv) {
       "  megastored --local=3 --data=DIR [--schema=S.schema.pb] [--gateway=HOST:PORT]\n"
       "      a whole cluster in this process: three full datacenters on loopback with\n"
       "      emulated WAN delays (--config=conf/local.textproto to change them)\n"
-      "  megastored --config=FILE --datacenter=NAME --data=DIR [--schema=...]\n"
-      "      every role of one datacenter of a cluster (lock service, tablet server,\n"
-      "      coordinator, replication server, on the config's address)\n"
+      "  megastored --config=FILE --datacenter=NAME --data=DIR [--schema=...] [--roles=...]\n"
+      "      the roles of one datacenter of a cluster (lock service, tablet server,\n"
+      "      coordinator, replication server, on the config's addresses): all of them,\n"
+      "      or those --roles names when the config puts them on separate addresses\n"
       "  megastored --roles=tablet --listen=HOST:PORT --data=DIR\n"
       "      a standalone Bigtable tablet server\n"
       "SIGTERM or SIGINT shuts it down cleanly."};
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
                  "a schema descriptor from msc --out (NAME.schema.pb) whose tables to create; repeatable");
   app.add_option("--gateway", cluster.gateway,
                  "with --local: serve the HTTP/JSON gateway (docs/gateway.md) on HOST:PORT for the first --schema");
-  std::string roles = "tablet";
+  std::string roles;
   std::string listen = "127.0.0.1:7400";
   std::string data;
   std::string http;
@@ -86,9 +87,11 @@ int main(int argc, char** argv) {
   size_t row_cache_mb = 0;
   bool no_sync = false;
   int workers = 96;
-  app.add_option("--roles", roles, "comma-separated roles to run; available: tablet")->capture_default_str();
+  app.add_option("--roles", roles,
+                 "with --config/--datacenter: which of the datacenter's roles run here (tablet, lock, coordinator, "
+                 "replication; comma-separated; default all); alone: tablet (a standalone tablet server)");
   app.add_option("--listen", listen, "HOST:PORT for RPC (port 0 picks a free port, printed at start)")->capture_default_str();
-  app.add_option("--data", data, "data directory (tablets, commit log, state)")->required();
+  app.add_option("--data", data, "data directory (tablets, commit log, state); needed wherever the tablet role runs");
   app.add_option("--http", http, "HOST:PORT for /status and /metrics (off if not given)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.add_option("--flush-max-age", flush_age, "flush a tablet whose oldest unflushed write is this old")->capture_default_str();
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     cluster.data = data;
     cluster.http = http;
     cluster.sync = !no_sync;
+    cluster.roles = roles;
     BlockShutdownSignals();
     return megastore::server::RunCluster(cluster, CommandLine(argc, argv));
   }
@@ -117,8 +121,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "megastored: --gateway, --schema and --datacenter need --local or --config\n");
     return 2;
   }
-  for (std::string_view role : {std::string_view(roles)}) {
-    if (role != "tablet") {
+  {
+    if (!roles.empty() && roles != "tablet") {
       std::fprintf(stderr,
                    "megastored: --roles=%s: alone, only the \"tablet\" role runs; the lock service, "
                    "coordinator and replication server run with --config/--datacenter or --local\n",
@@ -127,6 +131,10 @@ int main(int argc, char** argv) {
     }
   }
   const absl::Duration flush_max_age = ParseDurationOrDie(flush_age, "--flush-max-age");
+  if (data.empty()) {
+    std::fprintf(stderr, "megastored: --data=DIR is required (where the tablet server keeps its data)\n");
+    return 2;
+  }
 
   const sigset_t signals = BlockShutdownSignals();
 

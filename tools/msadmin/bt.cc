@@ -417,7 +417,7 @@ int RunBt(const BtState& state) {
       return 2;
     }
     for (const auto& dc : config->datacenters())
-      if (dc.name() == state.datacenter) server = dc.address();
+      if (dc.name() == state.datacenter) server = server::AddressOf(dc, server::Role::kTablet);
     if (server.empty()) {
       std::fprintf(stderr, "msadmin bt: --datacenter=%s is not in %s\n", state.datacenter.c_str(),
                    state.config.c_str());

@@ -1,5 +1,6 @@
 #include "tools/msadmin/cluster.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -85,7 +86,7 @@ absl::StatusOr<schema::SchemaDescriptor> AppliedSchema(const server::ClusterConf
                                                        absl::Duration timeout) {
   absl::Status last = absl::NotFoundError("no datacenter");
   for (const auto& dc : config.datacenters()) {
-    storage::TabletClient client(dc.address(), timeout);
+    storage::TabletClient client(server::AddressOf(dc, server::Role::kTablet), timeout);
     absl::StatusOr<std::optional<storage::Row>> row = client.ReadRow(kSchemaTable, name);
     if (absl::IsNotFound(row.status()))
       return absl::NotFoundError(StrCat("no schema was applied to this cluster yet (msadmin schema apply FILE, or "
@@ -104,35 +105,92 @@ absl::StatusOr<schema::SchemaDescriptor> AppliedSchema(const server::ClusterConf
   return last;
 }
 
+// A datacenter as its processes report it: dc.Status from each distinct
+// address of its roles, merged.
+struct DatacenterState {
+  server::DatacenterStatus merged;  // roles of every process that answered
+  std::vector<std::pair<std::string, absl::StatusOr<server::DatacenterStatus>>> processes;
+  std::string down;  // why not every process answered; empty when all did
+
+  bool up() const { return down.empty(); }
+};
+
+DatacenterState AskDatacenter(Transport& transport, const server::DatacenterConfig& dc, absl::Duration timeout) {
+  DatacenterState out;
+  for (const auto& [address, roles] : server::ProcessesOf(dc)) {
+    auto st = Call<server::DatacenterStatus>(transport, address, "dc.Status", server::DatacenterStatusRequest(),
+                                             timeout);
+    if (st.ok()) {
+      server::DatacenterStatus& m = out.merged;
+      m.set_name(st->name());
+      m.set_type(st->type());
+      for (const std::string& r : st->roles()) m.add_roles(r);
+      m.set_tables(m.tables() + st->tables());
+      m.set_uptime_seconds(std::max(m.uptime_seconds(), st->uptime_seconds()));
+      // The coordinator's and the replication server's own processes say
+      // whether they are switched off.
+      if (std::count(roles.begin(), roles.end(), server::Role::kCoordinator)) {
+        m.set_coordinator_serving(st->coordinator_serving());
+        m.set_coordinator_epoch(st->coordinator_epoch());
+        m.set_coordinator_disabled(st->coordinator_disabled());
+      }
+      if (std::count(roles.begin(), roles.end(), server::Role::kReplication))
+        m.set_replica_disabled(st->replica_disabled());
+    } else {
+      std::string names;
+      for (server::Role r : roles) names += StrCat(names.empty() ? "" : ",", server::RoleName(r));
+      out.down += StrCat(out.down.empty() ? "" : "; ", names, " at ", address, ": ", st.status().message());
+    }
+    out.processes.emplace_back(address, std::move(st));
+  }
+  return out;
+}
+
 int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
   rpc::RpcTransport transport;
   bool healthy = true;
-  if (!s.json) std::printf("%-10s %-9s %-22s %-8s %-32s %s\n", "datacenter", "type", "address", "state", "roles", "coordinator");
+  if (!s.json) std::printf("%-10s %-9s %-22s %-8s %-36s %s\n", "datacenter", "type", "address", "state", "roles", "coordinator");
   std::string json = "[";
   for (const auto& dc : config.datacenters()) {
-    absl::StatusOr<server::DatacenterStatus> st = Call<server::DatacenterStatus>(
-        transport, dc.address(), "dc.Status", server::DatacenterStatusRequest(), absl::Seconds(s.timeout));
+    const DatacenterState st = AskDatacenter(transport, dc, absl::Seconds(s.timeout));
     std::string coord = "—";
-    if (st.ok() && server::TypeOf(dc) == replication::ReplicaType::kFull) {
-      coord = st->coordinator_disabled() ? "disabled by an operator"
-              : st->coordinator_serving() ? StrCat("serving (epoch ", st->coordinator_epoch(), ")")
-                                          : "NOT serving: no lock majority";
-      healthy &= st->coordinator_serving() || st->coordinator_disabled();
+    if (st.up() && server::TypeOf(dc) == replication::ReplicaType::kFull) {
+      coord = st.merged.coordinator_disabled() ? "disabled by an operator"
+              : st.merged.coordinator_serving() ? StrCat("serving (epoch ", st.merged.coordinator_epoch(), ")")
+                                                : "NOT serving: no lock majority";
+      healthy &= st.merged.coordinator_serving() || st.merged.coordinator_disabled();
     }
-    healthy &= st.ok();
+    healthy &= st.up();
     if (s.json) {
-      json += StrCat(json.size() > 1 ? "," : "", "{\"datacenter\":\"", dc.name(), "\",\"address\":\"", dc.address(),
-                     "\",\"up\":", st.ok() ? "true" : "false",
-                     st.ok() ? StrCat(",\"status\":", Json(*st)) : StrCat(",\"error\":\"", st.status().message(), "\""),
-                     "}");
+      std::string processes;
+      for (const auto& [address, ps] : st.processes)
+        processes += StrCat(processes.empty() ? "" : ",", "{\"address\":\"", address, "\",\"up\":",
+                            ps.ok() ? StrCat("true,\"status\":", Json(*ps))
+                                    : StrCat("false,\"error\":\"", JsonEscape(ps.status().message()), "\""),
+                            "}");
+      json += StrCat(json.size() > 1 ? "," : "", "{\"datacenter\":\"", dc.name(), "\",\"address\":\"",
+                     st.processes.front().first, "\",\"up\":", st.up() ? "true" : "false",
+                     st.up() ? StrCat(",\"status\":", Json(st.merged))
+                             : StrCat(",\"error\":\"", JsonEscape(st.down), "\""),
+                     ",\"processes\":[", processes, "]}");
     } else {
       std::string roles;
-      if (st.ok())
-        for (const std::string& r : st->roles()) roles += (roles.empty() ? "" : ",") + r;
-      std::printf("%-10s %-9s %-22s %-8s %-32s %s\n", dc.name().c_str(),
-                  dc.type().empty() ? "full" : dc.type().c_str(), dc.address().c_str(),
-                  !st.ok() ? "DOWN" : st->replica_disabled() ? "disabled" : "up",
-                  st.ok() ? roles.c_str() : std::string(st.status().message()).substr(0, 32).c_str(), coord.c_str());
+      for (const std::string& r : st.merged.roles()) roles += (roles.empty() ? "" : ",") + r;
+      std::printf("%-10s %-9s %-22s %-8s %-36s %s\n", dc.name().c_str(),
+                  dc.type().empty() ? "full" : dc.type().c_str(),
+                  st.processes.size() == 1 ? st.processes.front().first.c_str()
+                                           : StrCat(st.processes.size(), " processes").c_str(),
+                  !st.up() ? "DOWN" : st.merged.replica_disabled() ? "disabled" : "up",
+                  st.up() ? roles.c_str() : st.down.substr(0, 36).c_str(), coord.c_str());
+      if (st.processes.size() > 1) {
+        for (const auto& [address, ps] : st.processes) {
+          std::string here;
+          if (ps.ok())
+            for (const std::string& r : ps->roles()) here += (here.empty() ? "" : ",") + r;
+          std::printf("  %-31s %-8s %s\n", address.c_str(), ps.ok() ? "up" : "DOWN",
+                      ps.ok() ? here.c_str() : std::string(ps.status().message()).c_str());
+        }
+      }
     }
   }
   if (s.json) std::printf("%s]\n", json.c_str());
@@ -155,9 +213,8 @@ int Switch(const ClusterState& s, const server::ClusterConfig& config, bool repl
       if (server::TypeOf(dc) == replication::ReplicaType::kReadOnly) continue;
       ++voters;
       if (i == self) continue;
-      auto st = Call<server::DatacenterStatus>(transport, dc.address(), "dc.Status",
-                                               server::DatacenterStatusRequest(), absl::Seconds(s.timeout));
-      if (st.ok() && !st->replica_disabled()) ++others_up;
+      const DatacenterState st = AskDatacenter(transport, dc, absl::Seconds(s.timeout));
+      if (st.up() && !st.merged.replica_disabled()) ++others_up;
     }
     const bool votes = server::TypeOf(config.datacenters(self)) != replication::ReplicaType::kReadOnly;
     if (votes && others_up < voters / 2 + 1)
@@ -168,13 +225,30 @@ int Switch(const ClusterState& s, const server::ClusterConfig& config, bool repl
   const auto& dc = config.datacenters(self);
   server::SwitchRequest req;
   req.set_enable(enable);
-  absl::StatusOr<std::string> r = Await<std::string>([&](auto cb) {
-    transport.Call(dc.address(), replica ? "dc.Replica" : "dc.Coordinator", req.SerializeAsString(),
-                   absl::Seconds(s.timeout), std::move(cb));
-  });
   const std::string what = StrCat(replica ? "replica" : "coordinator", " ", enable ? "enable " : "disable ",
                                   s.datacenter);
-  if (!r.ok()) return Failed(StrCat(what, ": ", r.status().message()));
+  if (!replica && server::TypeOf(dc) != replication::ReplicaType::kFull)
+    return Failed(StrCat(what, ": ", s.datacenter, " is not a full replica: it has no coordinator"));
+  // The switch goes to the processes running the roles it turns off: the
+  // coordinator, and for a replica also its replication server.
+  std::vector<std::string> targets;
+  for (server::Role role : {server::Role::kCoordinator, server::Role::kReplication}) {
+    if (role == server::Role::kReplication && !replica) continue;
+    if (role == server::Role::kCoordinator && server::TypeOf(dc) != replication::ReplicaType::kFull) continue;
+    const std::string& address = server::AddressOf(dc, role);
+    if (std::find(targets.begin(), targets.end(), address) == targets.end()) targets.push_back(address);
+  }
+  for (const std::string& address : targets) {
+    absl::StatusOr<std::string> r = Await<std::string>([&](auto cb) {
+      transport.Call(address, replica ? "dc.Replica" : "dc.Coordinator", req.SerializeAsString(),
+                     absl::Seconds(s.timeout), std::move(cb));
+    });
+    if (!r.ok())
+      return Failed(StrCat(what, ": ", address, ": ", r.status().message(),
+                           targets.size() > 1 ? " (the switch may have reached the datacenter's other processes; "
+                                                "run it again once all are up)"
+                                              : ""));
+  }
   if (replica) {
     std::printf("replica %s %s\n", s.datacenter.c_str(),
                 enable ? "enabled: its next current reads catch it up"
@@ -237,7 +311,7 @@ int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
   tables.push_back(schemas);
   int created = 0;
   for (const auto& dc : config.datacenters()) {
-    storage::TabletClient client(dc.address(), absl::Seconds(s.timeout));
+    storage::TabletClient client(server::AddressOf(dc, server::Role::kTablet), absl::Seconds(s.timeout));
     for (const storage::TableSchema& t : tables) {
       absl::Status st = client.CreateTable(t);
       if (st.ok()) ++created;
@@ -258,7 +332,7 @@ int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
 
 int SchemaShow(const ClusterState& s, const server::ClusterConfig& config) {
   for (const auto& dc : config.datacenters()) {
-    storage::TabletClient client(dc.address(), absl::Seconds(s.timeout));
+    storage::TabletClient client(server::AddressOf(dc, server::Role::kTablet), absl::Seconds(s.timeout));
     std::vector<std::string> names;
     absl::Status st = client.ReadRows(kSchemaTable, storage::RowSet{}, {}, [&](storage::Row& row) {
       schema::SchemaDescriptor d;
@@ -322,7 +396,8 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
   for (const auto& dc : config.datacenters()) {
     replication::StateRequest req;
     *req.mutable_group() = group;
-    auto st = Call<replication::StateReply>(transport, dc.address(), "repl.State", req, timeout);
+    auto st = Call<replication::StateReply>(transport, server::AddressOf(dc, server::Role::kReplication), "repl.State",
+                                            req, timeout);
     if (!st.ok()) {
       unreachable[dc.name()] = std::string(st.status().message());
       continue;
@@ -342,7 +417,7 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
     req.set_to(top);
     std::string address;
     for (const auto& dc : config.datacenters())
-      if (dc.name() == name) address = dc.address();
+      if (dc.name() == name) address = server::AddressOf(dc, server::Role::kReplication);
     auto r = Call<replication::ReadLogReply>(transport, address, "repl.ReadLog", req, timeout);
     if (!r.ok()) continue;
     for (int i = 0; i < r->positions_size(); ++i) log[r->positions(i)][name] = r->values(i);
@@ -369,7 +444,7 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
     rows.push_back(std::move(row));
   }
   if (s.json) {
-    std::string out = StrCat("{\"group\":\"", s.group, "\",\"schema\":\"", resolved.second, "\",\"replicas\":[");
+    std::string out = StrCat("{\"group\":\"", JsonEscape(s.group), "\",\"schema\":\"", resolved.second, "\",\"replicas\":[");
     bool first = true;
     for (const auto& dc : config.datacenters()) {
       out += first ? "" : ",";
@@ -387,7 +462,7 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
       const Row& r = rows[k];
       out += StrCat(k ? "," : "", "{\"position\":", r.position, ",\"known\":", r.known ? "true" : "false");
       if (r.known) {
-        out += StrCat(",\"id\":\"", r.entry.noop() ? "" : r.entry.id(), "\",\"noop\":", r.entry.noop() ? "true" : "false",
+        out += StrCat(",\"id\":\"", JsonEscape(r.entry.noop() ? "" : r.entry.id()), "\",\"noop\":", r.entry.noop() ? "true" : "false",
                       ",\"timestamp\":", r.entry.timestamp(), ",\"next_leader\":\"", r.leader,
                       "\",\"changes\":", r.entry.changes_size(), ",\"known_at\":[");
         for (size_t n = 0; n < r.known_at.size(); ++n) out += StrCat(n ? "," : "", "\"", r.known_at[n], "\"");

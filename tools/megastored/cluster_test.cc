@@ -1,0 +1,96 @@
+#include "tools/megastored/cluster.h"
+
+#include "base/strings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace megastore::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ErrorOf(const std::string& text, bool local_mode = false) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(text, "f.textproto", local_mode);
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ClusterConfigTest, EveryShippedClusterConfigLoads) {
+  for (const char* name : {"local", "three-processes", "two-full-and-witness", "with-read-only", "split-roles"}) {
+    const std::string path = StrCat(MS_SOURCE_DIR "/conf/", name, ".textproto");
+    absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path, std::string_view(name) == "local");
+    EXPECT_TRUE(c.ok()) << path << ": " << c.status();
+  }
+}
+
+TEST(ClusterConfigTest, MistakesAreNamedWithWhereTheyAre) {
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\"\n"), HasSubstr("f.textproto:2:"));
+  EXPECT_THAT(ErrorOf(""), HasSubstr("no datacenters"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } datacenters { name: \"A\" address: \"h:2\" }"),
+              HasSubstr("datacenter A is named twice"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" type: \"witness\" address: \"h:1\" }"), HasSubstr("no full replica"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"nowhere\" }"),
+              HasSubstr("datacenter A: address \"nowhere\" is not HOST:PORT"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:0\" }"), HasSubstr("port 0 only works in local mode"));
+  EXPECT_EQ(ErrorOf("datacenters { name: \"A\" address: \"h:0\" }", /*local_mode=*/true), "");
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" roles { coordinator: \"h\" } }"),
+              HasSubstr("datacenter A: roles.coordinator \"h\" is not HOST:PORT"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:0\" roles { coordinator: \"h:5\" } }", true),
+              HasSubstr("roles { } is for separate processes"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } links { a: \"A\" b: \"Z\" }"),
+              HasSubstr("link A-Z names no datacenter Z"));
+}
+
+TEST(ClusterConfigTest, RolesListenOnTheirOwnAddressOrTheDatacenters) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "datacenters { name: \"A\" address: \"h:1\" roles { replication: \"h:2\" coordinator: \"h:3\" } }\n"
+      "datacenters { name: \"W\" type: \"witness\" address: \"h:4\" }\n",
+      "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const DatacenterConfig& a = c->datacenters(0);
+  EXPECT_EQ(AddressOf(a, Role::kTablet), "h:1");
+  EXPECT_EQ(AddressOf(a, Role::kLock), "h:1");
+  EXPECT_EQ(AddressOf(a, Role::kReplication), "h:2");
+  auto processes = ProcessesOf(a);
+  ASSERT_EQ(processes.size(), 3u);
+  EXPECT_EQ(processes[0].first, "h:1");
+  EXPECT_EQ(processes[0].second, (std::vector<Role>{Role::kTablet, Role::kLock}));
+  EXPECT_EQ(processes[1].second, (std::vector<Role>{Role::kCoordinator}));
+  // A witness has no coordinator.
+  auto witness = ProcessesOf(c->datacenters(1));
+  ASSERT_EQ(witness.size(), 1u);
+  EXPECT_EQ(witness[0].second, (std::vector<Role>{Role::kTablet, Role::kLock, Role::kReplication}));
+
+  std::vector<replication::ReplicaInfo> replicas = ReplicasOf(*c);
+  EXPECT_EQ(replicas[0].replication, "h:2");
+  EXPECT_EQ(replicas[0].coordinator, "h:3");
+  EXPECT_EQ(replicas[0].lock_service, "h:1");
+  EXPECT_EQ(replicas[1].coordinator, "");
+}
+
+TEST(ClusterConfigTest, RoleListsParse) {
+  auto all = ParseRoles("all");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 4u);
+  auto two = ParseRoles("replication,tablet,tablet");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(*two, (std::vector<Role>{Role::kReplication, Role::kTablet}));
+  EXPECT_THAT(std::string(ParseRoles("tablet,,lock").status().message()), HasSubstr("unknown role \"\""));
+  EXPECT_THAT(std::string(ParseRoles("master").status().message()), HasSubstr("unknown role \"master\""));
+}
+
+TEST(ClusterConfigTest, TheEmulatedWanDelaysMessagesToEveryRoleOfADatacenter) {
+  absl::StatusOr<ClusterConfig> c = ParseClusterConfig(
+      "datacenters { name: \"A\" address: \"h:1\" }\n"
+      "datacenters { name: \"B\" address: \"h:2\" roles { replication: \"h:3\" } }\n"
+      "links { a: \"A\" b: \"B\" one_way_ms: 7 }\n",
+      "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto from_a = OneWayFrom(*c, "A");
+  EXPECT_EQ(from_a("h:2"), absl::Milliseconds(7));
+  EXPECT_EQ(from_a("h:3"), absl::Milliseconds(7));
+  EXPECT_EQ(from_a("h:1"), absl::ZeroDuration());
+  EXPECT_EQ(from_a("elsewhere:9"), absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace megastore::server
