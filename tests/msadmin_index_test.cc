@@ -77,11 +77,17 @@ TEST(MsadminIndexTest, ChecksRepairsAndRefusesBadArguments) {
   testing::Result damaged = run("check", "User:5");
   EXPECT_EQ(damaged.exit_code, 1) << damaged.out;
   EXPECT_NE(damaged.out.find("PhotosByTag: the entry of Photo"), std::string::npos) << damaged.out;
+  testing::Result as_json = run("check", "--json User:5");
+  EXPECT_EQ(as_json.exit_code, 1) << as_json.out;
+  EXPECT_NE(as_json.out.find("{\"groups\":1,\"entities\":2,"), std::string::npos) << as_json.out;
+  EXPECT_NE(as_json.out.find("\"problems\":[\"index PhotosByTag: the entry of Photo"), std::string::npos) << as_json.out;
+  EXPECT_NE(as_json.out.find("\"consistent\":false}"), std::string::npos) << as_json.out;
   testing::Result repaired = run("repair", "User:5");
   EXPECT_EQ(repaired.exit_code, 0) << repaired.out;
   EXPECT_NE(repaired.out.find("repaired 1 index entries"), std::string::npos) << repaired.out;
-  testing::Result again = run("check", "User:5");
+  testing::Result again = run("check", "--json User:5");
   EXPECT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_NE(again.out.find("\"problems\":[],\"consistent\":true}"), std::string::npos) << again.out;
 
   // Bad arguments: exit 2 and one line naming what is wrong.
   testing::Result no_table = run("check", "Nope:1");

@@ -89,6 +89,8 @@ void AddIndexCommand(CLI::App& app, IndexState& state) {
     v->add_option("--local", state.local, "the datacenter to read from (a full or read-only replica)")->required();
     v->add_option("--schema", state.schema, "the schema descriptor msc wrote (NAME.schema.pb)")->required();
     v->add_option("--timeout", state.timeout, "seconds each step may take")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+    v->add_flag("--json", state.json,
+                "print one JSON object: groups, entities, index_entries, problems, repaired (repair), consistent");
     v->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
     v->callback([&state, repair] { state.repair = repair; });
   }
@@ -134,6 +136,16 @@ int RunIndex(const IndexState& state) {
   if (!report.ok()) {
     std::fprintf(stderr, "msadmin index %s: %s\n", verb, report.status().ToString().c_str());
     return 1;
+  }
+  if (state.json) {
+    std::string problems;
+    for (const std::string& p : report->problems) problems += StrCat(problems.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
+    std::printf("{\"groups\":%zu,\"entities\":%lld,\"index_entries\":%lld,\"problems\":[%s],%s\"consistent\":%s}\n",
+                groups.size(), static_cast<long long>(report->entities), static_cast<long long>(report->entries),
+                problems.c_str(),
+                state.repair ? StrCat("\"repaired\":", report->repaired, ",").c_str() : "",
+                report->problems.empty() ? "true" : "false");
+    return report->problems.empty() ? 0 : 1;
   }
   for (const std::string& p : report->problems) std::printf("%s\n", p.c_str());
   if (state.repair) std::printf("repaired %lld index entries\n", static_cast<long long>(report->repaired));

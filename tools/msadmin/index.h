@@ -17,6 +17,7 @@ struct IndexState {
   std::vector<std::string> groups;  // Table:key[,key...]
   double timeout = 30;
   bool repair = false;
+  bool json = false;  // --json: one object on stdout
 };
 
 // Adds `index check` and `index repair` to `app`; parsing fills `state`.
