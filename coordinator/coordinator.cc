@@ -63,7 +63,8 @@ bool Coordinator::ServingLocked() {
   const int64_t now = env_->MonotonicMicros();
   size_t held = 0;
   for (int64_t until : held_until_) held += until > now ? 1 : 0;
-  const bool serving = running_ && held >= held_until_.size() / 2 + 1;
+  // Alone (a one-datacenter cluster), no writer elsewhere could miss it.
+  const bool serving = running_ && (held_until_.empty() || held >= held_until_.size() / 2 + 1);
   if (was_serving_ && !serving) ResetLocked();
   was_serving_ = serving;
   return serving;

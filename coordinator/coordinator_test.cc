@@ -87,6 +87,21 @@ TEST_F(CoordinatorTest, ANewCoordinatorKnowsNoGroupAndServesOnlyWithItsLocks) {
   EXPECT_FALSE(Ask(*c, "coord.Check", 0, 0, "g2").valid()) << "validity is per group";
 }
 
+TEST_F(CoordinatorTest, TheOnlyDatacenterNeedsNoLocksToServe) {
+  CoordinatorOptions o;
+  o.name = "A";
+  Coordinator alone(&env_, &net_, o);
+  EXPECT_FALSE(alone.serving()) << "not started";
+  alone.Start();
+  EXPECT_TRUE(alone.serving());
+  env_.Advance(absl::Seconds(60));
+  EXPECT_TRUE(alone.serving()) << "no lease to run out";
+  Validate(alone, 3);
+  EXPECT_TRUE(Ask(alone, "coord.Check").valid());
+  alone.Stop();
+  EXPECT_FALSE(alone.serving());
+}
+
 TEST_F(CoordinatorTest, AValidateWithAnOldEpochIsRefused) {
   auto c = Make();
   c->Start();

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
+#include "schema/compiler.h"
 #include "tests/subprocess.h"
 #include "tools/megastored/cluster.h"
 
@@ -177,6 +178,39 @@ TEST(MegastoredClusterTest, BadClusterFlagsAreOneLineErrors) {
   r = testing::RunCommand(dc_a + " --roles=tablet");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("datacenter A: address is missing (HOST:PORT where the lock role listens)"));
+}
+
+// megastored --schema records the schema; a later start with a schema the
+// recorded one cannot become (the data written under it would not read
+// back) is refused, as msadmin schema apply refuses it.
+TEST(MegastoredClusterTest, AStartWithAnIncompatibleSchemaIsRefused) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  const std::string data = "--data=" + dir.path() + "/data";
+  {
+    testing::Subprocess server;
+    ASSERT_TRUE(server.Start({MEGASTORED, "--local=1", data, "--schema=" + schema, "--no-sync", "--log-level=warn"}));
+    ASSERT_THAT(UntilReady(server), HasSubstr("megastored: ready"));
+    ::kill(server.pid(), SIGTERM);
+    server.Wait();
+  }
+  schema::CompileResult changed = schema::CompileSchema(
+      "CREATE SCHEMA PhotoApp\nCREATE TABLE User {\n  required int64 user_id;\n  required int64 name;\n}"
+      " PRIMARY KEY(user_id), ENTITY GROUP ROOT;\n");
+  ASSERT_TRUE(changed.ok());
+  const std::string changed_path = dir.path() + "/changed.schema.pb";
+  std::ofstream(changed_path, std::ios::binary) << changed.descriptor.SerializeAsString();
+  testing::Result refused = testing::RunCommand(
+      StrCat(MEGASTORED, " --local=1 ", data, " --schema=", changed_path, " --no-sync --log-level=warn"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("PhotoApp differs incompatibly from the schema recorded"));
+  EXPECT_THAT(refused.out, HasSubstr("name")) << "the problem names the column";
+  // The recorded schema again: accepted.
+  testing::Subprocess again;
+  ASSERT_TRUE(again.Start({MEGASTORED, "--local=1", data, "--schema=" + schema, "--no-sync", "--log-level=warn"}));
+  EXPECT_THAT(UntilReady(again), HasSubstr("megastored: ready"));
+  ::kill(again.pid(), SIGTERM);
+  again.Wait();
 }
 
 // Three datacenters on loopback as processes: A and B one process each, C

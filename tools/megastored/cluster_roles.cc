@@ -17,6 +17,7 @@
 #include "base/rpc/rpc_transport.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "schema/compat.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/datacenter.h"
 #include "tools/megastored/status.h"
@@ -96,12 +97,34 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     tables.push_back(std::move(t));
   }
   // Records the schemas as applied (what msadmin schema show|group log read).
+  // A schema recorded before is replaced only by a compatible one (the
+  // check msadmin schema apply makes): FailedPrecondition naming the
+  // incompatibilities otherwise.
   auto record = [&schemas](storage::TabletServer* tablets) -> absl::Status {
-    for (const schema::SchemaDescriptor& d : schemas)
+    for (const schema::SchemaDescriptor& d : schemas) {
+      MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row, tablets->ReadRow(kSchemaTable, d.name(), {}));
+      schema::SchemaDescriptor previous;
+      if (row.has_value() && !row->cells.empty()) {
+        if (!previous.ParseFromString(row->cells.front().value))
+          return absl::DataLossError(StrCat("the recorded schema ", d.name(), " is damaged"));
+        std::vector<std::string> problems = schema::CheckCompatible(previous, d);
+        if (!problems.empty()) {
+          std::string why;
+          for (const std::string& p : problems) why += StrCat("\n  ", p);
+          return absl::FailedPreconditionError(
+              StrCat("--schema: ", d.name(), " differs incompatibly from the schema recorded in this cluster "
+                     "(make the change compatible, or create new tables):", why));
+        }
+      }
       MS_RETURN_IF_ERROR(tablets->MutateRow(kSchemaTable, d.name(),
                                             {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn,
                                                                         d.SerializeAsString())}));
+    }
     return absl::OkStatus();
+  };
+  auto record_failed = [](const absl::Status& s) {
+    std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
+    return absl::IsFailedPrecondition(s) ? 2 : 1;
   };
 
   ClusterConfig config;
@@ -160,8 +183,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       return 1;
     }
     if (absl::Status s = has_tablet ? record((*dc)->tablets()) : absl::OkStatus(); !s.ok()) {
-      std::fprintf(stderr, "megastored: recording the schemas: %s\n", s.ToString().c_str());
-      return 1;
+      (*dc)->Stop();
+      return record_failed(s);
     }
     (*dc)->StartReplication(ReplicasOf(config), self);
     std::string running;
@@ -189,10 +212,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     return 1;
   }
   for (int i = 0; i < (*cluster)->size(); ++i) {
-    if (absl::Status s = record((*cluster)->datacenter(i).tablets()); !s.ok()) {
-      std::fprintf(stderr, "megastored: recording the schemas: %s\n", s.ToString().c_str());
-      return 1;
-    }
+    if (absl::Status s = record((*cluster)->datacenter(i).tablets()); !s.ok()) return record_failed(s);
   }
   if (!(*cluster)->WaitUntilServing(absl::Seconds(15))) {
     std::fprintf(stderr, "megastored: the coordinators did not get their locks within 15 s\n");
