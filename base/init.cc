@@ -1,10 +1,12 @@
 #include "base/init.h"
 
 #include "absl/synchronization/mutex.h"
+#include "base/logging.h"
 
 namespace megastore {
 
 void InitProcess() {
+  LogToStderr();
 #ifdef NDEBUG
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif

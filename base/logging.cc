@@ -1,6 +1,8 @@
 #include "base/logging.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <cstdlib>
 #include <memory>
@@ -26,7 +28,41 @@ std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& RecentSink() {
   static auto* sink = new std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>();
   return *sink;
 }
+
+// %* in a pattern: the message, escaped for a JSON string.
+class JsonMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const std::string escaped = JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessage>(); }
+};
 }  // namespace
+
+void LogToStderr() {
+  const auto level = spdlog::get_level();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  spdlog::set_level(level);
+}
+
+bool SetLogFormat(std::string_view format) {
+  std::unique_ptr<spdlog::formatter> formatter;
+  if (format == "json") {
+    auto f = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    f->add_flag<JsonMessage>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","pid":%P,"thread":%t,"msg":"%*"})");
+    formatter = std::move(f);
+  } else if (format == "text") {
+    formatter = std::make_unique<spdlog::pattern_formatter>();
+  } else {
+    return false;
+  }
+  for (auto& sink : spdlog::default_logger()->sinks())
+    if (sink != RecentSink()) sink->set_formatter(formatter->clone());
+  return true;
+}
 
 void KeepRecentErrors(size_t n) {
   if (RecentSink()) return;

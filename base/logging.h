@@ -19,6 +19,15 @@ namespace megastore {
 // "warn", "error", "off"). Returns false for an unknown name.
 bool SetLogLevel(std::string_view level);
 
+// Sends the logs to stderr (spdlog's default is stdout, which is the
+// programs' own output: megastored's endpoints, msadmin's reports).
+void LogToStderr();
+
+// Sets how log lines look: "text" (the default: time, level, message) or
+// "json" (one object per line: time in UTC, level, pid, thread, msg — for
+// log collectors). Returns false for an unknown name.
+bool SetLogFormat(std::string_view format);
+
 // Keeps the last `n` warnings and errors the process logged, for status
 // pages. Call once at start, before other threads log.
 void KeepRecentErrors(size_t n = 20);

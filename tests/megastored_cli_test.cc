@@ -89,6 +89,34 @@ TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {
   EXPECT_EQ(RunCommand(std::string(MSADMIN) + " bt ls").exit_code, 2);  // --server missing
   EXPECT_EQ(RunCommand(std::string(MSADMIN) + " --help").exit_code, 0);
   EXPECT_EQ(RunCommand(std::string(MEGASTORED) + " --roles=master --data=/tmp/x").exit_code, 2);
+  Result format = RunCommand(std::string(MEGASTORED) + " --log-format=xml --data=/tmp/x");
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_THAT(format.out, HasSubstr("--log-format=xml is not text or json"));
+}
+
+// --log-format=json: every log line on stderr is one JSON object; stdout
+// keeps the server's own lines.
+TEST(MegastoredLogTest, JsonLogLinesGoToStderr) {
+  TestDir dir;
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({"/bin/sh", "-c",
+                            "exec " + std::string(MEGASTORED) + " --listen=127.0.0.1:0 --data=" + dir.path() +
+                                "/d --log-format=json 2>" + dir.path() + "/log"}));
+  EXPECT_THAT(server.ReadLine(30000), HasSubstr("listening on 127.0.0.1:"));
+  server.Kill(SIGTERM);
+  std::FILE* f = std::fopen((dir.path() + "/log").c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char line[4096];
+  int lines = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    ++lines;
+    const std::string l = line;
+    EXPECT_EQ(l.rfind("{\"time\":\"", 0), 0u) << l;
+    EXPECT_THAT(l, HasSubstr("\"level\":\"info\""));
+    EXPECT_EQ(l.substr(l.size() - 3), "\"}\n") << l;
+  }
+  std::fclose(f);
+  EXPECT_GE(lines, 1) << "the shutdown is logged";
 }
 
 TEST_F(MegastoredCliTest, StatusAndMetricsPagesAreServed) {

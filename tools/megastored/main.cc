@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "data directory (tablets, commit log, state); needed wherever the tablet role runs");
   app.add_option("--http", http, "HOST:PORT for /status and /metrics (off if not given)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text, or json: one object per line (time, level, pid, thread, msg) on stderr")
+      ->capture_default_str();
   app.add_option("--flush-max-age", flush_age, "flush a tablet whose oldest unflushed write is this old")->capture_default_str();
   app.add_option("--max-frame-bytes", max_frame, "largest RPC frame accepted; bigger ones close the connection")->capture_default_str();
   app.add_option("--block-cache-mb", block_cache_mb, "shared SSTable block cache")->capture_default_str();
@@ -107,6 +111,10 @@ int main(int argc, char** argv) {
   if (!megastore::SetLogLevel(log_level)) {
     std::fprintf(stderr, "megastored: --log-level=%s is not one of trace, debug, info, warn, error, off\n",
                  log_level.c_str());
+    return 2;
+  }
+  if (!megastore::SetLogFormat(log_format)) {
+    std::fprintf(stderr, "megastored: --log-format=%s is not text or json\n", log_format.c_str());
     return 2;
   }
   if (cluster.local > 0 || !cluster.config.empty()) {
