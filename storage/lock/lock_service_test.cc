@@ -1,6 +1,7 @@
 // The LockService contract, run against both implementations: the embedded
-// one (on a ManualEnv: leases expire as the test moves time) and a real
-// etcd started by the test on loopback (leases expire in real time).
+// one (on a ManualEnv: leases expire as the test moves time), the same
+// reached over RPC (RemoteLockService), and a real etcd started by the test
+// on loopback (leases expire in real time).
 #include "storage/lock/lock_service.h"
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "storage/lock/embedded_lock_service.h"
 #include "storage/lock/etcd_lock_service.h"
+#include "storage/lock/lock_service_rpc.h"
 #include "tests/etcd_process.h"
 
 namespace megastore::storage::lock {
@@ -33,11 +35,20 @@ absl::Status AwaitStatus(const std::function<void(LockService::Callback<absl::St
 class LockServiceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "embedded") {
+    if (GetParam() == "embedded" || GetParam() == "remote") {
       auto s = EmbeddedLockService::Open(&env_, dir_.path());
       ASSERT_TRUE(s.ok()) << s.status();
       service_ = std::move(*s);
       ttl_ = absl::Seconds(2);
+      if (GetParam() == "remote") {
+        // The same service, reached over RPC.
+        embedded_ = std::move(service_);
+        server_ = std::make_unique<rpc::RpcServer>(rpc::ServerOptions{});
+        rpc_service_ = std::make_unique<LockServiceRpc>(embedded_.get(), &env_);
+        rpc_service_->Register(server_.get());
+        ASSERT_TRUE(server_->Start().ok());
+        service_ = std::make_unique<RemoteLockService>(StrCat("127.0.0.1:", server_->port()));
+      }
     } else {
       const std::string error = etcd_.Start(dir_.path());
       ASSERT_EQ(error, "");
@@ -48,11 +59,16 @@ class LockServiceTest : public ::testing::TestWithParam<std::string> {
       ttl_ = absl::Seconds(2);
     }
   }
-  void TearDown() override { service_.reset(); }
+  void TearDown() override {
+    service_.reset();
+    server_.reset();
+    rpc_service_.reset();
+    embedded_.reset();
+  }
 
   // Lets `d` pass: virtual time for the embedded service, real for etcd.
   void Pass(absl::Duration d) {
-    if (GetParam() == "embedded") {
+    if (GetParam() != "etcd") {
       env_.Advance(d);
     } else {
       absl::SleepFor(d);
@@ -90,6 +106,9 @@ class LockServiceTest : public ::testing::TestWithParam<std::string> {
   TestDir dir_;
   ManualEnv env_;
   testing::EtcdProcess etcd_;
+  std::unique_ptr<LockService> embedded_;  // "remote": the service behind server_
+  std::unique_ptr<rpc::RpcServer> server_;
+  std::unique_ptr<LockServiceRpc> rpc_service_;
   std::unique_ptr<LockService> service_;
   absl::Duration ttl_;
 };
@@ -218,7 +237,7 @@ TEST_P(LockServiceTest, BadPathsAreRefused) {
   EXPECT_EQ(create.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Implementations, LockServiceTest, ::testing::Values("embedded", "etcd"),
+INSTANTIATE_TEST_SUITE_P(Implementations, LockServiceTest, ::testing::Values("embedded", "remote", "etcd"),
                          [](const auto& info) { return info.param; });
 
 TEST(EmbeddedLockServiceTest, PermanentFilesSurviveARestartAndSessionsDoNot) {
@@ -271,6 +290,54 @@ TEST(EmbeddedLockServiceTest, ADamagedStateFileIsRefusedNamingIt) {
   auto s = EmbeddedLockService::Open(&env, dir.path());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("lockservice.state is damaged"));
+}
+
+// ls.Watch streams end after RemoteLockService::kWatchStream; the client
+// renews from the last revision it saw: nothing is lost or repeated.
+TEST(RemoteLockServiceTest, AWatchGoesOnAcrossStreamRenewals) {
+  TestDir dir;
+  ManualEnv env;
+  auto embedded = EmbeddedLockService::Open(&env, dir.path());
+  ASSERT_TRUE(embedded.ok());
+  rpc::RpcServer server(rpc::ServerOptions{});
+  LockServiceRpc rpc_service(embedded->get(), &env);
+  rpc_service.Register(&server);
+  ASSERT_TRUE(server.Start().ok());
+  RemoteLockService remote(StrCat("127.0.0.1:", server.port()));
+
+  absl::Mutex mu;
+  std::vector<std::string> seen;
+  auto watch = remote.WatchPrefix(
+      "/w/", 0,
+      [&](const WatchEvent& e) {
+        absl::MutexLock lock(&mu);
+        seen.push_back(e.contents);
+      },
+      [&](const absl::Status& s) { ADD_FAILURE() << s; });
+  auto put = [&](const std::string& v) {
+    ASSERT_TRUE(Await<int64_t>([&](auto cb) { remote.Put("/w/x", v, 0, std::move(cb)); }).ok());
+  };
+  auto wait_for = [&](size_t n) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        absl::MutexLock lock(&mu);
+        if (seen.size() >= n) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  };
+  put("1");
+  ASSERT_TRUE(wait_for(1));
+  for (int round = 0; round < 3; ++round) {
+    env.Advance(RemoteLockService::kWatchStream + absl::Seconds(1));  // the server ends the stream
+    put(std::to_string(round + 2));
+    ASSERT_TRUE(wait_for(static_cast<size_t>(round) + 2)) << "round " << round;
+  }
+  watch->Cancel();
+  server.Stop();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"1", "2", "3", "4"}));
 }
 
 TEST(EtcdLockServiceTest, AnUnreachableEtcdIsUnavailable) {
