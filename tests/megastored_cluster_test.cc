@@ -372,7 +372,9 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_EQ(run("coordinator disable" + config + "C").exit_code, 0);
   testing::Result disabled = run("cluster status --json" + config);
   EXPECT_THAT(disabled.out, HasSubstr("\"coordinatorDisabled\":true"));
-  EXPECT_EQ(run("coordinator enable" + config + "C").exit_code, 0);
+  testing::Result enabled = run("coordinator enable --json" + config + "C");
+  EXPECT_EQ(enabled.exit_code, 0) << enabled.out;
+  EXPECT_EQ(enabled.out, "{\"datacenter\":\"C\",\"switch\":\"coordinator\",\"enabled\":true}\n");
 
   // A replica out for maintenance: A and B still commit; taking B too is refused.
   testing::Result out = run("replica disable" + config + "C");
@@ -387,6 +389,8 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   testing::Result caught = run("group catchup" + config + "PhotoApp User:2 --datacenter=C");
   EXPECT_EQ(caught.exit_code, 0) << caught.out;
   EXPECT_THAT(caught.out, HasSubstr("C: applied up to position"));
+  testing::Result caught_json = run("group catchup --json" + config + "PhotoApp User:2 --datacenter=C");
+  EXPECT_THAT(caught_json.out, HasSubstr("{\"datacenter\":\"C\",\"applied\":")) << caught_json.out;
   testing::Result after = run("group log" + config + "PhotoApp User:2");
   EXPECT_THAT(after.out, HasSubstr("C: applied up to position"));
   testing::Result nowhere = run("coordinator disable" + config + "Z");

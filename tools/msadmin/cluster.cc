@@ -249,7 +249,10 @@ int Switch(const ClusterState& s, const server::ClusterConfig& config, bool repl
                                                 "run it again once all are up)"
                                               : ""));
   }
-  if (replica) {
+  if (s.json) {
+    std::printf("{\"datacenter\":\"%s\",\"switch\":\"%s\",\"enabled\":%s}\n", JsonEscape(s.datacenter).c_str(),
+                replica ? "replica" : "coordinator", enable ? "true" : "false");
+  } else if (replica) {
     std::printf("replica %s %s\n", s.datacenter.c_str(),
                 enable ? "enabled: its next current reads catch it up"
                        : "disabled: it answers nothing for the other datacenters and app servers until enabled");
@@ -282,9 +285,14 @@ int GroupCatchup(const ClusterState& s, const server::ClusterConfig& config, con
   absl::StatusOr<replication::LogPosition> p = Await<replication::LogPosition>(
       [&](auto cb) { client.ReadPosition(group, replication::ReadLevel::kCurrent, std::move(cb)); });
   if (!p.ok()) return Failed(StrCat("group catchup at ", s.datacenter, ": ", p.status().message()));
-  std::printf("%s: applied up to position %llu (was %s)\n", s.datacenter.c_str(),
-              static_cast<unsigned long long>(p->position),
-              before.ok() ? std::to_string(before->applied().position()).c_str() : "unknown");
+  const std::string was = before.ok() ? std::to_string(before->applied().position()) : "";
+  if (s.json) {
+    std::printf("{\"datacenter\":\"%s\",\"applied\":%llu,\"before\":%s}\n", JsonEscape(s.datacenter).c_str(),
+                static_cast<unsigned long long>(p->position), was.empty() ? "null" : was.c_str());
+  } else {
+    std::printf("%s: applied up to position %llu (was %s)\n", s.datacenter.c_str(),
+                static_cast<unsigned long long>(p->position), was.empty() ? "unknown" : was.c_str());
+  }
   return 0;
 }
 
@@ -325,8 +333,14 @@ int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
         !st.ok())
       return Failed(StrCat("datacenter ", dc.name(), ": storing the schema: ", st.message()));
   }
-  std::printf("schema %s applied to %d datacenter(s): %d table(s) created%s\n", next->name().c_str(),
-              config.datacenters_size(), created, previous.ok() ? " (it was applied before; the change is compatible)" : "");
+  if (s.json) {
+    std::printf("{\"schema\":\"%s\",\"datacenters\":%d,\"tables_created\":%d,\"applied_before\":%s}\n",
+                JsonEscape(next->name()).c_str(), config.datacenters_size(), created, previous.ok() ? "true" : "false");
+  } else {
+    std::printf("schema %s applied to %d datacenter(s): %d table(s) created%s\n", next->name().c_str(),
+                config.datacenters_size(), created,
+                previous.ok() ? " (it was applied before; the change is compatible)" : "");
+  }
   return 0;
 }
 
