@@ -4,7 +4,10 @@
 // (--local=N). `megastored --help` lists every flag.
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +22,12 @@
 #include "storage/tabletserver/status_pages.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "base/await.h"
+#include "storage/cell/connect.h"
+#include "storage/cell/membership.h"
+#include "storage/lock/embedded_lock_service.h"
+#include "storage/lock/lock_service_rpc.h"
+#include "tools/megastored/cluster.h"
 #include "tools/megastored/cluster_roles.h"
 
 namespace {
@@ -43,6 +52,21 @@ sigset_t BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return signals;
+}
+
+// The lock service's files, for a lock-role process's /status.
+std::string LockServiceHtml(megastore::storage::lock::LockService& lock) {
+  auto listing = megastore::Await<megastore::storage::lock::Listing>([&](auto cb) { lock.List("/", std::move(cb)); });
+  if (!listing.ok()) return megastore::StrCat("<p>lock service: ", megastore::HtmlEscape(listing.status().ToString()), "</p>");
+  std::string html = megastore::StrCat("<h2>Lock service</h2><p>revision ", listing->revision, ", ",
+                                       listing->files.size(),
+                                       " files</p><table border=1 cellpadding=4><tr><th>path<th>version<th>session"
+                                       "<th>contents</tr>");
+  for (const auto& f : listing->files)
+    html += megastore::StrCat("<tr><td>", megastore::HtmlEscape(f.path), "<td>", f.version, "<td>",
+                              f.session == 0 ? std::string("permanent") : std::to_string(f.session), "<td><code>",
+                              megastore::HtmlEscape(f.contents.substr(0, 200)), "</code></tr>");
+  return html + "</table>";
 }
 
 std::string CommandLine(int argc, char** argv) {
@@ -105,6 +129,15 @@ int main(int argc, char** argv) {
   app.add_option("--rpc-workers", workers, "threads running RPC handlers (writers waiting on one group commit)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  std::string cell, lock_service, session_ttl_text = "10s";
+  app.add_option("--cell", cell,
+                 "with the tablet role: join this Bigtable cell (register in its lock service; exit with status 3 "
+                 "if the registration is lost)");
+  app.add_option("--lock-service", lock_service,
+                 "the cell's lock service: HOST:PORT of a megastored running the lock role, or "
+                 "etcd:HOST:PORT[,HOST:PORT...]");
+  app.add_option("--session-ttl", session_ttl_text, "lock-service session lease of a cell's tablet server")
+      ->capture_default_str();
   app.add_flag("--no-sync", no_sync, "do not fdatasync the commit log (unsafe: for benchmarks of everything else)");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -129,34 +162,74 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "megastored: --gateway, --schema and --datacenter need --local or --config\n");
     return 2;
   }
-  {
-    if (!roles.empty() && roles != "tablet") {
-      std::fprintf(stderr,
-                   "megastored: --roles=%s: alone, only the \"tablet\" role runs; the lock service, "
-                   "coordinator and replication server run with --config/--datacenter or --local\n",
-                   roles.c_str());
+  // Standalone: a tablet server, a lock service, or both.
+  bool has_tablet = roles.empty(), has_lock = false;
+  if (!roles.empty()) {
+    absl::StatusOr<std::vector<megastore::server::Role>> parsed = megastore::server::ParseRoles(roles);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "megastored: --roles=%s: %s\n", roles.c_str(), std::string(parsed.status().message()).c_str());
       return 2;
     }
+    for (megastore::server::Role r : *parsed) {
+      has_tablet |= r == megastore::server::Role::kTablet;
+      has_lock |= r == megastore::server::Role::kLock;
+      if (r == megastore::server::Role::kCoordinator || r == megastore::server::Role::kReplication) {
+        std::fprintf(stderr,
+                     "megastored: --roles=%s: alone, only the tablet and lock roles run; the coordinator and "
+                     "replication server run with --config/--datacenter or --local\n",
+                     roles.c_str());
+        return 2;
+      }
+    }
+  }
+  if (!cell.empty() && !has_tablet) {
+    std::fprintf(stderr, "megastored: --cell registers a tablet server: it needs the tablet role\n");
+    return 2;
+  }
+  if (!cell.empty() && lock_service.empty() && !has_lock) {
+    std::fprintf(stderr, "megastored: --cell=%s needs --lock-service=HOST:PORT|etcd:HOST:PORT (or the lock role here)\n",
+                 cell.c_str());
+    return 2;
   }
   const absl::Duration flush_max_age = ParseDurationOrDie(flush_age, "--flush-max-age");
+  const absl::Duration session_ttl = ParseDurationOrDie(session_ttl_text, "--session-ttl");
+  if (session_ttl < absl::Seconds(1)) {
+    std::fprintf(stderr, "megastored: --session-ttl=%s is shorter than 1s\n", session_ttl_text.c_str());
+    return 2;
+  }
   if (data.empty()) {
-    std::fprintf(stderr, "megastored: --data=DIR is required (where the tablet server keeps its data)\n");
+    std::fprintf(stderr, "megastored: --data=DIR is required (where the tablet server or lock service keeps its data)\n");
     return 2;
   }
 
   const sigset_t signals = BlockShutdownSignals();
 
   megastore::Env* env = megastore::Env::Default();
-  megastore::storage::TabletServerOptions options;
-  options.data_dir = data;
-  options.sync_log = !no_sync;
-  options.flush_max_age = flush_max_age;
-  options.resources.block_cache_bytes = block_cache_mb << 20;
-  options.resources.row_cache_bytes = row_cache_mb << 20;
-  auto server = megastore::storage::TabletServer::Open(options, env);
-  if (!server.ok()) {
-    std::fprintf(stderr, "megastored: cannot start the tablet server: %s\n", server.status().ToString().c_str());
-    return 1;
+  std::unique_ptr<megastore::storage::TabletServer> server;
+  if (has_tablet) {
+    megastore::storage::TabletServerOptions options;
+    options.data_dir = data;
+    options.sync_log = !no_sync;
+    options.flush_max_age = flush_max_age;
+    options.resources.block_cache_bytes = block_cache_mb << 20;
+    options.resources.row_cache_bytes = row_cache_mb << 20;
+    auto opened = megastore::storage::TabletServer::Open(options, env);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "megastored: cannot start the tablet server: %s\n", opened.status().ToString().c_str());
+      return 1;
+    }
+    server = std::move(*opened);
+  }
+  std::unique_ptr<megastore::storage::lock::EmbeddedLockService> lock;
+  if (has_lock) {
+    std::error_code ec;
+    std::filesystem::create_directories(data + "/lock", ec);
+    auto opened = megastore::storage::lock::EmbeddedLockService::Open(env, data + "/lock");
+    if (!opened.ok()) {
+      std::fprintf(stderr, "megastored: cannot start the lock service: %s\n", opened.status().ToString().c_str());
+      return 1;
+    }
+    lock = std::move(*opened);
   }
 
   megastore::rpc::ServerOptions rpc_options;
@@ -165,13 +238,53 @@ int main(int argc, char** argv) {
   rpc_options.worker_threads = workers;
   megastore::rpc::RpcServer rpc(rpc_options);
   megastore::storage::ServiceMetrics metrics;
-  megastore::storage::RegisterTabletService(server->get(), &rpc, &metrics);
+  if (server) megastore::storage::RegisterTabletService(server.get(), &rpc, &metrics);
+  std::unique_ptr<megastore::storage::lock::LockServiceRpc> lock_rpc;
+  if (lock) {
+    lock_rpc = std::make_unique<megastore::storage::lock::LockServiceRpc>(lock.get(), env);
+    lock_rpc->Register(&rpc);
+  }
   if (absl::Status s = rpc.Start(); !s.ok()) {
     std::fprintf(stderr, "megastored: %s\n", s.ToString().c_str());
     return 1;
   }
   std::string host = listen.substr(0, listen.rfind(':'));
   const std::string bound = megastore::StrCat(host, ":", rpc.port());
+
+  // A tablet server of a cell: registered in the lock service; it stops
+  // serving (exits) the moment it cannot be sure it still is.
+  std::unique_ptr<megastore::storage::lock::LockService> remote_lock;
+  std::unique_ptr<megastore::storage::cell::ServerRegistration> registration;
+  if (!cell.empty()) {
+    megastore::storage::lock::LockService* service = lock.get();
+    if (!lock_service.empty()) {
+      auto connected = megastore::storage::cell::ConnectLockService(lock_service);
+      if (!connected.ok()) {
+        std::fprintf(stderr, "megastored: --lock-service: %s\n", std::string(connected.status().message()).c_str());
+        return 2;
+      }
+      remote_lock = std::move(*connected);
+      service = remote_lock.get();
+    }
+    registration = std::make_unique<megastore::storage::cell::ServerRegistration>(
+        service, env, cell, bound, session_ttl, [](const absl::Status& why) {
+          // Not one more request: another server may get its tablets.
+          MS_LOG_ERROR("megastored: lost its lock-service session ({}): stopped serving", why.message());
+          spdlog::default_logger()->flush();
+          ::_exit(3);
+        });
+    absl::StatusOr<bool> joined = megastore::Await<bool>([&](auto cb) {
+      registration->Start([cb = std::move(cb)](absl::Status s) mutable {
+        if (s.ok()) return cb(true);
+        cb(s);
+      });
+    });
+    if (!joined.ok()) {
+      std::fprintf(stderr, "megastored: cannot join cell %s: %s\n", cell.c_str(),
+                   std::string(joined.status().message()).c_str());
+      return 1;
+    }
+  }
 
   const std::string command_line = CommandLine(argc, argv);
   megastore::storage::StatusContext ctx{bound, command_line, env->NowMicros(), 0};
@@ -181,12 +294,15 @@ int main(int argc, char** argv) {
     http_server = std::make_unique<megastore::http::HttpServer>(http);
     http_server->Handle("/status", [&] {
       ctx.now_micros = env->NowMicros();
-      return megastore::http::Response{200, "text/html; charset=utf-8",
-                                       megastore::storage::StatusHtml(**server, rpc, ctx)};
+      std::string html = server ? megastore::storage::StatusHtml(*server, rpc, ctx)
+                                : megastore::StrCat("<!doctype html><title>megastored</title><h1>megastored</h1><p><code>",
+                                                    megastore::HtmlEscape(command_line), "</code></p>");
+      if (lock) html += LockServiceHtml(*lock);
+      return megastore::http::Response{200, "text/html; charset=utf-8", html};
     });
     http_server->Handle("/metrics", [&] {
       return megastore::http::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                       megastore::storage::MetricsText(**server, rpc, metrics)};
+                                       server ? megastore::storage::MetricsText(*server, rpc, metrics) : ""};
     });
     if (absl::Status s = http_server->Start(); !s.ok()) {
       std::fprintf(stderr, "megastored: %s\n", s.ToString().c_str());
@@ -195,16 +311,20 @@ int main(int argc, char** argv) {
     http_bound = megastore::StrCat(http.substr(0, http.rfind(':')), ":", http_server->port());
   }
 
-  std::printf("megastored: tablet server listening on %s (data %s)\n", bound.c_str(), data.c_str());
+  if (lock) std::printf("megastored: lock service listening on %s (data %s/lock)\n", bound.c_str(), data.c_str());
+  if (registration) std::printf("megastored: registered in cell %s as %s\n", cell.c_str(), bound.c_str());
+  if (server) std::printf("megastored: tablet server listening on %s (data %s)\n", bound.c_str(), data.c_str());
   if (!http_bound.empty()) std::printf("megastored: status at http://%s/status\n", http_bound.c_str());
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&signals, &sig);
   MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  registration.reset();  // leaves the cell first: its file goes
   if (http_server) http_server->Stop();
   rpc.Stop();
-  server->reset();
+  lock_rpc.reset();
+  server.reset();
   MS_LOG_INFO("megastored: stopped cleanly");
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
+#include "tools/msadmin/cell.h"
 #include "tools/msadmin/cluster.h"
 #include "tools/msadmin/index.h"
 
@@ -16,12 +17,15 @@ int main(int argc, char** argv) {
   megastore::tools::AddBtCommand(app, bt);
   megastore::tools::IndexState index;
   megastore::tools::AddIndexCommand(app, index);
+  megastore::tools::CellState cell;
+  megastore::tools::AddCellCommand(app, cell);
   megastore::tools::ClusterState cluster;
   megastore::tools::AddClusterCommands(app, cluster);
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
   if (app.got_subcommand("index")) return megastore::tools::RunIndex(index);
+  if (app.got_subcommand("cell")) return megastore::tools::RunCell(cell);
   if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }
