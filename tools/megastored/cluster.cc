@@ -24,6 +24,14 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
 }  // namespace
 
+const char* TypeName(replication::ReplicaType t) {
+  switch (t) {
+    case replication::ReplicaType::kWitness: return "witness";
+    case replication::ReplicaType::kReadOnly: return "read-only";
+    default: return "full";
+  }
+}
+
 replication::ReplicaType TypeOf(const DatacenterConfig& dc) {
   if (dc.type() == "witness") return replication::ReplicaType::kWitness;
   if (dc.type() == "read-only") return replication::ReplicaType::kReadOnly;

@@ -24,6 +24,8 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool lo
 std::string ToText(const ClusterConfig& config);
 
 replication::ReplicaType TypeOf(const DatacenterConfig& dc);
+// "full", "witness" or "read-only": the config's name of a replica type.
+const char* TypeName(replication::ReplicaType type);
 
 // A datacenter's roles (megastored --roles).
 enum class Role { kTablet, kLock, kCoordinator, kReplication };

@@ -43,14 +43,6 @@ int WaitForSignal() {
   return 0;
 }
 
-const char* TypeName(replication::ReplicaType t) {
-  switch (t) {
-    case replication::ReplicaType::kWitness: return "witness";
-    case replication::ReplicaType::kReadOnly: return "read-only";
-    default: return "full";
-  }
-}
-
 }  // namespace
 
 // Serves the status pages if --http asks for them, says "ready", and

@@ -78,9 +78,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   rpc::Serve(*d->server_, "dc.Status", [d](std::string, Responder respond) {
     DatacenterStatus s;
     s.set_name(d->options_.name);
-    s.set_type(d->options_.type == replication::ReplicaType::kWitness    ? "witness"
-               : d->options_.type == replication::ReplicaType::kReadOnly ? "read-only"
-                                                                         : "full");
+    s.set_type(TypeName(d->options_.type));
     coordinator::Coordinator* c = d->serving_coordinator_.load();
     if (c != nullptr) {
       s.set_coordinator_serving(c->serving());
@@ -178,9 +176,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   for (size_t i = 0; i < types.size(); ++i) {
     DatacenterConfig* dc = config.add_datacenters();
     dc->set_name(std::string(1, static_cast<char>('A' + i)));
-    dc->set_type(types[i] == replication::ReplicaType::kWitness    ? "witness"
-                 : types[i] == replication::ReplicaType::kReadOnly ? "read-only"
-                                                                   : "full");
+    dc->set_type(TypeName(types[i]));
     dc->set_address("127.0.0.1:0");
   }
   return Start(env, dir, std::move(config), std::move(tables), sync_log);

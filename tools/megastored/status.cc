@@ -25,14 +25,6 @@ std::string RolesOf(const Datacenter& dc) {
   return out;
 }
 
-const char* TypeName(replication::ReplicaType t) {
-  switch (t) {
-    case replication::ReplicaType::kWitness: return "witness";
-    case replication::ReplicaType::kReadOnly: return "read-only";
-    default: return "full";
-  }
-}
-
 // Prometheus text: one metric family's header.
 std::string Family(std::string_view name, std::string_view type, std::string_view help) {
   return StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
