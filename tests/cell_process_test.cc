@@ -24,6 +24,16 @@ std::string Status(const std::string& lock_service) {
   return testing::RunCommand(StrCat(MSADMIN, " cell status --lock-service=", lock_service, " --cell=c1")).out;
 }
 
+// Waits (up to 10 s) until the cell lists `n` tablet servers.
+bool WaitForServers(const std::string& lock_service, int n) {
+  const std::string want = StrCat("tablet servers: ", n, "\n");
+  for (int i = 0; i < 100; ++i) {
+    if (Status(lock_service).find(want) != std::string::npos) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
 // Starts a tablet server of cell c1; ASSERTs it registered.
 void StartServer(testing::Subprocess& p, const std::string& dir, int port, const std::string& lock_service) {
   ASSERT_TRUE(p.Start({MEGASTORED, StrCat("--listen=127.0.0.1:", port), "--data=" + dir, "--cell=c1",
@@ -58,7 +68,7 @@ TEST(CellProcessTest, ATabletServerCutOffFromTheLockServiceStopsServing) {
              " --session-ttl=2s --no-sync --log-level=warn"));
   EXPECT_EQ(early.exit_code, 1) << early.out;
   EXPECT_THAT(early.out, HasSubstr("an earlier incarnation of this server still holds it"));
-  absl::SleepFor(absl::Seconds(3));
+  ASSERT_TRUE(WaitForServers(lock, 1)) << "the crashed incarnation's session expires";
   testing::Subprocess ts2b;
   StartServer(ts2b, dir.path() + "/ts2", p2, lock);
 
@@ -74,9 +84,7 @@ TEST(CellProcessTest, ATabletServerCutOffFromTheLockServiceStopsServing) {
   EXPECT_LT(took, absl::Seconds(10)) << "gone within the ttl (plus slack for a loaded machine)";
 
   // The lock service expired their sessions; a restarted server joins again.
-  for (int i = 0; i < 50 && Status(lock).find("tablet servers: 0") == std::string::npos; ++i)
-    absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_THAT(Status(lock), HasSubstr("tablet servers: 0"));
+  EXPECT_TRUE(WaitForServers(lock, 0));
   testing::Subprocess again;
   StartServer(again, dir.path() + "/ts1", p1, lock);
   EXPECT_THAT(Status(lock), HasSubstr("tablet servers: 1"));
@@ -98,9 +106,7 @@ TEST(CellProcessTest, TabletServersRegisterInARealEtcd) {
   EXPECT_EQ(json.out, StrCat("{\"cell\":\"c1\",\"master\":null,\"tablet_servers\":[\"127.0.0.1:", port, "\"]}\n"));
   // Killed without a word: its lease runs out and the registration goes.
   ts.Kill(SIGKILL);
-  for (int i = 0; i < 100 && Status(lock).find("tablet servers: 0") == std::string::npos; ++i)
-    absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_THAT(Status(lock), HasSubstr("tablet servers: 0"));
+  EXPECT_TRUE(WaitForServers(lock, 0)) << "its lease runs out";
 }
 
 TEST(CellProcessTest, BadCellFlagsAreOneLineErrors) {
