@@ -118,7 +118,7 @@ TEST(CellProcessTest, BadCellFlagsAreOneLineErrors) {
   EXPECT_THAT(bad.out, HasSubstr("is neither HOST:PORT"));
   testing::Result lock_only = testing::RunCommand(StrCat(MEGASTORED, " --roles=lock --data=/tmp/x --cell=c1"));
   EXPECT_EQ(lock_only.exit_code, 2);
-  EXPECT_THAT(lock_only.out, HasSubstr("needs the tablet role"));
+  EXPECT_THAT(lock_only.out, HasSubstr("needs the tablet or master role"));
   testing::Result unreachable =
       testing::RunCommand(StrCat(MSADMIN, " cell status --lock-service=127.0.0.1:1 --cell=c1"));
   EXPECT_EQ(unreachable.exit_code, 1);

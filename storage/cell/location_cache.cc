@@ -5,11 +5,8 @@
 
 namespace megastore::storage::cell {
 
-namespace {
-
-// MetadataKey without the checks (the table was checked when inserted).
-std::string Key(const std::string& table, const std::string& end_row) {
-  std::string key = table;
+std::string EncodeMetadataKey(const std::string& prefix, const std::string& end_row) {
+  std::string key = prefix;
   key.push_back('\0');
   if (end_row.empty()) {
     key.push_back('\1');
@@ -20,22 +17,24 @@ std::string Key(const std::string& table, const std::string& end_row) {
   return key;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> MetadataKey(const std::string& table, const std::string& end_row) {
-  if (table.empty() || table.find('\0') != std::string::npos)
-    return absl::InvalidArgumentError(StrCat("table name \"", EscapeBytes(table), "\" is empty or holds a NUL"));
-  return Key(table, end_row);
-}
-
-std::string MetadataSearchKey(const std::string& table, const std::string& row) {
-  std::string key = Key(table, row.empty() ? std::string(1, '\0') : row);
+std::string EncodeMetadataSearchKey(const std::string& prefix, const std::string& row) {
+  std::string key = EncodeMetadataKey(prefix, row.empty() ? std::string(1, '\0') : row);
   if (row.empty()) {
     key.pop_back();  // "\0\0": before every end row of the table
   } else {
     key.push_back('\0');  // just after `row`: a tablet ending at `row` does not hold it
   }
   return key;
+}
+
+absl::StatusOr<std::string> MetadataKey(const std::string& table, const std::string& end_row) {
+  if (table.empty() || table.find('\0') != std::string::npos)
+    return absl::InvalidArgumentError(StrCat("table name \"", EscapeBytes(table), "\" is empty or holds a NUL"));
+  return EncodeMetadataKey(table, end_row);
+}
+
+std::string MetadataSearchKey(const std::string& table, const std::string& row) {
+  return EncodeMetadataSearchKey(table, row);
 }
 
 absl::StatusOr<std::pair<std::string, std::string>> ParseMetadataKey(const std::string& key) {
@@ -63,7 +62,7 @@ void LocationCache::Insert(const TabletLocation& location) {
          (location.end_row.empty() || it->second.start_row < location.end_row)) {
     it = by_key_.erase(it);
   }
-  by_key_[Key(location.table, location.end_row)] = location;
+  by_key_[EncodeMetadataKey(location.table, location.end_row)] = location;
 }
 
 void LocationCache::Invalidate(const std::string& table, const std::string& row) {

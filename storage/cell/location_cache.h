@@ -33,6 +33,10 @@ struct TabletLocation {
 absl::StatusOr<std::string> MetadataKey(const std::string& table, const std::string& end_row);
 // Where a METADATA scan for the tablet holding `row` starts.
 std::string MetadataSearchKey(const std::string& table, const std::string& row);
+// The same two without the check on the name: `prefix` is a table's name,
+// or "" for the rows of METADATA's own tablets (storage/cell/metadata.h).
+std::string EncodeMetadataKey(const std::string& prefix, const std::string& end_row);
+std::string EncodeMetadataSearchKey(const std::string& prefix, const std::string& row);
 // The table and end row a METADATA key names; InvalidArgument if it is not one.
 absl::StatusOr<std::pair<std::string, std::string>> ParseMetadataKey(const std::string& key);
 

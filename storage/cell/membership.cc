@@ -12,14 +12,45 @@ std::string MasterLock(const std::string& cell) { return StrCat("/", cell, "/mas
 
 // ---- ServerRegistration ----------------------------------------------------------------------
 
+struct ServerRegistration::Lost {
+  absl::Mutex mu;
+  bool fired ABSL_GUARDED_BY(mu) = false;
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  std::function<void(const absl::Status&)> on_lost;
+  void Fire(const absl::Status& why) {
+    {
+      absl::MutexLock lock(&mu);
+      if (fired || closed) return;
+      fired = true;
+    }
+    on_lost(why);
+  }
+};
+
 ServerRegistration::ServerRegistration(lock::LockService* service, Env* env, std::string cell, std::string address,
                                        absl::Duration ttl, std::function<void(const absl::Status&)> on_lost)
     : service_(service),
       path_(ServersDir(cell) + address),
       address_(std::move(address)),
-      session_(std::make_unique<lock::LockSession>(service, env, ttl, std::move(on_lost))) {}
+      lost_(std::make_shared<Lost>()) {
+  lost_->on_lost = std::move(on_lost);
+  session_ = std::make_unique<lock::LockSession>(service, env, ttl,
+                                                 [lost = lost_](const absl::Status& why) { lost->Fire(why); });
+}
 
-ServerRegistration::~ServerRegistration() { session_->Close(); }
+ServerRegistration::~ServerRegistration() {
+  {
+    absl::MutexLock lock(&lost_->mu);
+    lost_->closed = true;  // leaving deletes the file: that is not a loss
+  }
+  std::unique_ptr<lock::LockService::Watch> watch;
+  {
+    absl::MutexLock lock(&mu_);
+    watch = std::move(watch_);
+  }
+  if (watch) watch->Cancel();
+  session_->Close();
+}
 
 void ServerRegistration::Start(lock::LockService::Callback<absl::Status> done) {
   auto parked = std::make_shared<lock::LockService::Callback<absl::Status>>(std::move(done));
@@ -31,9 +62,49 @@ void ServerRegistration::Start(lock::LockService::Callback<absl::Status> done) {
         return (*parked)(absl::AlreadyExistsError(
             StrCat(path_, " exists: an earlier incarnation of this server still holds it; it goes when that "
                           "session expires")));
-      (*parked)(absl::OkStatus());
+      // Watch the file from the version just written: if anyone deletes
+      // it, this server is out of the cell.
+      service_->Get(path_, [this, parked](absl::StatusOr<std::optional<lock::FileInfo>> f) {
+        if (!f.ok()) return (*parked)(f.status());
+        if (!f->has_value()) return (*parked)(absl::UnavailableError(StrCat(path_, " vanished right after it was created")));
+        WatchFile((*f)->version);
+        (*parked)(absl::OkStatus());
+      });
     });
   });
+}
+
+void ServerRegistration::WatchFile(int64_t after) {
+  std::weak_ptr<Lost> weak = lost_;
+  auto watch = service_->WatchPrefix(
+      path_, after,
+      [weak, path = path_](const lock::WatchEvent& e) {
+        if (e.path != path || e.type != lock::WatchEvent::Type::kDelete) return;
+        if (auto lost = weak.lock()) lost->Fire(absl::AbortedError(StrCat(path, " was deleted (by the master?)")));
+      },
+      [this, weak](const absl::Status& why) {
+        // The watch broke: look at the file itself, and watch again.
+        auto lost = weak.lock();
+        if (lost == nullptr) return;
+        {
+          absl::MutexLock lock(&lost->mu);
+          if (lost->closed) return;
+        }
+        service_->Get(path_, [this, weak, why](absl::StatusOr<std::optional<lock::FileInfo>> f) {
+          auto lost = weak.lock();
+          if (lost == nullptr) return;
+          if (f.ok() && !f->has_value()) return lost->Fire(absl::AbortedError(StrCat(path_, " was deleted")));
+          if (!f.ok()) return;  // the session's own renewals decide now
+          {
+            absl::MutexLock lock(&lost->mu);
+            if (lost->closed) return;
+          }
+          WatchFile((*f)->version);
+        });
+      });
+  absl::MutexLock lock(&mu_);
+  if (watch_) retired_.push_back(std::move(watch_));  // may be running this very callback
+  watch_ = std::move(watch);
 }
 
 bool ServerRegistration::registered() const { return session_->alive(); }

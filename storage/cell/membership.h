@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "base/env.h"
@@ -29,7 +30,8 @@ std::string MasterLock(const std::string& cell);  // "/<cell>/master"
 class ServerRegistration {
  public:
   // `on_lost` runs once when the server can no longer be sure it belongs
-  // to the cell (its session is lost): it must stop serving.
+  // to the cell — its session is lost, or its file was deleted (the master
+  // does that to a server it cannot reach): it must stop serving.
   ServerRegistration(lock::LockService* service, Env* env, std::string cell, std::string address,
                      absl::Duration ttl, std::function<void(const absl::Status&)> on_lost);
   ~ServerRegistration();  // leaves the cell (its file goes)
@@ -40,10 +42,17 @@ class ServerRegistration {
   bool registered() const;
 
  private:
+  struct Lost;  // runs on_lost once, from the session or the file's watch
+  void WatchFile(int64_t after);
+
   lock::LockService* const service_;
   const std::string path_;
   const std::string address_;
+  std::shared_ptr<Lost> lost_;
   std::unique_ptr<lock::LockSession> session_;
+  absl::Mutex mu_;
+  std::unique_ptr<lock::LockService::Watch> watch_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<lock::LockService::Watch>> retired_ ABSL_GUARDED_BY(mu_);
 };
 
 class MasterElection {

@@ -74,6 +74,11 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
   }
   std::unique_ptr<CommitLog> log(new CommitLog(options));
   MS_RETURN_IF_ERROR(log->Recover());
+  if (options.read_only) {
+    absl::MutexLock lock(&log->mu_);
+    log->error_ = absl::FailedPreconditionError(StrCat("commit log ", options.dir, " is open read-only"));
+    return log;
+  }
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
   log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
   return log;

@@ -41,6 +41,10 @@ struct CommitLogOptions {
   uint64_t segment_bytes = 64 << 20;
   // fdatasync before acknowledging (turn off only in benchmarks of the rest).
   bool sync = true;
+  // Recover and Replay only (the master splitting a dead server's log): no
+  // segment is started, appends fail with FailedPrecondition. A torn tail
+  // is still cut off, as the server's own recovery would.
+  bool read_only = false;
 };
 
 // A damaged region before the tail, found by Open().

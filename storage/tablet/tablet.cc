@@ -30,6 +30,7 @@ constexpr char kMetaFormatKey[] = "format";
 constexpr char kMetaRangeKey[] = "range";
 constexpr char kMetaSeqKey[] = "seq";
 constexpr char kMetaRedoKey[] = "redo";
+constexpr char kMetaRedoLogKey[] = "redo_log";
 constexpr char kFormatVersion[] = "1";
 constexpr char kGroupPrefix[] = "lg.";
 
@@ -250,6 +251,8 @@ absl::Status Tablet::LoadOrStoreMeta() {
   } else if (!s.IsNotFound()) {
     return FromRocksDB(s, StrCat("read redo point of ", ctx));
   }
+  s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaRedoLogKey, &recovered_redo_log_);
+  if (!s.ok() && !s.IsNotFound()) return FromRocksDB(s, StrCat("read redo log of ", ctx));
   std::string seq;
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaSeqKey, &seq);
   if (s.ok()) {
@@ -1071,6 +1074,34 @@ absl::Status Tablet::ReplayLogRecord(uint64_t lsn, std::string_view payload) {
   return WriteRow(*v, record.row, record.mutations, record.timestamp, stripe, lsn);
 }
 
+absl::Status Tablet::AdoptLog(std::string_view log_name) {
+  if (options_.log == nullptr) return absl::FailedPreconditionError("tablet has no shared log");
+  uint64_t lsn;
+  {
+    absl::MutexLock lock(&redo_mu_);
+    if (!pending_floors_.empty()) {
+      return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " has writes in flight"));
+    }
+    lsn = options_.log->last_lsn();
+  }
+  rocksdb::WriteBatch batch;
+  std::string value;
+  PutFixed64(&value, lsn);
+  MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(meta_cf_, kMetaRedoKey, value), "build write batch"));
+  MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(meta_cf_, kMetaRedoLogKey, std::string(log_name)),
+                                 "build write batch"));
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  MS_RETURN_IF_ERROR(FromRocksDB(db_->Write(wo, &batch), StrCat("record the log of ", options_.path)));
+  MS_RETURN_IF_ERROR(Flush());
+  absl::MutexLock lock(&redo_mu_);
+  recovered_redo_log_ = std::string(log_name);
+  recovered_redo_point_ = lsn;
+  durable_log_position_ = std::max(durable_log_position_, lsn);
+  writes_since_flush_ = 0;
+  return absl::OkStatus();
+}
+
 uint64_t Tablet::LogWatermarkLocked() const {
   // With no write in flight, every record of this tablet up to the log's
   // last LSN has been applied.
@@ -1255,6 +1286,11 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
   MS_LOG_INFO("tablet {} split at \"{}\" into {} and {}", options_.path, EscapeBytes(split_row),
               left_path, right_path);
   return absl::OkStatus();
+}
+
+void Tablet::UndoSplit() {
+  absl::WriterMutexLock gate(&write_gate_);
+  split_.store(false);
 }
 
 absl::Status Tablet::UpdateSchema(const TableSchema& schema) {

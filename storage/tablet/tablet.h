@@ -164,6 +164,9 @@ class Tablet {
   // (FailedPrecondition); open the children to continue.
   absl::Status Split(std::string_view split_row, const std::string& left_path,
                      const std::string& right_path);
+  // After a Split whose children will not be used (committing it failed):
+  // this tablet accepts writes again. The caller deletes the children.
+  void UndoSplit();
 
   // Waits for the writes in flight (asynchronous ones too) to finish, then
   // refuses new ones with FailedPrecondition (reads continue). For unloading: after it, a flush
@@ -179,6 +182,15 @@ class Tablet {
   // The redo point stored in the tablet when it was opened: every record of
   // this tablet with a higher LSN must be replayed.
   uint64_t recovered_redo_point() const { return recovered_redo_point_; }
+  // Which log the recovered redo point counts in ("" if the tablet never
+  // adopted one): in a cell a tablet moves between servers, each with its
+  // own log and LSNs.
+  const std::string& recovered_redo_log() const { return recovered_redo_log_; }
+  // Makes this server's log (options.log, named `log_name`) the one the
+  // tablet's redo point counts in, at the log's current LSN, and flushes:
+  // afterwards no earlier log's records are needed. Call after replaying
+  // what earlier logs held and before accepting writes.
+  absl::Status AdoptLog(std::string_view log_name);
   // Applies one logged mutation during recovery (records in LSN order).
   // Replaying a suffix of the log twice gives the same state as once.
   absl::Status ReplayLogRecord(uint64_t lsn, std::string_view payload);
@@ -319,6 +331,7 @@ class Tablet {
   std::atomic<uint64_t> cache_generation_{0};
   // Shared-log bookkeeping.
   uint64_t recovered_redo_point_ = 0;
+  std::string recovered_redo_log_;
   absl::Mutex redo_mu_;
   // One entry per write in flight with a shared log: a lower bound of its
   // LSN, taken before it was appended.

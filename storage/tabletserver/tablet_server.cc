@@ -6,13 +6,17 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "base/coding.h"
+#include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "storage/commitlog/log_format.h"
 
 namespace megastore::storage {
 
@@ -38,38 +42,21 @@ namespace {
 
 constexpr char kStateFile[] = "state.pb";
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(StrCat("cannot create ", tmp));
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      ::close(fd);
-      return absl::InternalError(StrCat("cannot write ", tmp));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) return absl::InternalError(StrCat("cannot sync ", tmp));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(StrCat("cannot rename ", tmp, " to ", path));
-  }
-  const int dir = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return absl::OkStatus();
-}
-
 bool Covers(const TabletEntry& e, std::string_view row) {
   return row >= e.start_row() && (e.end_row().empty() || row < e.end_row());
 }
 
+constexpr char kNotServing[] = "not serving";
+
 }  // namespace
+
+absl::Status NotServingError(std::string_view what) {
+  return absl::UnavailableError(StrCat(kNotServing, ": ", what));
+}
+
+bool IsNotServing(const absl::Status& status) {
+  return absl::IsUnavailable(status) && absl::StartsWith(status.message(), kNotServing);
+}
 
 TabletServer::TabletServer(const TabletServerOptions& options, Env* env)
     : options_(options), env_(env), resources_(options.resources) {}
@@ -109,6 +96,22 @@ absl::StatusOr<std::unique_ptr<TabletServer>> TabletServer::Open(const TabletSer
 }
 
 absl::Status TabletServer::Recover() {
+  if (cell_mode()) {
+    // Nothing to recover: the master assigns tablets, and each assignment
+    // replays what the tablet's earlier servers' logs held.
+    MS_RETURN_IF_ERROR(ValidateName(options_.cell_log_name, "commit log"));
+    commitlog::CommitLogOptions log_options;
+    log_options.dir = (fs::path(options_.data_dir) / "logs" / options_.cell_log_name).string();
+    if (fs::exists(log_options.dir)) {
+      return absl::AlreadyExistsError(StrCat("commit log ", log_options.dir,
+                                             " exists: each tablet server incarnation needs a new log name"));
+    }
+    log_options.segment_bytes = options_.log_segment_bytes;
+    log_options.sync = options_.sync_log;
+    MS_ASSIGN_OR_RETURN(log_, commitlog::CommitLog::Open(log_options));
+    log_adapter_ = std::make_unique<LogAdapter>(log_.get());
+    return absl::OkStatus();
+  }
   const std::string state_path = (fs::path(options_.data_dir) / kStateFile).string();
   {
     absl::MutexLock lock(&mu_);
@@ -183,6 +186,11 @@ absl::Status TabletServer::Recover() {
 absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::OpenTabletLocked(const TabletEntry& e) {
   const TableSchema* schema = FindTableLocked(e.table());
   if (schema == nullptr) return absl::DataLossError(StrCat("tablet ", e.id(), " has no table ", e.table()));
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<Tablet> t, Tablet::Open(OptionsFor(e), *schema, &resources_, env_));
+  return std::shared_ptr<Tablet>(std::move(t));
+}
+
+TabletOptions TabletServer::OptionsFor(const TabletEntry& e) const {
   TabletOptions o;
   o.path = (fs::path(options_.data_dir) / e.path()).string();
   o.start_row = e.start_row();
@@ -191,11 +199,11 @@ absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::OpenTabletLocked(const Tab
   o.tuning = options_.tuning;
   o.log = log_adapter_.get();
   o.log_id = e.id();
-  MS_ASSIGN_OR_RETURN(std::unique_ptr<Tablet> t, Tablet::Open(o, *schema, &resources_, env_));
-  return std::shared_ptr<Tablet>(std::move(t));
+  return o;
 }
 
 absl::Status TabletServer::SaveStateLocked() {
+  if (cell_mode()) return absl::OkStatus();  // METADATA is the truth
   return WriteFileAtomically((fs::path(options_.data_dir) / kStateFile).string(),
                              state_.SerializeAsString());
 }
@@ -214,6 +222,10 @@ TabletEntry* TabletServer::FindEntryLocked(std::string_view id) {
   return nullptr;
 }
 
+std::string TabletServer::TabletPath(const std::string& table, const std::string& id) const {
+  return cell_mode() ? StrCat("tablets/", id) : StrCat("tables/", table, "/", id);
+}
+
 std::string TabletServer::NewTabletId(std::string_view table) {
   while (true) {
     char buf[17];
@@ -224,6 +236,9 @@ std::string TabletServer::NewTabletId(std::string_view table) {
 }
 
 absl::Status TabletServer::CreateTable(const TableSchema& schema) {
+  if (cell_mode()) {
+    return absl::FailedPreconditionError("this tablet server is in a cell: tables are created through the master");
+  }
   MS_RETURN_IF_ERROR(ValidateName(schema.name(), "table"));
   MS_RETURN_IF_ERROR(CompiledSchema::Compile(schema).status());
   absl::MutexLock lock(&mu_);
@@ -234,7 +249,7 @@ absl::Status TabletServer::CreateTable(const TableSchema& schema) {
   TabletEntry e;
   e.set_table(schema.name());
   e.set_id(NewTabletId(schema.name()));
-  e.set_path(StrCat("tables/", schema.name(), "/", e.id()));
+  e.set_path(TabletPath(schema.name(), e.id()));
   e.set_loaded(true);
   absl::StatusOr<std::shared_ptr<Tablet>> t = OpenTabletLocked(e);
   if (!t.ok()) {
@@ -268,6 +283,9 @@ absl::Status TabletServer::DeleteTable(std::string_view name) {
     }
     MS_RETURN_IF_ERROR(SaveStateLocked());
   }
+  // In a cell the directories are the master's to delete (its garbage
+  // collection), once METADATA no longer names them.
+  if (cell_mode()) return absl::OkStatus();
   // The log may still hold records of these tablets; with the tablets gone
   // from the state, recovery skips them.
   std::error_code ec;
@@ -316,7 +334,111 @@ std::vector<TabletEntry> TabletServer::ListTablets(std::string_view table) const
   return out;
 }
 
+absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const TableSchema& schema, bool create) {
+  if (!cell_mode()) return absl::FailedPreconditionError("AssignTablet: this tablet server is not in a cell");
+  MS_RETURN_IF_ERROR(ValidateName(assigned.id(), "tablet id"));
+  MS_ASSIGN_OR_RETURN(auto compiled, CompiledSchema::Compile(schema));
+  TabletEntry entry = assigned;
+  entry.set_table(schema.name());
+  entry.set_path(TabletPath(schema.name(), entry.id()));
+  entry.set_loaded(true);
+  TabletOptions o;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = loaded_.find(entry.id()); it != loaded_.end()) {
+      if (it->second.entry.start_row() != entry.start_row() || it->second.entry.end_row() != entry.end_row()) {
+        return absl::FailedPreconditionError(StrCat("tablet ", entry.id(), " is served here with another row range"));
+      }
+      return absl::OkStatus();
+    }
+    if (!assigning_.insert(entry.id()).second) {
+      return absl::UnavailableError(StrCat("tablet ", entry.id(), " is being loaded"));
+    }
+    const TableSchema* old = FindTableLocked(schema.name());
+    if (old == nullptr) {
+      *state_.add_tables() = schema;
+    } else if (old->SerializeAsString() != schema.SerializeAsString()) {
+      for (auto& [id, l] : loaded_) {
+        if (l.entry.table() == schema.name()) {
+          if (absl::Status s = l.tablet->UpdateSchema(schema); !s.ok()) {
+            assigning_.erase(entry.id());
+            return s;
+          }
+        }
+      }
+      for (TableSchema& t : *state_.mutable_tables()) {
+        if (t.name() == schema.name()) t = schema;
+      }
+    }
+    o = OptionsFor(entry);
+  }
+  // Opening and recovering happen outside the server's lock: the other
+  // tablets keep serving meanwhile.
+  absl::Status status;
+  std::shared_ptr<Tablet> tablet;
+  if (!create && !fs::exists(fs::path(o.path) / "CURRENT")) {
+    status = absl::DataLossError(StrCat("tablet ", entry.id(), " has no data at ", o.path,
+                                        " (the cell's data root must be shared by every server)"));
+  } else {
+    absl::StatusOr<std::unique_ptr<Tablet>> opened = Tablet::Open(o, schema, &resources_, env_);
+    if (opened.ok()) {
+      tablet = std::move(*opened);
+      status = RecoverAssigned(entry, tablet.get());
+    } else {
+      status = opened.status();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  assigning_.erase(entry.id());
+  if (!status.ok()) {
+    load_errors_[entry.id()] = status.ToString();
+    return status;
+  }
+  load_errors_.erase(entry.id());
+  *state_.add_tablets() = entry;
+  loaded_[entry.id()] = Loaded{entry, std::move(tablet)};
+  return absl::OkStatus();
+}
+
+absl::Status TabletServer::RecoverAssigned(const TabletEntry& entry, Tablet* tablet) {
+  // recovered/<id>/<log name>: the records of this tablet that a dead
+  // server's log held, in LSN order (the master's log split). Only the log
+  // the tablet's redo point counts in can hold records it lacks: the pieces
+  // of older logs were replayed before it adopted that log.
+  const fs::path pieces = fs::path(options_.data_dir) / "recovered" / entry.id();
+  uint64_t replayed = 0;
+  if (fs::exists(pieces)) {
+    for (const auto& f : fs::directory_iterator(pieces)) {
+      const std::string name = f.path().filename().string();
+      if (!f.is_regular_file() || name != tablet->recovered_redo_log()) continue;
+      MS_ASSIGN_OR_RETURN(std::string data, ReadFileToString(f.path().string()));
+      std::string_view in = data;
+      const uint64_t redo = tablet->recovered_redo_point();
+      while (!in.empty()) {
+        commitlog::Record r;
+        size_t n = 0;
+        if (commitlog::ParseRecord(in, &r, &n) != commitlog::ParseResult::kOk) {
+          return absl::DataLossError(StrCat("log piece ", f.path().string(), " is damaged at offset ",
+                                            data.size() - in.size()));
+        }
+        in.remove_prefix(n);
+        if (r.tablet_id != entry.id() || r.lsn <= redo) continue;
+        if (absl::Status s = tablet->ReplayLogRecord(r.lsn, r.payload); !s.ok()) {
+          return absl::DataLossError(StrCat("replaying LSN ", r.lsn, " of ", f.path().string(), ": ", s.ToString()));
+        }
+        ++replayed;
+      }
+    }
+  }
+  MS_RETURN_IF_ERROR(tablet->AdoptLog(options_.cell_log_name));
+  std::error_code ec;
+  fs::remove_all(pieces, ec);
+  if (replayed > 0) MS_LOG_INFO("tablet {}: replayed {} records of a dead server's log", entry.id(), replayed);
+  return absl::OkStatus();
+}
+
 absl::Status TabletServer::LoadTablet(std::string_view id) {
+  if (cell_mode()) return absl::FailedPreconditionError("in a cell the master assigns tablets (AssignTablet)");
   absl::MutexLock lock(&mu_);
   TabletEntry* e = FindEntryLocked(id);
   if (e == nullptr) return absl::NotFoundError(StrCat("no tablet ", id));
@@ -352,8 +474,18 @@ absl::Status TabletServer::UnloadTablet(std::string_view id) {
     t = it->second.tablet;
     // From here on its rows answer Unavailable.
     loaded_.erase(it);
-    FindEntryLocked(id)->set_loaded(false);
-    MS_RETURN_IF_ERROR(SaveStateLocked());
+    if (cell_mode()) {
+      auto* tablets = state_.mutable_tablets();
+      for (int i = 0; i < tablets->size(); ++i) {
+        if (tablets->Get(i).id() == id) {
+          tablets->DeleteSubrange(i, 1);
+          break;
+        }
+      }
+    } else {
+      FindEntryLocked(id)->set_loaded(false);
+      MS_RETURN_IF_ERROR(SaveStateLocked());
+    }
   }
   // Outside the server lock: let writes in flight finish, refuse new ones,
   // then flush, so everything acknowledged is in the tablet's SSTables (an
@@ -363,31 +495,87 @@ absl::Status TabletServer::UnloadTablet(std::string_view id) {
 }
 
 absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_view id,
-                                                                   std::string_view split_row) {
-  absl::MutexLock lock(&mu_);
-  auto it = loaded_.find(std::string(id));
-  if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
-  const TabletEntry parent = it->second.entry;
-  std::shared_ptr<Tablet> tablet = it->second.tablet;
+                                                                   std::string_view requested_row) {
+  std::string split_row(requested_row);
+  if (split_row.empty()) {
+    std::shared_ptr<Tablet> t;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = loaded_.find(std::string(id));
+      if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
+      t = it->second.tablet;
+    }
+    MS_ASSIGN_OR_RETURN(split_row, MiddleRow(*t));
+  }
   std::vector<TabletEntry> children(2);
-  for (int i = 0; i < 2; ++i) {
-    TabletEntry& c = children[i];
-    c.set_table(parent.table());
-    c.set_id(NewTabletId(parent.table()));
-    c.set_path(StrCat("tables/", parent.table(), "/", c.id()));
-    c.set_loaded(true);
+  TabletEntry parent;
+  std::shared_ptr<Tablet> tablet;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = loaded_.find(std::string(id));
+    if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
+    parent = it->second.entry;
+    tablet = it->second.tablet;
+    if (split_row <= parent.start_row() || (!parent.end_row().empty() && split_row >= parent.end_row())) {
+      return absl::InvalidArgumentError(StrCat("split row \"", EscapeBytes(split_row), "\" is not inside tablet ",
+                                               id, "'s rows"));
+    }
+    if (options_.may_split && !options_.may_split(parent)) {
+      return absl::FailedPreconditionError(StrCat("tablet ", id, " never splits"));
+    }
+    if (!assigning_.insert(parent.id()).second) {
+      return absl::UnavailableError(StrCat("tablet ", id, " is being split or loaded"));
+    }
+    for (int i = 0; i < 2; ++i) {
+      TabletEntry& c = children[i];
+      c.set_table(parent.table());
+      c.set_id(NewTabletId(parent.table()));
+      c.set_path(TabletPath(parent.table(), c.id()));
+      c.set_loaded(true);
+    }
   }
   children[0].set_start_row(parent.start_row());
-  children[0].set_end_row(std::string(split_row));
-  children[1].set_start_row(std::string(split_row));
+  children[0].set_end_row(split_row);
+  children[1].set_start_row(split_row);
   children[1].set_end_row(parent.end_row());
-  // Split flushes the parent, so its log records are no longer needed.
-  MS_RETURN_IF_ERROR(tablet->Split(split_row, (fs::path(options_.data_dir) / children[0].path()).string(),
-                                   (fs::path(options_.data_dir) / children[1].path()).string()));
+  // Outside the server's lock (reads of the parent continue; its writes
+  // wait for the children): the split flushes the parent, so its log
+  // records are no longer needed, and committing it in METADATA may be a
+  // write to this very server.
+  absl::Status committed = tablet->Split(split_row, (fs::path(options_.data_dir) / children[0].path()).string(),
+                                         (fs::path(options_.data_dir) / children[1].path()).string());
+  const bool split_done = committed.ok();
+  if (committed.ok() && options_.commit_split) committed = options_.commit_split(parent, children);
+  absl::MutexLock lock(&mu_);
+  assigning_.erase(parent.id());
+  auto it = loaded_.find(parent.id());
   std::vector<std::shared_ptr<Tablet>> opened;
   for (const TabletEntry& c : children) {
-    MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, OpenTabletLocked(c));
-    opened.push_back(std::move(t));
+    if (!committed.ok() || it == loaded_.end()) break;
+    absl::StatusOr<std::shared_ptr<Tablet>> t = OpenTabletLocked(c);
+    if (t.ok() && cell_mode()) {
+      // The children start from the parent's flushed state: no log record
+      // before this point concerns them.
+      absl::Status adopted = (*t)->AdoptLog(options_.cell_log_name);
+      if (!adopted.ok()) t = adopted;
+    }
+    if (!t.ok()) {
+      committed = t.status();
+      break;
+    }
+    opened.push_back(std::move(*t));
+  }
+  if (!committed.ok() || it == loaded_.end()) {
+    opened.clear();
+    // Not committed: the parent takes writes again (its files are as they
+    // were; the split only flushed them).
+    if (split_done && !committed.ok()) tablet->UndoSplit();
+    if (!committed.ok()) {
+      std::error_code ec;
+      for (const TabletEntry& c : children) fs::remove_all(fs::path(options_.data_dir) / c.path(), ec);
+      return committed;
+    }
+    return absl::AbortedError(StrCat("tablet ", id, " was unloaded while it split; the master assigns its children"));
   }
   auto* tablets = state_.mutable_tablets();
   for (int i = 0; i < tablets->size(); ++i) {
@@ -402,11 +590,38 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
     loaded_[children[i].id()] = Loaded{children[i], opened[i]};
   }
   MS_RETURN_IF_ERROR(SaveStateLocked());
-  // The children hard-link the parent's files; the parent's directory goes.
-  std::error_code ec;
+  // The children hard-link the parent's files; the parent's directory goes
+  // (in a cell, the master's garbage collection deletes it once METADATA no
+  // longer names it).
   tablet.reset();
-  fs::remove_all(fs::path(options_.data_dir) / parent.path(), ec);
+  if (!cell_mode()) {
+    std::error_code ec;
+    fs::remove_all(fs::path(options_.data_dir) / parent.path(), ec);
+  }
+  if (options_.after_split) {
+    mu_.Unlock();
+    options_.after_split(parent, children);
+    mu_.Lock();
+  }
   return children;
+}
+
+absl::StatusOr<std::string> TabletServer::MiddleRow(Tablet& tablet) {
+  // Row keys only (one stripped cell per row); the middle by count.
+  std::vector<std::string> rows;
+  ReadOptions o;
+  o.filter.cells_per_column = 1;
+  o.filter.strip_value = true;
+  RowSet all;
+  all.ranges.push_back(RowRange{tablet.start_row(), tablet.end_row()});
+  MS_RETURN_IF_ERROR(tablet.ReadRows(all, o, [&](Row& r) {
+    rows.push_back(r.key);
+    return true;
+  }));
+  if (rows.size() < 2) {
+    return absl::FailedPreconditionError(StrCat("tablet ", tablet.path(), " has fewer than two rows: nothing to split"));
+  }
+  return rows[rows.size() / 2];
 }
 
 absl::Status TabletServer::CompactTablet(std::string_view id) {
@@ -429,9 +644,19 @@ absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::Route(std::string_view tab
     return WouldBlockError();
   }
   absl::Cleanup unlock = [this] { mu_.ReaderUnlock(); };
-  if (FindTableLocked(table) == nullptr) return absl::NotFoundError(StrCat("table ", table, " does not exist"));
+  if (options_.lease_valid && !options_.lease_valid()) {
+    return NotServingError("this server's lock-service session may have expired");
+  }
+  if (FindTableLocked(table) == nullptr) {
+    if (cell_mode()) return NotServingError(StrCat("no tablet of table ", table, " is served here"));
+    return absl::NotFoundError(StrCat("table ", table, " does not exist"));
+  }
   for (const auto& [id, l] : loaded_) {
     if (l.entry.table() == table && Covers(l.entry, row)) return l.tablet;
+  }
+  if (cell_mode()) {
+    return NotServingError(StrCat("no tablet of table ", table, " holding row \"", EscapeBytes(row),
+                                  "\" is served here"));
   }
   for (const TabletEntry& e : state_.tablets()) {
     if (e.table() == table && Covers(e, row)) {
@@ -458,6 +683,9 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
       retry = absl::IsFailedPrecondition(result) && !(*t)->accepts_writes();
     } else {
       retry = absl::IsFailedPrecondition(result.status()) && !(*t)->accepts_writes();
+    }
+    if (retry && attempt >= 3 && cell_mode()) {
+      return NotServingError(StrCat("tablet ", (*t)->path(), " is splitting or moving"));
     }
     if (!retry || attempt >= 3) return result;
   }
@@ -488,7 +716,8 @@ absl::Status TabletServer::MutateRowAsync(std::string_view table,
     absl::Status s = t->MutateRowAsync(write, may_block);
     // Split or unloaded between routing and the call: route again (to a
     // child, or to the answer that the tablet is not loaded).
-    if (s.ok() || !absl::IsFailedPrecondition(s) || t->accepts_writes() || attempt >= 3) return s;
+    if (s.ok() || !absl::IsFailedPrecondition(s) || t->accepts_writes()) return s;
+    if (attempt >= 3) return cell_mode() ? NotServingError(StrCat("tablet ", t->path(), " is splitting or moving")) : s;
   }
 }
 
@@ -570,6 +799,10 @@ absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
   std::vector<std::pair<TabletEntry, std::shared_ptr<Tablet>>> tablets;
   {
     absl::MutexLock lock(&mu_);
+    if (options_.lease_valid && !options_.lease_valid()) {
+      return NotServingError("this server's lock-service session may have expired");
+    }
+    if (cell_mode()) MS_RETURN_IF_ERROR(CheckServedLocked(table, rows));
     if (FindTableLocked(table) == nullptr) return absl::NotFoundError(StrCat("table ", table, " does not exist"));
     for (const TabletEntry& e : state_.tablets()) {
       if (e.table() != table) continue;
@@ -609,7 +842,61 @@ absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
   return absl::OkStatus();
 }
 
+absl::Status TabletServer::CheckServedLocked(std::string_view table, const RowSet& rows) const {
+  std::vector<const TabletEntry*> served;
+  for (const auto& [id, l] : loaded_) {
+    if (l.entry.table() == table) served.push_back(&l.entry);
+  }
+  std::sort(served.begin(), served.end(),
+            [](const TabletEntry* a, const TabletEntry* b) { return a->start_row() < b->start_row(); });
+  auto covered = [&](const std::string& start, const std::string& end) {
+    // Walks the served tablets from `start` while they are contiguous.
+    std::string at = start;
+    for (const TabletEntry* e : served) {
+      if (e->end_row() != "" && e->end_row() <= at) continue;
+      if (e->start_row() > at) return false;
+      if (e->end_row().empty()) return true;
+      at = e->end_row();
+      if (!end.empty() && at >= end) return true;
+    }
+    return false;
+  };
+  std::vector<RowRange> ranges = rows.ranges;
+  if (rows.keys.empty() && rows.ranges.empty()) ranges.push_back(RowRange::All());
+  for (const RowRange& r : ranges) {
+    if (!covered(r.start, r.end)) {
+      return NotServingError(StrCat("rows [\"", EscapeBytes(r.start), "\", \"", EscapeBytes(r.end),
+                                    "\") of table ", table, " are not all served here"));
+    }
+  }
+  for (const std::string& k : rows.keys) {
+    if (!covered(k, k + std::string(1, '\0'))) {
+      return NotServingError(StrCat("row \"", EscapeBytes(k), "\" of table ", table, " is not served here"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TabletServer::RunMaintenance() {
+  if (options_.split_threshold_bytes > 0) {
+    std::vector<std::pair<std::string, std::shared_ptr<Tablet>>> big;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [id, l] : loaded_) {
+      if (!options_.may_split || options_.may_split(l.entry)) big.emplace_back(id, l.tablet);
+    }
+    }
+    for (auto& [id, t] : big) {
+      if (t->ApproximateSizeBytes() <= options_.split_threshold_bytes) continue;
+      absl::StatusOr<std::vector<TabletEntry>> children = SplitTablet(id, "");
+      if (children.ok()) {
+        MS_LOG_INFO("tablet {} passed {} bytes: split at \"{}\" into {} and {}", id, options_.split_threshold_bytes,
+                    EscapeBytes((*children)[1].start_row()), (*children)[0].id(), (*children)[1].id());
+      } else if (!absl::IsFailedPrecondition(children.status())) {
+        MS_LOG_WARN("tablet {}: automatic split failed: {}", id, children.status().ToString());
+      }
+    }
+  }
   absl::MutexLock m(&maintenance_mu_);
   std::vector<std::shared_ptr<Tablet>> tablets;
   {
@@ -656,12 +943,17 @@ void TabletServer::ScheduleMaintenance() {
       if (state->stopping) return;  // `this` may be gone
       state->running = true;
     }
-    absl::Status s = RunMaintenance();
-    if (!s.ok()) MS_LOG_ERROR("tablet server maintenance: {}", s.ToString());
-    ScheduleMaintenance();
-    // Last touch of the server: the destructor waits for this.
-    absl::MutexLock l(&state->mu);
-    state->running = false;
+    // Not on the Env's timer thread: a flush or a split (which writes
+    // METADATA through the cell, and may wait for it) would delay every
+    // other timer, lock-session renewals among them.
+    std::thread([this, state] {
+      absl::Status s = RunMaintenance();
+      if (!s.ok()) MS_LOG_ERROR("tablet server maintenance: {}", s.ToString());
+      ScheduleMaintenance();
+      // Last touch of the server: the destructor waits for this.
+      absl::MutexLock l(&state->mu);
+      state->running = false;
+    }).detach();
   });
 }
 

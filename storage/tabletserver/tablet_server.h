@@ -8,14 +8,24 @@
 // (RunMaintenance flushes tablets whose oldest unflushed write is older than
 // `flush_max_age`); log segments every tablet has flushed are deleted.
 //
-// Standalone mode (until the master exists, issue 8): the server itself keeps
-// which tables and tablets it has, in `<data>/state.pb`.
+// Two modes:
+//  * standalone: the server itself keeps which tables and tablets it has,
+//    in `<data>/state.pb`;
+//  * cell (options.cell_log_name set; docs/cell.md): `data_dir` is the
+//    cell's shared data root, tablets live in `tablets/<id>/` and this
+//    incarnation's commit log in `logs/<cell_log_name>/`. The master assigns
+//    tablets (AssignTablet, with their table's schema) and takes them away
+//    (UnloadTablet); nothing about assignments is kept locally, since the
+//    truth is METADATA. A row whose tablet is not served here answers
+//    NotServingError().
 //
 // Thread-safe. Data operations route by (table, row) to the tablet that
 // covers the row.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +53,35 @@ struct TabletServerOptions {
   absl::Duration maintenance_interval = absl::Seconds(5);
   size_t max_value_bytes = kDefaultMaxValueBytes;
   StorageTuning tuning;
+
+  // ---- cell mode -----------------------------------------------------------------
+  // This incarnation's log name; non-empty turns cell mode on. Unique per
+  // start: a log directory that exists already is refused.
+  std::string cell_log_name;
+  // RunMaintenance splits a tablet larger than this (0: never).
+  uint64_t split_threshold_bytes = 0;
+  // Whether this server may serve now (its lock-service session surely
+  // lives); checked on every request, so a server that was paused past its
+  // lease refuses requests at once, before any timer of its own could run.
+  // Unset: always.
+  std::function<bool()> lease_valid;
+  // Which tablets may split at all (unset: every one); a cell's root
+  // tablet never does.
+  std::function<bool(const TabletEntry&)> may_split;
+  // Commits a split in METADATA (the children's rows) before the children
+  // serve; an error undoes the split (the parent serves again).
+  std::function<absl::Status(const TabletEntry& parent, const std::vector<TabletEntry>& children)>
+      commit_split;
+  // Runs after a committed split, outside the server's locks (tells the
+  // master; a lost notification is found by the master's next scan).
+  std::function<void(const TabletEntry& parent, const std::vector<TabletEntry>& children)> after_split;
 };
+
+// The answer for a row whose tablet this server does not serve (cell mode):
+// Unavailable, message starting "not serving". The client library then
+// forgets the location and looks it up again.
+absl::Status NotServingError(std::string_view what);
+bool IsNotServing(const absl::Status& status);
 
 struct TabletServerStats {
   commitlog::CommitLogStats log;
@@ -77,11 +115,21 @@ class TabletServer {
   absl::Status UpdateTable(const TableSchema& schema);
 
   // ---- tablets --------------------------------------------------------------------
+  // Cell mode: starts serving tablet `entry` of the table `schema` describes:
+  // opens tablets/<id> (created only with `create`: otherwise a missing
+  // directory is DataLoss), replays the pieces of dead servers' logs the
+  // master split for it (recovered/<id>/), then adopts this server's log.
+  // OK if it is already served with the same range; FailedPrecondition
+  // outside cell mode.
+  absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
+  bool cell_mode() const { return !options_.cell_log_name.empty(); }
   std::vector<TabletEntry> ListTablets(std::string_view table = {}) const;
   absl::Status LoadTablet(std::string_view id);
   // Flushes and closes the tablet; it stays on disk, unserved.
   absl::Status UnloadTablet(std::string_view id);
   // Splits a loaded tablet at `split_row`; returns the children's entries.
+  // In cell mode the split is committed through options.commit_split first.
+  // An empty `split_row` picks the middle row.
   absl::StatusOr<std::vector<TabletEntry>> SplitTablet(std::string_view id,
                                                        std::string_view split_row);
   absl::Status CompactTablet(std::string_view id);
@@ -138,6 +186,7 @@ class TabletServer {
   absl::Status SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Tablet>> OpenTabletLocked(const TabletEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TabletOptions OptionsFor(const TabletEntry& entry) const;
   const TableSchema* FindTableLocked(std::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   TabletEntry* FindEntryLocked(std::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The loaded tablet serving (table, row), or the reason there is none.
@@ -148,6 +197,15 @@ class TabletServer {
   template <typename Fn>
   auto WithTablet(std::string_view table, std::string_view row, Fn fn) -> decltype(fn(nullptr));
   std::string NewTabletId(std::string_view table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string TabletPath(const std::string& table, const std::string& id) const;
+  // A row near the middle of the tablet's rows (by count), for splitting.
+  static absl::StatusOr<std::string> MiddleRow(Tablet& tablet);
+  // Replays the log pieces the master split for `entry` from dead servers'
+  // logs (cell mode) and adopts this server's log.
+  absl::Status RecoverAssigned(const TabletEntry& entry, Tablet* tablet);
+  // Cell mode: NotServing unless loaded tablets cover every row of `rows`.
+  absl::Status CheckServedLocked(std::string_view table, const RowSet& rows) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ScheduleMaintenance();
 
   const TabletServerOptions options_;
@@ -160,6 +218,7 @@ class TabletServer {
   TabletServerState state_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Loaded> loaded_ ABSL_GUARDED_BY(mu_);  // by tablet id
   std::map<std::string, std::string> load_errors_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> assigning_ ABSL_GUARDED_BY(mu_);  // cell mode: AssignTablet running
 
   absl::Mutex maintenance_mu_;  // one RunMaintenance at a time
   // Shared with the maintenance timer's callback, which may still be running

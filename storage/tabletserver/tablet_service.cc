@@ -134,7 +134,11 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
       info->set_size_bytes(sizes[e.id()]);
       if (auto it = errors.find(e.id()); it != errors.end()) info->set_load_error(it->second);
     }
+    resp.set_log_name(server->options().cell_log_name);
     return Serialize(resp);
+  });
+  Unary<AssignTabletRequest>(rpc, metrics, "tablet.AssignTablet", [server](const AssignTabletRequest& r) {
+    return Done(server->AssignTablet(r.entry(), r.schema(), r.create()));
   });
   Unary<TabletRequest>(rpc, metrics, "tablet.LoadTablet",
                        [server](const TabletRequest& r) { return Done(server->LoadTablet(r.id())); });
@@ -328,10 +332,12 @@ absl::Status TabletClient::UpdateTable(const TableSchema& schema) {
   return Call<Empty>("tablet.UpdateTable", r).status();
 }
 
-absl::StatusOr<std::vector<TabletClient::TabletInfo>> TabletClient::ListTablets(const std::string& table) {
+absl::StatusOr<std::vector<TabletClient::TabletInfo>> TabletClient::ListTablets(const std::string& table,
+                                                                                std::string* log_name) {
   ListTabletsRequest r;
   r.set_table(table);
   MS_ASSIGN_OR_RETURN(ListTabletsResponse resp, Call<ListTabletsResponse>("tablet.ListTablets", r));
+  if (log_name != nullptr) *log_name = resp.log_name();
   std::vector<TabletInfo> out;
   for (const auto& t : resp.tablets()) out.push_back(TabletInfo{t.entry(), t.size_bytes(), t.load_error()});
   return out;
@@ -341,6 +347,14 @@ absl::Status TabletClient::LoadTablet(const std::string& id) {
   TabletRequest r;
   r.set_id(id);
   return Call<Empty>("tablet.LoadTablet", r).status();
+}
+
+absl::Status TabletClient::AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create) {
+  AssignTabletRequest r;
+  *r.mutable_entry() = entry;
+  *r.mutable_schema() = schema;
+  r.set_create(create);
+  return Call<Empty>("tablet.AssignTablet", r).status();
 }
 
 absl::Status TabletClient::UnloadTablet(const std::string& id) {

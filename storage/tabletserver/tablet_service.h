@@ -58,7 +58,10 @@ class TabletClient {
     uint64_t size_bytes = 0;
     std::string load_error;
   };
-  absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "");
+  // With `log_name`, also the server's commit log name (cell mode).
+  absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "", std::string* log_name = nullptr);
+  // Cell mode: the master's assignment (TabletServer::AssignTablet).
+  absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
   absl::Status LoadTablet(const std::string& id);
   absl::Status UnloadTablet(const std::string& id);
   absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& id, const std::string& row);

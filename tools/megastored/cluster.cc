@@ -44,6 +44,7 @@ const char* RoleName(Role role) {
     case Role::kLock: return "lock";
     case Role::kCoordinator: return "coordinator";
     case Role::kReplication: return "replication";
+    case Role::kMaster: return "master";
   }
   return "?";
 }
@@ -57,14 +58,14 @@ absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view text) {
     const std::string_view name = text.substr(start, comma - start);
     start = comma + 1;
     bool known = false;
-    for (Role r : kAllRoles) {
+    for (Role r : {Role::kTablet, Role::kLock, Role::kCoordinator, Role::kReplication, Role::kMaster}) {
       if (name != RoleName(r)) continue;
       known = true;
       if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
     }
     if (!known)
       return absl::InvalidArgumentError(
-          StrCat("unknown role \"", name, "\" (roles: tablet, lock, coordinator, replication, or all)"));
+          StrCat("unknown role \"", name, "\" (roles: tablet, lock, coordinator, replication, master, or all)"));
   }
   return out;
 }
@@ -77,7 +78,9 @@ const std::string& AddressOf(const DatacenterConfig& dc, Role role) {
     case Role::kLock: own = &r.lock(); break;
     case Role::kCoordinator: own = &r.coordinator(); break;
     case Role::kReplication: own = &r.replication(); break;
+    case Role::kMaster: break;
   }
+  if (own == nullptr) return dc.address();
   return own->empty() ? dc.address() : *own;
 }
 

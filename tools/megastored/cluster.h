@@ -28,7 +28,9 @@ replication::ReplicaType TypeOf(const DatacenterConfig& dc);
 const char* TypeName(replication::ReplicaType type);
 
 // A datacenter's roles (megastored --roles).
-enum class Role { kTablet, kLock, kCoordinator, kReplication };
+// kMaster is a Bigtable cell's master (megastored --cell); a --config
+// datacenter's roles ("all") are the other four.
+enum class Role { kTablet, kLock, kCoordinator, kReplication, kMaster };
 inline constexpr Role kAllRoles[] = {Role::kTablet, Role::kLock, Role::kCoordinator, Role::kReplication};
 const char* RoleName(Role role);
 // Parses "tablet,lock,..." (or "all"); InvalidArgument naming an unknown role.

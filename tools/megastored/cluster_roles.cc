@@ -148,6 +148,9 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       absl::StatusOr<std::vector<Role>> roles = ParseRoles(flags.roles);
       if (!roles.ok()) return BadFlags(StrCat("--roles=", flags.roles, ": ", roles.status().message()));
       o.roles = std::move(*roles);
+      if (std::count(o.roles.begin(), o.roles.end(), Role::kMaster))
+        return BadFlags(StrCat("--roles=", flags.roles, ": the master role runs a Bigtable cell: "
+                               "megastored --roles=master --cell=C --lock-service=... (docs/cell.md)"));
       if (std::count(o.roles.begin(), o.roles.end(), Role::kCoordinator) && o.type != replication::ReplicaType::kFull)
         return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), " is a ",
                                TypeName(o.type), " replica; only full replicas have a coordinator"));

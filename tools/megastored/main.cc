@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/cli.h"
+#include "base/coding.h"
 #include "base/env.h"
 #include "base/http/http_server.h"
 #include "base/init.h"
@@ -23,7 +25,10 @@
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
 #include "base/await.h"
+#include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
+#include "storage/cell/master.h"
+#include "storage/tablet/schema.h"
 #include "storage/cell/membership.h"
 #include "storage/lock/embedded_lock_service.h"
 #include "storage/lock/lock_service_rpc.h"
@@ -69,6 +74,29 @@ std::string LockServiceHtml(megastore::storage::lock::LockService& lock) {
   return html + "</table>";
 }
 
+// The cell as the master sees it, for a master-role process's /status.
+std::string MasterHtml(megastore::storage::cell::Master& master) {
+  using megastore::HtmlEscape;
+  using megastore::StrCat;
+  auto state = master.State();
+  if (!state.ok()) return StrCat("<h2>Master</h2><p>", HtmlEscape(std::string(state.status().message())), "</p>");
+  std::string html = StrCat("<h2>Master</h2><p>", state->reconciles(), " reconciliation passes</p>",
+                            "<h3>Tablet servers</h3><table border=1 cellpadding=4><tr><th>server<th>log<th>tablets"
+                            "<th>reachable</tr>");
+  for (const auto& s : state->servers())
+    html += StrCat("<tr><td>", HtmlEscape(s.address()), "<td>", HtmlEscape(s.log()), "<td>", s.tablets(), "<td>",
+                   s.reachable() ? "yes" : "NO", "</tr>");
+  html += "</table><h3>Tablets</h3><table border=1 cellpadding=4><tr><th>table<th>start<th>end<th>id<th>server"
+          "<th>serving<th>bytes</tr>";
+  for (const auto& t : state->tablets())
+    html += StrCat("<tr><td>", HtmlEscape(t.table()), "<td><code>", HtmlEscape(megastore::EscapeBytes(t.start_row())),
+                   "</code><td><code>", HtmlEscape(megastore::EscapeBytes(t.end_row())), "</code><td>", HtmlEscape(t.id()),
+                   "<td>", HtmlEscape(t.server()), "<td>", t.serving() ? "yes" : "NO", "<td>", t.size_bytes(), "</tr>");
+  html += "</table><h3>Recent events</h3><ul>";
+  for (const auto& e : state->events()) html += StrCat("<li>", HtmlEscape(e), "</li>");
+  return html + "</ul>";
+}
+
 std::string CommandLine(int argc, char** argv) {
   std::string out;
   for (int i = 0; i < argc; ++i) out += (i ? " " : "") + std::string(argv[i]);
@@ -90,6 +118,10 @@ int main(int argc, char** argv) {
       "      or those --roles names when the config puts them on separate addresses\n"
       "  megastored --roles=tablet --listen=HOST:PORT --data=DIR\n"
       "      a standalone Bigtable tablet server\n"
+      "  megastored --roles=lock|master|tablet --cell=C --lock-service=HOST:PORT|etcd:HOST:PORT --data=ROOT\n"
+      "      a process of a Bigtable cell (docs/cell.md): its lock service, a master (one\n"
+      "      holds the master lock, others stand by) or a tablet server; ROOT is the cell's\n"
+      "      shared data root (every master and tablet server of the cell gives the same)\n"
       "SIGTERM or SIGINT shuts it down cleanly."};
   megastore::server::ClusterFlags cluster;
   app.add_option("--local", cluster.local, "run N datacenters in this process (the embedded default: 3)")
@@ -138,6 +170,23 @@ int main(int argc, char** argv) {
                  "etcd:HOST:PORT[,HOST:PORT...]");
   app.add_option("--session-ttl", session_ttl_text, "lock-service session lease of a cell's tablet server")
       ->capture_default_str();
+  double split_threshold_mb = 128;
+  app.add_option("--split-threshold-mb", split_threshold_mb,
+                 "a cell's tablet server splits a tablet larger than this (0: never)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  std::string server_timeout_text = "10s", gc_grace_text = "60s";
+  int balance_margin = 2;
+  app.add_option("--server-timeout", server_timeout_text,
+                 "master: a tablet server unreachable this long is removed from the cell")
+      ->capture_default_str();
+  app.add_option("--balance-margin", balance_margin,
+                 "master: move a tablet when the busiest server has more than the least busy plus this (0: never)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--gc-grace", gc_grace_text,
+                 "master: how old an unreferenced tablet directory, log or log piece must be to be deleted")
+      ->capture_default_str();
   app.add_flag("--no-sync", no_sync, "do not fdatasync the commit log (unsafe: for benchmarks of everything else)");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
@@ -163,7 +212,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Standalone: a tablet server, a lock service, or both.
-  bool has_tablet = roles.empty(), has_lock = false;
+  bool has_tablet = roles.empty(), has_lock = false, has_master = false;
   if (!roles.empty()) {
     absl::StatusOr<std::vector<megastore::server::Role>> parsed = megastore::server::ParseRoles(roles);
     if (!parsed.ok()) {
@@ -173,6 +222,7 @@ int main(int argc, char** argv) {
     for (megastore::server::Role r : *parsed) {
       has_tablet |= r == megastore::server::Role::kTablet;
       has_lock |= r == megastore::server::Role::kLock;
+      has_master |= r == megastore::server::Role::kMaster;
       if (r == megastore::server::Role::kCoordinator || r == megastore::server::Role::kReplication) {
         std::fprintf(stderr,
                      "megastored: --roles=%s: alone, only the tablet and lock roles run; the coordinator and "
@@ -182,9 +232,19 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!cell.empty() && !has_tablet) {
-    std::fprintf(stderr, "megastored: --cell registers a tablet server: it needs the tablet role\n");
+  if (!cell.empty() && !has_tablet && !has_master) {
+    std::fprintf(stderr, "megastored: --cell is for a cell's tablet server or master: it needs the tablet or master role\n");
     return 2;
+  }
+  if (has_master && cell.empty()) {
+    std::fprintf(stderr, "megastored: --roles=master needs --cell=NAME (and the cell's --lock-service)\n");
+    return 2;
+  }
+  if (!cell.empty()) {
+    if (absl::Status s = megastore::storage::ValidateName(cell, "cell"); !s.ok()) {
+      std::fprintf(stderr, "megastored: --cell: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
   }
   if (!cell.empty() && lock_service.empty() && !has_lock) {
     std::fprintf(stderr, "megastored: --cell=%s needs --lock-service=HOST:PORT|etcd:HOST:PORT (or the lock role here)\n",
@@ -193,6 +253,8 @@ int main(int argc, char** argv) {
   }
   const absl::Duration flush_max_age = ParseDurationOrDie(flush_age, "--flush-max-age");
   const absl::Duration session_ttl = ParseDurationOrDie(session_ttl_text, "--session-ttl");
+  const absl::Duration server_timeout = ParseDurationOrDie(server_timeout_text, "--server-timeout");
+  const absl::Duration gc_grace = ParseDurationOrDie(gc_grace_text, "--gc-grace");
   if (session_ttl < absl::Seconds(1)) {
     std::fprintf(stderr, "megastored: --session-ttl=%s is shorter than 1s\n", session_ttl_text.c_str());
     return 2;
@@ -205,21 +267,6 @@ int main(int argc, char** argv) {
   const sigset_t signals = BlockShutdownSignals();
 
   megastore::Env* env = megastore::Env::Default();
-  std::unique_ptr<megastore::storage::TabletServer> server;
-  if (has_tablet) {
-    megastore::storage::TabletServerOptions options;
-    options.data_dir = data;
-    options.sync_log = !no_sync;
-    options.flush_max_age = flush_max_age;
-    options.resources.block_cache_bytes = block_cache_mb << 20;
-    options.resources.row_cache_bytes = row_cache_mb << 20;
-    auto opened = megastore::storage::TabletServer::Open(options, env);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "megastored: cannot start the tablet server: %s\n", opened.status().ToString().c_str());
-      return 1;
-    }
-    server = std::move(*opened);
-  }
   std::unique_ptr<megastore::storage::lock::EmbeddedLockService> lock;
   if (has_lock) {
     std::error_code ec;
@@ -231,6 +278,95 @@ int main(int argc, char** argv) {
     }
     lock = std::move(*opened);
   }
+  // A process of a cell reaches the cell's lock service (here, or remote).
+  std::unique_ptr<megastore::storage::lock::LockService> remote_lock;
+  megastore::storage::lock::LockService* service = lock.get();
+  if (!cell.empty() && !lock_service.empty()) {
+    auto connected = megastore::storage::cell::ConnectLockService(lock_service);
+    if (!connected.ok()) {
+      std::fprintf(stderr, "megastored: --lock-service: %s\n", std::string(connected.status().message()).c_str());
+      return 2;
+    }
+    remote_lock = std::move(*connected);
+    service = remote_lock.get();
+  }
+  std::unique_ptr<megastore::storage::cell::CellClient> cell_client;
+  if (!cell.empty()) {
+    megastore::storage::cell::CellClientOptions o;
+    o.cell = cell;
+    cell_client = std::make_unique<megastore::storage::cell::CellClient>(service, env, o);
+  }
+  // The address this process serves on, once the RPC server is bound (the
+  // split hooks run only after that).
+  std::string bound;
+  std::unique_ptr<megastore::storage::cell::ServerRegistration> registration;
+  std::atomic<megastore::storage::cell::ServerRegistration*> registered{nullptr};  // read by RPC threads
+  std::unique_ptr<megastore::storage::TabletServer> server;
+  if (has_tablet) {
+    megastore::storage::TabletServerOptions options;
+    options.data_dir = data;
+    options.sync_log = !no_sync;
+    options.flush_max_age = flush_max_age;
+    options.resources.block_cache_bytes = block_cache_mb << 20;
+    options.resources.row_cache_bytes = row_cache_mb << 20;
+    if (!cell.empty()) {
+      // A new log per incarnation, named so an operator can tell whose.
+      std::string name = listen;
+      for (char& c : name) {
+        if (c == ':') c = '_';
+      }
+      char suffix[17];
+      std::snprintf(suffix, sizeof(suffix), "%016llx", static_cast<unsigned long long>(env->Random64()));
+      options.cell_log_name = megastore::StrCat(name, "-", suffix);
+      options.split_threshold_bytes = static_cast<uint64_t>(split_threshold_mb * 1024 * 1024);
+      options.may_split = megastore::storage::cell::MaySplit;
+      // Until it registers (and after it leaves) it has nothing to serve.
+      options.lease_valid = [&registered] {
+        megastore::storage::cell::ServerRegistration* r = registered.load();
+        return r != nullptr && r->registered();
+      };
+      const std::string log_name = options.cell_log_name;
+      megastore::storage::cell::CellClient* client = cell_client.get();
+      options.commit_split = [client, env, &bound, log_name](const megastore::storage::TabletEntry& parent,
+                                                            const std::vector<megastore::storage::TabletEntry>& children) {
+        return megastore::storage::cell::CommitSplit(client, env, bound, log_name, parent, children);
+      };
+      options.after_split = [service, cell, &bound](const megastore::storage::TabletEntry& parent,
+                                                    const std::vector<megastore::storage::TabletEntry>& children) {
+        // Best effort: a lost report is found by the master's next scan.
+        absl::StatusOr<std::string> master = megastore::storage::cell::FindMaster(service, cell);
+        if (!master.ok()) return;
+        megastore::storage::cell::ReportSplitRequest report;
+        *report.mutable_parent() = parent;
+        for (const auto& c : children) *report.add_children() = c;
+        report.set_server(bound);
+        absl::Status s = megastore::storage::cell::MasterClient(*master, absl::Seconds(2)).ReportSplit(report);
+        if (!s.ok()) MS_LOG_WARN("split of {}: telling the master {}: {}", parent.id(), *master, s.ToString());
+      };
+    }
+    auto opened = megastore::storage::TabletServer::Open(options, env);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "megastored: cannot start the tablet server: %s\n", opened.status().ToString().c_str());
+      return 1;
+    }
+    server = std::move(*opened);
+  }
+  std::unique_ptr<megastore::storage::cell::Master> master;
+  if (has_master) {
+    megastore::storage::cell::MasterOptions o;
+    o.cell = cell;
+    o.data_root = data;
+    o.session_ttl = session_ttl;
+    o.server_ttl = session_ttl;
+    o.server_timeout = server_timeout;
+    o.balance_margin = balance_margin;
+    o.gc_grace = gc_grace;
+    master = std::make_unique<megastore::storage::cell::Master>(service, env, o, [](const absl::Status& why) {
+      MS_LOG_ERROR("megastored: the master lost its lock ({}): exiting so a standby takes over", why.message());
+      spdlog::default_logger()->flush();
+      ::_exit(3);
+    });
+  }
 
   megastore::rpc::ServerOptions rpc_options;
   rpc_options.listen = listen;
@@ -239,6 +375,7 @@ int main(int argc, char** argv) {
   megastore::rpc::RpcServer rpc(rpc_options);
   megastore::storage::ServiceMetrics metrics;
   if (server) megastore::storage::RegisterTabletService(server.get(), &rpc, &metrics);
+  if (master) megastore::storage::cell::RegisterMasterService(master.get(), &rpc);
   std::unique_ptr<megastore::storage::lock::LockServiceRpc> lock_rpc;
   if (lock) {
     lock_rpc = std::make_unique<megastore::storage::lock::LockServiceRpc>(lock.get(), env);
@@ -249,23 +386,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string host = listen.substr(0, listen.rfind(':'));
-  const std::string bound = megastore::StrCat(host, ":", rpc.port());
+  bound = megastore::StrCat(host, ":", rpc.port());
 
   // A tablet server of a cell: registered in the lock service; it stops
   // serving (exits) the moment it cannot be sure it still is.
-  std::unique_ptr<megastore::storage::lock::LockService> remote_lock;
-  std::unique_ptr<megastore::storage::cell::ServerRegistration> registration;
-  if (!cell.empty()) {
-    megastore::storage::lock::LockService* service = lock.get();
-    if (!lock_service.empty()) {
-      auto connected = megastore::storage::cell::ConnectLockService(lock_service);
-      if (!connected.ok()) {
-        std::fprintf(stderr, "megastored: --lock-service: %s\n", std::string(connected.status().message()).c_str());
-        return 2;
-      }
-      remote_lock = std::move(*connected);
-      service = remote_lock.get();
-    }
+  if (!cell.empty() && server) {
     registration = std::make_unique<megastore::storage::cell::ServerRegistration>(
         service, env, cell, bound, session_ttl, [](const absl::Status& why) {
           // Not one more request: another server may get its tablets.
@@ -298,6 +423,7 @@ int main(int argc, char** argv) {
                                 : megastore::StrCat("<!doctype html><title>megastored</title><h1>megastored</h1><p><code>",
                                                     megastore::HtmlEscape(command_line), "</code></p>");
       if (lock) html += LockServiceHtml(*lock);
+      if (master) html += MasterHtml(*master);
       return megastore::http::Response{200, "text/html; charset=utf-8", html};
     });
     http_server->Handle("/metrics", [&] {
@@ -311,7 +437,10 @@ int main(int argc, char** argv) {
     http_bound = megastore::StrCat(http.substr(0, http.rfind(':')), ":", http_server->port());
   }
 
+  if (master) master->Start(bound);
   if (lock) std::printf("megastored: lock service listening on %s (data %s/lock)\n", bound.c_str(), data.c_str());
+  if (master) std::printf("megastored: master of cell %s campaigning on %s (data root %s)\n", cell.c_str(), bound.c_str(), data.c_str());
+  registered = registration.get();
   if (registration) std::printf("megastored: registered in cell %s as %s\n", cell.c_str(), bound.c_str());
   if (server) std::printf("megastored: tablet server listening on %s (data %s)\n", bound.c_str(), data.c_str());
   if (!http_bound.empty()) std::printf("megastored: status at http://%s/status\n", http_bound.c_str());
@@ -320,7 +449,9 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  registered = nullptr;  // not one more request once it leaves
   registration.reset();  // leaves the cell first: its file goes
+  master.reset();
   if (http_server) http_server->Stop();
   rpc.Stop();
   lock_rpc.reset();

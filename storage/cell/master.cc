@@ -1,0 +1,873 @@
+#include "storage/cell/master.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "base/await.h"
+#include "base/coding.h"
+#include "base/file.h"
+#include "base/logging.h"
+#include "base/rpc/rpc.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "storage/commitlog/commit_log.h"
+#include "storage/tablet/schema.h"
+#include "storage/tabletserver/tablet_server.h"
+
+namespace megastore::storage::cell {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxEvents = 64;
+
+TabletEntry EntryOf(const TabletRecord& r) {
+  TabletEntry e;
+  e.set_table(r.location.table);
+  e.set_id(r.location.tablet_id);
+  e.set_start_row(r.location.start_row);
+  e.set_end_row(r.location.end_row);
+  return e;
+}
+
+bool IsRoot(const TabletRecord& r) {
+  return r.location.table == kMetadataTable && r.location.end_row == kRootEndRow;
+}
+
+template <typename T, typename Fn>
+absl::StatusOr<T> Ask(Fn fn) {
+  return Await<T>(std::move(fn));
+}
+
+}  // namespace
+
+Master::Master(lock::LockService* lock, Env* env, MasterOptions options,
+               std::function<void(const absl::Status&)> on_lost)
+    : lock_(lock),
+      env_(env),
+      options_(std::move(options)),
+      on_lost_(std::move(on_lost)),
+      client_(lock, env, CellClientOptions{options_.cell, options_.rpc_timeout, absl::Seconds(2), 64}) {}
+
+Master::~Master() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+  live_.reset();
+  election_.reset();
+}
+
+void Master::Start(const std::string& address) {
+  address_ = address;
+  election_ = std::make_unique<MasterElection>(
+      lock_, env_, options_.cell, address_, options_.session_ttl,
+      [this] {
+        MS_LOG_INFO("master of cell {}: elected ({})", options_.cell, address_);
+        {
+          absl::MutexLock lock(&mu_);
+          elected_ = true;
+        }
+        live_ = std::make_unique<LiveServers>(
+            lock_, env_, options_.cell, [this](const std::string& s) {
+              Event(StrCat("server ", s, " joined"));
+              Kick();
+            },
+            [this](const std::string& s) {
+              Event(StrCat("server ", s, " left"));
+              Kick();
+            });
+        live_->Start();
+        loop_ = std::thread([this] { Loop(); });
+      },
+      [this](const absl::Status& why) {
+        {
+          absl::MutexLock lock(&mu_);
+          elected_ = false;
+        }
+        MS_LOG_ERROR("master of cell {}: lost the master lock: {}", options_.cell, why.ToString());
+        on_lost_(why);
+      });
+  election_->Start();
+}
+
+bool Master::is_master() const {
+  absl::MutexLock lock(&mu_);
+  return elected_ && election_ != nullptr && election_->is_master();
+}
+
+std::string Master::current_master() const { return election_ ? election_->master() : std::string(); }
+
+absl::Status Master::CheckMaster() const {
+  if (is_master()) return absl::OkStatus();
+  const std::string m = current_master();
+  return absl::FailedPreconditionError(StrCat("this is a standby master of cell ", options_.cell,
+                                              m.empty() ? std::string("; no master holds the lock now")
+                                                        : StrCat("; the master is ", m)));
+}
+
+void Master::Event(std::string text) {
+  MS_LOG_INFO("master {}: {}", options_.cell, text);
+  absl::MutexLock lock(&mu_);
+  events_.push_back(std::move(text));
+  while (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+void Master::Kick() {
+  absl::MutexLock lock(&mu_);
+  kicked_ = true;
+}
+
+void Master::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kicked_; };
+      mu_.AwaitWithTimeout(absl::Condition(&woken), options_.reconcile_interval);
+      if (stopping_) return;
+      kicked_ = false;
+    }
+    if (!is_master()) continue;
+    absl::MutexLock pass(&pass_mu_);
+    if (absl::Status s = Pass(); !s.ok()) MS_LOG_WARN("master {}: reconcile: {}", options_.cell, s.ToString());
+  }
+}
+
+absl::Status Master::ReconcileNow() {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  absl::MutexLock pass(&pass_mu_);
+  return Pass();
+}
+
+std::string Master::NewTabletId(const std::string& table) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(env_->Random64()));
+  return StrCat(table, "-", buf);
+}
+
+absl::StatusOr<std::map<std::string, TableSchema>> Master::ReadSchemas() {
+  MS_ASSIGN_OR_RETURN(lock::Listing listing,
+                      Ask<lock::Listing>([&](auto cb) { lock_->List(TablesDir(options_.cell), std::move(cb)); }));
+  std::map<std::string, TableSchema> out;
+  out[kMetadataTable] = MetadataSchema();
+  for (const lock::FileInfo& f : listing.files) {
+    const std::string name = f.path.substr(TablesDir(options_.cell).size());
+    MS_ASSIGN_OR_RETURN(TableSchema s, DecodeTableFile(name, f.contents));
+    out[name] = std::move(s);
+  }
+  return out;
+}
+
+void Master::ProbeServers() {
+  const std::set<std::string> live = live_->servers();
+  const int64_t now = env_->MonotonicMicros();
+  for (auto it = probes_.begin(); it != probes_.end();) {
+    it = live.contains(it->first) ? std::next(it) : probes_.erase(it);
+  }
+  for (const std::string& s : live) {
+    Probe& p = probes_[s];
+    if (p.last_ok == 0) p.last_ok = now;
+    std::string log;
+    absl::StatusOr<std::vector<TabletClient::TabletInfo>> listed = client_.Server(s)->ListTablets("", &log);
+    if (listed.ok()) {
+      p.reachable = true;
+      p.last_ok = now;
+      p.log = log;
+      p.serving.clear();
+      for (const auto& t : *listed) {
+        if (t.load_error.empty()) p.serving[t.entry.id()] = t.size_bytes;
+      }
+      continue;
+    }
+    p.reachable = false;
+    if (now - p.last_ok < absl::ToInt64Microseconds(options_.server_timeout)) continue;
+    // Unreachable for too long while its file lives: make it dead. It stops
+    // serving when it sees its file go (or loses its session); its tablets
+    // wait server_ttl more, by when either has surely happened.
+    const std::string path = ServersDir(options_.cell) + s;
+    absl::StatusOr<std::optional<lock::FileInfo>> f =
+        Ask<std::optional<lock::FileInfo>>([&](auto cb) { lock_->Get(path, std::move(cb)); });
+    if (!f.ok() || !f->has_value()) continue;
+    absl::StatusOr<bool> deleted = Ask<bool>([&](auto cb) { lock_->Delete(path, (*f)->version, std::move(cb)); });
+    if (deleted.ok() && *deleted) {
+      fenced_until_[s] = now + absl::ToInt64Microseconds(options_.server_ttl + absl::Seconds(1));
+      Event(StrCat("server ", s, " unreachable for ", absl::FormatDuration(options_.server_timeout),
+                   ": deleted its servers file (", listed.status().message(), ")"));
+    }
+  }
+}
+
+std::string Master::LeastLoaded() {
+  std::string best;
+  size_t best_count = SIZE_MAX;
+  for (const auto& [s, p] : probes_) {
+    if (!p.reachable || p.log.empty()) continue;
+    const size_t n = p.serving.size() + assigned_this_pass_[s];
+    if (n < best_count) {
+      best = s;
+      best_count = n;
+    }
+  }
+  return best;
+}
+
+absl::Status Master::WriteRecord(const TabletRecord& record, const std::string& expected_id, const std::string& event) {
+  if (IsRoot(record)) {
+    return Ask<int64_t>([&](auto cb) { lock_->Put(RootFile(options_.cell), EncodeRootFile(record), 0, std::move(cb)); })
+        .status();
+  }
+  MS_ASSIGN_OR_RETURN(bool matched,
+                      client_.CheckAndMutateRow(kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
+                                                IdIs(expected_id), RecordMutations(record, event, env_->NowMicros()), {}));
+  if (!matched) {
+    return absl::AbortedError(StrCat("METADATA no longer names tablet ", expected_id, " of table ",
+                                     record.location.table));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Master::CreateRecord(const TabletRecord& record, const std::string& event) {
+  RowFilter any_id;
+  any_id.families = {"loc"};
+  any_id.qualifier_match = RowFilter::QualifierMatch::kExact;
+  any_id.qualifier = "id";
+  MS_ASSIGN_OR_RETURN(bool exists,
+                      client_.CheckAndMutateRow(kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
+                                                any_id, {}, RecordMutations(record, event, env_->NowMicros())));
+  if (exists) return absl::AlreadyExistsError(StrCat("METADATA already has a tablet of ", record.location.table,
+                                                     " ending at \"", EscapeBytes(record.location.end_row), "\""));
+  return absl::OkStatus();
+}
+
+absl::Status Master::SplitLog(const std::string& log) {
+  if (split_logs_.contains(log)) return absl::OkStatus();
+  const fs::path dir = fs::path(options_.data_root) / "logs" / log;
+  if (!fs::exists(dir)) {
+    split_logs_.insert(log);
+    return absl::OkStatus();
+  }
+  const int64_t start = env_->MonotonicMicros();
+  commitlog::CommitLogOptions o;
+  o.dir = dir.string();
+  o.read_only = true;
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<commitlog::CommitLog> reader, commitlog::CommitLog::Open(o));
+  // Sorted by tablet (then LSN, the log's order): one piece per tablet.
+  std::map<std::string, std::string> pieces;
+  uint64_t records = 0, bytes = 0;
+  MS_RETURN_IF_ERROR(reader->Replay(0, [&](const commitlog::Record& r) -> absl::Status {
+    commitlog::AppendRecord(&pieces[std::string(r.tablet_id)], r.lsn, r.tablet_id, r.payload);
+    ++records;
+    bytes += r.payload.size();
+    return absl::OkStatus();
+  }));
+  reader.reset();
+  for (const auto& [id, data] : pieces) {
+    if (ValidateName(id, "tablet id").ok() == false) {
+      return absl::DataLossError(StrCat("commit log ", dir.string(), " holds records of a malformed tablet id \"",
+                                        EscapeBytes(id), "\""));
+    }
+    const fs::path piece_dir = fs::path(options_.data_root) / "recovered" / id;
+    std::error_code ec;
+    fs::create_directories(piece_dir, ec);
+    if (ec) return absl::InternalError(StrCat("cannot create ", piece_dir.string(), ": ", ec.message()));
+    MS_RETURN_IF_ERROR(WriteFileAtomically((piece_dir / log).string(), data));
+  }
+  // Every record is in a piece now: the log itself is no longer needed.
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  split_logs_.insert(log);
+  Event(StrCat("split commit log ", log, ": ", records, " records (", bytes, " bytes) into ", pieces.size(),
+               " tablet pieces in ", (env_->MonotonicMicros() - start) / 1000, " ms"));
+  return absl::OkStatus();
+}
+
+void Master::EnsureServed(TabletRecord& record, const std::map<std::string, TableSchema>& schemas) {
+  auto schema = schemas.find(record.location.table);
+  if (schema == schemas.end()) {
+    Event(StrCat("tablet ", record.location.tablet_id, " belongs to table ", record.location.table,
+                 ", which has no schema in the lock service; not assigned"));
+    return;
+  }
+  const int64_t now = env_->MonotonicMicros();
+  if (record.assigned()) {
+    auto p = probes_.find(record.location.server);
+    if (p != probes_.end() && p->second.log == record.log && !record.log.empty()) {
+      // Its server is alive (the same incarnation): serving it, or told again.
+      if (!p->second.reachable || p->second.serving.contains(record.location.tablet_id)) return;
+      absl::Status s = client_.Server(record.location.server)->AssignTablet(EntryOf(record), schema->second, record.is_new);
+      if (!s.ok()) {
+        Event(StrCat("tablet ", record.location.tablet_id, ": ", record.location.server, " did not load it: ", s.message()));
+        return;
+      }
+      p->second.serving[record.location.tablet_id] = 0;
+      if (record.is_new) {
+        record.is_new = false;
+        (void)WriteRecord(record, record.location.tablet_id, "");
+      }
+      return;
+    }
+    if (p != probes_.end() && p->second.log.empty()) return;  // not probed yet
+    if (auto f = fenced_until_.find(record.location.server); f != fenced_until_.end() && f->second > now) return;
+    // Its server is gone (or restarted as a new incarnation): its log holds
+    // what the tablet had not flushed.
+    if (!record.log.empty()) {
+      if (absl::Status s = SplitLog(record.log); !s.ok()) {
+        Event(StrCat("cannot split commit log ", record.log, " of dead server ", record.location.server, ": ",
+                     s.ToString(), "; its tablets stay unassigned until it is repaired"));
+        return;
+      }
+    }
+  }
+  const std::string target = LeastLoaded();
+  if (target.empty()) return;  // no live server yet
+  const std::string from = record.location.server;
+  TabletRecord next = record;
+  next.location.server = target;
+  next.log = probes_[target].log;
+  const std::string event = from.empty() ? StrCat("assigned to ", target)
+                                         : StrCat("recovered from dead server ", from, ", assigned to ", target);
+  if (absl::Status s = WriteRecord(next, record.location.tablet_id, event); !s.ok()) {
+    Event(StrCat("tablet ", record.location.tablet_id, ": recording its assignment failed: ", s.message()));
+    return;
+  }
+  record = next;
+  ++assigned_this_pass_[target];
+  absl::Status s = client_.Server(target)->AssignTablet(EntryOf(record), schema->second, record.is_new);
+  if (!s.ok()) {
+    Event(StrCat("tablet ", record.location.tablet_id, ": ", target, " did not load it: ", s.message()));
+    return;
+  }
+  probes_[target].serving[record.location.tablet_id] = 0;
+  Event(StrCat("tablet ", record.location.tablet_id, " (", record.location.table, ") ", event));
+  if (record.is_new) {
+    record.is_new = false;
+    (void)WriteRecord(record, record.location.tablet_id, "");
+  }
+}
+
+void Master::FixSplits(std::vector<TabletRecord>& records) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    TabletRecord& r = records[i];
+    if (r.split_left.empty()) continue;
+    const bool has_prev = i > 0 && records[i - 1].location.table == r.location.table;
+    const std::string prev_end = has_prev ? records[i - 1].location.end_row : std::string();
+    if (prev_end != r.location.start_row) {
+      // The left child's row was never written: write it.
+      TabletRecord left = r;
+      left.location.start_row = prev_end;
+      left.location.end_row = r.location.start_row;
+      left.location.tablet_id = r.split_left;
+      left.split_left.clear();
+      if (absl::Status s = CreateRecord(left, StrCat("split from its parent (completed by the master)")); !s.ok()) {
+        Event(StrCat("completing the split of ", r.location.tablet_id, ": ", s.message()));
+        continue;
+      }
+      records.insert(records.begin() + static_cast<long>(i), left);
+      ++i;
+      Event(StrCat("completed an interrupted split: left child ", left.location.tablet_id));
+    }
+    TabletRecord& right = records[i];
+    right.split_left.clear();
+    (void)WriteRecord(right, right.location.tablet_id, "");
+  }
+}
+
+absl::Status Master::Pass() {
+  ++passes_;
+  metadata_ready_ = false;
+  assigned_this_pass_.clear();
+  ProbeServers();
+  MS_ASSIGN_OR_RETURN(auto schemas, ReadSchemas());
+
+  // The root tablet: /<cell>/root, created with the first METADATA tablet
+  // in a new cell.
+  MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> root_file,
+                      Ask<std::optional<lock::FileInfo>>([&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
+  TabletRecord root;
+  if (!root_file) {
+    if (LeastLoaded().empty()) return absl::OkStatus();  // wait for a server
+    root.location.table = kMetadataTable;
+    root.location.end_row = kRootEndRow;
+    root.location.tablet_id = kRootTabletId;
+    root.is_new = true;
+    MS_ASSIGN_OR_RETURN(bool created, Ask<bool>([&](auto cb) {
+                          lock_->Create(RootFile(options_.cell), EncodeRootFile(root), 0, std::move(cb));
+                        }));
+    if (!created) return absl::AbortedError("another master created the root tablet meanwhile");
+    Event("new cell: created the root tablet");
+  } else {
+    MS_ASSIGN_OR_RETURN(root, DecodeRootFile(root_file->contents));
+  }
+  EnsureServed(root, schemas);
+  if (!root.assigned() || !probes_[root.location.server].serving.contains(root.location.tablet_id)) {
+    return absl::UnavailableError("the root tablet is not served yet");
+  }
+
+  std::vector<TabletRecord> metas;
+  MS_RETURN_IF_ERROR(client_.ReadMetadataTablet(root.location, &metas));
+  if (metas.empty()) {
+    TabletRecord first;
+    first.location.table = kMetadataTable;
+    first.location.start_row = kRootEndRow;
+    first.location.tablet_id = NewTabletId(kMetadataTable);
+    first.is_new = true;
+    MS_RETURN_IF_ERROR(CreateRecord(first, "created"));
+    metas.push_back(first);
+  }
+  FixSplits(metas);
+  std::vector<TabletRecord> all = {root};
+  bool complete = true;
+  std::vector<TabletRecord> users;
+  for (TabletRecord& m : metas) {
+    EnsureServed(m, schemas);
+    all.push_back(m);
+    if (!m.assigned() || !probes_[m.location.server].serving.contains(m.location.tablet_id)) {
+      complete = false;
+      continue;
+    }
+    std::vector<TabletRecord> rows;
+    if (absl::Status s = client_.ReadMetadataTablet(m.location, &rows); !s.ok()) {
+      complete = false;
+      Event(StrCat("reading METADATA tablet ", m.location.tablet_id, ": ", s.message()));
+      continue;
+    }
+    users.insert(users.end(), rows.begin(), rows.end());
+  }
+  FixSplits(users);
+  for (TabletRecord& u : users) {
+    EnsureServed(u, schemas);
+    all.push_back(u);
+  }
+
+  // What State() reports.
+  CellState state;
+  state.set_master(address_);
+  for (const auto& [s, p] : probes_) {
+    ServerState* ss = state.add_servers();
+    ss->set_address(s);
+    ss->set_log(p.log);
+    ss->set_tablets(static_cast<int>(p.serving.size()));
+    ss->set_reachable(p.reachable);
+  }
+  for (const TabletRecord& r : all) {
+    TabletState* t = state.add_tablets();
+    t->set_table(r.location.table);
+    t->set_start_row(r.location.start_row);
+    t->set_end_row(r.location.end_row);
+    t->set_id(r.location.tablet_id);
+    t->set_server(r.location.server);
+    t->set_log(r.log);
+    auto p = probes_.find(r.location.server);
+    if (p != probes_.end()) {
+      auto it = p->second.serving.find(r.location.tablet_id);
+      t->set_serving(it != p->second.serving.end());
+      if (it != p->second.serving.end()) t->set_size_bytes(it->second);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& e : events_) state.add_events(e);
+    state.set_reconciles(passes_);
+    state_ = std::move(state);
+  }
+  metadata_ready_ = complete;
+  if (complete) {
+    Balance(users, schemas);
+    if (passes_ % 10 == 1) CollectGarbage(all);
+  }
+  return absl::OkStatus();
+}
+
+void Master::Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas) {
+  if (options_.balance_margin <= 0) return;
+  std::string most, least;
+  size_t most_n = 0, least_n = SIZE_MAX;
+  for (const auto& [s, p] : probes_) {
+    if (!p.reachable || p.log.empty()) continue;
+    if (p.serving.size() >= most_n) {
+      most = s;
+      most_n = p.serving.size();
+    }
+    if (p.serving.size() < least_n) {
+      least = s;
+      least_n = p.serving.size();
+    }
+  }
+  if (most.empty() || least.empty() || most == least ||
+      most_n <= least_n + static_cast<size_t>(options_.balance_margin)) {
+    return;
+  }
+  for (const TabletRecord& r : records) {
+    if (r.location.server != most || !probes_[most].serving.contains(r.location.tablet_id)) continue;
+    if (absl::Status s = Move(r, least, schemas); !s.ok()) {
+      Event(StrCat("balancing: moving ", r.location.tablet_id, " to ", least, ": ", s.message()));
+    }
+    return;  // one move per pass
+  }
+}
+
+absl::Status Master::Move(TabletRecord record, const std::string& to,
+                          const std::map<std::string, TableSchema>& schemas) {
+  auto dest = probes_.find(to);
+  if (dest == probes_.end() || !dest->second.reachable || dest->second.log.empty()) {
+    return absl::FailedPreconditionError(StrCat(to, " is not a live tablet server of cell ", options_.cell));
+  }
+  auto schema = schemas.find(record.location.table);
+  if (schema == schemas.end()) return absl::NotFoundError(StrCat("no schema for table ", record.location.table));
+  const std::string from = record.location.server;
+  if (from == to) return absl::OkStatus();
+  // Unload first (it flushes: the new server needs nothing of the old
+  // log), then record, then load.
+  if (!from.empty()) {
+    absl::Status s = client_.Server(from)->UnloadTablet(record.location.tablet_id);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    probes_[from].serving.erase(record.location.tablet_id);
+  }
+  TabletRecord next = record;
+  next.location.server = to;
+  next.log = dest->second.log;
+  MS_RETURN_IF_ERROR(WriteRecord(next, record.location.tablet_id, StrCat("moved from ", from, " to ", to)));
+  MS_RETURN_IF_ERROR(client_.Server(to)->AssignTablet(EntryOf(next), schema->second, false));
+  dest->second.serving[record.location.tablet_id] = 0;
+  Event(StrCat("tablet ", record.location.tablet_id, " moved from ", from, " to ", to));
+  return absl::OkStatus();
+}
+
+void Master::CollectGarbage(const std::vector<TabletRecord>& records) {
+  std::set<std::string> referenced, logs;
+  for (const TabletRecord& r : records) {
+    referenced.insert(r.location.tablet_id);
+    if (!r.split_left.empty()) referenced.insert(r.split_left);
+    if (!r.log.empty()) logs.insert(r.log);
+  }
+  for (const auto& [s, p] : probes_) {
+    for (const auto& [id, size] : p.serving) referenced.insert(id);
+    if (!p.log.empty()) logs.insert(p.log);
+  }
+  const auto grace = std::chrono::seconds(absl::ToInt64Seconds(options_.gc_grace));
+  const auto now = fs::file_time_type::clock::now();
+  auto sweep = [&](const fs::path& dir, const std::set<std::string>& keep, const char* what) {
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (keep.contains(name)) continue;
+      std::error_code tec;
+      const auto mtime = fs::last_write_time(e.path(), tec);
+      if (tec || now - mtime < grace) continue;
+      std::error_code rec;
+      fs::remove_all(e.path(), rec);
+      Event(StrCat("garbage collection: deleted ", what, " ", name));
+    }
+  };
+  sweep(fs::path(options_.data_root) / "tablets", referenced, "tablet directory");
+  sweep(fs::path(options_.data_root) / "recovered", referenced, "log pieces of tablet");
+  sweep(fs::path(options_.data_root) / "logs", logs, "commit log");
+}
+
+// ---- operations ----------------------------------------------------------------------------
+
+absl::Status Master::CreateTable(const TableSchema& schema, const std::vector<std::string>& initial_splits) {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  MS_RETURN_IF_ERROR(ValidateName(schema.name(), "table"));
+  if (schema.name() == kMetadataTable) return absl::InvalidArgumentError("table name METADATA is the cell's own");
+  MS_RETURN_IF_ERROR(CompiledSchema::Compile(schema).status());
+  for (size_t i = 0; i < initial_splits.size(); ++i) {
+    if (initial_splits[i].empty() || (i > 0 && initial_splits[i] <= initial_splits[i - 1])) {
+      return absl::InvalidArgumentError("initial splits must be non-empty rows in ascending order");
+    }
+  }
+  absl::MutexLock pass(&pass_mu_);
+  absl::Status ready = Pass();
+  if (!ready.ok() || !metadata_ready_) {
+    return absl::UnavailableError(StrCat("cell ", options_.cell, " is not ready: its METADATA is not served yet",
+                                         ready.ok() ? std::string() : StrCat(" (", ready.message(), ")"),
+                                         "; are its tablet servers up?"));
+  }
+  MS_ASSIGN_OR_RETURN(bool created, Ask<bool>([&](auto cb) {
+                        lock_->Create(TableFile(options_.cell, schema.name()), EncodeTableFile(schema), 0, std::move(cb));
+                      }));
+  if (!created) return absl::AlreadyExistsError(StrCat("table ", schema.name(), " already exists"));
+  std::string start;
+  for (size_t i = 0; i <= initial_splits.size(); ++i) {
+    TabletRecord r;
+    r.location.table = schema.name();
+    r.location.start_row = start;
+    r.location.end_row = i < initial_splits.size() ? initial_splits[i] : std::string();
+    r.location.tablet_id = NewTabletId(schema.name());
+    r.is_new = true;
+    MS_RETURN_IF_ERROR(CreateRecord(r, "created"));
+    start = r.location.end_row;
+  }
+  Event(StrCat("created table ", schema.name(), " with ", initial_splits.size() + 1, " tablets"));
+  return Pass();
+}
+
+absl::Status Master::DeleteTable(const std::string& name) {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  if (name == kMetadataTable) return absl::InvalidArgumentError("METADATA cannot be deleted");
+  absl::MutexLock pass(&pass_mu_);
+  MS_ASSIGN_OR_RETURN(bool deleted, Ask<bool>([&](auto cb) {
+                        lock_->Delete(TableFile(options_.cell, name), 0, std::move(cb));
+                      }));
+  if (!deleted) return absl::NotFoundError(StrCat("table ", name, " does not exist"));
+  MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets(name));
+  std::set<std::string> servers;
+  for (const TabletRecord& r : records) {
+    if (r.location.table != name) continue;
+    if (r.assigned()) {
+      (void)client_.Server(r.location.server)->UnloadTablet(r.location.tablet_id);
+      servers.insert(r.location.server);
+    }
+    MS_RETURN_IF_ERROR(client_.MutateRow(kMetadataTable, RowKeyOf(name, r.location.end_row), {Mutation::DeleteRow()}));
+  }
+  for (const std::string& s : servers) (void)client_.Server(s)->DeleteTable(name);
+  Event(StrCat("deleted table ", name));
+  return absl::OkStatus();
+}
+
+absl::Status Master::UpdateTable(const TableSchema& schema) {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  absl::MutexLock pass(&pass_mu_);
+  MS_ASSIGN_OR_RETURN(auto schemas, ReadSchemas());
+  auto old = schemas.find(schema.name());
+  if (old == schemas.end() || schema.name() == kMetadataTable) {
+    return absl::NotFoundError(StrCat("table ", schema.name(), " does not exist"));
+  }
+  MS_ASSIGN_OR_RETURN(auto from, CompiledSchema::Compile(old->second));
+  MS_ASSIGN_OR_RETURN(auto to, CompiledSchema::Compile(schema));
+  MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*from, *to));
+  MS_RETURN_IF_ERROR(Ask<int64_t>([&](auto cb) {
+                       lock_->Put(TableFile(options_.cell, schema.name()), EncodeTableFile(schema), 0, std::move(cb));
+                     }).status());
+  // Servers loading a tablet later get the new schema with it.
+  MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets(schema.name()));
+  std::set<std::string> servers;
+  for (const TabletRecord& r : records) {
+    if (r.location.table == schema.name() && r.assigned()) servers.insert(r.location.server);
+  }
+  for (const std::string& s : servers) MS_RETURN_IF_ERROR(client_.Server(s)->UpdateTable(schema));
+  Event(StrCat("updated the schema of table ", schema.name()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TableSchema>> Master::ListTables() {
+  MS_ASSIGN_OR_RETURN(auto schemas, ReadSchemas());
+  std::vector<TableSchema> out;
+  for (auto& [name, s] : schemas) {
+    if (name != kMetadataTable) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<TabletEntry>> Master::SplitTablet(const std::string& tablet_id, const std::string& row) {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets());
+  for (const TabletRecord& r : records) {
+    if (r.location.tablet_id != tablet_id) continue;
+    if (r.location.table == kMetadataTable && IsRoot(r)) return absl::InvalidArgumentError("the root tablet never splits");
+    if (!r.assigned()) return absl::UnavailableError(StrCat("tablet ", tablet_id, " is not assigned yet"));
+    MS_ASSIGN_OR_RETURN(std::vector<TabletEntry> children, client_.Server(r.location.server)->SplitTablet(tablet_id, row));
+    Kick();
+    return children;
+  }
+  return absl::NotFoundError(StrCat("no tablet ", tablet_id, " in cell ", options_.cell));
+}
+
+absl::Status Master::MoveTablet(const std::string& tablet_id, const std::string& server) {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  absl::MutexLock pass(&pass_mu_);
+  ProbeServers();
+  MS_ASSIGN_OR_RETURN(auto schemas, ReadSchemas());
+  MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets());
+  for (const TabletRecord& r : records) {
+    if (r.location.tablet_id != tablet_id) continue;
+    if (IsRoot(r)) {
+      return absl::InvalidArgumentError("the root tablet moves only when its server dies");
+    }
+    return Move(r, server, schemas);
+  }
+  return absl::NotFoundError(StrCat("no tablet ", tablet_id, " in cell ", options_.cell));
+}
+
+void Master::ReportSplit(const ReportSplitRequest& report) {
+  Event(StrCat(report.server(), " split tablet ", report.parent().id(), " into ",
+               report.children_size() > 0 ? report.children(0).id() : "?", " and ",
+               report.children_size() > 1 ? report.children(1).id() : "?"));
+  Kick();
+}
+
+absl::StatusOr<CellState> Master::State() {
+  MS_RETURN_IF_ERROR(CheckMaster());
+  absl::MutexLock lock(&mu_);
+  CellState s = state_;
+  s.clear_events();
+  for (const std::string& e : events_) s.add_events(e);
+  return s;
+}
+
+// ---- the tablet server's split commit ----------------------------------------------------------
+
+absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server, const std::string& log,
+                         const TabletEntry& parent, const std::vector<TabletEntry>& children) {
+  if (children.size() != 2) return absl::InvalidArgumentError("a split has two children");
+  const std::string& table = parent.table();
+  TabletRecord right;
+  right.location = TabletLocation{table, children[1].start_row(), children[1].end_row(), children[1].id(), server};
+  right.log = log;
+  right.split_left = children[0].id();
+  const std::string key = RowKeyOf(table, parent.end_row());
+  MS_ASSIGN_OR_RETURN(bool matched,
+                      client->CheckAndMutateRow(kMetadataTable, key, IdIs(parent.id()),
+                                                RecordMutations(right, StrCat("split from ", parent.id(), " on ", server),
+                                                                env->NowMicros()),
+                                                {}));
+  if (!matched) {
+    return absl::AbortedError(StrCat("METADATA no longer names tablet ", parent.id(), ": not split"));
+  }
+  // Committed. The rest is completed by the master if this fails.
+  TabletRecord left;
+  left.location = TabletLocation{table, children[0].start_row(), children[0].end_row(), children[0].id(), server};
+  left.log = log;
+  absl::Status s = client->MutateRow(kMetadataTable, RowKeyOf(table, children[0].end_row()),
+                                     RecordMutations(left, StrCat("split from ", parent.id(), " on ", server),
+                                                     env->NowMicros()));
+  if (s.ok()) s = client->MutateRow(kMetadataTable, key, {Mutation::DeleteCells("loc", "split_left")});
+  if (!s.ok()) MS_LOG_WARN("split of {}: committed; finishing METADATA left to the master: {}", parent.id(), s.ToString());
+  return absl::OkStatus();
+}
+
+// ---- RPC ----------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename Req>
+void Serve(rpc::RpcServer* rpc, const std::string& method,
+           std::function<absl::StatusOr<std::string>(const Req&)> fn) {
+  rpc->Register(method, [method, fn](const rpc::CallContext&, std::string_view body,
+                                     std::shared_ptr<rpc::Responder> responder) {
+    Req request;
+    if (!request.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      responder->Finish(absl::InvalidArgumentError(StrCat("malformed ", method, " request")));
+      return;
+    }
+    absl::StatusOr<std::string> result = fn(request);
+    if (result.ok()) {
+      responder->Finish(absl::OkStatus(), std::move(*result));
+    } else {
+      responder->Finish(result.status());
+    }
+  });
+}
+
+absl::StatusOr<std::string> Empty(const absl::Status& s) {
+  if (!s.ok()) return s;
+  return MasterEmpty().SerializeAsString();
+}
+
+}  // namespace
+
+void RegisterMasterService(Master* master, rpc::RpcServer* rpc) {
+  Serve<CreateTableRequest>(rpc, "master.CreateTable", [master](const CreateTableRequest& r) {
+    return Empty(master->CreateTable(r.schema(), {r.initial_splits().begin(), r.initial_splits().end()}));
+  });
+  Serve<TableName>(rpc, "master.DeleteTable", [master](const TableName& r) { return Empty(master->DeleteTable(r.name())); });
+  Serve<CreateTableRequest>(rpc, "master.UpdateTable",
+                            [master](const CreateTableRequest& r) { return Empty(master->UpdateTable(r.schema())); });
+  Serve<MasterEmpty>(rpc, "master.ListTables", [master](const MasterEmpty&) -> absl::StatusOr<std::string> {
+    MS_ASSIGN_OR_RETURN(std::vector<TableSchema> tables, master->ListTables());
+    Tables out;
+    for (TableSchema& t : tables) *out.add_tables() = std::move(t);
+    return out.SerializeAsString();
+  });
+  Serve<SplitRequest>(rpc, "master.SplitTablet", [master](const SplitRequest& r) -> absl::StatusOr<std::string> {
+    MS_ASSIGN_OR_RETURN(std::vector<TabletEntry> children, master->SplitTablet(r.tablet_id(), r.split_row()));
+    SplitResponse out;
+    for (TabletEntry& c : children) *out.add_children() = std::move(c);
+    return out.SerializeAsString();
+  });
+  Serve<MoveRequest>(rpc, "master.MoveTablet",
+                     [master](const MoveRequest& r) { return Empty(master->MoveTablet(r.tablet_id(), r.server())); });
+  Serve<ReportSplitRequest>(rpc, "master.ReportSplit", [master](const ReportSplitRequest& r) {
+    master->ReportSplit(r);
+    return Empty(absl::OkStatus());
+  });
+  Serve<MasterEmpty>(rpc, "master.State", [master](const MasterEmpty&) -> absl::StatusOr<std::string> {
+    MS_ASSIGN_OR_RETURN(CellState s, master->State());
+    return s.SerializeAsString();
+  });
+}
+
+absl::StatusOr<std::string> FindMaster(lock::LockService* lock, const std::string& cell) {
+  MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> f,
+                      Await<std::optional<lock::FileInfo>>([&](auto cb) { lock->Get(MasterLock(cell), std::move(cb)); }));
+  if (!f || f->contents.empty()) return absl::UnavailableError(StrCat("cell ", cell, " has no master now"));
+  return f->contents;
+}
+
+struct MasterClient::Impl {
+  Impl(std::string address, absl::Duration timeout) : rpc(rpc::ClientOptions{std::move(address)}), timeout(timeout) {}
+  template <typename Resp>
+  absl::StatusOr<Resp> Call(const std::string& method, const google::protobuf::Message& req) {
+    MS_ASSIGN_OR_RETURN(std::string body, rpc.Call(method, req.SerializeAsString(), timeout));
+    Resp resp;
+    if (!resp.ParseFromString(body)) return absl::DataLossError(StrCat("malformed ", method, " response"));
+    return resp;
+  }
+  rpc::RpcClient rpc;
+  absl::Duration timeout;
+};
+
+MasterClient::MasterClient(std::string address, absl::Duration timeout)
+    : impl_(std::make_unique<Impl>(std::move(address), timeout)) {}
+MasterClient::~MasterClient() = default;
+
+absl::Status MasterClient::CreateTable(const TableSchema& schema, const std::vector<std::string>& initial_splits) {
+  CreateTableRequest r;
+  *r.mutable_schema() = schema;
+  for (const std::string& s : initial_splits) r.add_initial_splits(s);
+  return impl_->Call<MasterEmpty>("master.CreateTable", r).status();
+}
+
+absl::Status MasterClient::DeleteTable(const std::string& name) {
+  TableName r;
+  r.set_name(name);
+  return impl_->Call<MasterEmpty>("master.DeleteTable", r).status();
+}
+
+absl::Status MasterClient::UpdateTable(const TableSchema& schema) {
+  CreateTableRequest r;
+  *r.mutable_schema() = schema;
+  return impl_->Call<MasterEmpty>("master.UpdateTable", r).status();
+}
+
+absl::StatusOr<std::vector<TableSchema>> MasterClient::ListTables() {
+  MS_ASSIGN_OR_RETURN(Tables t, impl_->Call<Tables>("master.ListTables", MasterEmpty()));
+  return std::vector<TableSchema>(t.tables().begin(), t.tables().end());
+}
+
+absl::StatusOr<std::vector<TabletEntry>> MasterClient::SplitTablet(const std::string& tablet_id, const std::string& row) {
+  SplitRequest r;
+  r.set_tablet_id(tablet_id);
+  r.set_split_row(row);
+  MS_ASSIGN_OR_RETURN(SplitResponse resp, impl_->Call<SplitResponse>("master.SplitTablet", r));
+  return std::vector<TabletEntry>(resp.children().begin(), resp.children().end());
+}
+
+absl::Status MasterClient::MoveTablet(const std::string& tablet_id, const std::string& server) {
+  MoveRequest r;
+  r.set_tablet_id(tablet_id);
+  r.set_server(server);
+  return impl_->Call<MasterEmpty>("master.MoveTablet", r).status();
+}
+
+absl::Status MasterClient::ReportSplit(const ReportSplitRequest& report) {
+  return impl_->Call<MasterEmpty>("master.ReportSplit", report).status();
+}
+
+absl::StatusOr<CellState> MasterClient::State() { return impl_->Call<CellState>("master.State", MasterEmpty()); }
+
+}  // namespace megastore::storage::cell

@@ -1,0 +1,456 @@
+// A whole cell in one process, on loopback RPC and real time: the embedded
+// lock service, tablet servers in cell mode sharing one data root, the
+// master (and a standby), and the client library. The multi-process and
+// SIGKILL scenarios are in tests/cell_process_test.cc.
+#include "storage/cell/master.h"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "base/random.h"
+#include "base/rpc/rpc.h"
+#include "base/strings.h"
+#include "base/test_util.h"
+#include "gtest/gtest.h"
+#include "storage/cell/cell_client.h"
+#include "storage/lock/embedded_lock_service.h"
+#include "storage/tabletserver/tablet_server.h"
+#include "storage/tabletserver/tablet_service.h"
+
+namespace megastore::storage::cell {
+namespace {
+
+constexpr char kCell[] = "c1";
+constexpr absl::Duration kTtl = absl::Seconds(2);
+
+TableSchema TestTable(const std::string& name) {
+  TableSchema s;
+  s.set_name(name);
+  s.add_families()->set_name("f");
+  return s;
+}
+
+std::string RowKey(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "row%05d", i);
+  return buf;
+}
+
+class CellTest : public ::testing::Test {
+ protected:
+  struct Server {
+    std::unique_ptr<TabletServer> tablets;
+    std::unique_ptr<ServiceMetrics> metrics;
+    std::unique_ptr<rpc::RpcServer> rpc;
+    std::unique_ptr<ServerRegistration> registration;
+    std::string address;
+    std::atomic<bool> lost{false};
+  };
+  struct MasterProcess {
+    std::unique_ptr<Master> master;
+    std::unique_ptr<rpc::RpcServer> rpc;
+    std::string address;
+  };
+
+  void SetUp() override {
+    auto s = lock::EmbeddedLockService::Open(env_, "");
+    ASSERT_TRUE(s.ok());
+    lock_ = std::move(*s);
+    CellClientOptions o;
+    o.cell = kCell;
+    o.retry_for = absl::Seconds(30);
+    client_ = std::make_unique<CellClient>(lock_.get(), env_, o);
+  }
+
+  void TearDown() override {
+    masters_.clear();
+    for (auto& s : servers_) Stop(*s);
+  }
+
+  Server& StartServer(uint64_t split_threshold = 0) {
+    auto s = std::make_unique<Server>();
+    Server* raw = s.get();
+    TabletServerOptions o;
+    o.data_dir = dir_.path();
+    o.cell_log_name = StrCat("ts", servers_.size(), "-", env_->Random64() % 100000);
+    o.sync_log = false;
+    o.maintenance_interval = absl::Milliseconds(200);
+    o.split_threshold_bytes = split_threshold;
+    o.may_split = MaySplit;
+    o.commit_split = [this, raw, log = o.cell_log_name](const TabletEntry& parent,
+                                                        const std::vector<TabletEntry>& children) {
+      if (commit_split_hook_) return commit_split_hook_(raw->address, log, parent, children);
+      return CommitSplit(client_.get(), env_, raw->address, log, parent, children);
+    };
+    auto opened = TabletServer::Open(o, env_);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    s->tablets = std::move(*opened);
+    s->metrics = std::make_unique<ServiceMetrics>();
+    s->rpc = std::make_unique<rpc::RpcServer>(rpc::ServerOptions{"127.0.0.1:0"});
+    RegisterTabletService(s->tablets.get(), s->rpc.get(), s->metrics.get());
+    EXPECT_TRUE(s->rpc->Start().ok());
+    s->address = StrCat("127.0.0.1:", s->rpc->port());
+    s->registration = std::make_unique<ServerRegistration>(lock_.get(), env_, kCell, s->address, kTtl,
+                                                           [raw](const absl::Status&) { raw->lost = true; });
+    absl::Notification registered;
+    absl::Status status;
+    s->registration->Start([&](absl::Status st) {
+      status = st;
+      registered.Notify();
+    });
+    registered.WaitForNotification();
+    EXPECT_TRUE(status.ok()) << status;
+    servers_.push_back(std::move(s));
+    return *raw;
+  }
+
+  // The server goes away: stops answering, closes its tablets, leaves.
+  void Stop(Server& s) {
+    if (s.rpc) s.rpc->Stop();
+    s.tablets.reset();
+    s.registration.reset();
+  }
+
+  MasterProcess& StartMaster() {
+    auto m = std::make_unique<MasterProcess>();
+    MasterOptions o;
+    o.cell = kCell;
+    o.data_root = dir_.path();
+    o.session_ttl = kTtl;
+    o.server_ttl = kTtl;
+    o.reconcile_interval = absl::Milliseconds(100);
+    o.server_timeout = absl::Seconds(2);
+    o.balance_margin = balance_margin_;
+    o.gc_grace = absl::ZeroDuration();
+    m->master = std::make_unique<Master>(lock_.get(), env_, o, [](const absl::Status&) {});
+    m->rpc = std::make_unique<rpc::RpcServer>(rpc::ServerOptions{"127.0.0.1:0"});
+    RegisterMasterService(m->master.get(), m->rpc.get());
+    EXPECT_TRUE(m->rpc->Start().ok());
+    m->address = StrCat("127.0.0.1:", m->rpc->port());
+    m->master->Start(m->address);
+    masters_.push_back(std::move(m));
+    return *masters_.back();
+  }
+
+  static bool Ok(const absl::Status& s) {
+    if (!s.ok()) ADD_FAILURE() << s;
+    return s.ok();
+  }
+
+  static bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(30)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (cond()) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return cond();
+  }
+
+  Master& ElectedMaster() {
+    EXPECT_TRUE(WaitFor([&] {
+      for (auto& m : masters_) {
+        if (m->master->is_master()) return true;
+      }
+      return false;
+    }));
+    for (auto& m : masters_) {
+      if (m->master->is_master()) return *m->master;
+    }
+    return *masters_.front()->master;
+  }
+
+  void WriteRows(int from, int to, const std::string& value = "v") {
+    for (int i = from; i < to; ++i) {
+      ASSERT_TRUE(client_->MutateRow("t", RowKey(i), {Mutation::SetCell("f", "q", StrCat(value, i))}).ok()) << i;
+    }
+  }
+
+  // Every row of t, read through `client`.
+  std::vector<std::string> ReadAll(CellClient& client) {
+    std::vector<std::string> rows;
+    absl::Status s = client.ReadRows("t", RowRange::All(), {}, [&](Row& r) {
+      rows.push_back(r.key);
+      return true;
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return rows;
+  }
+
+  int UserTablets(const std::string& table) {
+    auto tablets = client_->Tablets(table);
+    if (!tablets.ok()) return -1;
+    int n = 0;
+    for (const auto& t : *tablets) n += t.location.table == table && t.assigned();
+    return n;
+  }
+
+  Env* env_ = Env::Default();
+  TestDir dir_;
+  std::unique_ptr<lock::EmbeddedLockService> lock_;
+  std::unique_ptr<CellClient> client_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::unique_ptr<MasterProcess>> masters_;
+  int balance_margin_ = 1;
+  std::function<absl::Status(const std::string&, const std::string&, const TabletEntry&,
+                             const std::vector<TabletEntry>&)>
+      commit_split_hook_;
+};
+
+TEST_F(CellTest, ANewCellGetsItsRootAndMetadataTabletsAndServesATable) {
+  for (int i = 0; i < 3; ++i) StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(WaitFor([&] { return client_->ReadRoot().ok() && client_->ReadRoot()->assigned(); }));
+  ASSERT_TRUE(master.CreateTable(TestTable("t"), {RowKey(100), RowKey(200)}).ok());
+  WriteRows(0, 300);
+  EXPECT_EQ(ReadAll(*client_).size(), 300u);
+  auto row = client_->ReadRow("t", RowKey(150));
+  ASSERT_TRUE(row.ok() && row->has_value());
+  EXPECT_EQ((*row)->cells[0].value, "v150");
+
+  auto tablets = client_->Tablets();
+  ASSERT_TRUE(tablets.ok()) << tablets.status();
+  // The root, one METADATA tablet, three of t: all assigned, ranges contiguous.
+  ASSERT_EQ(tablets->size(), 5u);
+  EXPECT_EQ((*tablets)[0].location.tablet_id, kRootTabletId);
+  EXPECT_EQ((*tablets)[1].location.table, kMetadataTable);
+  std::string at;
+  for (size_t i = 2; i < tablets->size(); ++i) {
+    EXPECT_TRUE((*tablets)[i].assigned());
+    EXPECT_EQ((*tablets)[i].location.start_row, at);
+    at = (*tablets)[i].location.end_row;
+  }
+  EXPECT_EQ(at, "");
+  // Spread over the servers (balance margin 1).
+  ASSERT_TRUE(WaitFor([&] {
+    auto st = master.State();
+    if (!st.ok()) return false;
+    int lo = 100, hi = 0;
+    for (const auto& s : st->servers()) {
+      lo = std::min(lo, s.tablets());
+      hi = std::max(hi, s.tablets());
+    }
+    return hi - lo <= 1;
+  }));
+}
+
+TEST_F(CellTest, CreateTableRefusesBadRequests) {
+  StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  EXPECT_TRUE(absl::IsInvalidArgument(master.CreateTable(TestTable("bad name"), {})));
+  EXPECT_TRUE(absl::IsInvalidArgument(master.CreateTable(TestTable(kMetadataTable), {})));
+  EXPECT_TRUE(absl::IsInvalidArgument(master.CreateTable(TestTable("t"), {"b", "a"})));
+  ASSERT_TRUE(Ok(master.CreateTable(TestTable("t"), {})));
+  EXPECT_TRUE(absl::IsAlreadyExists(master.CreateTable(TestTable("t"), {})));
+  EXPECT_TRUE(absl::IsNotFound(master.DeleteTable("nope")));
+  EXPECT_TRUE(absl::IsNotFound(client_->ReadRow("nope", "r").status()));
+}
+
+TEST_F(CellTest, TablesSplitByThemselvesAndClientsFollowTheSplits) {
+  for (int i = 0; i < 2; ++i) StartServer(64 << 10);
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(Ok(master.CreateTable(TestTable("t"), {})));
+  // Incompressible values: the split threshold counts compressed bytes.
+  Random rng(7);
+  for (int i = 0; i < 1500; ++i) {
+    std::string value(400, '\0');
+    for (char& c : value) c = static_cast<char>(rng.Next());
+    ASSERT_TRUE(client_->MutateRow("t", RowKey(i), {Mutation::SetCell("f", "q", value)}).ok()) << i;
+  }
+  ASSERT_TRUE(WaitFor([&] { return UserTablets("t") >= 4; })) << UserTablets("t");
+  // A client that knew nothing, and the one whose cache went stale.
+  CellClient fresh(lock_.get(), env_, client_->options());
+  EXPECT_EQ(ReadAll(fresh).size(), 1500u);
+  EXPECT_EQ(ReadAll(*client_).size(), 1500u);
+  for (int i = 0; i < 1500; i += 97) {
+    auto r = client_->ReadRow("t", RowKey(i));
+    ASSERT_TRUE(r.ok() && r->has_value()) << i;
+  }
+}
+
+TEST_F(CellTest, ADeadServersTabletsAreServedElsewhereWithEveryWrite) {
+  balance_margin_ = 0;
+  for (int i = 0; i < 3; ++i) StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(master.CreateTable(TestTable("t"), {RowKey(100), RowKey(200), RowKey(300)}).ok());
+  WriteRows(0, 400);
+  // The server with the most user tablets goes away.
+  auto tablets = client_->Tablets("t");
+  ASSERT_TRUE(tablets.ok());
+  std::map<std::string, int> per;
+  for (const auto& t : *tablets) per[t.location.server] += t.location.table == "t";
+  Server* victim = nullptr;
+  for (auto& s : servers_) {
+    if (victim == nullptr || per[s->address] > per[victim->address]) victim = s.get();
+  }
+  ASSERT_GT(per[victim->address], 0);
+  const std::string gone = victim->address;
+  Stop(*victim);
+  WriteRows(400, 450);  // retried until their tablets are back
+  ASSERT_TRUE(WaitFor([&] {
+    auto t = client_->Tablets();
+    if (!t.ok()) return false;
+    for (const auto& r : *t) {
+      if (r.location.server == gone) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(ReadAll(*client_).size(), 450u);
+  for (int i = 0; i < 450; i += 7) {
+    auto r = client_->ReadRow("t", RowKey(i));
+    ASSERT_TRUE(r.ok() && r->has_value()) << i;
+    EXPECT_EQ((*r)->cells[0].value, StrCat("v", i));
+  }
+}
+
+TEST_F(CellTest, AStandbyMasterTakesOverWithoutChangingAssignments) {
+  for (int i = 0; i < 3; ++i) StartServer();
+  StartMaster();
+  Master& first = ElectedMaster();
+  StartMaster();
+  ASSERT_TRUE(first.CreateTable(TestTable("t"), {RowKey(50), RowKey(100), RowKey(150)}).ok());
+  WriteRows(0, 200);
+  ASSERT_TRUE(first.ReconcileNow().ok());
+  auto before = client_->Tablets();
+  ASSERT_TRUE(before.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(masters_[1]->master->CreateTable(TestTable("u"), {})));
+  masters_.erase(masters_.begin());  // the master exits; its session closes
+  Master& second = ElectedMaster();
+  ASSERT_TRUE(second.ReconcileNow().ok());
+  ASSERT_TRUE(second.ReconcileNow().ok());
+  auto after = client_->Tablets();
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(before->size(), after->size());
+  for (size_t i = 0; i < before->size(); ++i) {
+    EXPECT_EQ((*before)[i].location.tablet_id, (*after)[i].location.tablet_id);
+    EXPECT_EQ((*before)[i].location.server, (*after)[i].location.server);
+  }
+  EXPECT_EQ(ReadAll(*client_).size(), 200u);
+}
+
+TEST_F(CellTest, MovesAndSplitsOnRequestAndStaleCachesRecover) {
+  balance_margin_ = 0;
+  for (int i = 0; i < 2; ++i) StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(Ok(master.CreateTable(TestTable("t"), {})));
+  WriteRows(0, 100);
+  EXPECT_EQ(ReadAll(*client_).size(), 100u);  // the client caches t's tablet
+  auto t = client_->Tablets("t");
+  ASSERT_TRUE(t.ok());
+  const TabletRecord tablet = t->back();
+  const std::string other = servers_[0]->address == tablet.location.server ? servers_[1]->address : servers_[0]->address;
+  ASSERT_TRUE(master.MoveTablet(tablet.location.tablet_id, other).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(master.MoveTablet(tablet.location.tablet_id, "127.0.0.1:1")));
+  EXPECT_TRUE(absl::IsNotFound(master.MoveTablet("no-such-tablet", other)));
+  const uint64_t retries = client_->stats().retries;
+  EXPECT_EQ(ReadAll(*client_).size(), 100u);  // the stale entry is found out and looked up again
+  EXPECT_GT(client_->stats().retries, retries);
+  auto children = master.SplitTablet(tablet.location.tablet_id, RowKey(40));
+  ASSERT_TRUE(children.ok()) << children.status();
+  ASSERT_EQ(children->size(), 2u);
+  EXPECT_EQ(UserTablets("t"), 2);
+  EXPECT_EQ(ReadAll(*client_).size(), 100u);
+  WriteRows(100, 120);
+  EXPECT_EQ(ReadAll(*client_).size(), 120u);
+  EXPECT_TRUE(absl::IsInvalidArgument(master.SplitTablet(kRootTabletId, "x").status()));
+}
+
+TEST_F(CellTest, TheMasterCompletesASplitWhoseServerStoppedHalfway) {
+  balance_margin_ = 0;
+  StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(Ok(master.CreateTable(TestTable("t"), {})));
+  WriteRows(0, 100);
+  // Only the first METADATA write of the split happens (the server "died"
+  // right after it): the right child owns the parent's row, marked.
+  commit_split_hook_ = [this](const std::string& server, const std::string& log, const TabletEntry& parent,
+                              const std::vector<TabletEntry>& children) -> absl::Status {
+    TabletRecord right;
+    right.location = TabletLocation{"t", children[1].start_row(), children[1].end_row(), children[1].id(), server};
+    right.log = log;
+    right.split_left = children[0].id();
+    auto ok = client_->CheckAndMutateRow(kMetadataTable, RowKeyOf("t", parent.end_row()), IdIs(parent.id()),
+                                         RecordMutations(right, "test: half a split", env_->NowMicros()), {});
+    return ok.ok() && *ok ? absl::OkStatus() : absl::InternalError("test split failed");
+  };
+  auto t = client_->Tablets("t");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(servers_[0]->tablets->SplitTablet(t->back().location.tablet_id, RowKey(50)).ok());
+  ASSERT_TRUE(master.ReconcileNow().ok());
+  auto after = client_->Tablets("t");
+  ASSERT_TRUE(after.ok());
+  std::vector<TabletRecord> user;
+  for (const auto& r : *after) {
+    if (r.location.table == "t") user.push_back(r);
+  }
+  ASSERT_EQ(user.size(), 2u);
+  EXPECT_EQ(user[0].location.start_row, "");
+  EXPECT_EQ(user[0].location.end_row, RowKey(50));
+  EXPECT_EQ(user[1].location.start_row, RowKey(50));
+  EXPECT_TRUE(user[1].split_left.empty());
+  EXPECT_EQ(ReadAll(*client_).size(), 100u);
+}
+
+TEST_F(CellTest, AnUnreachableServerIsRemovedAndStopsBeforeItsTabletsMove) {
+  balance_margin_ = 0;
+  for (int i = 0; i < 2; ++i) StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(master.CreateTable(TestTable("t"), {RowKey(50)}).ok());
+  WriteRows(0, 100);
+  auto t = client_->Tablets("t");
+  ASSERT_TRUE(t.ok());
+  Server* victim = nullptr;
+  for (auto& s : servers_) {
+    if (s->address == t->back().location.server) victim = s.get();
+  }
+  ASSERT_NE(victim, nullptr);
+  const std::string gone = victim->address;
+  // It stops answering RPCs but keeps its lock-service session.
+  victim->rpc->Stop();
+  ASSERT_TRUE(WaitFor([&] { return victim->lost.load(); }, absl::Seconds(20)));
+  // What megastored does then: exit (here: close its tablets).
+  Stop(*victim);
+  // Its tablets move only after it was told (its file deleted) and its ttl passed.
+  ASSERT_TRUE(WaitFor([&] {
+    auto now = client_->Tablets("t");
+    if (!now.ok()) return false;
+    for (const auto& r : *now) {
+      if (r.location.server == gone) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(ReadAll(*client_).size(), 100u);
+}
+
+TEST_F(CellTest, GarbageCollectionDeletesDirectoriesNothingReferences) {
+  StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(Ok(master.CreateTable(TestTable("t"), {})));
+  WriteRows(0, 10);
+  const std::string orphan = dir_.path() + "/tablets/t-orphan";
+  std::filesystem::create_directories(orphan);
+  ASSERT_TRUE(master.DeleteTable("t").ok());
+  EXPECT_TRUE(absl::IsNotFound(client_->ReadRow("t", RowKey(1)).status()));
+  // Passes run every 100 ms; garbage collection every tenth.
+  ASSERT_TRUE(WaitFor([&] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_.path() + "/tablets")) {
+      (void)e;
+      ++n;
+    }
+    return !std::filesystem::exists(orphan) && n == 2;  // the root and the METADATA tablet
+  }));
+}
+
+}  // namespace
+}  // namespace megastore::storage::cell
