@@ -4,6 +4,7 @@
 #include <deque>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "base/await.h"
 #include "base/status.h"
@@ -17,6 +18,12 @@ namespace {
 // A location worth looking up again: the server does not serve the row, is
 // unreachable, or the tablet is between owners.
 bool Stale(const absl::Status& s) { return IsNotServing(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
+
+// The request never left this process: the RPC client could not connect
+// (its message, base/rpc/rpc.cc). Safe to retry even when not idempotent.
+bool NeverSent(const absl::Status& s) {
+  return absl::IsUnavailable(s) && absl::StartsWith(s.message(), "cannot connect to ");
+}
 
 template <typename T>
 const absl::Status& StatusOf(const absl::StatusOr<T>& r) {
@@ -175,7 +182,7 @@ auto CellClient::OnTablet(const std::string& table, const std::string& row, bool
     const absl::Status& s = StatusOf(result);
     if (s.ok() || !Stale(s)) return result;
     cache_.Invalidate(table, row);
-    if (!retry_unavailable && !IsNotServing(s)) return result;
+    if (!retry_unavailable && !IsNotServing(s) && !NeverSent(s)) return result;
     if (!Backoff(deadline, &delay)) return result;
   }
 }

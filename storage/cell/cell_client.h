@@ -72,8 +72,9 @@ class CellClient {
 
   absl::Status MutateRow(const std::string& table, const std::string& row, const std::vector<Mutation>& mutations,
                          int64_t timestamp = kServerTimestamp);
-  // Retried only when the server said it does not serve the row (then it
-  // surely did nothing); Unavailable otherwise, since it may have happened.
+  // Retried only when it surely did nothing — the server said it does not
+  // serve the row, or could not be connected to; Unavailable otherwise,
+  // since it may have happened.
   absl::StatusOr<bool> CheckAndMutateRow(const std::string& table, const std::string& row, const RowFilter& predicate,
                                          const std::vector<Mutation>& if_true, const std::vector<Mutation>& if_false);
   absl::StatusOr<Row> ReadModifyWriteRow(const std::string& table, const std::string& row,

@@ -81,6 +81,7 @@ void Master::Start(const std::string& address) {
               Kick();
             });
         live_->Start();
+        elected_at_ = env_->MonotonicMicros();
         loop_ = std::thread([this] { Loop(); });
       },
       [this](const absl::Status& why) {
@@ -167,11 +168,16 @@ void Master::ProbeServers() {
   for (auto it = probes_.begin(); it != probes_.end();) {
     it = live.contains(it->first) ? std::next(it) : probes_.erase(it);
   }
+  for (auto it = probe_clients_.begin(); it != probe_clients_.end();) {
+    it = live.contains(it->first) ? std::next(it) : probe_clients_.erase(it);
+  }
   for (const std::string& s : live) {
     Probe& p = probes_[s];
     if (p.last_ok == 0) p.last_ok = now;
     std::string log;
-    absl::StatusOr<std::vector<TabletClient::TabletInfo>> listed = client_.Server(s)->ListTablets("", &log);
+    std::unique_ptr<TabletClient>& prober = probe_clients_[s];
+    if (prober == nullptr) prober = std::make_unique<TabletClient>(s, options_.probe_timeout);
+    absl::StatusOr<std::vector<TabletClient::TabletInfo>> listed = prober->ListTablets("", &log);
     if (listed.ok()) {
       p.reachable = true;
       p.last_ok = now;
@@ -200,6 +206,17 @@ void Master::ProbeServers() {
   }
 }
 
+absl::Status Master::Assign(const std::string& server, const TabletRecord& record, const TableSchema& schema) {
+  std::unique_ptr<TabletClient>& c = assign_clients_[server];
+  if (c == nullptr) c = std::make_unique<TabletClient>(server, options_.assign_timeout);
+  return c->AssignTablet(EntryOf(record), schema, record.is_new);
+}
+
+bool Master::Reachable(const std::string& server) {
+  auto p = probes_.find(server);
+  return p != probes_.end() && p->second.reachable;
+}
+
 std::string Master::LeastLoaded() {
   std::string best;
   size_t best_count = SIZE_MAX;
@@ -219,10 +236,19 @@ absl::Status Master::WriteRecord(const TabletRecord& record, const std::string& 
     return Ask<int64_t>([&](auto cb) { lock_->Put(RootFile(options_.cell), EncodeRootFile(record), 0, std::move(cb)); })
         .status();
   }
-  MS_ASSIGN_OR_RETURN(bool matched,
-                      client_.CheckAndMutateRow(kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
-                                                IdIs(expected_id), RecordMutations(record, event, env_->NowMicros()), {}));
-  if (!matched) {
+  absl::StatusOr<bool> matched;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    matched = client_.CheckAndMutateRow(kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
+                                        IdIs(expected_id), RecordMutations(record, event, env_->NowMicros()), {});
+    // An unknown outcome: writing the same record (same id) again is
+    // harmless; a write that changes the id is the caller's to check.
+    if (matched.ok() || record.location.tablet_id != expected_id ||
+        !(absl::IsUnavailable(matched.status()) || absl::IsDeadlineExceeded(matched.status()))) {
+      break;
+    }
+  }
+  MS_RETURN_IF_ERROR(matched.status());
+  if (!*matched) {
     return absl::AbortedError(StrCat("METADATA no longer names tablet ", expected_id, " of table ",
                                      record.location.table));
   }
@@ -297,7 +323,7 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
     if (p != probes_.end() && p->second.log == record.log && !record.log.empty()) {
       // Its server is alive (the same incarnation): serving it, or told again.
       if (!p->second.reachable || p->second.serving.contains(record.location.tablet_id)) return;
-      absl::Status s = client_.Server(record.location.server)->AssignTablet(EntryOf(record), schema->second, record.is_new);
+      absl::Status s = Assign(record.location.server, record, schema->second);
       if (!s.ok()) {
         Event(StrCat("tablet ", record.location.tablet_id, ": ", record.location.server, " did not load it: ", s.message()));
         return;
@@ -335,7 +361,7 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
   }
   record = next;
   ++assigned_this_pass_[target];
-  absl::Status s = client_.Server(target)->AssignTablet(EntryOf(record), schema->second, record.is_new);
+  absl::Status s = Assign(target, record, schema->second);
   if (!s.ok()) {
     Event(StrCat("tablet ", record.location.tablet_id, ": ", target, " did not load it: ", s.message()));
     return;
@@ -402,8 +428,10 @@ absl::Status Master::Pass() {
     MS_ASSIGN_OR_RETURN(root, DecodeRootFile(root_file->contents));
   }
   EnsureServed(root, schemas);
-  if (!root.assigned() || !probes_[root.location.server].serving.contains(root.location.tablet_id)) {
-    return absl::UnavailableError("the root tablet is not served yet");
+  if (!root.assigned() || !Reachable(root.location.server) ||
+      !probes_[root.location.server].serving.contains(root.location.tablet_id)) {
+    return absl::UnavailableError(StrCat("the root tablet is not served yet",
+                                         root.assigned() ? StrCat(" (assigned to ", root.location.server, ")") : ""));
   }
 
   std::vector<TabletRecord> metas;
@@ -424,7 +452,8 @@ absl::Status Master::Pass() {
   for (TabletRecord& m : metas) {
     EnsureServed(m, schemas);
     all.push_back(m);
-    if (!m.assigned() || !probes_[m.location.server].serving.contains(m.location.tablet_id)) {
+    if (!m.assigned() || !Reachable(m.location.server) ||
+        !probes_[m.location.server].serving.contains(m.location.tablet_id)) {
       complete = false;
       continue;
     }
@@ -475,7 +504,9 @@ absl::Status Master::Pass() {
   }
   metadata_ready_ = complete;
   if (complete) {
-    Balance(users, schemas);
+    if (env_->MonotonicMicros() - elected_at_ >= absl::ToInt64Microseconds(options_.balance_delay)) {
+      Balance(users, schemas);
+    }
     if (passes_ % 10 == 1) CollectGarbage(all);
   }
   return absl::OkStatus();
@@ -530,7 +561,7 @@ absl::Status Master::Move(TabletRecord record, const std::string& to,
   next.location.server = to;
   next.log = dest->second.log;
   MS_RETURN_IF_ERROR(WriteRecord(next, record.location.tablet_id, StrCat("moved from ", from, " to ", to)));
-  MS_RETURN_IF_ERROR(client_.Server(to)->AssignTablet(EntryOf(next), schema->second, false));
+  MS_RETURN_IF_ERROR(Assign(to, next, schema->second));
   dest->second.serving[record.location.tablet_id] = 0;
   Event(StrCat("tablet ", record.location.tablet_id, " moved from ", from, " to ", to));
   return absl::OkStatus();
@@ -720,12 +751,27 @@ absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server
   right.log = log;
   right.split_left = children[0].id();
   const std::string key = RowKeyOf(table, parent.end_row());
-  MS_ASSIGN_OR_RETURN(bool matched,
-                      client->CheckAndMutateRow(kMetadataTable, key, IdIs(parent.id()),
-                                                RecordMutations(right, StrCat("split from ", parent.id(), " on ", server),
-                                                                env->NowMicros()),
-                                                {}));
-  if (!matched) {
+  absl::StatusOr<bool> matched =
+      client->CheckAndMutateRow(kMetadataTable, key, IdIs(parent.id()),
+                                RecordMutations(right, StrCat("split from ", parent.id(), " on ", server),
+                                                env->NowMicros()),
+                                {});
+  if (!matched.ok()) {
+    // It may or may not have happened: the row says which.
+    ReadOptions o;
+    o.filter.families = {"loc"};
+    absl::StatusOr<std::optional<Row>> row = client->ReadRow(kMetadataTable, key, o);
+    if (!row.ok()) return matched.status();
+    absl::StatusOr<TabletRecord> now = row->has_value() ? RecordFromRow(**row) : absl::NotFoundError("no row");
+    if (now.ok() && now->location.tablet_id == children[1].id()) {
+      matched = true;
+    } else if (now.ok() && now->location.tablet_id == parent.id()) {
+      return matched.status();  // not committed: the parent serves on
+    } else {
+      return absl::AbortedError(StrCat("METADATA no longer names tablet ", parent.id(), ": not split"));
+    }
+  }
+  if (!*matched) {
     return absl::AbortedError(StrCat("METADATA no longer names tablet ", parent.id(), ": not split"));
   }
   // Committed. The rest is completed by the master if this fails.

@@ -65,7 +65,16 @@ struct MasterOptions {
   // 0 turns balancing off.
   int balance_margin = 2;
   absl::Duration gc_grace = absl::Seconds(60);
+  // METADATA reads and writes, unloads.
   absl::Duration rpc_timeout = absl::Seconds(5);
+  // Assignments (a server replays the tablet's log pieces before answering).
+  absl::Duration assign_timeout = absl::Seconds(60);
+  // A new master only watches this long before it starts balancing: the
+  // takeover itself moves nothing.
+  absl::Duration balance_delay = absl::Seconds(10);
+  // The per-pass probe of each server: short, so a hung server does not
+  // hold up the pass.
+  absl::Duration probe_timeout = absl::Seconds(1);
 };
 
 class Master {
@@ -134,6 +143,11 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   void CollectGarbage(const std::vector<TabletRecord>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::string LeastLoaded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // Tells `server` to serve `record` (with a timeout long enough to replay).
+  absl::Status Assign(const std::string& server, const TabletRecord& record, const TableSchema& schema)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // Whether `server` answered this pass's probe.
+  bool Reachable(const std::string& server) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   void Event(std::string text);
   std::string NewTabletId(const std::string& table);
 
@@ -148,6 +162,9 @@ class Master {
 
   absl::Mutex pass_mu_;  // one pass (or operation that changes METADATA) at a time
   std::map<std::string, Probe> probes_ ABSL_GUARDED_BY(pass_mu_);  // by server address
+  std::map<std::string, std::unique_ptr<TabletClient>> probe_clients_ ABSL_GUARDED_BY(pass_mu_);
+  std::map<std::string, std::unique_ptr<TabletClient>> assign_clients_ ABSL_GUARDED_BY(pass_mu_);
+  int64_t elected_at_ = 0;  // monotonic micros; set before the loop starts
   // Servers whose file this master deleted, until when their tablets wait.
   std::map<std::string, int64_t> fenced_until_ ABSL_GUARDED_BY(pass_mu_);
   std::map<std::string, int> assigned_this_pass_ ABSL_GUARDED_BY(pass_mu_);

@@ -124,6 +124,7 @@ class CellTest : public ::testing::Test {
     o.reconcile_interval = absl::Milliseconds(100);
     o.server_timeout = absl::Seconds(2);
     o.balance_margin = balance_margin_;
+    o.balance_delay = absl::ZeroDuration();
     o.gc_grace = absl::ZeroDuration();
     m->master = std::make_unique<Master>(lock_.get(), env_, o, [](const absl::Status&) {});
     m->rpc = std::make_unique<rpc::RpcServer>(rpc::ServerOptions{"127.0.0.1:0"});

@@ -1325,12 +1325,25 @@ absl::Status Tablet::InstallSchemaLocked(std::shared_ptr<const CompiledSchema> s
 }
 
 uint64_t Tablet::ApproximateSizeBytes() {
+  // Only the data inside this tablet's rows: a split's children share the
+  // parent's SSTables (hard links) until compactions drop the other half,
+  // so the files' total would count the parent's size twice.
+  std::string start, limit;
+  key_format::AppendRowPrefix(&start, options_.start_row);
+  if (options_.end_row.empty()) {
+    limit.assign(64, '\xff');
+  } else {
+    key_format::AppendRowPrefix(&limit, options_.end_row);
+  }
+  const rocksdb::Range range(start, limit);
+  rocksdb::SizeApproximationOptions o;
+  o.include_memtables = true;
+  o.include_files = true;
   const auto v = view();
   uint64_t total = 0;
   for (LocalityGroupHandle* g : v->groups) {
-    uint64_t value = 0;
-    if (db_->GetIntProperty(g->cf, rocksdb::DB::Properties::kTotalSstFilesSize, &value)) total += value;
-    if (db_->GetIntProperty(g->cf, rocksdb::DB::Properties::kCurSizeAllMemTables, &value)) total += value;
+    uint64_t size = 0;
+    if (db_->GetApproximateSizes(o, g->cf, &range, 1, &size).ok()) total += size;
   }
   return total;
 }

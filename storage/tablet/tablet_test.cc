@@ -11,6 +11,7 @@
 #include "base/coding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "base/random.h"
 #include "base/test_util.h"
 
 namespace megastore::storage {
@@ -714,6 +715,31 @@ TEST_F(TabletTest, SplitMakesTwoChildrenThatShareTheParentsFiles) {
   EXPECT_EQ(files.find(std::string("a\0\x01", 3)), std::string::npos);
   Set("o", "cf", "q", "after-split", 2);
   EXPECT_EQ(Scan({}).size(), 4u);
+}
+
+TEST_F(TabletTest, ASplitChildsSizeCountsOnlyItsOwnRows) {
+  // Its files are the parent's (hard links) until compacted; a child that
+  // reported the parent's size would split again at once.
+  Random rng(3);
+  for (int i = 0; i < 400; ++i) {
+    std::string value(1024, '\0');
+    for (char& c : value) c = static_cast<char>(rng.Next());
+    char row[8];
+    std::snprintf(row, sizeof(row), "r%03d", i);
+    Set(row, "cf", "q", value, 1);
+  }
+  ASSERT_TRUE(tablet_->Flush().ok());
+  const uint64_t parent = tablet_->ApproximateSizeBytes();
+  EXPECT_GT(parent, 300u << 10);
+  const std::string left = dir_.path() + "/left", right = dir_.path() + "/right";
+  ASSERT_TRUE(tablet_->Split("r100", left, right).ok());
+  TabletOptions lo;
+  lo.path = left;
+  lo.end_row = "r100";
+  Open(lo);
+  const uint64_t child = tablet_->ApproximateSizeBytes();
+  EXPECT_LT(child, parent / 2) << "a quarter of the rows";
+  EXPECT_GT(child, parent / 8);
 }
 
 TEST_F(TabletTest, SplitRowMustBeInsideTheRange) {

@@ -892,7 +892,8 @@ absl::Status TabletServer::RunMaintenance() {
       if (children.ok()) {
         MS_LOG_INFO("tablet {} passed {} bytes: split at \"{}\" into {} and {}", id, options_.split_threshold_bytes,
                     EscapeBytes((*children)[1].start_row()), (*children)[0].id(), (*children)[1].id());
-      } else if (!absl::IsFailedPrecondition(children.status())) {
+      } else if (!absl::IsFailedPrecondition(children.status()) && !absl::IsNotFound(children.status())) {
+        // (NotFound: the master moved it away meanwhile.)
         MS_LOG_WARN("tablet {}: automatic split failed: {}", id, children.status().ToString());
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -12,6 +13,9 @@
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "storage/cell/cell_client.h"
+#include "storage/cell/connect.h"
+#include "storage/cell/master.h"
 #include "storage/tabletserver/tablet_service.h"
 #include "tools/megastored/cluster.h"
 
@@ -20,6 +24,108 @@ namespace {
 
 using storage::Mutation;
 using storage::Row;
+
+// What a verb talks to: one tablet server, or a whole cell (its master for
+// tables, the client library for data).
+class Bigtable {
+ public:
+  virtual ~Bigtable() = default;
+  virtual absl::StatusOr<std::vector<storage::TableSchema>> ListTables() = 0;
+  virtual absl::StatusOr<storage::TableSchema> GetTable(const std::string& name) = 0;
+  virtual absl::Status CreateTable(const storage::TableSchema& schema) = 0;
+  virtual absl::Status DeleteTable(const std::string& name) = 0;
+  virtual absl::Status UpdateTable(const storage::TableSchema& schema) = 0;
+  virtual absl::Status MutateRow(const std::string& table, const std::string& row,
+                                 const std::vector<Mutation>& mutations) = 0;
+  virtual absl::StatusOr<std::optional<Row>> ReadRow(const std::string& table, const std::string& row,
+                                                     const storage::ReadOptions& options) = 0;
+  // At most one range in `rows` (none: the whole table).
+  virtual absl::Status ReadRows(const std::string& table, const storage::RowSet& rows,
+                                const storage::ReadOptions& options, const std::function<bool(Row&)>& on_row) = 0;
+};
+
+class OneServer : public Bigtable {
+ public:
+  OneServer(const std::string& address, absl::Duration timeout) : c_(address, timeout) {}
+  absl::StatusOr<std::vector<storage::TableSchema>> ListTables() override { return c_.ListTables(); }
+  absl::StatusOr<storage::TableSchema> GetTable(const std::string& name) override { return c_.GetTable(name); }
+  absl::Status CreateTable(const storage::TableSchema& schema) override { return c_.CreateTable(schema); }
+  absl::Status DeleteTable(const std::string& name) override { return c_.DeleteTable(name); }
+  absl::Status UpdateTable(const storage::TableSchema& schema) override { return c_.UpdateTable(schema); }
+  absl::Status MutateRow(const std::string& table, const std::string& row,
+                         const std::vector<Mutation>& mutations) override {
+    return c_.MutateRow(table, row, mutations);
+  }
+  absl::StatusOr<std::optional<Row>> ReadRow(const std::string& table, const std::string& row,
+                                             const storage::ReadOptions& options) override {
+    return c_.ReadRow(table, row, options);
+  }
+  absl::Status ReadRows(const std::string& table, const storage::RowSet& rows, const storage::ReadOptions& options,
+                        const std::function<bool(Row&)>& on_row) override {
+    return c_.ReadRows(table, rows, options, on_row);
+  }
+
+ private:
+  storage::TabletClient c_;
+};
+
+class WholeCell : public Bigtable {
+ public:
+  WholeCell(std::unique_ptr<storage::lock::LockService> lock, const std::string& cell, absl::Duration timeout)
+      : lock_(std::move(lock)), cell_(cell), timeout_(timeout), client_(lock_.get(), Env::Default(), Options()) {}
+  absl::StatusOr<std::vector<storage::TableSchema>> ListTables() override {
+    MS_ASSIGN_OR_RETURN(auto m, Master());
+    return m->ListTables();
+  }
+  absl::StatusOr<storage::TableSchema> GetTable(const std::string& name) override {
+    MS_ASSIGN_OR_RETURN(auto tables, ListTables());
+    for (auto& t : tables) {
+      if (t.name() == name) return t;
+    }
+    return absl::NotFoundError(StrCat("table ", name, " does not exist in cell ", cell_));
+  }
+  absl::Status CreateTable(const storage::TableSchema& schema) override {
+    MS_ASSIGN_OR_RETURN(auto m, Master());
+    return m->CreateTable(schema);
+  }
+  absl::Status DeleteTable(const std::string& name) override {
+    MS_ASSIGN_OR_RETURN(auto m, Master());
+    return m->DeleteTable(name);
+  }
+  absl::Status UpdateTable(const storage::TableSchema& schema) override {
+    MS_ASSIGN_OR_RETURN(auto m, Master());
+    return m->UpdateTable(schema);
+  }
+  absl::Status MutateRow(const std::string& table, const std::string& row,
+                         const std::vector<Mutation>& mutations) override {
+    return client_.MutateRow(table, row, mutations);
+  }
+  absl::StatusOr<std::optional<Row>> ReadRow(const std::string& table, const std::string& row,
+                                             const storage::ReadOptions& options) override {
+    return client_.ReadRow(table, row, options);
+  }
+  absl::Status ReadRows(const std::string& table, const storage::RowSet& rows, const storage::ReadOptions& options,
+                        const std::function<bool(Row&)>& on_row) override {
+    return client_.ReadRows(table, rows.ranges.empty() ? storage::RowRange::All() : rows.ranges[0], options, on_row);
+  }
+
+ private:
+  storage::cell::CellClientOptions Options() const {
+    storage::cell::CellClientOptions o;
+    o.cell = cell_;
+    o.retry_for = timeout_;
+    return o;
+  }
+  absl::StatusOr<std::unique_ptr<storage::cell::MasterClient>> Master() {
+    MS_ASSIGN_OR_RETURN(std::string address, storage::cell::FindMaster(lock_.get(), cell_));
+    return std::make_unique<storage::cell::MasterClient>(address, timeout_);
+  }
+
+  std::unique_ptr<storage::lock::LockService> lock_;
+  const std::string cell_;
+  const absl::Duration timeout_;
+  storage::cell::CellClient client_;
+};
 
 // key=value arguments after the positional ones, cbt style.
 // A mistake in the command line (as opposed to an error from the server):
@@ -194,7 +300,7 @@ absl::StatusOr<Columns> ParseColumns(const Args& a, storage::ReadOptions* o) {
   return cols;
 }
 
-absl::Status Ls(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status Ls(Bigtable& c, const std::vector<std::string>& raw) {
   if (raw.size() > 1) return UsageError("ls takes at most one table");
   if (raw.empty()) {
     MS_ASSIGN_OR_RETURN(auto tables, c.ListTables());
@@ -208,7 +314,7 @@ absl::Status Ls(storage::TabletClient& c, const std::vector<std::string>& raw) {
   return absl::OkStatus();
 }
 
-absl::Status CreateTable(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status CreateTable(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {"families"}));
   storage::TableSchema schema;
   schema.set_name(a.positional[0]);
@@ -234,12 +340,12 @@ absl::Status CreateTable(storage::TabletClient& c, const std::vector<std::string
   return c.CreateTable(schema);
 }
 
-absl::Status DeleteTable(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status DeleteTable(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {}));
   return c.DeleteTable(a.positional[0]);
 }
 
-absl::Status CreateFamily(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status CreateFamily(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {}));
   MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(a.positional[0]));
   for (const auto& f : t.families()) {
@@ -251,7 +357,7 @@ absl::Status CreateFamily(storage::TabletClient& c, const std::vector<std::strin
   return c.UpdateTable(t);
 }
 
-absl::Status SetGcPolicy(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status SetGcPolicy(Bigtable& c, const std::vector<std::string>& raw) {
   if (raw.size() < 3) return UsageError("usage: setgcpolicy TABLE FAMILY maxversions=N|maxage=D|never");
   std::string policy = raw[2];
   for (size_t i = 3; i < raw.size(); ++i) policy += " " + raw[i];  // "maxage=1d or maxversions=2" unquoted
@@ -268,7 +374,7 @@ absl::Status SetGcPolicy(storage::TabletClient& c, const std::vector<std::string
   return c.UpdateTable(t);
 }
 
-absl::Status Set(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status Set(Bigtable& c, const std::vector<std::string>& raw) {
   if (raw.size() < 3) return UsageError("usage: set TABLE ROW family:qualifier=value[@timestamp] ...");
   std::vector<Mutation> mutations;
   for (size_t i = 2; i < raw.size(); ++i) {
@@ -291,7 +397,7 @@ absl::Status Set(storage::TabletClient& c, const std::vector<std::string>& raw) 
   return c.MutateRow(raw[0], raw[1], mutations);
 }
 
-absl::Status Lookup(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status Lookup(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {"columns", "cells-per-column"}));
   storage::ReadOptions o;
   MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
@@ -302,7 +408,7 @@ absl::Status Lookup(storage::TabletClient& c, const std::vector<std::string>& ra
   return absl::OkStatus();
 }
 
-absl::Status Read(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status Read(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {"start", "end", "prefix", "count", "columns", "cells-per-column"}));
   storage::ReadOptions o;
   MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
@@ -330,7 +436,7 @@ absl::Status Read(storage::TabletClient& c, const std::vector<std::string>& raw)
   });
 }
 
-absl::Status Count(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status Count(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {}));
   storage::ReadOptions o;
   o.filter.cells_per_column = 1;
@@ -344,12 +450,12 @@ absl::Status Count(storage::TabletClient& c, const std::vector<std::string>& raw
   return absl::OkStatus();
 }
 
-absl::Status DeleteRow(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status DeleteRow(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {}));
   return c.MutateRow(a.positional[0], a.positional[1], {Mutation::DeleteRow()});
 }
 
-absl::Status DeleteColumn(storage::TabletClient& c, const std::vector<std::string>& raw) {
+absl::Status DeleteColumn(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 3, {}));
   const std::string& col = a.positional[2];
   const size_t colon = col.find(':');
@@ -362,7 +468,7 @@ struct VerbInfo {
   const char* name;
   const char* usage;
   const char* help;
-  absl::Status (*run)(storage::TabletClient&, const std::vector<std::string>&);
+  absl::Status (*run)(Bigtable&, const std::vector<std::string>&);
 };
 
 const VerbInfo kVerbs[] = {
@@ -388,8 +494,12 @@ const VerbInfo kVerbs[] = {
 }  // namespace
 
 void AddBtCommand(CLI::App& app, BtState& state) {
-  CLI::App* bt = app.add_subcommand("bt", "Bigtable data and tables on one tablet server, like Cloud Bigtable's cbt");
+  CLI::App* bt = app.add_subcommand(
+      "bt", "Bigtable data and tables on one tablet server or a whole cell, like Cloud Bigtable's cbt");
   bt->add_option("--server", state.server, "tablet server HOST:PORT");
+  bt->add_option("--cell", state.cell, "instead of --server: a Bigtable cell (docs/cell.md) ...");
+  bt->add_option("--lock-service", state.lock_service,
+                 "... and its lock service (HOST:PORT, or etcd:HOST:PORT[,...])");
   bt->add_option("--config", state.config, "instead of --server: a cluster config (docs/operations.md) ...");
   bt->add_option("--datacenter", state.datacenter, "... and the datacenter whose Bigtable to use");
   bt->add_option("--timeout", state.timeout, "seconds to wait for each call")->capture_default_str();
@@ -406,8 +516,14 @@ int RunBt(const BtState& state) {
   if (state.verb < 0) return 2;
   const VerbInfo& v = kVerbs[state.verb];
   std::string server = state.server;
-  if (server.empty() == state.config.empty()) {
-    std::fprintf(stderr, "msadmin bt: give --server=HOST:PORT, or --config=FILE with --datacenter=NAME\n");
+  if (int(!server.empty()) + int(!state.config.empty()) + int(!state.cell.empty()) != 1) {
+    std::fprintf(stderr,
+                 "msadmin bt: give one of --server=HOST:PORT, --config=FILE with --datacenter=NAME, or --cell=NAME "
+                 "with --lock-service=...\n");
+    return 2;
+  }
+  if (!state.cell.empty() && state.lock_service.empty()) {
+    std::fprintf(stderr, "msadmin bt: --cell=%s needs --lock-service=HOST:PORT|etcd:HOST:PORT\n", state.cell.c_str());
     return 2;
   }
   if (!state.config.empty()) {
@@ -424,8 +540,18 @@ int RunBt(const BtState& state) {
       return 2;
     }
   }
-  storage::TabletClient client(server, absl::Seconds(state.timeout));
-  absl::Status s = v.run(client, state.args);
+  std::unique_ptr<Bigtable> target;
+  if (!state.cell.empty()) {
+    auto lock = storage::cell::ConnectLockService(state.lock_service);
+    if (!lock.ok()) {
+      std::fprintf(stderr, "msadmin bt: --lock-service: %s\n", std::string(lock.status().message()).c_str());
+      return 2;
+    }
+    target = std::make_unique<WholeCell>(std::move(*lock), state.cell, absl::Seconds(state.timeout));
+  } else {
+    target = std::make_unique<OneServer>(server, absl::Seconds(state.timeout));
+  }
+  absl::Status s = v.run(*target, state.args);
   if (!s.ok()) {
     std::fprintf(stderr, "msadmin bt %s: %s\n", v.name, std::string(s.message()).c_str());
     if (IsUsageError(s)) std::fprintf(stderr, "usage: msadmin bt --server=HOST:PORT %s\n", v.usage);

@@ -1,4 +1,4 @@
-// `msadmin bt`: Bigtable tables and data on a tablet server, modelled on
+// `msadmin bt`: Bigtable tables and data on a tablet server or a cell, modelled on
 // Cloud Bigtable's cbt (docs/msadmin.md).
 #pragma once
 
@@ -12,6 +12,8 @@ struct BtState {
   std::string server;
   std::string config;      // or a cluster config and
   std::string datacenter;  // the datacenter whose Bigtable to use
+  std::string cell;          // or a cell by name and
+  std::string lock_service;  // its lock service
   double timeout = 30;
   std::vector<std::string> args;
   int verb = -1;

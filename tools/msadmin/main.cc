@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   megastore::tools::AddIndexCommand(app, index);
   megastore::tools::CellState cell;
   megastore::tools::AddCellCommand(app, cell);
+  megastore::tools::AddTabletCommand(app, cell);
   megastore::tools::ClusterState cluster;
   megastore::tools::AddClusterCommands(app, cluster);
   megastore::SetLogLevel("warn");
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
   if (app.got_subcommand("index")) return megastore::tools::RunIndex(index);
   if (app.got_subcommand("cell")) return megastore::tools::RunCell(cell);
+  if (app.got_subcommand("tablet")) return megastore::tools::RunTablet(cell);
   if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }
