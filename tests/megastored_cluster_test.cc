@@ -3,6 +3,7 @@
 // one config (one of them split by role), one killed with SIGKILL and
 // restarted.
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -73,6 +74,51 @@ std::string WriteSchema(const std::string& dir) {
   std::ofstream(path, std::ios::binary) << photoapp::Schema().SerializeAsString();
   return path;
 }
+
+// A user's photos written and read through the client API at one
+// datacenter of `config`, remembering which commits were acknowledged.
+class PhotoAlbum {
+ public:
+  PhotoAlbum(const server::ClusterConfig& config, const std::string& local, int64_t user) : user_(user) {
+    DatabaseOptions o;
+    o.replicas = server::ReplicasOf(config);
+    o.local = local;
+    o.schema = photoapp::Schema();
+    o.queue_sweep_interval = absl::ZeroDuration();
+    auto db = Database::Open(o);
+    EXPECT_TRUE(db.ok()) << db.status();
+    if (db.ok()) db_ = std::move(*db);
+  }
+  void Add(int32_t id) {
+    absl::StatusOr<CommitInfo> r = db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
+      photoapp::Photo p;
+      p.set_user_id(user_);
+      p.set_photo_id(id);
+      p.set_time(id);
+      p.set_full_url(StrCat("u", id));
+      return t.Put(p);
+    });
+    if (r.ok()) acked_.push_back(id);
+  }
+  // The photo ids a current read finds.
+  absl::StatusOr<std::set<int32_t>> Read() {
+    std::set<int32_t> seen;
+    absl::StatusOr<CommitInfo> read = db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
+      auto photos = t.Query<photoapp::Photo>({user_});
+      if (!photos.ok()) return photos.status();
+      for (const auto& p : *photos) seen.insert(p.photo_id());
+      return absl::OkStatus();
+    });
+    if (!read.ok()) return read.status();
+    return seen;
+  }
+  const std::vector<int32_t>& acked() const { return acked_; }
+
+ private:
+  const int64_t user_;
+  std::unique_ptr<Database> db_;
+  std::vector<int32_t> acked_;
+};
 
 TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig) {
   TestDir dir;
@@ -277,32 +323,14 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   ASSERT_EQ(demo.exit_code, 0) << demo.out;
   EXPECT_THAT(demo.out, HasSubstr("4. Reading at datacenter C")) << demo.out;
 
-  DatabaseOptions o;
-  o.replicas = server::ReplicasOf(config);
-  o.local = "A";
-  o.schema = photoapp::Schema();
-  o.queue_sweep_interval = absl::ZeroDuration();
-  auto db = Database::Open(o);
-  ASSERT_TRUE(db.ok());
-  std::vector<int32_t> acked;
-  auto add_photo = [&](int32_t id) {
-    absl::StatusOr<CommitInfo> r = (*db)->Run<photoapp::User>(photoapp::User::Key{100}, [&](Transaction& t) {
-      photoapp::Photo p;
-      p.set_user_id(100);
-      p.set_photo_id(id);
-      p.set_time(id);
-      p.set_full_url(StrCat("u", id));
-      return t.Put(p);
-    });
-    if (r.ok()) acked.push_back(id);
-  };
-  for (int32_t id = 1; id <= 10; ++id) add_photo(id);
-  ASSERT_EQ(acked.size(), 10u);
+  PhotoAlbum album(config, "A", 100);
+  for (int32_t id = 1; id <= 10; ++id) album.Add(id);
+  ASSERT_EQ(album.acked().size(), 10u);
   for (const char* name : {"C/tablet,lock", "C/coordinator", "C/replication"}) procs[name]->Kill(SIGKILL);
-  for (int32_t id = 11; id <= 30; ++id) add_photo(id);
-  EXPECT_GE(acked.size(), 25u) << "A and B are a majority: commits go on without C";
+  for (int32_t id = 11; id <= 30; ++id) album.Add(id);
+  EXPECT_GE(album.acked().size(), 25u) << "A and B are a majority: commits go on without C";
   start_c();
-  for (int32_t id = 31; id <= 35; ++id) add_photo(id);
+  for (int32_t id = 31; id <= 35; ++id) album.Add(id);
 
   // The example app again, from B: it reads at C too.
   demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=B"));
@@ -310,19 +338,111 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   EXPECT_THAT(demo.out, HasSubstr("4. Reading at datacenter C")) << demo.out;
 
   // Read everything at C (a current read catches C up first).
-  DatabaseOptions at_c = o;
-  at_c.local = "C";
-  auto db_c = Database::Open(at_c);
-  ASSERT_TRUE(db_c.ok());
-  std::set<int32_t> seen;
-  absl::StatusOr<CommitInfo> read = (*db_c)->Run<photoapp::User>(photoapp::User::Key{100}, [&](Transaction& t) {
-    auto photos = t.Query<photoapp::Photo>({int64_t{100}});
-    if (!photos.ok()) return photos.status();
-    for (const auto& p : *photos) seen.insert(p.photo_id());
-    return absl::OkStatus();
-  });
-  ASSERT_TRUE(read.ok()) << read.status();
-  for (int32_t id : acked) EXPECT_TRUE(seen.count(id)) << "acknowledged photo " << id << " is missing at C";
+  PhotoAlbum at_c(config, "C", 100);
+  absl::StatusOr<std::set<int32_t>> seen = at_c.Read();
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  for (int32_t id : album.acked()) EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at C";
+  for (auto& [name, p] : procs) p->Kill(SIGTERM);
+}
+
+// Datacenter A's Bigtable is a cell of its own processes (a lock service,
+// a master, two tablet servers); B and C are single processes. The example
+// app runs at A; one of A's tablet servers is SIGKILLed and A keeps
+// committing and reading locally through the cell's client library; every
+// acknowledged write is read back at A.
+TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  const std::string lock = StrCat("127.0.0.1:", testing::FreePort());
+  std::map<std::string, std::unique_ptr<testing::Subprocess>> procs;
+  auto run = [&](const std::string& name, std::vector<std::string> args, const std::string& ready) {
+    args.insert(args.begin(), MEGASTORED);
+    args.push_back("--log-level=warn");
+    auto p = std::make_unique<testing::Subprocess>();
+    ASSERT_TRUE(p->Start(args));
+    std::string out;
+    for (int i = 0; i < 40 && out.find(ready) == std::string::npos; ++i) {
+      const std::string line = p->ReadLine(30000);
+      if (line.empty()) break;
+      out += line + "\n";
+    }
+    ASSERT_THAT(out, HasSubstr(ready)) << name;
+    procs[name] = std::move(p);
+  };
+  const std::string cell_flags = "--cell=a";
+  run("lock", {"--roles=lock", "--listen=" + lock, "--data=" + dir.path() + "/a-lock"}, "lock service listening");
+  run("master", {"--roles=master", StrCat("--listen=127.0.0.1:", testing::FreePort()), "--data=" + dir.path() + "/a-root",
+                 cell_flags, "--lock-service=" + lock, "--session-ttl=2s"},
+      "campaigning");
+  std::vector<std::string> tablet_servers;  // addresses; also their names in `procs`
+  for (int i = 0; i < 2; ++i) {
+    const std::string address = StrCat("127.0.0.1:", testing::FreePort());
+    run(address, {"--listen=" + address, "--data=" + dir.path() + "/a-root", cell_flags, "--lock-service=" + lock,
+                  "--session-ttl=2s", "--no-sync"},
+        "registered in cell a");
+    tablet_servers.push_back(address);
+  }
+  server::ClusterConfig config;
+  for (const char* name : {"A", "B", "C"}) {
+    server::DatacenterConfig* dc = config.add_datacenters();
+    dc->set_name(name);
+    dc->set_type("full");
+    dc->set_address(StrCat("127.0.0.1:", testing::FreePort()));
+  }
+  config.mutable_datacenters(0)->mutable_bigtable_cell()->set_name("a");
+  config.mutable_datacenters(0)->mutable_bigtable_cell()->set_lock_service(lock);
+  const std::string config_path = dir.path() + "/cluster.textproto";
+  std::ofstream(config_path) << server::ToText(config);
+  for (const char* dc : {"A", "B", "C"}) {
+    std::vector<std::string> args = {"--config=" + config_path, StrCat("--datacenter=", dc), "--no-sync",
+                                     "--schema=" + schema};
+    if (std::string(dc) != "A") args.push_back(StrCat("--data=", dir.path(), "/", dc));
+    run(dc, args, "megastored: ready");
+  }
+  testing::Result tablets =
+      testing::RunCommand(StrCat(MSADMIN, " tablet ls --lock-service=", lock, " --cell=a"));
+  EXPECT_THAT(tablets.out, HasSubstr("PhotoApp")) << "the schema's tables were created in the cell: " << tablets.out;
+  testing::Result status = testing::RunCommand(StrCat(MSADMIN, " cluster status --config=", config_path));
+  for (int i = 0; i < 100 && status.exit_code != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(200));
+    status = testing::RunCommand(StrCat(MSADMIN, " cluster status --config=", config_path));
+  }
+  EXPECT_EQ(status.exit_code, 0) << status.out;
+
+  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=A"));
+  ASSERT_EQ(demo.exit_code, 0) << demo.out;
+
+  PhotoAlbum album(config, "A", 200);
+  for (int32_t id = 1; id <= 10; ++id) album.Add(id);
+  ASSERT_EQ(album.acked().size(), 10u);
+  // The server of the tablet holding PhotoApp's rows goes.
+  tablets = testing::RunCommand(StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
+  std::string victim;
+  for (const std::string& ts : tablet_servers)
+    if (tablets.out.find(StrCat("\"server\":\"", ts, "\"")) != std::string::npos) victim = ts;
+  ASSERT_FALSE(victim.empty()) << tablets.out;
+  procs[victim]->Kill(SIGKILL);
+  for (int32_t id = 11; id <= 30; ++id) album.Add(id);
+  EXPECT_GE(album.acked().size(), 25u) << "commits go on: B and C accept, A's cell recovers";
+  // A's cell serves PhotoApp again, elsewhere.
+  bool moved = false;
+  for (int i = 0; i < 200 && !moved; ++i) {
+    tablets = testing::RunCommand(StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
+    moved = tablets.exit_code == 0 && tablets.out.find(victim) == std::string::npos &&
+            tablets.out.find("\"serving\":true") != std::string::npos;
+    if (!moved) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(moved) << tablets.out
+                     << testing::RunCommand(StrCat(MSADMIN, " cell status --lock-service=", lock, " --cell=a")).out;
+
+  // A current read at A: through A's cell, whatever moved.
+  absl::StatusOr<std::set<int32_t>> seen = album.Read();
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  for (int32_t id : album.acked()) EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at A";
+  testing::Result bt = testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A ls"));
+  EXPECT_THAT(bt.out, HasSubstr("PhotoApp")) << bt.out;
+  // The datacenters first, then A's cell.
+  for (const char* dc : {"A", "B", "C"}) procs[dc]->Kill(SIGTERM);
   for (auto& [name, p] : procs) p->Kill(SIGTERM);
 }
 

@@ -158,6 +158,7 @@ absl::StatusOr<std::vector<TabletRecord>> CellClient::Tablets(const std::string&
 }
 
 bool CellClient::Backoff(int64_t deadline, absl::Duration* delay) {
+  if (cancelled_) return false;
   if (env_->MonotonicMicros() + absl::ToInt64Microseconds(*delay) > deadline) return false;
   retries_.fetch_add(1, std::memory_order_relaxed);
   // A plain sleep, not an Env timer: the caller may be on the Env's timer

@@ -87,6 +87,9 @@ class CellClient {
   absl::Status ReadRows(const std::string& table, const RowRange& range, const ReadOptions& options,
                         const std::function<bool(Row&)>& on_row);
 
+  // From now on operations stop retrying (Cancelled): for shutting down.
+  void Cancel() { cancelled_ = true; }
+
   // The RPC client of one tablet server (kept for the client's life).
   std::shared_ptr<TabletClient> Server(const std::string& address);
   LocationCache& cache() { return cache_; }
@@ -109,6 +112,7 @@ class CellClient {
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<TabletClient>> servers_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> lookups_{0}, cache_hits_{0}, metadata_reads_{0}, retries_{0};
+  std::atomic<bool> cancelled_{false};
 };
 
 // The Megastore layer's BigtableClient on a cell: each call runs on one of

@@ -88,6 +88,7 @@ std::vector<std::pair<std::string, std::vector<Role>>> ProcessesOf(const Datacen
   std::vector<std::pair<std::string, std::vector<Role>>> out;
   for (Role role : kAllRoles) {
     if (role == Role::kCoordinator && TypeOf(dc) != replication::ReplicaType::kFull) continue;
+    if (role == Role::kTablet && !dc.bigtable_cell().name().empty()) continue;  // the cell's own processes
     const std::string& address = AddressOf(dc, role);
     auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == address; });
     if (it == out.end()) it = out.insert(out.end(), {address, {}});

@@ -16,6 +16,7 @@
 #include "base/logging.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/status.h"
+#include "storage/cell/cell_client.h"
 #include "base/strings.h"
 #include "schema/compat.h"
 #include "tools/megastored/cluster.h"
@@ -92,7 +93,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   // A schema recorded before is replaced only by a compatible one (the
   // check msadmin schema apply makes): FailedPrecondition naming the
   // incompatibilities otherwise.
-  auto record = [&schemas](storage::TabletServer* tablets) -> absl::Status {
+  // `tablets`: the TabletServer here, or the cell's client library.
+  auto record = [&schemas](auto* tablets) -> absl::Status {
     for (const schema::SchemaDescriptor& d : schemas) {
       MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row, tablets->ReadRow(kSchemaTable, d.name(), {}));
       schema::SchemaDescriptor previous;
@@ -163,10 +165,24 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                                " and its ", RoleName(r), " role on ", AddressOf(me, r),
                                ": run one megastored per address, each with --roles naming the roles there"));
     o.tablet_address = AddressOf(me, Role::kTablet);
+    const bool in_cell = !me.bigtable_cell().name().empty();
+    if (in_cell) {
+      if (me.bigtable_cell().lock_service().empty())
+        return BadFlags(StrCat(flags.config, ": ", me.name(), "'s bigtable_cell needs its lock_service"));
+      o.cell = me.bigtable_cell().name();
+      o.cell_lock_service = me.bigtable_cell().lock_service();
+      if (!flags.roles.empty() && std::count(o.roles.begin(), o.roles.end(), Role::kTablet))
+        return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), "'s Bigtable is cell ", o.cell,
+                               ": its tablet servers are megastored --cell processes"));
+      std::erase(o.roles, Role::kTablet);
+      if (o.roles.empty()) return BadFlags(StrCat("--roles=", flags.roles, ": nothing left to run here"));
+    }
     const bool has_tablet = std::count(o.roles.begin(), o.roles.end(), Role::kTablet) > 0;
+    const bool has_replication = std::count(o.roles.begin(), o.roles.end(), Role::kReplication) > 0;
     if (has_tablet && flags.data.empty()) return BadFlags("--data=DIR is required where the tablet role runs");
-    if (!schemas.empty() && !has_tablet)
-      return BadFlags("--schema creates tables: give it to the process running the tablet role");
+    if (!schemas.empty() && !has_tablet && !(in_cell && has_replication))
+      return BadFlags(in_cell ? "--schema creates tables: give it to the process running the replication role"
+                              : "--schema creates tables: give it to the process running the tablet role");
     o.tables = tables;
     o.sync_log = flags.sync;
     // The config's links: this process delays its own outgoing messages.
@@ -177,7 +193,10 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                    dc.status().ToString().c_str());
       return 1;
     }
-    if (absl::Status s = has_tablet ? record((*dc)->tablets()) : absl::OkStatus(); !s.ok()) {
+    absl::Status recorded = absl::OkStatus();
+    if (has_tablet) recorded = record((*dc)->tablets());
+    if ((*dc)->cell_client() != nullptr && !schemas.empty()) recorded = record((*dc)->cell_client());
+    if (absl::Status s = recorded; !s.ok()) {
       (*dc)->Stop();
       return record_failed(s);
     }
@@ -186,9 +205,10 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     for (Role r : o.roles) running += StrCat(running.empty() ? "" : ",", RoleName(r));
     std::printf("megastored: datacenter %s (%s) serving %s on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
                 running.c_str(), (*dc)->address().c_str(), flags.data.c_str());
-    // The config's status address belongs to the datacenter's tablet-role process.
+    // The config's status address belongs to the datacenter's tablet-role
+    // process (its replication process when the Bigtable is a cell).
     ClusterFlags serving = flags;
-    if (serving.http.empty() && has_tablet) serving.http = me.http();
+    if (serving.http.empty() && (has_tablet || (in_cell && has_replication))) serving.http = me.http();
     const bool served = ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr);
     (*dc)->Stop();
     return served ? 0 : 1;

@@ -3,11 +3,17 @@
 #include <algorithm>
 
 #include "base/status.h"
+#include "absl/time/clock.h"
+#include "storage/cell/cell_client.h"
+#include "storage/cell/connect.h"
+#include "storage/cell/master.h"
 #include "storage/tabletserver/remote_bigtable.h"
 #include "tools/megastored/datacenter.pb.h"
 #include "base/strings.h"
 
 namespace megastore::server {
+
+Datacenter::Datacenter(Env* env, DatacenterOptions options) : env_(env), options_(std::move(options)) {}
 
 bool Datacenter::Runs(Role role) const {
   return std::find(options_.roles.begin(), options_.roles.end(), role) != options_.roles.end();
@@ -17,9 +23,31 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   // Only full replicas have a coordinator.
   if (options.type != replication::ReplicaType::kFull)
     std::erase(options.roles, Role::kCoordinator);
+  // A cell's tablet servers are its own processes.
+  if (!options.cell.empty()) std::erase(options.roles, Role::kTablet);
   std::unique_ptr<Datacenter> dc(new Datacenter(env, std::move(options)));
   const DatacenterOptions& o = dc->options_;
-  if (dc->Runs(Role::kTablet)) {
+  if (!o.cell.empty() && dc->Runs(Role::kReplication)) {
+    MS_ASSIGN_OR_RETURN(dc->cell_lock_, storage::cell::ConnectLockService(o.cell_lock_service));
+    storage::cell::CellClientOptions co;
+    co.cell = o.cell;
+    dc->cell_client_ = std::make_unique<storage::cell::CellClient>(dc->cell_lock_.get(), env, co);
+    // The tables, through the cell's master (which may still be starting).
+    for (const storage::TableSchema& t : o.tables) {
+      absl::Status s = absl::UnavailableError(StrCat("cell ", o.cell, " has no master"));
+      for (int attempt = 0; attempt < 600; ++attempt) {
+        absl::StatusOr<std::string> master = storage::cell::FindMaster(dc->cell_lock_.get(), o.cell);
+        if (master.ok()) s = storage::cell::MasterClient(*master, absl::Seconds(30)).CreateTable(t);
+        if (s.ok() || absl::IsAlreadyExists(s)) break;
+        if (!absl::IsUnavailable(s) && !absl::IsFailedPrecondition(s) && !absl::IsDeadlineExceeded(s)) return s;
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+      if (!s.ok() && !absl::IsAlreadyExists(s)) {
+        return absl::UnavailableError(StrCat("creating table ", t.name(), " in cell ", o.cell, ": ", s.message()));
+      }
+    }
+    dc->bigtable_ = std::make_unique<storage::cell::CellBigtable>(dc->cell_client_.get());
+  } else if (dc->Runs(Role::kTablet)) {
     storage::TabletServerOptions to;
     to.data_dir = o.data_dir;
     to.sync_log = o.sync_log;
@@ -163,6 +191,8 @@ void Datacenter::SetReplicaEnabled(bool enabled) {
 }
 
 void Datacenter::Stop() {
+  // Calls waiting for the cell (a tablet being recovered) give up now.
+  if (cell_client_) cell_client_->Cancel();
   if (prober_) prober_->Stop();
   if (server_) server_->Stop();  // no handler runs after this
   if (replication_) replication_->Stop();

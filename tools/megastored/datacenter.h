@@ -26,6 +26,13 @@
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/prober.h"
 
+namespace megastore::storage::cell {
+class CellClient;
+}
+namespace megastore::storage::lock {
+class LockService;
+}
+
 namespace megastore::server {
 
 struct DatacenterOptions {
@@ -38,7 +45,11 @@ struct DatacenterOptions {
   std::vector<Role> roles = {std::begin(kAllRoles), std::end(kAllRoles)};
   // Without the tablet role: the tablet server the replication server uses.
   std::string tablet_address;
-  // Created at start unless they exist (tablet role).
+  // The datacenter's Bigtable is this cell (its own processes): no tablet
+  // role runs here; the tables are created through the cell's master.
+  std::string cell;
+  std::string cell_lock_service;
+  // Created at start unless they exist (tablet role, or in the cell).
   std::vector<storage::TableSchema> tables;
   bool sync_log = true;
   absl::Duration coordinator_lease = absl::Seconds(10);
@@ -85,14 +96,18 @@ class Datacenter {
   }
   // Null without the tablet role.
   storage::TabletServer* tablets() { return tablets_.get(); }
+  // Null unless the Bigtable is a cell.
+  storage::cell::CellClient* cell_client() { return cell_client_.get(); }
 
  private:
-  explicit Datacenter(Env* env, DatacenterOptions options) : env_(env), options_(std::move(options)) {}
+  Datacenter(Env* env, DatacenterOptions options);
 
   Env* const env_;
   const DatacenterOptions options_;
   std::unique_ptr<storage::TabletServer> tablets_;
-  std::unique_ptr<storage::BigtableClient> bigtable_;
+  std::unique_ptr<storage::lock::LockService> cell_lock_;
+  std::unique_ptr<storage::cell::CellClient> cell_client_;
+  std::unique_ptr<storage::BigtableClient> bigtable_;  // destroyed before the cell client it may use
   std::unique_ptr<storage::lock::LockTable> locks_;
   rpc::RpcTransport transport_;
   std::unique_ptr<DelayedTransport> delayed_;

@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
                  "a cell's tablet server splits a tablet larger than this (0: never)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
-  std::string server_timeout_text = "10s", gc_grace_text = "60s";
+  std::string server_timeout_text = "10s", gc_grace_text = "60s", balance_delay_text = "10s";
   int balance_margin = 2;
   app.add_option("--server-timeout", server_timeout_text,
                  "master: a tablet server unreachable this long is removed from the cell")
@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   app.add_option("--balance-margin", balance_margin,
                  "master: move a tablet when the busiest server has more than the least busy plus this (0: never)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--balance-delay", balance_delay_text,
+                 "master: after taking over, watch this long before moving tablets to balance")
       ->capture_default_str();
   app.add_option("--gc-grace", gc_grace_text,
                  "master: how old an unreferenced tablet directory, log or log piece must be to be deleted")
@@ -255,6 +258,7 @@ int main(int argc, char** argv) {
   const absl::Duration session_ttl = ParseDurationOrDie(session_ttl_text, "--session-ttl");
   const absl::Duration server_timeout = ParseDurationOrDie(server_timeout_text, "--server-timeout");
   const absl::Duration gc_grace = ParseDurationOrDie(gc_grace_text, "--gc-grace");
+  const absl::Duration balance_delay = ParseDurationOrDie(balance_delay_text, "--balance-delay");
   if (session_ttl < absl::Seconds(1)) {
     std::fprintf(stderr, "megastored: --session-ttl=%s is shorter than 1s\n", session_ttl_text.c_str());
     return 2;
@@ -361,6 +365,7 @@ int main(int argc, char** argv) {
     o.server_timeout = server_timeout;
     o.balance_margin = balance_margin;
     o.gc_grace = gc_grace;
+    o.balance_delay = balance_delay;
     master = std::make_unique<megastore::storage::cell::Master>(service, env, o, [](const absl::Status& why) {
       MS_LOG_ERROR("megastored: the master lost its lock ({}): exiting so a standby takes over", why.message());
       spdlog::default_logger()->flush();

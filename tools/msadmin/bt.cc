@@ -532,8 +532,18 @@ int RunBt(const BtState& state) {
       std::fprintf(stderr, "msadmin bt: %s\n", std::string(config.status().message()).c_str());
       return 2;
     }
-    for (const auto& dc : config->datacenters())
-      if (dc.name() == state.datacenter) server = server::AddressOf(dc, server::Role::kTablet);
+    for (const auto& dc : config->datacenters()) {
+      if (dc.name() != state.datacenter) continue;
+      if (!dc.bigtable_cell().name().empty()) {
+        // That datacenter's Bigtable is a cell: reach it as one.
+        BtState cell_state = state;
+        cell_state.config.clear();
+        cell_state.cell = dc.bigtable_cell().name();
+        cell_state.lock_service = dc.bigtable_cell().lock_service();
+        return RunBt(cell_state);
+      }
+      server = server::AddressOf(dc, server::Role::kTablet);
+    }
     if (server.empty()) {
       std::fprintf(stderr, "msadmin bt: --datacenter=%s is not in %s\n", state.datacenter.c_str(),
                    state.config.c_str());

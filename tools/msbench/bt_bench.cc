@@ -37,40 +37,6 @@ std::string Key(uint64_t i) {
   return "user" + std::to_string(h);
 }
 
-// Runs `clients` threads doing `op(thread, i)` until `seconds` pass; returns
-// operations per second. Stops early with the first error.
-template <typename Op>
-absl::StatusOr<double> Timed(int clients, double seconds, Env* env, Op op) {
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> done{0};
-  std::vector<absl::Status> errors(static_cast<size_t>(clients));
-  std::vector<std::thread> threads;
-  const int64_t start = env->MonotonicMicros();
-  for (int t = 0; t < clients; ++t) {
-    threads.emplace_back([&, t] {
-      for (uint64_t i = 0; !stop; ++i) {
-        absl::Status s = op(t, i);
-        if (!s.ok()) {
-          errors[static_cast<size_t>(t)] = s;
-          stop = true;
-          return;
-        }
-        done.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-  }
-  while (!stop && env->MonotonicMicros() - start < static_cast<int64_t>(seconds * 1e6)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  stop = true;
-  for (auto& t : threads) t.join();
-  const int64_t elapsed = env->MonotonicMicros() - start;
-  for (const absl::Status& s : errors) {
-    if (!s.ok()) return s;
-  }
-  return static_cast<double>(done.load()) * 1e6 / static_cast<double>(elapsed);
-}
-
 struct Results {
   std::vector<double> write1, write64, get, scan, raw_write1, raw_write64;
 };

@@ -4,6 +4,7 @@
 #include "base/cli.h"
 #include "base/init.h"
 #include "tools/msbench/bt_bench.h"
+#include "tools/msbench/cell_bench.h"
 #include "tools/msbench/tablet_bench.h"
 #include "tools/msbench/txn_bench.h"
 
@@ -63,7 +64,26 @@ int main(int argc, char** argv) {
   x->add_option("--dir", txn.dir, "directory for the datacenters' data (default: a fresh temp dir, removed afterwards)");
   x->add_flag("--json", txn.json, "print one JSON object per (clients, groups) cell");
 
+  megastore::tools::CellBenchOptions cell;
+  CLI::App* c = app.add_subcommand(
+      "cell",
+      "A Bigtable cell of processes (lock service, master, N tablet servers on one data root) driven by the "
+      "client library: aggregate write/read throughput per number of tablet servers, then the time to recover "
+      "a SIGKILLed server's tablet against the amount of commit log to split");
+  c->add_option("--servers", cell.servers, "tablet server counts to measure, a comma-separated list")->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
+  c->add_option("--clients", cell.clients, "concurrent client threads")->check(CLI::Range(1, 1024))->capture_default_str();
+  c->add_option("--seconds", cell.seconds, "duration of each write and read phase")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  c->add_option("--tablets", cell.tablets, "tablets the table is created split into")->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_option("--value-size", cell.value_size, "bytes per value")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  c->add_option("--runs", cell.runs, "runs per server count; medians are reported")->check(CLI::Range(1, 99))->capture_default_str();
+  c->add_option("--recovery-mb", cell.recovery_mb, "MiB of unflushed log to recover, a list (empty: skip)")->delimiter(',')->check(CLI::Range(0.0, 65536.0))->capture_default_str();
+  c->add_option("--session-ttl", cell.session_ttl, "the tablet servers' lock-service session ttl")->capture_default_str();
+  c->add_flag("--sync,!--no-sync", cell.sync, "fsync the commit logs on every write");
+  c->add_option("--dir", cell.dir, "directory for the cells' data and logs (default: a fresh temp dir, removed afterwards)");
+  c->add_flag("--json", cell.json, "print one JSON object per measurement");
+
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (c->parsed()) return megastore::tools::RunCellBench(cell);
   if (t->parsed()) return megastore::tools::RunTabletBench(tablet);
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
   if (x->parsed()) return megastore::tools::RunTxnBench(txn);
