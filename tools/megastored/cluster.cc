@@ -112,6 +112,16 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
     if (dc.name().empty()) return absl::InvalidArgumentError(StrCat(file, ": a datacenter has no name"));
     if (!names.insert(dc.name()).second)
       return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), " is named twice"));
+    if (dc.has_bigtable_cell()) {
+      const BigtableCell& cell = dc.bigtable_cell();
+      if (cell.name().empty() || cell.lock_service().empty())
+        return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(),
+                                                 ": bigtable_cell needs both name and lock_service"));
+      if (local_mode)
+        return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(),
+                                                 ": bigtable_cell needs the cell's own processes; run it with "
+                                                 "--config --datacenter, not --local"));
+    }
     if (!dc.type().empty() && dc.type() != "full" && dc.type() != "witness" && dc.type() != "read-only")
       return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), ": type \"", dc.type(),
                                                "\" is not full, witness or read-only"));

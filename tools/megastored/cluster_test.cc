@@ -15,7 +15,7 @@ std::string ErrorOf(const std::string& text, bool local_mode = false) {
 }
 
 TEST(ClusterConfigTest, EveryShippedClusterConfigLoads) {
-  for (const char* name : {"local", "three-processes", "two-full-and-witness", "with-read-only", "split-roles"}) {
+  for (const char* name : {"local", "three-processes", "two-full-and-witness", "with-read-only", "split-roles", "cell"}) {
     const std::string path = StrCat(MS_SOURCE_DIR "/conf/", name, ".textproto");
     absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path, std::string_view(name) == "local");
     EXPECT_TRUE(c.ok()) << path << ": " << c.status();
@@ -25,6 +25,11 @@ TEST(ClusterConfigTest, EveryShippedClusterConfigLoads) {
 TEST(ClusterConfigTest, MistakesAreNamedWithWhereTheyAre) {
   EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\"\n"), HasSubstr("f.textproto:2:"));
   EXPECT_THAT(ErrorOf(""), HasSubstr("no datacenters"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" bigtable_cell { name: \"a\" } }"),
+              HasSubstr("bigtable_cell needs both name and lock_service"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:0\" bigtable_cell { name: \"a\" lock_service: \"h:2\" } }",
+                      /*local_mode=*/true),
+              HasSubstr("not --local"));
   EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } datacenters { name: \"A\" address: \"h:2\" }"),
               HasSubstr("datacenter A is named twice"));
   EXPECT_THAT(ErrorOf("datacenters { name: \"A\" type: \"witness\" address: \"h:1\" }"), HasSubstr("no full replica"));
