@@ -22,6 +22,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxEvents = 64;
+// The size recorded for a tablet assigned during this pass, until the next
+// probe measures it: "unknown", never small enough to merge.
+constexpr uint64_t kUnknownSize = UINT64_MAX / 4;
 
 TabletEntry EntryOf(const TabletRecord& r) {
   TabletEntry e;
@@ -328,7 +331,7 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
         Event(StrCat("tablet ", record.location.tablet_id, ": ", record.location.server, " did not load it: ", s.message()));
         return;
       }
-      p->second.serving[record.location.tablet_id] = 0;
+      p->second.serving[record.location.tablet_id] = kUnknownSize;
       if (record.is_new) {
         record.is_new = false;
         (void)WriteRecord(record, record.location.tablet_id, "");
@@ -366,7 +369,7 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
     Event(StrCat("tablet ", record.location.tablet_id, ": ", target, " did not load it: ", s.message()));
     return;
   }
-  probes_[target].serving[record.location.tablet_id] = 0;
+  probes_[target].serving[record.location.tablet_id] = kUnknownSize;
   Event(StrCat("tablet ", record.location.tablet_id, " (", record.location.table, ") ", event));
   if (record.is_new) {
     record.is_new = false;
@@ -375,6 +378,22 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
 }
 
 void Master::FixSplits(std::vector<TabletRecord>& records) {
+  // A merge interrupted after its first write: the left tablet's row is
+  // covered by the merged tablet's, which starts where the left one did.
+  for (size_t i = 1; i < records.size(); ++i) {
+    const TabletRecord& prev = records[i - 1];
+    const TabletRecord& r = records[i];
+    if (prev.location.table != r.location.table || r.location.start_row > prev.location.start_row) continue;
+    RowFilter still = IdIs(prev.location.tablet_id);
+    absl::StatusOr<bool> deleted = client_.CheckAndMutateRow(
+        kMetadataTable, RowKeyOf(prev.location.table, prev.location.end_row), still, {Mutation::DeleteRow()}, {});
+    if (deleted.ok() && *deleted) {
+      Event(StrCat("completed an interrupted merge: removed the row of ", prev.location.tablet_id, ", covered by ",
+                   r.location.tablet_id));
+      records.erase(records.begin() + static_cast<long>(i - 1));
+      --i;
+    }
+  }
   for (size_t i = 0; i < records.size(); ++i) {
     TabletRecord& r = records[i];
     if (r.split_left.empty()) continue;
@@ -493,7 +512,7 @@ absl::Status Master::Pass() {
     if (p != probes_.end()) {
       auto it = p->second.serving.find(r.location.tablet_id);
       t->set_serving(it != p->second.serving.end());
-      if (it != p->second.serving.end()) t->set_size_bytes(it->second);
+      if (it != p->second.serving.end() && it->second < kUnknownSize) t->set_size_bytes(it->second);
     }
   }
   {
@@ -503,16 +522,25 @@ absl::Status Master::Pass() {
     state_ = std::move(state);
   }
   metadata_ready_ = complete;
+  const int64_t now = env_->MonotonicMicros();
+  std::map<std::string, int64_t> seen;
+  for (const TabletRecord& r : all) {
+    auto it = first_seen_.find(r.location.tablet_id);
+    seen[r.location.tablet_id] = it == first_seen_.end() ? now : it->second;
+  }
+  first_seen_ = std::move(seen);
   if (complete) {
-    if (env_->MonotonicMicros() - elected_at_ >= absl::ToInt64Microseconds(options_.balance_delay)) {
-      Balance(users, schemas);
+    if (now - elected_at_ >= absl::ToInt64Microseconds(options_.balance_delay)) {
+      const std::set<std::string> merging = MergeSmall(users, schemas);
+      Balance(users, schemas, merging);
     }
     if (passes_ % 10 == 1) CollectGarbage(all);
   }
   return absl::OkStatus();
 }
 
-void Master::Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas) {
+void Master::Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas,
+                     const std::set<std::string>& keep) {
   if (options_.balance_margin <= 0) return;
   std::string most, least;
   size_t most_n = 0, least_n = SIZE_MAX;
@@ -533,11 +561,70 @@ void Master::Balance(const std::vector<TabletRecord>& records, const std::map<st
   }
   for (const TabletRecord& r : records) {
     if (r.location.server != most || !probes_[most].serving.contains(r.location.tablet_id)) continue;
+    if (keep.contains(r.location.tablet_id)) continue;
     if (absl::Status s = Move(r, least, schemas); !s.ok()) {
       Event(StrCat("balancing: moving ", r.location.tablet_id, " to ", least, ": ", s.message()));
     }
     return;  // one move per pass
   }
+}
+
+std::set<std::string> Master::MergeSmall(const std::vector<TabletRecord>& records,
+                                         const std::map<std::string, TableSchema>& schemas) {
+  std::set<std::string> pairs;
+  if (options_.merge_threshold_bytes == 0) return pairs;
+  const int64_t now = env_->MonotonicMicros();
+  auto size_of = [&](const TabletRecord& r) -> std::optional<uint64_t> {
+    auto p = probes_.find(r.location.server);
+    if (p == probes_.end() || !p->second.reachable) return std::nullopt;
+    auto it = p->second.serving.find(r.location.tablet_id);
+    if (it == p->second.serving.end() || it->second >= kUnknownSize) return std::nullopt;
+    auto seen = first_seen_.find(r.location.tablet_id);
+    if (seen == first_seen_.end() || now - seen->second < absl::ToInt64Microseconds(options_.merge_after)) {
+      return std::nullopt;
+    }
+    return it->second;
+  };
+  const TabletRecord* first_a = nullptr;
+  const TabletRecord* first_b = nullptr;
+  uint64_t first_size = 0;
+  for (size_t i = 1; i < records.size(); ++i) {
+    const TabletRecord& a = records[i - 1];
+    const TabletRecord& b = records[i];
+    if (a.location.table != b.location.table || a.location.end_row != b.location.start_row) continue;
+    if (!a.split_left.empty() || !b.split_left.empty()) continue;
+    const std::optional<uint64_t> sa = size_of(a), sb = size_of(b);
+    if (!sa || !sb || *sa + *sb >= options_.merge_threshold_bytes) continue;
+    pairs.insert(a.location.tablet_id);
+    pairs.insert(b.location.tablet_id);
+    if (first_a == nullptr) {
+      first_a = &a;
+      first_b = &b;
+      first_size = *sa + *sb;
+    }
+  }
+  if (first_a == nullptr) return pairs;
+  const TabletRecord& a = *first_a;
+  const TabletRecord& b = *first_b;
+  if (a.location.server != b.location.server) {
+    // Neighbours on one server first; the merge follows in a later pass.
+    if (absl::Status s = Move(b, a.location.server, schemas); !s.ok()) {
+      Event(StrCat("merging: moving ", b.location.tablet_id, " to ", a.location.server, ": ", s.message()));
+    }
+    return pairs;
+  }
+  auto merged = client_.Server(a.location.server)->MergeTablets(a.location.tablet_id, b.location.tablet_id);
+  if (!merged.ok()) {
+    Event(StrCat("merging ", a.location.tablet_id, " and ", b.location.tablet_id, ": ", merged.status().message()));
+    return pairs;
+  }
+  Probe& p = probes_[a.location.server];
+  p.serving.erase(a.location.tablet_id);
+  p.serving.erase(b.location.tablet_id);
+  p.serving[merged->id()] = kUnknownSize;
+  Event(StrCat("merged ", a.location.tablet_id, " and ", b.location.tablet_id, " (", first_size, " bytes) into ",
+               merged->id(), " on ", a.location.server));
+  return pairs;  // one merge per pass
 }
 
 absl::Status Master::Move(TabletRecord record, const std::string& to,
@@ -562,7 +649,7 @@ absl::Status Master::Move(TabletRecord record, const std::string& to,
   next.log = dest->second.log;
   MS_RETURN_IF_ERROR(WriteRecord(next, record.location.tablet_id, StrCat("moved from ", from, " to ", to)));
   MS_RETURN_IF_ERROR(Assign(to, next, schema->second));
-  dest->second.serving[record.location.tablet_id] = 0;
+  dest->second.serving[record.location.tablet_id] = kUnknownSize;
   Event(StrCat("tablet ", record.location.tablet_id, " moved from ", from, " to ", to));
   return absl::OkStatus();
 }
@@ -783,6 +870,36 @@ absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server
                                                      env->NowMicros()));
   if (s.ok()) s = client->MutateRow(kMetadataTable, key, {Mutation::DeleteCells("loc", "split_left")});
   if (!s.ok()) MS_LOG_WARN("split of {}: committed; finishing METADATA left to the master: {}", parent.id(), s.ToString());
+  return absl::OkStatus();
+}
+
+absl::Status CommitMerge(CellClient* client, Env* env, const std::string& server, const std::string& log,
+                         const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged) {
+  TabletRecord m;
+  m.location = TabletLocation{merged.table(), merged.start_row(), merged.end_row(), merged.id(), server};
+  m.log = log;
+  const std::string key = RowKeyOf(right.table(), right.end_row());
+  absl::StatusOr<bool> matched = client->CheckAndMutateRow(
+      kMetadataTable, key, IdIs(right.id()),
+      RecordMutations(m, StrCat("merged from ", left.id(), " and ", right.id(), " on ", server), env->NowMicros()), {});
+  if (!matched.ok()) {
+    // It may or may not have happened: the row says which.
+    ReadOptions o;
+    o.filter.families = {"loc"};
+    absl::StatusOr<std::optional<Row>> row = client->ReadRow(kMetadataTable, key, o);
+    if (!row.ok()) return matched.status();
+    absl::StatusOr<TabletRecord> now = row->has_value() ? RecordFromRow(**row) : absl::NotFoundError("no row");
+    if (!now.ok() || now->location.tablet_id != merged.id()) return matched.status();
+    matched = true;
+  }
+  if (!*matched) return absl::AbortedError(StrCat("METADATA no longer names tablet ", right.id(), ": not merged"));
+  // Committed; the master removes the left row if this fails.
+  absl::StatusOr<bool> deleted = client->CheckAndMutateRow(kMetadataTable, RowKeyOf(left.table(), left.end_row()),
+                                                           IdIs(left.id()), {Mutation::DeleteRow()}, {});
+  if (!deleted.ok()) {
+    MS_LOG_WARN("merge into {}: committed; removing {}'s row left to the master: {}", merged.id(), left.id(),
+                deleted.status().ToString());
+  }
   return absl::OkStatus();
 }
 

@@ -19,7 +19,8 @@
 //      is written (check-and-mutate on the tablet id) before the server is
 //      told;
 //   5. moves one tablet when the busiest server has more than the least
-//      busy plus `balance_margin`;
+//      busy plus `balance_margin`; merges two small neighbours (first moving
+//      them to one server);
 //   6. now and then, deletes tablet directories, log pieces and logs that
 //      nothing references, after `gc_grace`.
 // A new master therefore changes no assignment that is being served. Table
@@ -65,6 +66,12 @@ struct MasterOptions {
   // 0 turns balancing off.
   int balance_margin = 2;
   absl::Duration gc_grace = absl::Seconds(60);
+  // Merge two neighbouring tablets of a table when together they hold less
+  // than this (0: never) and this master has known both for `merge_after`
+  // (so a freshly pre-split table is not merged back at once). Keep it well
+  // below the tablet servers' split threshold.
+  uint64_t merge_threshold_bytes = 32 << 20;
+  absl::Duration merge_after = absl::Minutes(10);
   // METADATA reads and writes, unloads.
   absl::Duration rpc_timeout = absl::Seconds(5);
   // Assignments (a server replays the tablet's log pieces before answering).
@@ -137,7 +144,13 @@ class Master {
   absl::Status CreateRecord(const TabletRecord& record, const std::string& event);
   absl::Status SplitLog(const std::string& log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   void FixSplits(std::vector<TabletRecord>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
-  void Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas)
+  // Moves one tablet (not one of `keep`) from the busiest server.
+  void Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas,
+               const std::set<std::string>& keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  // Merges (or brings together) one pair of small neighbours; returns the
+  // ids of every tablet in such a pair, which balancing leaves alone.
+  std::set<std::string> MergeSmall(const std::vector<TabletRecord>& records,
+                                   const std::map<std::string, TableSchema>& schemas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   absl::Status Move(TabletRecord record, const std::string& to, const std::map<std::string, TableSchema>& schemas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
@@ -169,6 +182,7 @@ class Master {
   std::map<std::string, int64_t> fenced_until_ ABSL_GUARDED_BY(pass_mu_);
   std::map<std::string, int> assigned_this_pass_ ABSL_GUARDED_BY(pass_mu_);
   std::set<std::string> split_logs_ ABSL_GUARDED_BY(pass_mu_);
+  std::map<std::string, int64_t> first_seen_ ABSL_GUARDED_BY(pass_mu_);  // tablet id -> monotonic micros
   int64_t passes_ ABSL_GUARDED_BY(pass_mu_) = 0;
   // The last pass read the root and every METADATA tablet.
   bool metadata_ready_ ABSL_GUARDED_BY(pass_mu_) = false;
@@ -217,5 +231,14 @@ class MasterClient {
 // no longer names the parent (the master moved or recovered it).
 absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server, const std::string& log,
                          const TabletEntry& parent, const std::vector<TabletEntry>& children);
+
+// The tablet server's side of a merge (TabletServerOptions::commit_merge):
+// one check-and-mutate of the right tablet's row (only if it still names
+// it) makes the merged tablet own it, from the left tablet's start row;
+// then the left tablet's row is deleted (only if it still names the left
+// tablet). Committed after the first write: a left row left behind is
+// found by the master (a row covered by the next one) and deleted.
+absl::Status CommitMerge(CellClient* client, Env* env, const std::string& server, const std::string& log,
+                         const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged);
 
 }  // namespace megastore::storage::cell

@@ -85,6 +85,10 @@ class CellTest : public ::testing::Test {
       if (commit_split_hook_) return commit_split_hook_(raw->address, log, parent, children);
       return CommitSplit(client_.get(), env_, raw->address, log, parent, children);
     };
+    o.commit_merge = [this, raw, log = o.cell_log_name](const TabletEntry& left, const TabletEntry& right,
+                                                        const TabletEntry& merged) {
+      return CommitMerge(client_.get(), env_, raw->address, log, left, right, merged);
+    };
     auto opened = TabletServer::Open(o, env_);
     EXPECT_TRUE(opened.ok()) << opened.status();
     s->tablets = std::move(*opened);
@@ -125,6 +129,7 @@ class CellTest : public ::testing::Test {
     o.server_timeout = absl::Seconds(2);
     o.balance_margin = balance_margin_;
     o.balance_delay = absl::ZeroDuration();
+    o.merge_after = merge_after_;
     o.gc_grace = absl::ZeroDuration();
     m->master = std::make_unique<Master>(lock_.get(), env_, o, [](const absl::Status&) {});
     m->rpc = std::make_unique<rpc::RpcServer>(rpc::ServerOptions{"127.0.0.1:0"});
@@ -195,6 +200,7 @@ class CellTest : public ::testing::Test {
   std::vector<std::unique_ptr<Server>> servers_;
   std::vector<std::unique_ptr<MasterProcess>> masters_;
   int balance_margin_ = 1;
+  absl::Duration merge_after_ = absl::Hours(1);
   std::function<absl::Status(const std::string&, const std::string&, const TabletEntry&,
                              const std::vector<TabletEntry>&)>
       commit_split_hook_;
@@ -430,6 +436,38 @@ TEST_F(CellTest, AnUnreachableServerIsRemovedAndStopsBeforeItsTabletsMove) {
     return true;
   }));
   EXPECT_EQ(ReadAll(*client_).size(), 100u);
+}
+
+TEST_F(CellTest, SmallNeighboursAreMergedKeepingEveryVersionAndDeletion) {
+  merge_after_ = absl::ZeroDuration();
+  for (int i = 0; i < 2; ++i) StartServer();
+  StartMaster();
+  Master& master = ElectedMaster();
+  ASSERT_TRUE(Ok(master.CreateTable(TestTable("t"), {RowKey(25), RowKey(50), RowKey(75)})));
+  WriteRows(0, 100);
+  // A deletion, and an old version a snapshot read still sees.
+  const int64_t before = env_->NowMicros();
+  absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_TRUE(client_->MutateRow("t", RowKey(30), {Mutation::DeleteRow()}).ok());
+  ASSERT_TRUE(client_->MutateRow("t", RowKey(60), {Mutation::SetCell("f", "q", "new60")}).ok());
+  ASSERT_TRUE(WaitFor([&] { return UserTablets("t") == 1; })) << "four small tablets become one";
+  EXPECT_EQ(ReadAll(*client_).size(), 99u);
+  auto deleted = client_->ReadRow("t", RowKey(30));
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_FALSE(deleted->has_value()) << "the deletion survives the merge";
+  ReadOptions then;
+  then.read_timestamp = before;
+  auto old30 = client_->ReadRow("t", RowKey(30), then);
+  ASSERT_TRUE(old30.ok() && old30->has_value());
+  EXPECT_EQ((*old30)->cells[0].value, "v30") << "a read as of before the deletion";
+  auto old60 = client_->ReadRow("t", RowKey(60), then);
+  ASSERT_TRUE(old60.ok() && old60->has_value());
+  EXPECT_EQ((*old60)->cells[0].value, "v60");
+  auto new60 = client_->ReadRow("t", RowKey(60));
+  ASSERT_TRUE(new60.ok() && new60->has_value());
+  EXPECT_EQ((*new60)->cells[0].value, "new60");
+  WriteRows(100, 110);
+  EXPECT_EQ(ReadAll(*client_).size(), 109u);
 }
 
 TEST_F(CellTest, GarbageCollectionDeletesDirectoriesNothingReferences) {

@@ -354,6 +354,63 @@ void Tablet::StopWrites() {
       +[](std::multiset<uint64_t>* p) { return p->empty(); }, &pending_floors_));
 }
 
+void Tablet::ResumeWrites() {
+  absl::WriterMutexLock gate(&write_gate_);
+  writes_stopped_.store(false);
+}
+
+absl::Status Tablet::ImportFrom(Tablet& source) {
+  if (source.options_.start_row < options_.start_row ||
+      (!options_.end_row.empty() && (source.options_.end_row.empty() || source.options_.end_row > options_.end_row))) {
+    return absl::InvalidArgumentError(StrCat("tablet ", options_.path, " ", RangeString(options_.start_row, options_.end_row),
+                                             " does not cover ", source.options_.path, " ",
+                                             RangeString(source.options_.start_row, source.options_.end_row)));
+  }
+  // Only the source's own rows: its files may still hold a split parent's
+  // other half, which this tablet must not inherit.
+  std::string lower, upper;
+  key_format::AppendRowPrefix(&lower, source.options_.start_row);
+  if (!source.options_.end_row.empty()) key_format::AppendRowPrefix(&upper, source.options_.end_row);
+  const auto from = source.view();
+  const auto to = view();
+  constexpr size_t kBatchBytes = 4 << 20;
+  for (LocalityGroupHandle* g : from->groups) {
+    LocalityGroupHandle* target = nullptr;
+    for (LocalityGroupHandle* t : to->groups) {
+      if (t->name == g->name) target = t;
+    }
+    if (target == nullptr) {
+      return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " has no locality group ", g->name,
+                                                  " to import ", source.options_.path, " into"));
+    }
+    rocksdb::ReadOptions ro;
+    rocksdb::Slice lower_slice(lower), upper_slice(upper);
+    ro.iterate_lower_bound = &lower_slice;
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    ro.fill_cache = false;
+    ro.total_order_seek = true;  // across rows: past the row-prefix bloom filters
+    std::unique_ptr<rocksdb::Iterator> it(source.db_->NewIterator(ro, g->cf));
+    rocksdb::WriteBatch batch;
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(target->cf, it->key(), it->value()), "build import batch"));
+      if (batch.GetDataSize() >= kBatchBytes) {
+        MS_RETURN_IF_ERROR(FromRocksDB(db_->Write(wo, &batch), StrCat("import into ", options_.path)));
+        batch.Clear();
+      }
+    }
+    MS_RETURN_IF_ERROR(FromRocksDB(it->status(), StrCat("read ", source.options_.path, " for a merge")));
+    if (batch.Count() > 0) MS_RETURN_IF_ERROR(FromRocksDB(db_->Write(wo, &batch), StrCat("import into ", options_.path)));
+  }
+  // Later writes must sort after everything imported.
+  uint64_t mine = last_seq_.load();
+  while (mine < source.last_sequence() && !last_seq_.compare_exchange_weak(mine, source.last_sequence())) {
+  }
+  MS_RETURN_IF_ERROR(AssignSequence(1).status());
+  return Flush();
+}
+
 absl::Status Tablet::CheckWritable() const {
   if (writes_stopped_.load()) {
     return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " no longer accepts writes (unloaded)"));

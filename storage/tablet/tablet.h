@@ -172,6 +172,17 @@ class Tablet {
   // refuses new ones with FailedPrecondition (reads continue). For unloading: after it, a flush
   // persists everything the tablet ever acknowledged.
   void StopWrites();
+  // Undoes StopWrites (a merge that could not be committed).
+  void ResumeWrites();
+
+  // For merging neighbours: copies every stored entry of `source`'s rows —
+  // cells and tombstones, all versions, exactly as stored, so reads as of
+  // any time see what they saw in `source` — into this tablet, which must
+  // cover those rows, use the same locality groups, and not be serving yet.
+  // `source` must not take writes meanwhile (StopWrites). Afterwards this
+  // tablet's sequence numbers continue above `source`'s, and the copy is
+  // flushed.
+  absl::Status ImportFrom(Tablet& source);
 
   // Switches to `schema` (see CompiledSchema::CheckChange for what may
   // change).

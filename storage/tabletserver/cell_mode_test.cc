@@ -160,5 +160,66 @@ TEST_F(CellModeTest, AFailedSplitCommitLeavesTheParentServingAndWritable) {
   EXPECT_TRUE(absl::IsFailedPrecondition(a->SplitTablet("t-root", "x").status()));
 }
 
+TEST_F(CellModeTest, MergingNeighboursKeepsEveryRowVersionAndDeletion) {
+  TabletServerOptions o;
+  o.data_dir = dir_.path();
+  o.cell_log_name = "a-1";
+  o.maintenance_interval = absl::ZeroDuration();
+  bool commit_ok = false;
+  o.commit_merge = [&](const TabletEntry&, const TabletEntry&, const TabletEntry&) {
+    return commit_ok ? absl::OkStatus() : absl::UnavailableError("METADATA unreachable");
+  };
+  auto opened = TabletServer::Open(o, &env_);
+  ASSERT_TRUE(opened.ok());
+  auto& a = *opened;
+  ASSERT_TRUE(a->AssignTablet(Entry("t-1", "", "m"), Schema(), true).ok());
+  ASSERT_TRUE(a->AssignTablet(Entry("t-2", "m", ""), Schema(), true).ok());
+  for (const char* r : {"a", "b", "c", "m", "n", "z"}) {
+    ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", std::string("v") + r, 100)}).ok());
+  }
+  ASSERT_TRUE(a->MutateRow("t", "b", {Mutation::DeleteRow()}, 200).ok());
+  ASSERT_TRUE(a->MutateRow("t", "n", {Mutation::SetCell("cf", "q", "new-n", 300)}).ok());
+  // Not committed: both keep serving, writable.
+  EXPECT_TRUE(absl::IsUnavailable(a->MergeTablets("t-1", "t-2").status()));
+  EXPECT_TRUE(a->MutateRow("t", "c", {Mutation::SetCell("cf", "q", "vc2", 150)}).ok());
+  EXPECT_EQ(a->ListTablets("t").size(), 2u);
+  EXPECT_TRUE(absl::IsInvalidArgument(a->MergeTablets("t-2", "t-1").status())) << "not in order";
+  commit_ok = true;
+  auto merged = a->MergeTablets("t-1", "t-2");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->start_row(), "");
+  EXPECT_EQ(merged->end_row(), "");
+  ASSERT_EQ(a->ListTablets("t").size(), 1u);
+  std::vector<std::string> rows;
+  ASSERT_TRUE(a->ReadRows("t", {}, {}, [&](Row& r) {
+                 rows.push_back(r.key);
+                 return true;
+               }).ok());
+  EXPECT_THAT(rows, ::testing::ElementsAre("a", "c", "m", "n", "z"));
+  ReadOptions then;
+  then.read_timestamp = 150;
+  auto b = a->ReadRow("t", "b", then);
+  ASSERT_TRUE(b.ok() && b->has_value()) << "a read before the deletion still sees b";
+  EXPECT_EQ((*b)->cells[0].value, "vb");
+  EXPECT_EQ(Value(*a, "n"), "new-n");
+  auto n_then = a->ReadRow("t", "n", then);
+  ASSERT_TRUE(n_then.ok() && n_then->has_value());
+  EXPECT_EQ((*n_then)->cells[0].value, "vn");
+  EXPECT_EQ(Value(*a, "c"), "vc2");
+  ASSERT_TRUE(a->MutateRow("t", "d", {Mutation::SetCell("cf", "q", "vd")}).ok());
+  EXPECT_EQ(Value(*a, "d"), "vd");
+
+  // Split children hard-link their parent's files: merging them back must
+  // not bring back what one of them deleted and compacted away.
+  auto children = a->SplitTablet(merged->id(), "n");
+  ASSERT_TRUE(children.ok()) << children.status();
+  ASSERT_TRUE(a->MutateRow("t", "z", {Mutation::DeleteRow()}).ok());
+  ASSERT_TRUE(a->CompactTablet((*children)[1].id()).ok());
+  auto again = a->MergeTablets((*children)[0].id(), (*children)[1].id());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Value(*a, "z"), "<none>");
+  EXPECT_EQ(Value(*a, "m"), "vm");
+}
+
 }  // namespace
 }  // namespace megastore::storage

@@ -624,6 +624,78 @@ absl::StatusOr<std::string> TabletServer::MiddleRow(Tablet& tablet) {
   return rows[rows.size() / 2];
 }
 
+absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id, std::string_view right_id) {
+  if (!cell_mode()) return absl::FailedPreconditionError("MergeTablets: this tablet server is not in a cell");
+  TabletEntry left, right, merged;
+  std::shared_ptr<Tablet> l, r;
+  {
+    absl::MutexLock lock(&mu_);
+    auto li = loaded_.find(std::string(left_id)), ri = loaded_.find(std::string(right_id));
+    if (li == loaded_.end() || ri == loaded_.end()) {
+      return absl::NotFoundError(StrCat("tablet ", li == loaded_.end() ? left_id : right_id, " is not loaded"));
+    }
+    left = li->second.entry;
+    right = ri->second.entry;
+    if (left.table() != right.table() || left.end_row().empty() || left.end_row() != right.start_row()) {
+      return absl::InvalidArgumentError(StrCat("tablets ", left_id, " and ", right_id, " are not neighbours"));
+    }
+    if (assigning_.contains(left.id()) || assigning_.contains(right.id())) {
+      return absl::UnavailableError(StrCat("tablet ", left_id, " or ", right_id, " is being split or loaded"));
+    }
+    assigning_.insert(left.id());
+    assigning_.insert(right.id());
+    l = li->second.tablet;
+    r = ri->second.tablet;
+    merged.set_table(left.table());
+    merged.set_id(NewTabletId(left.table()));
+    merged.set_start_row(left.start_row());
+    merged.set_end_row(right.end_row());
+    merged.set_path(TabletPath(merged.table(), merged.id()));
+    merged.set_loaded(true);
+  }
+  // Outside the lock: stop and flush the two (their reads go on), build the
+  // merged tablet from their stored entries, commit, swap.
+  l->StopWrites();
+  r->StopWrites();
+  std::shared_ptr<Tablet> m;
+  absl::Status s = l->PersistLogPosition(true).status();
+  if (s.ok()) s = r->PersistLogPosition(true).status();
+  if (s.ok()) {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<Tablet>> opened = OpenTabletLocked(merged);
+    if (opened.ok()) {
+      m = std::move(*opened);
+    } else {
+      s = opened.status();
+    }
+  }
+  if (s.ok()) s = m->ImportFrom(*l);
+  if (s.ok()) s = m->ImportFrom(*r);
+  if (s.ok()) s = m->AdoptLog(options_.cell_log_name);
+  if (s.ok() && options_.commit_merge) s = options_.commit_merge(left, right, merged);
+  absl::MutexLock lock(&mu_);
+  assigning_.erase(left.id());
+  assigning_.erase(right.id());
+  if (!s.ok()) {
+    m.reset();
+    std::error_code ec;
+    fs::remove_all(fs::path(options_.data_dir) / merged.path(), ec);
+    l->ResumeWrites();
+    r->ResumeWrites();
+    return s;
+  }
+  auto* tablets = state_.mutable_tablets();
+  for (int i = tablets->size() - 1; i >= 0; --i) {
+    if (tablets->Get(i).id() == left.id() || tablets->Get(i).id() == right.id()) tablets->DeleteSubrange(i, 1);
+  }
+  loaded_.erase(left.id());
+  loaded_.erase(right.id());
+  *state_.add_tablets() = merged;
+  loaded_[merged.id()] = Loaded{merged, std::move(m)};
+  MS_LOG_INFO("merged tablets {} and {} into {}", left.id(), right.id(), merged.id());
+  return merged;
+}
+
 absl::Status TabletServer::CompactTablet(std::string_view id) {
   std::shared_ptr<Tablet> t;
   {

@@ -75,6 +75,10 @@ struct TabletServerOptions {
   // Runs after a committed split, outside the server's locks (tells the
   // master; a lost notification is found by the master's next scan).
   std::function<void(const TabletEntry& parent, const std::vector<TabletEntry>& children)> after_split;
+  // Commits a merge in METADATA (MergeTablets) before the merged tablet
+  // serves; an error undoes it (the two tablets serve again).
+  std::function<absl::Status(const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged)>
+      commit_merge;
 };
 
 // The answer for a row whose tablet this server does not serve (cell mode):
@@ -133,6 +137,11 @@ class TabletServer {
   absl::StatusOr<std::vector<TabletEntry>> SplitTablet(std::string_view id,
                                                        std::string_view split_row);
   absl::Status CompactTablet(std::string_view id);
+  // Cell mode: merges two loaded neighbouring tablets of one table (`left`
+  // ends where `right` starts) into a new tablet, committed through
+  // options.commit_merge; returns its entry. Writes to the two wait
+  // meanwhile (clients retry).
+  absl::StatusOr<TabletEntry> MergeTablets(std::string_view left, std::string_view right);
 
   // ---- data -------------------------------------------------------------------------
   // As the Tablet methods of the same names; NotFound for an unknown table,

@@ -140,6 +140,11 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
   Unary<AssignTabletRequest>(rpc, metrics, "tablet.AssignTablet", [server](const AssignTabletRequest& r) {
     return Done(server->AssignTablet(r.entry(), r.schema(), r.create()));
   });
+  Unary<MergeTabletsRequest>(rpc, metrics, "tablet.MergeTablets",
+                             [server](const MergeTabletsRequest& r) -> absl::StatusOr<std::string> {
+                               MS_ASSIGN_OR_RETURN(TabletEntry merged, server->MergeTablets(r.left(), r.right()));
+                               return Serialize(merged);
+                             });
   Unary<TabletRequest>(rpc, metrics, "tablet.LoadTablet",
                        [server](const TabletRequest& r) { return Done(server->LoadTablet(r.id())); });
   Unary<TabletRequest>(rpc, metrics, "tablet.UnloadTablet",
@@ -355,6 +360,13 @@ absl::Status TabletClient::AssignTablet(const TabletEntry& entry, const TableSch
   *r.mutable_schema() = schema;
   r.set_create(create);
   return Call<Empty>("tablet.AssignTablet", r).status();
+}
+
+absl::StatusOr<TabletEntry> TabletClient::MergeTablets(const std::string& left, const std::string& right) {
+  MergeTabletsRequest r;
+  r.set_left(left);
+  r.set_right(right);
+  return Call<TabletEntry>("tablet.MergeTablets", r);
 }
 
 absl::Status TabletClient::UnloadTablet(const std::string& id) {

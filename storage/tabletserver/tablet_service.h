@@ -62,6 +62,8 @@ class TabletClient {
   absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "", std::string* log_name = nullptr);
   // Cell mode: the master's assignment (TabletServer::AssignTablet).
   absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
+  // Cell mode: TabletServer::MergeTablets.
+  absl::StatusOr<TabletEntry> MergeTablets(const std::string& left, const std::string& right);
   absl::Status LoadTablet(const std::string& id);
   absl::Status UnloadTablet(const std::string& id);
   absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& id, const std::string& row);

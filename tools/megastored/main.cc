@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
                  "a cell's tablet server splits a tablet larger than this (0: never)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
-  std::string server_timeout_text = "10s", gc_grace_text = "60s", balance_delay_text = "10s";
+  std::string server_timeout_text = "10s", gc_grace_text = "60s", balance_delay_text = "10s", merge_after_text = "10m";
+  double merge_threshold_mb = 32;
   int balance_margin = 2;
   app.add_option("--server-timeout", server_timeout_text,
                  "master: a tablet server unreachable this long is removed from the cell")
@@ -186,6 +187,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--balance-delay", balance_delay_text,
                  "master: after taking over, watch this long before moving tablets to balance")
+      ->capture_default_str();
+  app.add_option("--merge-threshold-mb", merge_threshold_mb,
+                 "master: merge two neighbouring tablets holding less than this together (0: never; keep it well "
+                 "below the servers' --split-threshold-mb)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--merge-after", merge_after_text, "master: merge only tablets it has known this long")
       ->capture_default_str();
   app.add_option("--gc-grace", gc_grace_text,
                  "master: how old an unreferenced tablet directory, log or log piece must be to be deleted")
@@ -259,6 +267,7 @@ int main(int argc, char** argv) {
   const absl::Duration server_timeout = ParseDurationOrDie(server_timeout_text, "--server-timeout");
   const absl::Duration gc_grace = ParseDurationOrDie(gc_grace_text, "--gc-grace");
   const absl::Duration balance_delay = ParseDurationOrDie(balance_delay_text, "--balance-delay");
+  const absl::Duration merge_after = ParseDurationOrDie(merge_after_text, "--merge-after");
   if (session_ttl < absl::Seconds(1)) {
     std::fprintf(stderr, "megastored: --session-ttl=%s is shorter than 1s\n", session_ttl_text.c_str());
     return 2;
@@ -335,6 +344,11 @@ int main(int argc, char** argv) {
                                                             const std::vector<megastore::storage::TabletEntry>& children) {
         return megastore::storage::cell::CommitSplit(client, env, bound, log_name, parent, children);
       };
+      options.commit_merge = [client, env, &bound, log_name](const megastore::storage::TabletEntry& left,
+                                                            const megastore::storage::TabletEntry& right,
+                                                            const megastore::storage::TabletEntry& merged) {
+        return megastore::storage::cell::CommitMerge(client, env, bound, log_name, left, right, merged);
+      };
       options.after_split = [service, cell, &bound](const megastore::storage::TabletEntry& parent,
                                                     const std::vector<megastore::storage::TabletEntry>& children) {
         // Best effort: a lost report is found by the master's next scan.
@@ -366,6 +380,8 @@ int main(int argc, char** argv) {
     o.balance_margin = balance_margin;
     o.gc_grace = gc_grace;
     o.balance_delay = balance_delay;
+    o.merge_threshold_bytes = static_cast<uint64_t>(merge_threshold_mb * 1024 * 1024);
+    o.merge_after = merge_after;
     master = std::make_unique<megastore::storage::cell::Master>(service, env, o, [](const absl::Status& why) {
       MS_LOG_ERROR("megastored: the master lost its lock ({}): exiting so a standby takes over", why.message());
       spdlog::default_logger()->flush();
