@@ -661,9 +661,21 @@ void Master::CollectGarbage(const std::vector<TabletRecord>& records) {
     if (!r.split_left.empty()) referenced.insert(r.split_left);
     if (!r.log.empty()) logs.insert(r.log);
   }
-  for (const auto& [s, p] : probes_) {
+  // Asked again now, not at the pass's start: what every live server
+  // serves and what a split or merge is creating there. A directory created
+  // after this is younger than the grace period. A server that does not
+  // answer: no collection this time.
+  for (auto& [address, p] : probes_) {
+    std::string log;
+    std::vector<std::string> creating;
+    absl::StatusOr<std::vector<TabletClient::TabletInfo>> listed =
+        probe_clients_[address] ? probe_clients_[address]->ListTablets("", &log, &creating)
+                                : absl::UnavailableError("not probed");
+    if (!listed.ok()) return;
+    for (const auto& t : *listed) referenced.insert(t.entry.id());
+    referenced.insert(creating.begin(), creating.end());
     for (const auto& [id, size] : p.serving) referenced.insert(id);
-    if (!p.log.empty()) logs.insert(p.log);
+    if (!log.empty()) logs.insert(log);
   }
   const auto grace = std::chrono::seconds(absl::ToInt64Seconds(options_.gc_grace));
   const auto now = fs::file_time_type::clock::now();

@@ -532,6 +532,7 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
       c.set_id(NewTabletId(parent.table()));
       c.set_path(TabletPath(parent.table(), c.id()));
       c.set_loaded(true);
+      creating_.insert(c.id());
     }
   }
   children[0].set_start_row(parent.start_row());
@@ -548,6 +549,7 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
   if (committed.ok() && options_.commit_split) committed = options_.commit_split(parent, children);
   absl::MutexLock lock(&mu_);
   assigning_.erase(parent.id());
+  for (const TabletEntry& c : children) creating_.erase(c.id());
   auto it = loaded_.find(parent.id());
   std::vector<std::shared_ptr<Tablet>> opened;
   for (const TabletEntry& c : children) {
@@ -652,6 +654,7 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
     merged.set_end_row(right.end_row());
     merged.set_path(TabletPath(merged.table(), merged.id()));
     merged.set_loaded(true);
+    creating_.insert(merged.id());
   }
   // Outside the lock: stop and flush the two (their reads go on), build the
   // merged tablet from their stored entries, commit, swap.
@@ -676,6 +679,7 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
   absl::MutexLock lock(&mu_);
   assigning_.erase(left.id());
   assigning_.erase(right.id());
+  creating_.erase(merged.id());
   if (!s.ok()) {
     m.reset();
     std::error_code ec;
@@ -1039,6 +1043,11 @@ TabletServerStats TabletServer::Stats() const {
     s.per_tablet.push_back({l.entry, l.tablet->ApproximateSizeBytes()});
   }
   return s;
+}
+
+std::vector<std::string> TabletServer::CreatingTablets() const {
+  absl::MutexLock lock(&mu_);
+  return {creating_.begin(), creating_.end()};
 }
 
 std::map<std::string, std::string> TabletServer::load_errors() const {

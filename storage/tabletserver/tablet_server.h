@@ -127,6 +127,9 @@ class TabletServer {
   // outside cell mode.
   absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
   bool cell_mode() const { return !options_.cell_log_name.empty(); }
+  // Ids of tablets whose directories a split or merge is creating right now
+  // (not in METADATA yet): the master's garbage collection leaves them.
+  std::vector<std::string> CreatingTablets() const;
   std::vector<TabletEntry> ListTablets(std::string_view table = {}) const;
   absl::Status LoadTablet(std::string_view id);
   // Flushes and closes the tablet; it stays on disk, unserved.
@@ -228,6 +231,7 @@ class TabletServer {
   std::map<std::string, Loaded> loaded_ ABSL_GUARDED_BY(mu_);  // by tablet id
   std::map<std::string, std::string> load_errors_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> assigning_ ABSL_GUARDED_BY(mu_);  // cell mode: AssignTablet running
+  std::set<std::string> creating_ ABSL_GUARDED_BY(mu_);   // see CreatingTablets()
 
   absl::Mutex maintenance_mu_;  // one RunMaintenance at a time
   // Shared with the maintenance timer's callback, which may still be running

@@ -135,6 +135,7 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
       if (auto it = errors.find(e.id()); it != errors.end()) info->set_load_error(it->second);
     }
     resp.set_log_name(server->options().cell_log_name);
+    for (const std::string& id : server->CreatingTablets()) resp.add_creating(id);
     return Serialize(resp);
   });
   Unary<AssignTabletRequest>(rpc, metrics, "tablet.AssignTablet", [server](const AssignTabletRequest& r) {
@@ -338,11 +339,13 @@ absl::Status TabletClient::UpdateTable(const TableSchema& schema) {
 }
 
 absl::StatusOr<std::vector<TabletClient::TabletInfo>> TabletClient::ListTablets(const std::string& table,
-                                                                                std::string* log_name) {
+                                                                                std::string* log_name,
+                                                                                std::vector<std::string>* creating) {
   ListTabletsRequest r;
   r.set_table(table);
   MS_ASSIGN_OR_RETURN(ListTabletsResponse resp, Call<ListTabletsResponse>("tablet.ListTablets", r));
   if (log_name != nullptr) *log_name = resp.log_name();
+  if (creating != nullptr) creating->assign(resp.creating().begin(), resp.creating().end());
   std::vector<TabletInfo> out;
   for (const auto& t : resp.tablets()) out.push_back(TabletInfo{t.entry(), t.size_bytes(), t.load_error()});
   return out;

@@ -58,8 +58,10 @@ class TabletClient {
     uint64_t size_bytes = 0;
     std::string load_error;
   };
-  // With `log_name`, also the server's commit log name (cell mode).
-  absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "", std::string* log_name = nullptr);
+  // With `log_name`, also the server's commit log name; with `creating`,
+  // the tablets a split or merge is creating there (cell mode).
+  absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "", std::string* log_name = nullptr,
+                                                      std::vector<std::string>* creating = nullptr);
   // Cell mode: the master's assignment (TabletServer::AssignTablet).
   absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
   // Cell mode: TabletServer::MergeTablets.

@@ -211,6 +211,61 @@ std::string RandomValue(Random& rng, int64_t size) {
   return v;
 }
 
+// One recovery: a cell of two servers, `mb` MiB of unflushed writes to a
+// one-tablet table, its server SIGKILLed; milliseconds until the tablet is
+// served elsewhere (every row checked). `split` gets the master's report.
+absl::StatusOr<double> RecoverOnce(const CellBenchOptions& o, const std::string& dir, double mb, std::string* split) {
+  Cell cell(o, dir);
+  if (std::string e = cell.Start(2); !e.empty()) return absl::InternalError(e);
+  if (absl::Status s = cell.CreateTable({}); !s.ok()) return s;
+  if (!cell.WaitBalanced(absl::Seconds(120))) return absl::InternalError("the tablets were not all served");
+  // Unflushed writes of the one user tablet (nothing flushes for an hour):
+  // all of it stays in its server's commit log.
+  const int64_t rows = static_cast<int64_t>(mb * 1024 * 1024) / std::max<int64_t>(1, o.value_size);
+  std::atomic<int64_t> next{0};
+  std::vector<Random> rngs;
+  for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(t + 7));
+  auto w = Timed(o.clients, 3600, Env::Default(), [&](int t, uint64_t) -> absl::Status {
+    const int64_t i = next.fetch_add(1);
+    if (i >= rows) return absl::CancelledError("done");
+    return cell.client().MutateRow(kTable, Key(static_cast<uint64_t>(i)),
+                                   {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
+  });
+  if (!w.ok() && !absl::IsCancelled(w.status())) return absl::InternalError(StrCat("loading: ", w.status().ToString()));
+  auto state = cell.State();
+  if (!state.ok()) return state.status();
+  std::string victim, tablet;
+  for (const auto& t : state->tablets()) {
+    if (t.table() == kTable) {
+      victim = t.server();
+      tablet = t.id();
+    }
+  }
+  const absl::Time killed = absl::Now();
+  cell.servers()[victim]->Kill(SIGKILL);
+  bool back = false;
+  std::string split_event;
+  while (!back && absl::Now() - killed < absl::Seconds(300)) {
+    absl::SleepFor(absl::Milliseconds(20));
+    auto s = cell.State();
+    if (!s.ok()) continue;
+    for (const auto& t : s->tablets()) back |= t.id() == tablet && t.serving() && t.server() != victim;
+    for (const auto& e : s->events()) {
+      if (e.find("split commit log") != std::string::npos) split_event = e;
+    }
+  }
+  if (!back) return absl::InternalError(StrCat("tablet ", tablet, " was not served again within 300 s"));
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - killed);
+  // Everything is there.
+  for (int64_t i = 0; i < rows; i += std::max<int64_t>(1, rows / 200)) {
+    auto row = cell.client().ReadRow(kTable, Key(static_cast<uint64_t>(i)));
+    if (!row.ok() || !row->has_value()) return absl::InternalError(StrCat("after recovery, row ", Key(static_cast<uint64_t>(i)), " is missing"));
+  }
+  const size_t colon = split_event.find(": ");
+  *split = colon == std::string::npos ? split_event : split_event.substr(colon + 2);
+  return ms;
+}
+
 }  // namespace
 
 int RunCellBench(const CellBenchOptions& o) {
@@ -278,54 +333,14 @@ int RunCellBench(const CellBenchOptions& o) {
   absl::Duration ttl;
   absl::ParseDuration(o.session_ttl, &ttl);
   for (double mb : o.recovery_mb) {
-    Cell cell(o, StrCat(root, "/recovery-", mb));
-    if (std::string e = cell.Start(2); !e.empty()) return fail(e);
-    if (absl::Status s = cell.CreateTable({}); !s.ok()) return fail(s.ToString());
-    if (!cell.WaitBalanced(absl::Seconds(120))) return fail("the tablets were not all served");
-    // Unflushed writes of the one user tablet (nothing flushes for an hour):
-    // all of it stays in its server's commit log.
-    const int64_t rows = static_cast<int64_t>(mb * 1024 * 1024) / std::max<int64_t>(1, o.value_size);
-    std::atomic<int64_t> next{0};
-    std::vector<Random> rngs;
-    for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(t + 7));
-    auto w = Timed(o.clients, 3600, Env::Default(), [&](int t, uint64_t) -> absl::Status {
-      const int64_t i = next.fetch_add(1);
-      if (i >= rows) return absl::CancelledError("done");
-      return cell.client().MutateRow(kTable, Key(static_cast<uint64_t>(i)),
-                                     {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
-    });
-    if (!w.ok() && !absl::IsCancelled(w.status())) return fail(StrCat("loading: ", w.status().ToString()));
-    auto state = cell.State();
-    if (!state.ok()) return fail(state.status().ToString());
-    std::string victim, tablet;
-    for (const auto& t : state->tablets()) {
-      if (t.table() == kTable) {
-        victim = t.server();
-        tablet = t.id();
-      }
+    std::vector<double> times;
+    std::string split;
+    for (int run = 0; run < o.runs; ++run) {
+      absl::StatusOr<double> ms = RecoverOnce(o, StrCat(root, "/recovery-", mb, "-", run), mb, &split);
+      if (!ms.ok()) return fail(std::string(ms.status().message()));
+      times.push_back(*ms);
     }
-    const absl::Time killed = absl::Now();
-    cell.servers()[victim]->Kill(SIGKILL);
-    bool back = false;
-    std::string split_event;
-    while (!back && absl::Now() - killed < absl::Seconds(300)) {
-      absl::SleepFor(absl::Milliseconds(20));
-      auto s = cell.State();
-      if (!s.ok()) continue;
-      for (const auto& t : s->tablets()) back |= t.id() == tablet && t.serving() && t.server() != victim;
-      for (const auto& e : s->events()) {
-        if (e.find("split commit log") != std::string::npos) split_event = e;
-      }
-    }
-    if (!back) return fail(StrCat("tablet ", tablet, " was not served again within 300 s"));
-    const double ms = absl::ToDoubleMilliseconds(absl::Now() - killed);
-    // Everything is there.
-    for (int64_t i = 0; i < rows; i += std::max<int64_t>(1, rows / 200)) {
-      auto row = cell.client().ReadRow(kTable, Key(static_cast<uint64_t>(i)));
-      if (!row.ok() || !row->has_value()) return fail(StrCat("after recovery, row ", Key(static_cast<uint64_t>(i)), " is missing"));
-    }
-    const size_t colon = split_event.find(": ");
-    const std::string split = colon == std::string::npos ? split_event : split_event.substr(colon + 2);
+    const double ms = Median(times);
     if (o.json) {
       std::printf("{\"log_mib\":%.1f,\"recovery_ms\":%.0f,\"ttl_ms\":%.0f,\"split\":\"%s\"}\n", mb, ms,
                   absl::ToDoubleMilliseconds(ttl), JsonEscape(split).c_str());
