@@ -562,8 +562,15 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
       if (!adopted.ok()) t = adopted;
     }
     if (!t.ok()) {
-      committed = t.status();
-      break;
+      // Committed, so the parent must not serve on: its rows are the
+      // children's now. Their directories stay for whoever loads them next
+      // (the master assigns them again); this server stops serving the rows.
+      MS_LOG_ERROR("tablet {}: split committed but child {} did not open: {}", parent.id(), c.id(),
+                   t.status().ToString());
+      opened.clear();
+      loaded_.erase(it);
+      load_errors_[c.id()] = t.status().ToString();
+      return t.status();
     }
     opened.push_back(std::move(*t));
   }
@@ -984,7 +991,8 @@ absl::Status TabletServer::RunMaintenance() {
   {
     absl::MutexLock lock(&mu_);
     // A tablet that failed to load was never recovered; its records stay.
-    keep_all_segments = !load_errors_.empty();
+    // (In a cell a failed assignment has no records in this server's log.)
+    keep_all_segments = !cell_mode() && !load_errors_.empty();
   }
   if (keep_all_segments) {
     for (auto& t : tablets) {
