@@ -120,7 +120,9 @@ class CellClient {
 // a lookup or a retry) and calls back from there.
 class CellBigtable : public BigtableClient {
  public:
-  CellBigtable(CellClient* client, int threads = 8);
+  // `threads` bounds the calls in flight (each blocks one thread while it
+  // waits for its tablet server).
+  CellBigtable(CellClient* client, int threads = 32);
   ~CellBigtable() override;  // finishes the calls already queued
 
   void ReadRow(std::string table, std::string row, ReadOptions options,
