@@ -23,6 +23,7 @@
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
 #include "storage/cell/master.h"
+#include "storage/tabletserver/tablet_service.h"
 #include "tools/msbench/stats.h"
 
 namespace megastore::tools {
@@ -289,7 +290,62 @@ int RunCellBench(const CellBenchOptions& o) {
                 "medians of %d runs\n",
                 o.clients, static_cast<long long>(o.value_size), o.sync ? "synced commit logs" : "unsynced",
                 o.tablets, o.seconds, o.runs);
-    std::printf("%-8s %14s %14s\n", "servers", "writes/s", "reads/s");
+    std::printf("%-12s %14s %14s\n", "servers", "writes/s", "reads/s");
+  }
+  // The baseline: one standalone tablet server (no cell, no location
+  // lookups), driven directly over RPC at the same concurrency.
+  {
+    Process standalone;
+    const std::string address = StrCat("127.0.0.1:", FreePort());
+    std::vector<std::string> argv = {Megastored(), "--listen=" + address, "--data=" + root + "/standalone",
+                                     "--log-level=warn"};
+    if (!o.sync) argv.push_back("--no-sync");
+    std::filesystem::create_directories(root);
+    if (!standalone.Start(argv, root + "/standalone.log", "tablet server listening")) {
+      return fail("the standalone tablet server did not start");
+    }
+    storage::TabletClient client(address);
+    storage::TableSchema schema;
+    schema.set_name(kTable);
+    schema.add_families()->set_name("f");
+    if (absl::Status s = client.CreateTable(schema); !s.ok()) return fail(s.ToString());
+    // The same tablets as the cell's table.
+    for (const std::string& row : splits) {
+      auto tablets = client.ListTablets(kTable);
+      if (!tablets.ok()) return fail(tablets.status().ToString());
+      for (const auto& t : *tablets) {
+        if (t.entry.start_row() < row && (t.entry.end_row().empty() || row < t.entry.end_row())) {
+          if (auto c = client.SplitTablet(t.entry.id(), row); !c.ok()) return fail(c.status().ToString());
+          break;
+        }
+      }
+    }
+    std::vector<double> writes, reads;
+    std::atomic<uint64_t> written{0};
+    for (int run = 0; run < o.runs; ++run) {
+      std::vector<Random> rngs;
+      for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(run * 1000 + t + 1));
+      auto w = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) {
+        return client.MutateRow(kTable, Key(written.fetch_add(1)),
+                                {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
+      });
+      if (!w.ok()) return fail(StrCat("standalone writes: ", w.status().ToString()));
+      writes.push_back(*w);
+      auto r = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) -> absl::Status {
+        auto row = client.ReadRow(kTable, Key(rngs[t].Next() % std::max<uint64_t>(1, written.load())));
+        return row.status();
+      });
+      if (!r.ok()) return fail(StrCat("standalone reads: ", r.status().ToString()));
+      reads.push_back(*r);
+    }
+    if (o.json) {
+      std::printf("{\"servers\":\"standalone\",\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n",
+                  o.clients, Median(writes), Median(reads));
+    } else {
+      std::printf("%-12s %14.1f %14.1f   (one tablet server, no cell, the same tablets: the baseline)\n", "standalone", Median(writes),
+                  Median(reads));
+    }
+    std::fflush(stdout);
   }
   for (int n : o.servers) {
     Cell cell(o, StrCat(root, "/throughput-", n));
@@ -321,7 +377,7 @@ int RunCellBench(const CellBenchOptions& o) {
       std::printf("{\"servers\":%d,\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n", n, o.clients,
                   Median(writes), Median(reads));
     } else {
-      std::printf("%-8d %14.1f %14.1f\n", n, Median(writes), Median(reads));
+      std::printf("%-12d %14.1f %14.1f\n", n, Median(writes), Median(reads));
     }
     std::fflush(stdout);
   }
