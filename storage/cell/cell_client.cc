@@ -161,8 +161,9 @@ bool CellClient::Backoff(int64_t deadline, absl::Duration* delay) {
   if (cancelled_) return false;
   if (env_->MonotonicMicros() + absl::ToInt64Microseconds(*delay) > deadline) return false;
   retries_.fetch_add(1, std::memory_order_relaxed);
-  // A plain sleep, not an Env timer: the caller may be on the Env's timer
-  // thread's behalf, and this client is a real network adapter anyway.
+  // A plain sleep, not an Env timer: this client is a real network adapter
+  // (like the RPC client under it), and a caller on the Env's timer thread
+  // would otherwise wait for itself.
   absl::SleepFor(*delay);
   *delay = std::min(*delay * 2, absl::Milliseconds(500));
   return true;

@@ -70,6 +70,9 @@ class CellClient {
   // then the user tablets (only `table`'s if not empty).
   absl::StatusOr<std::vector<TabletRecord>> Tablets(const std::string& table = "");
 
+  // Retried after any stale-location answer, a lost connection included:
+  // a write whose reply was lost may be applied twice (harmless with
+  // explicit timestamps; with server timestamps, a second version).
   absl::Status MutateRow(const std::string& table, const std::string& row, const std::vector<Mutation>& mutations,
                          int64_t timestamp = kServerTimestamp);
   // Retried only when it surely did nothing — the server said it does not

@@ -114,8 +114,16 @@ absl::Status Master::CheckMaster() const {
 }
 
 void Master::Event(std::string text) {
-  MS_LOG_INFO("master {}: {}", options_.cell, text);
   absl::MutexLock lock(&mu_);
+  // The same trouble every pass (a server refusing a tablet) is told once
+  // every 30 s, not once a second.
+  const int64_t now = env_->MonotonicMicros();
+  constexpr int64_t kQuiet = 30'000'000;
+  for (auto it = recent_.begin(); it != recent_.end();) {
+    it = now - it->second > kQuiet ? recent_.erase(it) : std::next(it);
+  }
+  if (!recent_.emplace(text, now).second) return;
+  MS_LOG_INFO("master {}: {}", options_.cell, text);
   events_.push_back(std::move(text));
   while (events_.size() > kMaxEvents) events_.pop_front();
 }

@@ -193,6 +193,7 @@ class Master {
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
   CellState state_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> events_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> recent_ ABSL_GUARDED_BY(mu_);  // event text -> when last told
   std::thread loop_;
 };
 
