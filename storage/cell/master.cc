@@ -868,7 +868,11 @@ absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server
     ReadOptions o;
     o.filter.families = {"loc"};
     absl::StatusOr<std::optional<Row>> row = client->ReadRow(kMetadataTable, key, o);
-    if (!row.ok()) return matched.status();
+    if (!row.ok()) {
+      return absl::UnknownError(StrCat("the split of ", parent.id(), " may or may not be committed (",
+                                       matched.status().message(), "; reading the row back: ", row.status().message(),
+                                       ")"));
+    }
     absl::StatusOr<TabletRecord> now = row->has_value() ? RecordFromRow(**row) : absl::NotFoundError("no row");
     if (now.ok() && now->location.tablet_id == children[1].id()) {
       matched = true;
@@ -907,7 +911,11 @@ absl::Status CommitMerge(CellClient* client, Env* env, const std::string& server
     ReadOptions o;
     o.filter.families = {"loc"};
     absl::StatusOr<std::optional<Row>> row = client->ReadRow(kMetadataTable, key, o);
-    if (!row.ok()) return matched.status();
+    if (!row.ok()) {
+      return absl::UnknownError(StrCat("the merge into ", merged.id(), " may or may not be committed (",
+                                       matched.status().message(), "; reading the row back: ", row.status().message(),
+                                       ")"));
+    }
     absl::StatusOr<TabletRecord> now = row->has_value() ? RecordFromRow(**row) : absl::NotFoundError("no row");
     if (!now.ok() || now->location.tablet_id != merged.id()) return matched.status();
     matched = true;

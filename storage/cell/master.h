@@ -229,7 +229,9 @@ class MasterClient {
 // then the left child's row is written and the mark cleared. Once the first
 // write succeeded the split is committed: a crash before the rest is
 // completed by the master from the mark (FixSplits). Aborted if METADATA
-// no longer names the parent (the master moved or recovered it).
+// no longer names the parent (the master moved or recovered it); Unknown if
+// the first write's outcome cannot be learned (the server must then serve
+// neither the parent nor the children, and let the master decide).
 absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server, const std::string& log,
                          const TabletEntry& parent, const std::vector<TabletEntry>& children);
 
@@ -238,7 +240,8 @@ absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server
 // it) makes the merged tablet own it, from the left tablet's start row;
 // then the left tablet's row is deleted (only if it still names the left
 // tablet). Committed after the first write: a left row left behind is
-// found by the master (a row covered by the next one) and deleted.
+// found by the master (a row covered by the next one) and deleted. Unknown
+// if the first write's outcome cannot be learned.
 absl::Status CommitMerge(CellClient* client, Env* env, const std::string& server, const std::string& log,
                          const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged);
 

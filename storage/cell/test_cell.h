@@ -43,6 +43,9 @@ inline std::string RowKey(int i) {
 class CellTest : public ::testing::Test {
  protected:
   struct Server {
+    // The server's own client library (its split and merge commits), as in
+    // megastored: cancelled when the server stops.
+    std::unique_ptr<CellClient> client;
     std::unique_ptr<TabletServer> tablets;
     std::unique_ptr<ServiceMetrics> metrics;
     std::unique_ptr<rpc::RpcServer> rpc;
@@ -86,12 +89,13 @@ class CellTest : public ::testing::Test {
     o.commit_split = [this, raw, log = o.cell_log_name](const TabletEntry& parent,
                                                         const std::vector<TabletEntry>& children) {
       if (commit_split_hook_) return commit_split_hook_(raw->address, log, parent, children);
-      return CommitSplit(client_.get(), env_, raw->address, log, parent, children);
+      return CommitSplit(raw->client.get(), env_, raw->address, log, parent, children);
     };
     o.commit_merge = [this, raw, log = o.cell_log_name](const TabletEntry& left, const TabletEntry& right,
                                                         const TabletEntry& merged) {
-      return CommitMerge(client_.get(), env_, raw->address, log, left, right, merged);
+      return CommitMerge(raw->client.get(), env_, raw->address, log, left, right, merged);
     };
+    s->client = std::make_unique<CellClient>(lock_.get(), env_, client_->options());
     auto opened = TabletServer::Open(o, env_);
     EXPECT_TRUE(opened.ok()) << opened.status();
     s->tablets = std::move(*opened);
@@ -117,6 +121,7 @@ class CellTest : public ::testing::Test {
   // The server goes away: stops answering, closes its tablets, leaves.
   void Stop(Server& s) {
     if (s.rpc) s.rpc->Stop();
+    if (s.client) s.client->Cancel();  // a split committing now gives up
     s.tablets.reset();
     s.registration.reset();
   }

@@ -160,6 +160,31 @@ TEST_F(CellModeTest, AFailedSplitCommitLeavesTheParentServingAndWritable) {
   EXPECT_TRUE(absl::IsFailedPrecondition(a->SplitTablet("t-root", "x").status()));
 }
 
+TEST_F(CellModeTest, ASplitOfUnknownOutcomeServesNeitherSideAndKeepsBoth) {
+  TabletServerOptions o;
+  o.data_dir = dir_.path();
+  o.cell_log_name = "a-1";
+  o.maintenance_interval = absl::ZeroDuration();
+  o.commit_split = [](const TabletEntry&, const std::vector<TabletEntry>&) {
+    return absl::UnknownError("the reply was lost and the row could not be read back");
+  };
+  auto opened = TabletServer::Open(o, &env_);
+  ASSERT_TRUE(opened.ok());
+  auto& a = *opened;
+  ASSERT_TRUE(a->AssignTablet(Entry("t-1"), Schema(), true).ok());
+  for (const char* r : {"a", "b", "c", "d"}) ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", r)}).ok());
+  auto split = a->SplitTablet("t-1", "c");
+  EXPECT_TRUE(absl::IsUnknown(split.status())) << split.status();
+  EXPECT_TRUE(IsNotServing(a->ReadRow("t", "a").status())) << "the parent no longer serves";
+  EXPECT_TRUE(a->ListTablets("t").empty());
+  size_t dirs = 0;
+  for (const auto& d : fs::directory_iterator(dir_.path() + "/tablets")) dirs += d.is_directory();
+  EXPECT_EQ(dirs, 3u) << "the parent's and both children's directories stay";
+  // Whichever METADATA names can be served again: here, the parent.
+  ASSERT_TRUE(a->AssignTablet(Entry("t-1"), Schema(), false).ok());
+  EXPECT_EQ(Value(*a, "d"), "d");
+}
+
 TEST_F(CellModeTest, MergingNeighboursKeepsEveryRowVersionAndDeletion) {
   TabletServerOptions o;
   o.data_dir = dir_.path();

@@ -574,6 +574,19 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
     }
     opened.push_back(std::move(*t));
   }
+  if (absl::IsUnknown(committed)) {
+    // Maybe committed: serve neither; the master assigns what METADATA names.
+    MS_LOG_ERROR("tablet {}: {}; no longer served here", parent.id(), committed.ToString());
+    if (it != loaded_.end()) loaded_.erase(it);
+    auto* entries = state_.mutable_tablets();
+    for (int i = 0; i < entries->size(); ++i) {
+      if (entries->Get(i).id() == parent.id()) {
+        entries->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+    return committed;
+  }
   if (!committed.ok() || it == loaded_.end()) {
     opened.clear();
     // Not committed: the parent takes writes again (its files are as they
@@ -687,6 +700,19 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
   assigning_.erase(left.id());
   assigning_.erase(right.id());
   creating_.erase(merged.id());
+  if (absl::IsUnknown(s)) {
+    // Maybe committed: serve none of the three; the master assigns what
+    // METADATA names (the merged tablet's files are complete and flushed).
+    MS_LOG_ERROR("merge into {}: {}; {} and {} no longer served here", merged.id(), s.ToString(), left.id(), right.id());
+    m.reset();
+    loaded_.erase(left.id());
+    loaded_.erase(right.id());
+    auto* entries = state_.mutable_tablets();
+    for (int i = entries->size() - 1; i >= 0; --i) {
+      if (entries->Get(i).id() == left.id() || entries->Get(i).id() == right.id()) entries->DeleteSubrange(i, 1);
+    }
+    return s;
+  }
   if (!s.ok()) {
     m.reset();
     std::error_code ec;

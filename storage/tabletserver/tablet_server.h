@@ -69,14 +69,18 @@ struct TabletServerOptions {
   // tablet never does.
   std::function<bool(const TabletEntry&)> may_split;
   // Commits a split in METADATA (the children's rows) before the children
-  // serve; an error undoes the split (the parent serves again).
+  // serve; an error undoes the split (the parent serves again) — except
+  // Unknown (it may have been committed): then neither the parent nor the
+  // children are served here, their files stay, and the master, reading
+  // METADATA, assigns whichever it names.
   std::function<absl::Status(const TabletEntry& parent, const std::vector<TabletEntry>& children)>
       commit_split;
   // Runs after a committed split, outside the server's locks (tells the
   // master; a lost notification is found by the master's next scan).
   std::function<void(const TabletEntry& parent, const std::vector<TabletEntry>& children)> after_split;
   // Commits a merge in METADATA (MergeTablets) before the merged tablet
-  // serves; an error undoes it (the two tablets serve again).
+  // serves; an error undoes it (the two tablets serve again) — Unknown as
+  // for commit_split.
   std::function<absl::Status(const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged)>
       commit_merge;
 };

@@ -472,6 +472,7 @@ int main(int argc, char** argv) {
   MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   registered = nullptr;  // not one more request once it leaves
   registration.reset();  // leaves the cell first: its file goes
+  if (cell_client) cell_client->Cancel();  // a split or merge committing now gives up
   master.reset();
   if (http_server) http_server->Stop();
   rpc.Stop();
