@@ -212,6 +212,35 @@ std::string RandomValue(Random& rng, int64_t size) {
   return v;
 }
 
+// `o.runs` rounds of `o.seconds` of writes to new keys, then of point reads
+// of written keys, through `client` (a TabletClient or a CellClient: the
+// same calls); the median writes/s and reads/s.
+template <typename Client>
+absl::StatusOr<std::pair<double, double>> WritesThenReads(const CellBenchOptions& o, Client& client) {
+  std::vector<double> writes, reads;
+  std::atomic<uint64_t> written{0};
+  for (int run = 0; run < o.runs; ++run) {
+    std::vector<Random> rngs;
+    for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(run * 1000 + t + 1));
+    auto w = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) {
+      return client.MutateRow(kTable, Key(written.fetch_add(1)),
+                              {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
+    });
+    if (!w.ok()) return absl::Status(w.status().code(), StrCat("writes: ", w.status().message()));
+    writes.push_back(*w);
+    auto r = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) -> absl::Status {
+      const uint64_t i = rngs[t].Next() % std::max<uint64_t>(1, written.load());
+      auto row = client.ReadRow(kTable, Key(i));
+      if (!row.ok()) return row.status();
+      if (!row->has_value()) return absl::DataLossError(StrCat("row ", Key(i), " written but not found"));
+      return absl::OkStatus();
+    });
+    if (!r.ok()) return absl::Status(r.status().code(), StrCat("reads: ", r.status().message()));
+    reads.push_back(*r);
+  }
+  return std::make_pair(Median(writes), Median(reads));
+}
+
 // One recovery: a cell of two servers, `mb` MiB of unflushed writes to a
 // one-tablet table, its server SIGKILLed; milliseconds until the tablet is
 // served elsewhere (every row checked). `split` gets the master's report.
@@ -320,30 +349,15 @@ int RunCellBench(const CellBenchOptions& o) {
         }
       }
     }
-    std::vector<double> writes, reads;
-    std::atomic<uint64_t> written{0};
-    for (int run = 0; run < o.runs; ++run) {
-      std::vector<Random> rngs;
-      for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(run * 1000 + t + 1));
-      auto w = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) {
-        return client.MutateRow(kTable, Key(written.fetch_add(1)),
-                                {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
-      });
-      if (!w.ok()) return fail(StrCat("standalone writes: ", w.status().ToString()));
-      writes.push_back(*w);
-      auto r = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) -> absl::Status {
-        auto row = client.ReadRow(kTable, Key(rngs[t].Next() % std::max<uint64_t>(1, written.load())));
-        return row.status();
-      });
-      if (!r.ok()) return fail(StrCat("standalone reads: ", r.status().ToString()));
-      reads.push_back(*r);
-    }
+    auto rates = WritesThenReads(o, client);
+    if (!rates.ok()) return fail(StrCat("standalone: ", rates.status().message()));
+    const auto [writes, reads] = *rates;
     if (o.json) {
       std::printf("{\"servers\":\"standalone\",\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n",
-                  o.clients, Median(writes), Median(reads));
+                  o.clients, writes, reads);
     } else {
-      std::printf("%-12s %14.1f %14.1f   (one tablet server, no cell, the same tablets: the baseline)\n", "standalone", Median(writes),
-                  Median(reads));
+      std::printf("%-12s %14.1f %14.1f   (one tablet server, no cell, the same tablets: the baseline)\n", "standalone",
+                  writes, reads);
     }
     std::fflush(stdout);
   }
@@ -352,32 +366,14 @@ int RunCellBench(const CellBenchOptions& o) {
     if (std::string e = cell.Start(n); !e.empty()) return fail(e);
     if (absl::Status s = cell.CreateTable(splits); !s.ok()) return fail(s.ToString());
     if (!cell.WaitBalanced(absl::Seconds(120))) return fail("the tablets were not all served");
-    std::vector<double> writes, reads;
-    std::atomic<uint64_t> written{0};
-    for (int run = 0; run < o.runs; ++run) {
-      std::vector<Random> rngs;
-      for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(run * 1000 + t + 1));
-      auto w = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) {
-        const uint64_t i = written.fetch_add(1);
-        return cell.client().MutateRow(kTable, Key(i), {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
-      });
-      if (!w.ok()) return fail(StrCat("writes: ", w.status().ToString()));
-      writes.push_back(*w);
-      auto r = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) -> absl::Status {
-        const uint64_t i = rngs[t].Next() % std::max<uint64_t>(1, written.load());
-        auto row = cell.client().ReadRow(kTable, Key(i));
-        if (!row.ok()) return row.status();
-        if (!row->has_value()) return absl::DataLossError(StrCat("row ", Key(i), " written but not found"));
-        return absl::OkStatus();
-      });
-      if (!r.ok()) return fail(StrCat("reads: ", r.status().ToString()));
-      reads.push_back(*r);
-    }
+    auto rates = WritesThenReads(o, cell.client());
+    if (!rates.ok()) return fail(std::string(rates.status().message()));
+    const auto [writes, reads] = *rates;
     if (o.json) {
       std::printf("{\"servers\":%d,\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n", n, o.clients,
-                  Median(writes), Median(reads));
+                  writes, reads);
     } else {
-      std::printf("%-12d %14.1f %14.1f\n", n, Median(writes), Median(reads));
+      std::printf("%-12d %14.1f %14.1f\n", n, writes, reads);
     }
     std::fflush(stdout);
   }
