@@ -684,8 +684,14 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
   absl::Status s = l->PersistLogPosition(true).status();
   if (s.ok()) s = r->PersistLogPosition(true).status();
   if (s.ok()) {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Tablet>> opened = OpenTabletLocked(merged);
+    // Only the schema needs the server's lock; creating the tablet is I/O.
+    TableSchema schema;
+    {
+      absl::MutexLock lock(&mu_);
+      const TableSchema* found = FindTableLocked(merged.table());
+      if (found != nullptr) schema = *found;
+    }
+    absl::StatusOr<std::unique_ptr<Tablet>> opened = Tablet::Open(OptionsFor(merged), schema, &resources_, env_);
     if (opened.ok()) {
       m = std::move(*opened);
     } else {
