@@ -122,6 +122,13 @@ storage::ColumnFamily LogFamilySchema() {
   return f;
 }
 
+storage::ColumnFamily DataFamilySchema(std::string_view name) {
+  storage::ColumnFamily f;
+  f.set_name(std::string(name));
+  f.set_timestamp_deletes(true);
+  return f;
+}
+
 std::string AcceptorColumn(uint64_t position) { return PositionPrefix(position) + "a"; }
 std::string LearnedColumn(uint64_t position) { return PositionPrefix(position) + "l"; }
 
@@ -147,8 +154,10 @@ std::vector<Mutation> EntryMutations(const RowChange& change, int64_t timestamp)
   out.reserve(change.cells_size());
   for (const CellChange& c : change.cells()) {
     if (c.delete_cells()) {
-      // Bounded by the commit timestamp: a late or repeated apply never
-      // hides a later entry's cells.
+      // Bounded by the commit timestamp: a late or repeated apply of this
+      // entry never hides a later entry's cells. And the family masks by
+      // timestamp (DataFamilySchema): a late apply of an earlier entry's
+      // cells stays hidden by this delete.
       out.push_back(Mutation::DeleteCells(c.family(), c.qualifier(), 0, timestamp + 1));
     } else {
       out.push_back(Mutation::SetCell(c.family(), c.qualifier(), c.value(), timestamp));

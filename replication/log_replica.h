@@ -31,6 +31,12 @@ inline constexpr char kLogFamily[] = "p";
 
 // The column family every Megastore table needs for its groups' logs.
 storage::ColumnFamily LogFamilySchema();
+// A family that log entries write data into (entities, index entries):
+// its deletes mask by timestamp (ColumnFamily.timestamp_deletes), so an
+// apply of an entry that lands after a later entry's delete — a slow or
+// repeated apply, a replayed write — stays masked. Every family that
+// EntryMutations writes must be declared this way.
+storage::ColumnFamily DataFamilySchema(std::string_view name);
 
 std::string AcceptorColumn(uint64_t position);
 std::string LearnedColumn(uint64_t position);

@@ -1272,19 +1272,19 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
   storage::TableSchema entities;
   entities.set_name(layout.entity_table());
   *entities.add_families() = replication::LogFamilySchema();
-  entities.add_families()->set_name(schema::kEntityFamily);
-  entities.add_families()->set_name(schema::kIndexFamily);
+  *entities.add_families() = replication::DataFamilySchema(schema::kEntityFamily);
+  *entities.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
   out.push_back(entities);
   for (const schema::IndexDescriptor& x : layout.schema().schema().indexes()) {
     if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
     storage::TableSchema t;
     t.set_name(layout.GlobalIndexTable(x));
-    t.add_families()->set_name(schema::kIndexFamily);
+    *t.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
     out.push_back(t);
   }
   storage::TableSchema outboxes;
   outboxes.set_name(OutboxTable(layout));
-  outboxes.add_families()->set_name(schema::kIndexFamily);
+  *outboxes.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
   out.push_back(outboxes);
   return out;
 }

@@ -71,8 +71,12 @@ class CellClient {
   absl::StatusOr<std::vector<TabletRecord>> Tablets(const std::string& table = "");
 
   // Retried after any stale-location answer, a lost connection included:
-  // a write whose reply was lost may be applied twice (harmless with
-  // explicit timestamps; with server timestamps, a second version).
+  // a write whose reply was lost may be applied twice, the second time
+  // after writes the caller made meanwhile. With server timestamps that is a
+  // second version. With explicit timestamps a repeated cell is the same
+  // cell, but a repeated *old* cell lands after any later delete of it: it
+  // stays deleted only in a timestamp_deletes family (schema.proto), which
+  // is why Megastore's data families are declared so.
   absl::Status MutateRow(const std::string& table, const std::string& row, const std::vector<Mutation>& mutations,
                          int64_t timestamp = kServerTimestamp);
   // Retried only when it surely did nothing — the server said it does not

@@ -9,7 +9,18 @@ using key_format::ParsedKey;
 
 void RowVisibility::Mask::Add(int64_t t, uint64_t seq, int64_t read_timestamp) {
   any = std::max(any, seq);
-  if (t <= read_timestamp) visible = std::max(visible, seq);
+  any_t = std::max(any_t, t);
+  if (t <= read_timestamp) {
+    visible = std::max(visible, seq);
+    visible_t = std::max(visible_t, t);
+  }
+}
+
+RowVisibility::Verdict RowVisibility::TombstoneVerdict(int64_t t, int64_t written,
+                                                       int64_t grace) const {
+  if (grace <= 0) return Verdict::kGarbage;
+  const int64_t newest = std::max(t, written);
+  return newest < now_micros_ - grace ? Verdict::kGarbage : Verdict::kHidden;
 }
 
 RowVisibility::RowVisibility(const CompiledSchema* schema, int64_t read_timestamp,
@@ -45,21 +56,25 @@ void RowVisibility::StartColumn(std::string_view column_prefix) {
   column_rank_ = 0;
 }
 
-RowVisibility::Verdict RowVisibility::Add(const ParsedKey& key, uint64_t seq) {
+RowVisibility::Verdict RowVisibility::Add(const ParsedKey& key, uint64_t seq,
+                                          int64_t written_micros) {
   if (key.kind == EntryKind::kRowTombstone) {
     row_mask_.Add(key.timestamp, seq, read_timestamp_);
-    return Verdict::kGarbage;
+    return TombstoneVerdict(key.timestamp, written_micros, schema_->max_tombstone_grace_micros());
   }
   if (key.family != family_ || family_.empty()) StartFamily(key.family);
+  const int64_t grace = family_info_ != nullptr && family_info_->timestamp_deletes
+                            ? family_info_->tombstone_grace_micros
+                            : 0;
   if (key.kind == EntryKind::kFamilyTombstone) {
     family_mask_.Add(key.timestamp, seq, read_timestamp_);
-    return Verdict::kGarbage;
+    return TombstoneVerdict(key.timestamp, written_micros, grace);
   }
   if (key.column_prefix != column_) StartColumn(key.column_prefix);
   if (key.kind == EntryKind::kColumnTombstone) {
     column_tombstones_.push_back(
         ColumnTombstone{key.timestamp, key.range_start, key.range_end, seq});
-    return Verdict::kGarbage;
+    return TombstoneVerdict(key.timestamp, written_micros, grace);
   }
   return ClassifyCell(key.timestamp, seq);
 }
@@ -67,12 +82,24 @@ RowVisibility::Verdict RowVisibility::Add(const ParsedKey& key, uint64_t seq) {
 RowVisibility::Verdict RowVisibility::ClassifyCell(int64_t ts, uint64_t seq) {
   if (family_info_ == nullptr) return Verdict::kGarbage;
 
-  bool masked_any = row_mask_.any > seq || family_mask_.any > seq;
-  bool masked_visible = row_mask_.visible > seq || family_mask_.visible > seq;
-  for (const ColumnTombstone& t : column_tombstones_) {
-    if (t.seq <= seq || ts < t.start || (t.end != 0 && ts >= t.end)) continue;
-    masked_any = true;
-    if (t.t <= read_timestamp_) masked_visible = true;
+  bool masked_any, masked_visible;
+  if (family_info_->timestamp_deletes) {
+    // By timestamp, whatever the write order.
+    masked_any = ts <= row_mask_.any_t || ts <= family_mask_.any_t;
+    masked_visible = ts <= row_mask_.visible_t || ts <= family_mask_.visible_t;
+    for (const ColumnTombstone& t : column_tombstones_) {
+      if (ts < t.start || (t.end != 0 ? ts >= t.end : ts > t.t)) continue;
+      masked_any = true;
+      if (t.t <= read_timestamp_) masked_visible = true;
+    }
+  } else {
+    masked_any = row_mask_.any > seq || family_mask_.any > seq;
+    masked_visible = row_mask_.visible > seq || family_mask_.visible > seq;
+    for (const ColumnTombstone& t : column_tombstones_) {
+      if (t.seq <= seq || ts < t.start || (t.end != 0 && ts >= t.end)) continue;
+      masked_any = true;
+      if (t.t <= read_timestamp_) masked_visible = true;
+    }
   }
 
   const GcRule& rule = family_info_->gc_rule;

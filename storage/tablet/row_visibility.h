@@ -4,15 +4,19 @@
 //
 // Rules (docs/tablet.md has the long form):
 //  * A tombstone masks the cells in its scope that were written before it
-//    (lower sequence number). A read as of S applies only tombstones whose own
-//    timestamp T <= S; masked cells stay readable below T until the next major
-//    compaction removes them.
+//    (lower sequence number). In a family with timestamp_deletes it masks
+//    instead every cell of its scope whose timestamp is in its range (a
+//    column range with no end, a family and a row tombstone: up to T),
+//    whatever the write order. A read as of S applies only tombstones whose
+//    own timestamp T <= S; masked cells stay readable below T until the next
+//    major compaction removes them.
 //  * GC max_versions ranks the non-masked cells of a column by timestamp,
 //    newest first; GC max_age compares timestamps with the current time.
 //    Both hide cells from every read at once.
 //  * A cell is visible as of S if its family exists, it is not collected, its
 //    timestamp <= S and no tombstone with T <= S masks it.
-//  * Garbage (droppable by a major compaction): tombstones, masked cells,
+//  * Garbage (droppable by a major compaction): tombstones (but those of a
+//    timestamp_deletes family while their grace lasts), masked cells,
 //    collected cells, cells of unknown families.
 #pragma once
 
@@ -37,15 +41,22 @@ class RowVisibility {
   void StartRow();
 
   // Classifies the next entry of the row. Entries must arrive in key order.
-  // Tombstones are never visible (they come back as kGarbage).
-  Verdict Add(const key_format::ParsedKey& key, uint64_t seq);
+  // Tombstones are never visible: kGarbage, or kHidden while a
+  // timestamp_deletes family's grace keeps them. `written_micros`: when a
+  // tombstone was written (0 if unknown; its timestamp counts then).
+  Verdict Add(const key_format::ParsedKey& key, uint64_t seq, int64_t written_micros = 0);
 
  private:
   struct Mask {
     uint64_t any = 0;      // highest seq of any tombstone in scope
     uint64_t visible = 0;  // highest seq of a tombstone with T <= read_timestamp
+    int64_t any_t = -1;      // highest T of any tombstone in scope
+    int64_t visible_t = -1;  // highest T <= read_timestamp
     void Add(int64_t t, uint64_t seq, int64_t read_timestamp);
   };
+  // kGarbage for a tombstone written at `written` with timestamp `t` once
+  // `grace` has passed for both; kHidden before.
+  Verdict TombstoneVerdict(int64_t t, int64_t written, int64_t grace) const;
   struct ColumnTombstone {
     int64_t t, start, end;
     uint64_t seq;

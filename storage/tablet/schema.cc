@@ -80,9 +80,24 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(
       it = group_index.emplace(group, static_cast<int>(out->groups_.size())).first;
       out->groups_.push_back(def);
     }
+    if (f.has_tombstone_grace_micros() && !f.timestamp_deletes()) {
+      return absl::InvalidArgumentError(StrCat(
+          "column family \"", f.name(), "\": tombstone_grace_micros needs timestamp_deletes"));
+    }
+    if (f.tombstone_grace_micros() < 0) {
+      return absl::InvalidArgumentError(
+          StrCat("column family \"", f.name(), "\": tombstone_grace_micros must not be negative"));
+    }
     if (f.gc_rule().max_age_micros() > 0) out->uses_clock_ = true;
+    FamilyInfo info{f.name(), f.gc_rule(), it->second};
+    info.timestamp_deletes = f.timestamp_deletes();
+    if (info.timestamp_deletes) {
+      info.tombstone_grace_micros =
+          f.has_tombstone_grace_micros() ? f.tombstone_grace_micros() : kDefaultTombstoneGraceMicros;
+      out->max_tombstone_grace_ = std::max(out->max_tombstone_grace_, info.tombstone_grace_micros);
+    }
     out->family_index_.emplace(f.name(), out->families_.size());
-    out->families_.push_back(FamilyInfo{f.name(), f.gc_rule(), it->second});
+    out->families_.push_back(std::move(info));
   }
   return std::shared_ptr<const CompiledSchema>(std::move(out));
 }

@@ -15,10 +15,16 @@ namespace megastore::storage {
 
 inline constexpr std::string_view kDefaultLocalityGroup = "default";
 
+// Tombstones of a timestamp_deletes family are kept this long by default.
+inline constexpr int64_t kDefaultTombstoneGraceMicros = int64_t{24} * 3600 * 1000 * 1000;
+
 struct FamilyInfo {
   std::string name;
   GcRule gc_rule;
   int locality_group = 0;  // index into CompiledSchema::locality_groups()
+  // ColumnFamily.timestamp_deletes, and its tombstones' grace (resolved).
+  bool timestamp_deletes = false;
+  int64_t tombstone_grace_micros = 0;
 };
 
 class CompiledSchema {
@@ -36,6 +42,9 @@ class CompiledSchema {
   const TableSchema& proto() const { return proto_; }
   // Whether any family's GC rule depends on the current time (max_age).
   bool uses_clock() const { return uses_clock_; }
+  // The longest tombstone grace of any timestamp_deletes family (row
+  // tombstones are kept that long); 0 if there is none.
+  int64_t max_tombstone_grace_micros() const { return max_tombstone_grace_; }
 
   // Whether a tablet may switch from `from` to `to` while open: families and
   // locality groups may be added and GC rules changed; removing a family or
@@ -49,6 +58,7 @@ class CompiledSchema {
   std::vector<FamilyInfo> families_;
   absl::flat_hash_map<std::string, size_t> family_index_;
   bool uses_clock_ = false;
+  int64_t max_tombstone_grace_ = 0;
 };
 
 // [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..64 bytes; `what` names the thing in errors.

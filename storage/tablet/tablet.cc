@@ -648,6 +648,10 @@ absl::Status Tablet::WriteRow(const View& view, std::string_view row,
     MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(meta_cf_, kMetaRedoKey, value), "build write batch"));
   }
   std::string key, value;
+  // A tombstone's value records when it was written (the server's clock),
+  // so a timestamp_deletes family's grace counts from then (row_visibility.h).
+  std::string written;
+  PutFixed64(&written, static_cast<uint64_t>(std::max<int64_t>(0, env_->NowMicros())));
   size_t bytes = 0;
   auto put = [&](rocksdb::ColumnFamilyHandle* cf) {
     bytes += key.size() + value.size();
@@ -671,17 +675,17 @@ absl::Status Tablet::WriteRow(const View& view, std::string_view row,
         break;
       case Mutation::Type::kDeleteCells:
         key = key_format::ColumnTombstoneKey(row, m.family, m.qualifier, now, m.start_ts, m.end_ts);
-        key_format::AppendValue(&value, seq, {});
+        key_format::AppendValue(&value, seq, written);
         s = put(group_of(m.family));
         break;
       case Mutation::Type::kDeleteFamily:
         key = key_format::FamilyTombstoneKey(row, m.family, now);
-        key_format::AppendValue(&value, seq, {});
+        key_format::AppendValue(&value, seq, written);
         s = put(group_of(m.family));
         break;
       case Mutation::Type::kDeleteRow:
         key = key_format::RowTombstoneKey(row, now);
-        key_format::AppendValue(&value, seq, {});
+        key_format::AppendValue(&value, seq, written);
         for (LocalityGroupHandle* g : view.groups) {
           s = put(g->cf);
           if (!s.ok()) break;

@@ -204,6 +204,71 @@ TEST_F(TabletTest, WritesAfterADeleteAreVisibleWhateverTheirTimestamp) {
                                       C("cf", "q", 40, "after-old-ts")));
 }
 
+TableSchema WithTimestampDeletes(std::optional<int64_t> grace = std::nullopt) {
+  TableSchema s = DefaultSchema();
+  ColumnFamily* f = s.add_families();
+  f->set_name("mvcc");
+  f->set_timestamp_deletes(true);
+  if (grace) f->set_tombstone_grace_micros(*grace);
+  return s;
+}
+
+// The write a slow or repeated applier makes: an old version, arriving
+// after a later delete. In a timestamp_deletes family it stays deleted.
+TEST_F(TabletTest, ALateOldWriteStaysDeletedInATimestampDeletesFamily) {
+  Open({}, WithTimestampDeletes());
+  Set("r", "mvcc", "v", "old", 100);
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("mvcc", "v", 0, 201)}, 200).ok());
+  Set("r", "mvcc", "v", "old", 100);  // the same write again, late
+  Set("r", "mvcc", "v", "older", 50);
+  EXPECT_TRUE(Cells("r").empty());
+  ReadOptions below;
+  below.read_timestamp = 150;
+  EXPECT_THAT(Cells("r", below), ElementsAre(C("mvcc", "v", 100, "old"), C("mvcc", "v", 50, "older")));
+  // Later versions are not masked, whenever they arrive.
+  Set("r", "mvcc", "v", "new", 300);
+  EXPECT_THAT(Cells("r"), ElementsAre(C("mvcc", "v", 300, "new")));
+  // With no end, a column delete covers up to its own timestamp.
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("mvcc", "v")}, 400).ok());
+  Set("r", "mvcc", "v", "late", 350);
+  Set("r", "mvcc", "v", "next", 500);
+  EXPECT_THAT(Cells("r"), ElementsAre(C("mvcc", "v", 500, "next")));
+  // Family and row deletes: the same, up to their timestamps.
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteFamily("mvcc")}, 600).ok());
+  Set("r", "mvcc", "w", "late", 550);
+  EXPECT_TRUE(Cells("r").empty());
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteRow()}, 700).ok());
+  Set("r", "mvcc", "w", "late", 650);
+  Set("r", "cf", "q", "other-family-after-the-row-delete", 650);
+  EXPECT_THAT(Cells("r"), ElementsAre(C("cf", "q", 650, "other-family-after-the-row-delete")));
+}
+
+TEST_F(TabletTest, ATimestampDeletesTombstoneSurvivesMajorCompactionsForItsGrace) {
+  Open({}, WithTimestampDeletes(/*grace=*/1'000'000));
+  Set("r", "mvcc", "v", "old", 100);
+  // An old delete (a replica catching up on old log entries): its grace
+  // counts from when it was written, not from its timestamp.
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("mvcc", "v", 0, 201)}, 200).ok());
+  ASSERT_TRUE(tablet_->CompactTablet().ok());
+  Set("r", "mvcc", "v", "old", 100);
+  EXPECT_TRUE(Cells("r").empty());
+  env_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(tablet_->CompactTablet().ok());
+  EXPECT_TRUE(Cells("r").empty());
+  // The grace is over and the tombstone gone: only a write older than the
+  // grace could come back now (docs/tablet.md).
+  Set("r", "mvcc", "v", "old", 100);
+  EXPECT_THAT(Cells("r"), ElementsAre(C("mvcc", "v", 100, "old")));
+}
+
+TEST_F(TabletTest, TombstoneGraceNeedsTimestampDeletes) {
+  TableSchema s = DefaultSchema();
+  s.mutable_families(0)->set_tombstone_grace_micros(5);
+  auto t = Tablet::Open(TabletOptions{.path = dir_.path() + "/bad"}, s, resources_.get(), &env_);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("tombstone_grace_micros needs timestamp_deletes"));
+}
+
 TEST_F(TabletTest, MutationsOfOneRowApplyInOrder) {
   ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::SetCell("cf", "q", "x", 5),
                                        Mutation::DeleteCells("cf", "q")}, 10).ok());
