@@ -11,9 +11,10 @@
 //
 // Calls block the calling thread; a Database is thread-safe and meant to be
 // shared. Errors are absl::Status codes (see txn/transaction.h): Aborted is
-// a conflict (Run retries it), Unavailable/DeadlineExceeded mean the
-// replicas did not answer in time, InvalidArgument names the field that
-// does not fit the schema.
+// a conflict (Run retries it), Unavailable means too few replicas answered
+// (nothing was written), DeadlineExceeded means out of time — for a commit,
+// an unknown outcome — and InvalidArgument names the field that does not fit
+// the schema.
 #pragma once
 
 #include <atomic>

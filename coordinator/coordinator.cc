@@ -3,6 +3,7 @@
 #include "base/strings.h"
 #include "coordinator/coordinator.pb.h"
 #include "storage/lock/lock.pb.h"
+#include "storage/lock/lock_table.h"
 
 namespace megastore::coordinator {
 
@@ -25,6 +26,22 @@ uint64_t NewEpoch(Env* env) {
 
 std::string LockName(std::string_view replica) { return StrCat("coordinator/", replica); }
 
+absl::Status CoordinatorOptions::Validate() const {
+  if (!(max_clock_drift >= 0 && max_clock_drift < 0.1))
+    return absl::InvalidArgumentError(
+        StrCat("coordinator: max_clock_drift must be in [0, 0.1), got ", max_clock_drift));
+  if (renew_interval <= absl::ZeroDuration() || rpc_timeout <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("coordinator: renew_interval and rpc_timeout must be positive");
+  const absl::Duration counted = storage::lock::HolderLease(lease, max_clock_drift);
+  if (renew_interval + rpc_timeout >= counted)
+    return absl::InvalidArgumentError(StrCat(
+        "coordinator: a lease of ", absl::FormatDuration(lease), " (counted as ",
+        absl::FormatDuration(counted), " after the clock-drift margin) does not outlast a renew interval of ",
+        absl::FormatDuration(renew_interval), " plus an RPC timeout of ", absl::FormatDuration(rpc_timeout),
+        ": its locks would lapse between renewals; make the lease longer"));
+  return absl::OkStatus();
+}
+
 Coordinator::Coordinator(Env* env, Transport* transport, CoordinatorOptions options)
     : env_(env),
       transport_(transport),
@@ -33,6 +50,7 @@ Coordinator::Coordinator(Env* env, Transport* transport, CoordinatorOptions opti
   absl::MutexLock lock(&mu_);
   epoch_ = NewEpoch(env_);
   held_until_.assign(options_.lock_services.size(), 0);
+  grant_.assign(options_.lock_services.size(), 0);
 }
 
 Coordinator::~Coordinator() { Stop(); }
@@ -52,6 +70,7 @@ void Coordinator::Stop() {
   if (timer_ != 0) env_->Cancel(timer_);
   timer_ = 0;
   ResetLocked();
+  was_serving_ = false;
 }
 
 void Coordinator::PauseRenewals(absl::Duration d) {
@@ -65,7 +84,9 @@ bool Coordinator::ServingLocked() {
   for (int64_t until : held_until_) held += until > now ? 1 : 0;
   // Alone (a one-datacenter cluster), no writer elsewhere could miss it.
   const bool serving = running_ && (held_until_.empty() || held >= held_until_.size() / 2 + 1);
-  if (was_serving_ && !serving) ResetLocked();
+  // Both ways: what a reader checked before the change must not validate
+  // after it (a lapse may have let a writer skip this coordinator).
+  if (was_serving_ != serving) ResetLocked();
   was_serving_ = serving;
   return serving;
 }
@@ -73,7 +94,7 @@ bool Coordinator::ServingLocked() {
 void Coordinator::ResetLocked() {
   groups_.clear();
   epoch_ = NewEpoch(env_);
-  was_serving_ = false;
+  counts_.resets++;
 }
 
 bool Coordinator::serving() {
@@ -108,8 +129,17 @@ void Coordinator::Renew() {
                        if (!r.ok() || !reply.ParseFromString(*r) || !reply.granted()) return;
                        absl::MutexLock lock(&mu_);
                        if (!running_) return;
+                       if (reply.grant() != grant_[i]) {
+                         // A new grant: the lock was free at that service
+                         // since the last one we saw, and a writer may
+                         // have counted on that instead of invalidating us.
+                         grant_[i] = reply.grant();
+                         ResetLocked();
+                       }
                        held_until_[i] = std::max(
-                           held_until_[i], sent + absl::ToInt64Microseconds(options_.lease));
+                           held_until_[i],
+                           sent + absl::ToInt64Microseconds(storage::lock::HolderLease(
+                                      options_.lease, options_.max_clock_drift)));
                        ServingLocked();
                      });
   }

@@ -9,9 +9,17 @@
 //    majority, each draws a new epoch and forgets every group).
 //  * It answers "valid" only while it holds a majority of its locks in the
 //    other datacenters' lock services. It counts a lock as held until
-//    `lease` after it *sent* the request that renewed it, never longer than
-//    the lock service itself will, so a writer that sees the lock expired
-//    there may treat the coordinator as invalidated.
+//    `lease` after it *sent* the request that renewed it, shortened by the
+//    clock-drift margin (storage/lock/lock_table.h: HolderLease), never
+//    longer than the lock service itself will, so a writer that sees the
+//    lock expired there may treat the coordinator as invalidated.
+//  * Whenever a writer could have found one of its locks free — the lock
+//    service reports a new grant id for it — and whenever it regains a
+//    majority, it forgets every group and draws a new epoch, as when it
+//    loses the majority. So a writer's lock survey (which may see the locks
+//    free at different instants) can never be contradicted by a "valid"
+//    from a coordinator that missed the write's invalidation, however the
+//    lease, renew interval and RPC timeout are chosen.
 #pragma once
 
 #include <map>
@@ -34,6 +42,14 @@ struct CoordinatorOptions {
   absl::Duration lease = absl::Seconds(10);
   absl::Duration renew_interval = absl::Seconds(2);
   absl::Duration rpc_timeout = absl::Seconds(1);
+  // How far its clock and a lock service's may drift apart while a lease
+  // runs (a fraction of the lease; storage::lock::kDefaultMaxClockDrift).
+  double max_clock_drift = 1e-3;
+
+  // InvalidArgument naming the numbers if the lease cannot outlast a renewal
+  // (renew_interval + rpc_timeout must be below the lease as the
+  // coordinator counts it), or a value is out of range.
+  absl::Status Validate() const;
 };
 
 std::string LockName(std::string_view replica);
@@ -68,6 +84,7 @@ class Coordinator {
     uint64_t validations = 0;    // coord.Validate accepted after a reader's catch-up
     uint64_t groups = 0;         // groups it holds state for
     uint64_t valid_groups = 0;   // ... of which up to date here
+    uint64_t resets = 0;         // times it forgot every group (majority lost or regained, a lock found free)
   };
   Stats stats();
   // Stop honouring the locks early (simulated lock expiry: the renewals
@@ -94,6 +111,7 @@ class Coordinator {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t paused_until_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> held_until_ ABSL_GUARDED_BY(mu_);  // per lock service, monotonic micros
+  std::vector<uint64_t> grant_ ABSL_GUARDED_BY(mu_);      // per lock service, the grant id last seen
   std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
   Stats counts_ ABSL_GUARDED_BY(mu_);  // its counters (the group counts are computed)
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;

@@ -15,7 +15,11 @@ namespace {
 class LockNetwork : public Transport {
  public:
   explicit LockNetwork(Env* env) : env_(env) {}
-  void Add(const std::string& node) { tables_.emplace(node, std::make_unique<storage::lock::LockTable>(env_)); }
+  void Add(const std::string& node) { tables_[node] = std::make_unique<storage::lock::LockTable>(env_); }
+  // The lock service restarts and forgets every lease (with no quiet
+  // period: the old lock role's behaviour, for a lapse the coordinator's own
+  // accounting cannot see).
+  void Forget(const std::string& node) { Add(node); }
   void Call(std::string_view to, std::string_view method, std::string request, absl::Duration,
             ReplyCallback done) override {
     auto it = tables_.find(std::string(to));
@@ -40,10 +44,10 @@ class CoordinatorTest : public ::testing::Test {
     net_.Add("C/lock");
   }
 
-  std::unique_ptr<Coordinator> Make() {
+  std::unique_ptr<Coordinator> Make(std::vector<std::string> lock_services = {"B/lock", "C/lock"}) {
     CoordinatorOptions o;
     o.name = "A";
-    o.lock_services = {"B/lock", "C/lock"};
+    o.lock_services = std::move(lock_services);
     o.lease = absl::Seconds(2);
     o.renew_interval = absl::Milliseconds(500);
     return std::make_unique<Coordinator>(&env_, &net_, o);
@@ -153,6 +157,82 @@ TEST_F(CoordinatorTest, LosingTheLockMajorityForgetsEveryGroupAndChangesTheEpoch
   EXPECT_FALSE(Ask(*c, "coord.Validate", 9, epoch).applied()) << "a validate from before the loss";
   Validate(*c, 9);
   EXPECT_TRUE(Ask(*c, "coord.Check").valid());
+}
+
+// A reader asks while the coordinator is not serving (and gets its epoch),
+// reads the log at a majority, and validates after the coordinator got its
+// locks back. A write acknowledged meanwhile on a lock survey that found the
+// lock free, whose invalidation never arrived, must not be missed.
+TEST_F(CoordinatorTest, AReaderThatCheckedWhileNotServingCannotValidateAfterTheLocksComeBack) {
+  auto c = Make();
+  c->Start();
+  net_.down.insert("C/lock");
+  env_.Advance(absl::Seconds(2));
+  ASSERT_FALSE(c->serving());
+  const uint64_t epoch = Ask(*c, "coord.Check").epoch();  // the reader's check
+  ASSERT_FALSE(net_.table("C/lock").Query(LockName("A")).held) << "a writer's survey sees it free";
+  net_.down.clear();
+  env_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(c->serving());
+  EXPECT_FALSE(Ask(*c, "coord.Validate", 4, epoch).applied())
+      << "the reader's catch-up may predate the write that skipped this coordinator";
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+}
+
+// Both lock services restart and forget the lease between two renewals: a
+// writer finds the lock free at both and skips this coordinator, while the
+// coordinator's own count of its leases never lapsed.
+TEST_F(CoordinatorTest, ALapseOnlyTheLockServicesSawStillForgetsEveryGroup) {
+  auto c = Make();
+  c->Start();
+  Validate(*c, 5);
+  const uint64_t epoch = c->epoch();
+  net_.Forget("B/lock");
+  net_.Forget("C/lock");
+  ASSERT_FALSE(net_.table("B/lock").Query(LockName("A")).held);
+  ASSERT_FALSE(net_.table("C/lock").Query(LockName("A")).held);
+  env_.Advance(absl::Milliseconds(500));  // the next renewal takes them again
+  ASSERT_TRUE(c->serving());
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid()) << "a write at 6 may have skipped it";
+  EXPECT_NE(c->epoch(), epoch);
+}
+
+// Five datacenters: the coordinator holds three of its four locks at every
+// instant, but a writer's survey saw E free (before the coordinator took it)
+// and later B free (after it let B go): two free, so it skipped the
+// coordinator. Taking E — a lock that was free — must forget every group.
+TEST_F(CoordinatorTest, ASurveyThatSawLocksFreeAtDifferentInstantsIsNeverContradicted) {
+  for (const char* n : {"D/lock", "E/lock"}) net_.Add(n);
+  auto c = Make({"B/lock", "C/lock", "D/lock", "E/lock"});
+  net_.down.insert("E/lock");
+  c->Start();
+  ASSERT_TRUE(c->serving()) << "three of four";
+  Validate(*c, 5);
+  ASSERT_FALSE(net_.table("E/lock").Query(LockName("A")).held);  // the survey's first answer
+  net_.down = {"B/lock"};
+  env_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(c->serving()) << "C, D and E now";
+  env_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(c->serving());
+  ASSERT_FALSE(net_.table("B/lock").Query(LockName("A")).held);  // the second answer
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+}
+
+TEST(CoordinatorOptionsTest, ALeaseThatCannotOutlastARenewalIsRefused) {
+  CoordinatorOptions o;
+  o.lease = absl::Seconds(2);
+  o.renew_interval = absl::Milliseconds(1500);
+  o.rpc_timeout = absl::Milliseconds(500);
+  absl::Status s = o.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("does not outlast a renew interval of 1.5s plus an RPC timeout of 500ms"),
+            std::string::npos)
+      << s;
+  o.rpc_timeout = absl::Milliseconds(400);
+  EXPECT_TRUE(o.Validate().ok());
+  o.max_clock_drift = 0.5;
+  EXPECT_FALSE(o.Validate().ok());
+  EXPECT_TRUE(CoordinatorOptions{}.Validate().ok()) << "the defaults";
 }
 
 TEST_F(CoordinatorTest, PausedRenewalsLetTheLocksExpire) {

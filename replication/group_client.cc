@@ -871,10 +871,15 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
                      return done(absl::AbortedError(StrCat(
                          "conflict: another writer committed log position ", position)));
                    // A failed local apply is harmless: the next read applies it.
+                   // Not visible: the entry *is* in the log, but a current
+                   // read may not see it yet, so it cannot be acknowledged;
+                   // and it must not look like "nothing written" either (a
+                   // client would retry it: a double commit).
                    if (!visible.ok())
-                     return done(absl::UnavailableError(StrCat(
-                         "log position ", position,
-                         " was chosen but could not be made visible: ", visible.message())));
+                     return done(absl::DeadlineExceededError(StrCat(
+                         "outcome unknown: the entry was chosen for log position ", position,
+                         " but could not be made visible to current reads in time (",
+                         visible.message(), "); do not retry it blindly, read the group first")));
                    commit_latency_.Observe(env_->MonotonicMicros() - started);
                    done(CommitResult{position, timestamp});
                  });

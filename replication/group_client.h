@@ -72,8 +72,12 @@ struct CommitResult {
 // Errors:
 //   Aborted            Commit lost its position to another writer (conflict):
 //                      the entry was certainly not committed; retry from a read.
-//   DeadlineExceeded,  the outcome is unknown (Commit), or the read could not
-//   Unavailable        be served (too few replicas answered).
+//   DeadlineExceeded   Commit: the outcome is unknown — no value was chosen in
+//                      time, or ours was chosen but could not be made visible
+//                      (acknowledging it could break current reads). Never
+//                      retry such a commit blindly. Reads: out of time.
+//   Unavailable        only from reads (too few replicas answered); Commit
+//                      never returns it, so it never means "maybe written".
 class GroupClient {
  public:
   template <typename T>

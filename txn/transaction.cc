@@ -1383,7 +1383,14 @@ struct CommitAcrossOp : std::enable_shared_from_this<CommitAcrossOp> {
     auto self = shared_from_this();
     txn::Decide(ctx, decision_root, txid, std::optional<bool>(prepared.ok()),
                 [self](absl::StatusOr<std::optional<bool>> decided) {
-                  if (!decided.ok()) return self->done(decided.status());  // unknown: resolvers finish it
+                  // Unknown: prepared groups wait for a resolver to read or
+                  // make the decision. Whatever failed, this is not "nothing
+                  // written" (the status must not say Unavailable).
+                  if (!decided.ok())
+                    return self->done(absl::DeadlineExceededError(StrCat(
+                        "outcome unknown: two-phase transaction ", self->txid,
+                        " was prepared but its decision could not be recorded (",
+                        decided.status().message(), "); the next writer of its groups settles it")));
                   self->commit = decided->value_or(false);
                   self->Finish(0);
                 });

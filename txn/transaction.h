@@ -9,8 +9,11 @@
 // in blocking calls for application code. Errors are absl::Status codes:
 //   Aborted            conflict: another transaction took the position; the
 //                      whole transaction may be retried (Run does).
-//   Unavailable,       the replicas could not be reached in time; a Commit's
-//   DeadlineExceeded   outcome is then unknown.
+//   DeadlineExceeded   out of time. For Commit the outcome is unknown: the
+//                      entry may be in the log (the message says when it
+//                      surely is, but not yet visible). Read before retrying.
+//   Unavailable        too few replicas answered a read; nothing was written
+//                      (Commit never reports an unknown outcome this way).
 //   InvalidArgument    the entity does not fit the schema (the message names
 //                      the field), a key changed, or it is in another group.
 //   NotFound           no such table.

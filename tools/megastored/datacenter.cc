@@ -1,7 +1,9 @@
 #include "tools/megastored/datacenter.h"
 
 #include <algorithm>
+#include <filesystem>
 
+#include "base/logging.h"
 #include "base/status.h"
 #include "absl/time/clock.h"
 #include "storage/cell/cell_client.h"
@@ -20,6 +22,18 @@ bool Datacenter::Runs(Role role) const {
 }
 
 absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, DatacenterOptions options) {
+  {
+    // The coordinator's lease must outlast a renewal, and the lock role must
+    // grant it (storage::lock::LockTableOptions::max_lease).
+    coordinator::CoordinatorOptions co;
+    co.lease = options.coordinator_lease;
+    co.renew_interval = options.coordinator_renew;
+    MS_RETURN_IF_ERROR(co.Validate());
+    if (co.lease > storage::lock::LockTableOptions{}.max_lease)
+      return absl::InvalidArgumentError(StrCat(
+          "coordinator lease ", absl::FormatDuration(co.lease), " is longer than the lock service grants (",
+          absl::FormatDuration(storage::lock::LockTableOptions{}.max_lease), ")"));
+  }
   // Only full replicas have a coordinator.
   if (options.type != replication::ReplicaType::kFull)
     std::erase(options.roles, Role::kCoordinator);
@@ -53,8 +67,22 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     to.sync_log = o.sync_log;
     MS_ASSIGN_OR_RETURN(dc->tablets_, storage::TabletServer::Open(to, env));
     for (const storage::TableSchema& t : o.tables) {
-      if (dc->tablets_->GetTable(t.name()).ok()) continue;
-      MS_RETURN_IF_ERROR(dc->tablets_->CreateTable(t));
+      absl::StatusOr<storage::TableSchema> stored = dc->tablets_->GetTable(t.name());
+      if (!stored.ok()) {
+        MS_RETURN_IF_ERROR(dc->tablets_->CreateTable(t));
+        continue;
+      }
+      // Tables made before data families masked deletes by timestamp get
+      // the rule now (docs/replication.md, "Apply").
+      bool changed = false;
+      for (const storage::ColumnFamily& want : t.families()) {
+        for (storage::ColumnFamily& f : *stored->mutable_families()) {
+          if (f.name() != want.name() || !want.timestamp_deletes() || f.timestamp_deletes()) continue;
+          f.set_timestamp_deletes(true);
+          changed = true;
+        }
+      }
+      if (changed) MS_RETURN_IF_ERROR(dc->tablets_->UpdateTable(*stored));
     }
     dc->bigtable_ = std::make_unique<storage::InProcessBigtable>(dc->tablets_.get());
   } else if (dc->Runs(Role::kReplication)) {
@@ -70,7 +98,21 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   dc->server_ = std::make_unique<rpc::RpcServer>(so);
   Datacenter* d = dc.get();
   if (d->Runs(Role::kLock)) {
-    dc->locks_ = std::make_unique<storage::lock::LockTable>(env);
+    // Coordinator locks live in memory; the state file remembers the longest
+    // lease granted, so a restarted lock role waits it out before granting
+    // or reporting free any lock (storage/lock/lock_table.h).
+    storage::lock::LockTableOptions lo;
+    if (!o.data_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.data_dir, ec);
+      if (ec) return absl::InternalError(StrCat("cannot create ", o.data_dir, ": ", ec.message()));
+      lo.state_file = StrCat(o.data_dir, "/coordinator-locks.state");
+    }
+    MS_ASSIGN_OR_RETURN(dc->locks_, storage::lock::LockTable::Open(env, lo));
+    if (dc->locks_->quiet_until() > env->MonotonicMicros())
+      MS_LOG_WARN("{}: lock role restarted; coordinator locks are neither granted nor reported free for {} "
+                  "(the longest lease its last run granted)",
+                  o.name, absl::FormatDuration(absl::Microseconds(dc->locks_->quiet_until() - env->MonotonicMicros())));
     for (std::string_view m : storage::lock::LockTable::kMethods)
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         d->locks_->Serve(m, std::move(req), std::move(respond));
