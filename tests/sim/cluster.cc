@@ -20,7 +20,9 @@ GroupRef Group(int g) {
 
 std::string Row(int g, int k) { return StrCat("g", g, "/k", k); }
 
-replication::LogEntry WriteEntry(const std::string& row, const std::string& value) {
+// An entry setting the entity to `value` (named by it: each value is
+// written once), or deleting it if `del` (named by `value` all the same).
+replication::LogEntry WriteEntry(const std::string& row, const std::string& value, bool del = false) {
   replication::LogEntry e;
   e.set_id(value);
   replication::RowChange* rc = e.add_changes();
@@ -28,7 +30,11 @@ replication::LogEntry WriteEntry(const std::string& row, const std::string& valu
   replication::CellChange* cc = rc->add_cells();
   cc->set_family(kDataFamily);
   cc->set_qualifier(kValueColumn);
-  cc->set_value(value);
+  if (del) {
+    cc->set_delete_cells(true);
+  } else {
+    cc->set_value(value);
+  }
   return e;
 }
 
@@ -94,6 +100,11 @@ class Clients {
   }
 
   size_t size() const { return clients_.size(); }
+  // The highest position of a group whose commit has been acknowledged.
+  uint64_t acked(const std::string& root) const {
+    auto it = acked_.find(root);
+    return it == acked_.end() ? 0 : it->second;
+  }
   bool up(int i) const { return clients_[i]->up; }
   // Moves app server i's wall clock by `micros` (either way).
   void JumpClock(int i, int64_t micros) {
@@ -165,6 +176,10 @@ class Clients {
     e.type = type;
     e.position = position;
     if (e.f == Event::Op::kRead) e.value = std::move(read_value);
+    if (e.f != Event::Op::kRead && type == Event::Type::kOk) {
+      uint64_t& a = acked_[e.key.substr(0, e.key.find('/'))];
+      a = std::max(a, position);
+    }
     Record(cl, std::move(e));
     cl.busy = false;
     ++cl.done;
@@ -176,7 +191,7 @@ class Clients {
     const SimOptions& o = c_->options();
     const int g = static_cast<int>(c_->env().Uniform(o.groups));
     const int k = static_cast<int>(c_->env().Uniform(o.keys));
-    const uint64_t pick = c_->env().Uniform(o.read_weight + o.write_weight + o.cas_weight);
+    const uint64_t pick = c_->env().Uniform(o.read_weight + o.write_weight + o.cas_weight + o.delete_weight);
     Event e;
     e.key = Row(g, k);
     if (pick < static_cast<uint64_t>(o.read_weight)) {
@@ -197,9 +212,10 @@ class Clients {
       }));
       return;
     }
-    const bool cas = pick >= static_cast<uint64_t>(o.read_weight + o.write_weight);
-    e.f = cas ? Event::Op::kCas : Event::Op::kWrite;
-    e.value = StrCat("c", cl.id, "-", ++cl.seq);
+    const bool del = pick >= static_cast<uint64_t>(o.read_weight + o.write_weight + o.cas_weight);
+    const bool cas = !del && pick >= static_cast<uint64_t>(o.read_weight + o.write_weight);
+    e.f = del ? Event::Op::kDelete : cas ? Event::Op::kCas : Event::Op::kWrite;
+    e.value = StrCat(del ? "d" : "c", cl.id, "-", ++cl.seq);
     // The transaction's read (not an operation of its own in the history).
     cl.gc->ReadPosition(Group(g), ReadLevel::kCurrent, Guard(cl, [this, &cl, g, k, e, cas](
                                                                       absl::StatusOr<LogPosition> p) mutable {
@@ -207,11 +223,14 @@ class Clients {
       const LogPosition at = *p;
       auto commit = [this, &cl, g, k, at](Event e) {
         Invoke(cl, e);
-        cl.gc->Commit(Group(g), at, WriteEntry(Row(g, k), *e.value),
+        cl.gc->Commit(Group(g), at,
+                      WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
                       Guard(cl, [this, &cl](absl::StatusOr<replication::CommitResult> r) {
                         if (r.ok()) return Complete(cl, Event::Type::kOk, std::nullopt, r->position);
-                        Complete(cl, absl::IsAborted(r.status()) ? Event::Type::kFail : Event::Type::kInfo,
-                                 std::nullopt, 0);
+                        // The contract (group_client.h): Aborted and Unavailable
+                        // mean nothing was written; anything else is unknown.
+                        const bool failed = absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
+                        Complete(cl, failed ? Event::Type::kFail : Event::Type::kInfo, std::nullopt, 0);
                       }));
       };
       if (!cas) return commit(e);
@@ -228,6 +247,7 @@ class Clients {
   std::vector<Event>* const history_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::unique_ptr<GroupClient>> graveyard_;
+  std::map<std::string, uint64_t> acked_;
 };
 
 // ---- faults --------------------------------------------------------------------------
@@ -250,10 +270,12 @@ class Faults {
   void Heal() {
     healed_ = true;
     c_->net().HealAll();
+    c_->net().ClearMethodLoss();
     for (size_t i = 0; i < c_->size(); ++i) {
       const int dc = static_cast<int>(i);
       c_->bigtable(dc)->set_extra_latency(absl::ZeroDuration());
       c_->bigtable(dc)->set_down(false);
+      c_->bigtable(dc)->set_write_faults(0, 0, absl::ZeroDuration());
       c_->StartLocks(dc);
       if (!c_->repl_up(dc)) c_->StartRepl(dc);
       if (c_->type(dc) == ReplicaType::kFull && !c_->coord_up(dc)) c_->StartCoordinator(dc);
@@ -282,11 +304,53 @@ class Faults {
     });
   }
 
+  // The message kinds a fault may drop selectively.
+  static constexpr const char* kSelectiveLoss[] = {"coord.Invalidate", "repl.Apply", "lock.Acquire",
+                                                   "repl.Paxos"};
+
   void Inject() {
     ++*count_;
     const int n = static_cast<int>(c_->size());
     const int dc = static_cast<int>(env().Uniform(n));
-    switch (env().Uniform(9)) {
+    switch (env().Uniform(13)) {
+      case 9: {  // one kind of message is lost, often or always, to one datacenter or all
+        std::vector<std::string> kinds = {kSelectiveLoss[env().Uniform(std::size(kSelectiveLoss))]};
+        int to = env().Chance(0.5) ? dc : -1;
+        if (env().Chance(0.3)) {
+          // The asymmetric partition of the paper: writers cannot reach the
+          // replica or its coordinator, its lock services still can.
+          kinds = {"repl.Paxos", "coord.Invalidate"};
+          to = dc;
+        }
+        const double p = 0.3 + 0.7 * static_cast<double>(env().Uniform(101)) / 100.0;
+        for (const std::string& m : kinds) c_->net().set_method_loss(m, p, to);
+        // Sometimes longer than a commit's deadline (5 s).
+        After(Between(300, env().Chance(0.3) ? 7000 : 3000), [this, kinds, to] {
+          for (const std::string& m : kinds) c_->net().set_method_loss(m, 0, to);
+        });
+        break;
+      }
+      case 10:  // the lock service restarts and forgets its leases
+        c_->ForgetLocks(dc);
+        break;
+      case 11: {  // one link is cut, one way or both
+        const int other = (dc + 1 + static_cast<int>(env().Uniform(n - 1))) % n;
+        if (other == dc) break;
+        const bool both = env().Chance(0.5);
+        c_->net().Block(dc, other, true);
+        if (both) c_->net().Block(other, dc, true);
+        After(Between(300, 3000), [this, dc, other] {
+          c_->net().Block(dc, other, false);
+          c_->net().Block(other, dc, false);
+        });
+        break;
+      }
+      case 12: {  // the Bigtable applies writes late, and some twice
+        c_->bigtable(dc)->set_write_faults(0.3, 0.2, Between(5, 60));
+        env().Trace(StrCat("bigtable ", DcName(dc), " writes late and twice"));
+        After(Between(500, 4000), [this, dc] { c_->bigtable(dc)->set_write_faults(0, 0, absl::ZeroDuration()); });
+        break;
+      }
       case 0: {  // partition one datacenter: both ways, or one way only
         const int mode = static_cast<int>(env().Uniform(3));
         for (int o = 0; o < n; ++o) {
@@ -461,6 +525,24 @@ SimResult RunSimulation(const SimOptions& options) {
   Clients clients(&cluster, &result.history);
   Faults faults(&cluster, &clients, &result.stats.faults);
   SimEnv& env = cluster.env();
+  // The coordinator invariant, at every "valid": the replica has every
+  // position acknowledged so far (accepted or applied: the reader settles
+  // what is accepted but not applied before it reads).
+  absl::Status invariant;
+  cluster.set_on_valid([&](int dc, const std::string& root) {
+    ++result.stats.valid_checks;
+    if (!invariant.ok()) return;
+    const uint64_t acked = clients.acked(root);
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> at = cluster.TopAndApplied(dc, root);
+    if (!at.ok()) {
+      invariant = at.status();
+    } else if (std::max(at->first, at->second) < acked) {
+      invariant = absl::InternalError(StrCat(
+          "the coordinator of ", DcName(dc), " answered \"valid\" for group ", root, " at ", env.now(),
+          "us, but its replica has nothing after position ", std::max(at->first, at->second), " while position ",
+          acked, " was acknowledged (a current read there would miss it)"));
+    }
+  });
   const int64_t fault_end = absl::ToInt64Microseconds(options.fault_period);
   clients.Start();
   if (options.faults) {
@@ -475,6 +557,8 @@ SimResult RunSimulation(const SimOptions& options) {
                                                absl::FormatDuration(options.drain_limit),
                                                " after the faults stopped:", clients.Stuck()));
   }
+  if (result.status.ok()) result.status = invariant;
+  cluster.set_on_valid(nullptr);
   std::map<std::string, GroupLog> logs;
   if (result.status.ok()) result.status = Converge(cluster, &logs, &result.stats);
   if (result.status.ok()) result.status = CheckHistory(result.history, logs);
@@ -482,6 +566,10 @@ SimResult RunSimulation(const SimOptions& options) {
     if (e.type == Event::Type::kOk) ++result.stats.ops_ok;
     if (e.type == Event::Type::kFail) ++result.stats.ops_failed;
     if (e.type == Event::Type::kInfo) ++result.stats.ops_unknown;
+  }
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    result.stats.late_writes += cluster.bigtable(static_cast<int>(i))->late_writes();
+    result.stats.repeated_writes += cluster.bigtable(static_cast<int>(i))->repeated_writes();
   }
   result.stats.messages = cluster.net().messages_sent();
   result.stats.dropped = cluster.net().messages_dropped();

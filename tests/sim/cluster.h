@@ -32,7 +32,18 @@ struct SimOptions {
   int keys = 3;     // entities per group
   int ops_per_client = 25;
   // Which operations clients run (weights).
-  int read_weight = 4, write_weight = 2, cas_weight = 2;
+  int read_weight = 4, write_weight = 2, cas_weight = 2, delete_weight = 1;
+
+  // The coordinators' lock timing and the clock-drift bound they are
+  // configured with. With `vary_timing`, each seed draws the lease, renew
+  // interval and RPC timeout from what CoordinatorOptions::Validate
+  // accepts, and each coordinator's and lock service's clock runs at its
+  // own rate within +-max_clock_drift.
+  bool vary_timing = false;
+  absl::Duration coordinator_lease = absl::Seconds(2);
+  absl::Duration renew_interval = absl::Milliseconds(400);
+  absl::Duration coordinator_rpc_timeout = absl::Milliseconds(250);
+  double max_clock_drift = 1e-3;
 
   bool faults = true;
   absl::Duration fault_period = absl::Seconds(15);
@@ -49,6 +60,8 @@ struct SimStats {
   uint64_t messages = 0, dropped = 0, positions = 0;
   int faults = 0;
   int64_t virtual_micros = 0;
+  uint64_t valid_checks = 0;     // coordinator "valid" answers the invariant checked
+  uint64_t late_writes = 0, repeated_writes = 0;  // Bigtable writes made late or twice
 };
 
 struct SimResult {

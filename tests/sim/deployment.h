@@ -15,6 +15,7 @@
 #include "base/strings.h"
 #include "base/test_util.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator.pb.h"
 #include "replication/group_client.h"
 #include "replication/replication_server.h"
 #include "storage/client/bigtable_client.h"
@@ -58,11 +59,17 @@ inline std::string DcName(size_t i) { return std::string(1, static_cast<char>('A
 class Cluster {
  public:
   explicit Cluster(const SimOptions& o)
-      : options_(o), env_(o.seed), net_(&env_, LatencyMatrix(o)) {}
+      : options_(o), env_(o.seed), net_(&env_, LatencyMatrix(o)) {
+    if (options_.vary_timing) DrawTiming();
+  }
 
   // Creates the tables (kTable and `extra`, each in every datacenter) and
   // starts every datacenter's servers.
   absl::Status Open(const std::vector<storage::TableSchema>& extra = {}) {
+    env_.Trace(StrCat("coordinator lease ", absl::FormatDuration(options_.coordinator_lease), ", renew every ",
+                      absl::FormatDuration(options_.renew_interval), ", RPC timeout ",
+                      absl::FormatDuration(options_.coordinator_rpc_timeout), ", clock drift up to ",
+                      options_.max_clock_drift));
     storage::TabletServerOptions to;
     to.data_dir = dir_.path();
     to.sync_log = false;
@@ -78,7 +85,7 @@ class Cluster {
       storage::TableSchema schema;
       schema.set_name(StrCat(DcName(i), ".", kTable));
       *schema.add_families() = replication::LogFamilySchema();
-      schema.add_families()->set_name(kDataFamily);
+      *schema.add_families() = replication::DataFamilySchema(kDataFamily);
       MS_RETURN_IF_ERROR(tablets_->CreateTable(schema));
       for (storage::TableSchema t : extra) {
         t.set_name(StrCat(DcName(i), ".", t.name()));
@@ -90,7 +97,11 @@ class Cluster {
       dc->type = options_.replicas[i];
       dc->bigtable = std::make_unique<SimBigtable>(&env_, inproc_.get(), dc->name + ".",
                                                    Ms(options_.disk_ms));
-      dc->locks = std::make_unique<storage::lock::LockTable>(&env_);
+      dc->coord_env = std::make_unique<ProcessEnv>(&env_, Drift());
+      dc->lock_env = std::make_unique<ProcessEnv>(&env_, Drift());
+      env_.Trace(StrCat("clock rates at ", dc->name, ": coordinator ", dc->coord_env->drift(), ", lock service ",
+                        dc->lock_env->drift()));
+      dc->locks = std::make_unique<storage::lock::LockTable>(dc->lock_env.get());
       dcs_.push_back(std::move(dc));
     }
     for (auto& dc : dcs_) {
@@ -157,11 +168,24 @@ class Cluster {
   }
 
   void CrashLocks(int i) { net_.Crash(LockAddr(i)); }
-  // Brings a crashed lock service back with its (durable) leases.
+  // Brings a crashed lock service back with its leases (as if durable).
   void StartLocks(int i) {
     if (net_.up(LockAddr(i))) return;
     net_.Restart(LockAddr(i));
     ServeLocks(i);
+  }
+  // The lock service restarts and forgets every lease: it stays quiet for
+  // the longest lease it granted plus the drift margin (as megastored's
+  // lock role does from its state file).
+  void ForgetLocks(int i) {
+    net_.Crash(LockAddr(i));
+    net_.Restart(LockAddr(i));
+    storage::lock::LockTableOptions o;
+    o.max_clock_drift = options_.max_clock_drift;
+    o.quiet_period = storage::lock::QuietPeriod(options_.coordinator_lease, options_.max_clock_drift);
+    dcs_[i]->locks = std::move(storage::lock::LockTable::Open(dcs_[i]->lock_env.get(), o)).value();
+    ServeLocks(i);
+    env_.Trace(StrCat("lock service ", DcName(i), " restarted and forgot its leases"));
   }
 
   void ServeLocks(int i) {
@@ -202,17 +226,52 @@ class Cluster {
     co.name = dc.name;
     for (const auto& other : dcs_)
       if (other->index != i) co.lock_services.push_back(LockAddr(other->index));
-    co.lease = absl::Seconds(2);
-    co.renew_interval = absl::Milliseconds(400);
-    co.rpc_timeout = absl::Milliseconds(250);
-    dc.coord = std::make_unique<coordinator::Coordinator>(&env_, net_.TransportFor(CoordAddr(i)), co);
+    co.lease = options_.coordinator_lease;
+    co.renew_interval = options_.renew_interval;
+    co.rpc_timeout = options_.coordinator_rpc_timeout;
+    co.max_clock_drift = options_.max_clock_drift;
+    dc.coord = std::make_unique<coordinator::Coordinator>(dc.coord_env.get(), net_.TransportFor(CoordAddr(i)), co);
     coordinator::Coordinator* c = dc.coord.get();
     for (std::string_view m : coordinator::Coordinator::kMethods) {
-      net_.SetHandler(CoordAddr(i), m, [c, m](std::string req, Responder respond) {
+      net_.SetHandler(CoordAddr(i), m, [this, i, c, m](std::string req, Responder respond) {
+        if (m == "coord.Check" && on_valid_) {
+          // The invariant is checked at the moment of the answer.
+          coordinator::CoordinatorRequest r;
+          if (r.ParseFromString(req)) {
+            respond = [this, i, root = r.root(), respond = std::move(respond)](
+                          absl::StatusOr<std::string> reply) mutable {
+              coordinator::CoordinatorReply cr;
+              if (reply.ok() && cr.ParseFromString(*reply) && cr.valid()) on_valid_(i, root);
+              respond(std::move(reply));
+            };
+          }
+        }
         c->Serve(m, std::move(req), std::move(respond));
       });
     }
     c->Start();
+  }
+
+  // Called whenever a coordinator answers "valid" for a group (dc, root).
+  void set_on_valid(std::function<void(int, const std::string&)> fn) { on_valid_ = std::move(fn); }
+
+  // Where replica `dc` stands in a group's log: the highest position it has
+  // any state for, and the highest applied.
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> TopAndApplied(int dc, const std::string& root) {
+    storage::ReadOptions o;
+    o.filter.families = {replication::kLogFamily};
+    o.filter.qualifier_match = storage::RowFilter::QualifierMatch::kPrefix;
+    o.filter.qualifier = "S:";
+    o.filter.cells_per_column = 1;
+    MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row,
+                        tablets_->ReadRow(StrCat(DcName(dc), ".", kTable), root, o));
+    std::pair<uint64_t, uint64_t> out{0, 0};
+    if (!row) return out;
+    for (const storage::Cell& c : row->cells) {
+      if (c.qualifier == "S:top") out.first = static_cast<uint64_t>(c.timestamp);
+      if (c.qualifier == "S:applied") out.second = static_cast<uint64_t>(c.timestamp);
+    }
+    return out;
   }
 
   void CrashRepl(int i) {
@@ -288,17 +347,45 @@ class Cluster {
   }
   int64_t chaos_until_ = 0;
 
+  // Draws the seed's coordinator timing from the ranges the configuration
+  // accepts (CoordinatorOptions::Validate): lease 0.5-4 s, RPC timeout
+  // 50-500 ms, renew interval from a tenth of the lease up to what still
+  // outlasts a renewal.
+  void DrawTiming() {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      coordinator::CoordinatorOptions co;
+      co.max_clock_drift = options_.max_clock_drift;
+      co.lease = absl::Milliseconds(500 + env_.Uniform(3501));
+      co.rpc_timeout = absl::Milliseconds(50 + env_.Uniform(451));
+      const int64_t lease_ms = absl::ToInt64Milliseconds(co.lease);
+      co.renew_interval = absl::Milliseconds(lease_ms / 10 + env_.Uniform(lease_ms));
+      if (!co.Validate().ok()) continue;
+      options_.coordinator_lease = co.lease;
+      options_.renew_interval = co.renew_interval;
+      options_.coordinator_rpc_timeout = co.rpc_timeout;
+      break;
+    }
+  }
+  // A process's clock rate, within the configured bound.
+  double Drift() {
+    if (!options_.vary_timing || options_.max_clock_drift <= 0) return 0;
+    const double unit = static_cast<double>(env_.Uniform(2'000'001)) / 1'000'000.0 - 1.0;  // [-1, 1]
+    return unit * options_.max_clock_drift;
+  }
+
   struct Dc {
     int index = 0;
     std::string name;
     ReplicaType type = ReplicaType::kFull;
     std::unique_ptr<SimBigtable> bigtable;
+    std::unique_ptr<ProcessEnv> coord_env, lock_env;  // their own clock rates
     std::unique_ptr<storage::lock::LockTable> locks;
     std::unique_ptr<coordinator::Coordinator> coord;
     std::unique_ptr<replication::ReplicationServer> repl;
   };
 
-  const SimOptions options_;
+  SimOptions options_;
+  std::function<void(int, const std::string&)> on_valid_;
   TestDir dir_;
   SimEnv env_;
   SimNetwork net_;

@@ -40,6 +40,7 @@ const char* Name(Event::Op f) {
     case Event::Op::kRead: return "read";
     case Event::Op::kWrite: return "write";
     case Event::Op::kCas: return "cas";
+    case Event::Op::kDelete: return "delete";
   }
   return "?";
 }
@@ -60,6 +61,8 @@ std::string ToJson(const Event& e) {
   std::string value;
   if (e.f == Event::Op::kCas) {
     value = StrCat("[", OrNull(e.expected), ",", OrNull(e.value), "]");
+  } else if (e.f == Event::Op::kDelete) {
+    value = "null";  // a delete writes nothing
   } else {
     value = OrNull(e.value);
   }
@@ -89,13 +92,13 @@ absl::Status CheckHistory(const std::vector<Event>& history,
         return absl::InternalError(StrCat("group ", group, ": log has a hole at position ", expect));
       ++expect;
       std::map<std::string, std::string> state = v.after.back();
+      if (!rec.noop && !v.position_of.emplace(rec.id, pos).second)
+        return absl::InternalError(StrCat("group ", group, ": operation ", rec.id,
+                                          " is in the log twice (positions ",
+                                          v.position_of[rec.id], " and ", pos, ")"));
       for (const auto& [key, value] : rec.writes) {
         if (value) {
           state[key] = *value;
-          if (!v.position_of.emplace(*value, pos).second)
-            return absl::InternalError(StrCat("group ", group, ": the write of ", *value,
-                                              " is in the log twice (positions ",
-                                              v.position_of[*value], " and ", pos, ")"));
         } else {
           state.erase(key);
         }
@@ -104,7 +107,7 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     }
   }
   for (const Event& e : history)
-    if (e.type == Event::Type::kInvoke && e.f != Event::Op::kRead && e.value)
+    if (e.type == Event::Type::kInvoke && (e.f == Event::Op::kWrite || e.f == Event::Op::kCas) && e.value)
       ever_written[e.key].insert(*e.value);
 
   std::map<int, const Event*> open;              // process -> its invoke
@@ -134,13 +137,13 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     if (e.f != Event::Op::kRead) {
       if (e.type == Event::Type::kFail) {
         if (in_log)
-          return absl::InternalError(StrCat(Describe(e), ": reported failed, but its write of ",
+          return absl::InternalError(StrCat(Describe(e), ": reported failed, but its operation ",
                                             *e.value, " is in the log at position ", it->second));
         continue;
       }
       if (!in_log)
         return absl::InternalError(StrCat(Describe(e), ": acknowledged at position ", e.position,
-                                          ", but its write of ", e.value.value_or("?"),
+                                          ", but its operation ", e.value.value_or("?"),
                                           " is not in the log"));
       if (it->second != e.position)
         return absl::InternalError(StrCat(Describe(e), ": acknowledged at position ", e.position,

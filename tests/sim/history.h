@@ -13,12 +13,12 @@ namespace megastore::sim {
 
 struct Event {
   enum class Type { kInvoke, kOk, kFail, kInfo };
-  enum class Op { kRead, kWrite, kCas };
+  enum class Op { kRead, kWrite, kCas, kDelete };
   int process = 0;
   Type type = Type::kInvoke;
   Op f = Op::kRead;
   std::string key;                     // "<group>/<entity>"
-  std::optional<std::string> value;    // read result / written value / cas new
+  std::optional<std::string> value;    // read result / written value / cas new / delete's id
   std::optional<std::string> expected; // cas
   std::string level;                   // reads: current | snapshot | inconsistent
   int64_t time = 0;                    // virtual micros
@@ -30,8 +30,8 @@ struct Event {
 std::string ToJson(const Event& e);
 
 // One entity group's final log: position -> entry. The simulator's writes
-// each set one key to a value no other write uses, so a value names its
-// write.
+// each set one key to a value no other write uses, and each entry's id is
+// that value (a delete's: its own unique id), so an id names its operation.
 struct LogRecord {
   std::string id;
   bool noop = false;

@@ -39,7 +39,9 @@ struct H {
 // g/k = a at 1, b at 2.
 std::map<std::string, GroupLog> Log() {
   GroupLog log;
+  log[1].id = "a";
   log[1].writes["g/k"] = "a";
+  log[2].id = "b";
   log[2].writes["g/k"] = "b";
   log[3].noop = true;
   return {{"g", log}};
@@ -120,11 +122,38 @@ TEST(CheckHistoryTest, ACasWhoseExpectationDidNotHoldIsCaught) {
 
 TEST(CheckHistoryTest, AWriteTwiceInTheLogOrAHoleIsCaught) {
   auto log = Log();
+  log["g"][4].id = "a";
   log["g"][4].writes["g/k"] = "a";
   EXPECT_NE(CheckHistory({}, log).message().find("twice"), std::string::npos);
   auto holed = Log();
   holed["g"].erase(2);
   EXPECT_NE(CheckHistory({}, holed).message().find("hole"), std::string::npos);
+}
+
+// g/k = a at 1, b at 2, deleted at 3 (by d1).
+TEST(CheckHistoryTest, ADeleteIsCheckedLikeAWriteAndItsKeyReadsAsNothing) {
+  auto log = Log();
+  log["g"][3].noop = false;
+  log["g"][3].id = "d1";
+  log["g"][3].writes["g/k"] = std::nullopt;
+  H h;
+  h.Add(0, Event::Type::kInvoke, Event::Op::kDelete, "g/k").value = "d1";
+  Event& ok = h.Add(0, Event::Type::kOk, Event::Op::kDelete, "g/k");
+  ok.value = "d1";
+  ok.position = 3;
+  h.Read(1, "g/k", "current", std::nullopt, 3);
+  EXPECT_TRUE(CheckHistory(h.events, log).ok()) << CheckHistory(h.events, log);
+
+  H stale = h;
+  stale.Read(1, "g/k", "current", "b", 3);
+  EXPECT_NE(CheckHistory(stale.events, log).message().find("where the log gives null"), std::string::npos)
+      << "deleted data that comes back is caught";
+  H wrong;
+  wrong.Add(0, Event::Type::kInvoke, Event::Op::kDelete, "g/k").value = "d1";
+  Event& bad = wrong.Add(0, Event::Type::kOk, Event::Op::kDelete, "g/k");
+  bad.value = "d1";
+  bad.position = 2;
+  EXPECT_NE(CheckHistory(wrong.events, log).message().find("the log has it at 3"), std::string::npos);
 }
 
 TEST(ToJsonTest, OneObjectPerEventInTheDocumentedShape) {

@@ -109,6 +109,17 @@ void SimNetwork::HealAll() {
   env_->Trace("heal");
 }
 
+void SimNetwork::set_method_loss(const std::string& method, double p, int to_dc) {
+  if (p <= 0) {
+    method_loss_.erase({method, to_dc});
+  } else {
+    method_loss_[{method, to_dc}] = p;
+  }
+  env_->Trace(StrCat("loss of ", method, to_dc < 0 ? "" : StrCat(" to dc", to_dc), " ", p));
+}
+
+void SimNetwork::ClearMethodLoss() { method_loss_.clear(); }
+
 void SimNetwork::SetSlow(int dc, absl::Duration extra) {
   slow_[dc] = extra;
   env_->Trace(StrCat("slow dc", dc, " +", absl::FormatDuration(extra)));
@@ -177,8 +188,12 @@ void SimNetwork::Send(const std::string& from, uint64_t from_incarnation, std::s
 
   const int copies = env_->Chance(faults_.duplicate) ? 2 : 1;
   auto body = std::make_shared<std::string>(std::move(request));
+  double method_loss = 0;
+  for (int dc : {-1, to_dc})
+    if (auto m = method_loss_.find({method_name, dc}); m != method_loss_.end())
+      method_loss = std::max(method_loss, m->second);
   for (int copy = 0; copy < copies; ++copy) {
-    if (blocked_.count({from_dc, to_dc}) || env_->Chance(faults_.loss)) {
+    if (blocked_.count({from_dc, to_dc}) || env_->Chance(faults_.loss) || env_->Chance(method_loss)) {
       ++dropped_;
       if (env_->tracing()) env_->Trace(StrCat("drop #", id));
       continue;
@@ -245,8 +260,33 @@ void SimBigtable::ReadRows(std::string table, storage::RowRange range, storage::
 void SimBigtable::MutateRow(std::string table, std::string row,
                             std::vector<storage::Mutation> mutations, int64_t timestamp,
                             Callback<absl::Status> done) {
-  absl::Status result = Outage();
-  if (!down_) inner_->MutateRow(prefix_ + table, std::move(row), std::move(mutations), timestamp,
+  if (down_) return Later(Outage(), std::move(done));
+  const std::string full = prefix_ + table;
+  if (env_->Chance(twice_)) {
+    // The replay: the same write again, later, whatever happened meanwhile.
+    ++repeated_writes_;
+    const absl::Duration after =
+        absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_delay_) + 1));
+    env_->Schedule(after, [this, full, row, mutations, timestamp] {
+      if (env_->tracing()) env_->Trace(StrCat("bigtable ", prefix_, " repeats a write of ", row));
+      if (!down_) inner_->MutateRow(full, row, mutations, timestamp, [](absl::Status) {});
+    });
+  }
+  if (env_->Chance(late_)) {
+    ++late_writes_;
+    const absl::Duration after =
+        absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_delay_) + 1));
+    auto cb = std::make_shared<Callback<absl::Status>>(std::move(done));
+    auto m = std::make_shared<std::vector<storage::Mutation>>(std::move(mutations));
+    env_->Schedule(after, [this, full, row = std::move(row), m, timestamp, cb] {
+      absl::Status result = Outage();
+      if (!down_) inner_->MutateRow(full, row, std::move(*m), timestamp, [&](absl::Status s) { result = std::move(s); });
+      Later(std::move(result), std::move(*cb));
+    });
+    return;
+  }
+  absl::Status result;
+  inner_->MutateRow(full, std::move(row), std::move(mutations), timestamp,
                     [&](absl::Status s) { result = std::move(s); });
   Later(std::move(result), std::move(done));
 }

@@ -12,6 +12,7 @@
 //               keeps its data through crashes of the servers using it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -64,14 +65,18 @@ class SimEnv : public Env {
 
 // One process's view of the simulator's clock: the same timers and
 // randomness, a wall clock that may be off by `offset` (a clock jump or
-// skew); the monotonic clock is the world's.
+// skew), and clocks that may run at a rate off the world's by `drift` (a
+// fraction: +1e-3 runs 1 ms per second fast). Both its clocks and its
+// timers follow its own rate.
 class ProcessEnv : public Env {
  public:
-  explicit ProcessEnv(SimEnv* world) : world_(world) {}
-  int64_t NowMicros() override { return world_->NowMicros() + offset_; }
-  int64_t MonotonicMicros() override { return world_->MonotonicMicros(); }
+  explicit ProcessEnv(SimEnv* world, double drift = 0) : world_(world), drift_(drift) {}
+  int64_t NowMicros() override { return SimEnv::kEpochMicros + Local(world_->now()) + offset_; }
+  int64_t MonotonicMicros() override { return Local(world_->now()); }
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override {
-    return world_->Schedule(after, std::move(fn));
+    // `after` of this process's time, in the world's (rounded up: never early).
+    const double world = static_cast<double>(absl::ToInt64Microseconds(after)) / (1.0 + drift_);
+    return world_->Schedule(absl::Microseconds(static_cast<int64_t>(std::ceil(world))), std::move(fn));
   }
   bool Cancel(TimerId id) override { return world_->Cancel(id); }
   uint64_t Random64() override { return world_->Random64(); }
@@ -79,9 +84,14 @@ class ProcessEnv : public Env {
 
   void set_offset(int64_t micros) { offset_ = micros; }
   int64_t offset() const { return offset_; }
+  double drift() const { return drift_; }
 
  private:
+  int64_t Local(int64_t world_micros) const {
+    return static_cast<int64_t>(static_cast<double>(world_micros) * (1.0 + drift_));
+  }
   SimEnv* const world_;
+  const double drift_;
   int64_t offset_ = 0;
 };
 
@@ -111,6 +121,11 @@ class SimNetwork {
   Transport* TransportFor(const std::string& address);
 
   void set_faults(LinkFaults f) { faults_ = f; }
+  // Drops requests of `method` (e.g. "coord.Invalidate") sent to datacenter
+  // `to_dc` (-1: to any) with probability `p`, on top of the links' loss;
+  // 0 ends it.
+  void set_method_loss(const std::string& method, double p, int to_dc = -1);
+  void ClearMethodLoss();
   // Cuts (or restores) messages from datacenter `from` to `to`.
   void Block(int from, int to, bool blocked);
   void HealAll();
@@ -149,6 +164,7 @@ class SimNetwork {
   std::set<std::pair<int, int>> blocked_;
   std::map<int, absl::Duration> slow_;
   LinkFaults faults_;
+  std::map<std::pair<std::string, int>, double> method_loss_;  // (method, to dc or -1)
   uint64_t sent_ = 0, dropped_ = 0;
   std::map<std::string, uint64_t> remote_of_;
   uint64_t next_call_ = 1;
@@ -177,6 +193,19 @@ class SimBigtable : public storage::BigtableClient {
   // A tablet server outage: every operation fails with Unavailable (after
   // the usual delay) and changes nothing; the data is kept.
   void set_down(bool down) { down_ = down; }
+  // Late and repeated writes, as a Bigtable client's retries and a server's
+  // queue produce them: each MutateRow is, with probability `late`, applied
+  // only after a random pause of up to `max_delay` (its reply after that);
+  // and with probability `twice`, applied again at a random moment up to
+  // `max_delay` later (a replay of a write whose reply was lost, landing
+  // after the caller moved on). Conditional writes are never repeated.
+  void set_write_faults(double late, double twice, absl::Duration max_delay) {
+    late_ = late;
+    twice_ = twice;
+    max_delay_ = max_delay;
+  }
+  uint64_t late_writes() const { return late_writes_; }
+  uint64_t repeated_writes() const { return repeated_writes_; }
   bool down() const { return down_; }
   uint64_t operations() const { return ops_; }
 
@@ -192,6 +221,9 @@ class SimBigtable : public storage::BigtableClient {
   absl::Duration extra_;
   bool down_ = false;
   uint64_t ops_ = 0;
+  double late_ = 0, twice_ = 0;
+  absl::Duration max_delay_;
+  uint64_t late_writes_ = 0, repeated_writes_ = 0;
 };
 
 }  // namespace megastore::sim
