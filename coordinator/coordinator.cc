@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+#include "base/logging.h"
 #include "base/strings.h"
 #include "coordinator/coordinator.pb.h"
 #include "storage/lock/lock.pb.h"
@@ -56,17 +57,20 @@ Coordinator::Coordinator(Env* env, Transport* transport, CoordinatorOptions opti
 Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Start() {
+  uint64_t generation;
   {
     absl::MutexLock lock(&mu_);
     if (running_) return;
     running_ = true;
+    generation = ++generation_;
   }
-  Renew();
+  Renew(generation);
 }
 
 void Coordinator::Stop() {
   absl::MutexLock lock(&mu_);
   running_ = false;
+  ++generation_;  // a renewal already popped off the timer queue ends there
   if (timer_ != 0) env_->Cancel(timer_);
   timer_ = 0;
   ResetLocked();
@@ -107,14 +111,14 @@ uint64_t Coordinator::epoch() {
   return epoch_;
 }
 
-void Coordinator::Renew() {
+void Coordinator::Renew(uint64_t generation) {
   bool paused;
   {
     absl::MutexLock lock(&mu_);
-    if (!running_) return;
+    if (!running_ || generation != generation_) return;
     ServingLocked();
     paused = env_->MonotonicMicros() < paused_until_;
-    timer_ = env_->Schedule(options_.renew_interval, [this] { Renew(); });
+    timer_ = env_->Schedule(options_.renew_interval, [this, generation] { Renew(generation); });
   }
   if (paused) return;
   const int64_t sent = env_->MonotonicMicros();
@@ -126,9 +130,19 @@ void Coordinator::Renew() {
     transport_->Call(options_.lock_services[i], "lock.Acquire", req.SerializeAsString(),
                      options_.rpc_timeout, [this, i, sent](absl::StatusOr<std::string> r) {
                        storage::lock::LockReply reply;
+                       // Grant id 0: a lock service too old to say whether
+                       // the lock was free meanwhile; its grant counts for nothing.
                        if (!r.ok() || !reply.ParseFromString(*r) || !reply.granted()) return;
                        absl::MutexLock lock(&mu_);
                        if (!running_) return;
+                       if (reply.grant() == 0) {
+                         if (!warned_no_grant_id_)
+                           MS_LOG_ERROR("coordinator {}: lock service {} grants without grant ids (an older "
+                                        "version?); its lock is not counted until it is upgraded",
+                                        options_.name, options_.lock_services[i]);
+                         warned_no_grant_id_ = true;
+                         return;
+                       }
                        if (reply.grant() != grant_[i]) {
                          // A new grant: the lock was free at that service
                          // since the last one we saw, and a writer may

@@ -14,12 +14,18 @@
 //    longer than the lock service itself will, so a writer that sees the
 //    lock expired there may treat the coordinator as invalidated.
 //  * Whenever a writer could have found one of its locks free — the lock
-//    service reports a new grant id for it — and whenever it regains a
-//    majority, it forgets every group and draws a new epoch, as when it
-//    loses the majority. So a writer's lock survey (which may see the locks
-//    free at different instants) can never be contradicted by a "valid"
-//    from a coordinator that missed the write's invalidation, however the
-//    lease, renew interval and RPC timeout are chosen.
+//    service reports a new grant id for it — it forgets every group and
+//    draws a new epoch, as when it loses the majority. So a writer's lock
+//    survey (which may see the locks free at different instants) can never
+//    be contradicted by a "valid" from a coordinator that missed the
+//    write's invalidation, however the lease, renew interval and RPC
+//    timeout are chosen: a reply with a new id follows every moment the lock
+//    was free at a service, and comes before the coordinator counts that lock
+//    again. It also resets when it notices it regained a majority (cheap, and
+//    it keeps the rule obvious); safety does not rest on noticing that.
+//  * Lease counting uses Env::MonotonicMicros, which does not advance while
+//    the host is suspended: a coordinator host must not be suspended (a VM
+//    paused past its lease must be restarted, not resumed).
 #pragma once
 
 #include <map>
@@ -96,7 +102,9 @@ class Coordinator {
     bool valid = false;
     uint64_t invalidated = 0;  // highest position an Invalidate named
   };
-  void Renew();
+  // One renewal round of the Start() numbered `generation` (a Stop and a
+  // Start in between end this chain).
+  void Renew(uint64_t generation);
   bool ServingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -115,6 +123,8 @@ class Coordinator {
   std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
   Stats counts_ ABSL_GUARDED_BY(mu_);  // its counters (the group counts are computed)
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool warned_no_grant_id_ ABSL_GUARDED_BY(mu_) = false;
   AdvisoryLocks advisory_locks_{env_};
 };
 

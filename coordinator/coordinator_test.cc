@@ -5,6 +5,7 @@
 
 #include "coordinator/coordinator.pb.h"
 #include "gtest/gtest.h"
+#include "storage/lock/lock.pb.h"
 #include "storage/lock/lock_table.h"
 
 namespace megastore::coordinator {
@@ -216,6 +217,29 @@ TEST_F(CoordinatorTest, ASurveyThatSawLocksFreeAtDifferentInstantsIsNeverContrad
   ASSERT_TRUE(c->serving());
   ASSERT_FALSE(net_.table("B/lock").Query(LockName("A")).held);  // the second answer
   EXPECT_FALSE(Ask(*c, "coord.Check").valid());
+}
+
+// An older lock service grants without ids: it cannot say whether the lock
+// was free meanwhile, so its grants count for nothing.
+TEST(CoordinatorGrantIdTest, AGrantWithoutAnIdIsNotCounted) {
+  struct OldLockService : Transport {
+    void Call(std::string_view, std::string_view, std::string, absl::Duration, ReplyCallback done) override {
+      storage::lock::LockReply r;
+      r.set_granted(true);
+      r.set_held(true);
+      done(r.SerializeAsString());
+    }
+  } old;
+  ManualEnv env;
+  CoordinatorOptions o;
+  o.name = "A";
+  o.lock_services = {"B/lock"};
+  o.lease = absl::Seconds(2);
+  o.renew_interval = absl::Milliseconds(500);
+  Coordinator c(&env, &old, o);
+  c.Start();
+  env.Advance(absl::Seconds(1));
+  EXPECT_FALSE(c.serving());
 }
 
 TEST(CoordinatorOptionsTest, ALeaseThatCannotOutlastARenewalIsRefused) {

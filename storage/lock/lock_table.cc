@@ -50,27 +50,38 @@ absl::StatusOr<std::unique_ptr<LockTable>> LockTable::Open(Env* env, LockTableOp
                                       QuietPeriod(absl::Microseconds(longest), options.max_clock_drift));
     } else if (!absl::IsNotFound(data.status())) {
       return data.status();
+    } else if (!options.new_directory) {
+      // Granted by a run that kept no file (or lost it): assume the most.
+      options.quiet_period = std::max(options.quiet_period, QuietPeriod(options.max_lease, options.max_clock_drift));
     }
   }
   std::unique_ptr<LockTable> t(new LockTable(env, std::move(options)));
   absl::MutexLock lock(&t->mu_);
   t->recorded_longest_ = longest;
+  if (!t->options_.state_file.empty() && t->options_.new_directory) {
+    // Record "nothing granted yet" so a restart knows this directory was used.
+    MS_RETURN_IF_ERROR(t->WriteStateLocked(0));
+  }
   return t;
+}
+
+absl::Status LockTable::WriteStateLocked(int64_t longest_micros) {
+  LockTableState state;
+  state.set_longest_lease_micros(longest_micros);
+  const std::string body = state.SerializeAsString();
+  std::string data;
+  PutFixed32(&data, crc32c::Mask(crc32c::Value(body)));
+  data += body;
+  MS_RETURN_IF_ERROR(WriteFileAtomically(options_.state_file, data));
+  recorded_longest_ = longest_micros;
+  return absl::OkStatus();
 }
 
 absl::Status LockTable::RecordLeaseLocked(absl::Duration lease) {
   const int64_t micros = absl::ToInt64Microseconds(lease);
   if (options_.state_file.empty() || micros <= recorded_longest_) return absl::OkStatus();
-  LockTableState state;
-  state.set_longest_lease_micros(micros);
-  const std::string body = state.SerializeAsString();
-  std::string data;
-  PutFixed32(&data, crc32c::Mask(crc32c::Value(body)));
-  data += body;
   // Durable before the grant: a restart must know to wait this long.
-  MS_RETURN_IF_ERROR(WriteFileAtomically(options_.state_file, data));
-  recorded_longest_ = micros;
-  return absl::OkStatus();
+  return WriteStateLocked(micros);
 }
 
 LockTable::Holder LockTable::HolderLocked(std::string_view name) {

@@ -14,8 +14,10 @@
 //    neither grants nor reports free any lock until every lease its previous
 //    incarnation may have granted has run out: the quiet period, the
 //    longest lease ever granted (kept in a state file) plus the drift margin.
-//    Without a state file nothing is remembered, and the caller passes the
-//    quiet period itself (the simulator does).
+//    A state file that is missing where one was expected (an upgrade, a lost
+//    file) counts as "granted leases up to max_lease". Without a state file
+//    nothing is remembered, and the caller passes the quiet period itself
+//    (the simulator and tests do).
 #pragma once
 
 #include <map>
@@ -51,8 +53,12 @@ struct LockTableOptions {
   double max_clock_drift = kDefaultMaxClockDrift;
   // Where the longest lease granted is kept ("" = nowhere). Open reads it
   // and stays quiet for QuietPeriod(that lease); the table writes it (and
-  // syncs it) before granting a longer lease than it records.
+  // syncs it) before granting a longer lease than it records. If it does
+  // not exist, Open stays quiet for QuietPeriod(max_lease) — unless
+  // `new_directory` says this is the first start in a directory nothing
+  // ran in before (then nobody can hold a lease from it).
   std::string state_file;
+  bool new_directory = false;
   // Without a state file: how long to stay quiet after the start.
   absl::Duration quiet_period = absl::ZeroDuration();
 };
@@ -97,6 +103,7 @@ class LockTable {
   };
   Holder HolderLocked(std::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RecordLeaseLocked(absl::Duration lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteStateLocked(int64_t longest_micros) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Env* const env_;
   const LockTableOptions options_;

@@ -76,9 +76,11 @@ TEST(LockTableTest, ARestartedTableStaysQuietForTheLongestLeaseItEverGranted) {
   LockTableOptions o;
   o.state_file = dir.path() + "/locks.state";
   {
-    auto fresh = LockTable::Open(&env, o);
+    LockTableOptions first = o;
+    first.new_directory = true;
+    auto fresh = LockTable::Open(&env, first);
     ASSERT_TRUE(fresh.ok()) << fresh.status();
-    EXPECT_FALSE((*fresh)->Query("coordinator/A").held) << "no state file: a first start";
+    EXPECT_FALSE((*fresh)->Query("coordinator/A").held) << "a first start in a new directory";
     ASSERT_TRUE((*fresh)->Acquire("coordinator/A", "a#1", absl::Seconds(3)).ok());
     ASSERT_TRUE((*fresh)->Acquire("coordinator/B", "b#1", absl::Seconds(2)).ok());
   }
@@ -96,6 +98,23 @@ TEST(LockTableTest, ARestartedTableStaysQuietForTheLongestLeaseItEverGranted) {
   env.Advance(QuietPeriod(absl::Seconds(3), o.max_clock_drift) - absl::Seconds(3));
   EXPECT_FALSE(t.Query("coordinator/A").held);
   EXPECT_EQ(t.Acquire("coordinator/A", "a#2", absl::Seconds(2))->owner, "a#2");
+}
+
+// An upgrade from a lock role that kept no file, or a lost file: it may
+// have granted any lease it allows.
+TEST(LockTableTest, AMissingStateFileInAUsedDirectoryMeansTheLongestLeaseAllowed) {
+  ManualEnv env;
+  TestDir dir;
+  LockTableOptions o;
+  o.state_file = dir.path() + "/locks.state";
+  o.max_lease = absl::Seconds(10);
+  auto t = LockTable::Open(&env, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE((*t)->Query("coordinator/A").held);
+  env.Advance(absl::Seconds(10));
+  EXPECT_TRUE((*t)->Query("coordinator/A").held);
+  env.Advance(QuietPeriod(absl::Seconds(10), o.max_clock_drift) - absl::Seconds(10));
+  EXPECT_FALSE((*t)->Query("coordinator/A").held);
 }
 
 TEST(LockTableTest, ADamagedStateFileIsReportedNotGuessed) {

@@ -366,11 +366,13 @@ class Cluster {
       break;
     }
   }
-  // A process's clock rate, within the configured bound.
+  // A process's clock rate: within half the configured bound either way,
+  // so any two processes are at most the bound apart (what the lease
+  // arithmetic assumes).
   double Drift() {
     if (!options_.vary_timing || options_.max_clock_drift <= 0) return 0;
     const double unit = static_cast<double>(env_.Uniform(2'000'001)) / 1'000'000.0 - 1.0;  // [-1, 1]
-    return unit * options_.max_clock_drift;
+    return unit * options_.max_clock_drift / 2;
   }
 
   struct Dc {

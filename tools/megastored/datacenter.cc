@@ -31,9 +31,19 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     MS_RETURN_IF_ERROR(co.Validate());
     if (co.lease > storage::lock::LockTableOptions{}.max_lease)
       return absl::InvalidArgumentError(StrCat(
-          "coordinator lease ", absl::FormatDuration(co.lease), " is longer than the lock service grants (",
+          "coordinator lease ", absl::FormatDuration(co.lease), " is longer than a lock service grants (",
           absl::FormatDuration(storage::lock::LockTableOptions{}.max_lease), ")"));
   }
+  // Whether this datacenter's directory is new (nothing ran in it before):
+  // decided before any role writes there.
+  bool new_directory = true;
+  {
+    std::error_code ec;
+    new_directory = !std::filesystem::exists(options.data_dir, ec) || std::filesystem::is_empty(options.data_dir, ec);
+  }
+  if (options.data_dir.empty() && std::count(options.roles.begin(), options.roles.end(), Role::kLock))
+    return absl::InvalidArgumentError(StrCat(options.name, ": the lock role needs a data directory (--data): it keeps "
+                                             "coordinator-locks.state there, so a restart knows how long to wait"));
   // Only full replicas have a coordinator.
   if (options.type != replication::ReplicaType::kFull)
     std::erase(options.roles, Role::kCoordinator);
@@ -102,12 +112,14 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     // lease granted, so a restarted lock role waits it out before granting
     // or reporting free any lock (storage/lock/lock_table.h).
     storage::lock::LockTableOptions lo;
-    if (!o.data_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(o.data_dir, ec);
-      if (ec) return absl::InternalError(StrCat("cannot create ", o.data_dir, ": ", ec.message()));
-      lo.state_file = StrCat(o.data_dir, "/coordinator-locks.state");
-    }
+    // No lease longer than the configured coordinators' is granted, so a
+    // restart without its state file need not wait longer than that.
+    lo.max_lease = o.coordinator_lease;
+    lo.state_file = StrCat(o.data_dir, "/coordinator-locks.state");
+    lo.new_directory = new_directory;
+    std::error_code ec;
+    std::filesystem::create_directories(o.data_dir, ec);
+    if (ec) return absl::InternalError(StrCat("cannot create ", o.data_dir, ": ", ec.message()));
     MS_ASSIGN_OR_RETURN(dc->locks_, storage::lock::LockTable::Open(env, lo));
     if (dc->locks_->quiet_until() > env->MonotonicMicros())
       MS_LOG_WARN("{}: lock role restarted; coordinator locks are neither granted nor reported free for {} "

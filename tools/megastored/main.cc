@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
                  "with --config/--datacenter: which of the datacenter's roles run here (tablet, lock, coordinator, "
                  "replication; comma-separated; default all); alone: tablet (a standalone tablet server)");
   app.add_option("--listen", listen, "HOST:PORT for RPC (port 0 picks a free port, printed at start)")->capture_default_str();
-  app.add_option("--data", data, "data directory (tablets, commit log, state); needed wherever the tablet role runs");
+  app.add_option("--data", data, "data directory (tablets, commit log, state); needed wherever the tablet or lock role runs");
   app.add_option("--http", http, "HOST:PORT for /status and /metrics (off if not given)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   std::string log_format = "text";
