@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "tests/sim/bank.h"
 #include "tests/sim/deployment.h"
 
 namespace megastore::sim {
@@ -518,9 +519,17 @@ SimResult RunSimulation(const SimOptions& options) {
   SimResult result;
   Cluster cluster(options);
   if (options.trace) cluster.env().set_trace(&result.trace);
-  if (absl::Status s = cluster.Open(); !s.ok()) {
+  std::unique_ptr<Bank> bank;
+  if (options.bank_clients > 0) bank = std::make_unique<Bank>(&cluster, options.bank_clients, options.bank_ops);
+  if (absl::Status s = cluster.Open(bank ? bank->Tables() : std::vector<storage::TableSchema>{}); !s.ok()) {
     result.status = s;
     return result;
+  }
+  if (bank) {
+    if (absl::Status s = bank->Setup(); !s.ok()) {
+      result.status = s;
+      return result;
+    }
   }
   Clients clients(&cluster, &result.history);
   Faults faults(&cluster, &clients, &result.stats.faults);
@@ -543,25 +552,30 @@ SimResult RunSimulation(const SimOptions& options) {
           acked, " was acknowledged (a current read there would miss it)"));
     }
   });
-  const int64_t fault_end = absl::ToInt64Microseconds(options.fault_period);
+  const int64_t fault_end = env.now() + absl::ToInt64Microseconds(options.fault_period);
+  auto all_done = [&] { return clients.AllDone() && (!bank || bank->AllDone()); };
   clients.Start();
+  if (bank) bank->Start();
   if (options.faults) {
     faults.Start(fault_end);
-    env.RunUntil(fault_end, [&] { return clients.AllDone(); });
+    env.RunUntil(fault_end, all_done);
   }
   faults.Heal();
   const int64_t limit = env.now() + absl::ToInt64Microseconds(options.drain_limit);
-  env.RunUntil(limit, [&] { return clients.AllDone(); });
-  if (!clients.AllDone()) {
+  env.RunUntil(limit, all_done);
+  if (!all_done()) {
     result.status = absl::InternalError(StrCat("clients did not finish within ",
                                                absl::FormatDuration(options.drain_limit),
-                                               " after the faults stopped:", clients.Stuck()));
+                                               " after the faults stopped:", clients.Stuck(),
+                                               bank ? bank->Stuck() : ""));
   }
   if (result.status.ok()) result.status = invariant;
   cluster.set_on_valid(nullptr);
   std::map<std::string, GroupLog> logs;
   if (result.status.ok()) result.status = Converge(cluster, &logs, &result.stats);
   if (result.status.ok()) result.status = CheckHistory(result.history, logs);
+  if (result.status.ok() && bank) result.status = bank->SettleAndCheck();
+  if (bank) result.stats.bank_ok = bank->transfers_ok();
   for (const Event& e : result.history) {
     if (e.type == Event::Type::kOk) ++result.stats.ops_ok;
     if (e.type == Event::Type::kFail) ++result.stats.ops_failed;

@@ -33,6 +33,11 @@ struct SimOptions {
   int ops_per_client = 25;
   // Which operations clients run (weights).
   int read_weight = 4, write_weight = 2, cas_weight = 2, delete_weight = 1;
+  // The bank (tests/sim/bank.h): app servers moving money between entity
+  // groups by two-phase commit and queues, each running `bank_ops`
+  // transfers or collections. 0 clients: none.
+  int bank_clients = 0;
+  int bank_ops = 6;
 
   // The coordinators' lock timing and the clock-drift bound they are
   // configured with. With `vary_timing`, each seed draws the lease, renew
@@ -57,6 +62,7 @@ struct SimOptions {
 
 struct SimStats {
   int ops_ok = 0, ops_failed = 0, ops_unknown = 0;
+  int bank_ok = 0;  // bank operations that succeeded
   uint64_t messages = 0, dropped = 0, positions = 0;
   int faults = 0;
   int64_t virtual_micros = 0;
