@@ -2,6 +2,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "base/strings.h"
+#include "storage/lock/lease.h"
 
 namespace megastore::storage::lock {
 
@@ -44,7 +45,7 @@ struct LockSession::State : std::enable_shared_from_this<State> {
       if (absl::IsNotFound(s)) return self->Lose(s);
       if (!s.ok()) return;  // the next tick retries, or finds the time up
       absl::MutexLock lock(&self->mu);
-      self->valid_until = std::max(self->valid_until, sent + absl::ToInt64Microseconds(self->ttl));
+      self->valid_until = std::max(self->valid_until, sent + absl::ToInt64Microseconds(HolderLease(self->ttl)));
     });
     // Renew again in a third of the ttl; and look at the time exactly when it
     // would run out, in case every renewal until then fails.
@@ -97,7 +98,7 @@ void LockSession::Start(LockService::Callback<absl::StatusOr<SessionId>> done) {
     {
       absl::MutexLock lock(&self->mu);
       self->id = *id;
-      self->valid_until = sent + absl::ToInt64Microseconds(self->ttl);
+      self->valid_until = sent + absl::ToInt64Microseconds(HolderLease(self->ttl));
     }
     std::weak_ptr<State> w = self;
     self->env->Schedule(self->ttl / 3, [w] {

@@ -7,8 +7,9 @@
 //
 // The rule: the session surely lives until `ttl` after the *sending* of the
 // last renewal that succeeded (the service renews from when it receives it,
-// which is later). So `on_lost` runs no later than the service's own expiry,
-// however the messages are delayed or lost.
+// which is later), shortened by the clock-drift margin (lease.h). So
+// `on_lost` runs no later than the service's own expiry, however the
+// messages are delayed or lost and however the two clocks drift.
 #pragma once
 
 #include <functional>

@@ -11,15 +11,6 @@
 
 namespace megastore::storage::lock {
 
-absl::Duration HolderLease(absl::Duration lease, double max_clock_drift) {
-  return lease * (1.0 - max_clock_drift) - kLeaseMargin;
-}
-
-absl::Duration QuietPeriod(absl::Duration longest, double max_clock_drift) {
-  if (longest <= absl::ZeroDuration()) return absl::ZeroDuration();
-  return longest * (1.0 + max_clock_drift) + kLeaseMargin;
-}
-
 LockTable::LockTable(Env* env, LockTableOptions options)
     : env_(env), options_(std::move(options)) {
   if (options_.quiet_period > absl::ZeroDuration())

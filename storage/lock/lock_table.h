@@ -30,22 +30,9 @@
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/transport.h"
+#include "storage/lock/lease.h"
 
 namespace megastore::storage::lock {
-
-// How far the clocks of a lease's holder and its lock table may drift apart
-// while a lease runs, as a fraction of its length (1e-3: 1 ms per second,
-// far beyond what a working quartz clock or NTP allows).
-inline constexpr double kDefaultMaxClockDrift = 1e-3;
-// A fixed extra margin on top of the drift, for scheduling delays.
-inline constexpr absl::Duration kLeaseMargin = absl::Milliseconds(5);
-
-// How long a lease of `lease` may be counted on by its holder, measured on
-// the holder's clock from when it sent the request that got it.
-absl::Duration HolderLease(absl::Duration lease, double max_clock_drift);
-// How long after a restart a table must stay quiet when its previous
-// incarnation granted leases of at most `longest`.
-absl::Duration QuietPeriod(absl::Duration longest, double max_clock_drift);
 
 struct LockTableOptions {
   // Longer leases are refused (InvalidArgument naming both lengths).

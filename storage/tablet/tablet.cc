@@ -651,7 +651,11 @@ absl::Status Tablet::WriteRow(const View& view, std::string_view row,
   // A tombstone's value records when it was written (the server's clock),
   // so a timestamp_deletes family's grace counts from then (row_visibility.h).
   std::string written;
-  PutFixed64(&written, static_cast<uint64_t>(std::max<int64_t>(0, env_->NowMicros())));
+  for (const Mutation& m : mutations) {
+    if (m.type == Mutation::Type::kSetCell) continue;
+    PutFixed64(&written, static_cast<uint64_t>(std::max<int64_t>(0, env_->NowMicros())));
+    break;
+  }
   size_t bytes = 0;
   auto put = [&](rocksdb::ColumnFamilyHandle* cf) {
     bytes += key.size() + value.size();

@@ -264,6 +264,7 @@ class Faults {
     f.duplicate = c_->options().duplicate;
     f.jitter = c_->options().jitter;
     c_->net().set_faults(f);
+    for (size_t i = 0; i < c_->size(); ++i) BackgroundWriteFaults(static_cast<int>(i));
     ScheduleNext();
   }
 
@@ -276,7 +277,7 @@ class Faults {
       const int dc = static_cast<int>(i);
       c_->bigtable(dc)->set_extra_latency(absl::ZeroDuration());
       c_->bigtable(dc)->set_down(false);
-      c_->bigtable(dc)->set_write_faults(0, 0, absl::ZeroDuration());
+      c_->bigtable(dc)->set_write_faults(0, 0, absl::ZeroDuration(), absl::ZeroDuration());
       c_->StartLocks(dc);
       if (!c_->repl_up(dc)) c_->StartRepl(dc);
       if (c_->type(dc) == ReplicaType::kFull && !c_->coord_up(dc)) c_->StartCoordinator(dc);
@@ -291,6 +292,12 @@ class Faults {
     env().Schedule(d, [this, fn] {
       if (!healed_) fn();
     });
+  }
+
+  // Throughout the fault period every Bigtable makes a few writes late and
+  // repeats a few, up to 2 s later.
+  void BackgroundWriteFaults(int dc) {
+    c_->bigtable(dc)->set_write_faults(0.03, 0.03, absl::Milliseconds(30), absl::Seconds(2));
   }
 
   absl::Duration Between(int min_ms, int max_ms) {
@@ -346,10 +353,10 @@ class Faults {
         });
         break;
       }
-      case 12: {  // the Bigtable applies writes late, and some twice
-        c_->bigtable(dc)->set_write_faults(0.3, 0.2, Between(5, 60));
+      case 12: {  // a burst: the Bigtable applies many writes late, and many twice
+        c_->bigtable(dc)->set_write_faults(0.3, 0.3, Between(5, 60), Between(100, 3000));
         env().Trace(StrCat("bigtable ", DcName(dc), " writes late and twice"));
-        After(Between(500, 4000), [this, dc] { c_->bigtable(dc)->set_write_faults(0, 0, absl::ZeroDuration()); });
+        After(Between(500, 4000), [this, dc] { BackgroundWriteFaults(dc); });
         break;
       }
       case 0: {  // partition one datacenter: both ways, or one way only

@@ -266,7 +266,7 @@ void SimBigtable::MutateRow(std::string table, std::string row,
     // The replay: the same write again, later, whatever happened meanwhile.
     ++repeated_writes_;
     const absl::Duration after =
-        absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_delay_) + 1));
+        absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_replay_delay_) + 1));
     env_->Schedule(after, [this, full, row, mutations, timestamp] {
       if (env_->tracing()) env_->Trace(StrCat("bigtable ", prefix_, " repeats a write of ", row));
       if (!down_) inner_->MutateRow(full, row, mutations, timestamp, [](absl::Status) {});

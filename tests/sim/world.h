@@ -197,12 +197,14 @@ class SimBigtable : public storage::BigtableClient {
   // queue produce them: each MutateRow is, with probability `late`, applied
   // only after a random pause of up to `max_delay` (its reply after that);
   // and with probability `twice`, applied again at a random moment up to
-  // `max_delay` later (a replay of a write whose reply was lost, landing
-  // after the caller moved on). Conditional writes are never repeated.
-  void set_write_faults(double late, double twice, absl::Duration max_delay) {
+  // `max_replay_delay` later (a replay of a write whose reply was lost,
+  // landing after the caller moved on; the cell client retries for up to a
+  // minute). Conditional writes are never repeated.
+  void set_write_faults(double late, double twice, absl::Duration max_delay, absl::Duration max_replay_delay) {
     late_ = late;
     twice_ = twice;
     max_delay_ = max_delay;
+    max_replay_delay_ = max_replay_delay;
   }
   uint64_t late_writes() const { return late_writes_; }
   uint64_t repeated_writes() const { return repeated_writes_; }
@@ -222,7 +224,7 @@ class SimBigtable : public storage::BigtableClient {
   bool down_ = false;
   uint64_t ops_ = 0;
   double late_ = 0, twice_ = 0;
-  absl::Duration max_delay_;
+  absl::Duration max_delay_, max_replay_delay_;
   uint64_t late_writes_ = 0, repeated_writes_ = 0;
 };
 
