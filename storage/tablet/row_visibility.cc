@@ -9,12 +9,32 @@ using key_format::ParsedKey;
 
 void RowVisibility::Mask::Add(int64_t t, uint64_t seq, int64_t read_timestamp) {
   any = std::max(any, seq);
-  any_t = std::max(any_t, t);
+  if (t > any_t) {
+    any_t = t;
+    any_t_seq = seq;
+  } else if (t == any_t) {
+    any_t_seq = std::max(any_t_seq, seq);
+  }
   if (t <= read_timestamp) {
     visible = std::max(visible, seq);
-    visible_t = std::max(visible_t, t);
+    if (t > visible_t) {
+      visible_t = t;
+      visible_t_seq = seq;
+    } else if (t == visible_t) {
+      visible_t_seq = std::max(visible_t_seq, seq);
+    }
   }
 }
+
+namespace {
+
+// Whether a tombstone with timestamp `t` written as `t_seq` masks a cell at
+// `ts` written as `seq`, timestamps first (timestamp_deletes).
+bool MasksByTimestamp(int64_t t, uint64_t t_seq, int64_t ts, uint64_t seq) {
+  return ts < t || (ts == t && seq < t_seq);
+}
+
+}  // namespace
 
 RowVisibility::Verdict RowVisibility::TombstoneVerdict(int64_t t, int64_t written,
                                                        int64_t grace) const {
@@ -85,10 +105,13 @@ RowVisibility::Verdict RowVisibility::ClassifyCell(int64_t ts, uint64_t seq) {
   bool masked_any, masked_visible;
   if (family_info_->timestamp_deletes) {
     // By timestamp, whatever the write order.
-    masked_any = ts <= row_mask_.any_t || ts <= family_mask_.any_t;
-    masked_visible = ts <= row_mask_.visible_t || ts <= family_mask_.visible_t;
+    masked_any = MasksByTimestamp(row_mask_.any_t, row_mask_.any_t_seq, ts, seq) ||
+                 MasksByTimestamp(family_mask_.any_t, family_mask_.any_t_seq, ts, seq);
+    masked_visible = MasksByTimestamp(row_mask_.visible_t, row_mask_.visible_t_seq, ts, seq) ||
+                     MasksByTimestamp(family_mask_.visible_t, family_mask_.visible_t_seq, ts, seq);
     for (const ColumnTombstone& t : column_tombstones_) {
       if (ts < t.start || (t.end != 0 ? ts >= t.end : ts > t.t)) continue;
+      if (ts == t.t && t.seq <= seq) continue;  // written after the delete, at its timestamp
       masked_any = true;
       if (t.t <= read_timestamp_) masked_visible = true;
     }

@@ -7,7 +7,9 @@
 //    (lower sequence number). In a family with timestamp_deletes it masks
 //    instead every cell of its scope whose timestamp is in its range (a
 //    column range with no end, a family and a row tombstone: up to T),
-//    whatever the write order. A read as of S applies only tombstones whose
+//    whatever the write order — except a cell at exactly T, which it masks
+//    only if written before it (so "delete, then set" in one mutation at T
+//    keeps the set, as in order). A read as of S applies only tombstones whose
 //    own timestamp T <= S; masked cells stay readable below T until the next
 //    major compaction removes them.
 //  * GC max_versions ranks the non-masked cells of a column by timestamp,
@@ -51,7 +53,9 @@ class RowVisibility {
     uint64_t any = 0;      // highest seq of any tombstone in scope
     uint64_t visible = 0;  // highest seq of a tombstone with T <= read_timestamp
     int64_t any_t = -1;      // highest T of any tombstone in scope
+    uint64_t any_t_seq = 0;  // ... and the highest seq of those with that T
     int64_t visible_t = -1;  // highest T <= read_timestamp
+    uint64_t visible_t_seq = 0;
     void Add(int64_t t, uint64_t seq, int64_t read_timestamp);
   };
   // kGarbage for a tombstone written at `written` with timestamp `t` once

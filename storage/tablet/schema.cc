@@ -114,6 +114,11 @@ absl::Status CompiledSchema::CheckChange(const CompiledSchema& from, const Compi
       return absl::FailedPreconditionError(StrCat(
           "removing column family \"", f.name, "\" from an open tablet is not supported"));
     }
+    if (f.timestamp_deletes && !g->timestamp_deletes) {
+      return absl::FailedPreconditionError(StrCat(
+          "column family \"", f.name, "\" masks deletes by timestamp; turning that off would bring back "
+          "old writes that arrived after their delete"));
+    }
     if (from.groups_[f.locality_group].name() != to.groups_[g->locality_group].name()) {
       return absl::FailedPreconditionError(StrCat(
           "column family \"", f.name, "\" cannot move from locality group \"",

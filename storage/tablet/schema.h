@@ -47,9 +47,10 @@ class CompiledSchema {
   int64_t max_tombstone_grace_micros() const { return max_tombstone_grace_; }
 
   // Whether a tablet may switch from `from` to `to` while open: families and
-  // locality groups may be added and GC rules changed; removing a family or
-  // locality group, moving a family between groups or changing a group's
-  // storage options is refused with FailedPrecondition.
+  // locality groups may be added, GC rules changed and timestamp_deletes
+  // turned on; removing a family or locality group, moving a family between
+  // groups, turning timestamp_deletes off or changing a group's storage
+  // options is refused with FailedPrecondition.
   static absl::Status CheckChange(const CompiledSchema& from, const CompiledSchema& to);
 
  private:

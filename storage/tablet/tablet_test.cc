@@ -243,6 +243,16 @@ TEST_F(TabletTest, ALateOldWriteStaysDeletedInATimestampDeletesFamily) {
   EXPECT_THAT(Cells("r"), ElementsAre(C("cf", "q", 650, "other-family-after-the-row-delete")));
 }
 
+TEST_F(TabletTest, InATimestampDeletesFamilyASetAfterADeleteAtTheSameTimestampWins) {
+  Open({}, WithTimestampDeletes());
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("mvcc", "v", 0, 101),
+                                       Mutation::SetCell("mvcc", "v", "kept", 100)}, 100).ok());
+  EXPECT_THAT(Cells("r"), ElementsAre(C("mvcc", "v", 100, "kept")));
+  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::SetCell("mvcc", "v", "gone", 200),
+                                       Mutation::DeleteFamily("mvcc")}, 200).ok());
+  EXPECT_TRUE(Cells("r").empty()) << "set, then delete, at one timestamp: deleted";
+}
+
 TEST_F(TabletTest, ATimestampDeletesTombstoneSurvivesMajorCompactionsForItsGrace) {
   Open({}, WithTimestampDeletes(/*grace=*/1'000'000));
   Set("r", "mvcc", "v", "old", 100);
@@ -648,6 +658,13 @@ TEST_F(TabletTest, SchemaChangesAddFamiliesAndGroupsButRefuseRemovals) {
   TableSchema moved = s;
   moved.mutable_families(0)->set_locality_group("side");
   EXPECT_EQ(tablet_->UpdateSchema(moved).code(), absl::StatusCode::kFailedPrecondition);
+  // Deletes may start masking by timestamp, but not stop.
+  TableSchema by_timestamp = s;
+  by_timestamp.mutable_families(0)->set_timestamp_deletes(true);
+  ASSERT_TRUE(tablet_->UpdateSchema(by_timestamp).ok());
+  EXPECT_EQ(tablet_->UpdateSchema(s).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(tablet_->UpdateSchema(by_timestamp).ok());
+  s = by_timestamp;
 
   // The new group survives a reopen with the new schema.
   TabletOptions o;

@@ -241,7 +241,7 @@ class Cluster {
             respond = [this, i, root = r.root(), respond = std::move(respond)](
                           absl::StatusOr<std::string> reply) mutable {
               coordinator::CoordinatorReply cr;
-              if (reply.ok() && cr.ParseFromString(*reply) && cr.valid()) on_valid_(i, root);
+              if (on_valid_ && reply.ok() && cr.ParseFromString(*reply) && cr.valid()) on_valid_(i, root);
               respond(std::move(reply));
             };
           }
@@ -255,23 +255,29 @@ class Cluster {
   // Called whenever a coordinator answers "valid" for a group (dc, root).
   void set_on_valid(std::function<void(int, const std::string&)> fn) { on_valid_ = std::move(fn); }
 
-  // Where replica `dc` stands in a group's log: the highest position it has
-  // any state for, and the highest applied.
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> TopAndApplied(int dc, const std::string& root) {
+  // How far replica `dc` has a group's log: the highest position it has
+  // accepted a value for, learned or applied (a mere promise does not count).
+  absl::StatusOr<uint64_t> HighestHeld(int dc, const std::string& root) {
     storage::ReadOptions o;
     o.filter.families = {replication::kLogFamily};
-    o.filter.qualifier_match = storage::RowFilter::QualifierMatch::kPrefix;
-    o.filter.qualifier = "S:";
     o.filter.cells_per_column = 1;
     MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row,
                         tablets_->ReadRow(StrCat(DcName(dc), ".", kTable), root, o));
-    std::pair<uint64_t, uint64_t> out{0, 0};
-    if (!row) return out;
+    uint64_t held = 0;
+    if (!row) return held;
     for (const storage::Cell& c : row->cells) {
-      if (c.qualifier == "S:top") out.first = static_cast<uint64_t>(c.timestamp);
-      if (c.qualifier == "S:applied") out.second = static_cast<uint64_t>(c.timestamp);
+      if (c.qualifier == "S:applied") held = std::max(held, static_cast<uint64_t>(c.timestamp));
+      if (c.qualifier.size() != 10 || c.qualifier[0] != 'L') continue;
+      uint64_t pos = 0;
+      for (int k = 1; k < 9; ++k) pos = (pos << 8) | static_cast<uint8_t>(c.qualifier[k]);
+      if (c.qualifier[9] == 'l') held = std::max(held, pos);
+      if (c.qualifier[9] == 'a') {
+        replication::AcceptorRecord a;
+        if (!a.ParseFromString(c.value)) return absl::DataLossError("unreadable acceptor record");
+        if (a.has_accepted()) held = std::max(held, pos);
+      }
     }
-    return out;
+    return held;
   }
 
   void CrashRepl(int i) {
