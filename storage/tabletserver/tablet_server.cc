@@ -830,9 +830,12 @@ absl::Status TabletServer::MutateRowAsync(std::string_view table,
     MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, write->row, may_block));
     absl::Status s = t->MutateRowAsync(write, may_block);
     // Split or unloaded between routing and the call: route again (to a
-    // child, or to the answer that the tablet is not loaded).
+    // child, or to the answer that the tablet is not loaded). A split marks
+    // the parent before the children are routed to, so give the routing a
+    // moment (bounded) to catch up.
     if (s.ok() || !absl::IsFailedPrecondition(s) || t->accepts_writes()) return s;
-    if (attempt >= 3) return cell_mode() ? NotServingError(StrCat("tablet ", t->path(), " is splitting or moving")) : s;
+    if (attempt >= 1000) return cell_mode() ? NotServingError(StrCat("tablet ", t->path(), " is splitting or moving")) : s;
+    if (attempt >= 3) std::this_thread::yield();
   }
 }
 
