@@ -7,22 +7,27 @@ namespace megastore::storage {
 using key_format::EntryKind;
 using key_format::ParsedKey;
 
+namespace {
+
+// Keeps (max_t, its highest seq) as the highest timestamp seen and the
+// highest sequence number among tombstones with that timestamp.
+void RaiseTo(int64_t t, uint64_t seq, int64_t* max_t, uint64_t* max_t_seq) {
+  if (t > *max_t) {
+    *max_t = t;
+    *max_t_seq = seq;
+  } else if (t == *max_t) {
+    *max_t_seq = std::max(*max_t_seq, seq);
+  }
+}
+
+}  // namespace
+
 void RowVisibility::Mask::Add(int64_t t, uint64_t seq, int64_t read_timestamp) {
   any = std::max(any, seq);
-  if (t > any_t) {
-    any_t = t;
-    any_t_seq = seq;
-  } else if (t == any_t) {
-    any_t_seq = std::max(any_t_seq, seq);
-  }
+  RaiseTo(t, seq, &any_t, &any_t_seq);
   if (t <= read_timestamp) {
     visible = std::max(visible, seq);
-    if (t > visible_t) {
-      visible_t = t;
-      visible_t_seq = seq;
-    } else if (t == visible_t) {
-      visible_t_seq = std::max(visible_t_seq, seq);
-    }
+    RaiseTo(t, seq, &visible_t, &visible_t_seq);
   }
 }
 
