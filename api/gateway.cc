@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "api/gateway.pb.h"
+#include "api/gateway_request.h"
 #include "base/await.h"
 #include "base/http/http_server.h"
 #include "base/status.h"
@@ -14,7 +15,6 @@ namespace megastore {
 
 namespace {
 
-using google::protobuf::util::JsonStringToMessage;
 using google::protobuf::util::MessageToJsonString;
 
 int HttpStatus(const absl::Status& s) {
@@ -54,21 +54,33 @@ absl::StatusOr<replication::ReadLevel> ParseLevel(const std::string& level,
       StrCat("level: \"", level, "\" is not current, snapshot or inconsistent"));
 }
 
-std::string EncodeToken(const txn::Transaction& t) {
+std::string EncodeToken(const TokenMac& mac, const txn::Transaction& t) {
   gateway::ReadToken token;
   token.set_root(t.group().root());
   token.set_position(t.position().position);
   token.set_timestamp(t.position().timestamp);
   token.set_next_leader(t.position().next_leader);
   token.set_replica(t.position().replica);
-  return absl::WebSafeBase64Escape(token.SerializeAsString());
+  return absl::WebSafeBase64Escape(mac.Seal(token.SerializeAsString()));
+}
+
+absl::StatusOr<gateway::ReadToken> DecodeToken(const TokenMac& mac, const std::string& text) {
+  std::string sealed;
+  if (!absl::WebSafeBase64Unescape(text, &sealed))
+    return absl::InvalidArgumentError("read_token: not base64 (pass back the token a read returned, unchanged)");
+  absl::StatusOr<std::string> raw = mac.Open(sealed);
+  if (!raw.ok()) return absl::InvalidArgumentError(StrCat("read_token: ", raw.status().message()));
+  gateway::ReadToken token;
+  if (!token.ParseFromString(*raw)) return absl::InvalidArgumentError("read_token: unreadable");
+  return token;
 }
 
 // Answers one request.
 class RequestHandler {
  public:
-  RequestHandler(Database* db, absl::Duration deadline) : db_(db), ctx_(db->context()) {
-    options_.deadline = deadline;
+  RequestHandler(Database* db, const GatewayOptions& options)
+      : db_(db), ctx_(db->context()), max_page_(options.max_page), mac_(*options.token_mac) {
+    options_.deadline = options.deadline;
   }
 
   absl::StatusOr<const schema::TableDescriptor*> Table(const std::string& name, std::string_view what) {
@@ -103,7 +115,7 @@ class RequestHandler {
     gateway::GetReply reply;
     reply.set_found(e.has_value());
     if (e) *reply.mutable_entity() = schema::EntityToJson(db_->layout().schema(), *table, *e);
-    reply.set_read_token(EncodeToken(*t));
+    reply.set_read_token(EncodeToken(mac_, *t));
     reply.set_position(t->position().position);
     return reply;
   }
@@ -111,7 +123,10 @@ class RequestHandler {
   absl::StatusOr<gateway::QueryReply> Query(const gateway::QueryRequest& req) {
     const schema::SchemaIndex& sx = db_->layout().schema();
     txn::QueryOptions q;
-    q.limit = req.limit();
+    if (req.limit() < 0 || req.limit() > max_page_)
+      return absl::InvalidArgumentError(StrCat("limit: ", req.limit(), " is not between 0 (a full page of ",
+                                               max_page_, ") and ", max_page_));
+    q.limit = req.limit() == 0 ? max_page_ : req.limit();
     q.cursor = req.cursor();
     gateway::QueryReply reply;
     auto fill = [&](const schema::TableDescriptor& table, const txn::QueryResult& r) {
@@ -141,7 +156,7 @@ class RequestHandler {
                             t->IndexQuery(index->name(), values, q, std::move(cb));
                           }));
       fill(*table, r);
-      reply.set_read_token(EncodeToken(*t));
+      reply.set_read_token(EncodeToken(mac_, *t));
       return reply;
     }
     MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(req.table(), "table"));
@@ -153,7 +168,7 @@ class RequestHandler {
                           t->Query(table->name(), prefix, q, std::move(cb));
                         }));
     fill(*table, r);
-    reply.set_read_token(EncodeToken(*t));
+    reply.set_read_token(EncodeToken(mac_, *t));
     return reply;
   }
 
@@ -188,10 +203,7 @@ class RequestHandler {
     absl::StatusOr<txn::CommitInfo> info;
     if (!req.read_token().empty()) {
       // Commit right after the read: the next position, or a conflict.
-      std::string raw;
-      gateway::ReadToken token;
-      if (!absl::WebSafeBase64Unescape(req.read_token(), &raw) || !token.ParseFromString(raw))
-        return absl::InvalidArgumentError("read_token: not a token this gateway gave out");
+      MS_ASSIGN_OR_RETURN(const gateway::ReadToken token, DecodeToken(mac_, req.read_token()));
       const auto& replicas = ctx_.client->options().replicas;
       if (token.replica() < 0 || token.replica() >= static_cast<int>(replicas.size()) ||
           replicas[static_cast<size_t>(token.replica())].type == replication::ReplicaType::kWitness)
@@ -233,16 +245,14 @@ class RequestHandler {
   Database* const db_;
   const txn::Context ctx_;
   txn::TransactionOptions options_;
+  const int64_t max_page_;
+  const TokenMac& mac_;
 };
 
 template <typename Request, typename Fn>
-Gateway::Reply Serve(const std::string& body, Fn fn) {
+Gateway::Reply Serve(const std::string& body, int max_json_depth, Fn fn) {
   Request req;
-  google::protobuf::util::JsonParseOptions o;
-  o.ignore_unknown_fields = false;
-  if (auto st = JsonStringToMessage(body, &req, o); !st.ok())
-    return Error(absl::InvalidArgumentError(StrCat("request is not valid JSON for ",
-                                                   Request::descriptor()->name(), ": ", st.message().as_string())));
+  if (absl::Status s = gateway::ParseRequest(body, &req, max_json_depth); !s.ok()) return Error(s);
   auto reply = fn(req);
   if (!reply.ok()) return Error(reply.status());
   return Json(*reply);
@@ -250,18 +260,20 @@ Gateway::Reply Serve(const std::string& body, Fn fn) {
 
 }  // namespace
 
-Gateway::Gateway(Database* db, GatewayOptions options) : db_(db), options_(std::move(options)) {}
+Gateway::Gateway(Database* db, GatewayOptions options) : db_(db), options_(std::move(options)) {
+  if (options_.token_mac == nullptr) options_.token_mac = std::make_shared<const TokenMac>(TokenMac::Random());
+}
 
 Gateway::~Gateway() { Stop(); }
 
 Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body) {
-  RequestHandler h(db_, options_.deadline);
+  RequestHandler h(db_, options_);
   if (path == "/v1/get")
-    return Serve<gateway::GetRequest>(body, [&](const auto& r) { return h.Get(r); });
+    return Serve<gateway::GetRequest>(body, options_.max_json_depth, [&](const auto& r) { return h.Get(r); });
   if (path == "/v1/query")
-    return Serve<gateway::QueryRequest>(body, [&](const auto& r) { return h.Query(r); });
+    return Serve<gateway::QueryRequest>(body, options_.max_json_depth, [&](const auto& r) { return h.Query(r); });
   if (path == "/v1/commit")
-    return Serve<gateway::CommitRequest>(body, [&](const auto& r) { return h.Commit(r); });
+    return Serve<gateway::CommitRequest>(body, options_.max_json_depth, [&](const auto& r) { return h.Commit(r); });
   if (path == "/v1/schema") return Json(db_->layout().schema().schema());
   return Error(absl::NotFoundError(StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
 }
@@ -272,7 +284,7 @@ absl::Status Gateway::Start() {
     const std::string p = path;
     server_->HandleRequests(p, [this, p](const http::Request& req) {
       const bool get_ok = p == "/v1/schema";
-      if (req.method != "POST" && !(get_ok && req.method == "GET"))
+      if (req.method != (get_ok ? "GET" : "POST"))
         return http::Response{405, "application/json",
                               StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ",
                                      get_ok ? "GET" : "POST", "\"}\n")};

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "api/database.h"
+#include "base/token_mac.h"
 
 namespace megastore {
 
@@ -26,6 +27,15 @@ struct GatewayOptions {
   int workers = 8;  // requests served at once (each blocks a worker)
   // Each request's deadline.
   absl::Duration deadline = absl::Seconds(10);
+  // Objects and arrays in a request body nest at most this deep (checked
+  // before the body is parsed).
+  int max_json_depth = 32;
+  // Most entities one query page returns; a query's "limit" of 0 means this.
+  int64_t max_page = 1000;
+  // Seals the read tokens handed out, so a client cannot forge or alter
+  // one (its position, timestamp or replica). Gateways that share it accept
+  // each other's tokens. Null: a random secret of this gateway's own.
+  std::shared_ptr<const TokenMac> token_mac;
 };
 
 class Gateway {
@@ -48,7 +58,7 @@ class Gateway {
 
  private:
   Database* const db_;
-  const GatewayOptions options_;
+  GatewayOptions options_;
   std::unique_ptr<http::HttpServer> server_;
 };
 

@@ -4,7 +4,8 @@
 
 namespace megastore {
 
-// Sends logs to stderr (LogToStderr). In release builds (NDEBUG), turns
+// Sends logs to stderr (LogToStderr) and raises the descriptor limit to
+// its hard maximum (RaiseDescriptorLimit). In release builds (NDEBUG), turns
 // off absl::Mutex's deadlock detector:
 // Debian builds Abseil without NDEBUG, which leaves the detector on and
 // makes every lock acquisition update a lock graph (a few percent of a busy

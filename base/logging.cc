@@ -4,6 +4,7 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
@@ -76,6 +77,20 @@ void KeepRecentErrors(size_t n) {
 std::vector<std::string> RecentErrors() {
   if (!RecentSink()) return {};
   return RecentSink()->last_formatted();
+}
+
+bool LogRateLimiter::Allow(uint64_t* suppressed) {
+  const int64_t second = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t window = window_.load();
+  if (second != window && window_.compare_exchange_strong(window, second)) used_ = 0;
+  if (used_.fetch_add(1) >= per_second_) {
+    refused_.fetch_add(1);
+    return false;
+  }
+  *suppressed = refused_.exchange(0);
+  return true;
 }
 
 void CheckFailed(const char* file, int line, const char* condition,

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +36,22 @@ void KeepRecentErrors(size_t n = 20);
 // Those lines, oldest first (empty if KeepRecentErrors was not called).
 std::vector<std::string> RecentErrors();
 
+// Lets a call site log at most `per_second` lines a second, so that a peer
+// sending garbage cannot fill the disk with warnings. Thread-safe.
+class LogRateLimiter {
+ public:
+  explicit LogRateLimiter(int per_second = 10) : per_second_(per_second) {}
+  // True when a line may be logged now; `*suppressed` is then the number of
+  // lines refused since the last one let through.
+  bool Allow(uint64_t* suppressed);
+
+ private:
+  const int per_second_;
+  std::atomic<int64_t> window_{0};  // the current second (steady clock)
+  std::atomic<int> used_{0};        // lines let through in it
+  std::atomic<uint64_t> refused_{0};
+};
+
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition,
                               const std::string& message);
 
@@ -44,6 +62,17 @@ std::vector<std::string> RecentErrors();
 #define MS_LOG_INFO(...) ::spdlog::info(__VA_ARGS__)
 #define MS_LOG_WARN(...) ::spdlog::warn(__VA_ARGS__)
 #define MS_LOG_ERROR(...) ::spdlog::error(__VA_ARGS__)
+
+// A warning logged at most ten times a second from this call site; the
+// next line let through says how many were dropped.
+#define MS_LOG_WARN_LIMITED(...)                                                       \
+  do {                                                                                 \
+    static ::megastore::LogRateLimiter ms_log_limiter_;                                \
+    if (uint64_t ms_suppressed_ = 0; ms_log_limiter_.Allow(&ms_suppressed_)) {         \
+      if (ms_suppressed_ > 0) ::spdlog::warn("({} similar lines suppressed)", ms_suppressed_); \
+      ::spdlog::warn(__VA_ARGS__);                                                     \
+    }                                                                                  \
+  } while (0)
 
 // MS_CHECK(cond) or MS_CHECK(cond, "format {}", args...).
 #define MS_CHECK(cond, ...)                                              \

@@ -1,6 +1,7 @@
 #include "replication/group_client.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -242,7 +243,25 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   }
 
   void OnReply(const paxos::Message& request, uint64_t round, absl::StatusOr<PaxosReply> r) {
-    if (!r.ok()) return;  // lost: the round timer takes care of it
+    if (!r.ok()) {
+      // A position no replica knows the group to have reached (a forged
+      // read position): once a majority says so, stop retrying. Nothing of
+      // ours can be chosen without them, but a minority may hold it, so the
+      // outcome is still reported as unknown.
+      if (!IsBeyondTop(r.status())) return;  // lost: the round timer takes care of it
+      bool give_up;
+      {
+        absl::MutexLock lock(&mu_);
+        beyond_top_.insert(request.acceptor);
+        give_up = !finished_ && beyond_top_.size() >= c_->voters().size() / 2 + 1;
+      }
+      if (give_up) {
+        Finish(absl::DeadlineExceededError(StrCat("outcome unknown: a majority of replicas refused log position ",
+                                                  position_, " as beyond the group's log (",
+                                                  r.status().message(), ")")));
+      }
+      return;
+    }
     if (r->learned()) {
       Chosen chosen;
       chosen.value = r->learned_value();
@@ -379,6 +398,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<paxos::Ballot> chosen_ballot_ ABSL_GUARDED_BY(mu_);
+  std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);  // acceptors that refused the position as too far
   const std::shared_ptr<LateAccepts> late_ = std::make_shared<LateAccepts>();
   Callback<Chosen> done_ ABSL_GUARDED_BY(mu_);
 };
@@ -825,11 +845,66 @@ void GroupClient::ScanIndex(std::string table, std::string start, std::string en
                           req, DeadlineFrom(this, deadline), std::move(done));
 }
 
+void GroupClient::SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done, int64_t deadline) {
+  struct Poll {
+    absl::Mutex mu;
+    size_t outstanding ABSL_GUARDED_BY(mu) = 0;
+    Callback<bool> done ABSL_GUARDED_BY(mu);
+  };
+  auto poll = std::make_shared<Poll>();
+  std::vector<int> others;
+  for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
+    if (i != options_.local) others.push_back(i);
+  {
+    absl::MutexLock lock(&poll->mu);
+    poll->outstanding = others.size();
+    poll->done = std::move(done);
+  }
+  if (others.empty()) {
+    Callback<bool> d;
+    {
+      absl::MutexLock lock(&poll->mu);
+      d = std::move(poll->done);
+    }
+    return d(false);
+  }
+  StateRequest req;
+  *req.mutable_group() = std::move(group);
+  deadline = DeadlineFrom(this, deadline);
+  for (int i : others) {
+    CallProto<StateReply>(this, options_.replicas[i].replication, "repl.State", req,
+                          [poll, position](absl::StatusOr<StateReply> r) {
+                            const bool reached =
+                                r.ok() && std::max(r->top(), r->applied().position()) >= position;
+                            Callback<bool> d;
+                            {
+                              absl::MutexLock lock(&poll->mu);
+                              --poll->outstanding;
+                              if (!poll->done || (!reached && poll->outstanding > 0)) return;
+                              d = std::move(poll->done);
+                              poll->done = nullptr;
+                            }
+                            d(reached);
+                          },
+                          std::nullopt, deadline);
+  }
+}
+
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
                          Callback<CommitResult> done, int64_t deadline_in) {
   const uint64_t position = at.position + 1;
   const int local = options_.local;
-  entry.set_timestamp(std::max(env_->NowMicros(), at.timestamp + 1));
+  const int64_t now = env_->NowMicros();
+  const int64_t skew = absl::ToInt64Microseconds(options_.max_clock_skew);
+  if (at.timestamp > now && at.timestamp - now > skew) {
+    return done(absl::InvalidArgumentError(
+        StrCat("the read position's timestamp ", at.timestamp, " us is beyond this clock (", now,
+               " us) plus the allowed skew (", skew, " us): refusing to commit after it")));
+  }
+  if (at.position == std::numeric_limits<uint64_t>::max()) {
+    return done(absl::InvalidArgumentError("the read position is the last possible log position"));
+  }
+  entry.set_timestamp(std::max(now, at.timestamp + 1));
   entry.set_next_leader(Votes(options_.replicas[local].type) ? local : -1);
   std::optional<int> leader;
   for (size_t i = 0; i < voters_.size(); ++i)

@@ -50,6 +50,11 @@ struct GroupClientOptions {
   absl::Duration max_backoff = absl::Milliseconds(40);
   // How long one ReadPosition / Commit / CatchUp may take in all.
   absl::Duration deadline = absl::Seconds(10);
+  // How far beyond the local clock a log entry's timestamp may be: a
+  // writer refuses to commit after a read whose timestamp is further ahead
+  // (a forged or corrupted position), and a replica refuses to accept such
+  // an entry. Must exceed the clock skew between datacenters.
+  absl::Duration max_clock_skew = kDefaultMaxClockSkew;
 };
 
 enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };
@@ -131,6 +136,11 @@ class GroupClient {
   // timestamp and next-leader nominee; the caller sets a unique `id`.
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done,
               int64_t deadline = 0);
+  // Whether some replica other than the local one knows the group's log
+  // reached `position` (its top or applied position is at least that):
+  // asks them all, answers true at the first that does, false once all
+  // answered (or the deadline passed) without one.
+  void SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done, int64_t deadline = 0);
   // Brings replica `replica` up to at least position `target`: copies known
   // chosen values, decides unknown positions with no-op Paxos, applies in
   // order. Returns the replica's applied position.

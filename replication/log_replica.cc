@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "base/coding.h"
 #include "base/strings.h"
 #include "paxos/paxos.h"
@@ -168,39 +169,78 @@ std::vector<Mutation> EntryMutations(const RowChange& change, int64_t timestamp)
 
 // ---- acceptor -------------------------------------------------------------------
 
-void LogReplica::Paxos(PaxosRequest request, Callback<PaxosReply> done) {
+bool IsBeyondTop(const absl::Status& s) {
+  return absl::IsOutOfRange(s) && absl::StrContains(s.message(), "beyond one past");
+}
+
+namespace {
+
+absl::Status BeyondTop(const GroupRef& group, uint64_t position, uint64_t top) {
+  return absl::OutOfRangeError(StrCat("entity group ", EscapeBytes(group.root()), ": position ", position,
+                                      " is beyond one past the highest position this replica knows (", top,
+                                      ")"));
+}
+
+}  // namespace
+
+absl::Status LogReplica::CheckTimestamp(const GroupRef& group, uint64_t position, int64_t timestamp) const {
+  if (env_ == nullptr) return absl::OkStatus();
+  const int64_t now = env_->NowMicros();
+  const int64_t skew = absl::ToInt64Microseconds(max_clock_skew_);
+  if (timestamp <= now || timestamp - now <= skew) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("entity group ", EscapeBytes(group.root()), ": the entry for position ",
+                                           position, " has timestamp ", timestamp,
+                                           " us, beyond this replica's clock (", now,
+                                           " us) plus the allowed skew (", skew, " us)"));
+}
+
+void LogReplica::Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<PaxosReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
   if (request.position() == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
   if (type_ == ReplicaType::kReadOnly)
     return done(absl::FailedPreconditionError("a read-only replica does not vote"));
+  if (request.accept()) {
+    LogEntry entry;
+    if (!entry.ParseFromString(request.value()))
+      return done(absl::InvalidArgumentError(
+          StrCat("repl.Paxos: the value proposed for position ", request.position(), " is not a log entry")));
+    if (absl::Status s = CheckTimestamp(request.group(), request.position(), entry.timestamp()); !s.ok())
+      return done(s);
+  }
   auto req = std::make_shared<PaxosRequest>(std::move(request));
-  if (!req->accept() || req->ballot().round() != 0 || req->ballot().proposer() != 0)
-    return PaxosAttempt(req, 0, std::move(done));
-  // The fast path's accept usually finds the position untouched: write the
-  // acceptor state in one CheckAndMutateRow that applies only if no cell of
-  // the position exists; otherwise take the general read-then-write path.
+  const uint64_t pos = req->position();
+  if (!req->accept() || req->ballot().round() != 0 || req->ballot().proposer() != 0 || pos == 1)
+    return PaxosAttempt(req, known_elsewhere, 0, std::move(done));
+  // The fast path's accept usually finds the group's top at the previous
+  // position: then nothing is stored for this one yet (every step writes
+  // the top with its position), and one CheckAndMutateRow conditioned on
+  // the top writes the acceptor state. Otherwise the general
+  // read-then-write path decides, bounds included.
   paxos::AcceptorState state;
   const PaxosReply reply = ToReply(paxos::HandleRequest(state, ToMessage(*req)));
-  const uint64_t pos = req->position();
-  RowFilter any = LogRead(RowFilter::QualifierMatch::kPrefix, PositionPrefix(pos)).filter;
+  RowFilter top_is_previous = LogRead(RowFilter::QualifierMatch::kExact, kTopColumn).filter;
+  std::string previous;
+  AppendOrderedUint64(&previous, pos - 1);
+  top_is_previous.value_range = storage::ByteRange{previous, previous, true};
   bigtable_->CheckAndMutateRow(
-      req->group().table(), req->group().root(), std::move(any), {},
+      req->group().table(), req->group().root(), std::move(top_is_previous),
       {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), ToRecord(state).SerializeAsString(), 0),
        TopCell(pos)},
-      [this, req, reply, done = std::move(done)](absl::StatusOr<bool> existed) mutable {
-        if (!existed.ok()) return done(existed.status());
-        if (!*existed) return done(std::move(reply));
-        PaxosAttempt(req, 0, std::move(done));
+      {},
+      [this, req, known_elsewhere, reply, done = std::move(done)](absl::StatusOr<bool> matched) mutable {
+        if (!matched.ok()) return done(matched.status());
+        if (*matched) return done(std::move(reply));
+        PaxosAttempt(req, known_elsewhere, 0, std::move(done));
       });
 }
 
-void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, int attempt,
+void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, uint64_t known_elsewhere, int attempt,
                               Callback<PaxosReply> done) {
   const uint64_t pos = req->position();
   bigtable_->ReadRow(
       req->group().table(), req->group().root(),
       LogRead(RowFilter::QualifierMatch::kPrefix, PositionPrefix(pos)),
-      [this, req, attempt, pos, done = std::move(done)](
+      [this, req, known_elsewhere, attempt, pos, done = std::move(done)](
           absl::StatusOr<std::optional<Row>> row) mutable {
         if (!row.ok()) return done(row.status());
         std::optional<std::string> stored;  // the acceptor cell as read
@@ -215,47 +255,62 @@ void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, int attempt,
             if (c.qualifier == AcceptorColumn(pos)) stored = c.value;
           }
         }
-        AcceptorRecord record;
-        if (stored && !record.ParseFromString(*stored))
-          return done(Corrupt(req->group(), StrCat("unreadable acceptor state at position ", pos)));
-        paxos::AcceptorState state;
-        state.promised = FromProto(record.promised());
-        if (record.has_accepted()) {
-          state.accepted_ballot = FromProto(record.accepted());
-          state.accepted_value = record.accepted_value();
+        if (stored || pos == 1 || pos <= known_elsewhere + 1) {
+          return PaxosStep(req, attempt, std::move(stored), std::move(done));
         }
-        const paxos::AcceptorState before = state;
-        const paxos::Message r = paxos::HandleRequest(state, ToMessage(*req));
-        PaxosReply reply = ToReply(r);
-        if (state == before) return done(std::move(reply));
+        // Nothing stored for this position: it must be at most one past
+        // the highest position known here.
+        State(req->group(), [this, req, attempt, pos, done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+          if (!state.ok()) return done(state.status());
+          const uint64_t top = std::max(state->top(), state->applied().position());
+          if (pos > top + 1) return done(BeyondTop(req->group(), pos, top));
+          PaxosStep(req, attempt, std::nullopt, std::move(done));
+        });
+      });
+}
 
-        const AcceptorRecord next = ToRecord(state);
-        std::vector<Mutation> write = {
-            Mutation::SetCell(kLogFamily, AcceptorColumn(pos), next.SerializeAsString(), 0),
-            TopCell(pos)};
-        // The predicate matches iff the acceptor cell is still what we read.
-        RowFilter pred = LogRead(RowFilter::QualifierMatch::kExact, AcceptorColumn(pos)).filter;
-        std::vector<Mutation> if_true, if_false;
-        if (stored) {
-          pred.value_range = storage::ByteRange{*stored, *stored, true};
-          if_true = std::move(write);
-        } else {
-          if_false = std::move(write);
-        }
-        const bool expect = stored.has_value();
-        bigtable_->CheckAndMutateRow(
-            req->group().table(), req->group().root(), std::move(pred), std::move(if_true),
-            std::move(if_false),
-            [this, req, attempt, expect, reply = std::move(reply),
-             done = std::move(done)](absl::StatusOr<bool> matched) mutable {
-              if (!matched.ok()) return done(matched.status());
-              if (*matched == expect) return done(std::move(reply));
-              if (attempt + 1 >= kMaxStepAttempts)
-                return done(absl::AbortedError(StrCat(
-                    "acceptor state of position ", req->position(),
-                    " kept changing under this step; try again")));
-              PaxosAttempt(req, attempt + 1, std::move(done));
-            });
+void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt, std::optional<std::string> stored,
+                           Callback<PaxosReply> done) {
+  const uint64_t pos = req->position();
+  AcceptorRecord record;
+  if (stored && !record.ParseFromString(*stored))
+    return done(Corrupt(req->group(), StrCat("unreadable acceptor state at position ", pos)));
+  paxos::AcceptorState state;
+  state.promised = FromProto(record.promised());
+  if (record.has_accepted()) {
+    state.accepted_ballot = FromProto(record.accepted());
+    state.accepted_value = record.accepted_value();
+  }
+  const paxos::AcceptorState before = state;
+  const paxos::Message r = paxos::HandleRequest(state, ToMessage(*req));
+  PaxosReply reply = ToReply(r);
+  if (state == before) return done(std::move(reply));
+
+  const AcceptorRecord next = ToRecord(state);
+  std::vector<Mutation> write = {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), next.SerializeAsString(), 0),
+                                 TopCell(pos)};
+  // The predicate matches iff the acceptor cell is still what we read.
+  RowFilter pred = LogRead(RowFilter::QualifierMatch::kExact, AcceptorColumn(pos)).filter;
+  std::vector<Mutation> if_true, if_false;
+  if (stored) {
+    pred.value_range = storage::ByteRange{*stored, *stored, true};
+    if_true = std::move(write);
+  } else {
+    if_false = std::move(write);
+  }
+  const bool expect = stored.has_value();
+  bigtable_->CheckAndMutateRow(
+      req->group().table(), req->group().root(), std::move(pred), std::move(if_true), std::move(if_false),
+      [this, req, attempt, expect, reply = std::move(reply), done = std::move(done)](
+          absl::StatusOr<bool> matched) mutable {
+        if (!matched.ok()) return done(matched.status());
+        if (*matched == expect) return done(std::move(reply));
+        if (attempt + 1 >= kMaxStepAttempts)
+          return done(absl::AbortedError(
+              StrCat("acceptor state of position ", req->position(), " kept changing under this step; try again")));
+        // Re-read: the state changed, so the position is no longer empty
+        // here and needs no bound check.
+        PaxosAttempt(req, req->position(), attempt + 1, std::move(done));
       });
 }
 
@@ -308,15 +363,32 @@ void LogReplica::Apply(ApplyRequest request, Callback<ApplyReply> done) {
     return done(absl::InvalidArgumentError(
         StrCat("repl.Apply: the value of position ", request.position(), " is not a log entry")));
   const GroupRef group = request.group();
-  bigtable_->MutateRow(
-      group.table(), group.root(),
-      {Mutation::SetCell(kLogFamily, LearnedColumn(request.position()), request.value(), 0),
-       TopCell(request.position())},
-      storage::kServerTimestamp,
-      [this, group, position = request.position(), value = request.value(),
-       done = std::move(done)](absl::Status s) mutable {
-        if (!s.ok()) return done(s);
-        ApplyLoop(group, std::move(done), std::make_pair(position, std::move(value)));
+  const uint64_t pos = request.position();
+  std::vector<Mutation> learn = {Mutation::SetCell(kLogFamily, LearnedColumn(pos), request.value(), 0),
+                                 TopCell(pos)};
+  auto then = [this, group, pos, value = request.value(), done = std::move(done)](absl::Status s) mutable {
+    if (!s.ok()) return done(s);
+    ApplyLoop(group, std::move(done), std::make_pair(pos, std::move(value)));
+  };
+  if (pos == 1) {
+    return bigtable_->MutateRow(group.table(), group.root(), std::move(learn), storage::kServerTimestamp,
+                                std::move(then));
+  }
+  // Recorded only if the top here is at least the previous position (the
+  // top's ordered encoding compares as its number does).
+  RowFilter top_reaches_previous = LogRead(RowFilter::QualifierMatch::kExact, kTopColumn).filter;
+  std::string previous;
+  AppendOrderedUint64(&previous, pos - 1);
+  top_reaches_previous.value_range = storage::ByteRange{previous, std::nullopt, false};
+  bigtable_->CheckAndMutateRow(
+      group.table(), group.root(), std::move(top_reaches_previous), std::move(learn), {},
+      [this, group, pos, then = std::move(then)](absl::StatusOr<bool> matched) mutable {
+        if (!matched.ok()) return then(matched.status());
+        if (*matched) return then(absl::OkStatus());
+        State(group, [group, pos, then = std::move(then)](absl::StatusOr<StateReply> state) mutable {
+          if (!state.ok()) return then(state.status());
+          then(BeyondTop(group, pos, std::max(state->top(), state->applied().position())));
+        });
       });
 }
 

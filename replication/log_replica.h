@@ -21,6 +21,8 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/env.h"
 #include "replication/replication.pb.h"
 #include "storage/client/bigtable_client.h"
 #include "storage/tablet/schema.pb.h"
@@ -28,6 +30,12 @@
 namespace megastore::replication {
 
 inline constexpr char kLogFamily[] = "p";
+
+// How far ahead of a replica's clock a proposed entry's timestamp may be
+// (GroupClientOptions::max_clock_skew): more than any honest clock drifts,
+// far less than a timestamp that would drag every later commit of the
+// group into the future.
+inline constexpr absl::Duration kDefaultMaxClockSkew = absl::Seconds(10);
 
 // The column family every Megastore table needs for its groups' logs.
 storage::ColumnFamily LogFamilySchema();
@@ -54,21 +62,37 @@ class LogReplica {
   template <typename T>
   using Callback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
 
-  // `bigtable` must outlive this object.
-  LogReplica(storage::BigtableClient* bigtable, ReplicaType type)
-      : bigtable_(bigtable), type_(type) {}
+  // `bigtable` (and `env`, if given) must outlive this object. With an
+  // `env`, a proposed entry's timestamp is checked against its clock.
+  LogReplica(storage::BigtableClient* bigtable, ReplicaType type, Env* env = nullptr,
+             absl::Duration max_clock_skew = kDefaultMaxClockSkew)
+      : bigtable_(bigtable), type_(type), env_(env), max_clock_skew_(max_clock_skew) {}
 
   ReplicaType type() const { return type_; }
 
   // One acceptor step (paxos::HandleRequest), persisted before the reply.
   // Replies `learned` instead if the position's chosen value is known here.
-  void Paxos(PaxosRequest request, Callback<PaxosReply> done);
+  //
+  // Refuses what no honest writer sends, so that no client can push the
+  // group's log where it cannot follow:
+  //   * OutOfRange for a position with nothing here that is beyond one past
+  //     the highest position this replica knows for the group (its top), or
+  //     than `known_elsewhere` + 1 when the caller has learned from other
+  //     replicas that the group reached `known_elsewhere` (a replica that
+  //     missed some positions still votes on the next one);
+  //   * InvalidArgument for an accepted value that is not a log entry, or
+  //     whose timestamp is beyond this replica's clock plus the allowed
+  //     skew (naming both).
+  void Paxos(PaxosRequest request, Callback<PaxosReply> done) { Paxos(std::move(request), 0, std::move(done)); }
+  void Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<PaxosReply> done);
   void State(GroupRef group, Callback<StateReply> done);
   // At most kMaxReadLog positions per call.
   void ReadLog(ReadLogRequest request, Callback<ReadLogReply> done);
   // Records the chosen value of a position, then applies every consecutive
   // known position after the applied one (data only on full and read-only
-  // replicas). Safe to run concurrently and repeatedly.
+  // replicas). Safe to run concurrently and repeatedly. OutOfRange for a
+  // position beyond one past this replica's top: a replica that fell
+  // behind catches up in order (GroupClient::CatchUp), never by jumping.
   void Apply(ApplyRequest request, Callback<ApplyReply> done);
   // The latest cells of `row`'s `family` as of `timestamp`.
   void Read(ReadRequest request, Callback<ReadReply> done);
@@ -81,7 +105,14 @@ class LogReplica {
   static constexpr uint64_t kMaxReadLog = 256;
 
  private:
-  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, int attempt, Callback<PaxosReply> done);
+  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, int attempt,
+                    Callback<PaxosReply> done);
+  // The acceptor step itself, once the position's stored state is known.
+  void PaxosStep(std::shared_ptr<PaxosRequest> request, int attempt, std::optional<std::string> stored,
+                 Callback<PaxosReply> done);
+  // InvalidArgument if `timestamp` is beyond this replica's clock plus the
+  // allowed skew.
+  absl::Status CheckTimestamp(const GroupRef& group, uint64_t position, int64_t timestamp) const;
   // Applies learned positions in order from the applied one. `known`: a
   // position's value the caller just learned (spares reading it back).
   void ApplyLoop(GroupRef group, Callback<ApplyReply> done,
@@ -89,7 +120,12 @@ class LogReplica {
 
   storage::BigtableClient* const bigtable_;
   const ReplicaType type_;
+  Env* const env_;
+  const absl::Duration max_clock_skew_;
 };
+
+// True for the OutOfRange refusal of a position beyond a replica's top.
+bool IsBeyondTop(const absl::Status& s);
 
 // Validates a request's group reference (InvalidArgument naming the problem).
 absl::Status CheckGroup(const GroupRef& group);

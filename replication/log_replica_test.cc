@@ -42,8 +42,15 @@ class LogReplicaTest : public ::testing::Test {
     req.set_accept(accept);
     req.mutable_ballot()->set_round(round);
     req.mutable_ballot()->set_proposer(proposer);
-    req.set_value(value);
+    req.set_value(EntryValue(value));
     return Await<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
+  }
+
+  // A proposed value: a log entry named `id` ("" for a no-op).
+  static std::string EntryValue(const std::string& id) {
+    LogEntry e;
+    e.set_id(id);
+    return e.SerializeAsString();
   }
 
   absl::StatusOr<ApplyReply> Apply(LogReplica& r, uint64_t pos, const LogEntry& e) {
@@ -114,7 +121,7 @@ TEST_F(LogReplicaTest, AcceptorStateIsPersistedInTheRootRowAndSurvivesANewServer
   EXPECT_TRUE(p->ok());
   ASSERT_TRUE(p->has_accepted());
   EXPECT_EQ(p->accepted().round(), 3u);
-  EXPECT_EQ(p->accepted_value(), "v1");
+  EXPECT_EQ(p->accepted_value(), EntryValue("v1"));
   absl::StatusOr<StateReply> s = State(again);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->top(), 1u);
@@ -131,6 +138,7 @@ TEST_F(LogReplicaTest, BallotZeroHasOneOwnerPerPosition) {
 
 TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
   LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  ASSERT_TRUE(Step(r, 1, true, 0, 0, "w1")->ok());  // accepted here, not yet learned
   absl::StatusOr<ApplyReply> a = Apply(r, 2, Set("w2", "root/k", "two", 200));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->applied().position(), 0u) << "position 1 is not known yet";
@@ -201,6 +209,69 @@ TEST_F(LogReplicaTest, ALateApplyOfAnEarlierPositionBringsNothingDeletedBack) {
   absl::StatusOr<ReadReply> reply = Await<ReadReply>([&](auto cb) { r.Read(latest, std::move(cb)); });
   ASSERT_TRUE(reply.ok());
   EXPECT_FALSE(reply->found()) << "an inconsistent read sees the delete too";
+}
+
+TEST_F(LogReplicaTest, PositionsBeyondOnePastTheTopAreRefusedAndChangeNothing) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull, Env::Default());
+  ASSERT_TRUE(Step(r, 1, true, 0, 0, "a")->ok());
+  ASSERT_TRUE(Step(r, 2, true, 0, 0, "b")->ok());  // the fast path: the top is 1
+  // A forged far position, on the fast path, the general path and apply.
+  // Before, each was accepted and raised the top: current reads then had
+  // to fill every position up to it.
+  for (const absl::Status& s :
+       {Step(r, 1000, true, 0, 0, "far").status(), Step(r, 4, false, 5, 5).status(),
+        Step(r, 4, true, 5, 5, "far").status(), Apply(r, uint64_t{1} << 40, Set("far", "root/k", "x", 1)).status()}) {
+    EXPECT_TRUE(IsBeyondTop(s)) << s;
+    EXPECT_NE(s.message().find("highest position this replica knows (2)"), std::string_view::npos) << s;
+  }
+  absl::StatusOr<StateReply> state = State(r);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->top(), 2u);
+  EXPECT_EQ(Value(r, "root/k", 1000), std::nullopt);
+  // One past the top is the next position.
+  EXPECT_TRUE(Step(r, 3, false, 1, 1).ok());
+  // A replica that missed positions votes on the next one when the caller
+  // learned from another replica that the group got that far.
+  PaxosRequest vouched;
+  *vouched.mutable_group() = Group();
+  vouched.set_position(10);
+  vouched.set_accept(true);
+  vouched.set_value(EntryValue("ten"));
+  absl::StatusOr<PaxosReply> p = Await<PaxosReply>([&](auto cb) { r.Paxos(vouched, 9, std::move(cb)); });
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->ok());
+  EXPECT_EQ(State(r)->top(), 10u);
+}
+
+TEST_F(LogReplicaTest, EntriesTimestampedBeyondTheClockPlusTheSkewAreRefused) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull, Env::Default(), absl::Seconds(5));
+  auto propose = [&](uint64_t pos, int64_t ts) {
+    LogEntry e;
+    e.set_id("e");
+    e.set_timestamp(ts);
+    PaxosRequest req;
+    *req.mutable_group() = Group();
+    req.set_position(pos);
+    req.set_accept(true);
+    req.set_value(e.SerializeAsString());
+    return Await<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
+  };
+  const int64_t now = Env::Default()->NowMicros();
+  absl::StatusOr<PaxosReply> future = propose(1, now + 3600'000'000);
+  EXPECT_EQ(future.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(future.status().message().find("plus the allowed skew (5000000 us)"), std::string_view::npos)
+      << future.status();
+  EXPECT_EQ(State(r)->top(), 0u) << "nothing stored";
+  absl::StatusOr<PaxosReply> near = propose(1, now + 1'000'000);
+  ASSERT_TRUE(near.ok()) << near.status();
+  EXPECT_TRUE(near->ok());
+  PaxosRequest garbage;
+  *garbage.mutable_group() = Group();
+  garbage.set_position(2);
+  garbage.set_accept(true);
+  garbage.set_value("\xff\xff not an entry");
+  EXPECT_EQ(Await<PaxosReply>([&](auto cb) { r.Paxos(garbage, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(LogReplicaTest, AWitnessKeepsTheLogButNoDataAndAReadOnlyReplicaDoesNotVote) {

@@ -35,7 +35,8 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
                                      ReplicationServerOptions options)
     : env_(env),
       options_(std::move(options)),
-      replica_(bigtable, options_.cluster.replicas[options_.cluster.local].type),
+      replica_(bigtable, options_.cluster.replicas[options_.cluster.local].type, env,
+               options_.cluster.max_clock_skew),
       client_(env, transport, options_.cluster) {}
 
 ReplicationServer::~ReplicationServer() { Stop(); }
@@ -78,6 +79,7 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   s.applies = counters_.applies.load();
   s.sweeps = counters_.sweeps.load();
   s.sweep_catchups = counters_.sweep_catchups.load();
+  s.gap_votes = counters_.gap_votes.load();
   return s;
 }
 
@@ -103,11 +105,24 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     Note(req.group());
     PaxosCount count{Key(req.group()),   req.accept(),       req.ballot().round() == 0,
                      req.position(),     req.value().size(), env_->MonotonicMicros()};
-    replica_.Paxos(std::move(req), [this, count = std::move(count),
-                                    respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
+    auto answer = [this, count = std::move(count), respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
       CountPaxos(count, r);
       if (!r.ok()) return respond(r.status());
       respond(r->SerializeAsString());
+    };
+    const PaxosRequest copy = req;
+    replica_.Paxos(std::move(req), [this, copy, answer = std::move(answer)](absl::StatusOr<PaxosReply> r) mutable {
+      if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
+      // This replica missed earlier positions: it still votes on the next
+      // one if another replica knows the group got that far.
+      client_.SomeReplicaReached(
+          copy.group(), copy.position() - 1,
+          [this, copy, answer = std::move(answer), r = std::move(r)](absl::StatusOr<bool> reached) mutable {
+            if (!reached.ok() || !*reached) return answer(std::move(r));
+            counters_.gap_votes++;
+            replica_.Paxos(copy, copy.position() - 1, std::move(answer));
+          },
+          env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.cluster.rpc_timeout));
     });
   } else if (method == "repl.State") {
     StateRequest req;

@@ -62,6 +62,7 @@ class ReplicationServer {
     uint64_t applies = 0;         // repl.Apply
     uint64_t sweeps = 0;
     uint64_t sweep_catchups = 0;  // incomplete writes the sweep finished
+    uint64_t gap_votes = 0;       // votes on a position past this replica's top, another replica vouching
   };
   Stats stats() const;
   const LatencyHistogram& paxos_latency() const { return paxos_latency_; }
@@ -111,7 +112,7 @@ class ReplicationServer {
 
   struct Counters {
     std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0}, applies{0}, sweeps{0},
-        sweep_catchups{0};
+        sweep_catchups{0}, gap_votes{0};
   };
   Counters counters_;
   LatencyHistogram paxos_latency_, read_latency_;

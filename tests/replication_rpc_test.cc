@@ -96,6 +96,48 @@ TEST_F(ReplicationRpcTest, ACommitAtOneDatacenterIsReadCurrentlyAtAnother) {
   EXPECT_EQ(CurrentValue(a, "g/k"), "0123456789");
 }
 
+// A client that hands back a forged read position (a re-encoded token, a
+// corrupted cache): before, a commit at a far position was accepted, and
+// every later current read of the group had to decide each position in
+// between (for ever, near 2^64); a future timestamp dragged every later
+// commit of the group with it. Both are refused, nothing is written, and the
+// group carries on.
+TEST_F(ReplicationRpcTest, ForgedPositionsAndTimestampsAreRefusedAndTheGroupCarriesOn) {
+  rpc::RpcTransport ta;
+  GroupClient a(&env_, &ta, Options(0));
+  Append(a, "g/k", "x");
+  auto pos = Await<LogPosition>([&](auto cb) { a.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+  ASSERT_TRUE(pos.ok()) << pos.status();
+  LogEntry e;
+  e.set_id("forged");
+  RowChange* rc = e.add_changes();
+  rc->set_row("g/k");
+  CellChange* cc = rc->add_cells();
+  cc->set_family("e");
+  cc->set_qualifier("v");
+  cc->set_value("forged");
+  for (uint64_t jump : {uint64_t{2}, uint64_t{1000}, uint64_t{1} << 62}) {
+    LogPosition far = *pos;
+    far.position += jump;
+    const int64_t started = env_.MonotonicMicros();
+    auto r = Await<CommitResult>([&](auto cb) { a.Commit(Group(), far, e, std::move(cb)); });
+    EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+    EXPECT_NE(r.status().message().find("beyond"), std::string_view::npos) << r.status();
+    EXPECT_LT(env_.MonotonicMicros() - started, 10'000'000) << "refused, not timed out";
+  }
+  LogPosition future = *pos;
+  future.timestamp = env_.NowMicros() + 3600'000'000;
+  auto r = Await<CommitResult>([&](auto cb) { a.Commit(Group(), future, e, std::move(cb)); });
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  // The group's log is where it was; current reads and commits go on.
+  auto after = Await<LogPosition>([&](auto cb) { a.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->position, pos->position);
+  EXPECT_LT(after->timestamp, env_.NowMicros() + 1'000'000);
+  Append(a, "g/k", "y");
+  EXPECT_EQ(CurrentValue(a, "g/k"), "xy");
+}
+
 TEST_F(ReplicationRpcTest, ConcurrentWritersAtThreeDatacentersLoseNoUpdate) {
   constexpr int kPerWriter = 15;
   std::vector<std::unique_ptr<rpc::RpcTransport>> transports;

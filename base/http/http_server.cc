@@ -1,12 +1,15 @@
 #include "base/http/http_server.h"
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "absl/synchronization/mutex.h"
+#include "base/descriptors.h"
 #include "base/logging.h"
 #include "base/rpc/listen.h"
 #include "base/status.h"
@@ -19,61 +22,203 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using asio::ip::tcp;
 
+namespace {
+
+absl::Mutex default_limits_mu;
+HttpLimits* default_limits ABSL_GUARDED_BY(default_limits_mu) = nullptr;
+
+struct Counters {
+  std::atomic<uint64_t> accepted{0}, refused{0}, requests{0}, headers_too_large{0}, bodies_too_large{0},
+      timed_out{0}, bad_requests{0};
+};
+Counters& counters() {
+  static Counters* c = new Counters;
+  return *c;
+}
+
+std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
+  return std::chrono::microseconds(absl::ToInt64Microseconds(d));
+}
+
+// The error shape of the JSON gateway, for the server's own refusals.
+Response JsonError(int status, std::string_view code, std::string_view message) {
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  return Response{status, "application/json", StrCat(R"({"code":")", code, R"(","message":")", escaped, "\"}\n")};
+}
+
+}  // namespace
+
+void SetDefaultLimits(const HttpLimits& limits) {
+  absl::MutexLock lock(&default_limits_mu);
+  delete default_limits;
+  default_limits = new HttpLimits(limits);
+}
+
+HttpLimits DefaultLimits() {
+  absl::MutexLock lock(&default_limits_mu);
+  return default_limits != nullptr ? *default_limits : HttpLimits{};
+}
+
+absl::Status ValidateLimits(const HttpLimits& l) {
+  if (l.max_connections == 0) return absl::InvalidArgumentError("HTTP limit max_connections must be positive");
+  if (l.max_header_bytes < 1024)
+    return absl::InvalidArgumentError(StrCat("HTTP limit max_header_bytes ", l.max_header_bytes, " is under 1024"));
+  if (l.max_body_bytes == 0) return absl::InvalidArgumentError("HTTP limit max_body_bytes must be positive");
+  if (l.header_timeout <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("HTTP limit header_timeout must be positive");
+  if (l.body_timeout <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("HTTP limit body_timeout must be positive");
+  return absl::OkStatus();
+}
+
+HttpStats ProcessStats() {
+  const Counters& c = counters();
+  HttpStats s;
+  s.connections_accepted = c.accepted;
+  s.connections_refused = c.refused;
+  s.requests = c.requests;
+  s.headers_too_large = c.headers_too_large;
+  s.bodies_too_large = c.bodies_too_large;
+  s.timed_out = c.timed_out;
+  s.bad_requests = c.bad_requests;
+  return s;
+}
+
+std::string ProcessStatsMetrics() {
+  const HttpStats s = ProcessStats();
+  std::string out;
+  auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
+    out += StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v, "\n");
+  };
+  counter("megastore_http_connections_accepted_total", "HTTP connections accepted.", s.connections_accepted);
+  counter("megastore_http_connections_refused_total",
+          "HTTP connections refused: over --http-max-connections or the descriptor budget.", s.connections_refused);
+  counter("megastore_http_requests_total", "HTTP requests read.", s.requests);
+  counter("megastore_http_headers_too_large_total", "Requests answered 431 (over --http-max-header-bytes).",
+          s.headers_too_large);
+  counter("megastore_http_bodies_too_large_total", "Requests answered 413 (over --http-max-body-bytes).",
+          s.bodies_too_large);
+  counter("megastore_http_timed_out_total",
+          "Connections closed for a request or answer slower than --http-header-timeout/--http-body-timeout.",
+          s.timed_out);
+  counter("megastore_http_bad_requests_total", "Connections closed for bytes that are not HTTP.", s.bad_requests);
+  return out;
+}
+
 // Handlers hold a plain Impl*: Impl owns the io_context, and the io thread is
 // joined before Impl goes away.
 struct HttpServer::Impl {
-  Impl(std::string l, int workers)
-      : listen(std::move(l)), acceptor(io), pool(static_cast<size_t>(std::max(1, workers))) {}
+  Impl(std::string l, int workers, HttpLimits lim)
+      : listen(std::move(l)), limits(lim), acceptor(io), pool(static_cast<size_t>(std::max(1, workers))) {}
+
+  // One connection: one request, one answer.
+  struct Conn {
+    Conn(Impl* s, tcp::socket socket) : server(s), stream(std::move(socket)) {}
+    ~Conn() {
+      --server->open;
+      ReleaseConnectionDescriptor();
+    }
+    Impl* server;
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    std::optional<bhttp::request_parser<bhttp::string_body>> parser;
+  };
 
   void Accept() {
     acceptor.async_accept(io, [self = this](beast::error_code ec, tcp::socket socket) {
       if (self->stopped) return;
-      if (!ec) self->Serve(std::make_shared<tcp::socket>(std::move(socket)));
+      if (!ec) {
+        if (self->open.load() >= self->limits.max_connections || !AcquireConnectionDescriptor()) {
+          ++counters().refused;
+          MS_LOG_WARN_LIMITED("http: refusing a connection on {}: {}", self->listen,
+                              self->open.load() >= self->limits.max_connections
+                                  ? StrCat(self->open.load(), " are open, the limit (max_connections)")
+                                  : std::string("connections hold every descriptor but the reserve kept for storage"));
+          socket.close(ec);
+        } else {
+          ++counters().accepted;
+          ++self->open;
+          self->Serve(std::make_shared<Conn>(self, std::move(socket)));
+        }
+      }
       self->Accept();
     });
   }
 
-  void Serve(std::shared_ptr<tcp::socket> socket) {
-    auto buffer = std::make_shared<beast::flat_buffer>();
-    auto request = std::make_shared<bhttp::request<bhttp::string_body>>();
-    bhttp::async_read(*socket, *buffer, *request,
-                      [self = this, socket, buffer, request](beast::error_code ec, size_t) {
-                        if (ec == bhttp::error::body_limit)
-                          return self->Reply(socket, 11, Response{413, "text/plain; charset=utf-8",
-                                                                  "request body too large\n"});
-                        if (ec) return;
-                        const std::string target(request->target());
-                        const std::string path = target.substr(0, target.find('?'));
-                        const unsigned version = request->version();
-                        if (auto h = self->request_handlers.find(path); h != self->request_handlers.end()) {
-                          // May block: run it on a worker, answer from the I/O thread.
-                          Request req{std::string(request->method_string()), path, std::move(request->body())};
-                          asio::post(self->pool, [self, socket, version, handler = &h->second,
-                                                  req = std::move(req)] {
-                            Response r = (*handler)(req);
-                            asio::post(self->io, [self, socket, version, r = std::move(r)]() mutable {
-                              self->Reply(socket, version, std::move(r));
-                            });
-                          });
-                          return;
-                        }
-                        auto it = self->handlers.find(path);
-                        Response r;
-                        if (request->method() != bhttp::verb::get && request->method() != bhttp::verb::head) {
-                          r = Response{405, "text/plain; charset=utf-8", "only GET is supported\n"};
-                        } else if (it == self->handlers.end()) {
-                          std::string known;
-                          for (const auto& [p, h] : self->handlers) known += " " + p;
-                          for (const auto& [p, h] : self->request_handlers) known += " " + p;
-                          r = Response{404, "text/plain; charset=utf-8", StrCat("no page ", path, "; try:", known, "\n")};
-                        } else {
-                          r = it->second();
-                        }
-                        self->Reply(socket, version, std::move(r));
-                      });
+  void Serve(std::shared_ptr<Conn> c) {
+    c->parser.emplace();
+    c->parser->header_limit(static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+    c->parser->body_limit(limits.max_body_bytes);
+    c->stream.expires_after(ToSteady(limits.header_timeout));
+    bhttp::async_read_header(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, size_t) {
+      if (ec) return Failed(c, ec);
+      c->stream.expires_after(ToSteady(limits.body_timeout));
+      bhttp::async_read(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, size_t) {
+        if (ec) return Failed(c, ec);
+        c->stream.expires_never();  // the handler may take its time
+        Dispatch(c, c->parser->release());
+      });
+    });
   }
 
-  void Reply(std::shared_ptr<tcp::socket> socket, unsigned version, Response r) {
+  // A request that could not be read: answer what can be answered, close.
+  void Failed(const std::shared_ptr<Conn>& c, beast::error_code ec) {
+    if (ec == bhttp::error::header_limit) {
+      ++counters().headers_too_large;
+      return Reply(c, 11, JsonError(431, "RESOURCE_EXHAUSTED",
+                                    StrCat("request headers exceed ", limits.max_header_bytes, " bytes")));
+    }
+    if (ec == bhttp::error::body_limit) {
+      ++counters().bodies_too_large;
+      return Reply(c, 11, JsonError(413, "RESOURCE_EXHAUSTED",
+                                    StrCat("request body exceeds ", limits.max_body_bytes, " bytes")));
+    }
+    if (ec == beast::error::timeout) {
+      ++counters().timed_out;
+      MS_LOG_DEBUG("http: closing a connection on {}: request not received in time", listen);
+    } else if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
+               ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+      ++counters().bad_requests;
+      MS_LOG_WARN_LIMITED("http: closing a connection on {}: {}", listen, ec.message());
+    }
+    beast::error_code ignored;
+    c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  }
+
+  void Dispatch(std::shared_ptr<Conn> c, bhttp::request<bhttp::string_body> request) {
+    ++counters().requests;
+    const std::string target(request.target());
+    const std::string path = target.substr(0, target.find('?'));
+    const unsigned version = request.version();
+    if (auto h = request_handlers.find(path); h != request_handlers.end()) {
+      // May block: run it on a worker, answer from the I/O thread.
+      Request req{std::string(request.method_string()), path, std::move(request.body())};
+      asio::post(pool, [this, c, version, handler = &h->second, req = std::move(req)] {
+        Response r = (*handler)(req);
+        asio::post(io, [this, c, version, r = std::move(r)]() mutable { Reply(c, version, std::move(r)); });
+      });
+      return;
+    }
+    auto it = handlers.find(path);
+    Response r;
+    if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
+      r = Response{405, "text/plain; charset=utf-8", "only GET is supported\n"};
+    } else if (it == handlers.end()) {
+      std::string known;
+      for (const auto& [p, h] : handlers) known += " " + p;
+      for (const auto& [p, h] : request_handlers) known += " " + p;
+      r = Response{404, "text/plain; charset=utf-8", StrCat("no page ", path, "; try:", known, "\n")};
+    } else {
+      r = it->second();
+    }
+    Reply(c, version, std::move(r));
+  }
+
+  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r) {
     auto response = std::make_shared<bhttp::response<bhttp::string_body>>();
     response->version(version);
     response->keep_alive(false);
@@ -82,13 +227,17 @@ struct HttpServer::Impl {
     response->set(bhttp::field::server, "megastored");
     response->body() = std::move(r.body);
     response->prepare_payload();
-    bhttp::async_write(*socket, *response, [socket, response](beast::error_code, size_t) {
+    c->stream.expires_after(ToSteady(limits.body_timeout));
+    bhttp::async_write(c->stream, *response, [this, c, response](beast::error_code ec, size_t) {
+      if (ec == beast::error::timeout) ++counters().timed_out;
       beast::error_code ignored;
-      socket->shutdown(tcp::socket::shutdown_send, ignored);
+      c->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
     });
   }
 
+  std::atomic<size_t> open{0};  // declared first: Conns die with `io`
   std::string listen;
+  const HttpLimits limits;
   asio::io_context io;
   tcp::acceptor acceptor;
   std::thread thread;
@@ -99,8 +248,8 @@ struct HttpServer::Impl {
   std::atomic<int> port{0};
 };
 
-HttpServer::HttpServer(std::string listen, int workers)
-    : impl_(std::make_shared<Impl>(std::move(listen), workers)) {}
+HttpServer::HttpServer(std::string listen, int workers, HttpLimits limits)
+    : impl_(std::make_shared<Impl>(std::move(listen), workers, limits)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -113,6 +262,7 @@ void HttpServer::HandleRequests(std::string path, RequestHandler handler) {
 }
 
 absl::Status HttpServer::Start() {
+  MS_RETURN_IF_ERROR(ValidateLimits(impl_->limits));
   MS_RETURN_IF_ERROR(rpc::Listen(impl_->acceptor, impl_->listen, "HTTP"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->Accept();

@@ -1,13 +1,21 @@
 // A small HTTP/1.1 server (Boost.Beast) for /status and /metrics pages and
 // the JSON gateway's requests. Beast stays inside http_server.cc.
+//
+// One request per connection. Everything a client controls is bounded
+// (HttpLimits): connections held at once, the size of the request head and
+// body, and how long the head, the body and the reading of the answer may
+// take. A request over a size limit gets 431 or 413 with a JSON error; a
+// connection over a time limit is closed; refusals are counted (HttpStats).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace megastore::http {
 
@@ -28,11 +36,48 @@ struct Request {
 // Called on a worker thread (it may block) for any request of its path.
 using RequestHandler = std::function<Response(const Request&)>;
 
+struct HttpLimits {
+  // Connections one server holds at once; more are closed on accept.
+  // (Each also takes a descriptor from the process's budget, which keeps a
+  // reserve for storage: base/descriptors.h.)
+  size_t max_connections = 512;
+  // Request line plus headers; larger gets 431.
+  size_t max_header_bytes = 16 << 10;
+  // Request body; larger gets 413.
+  size_t max_body_bytes = 4 << 20;
+  // From accepting the connection to the end of the headers.
+  absl::Duration header_timeout = absl::Seconds(10);
+  // From the end of the headers to the end of the body, and for the client
+  // to take the answer.
+  absl::Duration body_timeout = absl::Seconds(30);
+};
+
+// The limits a server gets when not told otherwise; a program sets them
+// once from its flags (megastored's --http-* flags) before starting servers.
+void SetDefaultLimits(const HttpLimits& limits);
+HttpLimits DefaultLimits();
+// InvalidArgument naming the limit that makes no sense.
+absl::Status ValidateLimits(const HttpLimits& limits);
+
+// Counters of every HTTP server of this process.
+struct HttpStats {
+  uint64_t connections_accepted = 0;
+  uint64_t connections_refused = 0;  // over max_connections or the descriptor budget
+  uint64_t requests = 0;
+  uint64_t headers_too_large = 0;    // answered 431
+  uint64_t bodies_too_large = 0;     // answered 413
+  uint64_t timed_out = 0;            // closed by header_timeout or body_timeout
+  uint64_t bad_requests = 0;         // not HTTP: closed
+};
+HttpStats ProcessStats();
+// ProcessStats as Prometheus text.
+std::string ProcessStatsMetrics();
+
 class HttpServer {
  public:
   // `listen` is host:port (port 0 picks one); `workers` threads run
   // RequestHandlers.
-  explicit HttpServer(std::string listen, int workers = 4);
+  explicit HttpServer(std::string listen, int workers = 4, HttpLimits limits = DefaultLimits());
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

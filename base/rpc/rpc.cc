@@ -1,5 +1,6 @@
 #include "base/rpc/rpc.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <chrono>
@@ -13,12 +14,15 @@
 
 #include <boost/asio.hpp>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 
 #include "base/checksum.h"
 #include "base/coding.h"
+#include "base/descriptors.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "base/rpc/frame.h"
 #include "base/rpc/listen.h"
 #include "base/rpc/rpc.pb.h"
 #include "base/strings.h"
@@ -31,8 +35,6 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr size_t kFrameHeaderBytes = 8;
-
 absl::Status ToStatus(const RpcEnvelope& e) {
   if (e.status_code() == 0) return absl::OkStatus();
   if (e.status_code() < 0 || e.status_code() > 16) {
@@ -42,76 +44,10 @@ absl::Status ToStatus(const RpcEnvelope& e) {
   return absl::Status(static_cast<absl::StatusCode>(e.status_code()), e.status_message());
 }
 
-// Checks a frame header; returns the payload length or an error.
-absl::StatusOr<uint32_t> CheckHeader(const char* header, size_t max_frame_bytes) {
-  const uint32_t length = DecodeFixed32(header);
-  if (length > max_frame_bytes) {
-    return absl::InvalidArgumentError(
-        StrCat("frame of ", length, " bytes exceeds the limit of ", max_frame_bytes));
-  }
-  return length;
+asio::mutable_buffer ReadBuffer(FrameReader& frames) {
+  const auto [data, size] = frames.Prepare();
+  return asio::buffer(data, size);
 }
-
-// Accumulates bytes read from a socket and cuts them into frames, so that one
-// read can deliver many frames and one frame may take many reads.
-class FrameBuffer {
- public:
-  explicit FrameBuffer(size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes), buf_(kReadChunk) {}
-
-  // Where the next read should go: room for at least kReadChunk bytes, or
-  // for the rest of the frame being received if that is larger.
-  asio::mutable_buffer Prepare() {
-    if (begin_ == end_) {
-      begin_ = end_ = 0;
-      if (buf_.size() > kShrinkAbove) buf_.assign(kReadChunk, 0);  // after a huge frame
-    }
-    size_t want = kReadChunk;
-    if (end_ - begin_ >= kFrameHeaderBytes) {
-      const size_t frame = kFrameHeaderBytes + DecodeFixed32(buf_.data() + begin_);
-      want = std::max(want, frame - (end_ - begin_));
-    }
-    if (buf_.size() - end_ < want) {
-      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-      end_ -= begin_;
-      begin_ = 0;
-      if (buf_.size() - end_ < want) buf_.resize(end_ + want);
-    }
-    return asio::buffer(buf_.data() + end_, buf_.size() - end_);
-  }
-  void Commit(size_t n) { end_ += n; }
-  void Reset() {
-    begin_ = end_ = 0;
-    buf_.assign(kReadChunk, 0);
-  }
-  // Bytes of an incomplete frame are buffered.
-  bool partial() const { return end_ > begin_; }
-
-  // The next complete frame: true and `envelope` filled; false if more bytes
-  // are needed; an error (the connection must close) for a frame over the
-  // limit, a checksum mismatch or a payload that is not an RpcEnvelope.
-  absl::StatusOr<bool> Next(RpcEnvelope* envelope) {
-    if (end_ - begin_ < kFrameHeaderBytes) return false;
-    const char* header = buf_.data() + begin_;
-    MS_ASSIGN_OR_RETURN(const uint32_t length, CheckHeader(header, max_frame_bytes_));
-    if (end_ - begin_ < kFrameHeaderBytes + length) return false;
-    const std::string_view payload(header + kFrameHeaderBytes, length);
-    if (crc32c::Unmask(DecodeFixed32(header + 4)) != crc32c::Value(payload)) {
-      return absl::DataLossError("frame checksum mismatch");
-    }
-    if (!envelope->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-      return absl::DataLossError("frame is not an RpcEnvelope");
-    }
-    begin_ += kFrameHeaderBytes + length;
-    return true;
-  }
-
- private:
-  static constexpr size_t kReadChunk = 64 << 10;
-  static constexpr size_t kShrinkAbove = 4 << 20;
-  size_t max_frame_bytes_;
-  std::vector<char> buf_;
-  size_t begin_ = 0, end_ = 0;  // buffered bytes: [begin_, end_)
-};
 
 std::vector<asio::const_buffer> Buffers(const std::vector<std::string>& frames) {
   std::vector<asio::const_buffer> out;
@@ -120,7 +56,45 @@ std::vector<asio::const_buffer> Buffers(const std::vector<std::string>& frames) 
   return out;
 }
 
+absl::Mutex default_limits_mu;
+ServerLimits* default_limits ABSL_GUARDED_BY(default_limits_mu) = nullptr;
+
+using SteadyClock = std::chrono::steady_clock;
+
+SteadyClock::duration ToSteady(absl::Duration d) {
+  return std::chrono::microseconds(absl::ToInt64Microseconds(d));
+}
+
 }  // namespace
+
+void SetDefaultServerLimits(const ServerLimits& limits) {
+  absl::MutexLock lock(&default_limits_mu);
+  delete default_limits;
+  default_limits = new ServerLimits(limits);
+}
+
+ServerLimits DefaultServerLimits() {
+  absl::MutexLock lock(&default_limits_mu);
+  return default_limits != nullptr ? *default_limits : ServerLimits{};
+}
+
+absl::Status ValidateServerLimits(const ServerLimits& l) {
+  auto positive = [](std::string_view name, auto v) -> absl::Status {
+    if (v > decltype(v){}) return absl::OkStatus();
+    return absl::InvalidArgumentError(StrCat("RPC limit ", name, " must be positive"));
+  };
+  MS_RETURN_IF_ERROR(positive("max_frame_bytes", l.max_frame_bytes));
+  if (l.max_frame_bytes > (size_t{1} << 31)) {
+    return absl::InvalidArgumentError(StrCat("RPC limit max_frame_bytes ", l.max_frame_bytes,
+                                             " is over the 2 GiB a frame can hold"));
+  }
+  MS_RETURN_IF_ERROR(positive("max_connections", l.max_connections));
+  MS_RETURN_IF_ERROR(positive("max_calls_in_flight", l.max_calls_in_flight));
+  MS_RETURN_IF_ERROR(positive("max_queued_reply_bytes", l.max_queued_reply_bytes));
+  MS_RETURN_IF_ERROR(positive("idle_timeout", l.idle_timeout));
+  MS_RETURN_IF_ERROR(positive("stall_timeout", l.stall_timeout));
+  return absl::OkStatus();
+}
 
 std::string EncodeFrame(std::string_view payload) {
   std::string frame;
@@ -189,7 +163,8 @@ struct RpcServer::Impl {
   std::set<std::shared_ptr<Connection>> conns;
   std::atomic<int> port{0};
   std::atomic<bool> stopped{false};
-  std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0};
+  std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0}, idle_closed{0},
+      stalled_closed{0}, pauses{0};
 
   void Accept();
   struct ResponderImpl;
@@ -198,56 +173,118 @@ struct RpcServer::Impl {
 // Reads run on the connection's strand. Responses may be sent from any
 // thread: they queue under out_mu, and one flush on the strand writes all
 // that queued meanwhile with one gathered write.
+//
+// Reading pauses while the connection has too many calls in flight or too
+// many reply bytes queued (the client is sending faster than it reads), and
+// resumes from the strand when a call finishes or a write completes. A timer
+// on the strand closes a connection that has been idle, or has left a frame
+// or a write unfinished, for too long.
 struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   using Strand = asio::strand<asio::io_context::executor_type>;
   Connection(Impl* s, Strand st, tcp::socket sock)
-      : server(s), strand(std::move(st)), socket(std::move(sock)), frames(s->options.max_frame_bytes) {
+      : server(s), limits(s->options.limits), strand(std::move(st)), socket(std::move(sock)),
+        frames(limits.max_frame_bytes), timer(strand) {
     error_code ec;
     auto ep = socket.remote_endpoint(ec);
     peer = ec ? "unknown" : StrCat(ep.address().to_string(), ":", ep.port());
   }
+  ~Connection() { ReleaseConnectionDescriptor(); }
 
-  void Start() { Read(); }
+  void Start() {
+    last_read = last_write = SteadyClock::now();
+    ArmTimer();
+    Read();
+  }
 
   void Read() {
-    socket.async_read_some(frames.Prepare(), [self = shared_from_this()](error_code ec, size_t n) {
+    socket.async_read_some(ReadBuffer(frames), [self = shared_from_this()](error_code ec, size_t n) {
       if (ec) {
         if (ec == asio::error::eof && !self->frames.partial()) return self->Close("");
         return self->Close(self->frames.partial()
                                ? StrCat("connection broke inside a frame: ", ec.message())
                                : ec.message());
       }
+      self->last_read = SteadyClock::now();
       self->frames.Commit(n);
-      for (;;) {
-        RpcEnvelope request;
-        absl::StatusOr<bool> got = self->frames.Next(&request);
-        if (!got.ok()) return self->Reject(got.status());
-        if (!*got) break;
-        if (request.method().empty() || request.call_id() == 0) {
-          return self->Reject(absl::InvalidArgumentError("request without method or call id"));
-        }
-        self->Dispatch(std::move(request));
-        if (self->closed) return;
-      }
-      self->Read();
+      self->DispatchBuffered();
     });
+  }
+
+  // Dispatches the complete frames buffered, then reads more; or pauses
+  // (leaving frames buffered) while the connection is over its limits.
+  void DispatchBuffered() {
+    for (;;) {
+      if (Overloaded()) {
+        paused = true;
+        ++server->pauses;
+        return;  // Resume() carries on
+      }
+      RpcEnvelope request;
+      absl::StatusOr<bool> got = frames.Next(&request);
+      if (!got.ok()) return Reject(got.status());
+      if (!*got) break;
+      if (request.method().empty() || request.call_id() == 0) {
+        return Reject(absl::InvalidArgumentError("request without method or call id"));
+      }
+      Dispatch(std::move(request));
+      if (closed) return;
+    }
+    Read();
+  }
+
+  // True while the client has more calls in flight or more replies queued
+  // than it may.
+  bool Overloaded() {
+    if (calls_in_flight.load() >= limits.max_calls_in_flight) return true;
+    std::lock_guard<std::mutex> lock(out_mu);
+    return out_bytes + writing_bytes > limits.max_queued_reply_bytes;
+  }
+
+  // On the strand: reads again if reading was paused and the reason is gone.
+  void Resume() {
+    if (!paused || closed || Overloaded()) return;
+    paused = false;
+    DispatchBuffered();
+  }
+
+  // Any thread: one of this connection's calls has answered (or dropped its
+  // responder without answering).
+  void CallDone() {
+    calls_in_flight.fetch_sub(1);
+    if (paused.load()) asio::post(strand, [self = shared_from_this()] { self->Resume(); });
   }
 
   void Reject(const absl::Status& why) {
     ++server->bad_frames;
-    MS_LOG_WARN("rpc: closing connection from {}: {}", peer, why.message());
+    if (absl::IsResourceExhausted(why)) ++server->oversized_frames;
+    MS_LOG_WARN_LIMITED("rpc: closing connection from {}: {}", peer, why.message());
     Close("");
   }
 
   void Dispatch(RpcEnvelope request);
 
-  // Any thread.
-  void Send(std::string frame) {
+  // Any thread. `streamed`: a message of a streaming reply, which is cut
+  // off if its client lets too much of it queue; a call's final answer is
+  // always queued (max_calls_in_flight bounds how many there are).
+  void Send(std::string frame, bool streamed) {
     // The post happens under out_mu, so that after DropFurtherOutput() no
     // thread is still about to post.
     std::lock_guard<std::mutex> lock(out_mu);
     if (out_closed) return;
+    out_bytes += frame.size();
     out.push_back(std::move(frame));
+    if (streamed && out_bytes + writing_bytes > 2 * limits.max_queued_reply_bytes) {
+      // Only a stream can get here (unary calls stop at the paused read):
+      // its client is not reading what it asked for.
+      out_closed = true;
+      out.clear();
+      out_bytes = 0;
+      ++server->stalled_closed;
+      asio::post(strand, [self = shared_from_this()] {
+        self->Close("client does not read its replies");
+      });
+      return;
+    }
     if (flush_scheduled) return;
     flush_scheduled = true;
     if (strand.running_in_this_thread()) {
@@ -263,6 +300,7 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     std::lock_guard<std::mutex> lock(out_mu);
     out_closed = true;
     out.clear();
+    out_bytes = 0;
   }
 
   // On the strand; one gathered write at a time.
@@ -271,15 +309,55 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     {
       std::lock_guard<std::mutex> lock(out_mu);
       writing.swap(out);
+      writing_bytes = out_bytes;
+      out_bytes = 0;
       if (writing.empty()) {
         flush_scheduled = false;
         return;
       }
     }
+    last_write = SteadyClock::now();
     asio::async_write(socket, Buffers(writing), [self = shared_from_this()](error_code ec, size_t) {
       self->writing.clear();
+      {
+        std::lock_guard<std::mutex> lock(self->out_mu);
+        self->writing_bytes = 0;
+      }
+      self->last_write = SteadyClock::now();
       if (ec) return self->Close(ec.message());
+      self->Resume();
       self->Flush();
+    });
+  }
+
+  // The strand's watchdog: idle connections, half-sent frames, stuck writes.
+  void ArmTimer() {
+    const auto tick = std::clamp(ToSteady(std::min(limits.idle_timeout, limits.stall_timeout) / 4),
+                                 SteadyClock::duration(std::chrono::milliseconds(5)),
+                                 SteadyClock::duration(std::chrono::seconds(1)));
+    timer.expires_after(tick);
+    timer.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->closed) return;
+      const auto now = SteadyClock::now();
+      const auto stall = ToSteady(self->limits.stall_timeout);
+      if (!self->writing.empty() && now - self->last_write > stall) {
+        ++self->server->stalled_closed;
+        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a reply has not been read for {}", self->peer,
+                            absl::FormatDuration(self->limits.stall_timeout));
+        return self->Close("");
+      }
+      if (self->frames.partial() && now - self->last_read > stall) {
+        ++self->server->stalled_closed;
+        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a frame has been left unfinished for {}",
+                            self->peer, absl::FormatDuration(self->limits.stall_timeout));
+        return self->Close("");
+      }
+      const bool quiet = self->calls_in_flight.load() == 0 && self->writing.empty() && !self->frames.partial();
+      if (quiet && now - std::max(self->last_read, self->last_write) > ToSteady(self->limits.idle_timeout)) {
+        ++self->server->idle_closed;
+        return self->Close(StrCat("idle for ", absl::FormatDuration(self->limits.idle_timeout)));
+      }
+      self->ArmTimer();
     });
   }
 
@@ -289,6 +367,7 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     if (!reason.empty()) MS_LOG_DEBUG("rpc: connection from {} closed: {}", peer, reason);
     DropFurtherOutput();
     error_code ec;
+    timer.cancel();
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
     std::lock_guard<std::mutex> lock(server->conns_mu);
@@ -296,14 +375,21 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   }
 
   Impl* server;
+  const ServerLimits limits;
   Strand strand;  // the socket's executor
   tcp::socket socket;
   std::string peer;
-  FrameBuffer frames;                // strand only
+  FrameReader frames;                // strand only
+  asio::steady_timer timer;          // strand only
   std::vector<std::string> writing;  // strand only: frames being written
   bool closed = false;               // strand only
+  SteadyClock::time_point last_read, last_write;  // strand only
+  std::atomic<bool> paused{false};   // written on the strand only
+  std::atomic<size_t> calls_in_flight{0};
   std::mutex out_mu;
   std::vector<std::string> out;      // frames waiting for the next flush
+  size_t out_bytes = 0;              // guarded by out_mu: bytes in `out`
+  size_t writing_bytes = 0;          // guarded by out_mu: bytes in `writing`
   bool flush_scheduled = false;      // a flush is queued or writing
   bool out_closed = false;
 };
@@ -312,6 +398,9 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
  public:
   ResponderImpl(std::weak_ptr<Connection> conn, uint64_t call_id)
       : conn_(std::move(conn)), call_id_(call_id) {}
+  ~ResponderImpl() override {
+    if (!finished_) Done();  // dropped without an answer
+  }
 
   void Send(std::string body) override {
     if (finished_) return;
@@ -319,7 +408,7 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
     e.set_call_id(call_id_);
     e.set_body(std::move(body));
     e.set_more(true);
-    Post(e);
+    Post(e, true);
   }
 
   void Finish(absl::Status status, std::string body = {}) override {
@@ -329,14 +418,19 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
     e.set_status_code(static_cast<int32_t>(status.code()));
     e.set_status_message(std::string(status.message()));
     if (status.ok()) e.set_body(std::move(body));
-    Post(e);
+    Post(e, false);
+    Done();
   }
 
  private:
-  void Post(const RpcEnvelope& e) {
+  void Post(const RpcEnvelope& e, bool streamed) {
     auto conn = conn_.lock();
     if (conn == nullptr) return;
-    conn->Send(EncodeFrame(e.SerializeAsString()));
+    conn->Send(EncodeFrame(e.SerializeAsString()), streamed);
+  }
+
+  void Done() {
+    if (auto conn = conn_.lock()) conn->CallDone();
   }
 
   std::weak_ptr<Connection> conn_;
@@ -346,6 +440,7 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
 
 void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
   ++server->calls;
+  calls_in_flight.fetch_add(1);
   auto responder = std::make_shared<ResponderImpl>(weak_from_this(), request.call_id());
   auto it = server->methods.find(request.method());
   if (it == server->methods.end()) {
@@ -372,6 +467,21 @@ void RpcServer::Impl::Accept() {
     if (stopped) return;
     if (!ec) {
       ++accepted;
+      size_t open;
+      {
+        std::lock_guard<std::mutex> lock(conns_mu);
+        open = conns.size();
+      }
+      if (open >= options.limits.max_connections || !AcquireConnectionDescriptor()) {
+        ++refused;
+        MS_LOG_WARN_LIMITED("rpc: refusing a connection: {}",
+                            open >= options.limits.max_connections
+                                ? StrCat(open, " are open, the limit (max_connections)")
+                                : StrCat("connections hold ", ConnectionDescriptorsInUse(),
+                                         " descriptors, all but the reserve kept for storage"));
+        socket.close(ec);
+        return Accept();
+      }
       socket.set_option(tcp::no_delay(true), ec);
       auto conn = std::make_shared<Connection>(this, strand, std::move(socket));
       {
@@ -399,6 +509,7 @@ void RpcServer::RegisterInline(std::string method, InlineHandler inline_handler,
 }
 
 absl::Status RpcServer::Start() {
+  MS_RETURN_IF_ERROR(ValidateServerLimits(impl_->options.limits));
   MS_RETURN_IF_ERROR(Listen(impl_->acceptor, impl_->options.listen, "RPC"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->work.emplace(impl_->io.get_executor());
@@ -444,11 +555,54 @@ void RpcServer::Stop() {
 
 int RpcServer::port() const { return impl_->port; }
 
+std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerStats>>& servers) {
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t ServerStats::*field;
+  };
+  static const Family kFamilies[] = {
+      {"megastore_rpc_connections_open", "gauge", "Open RPC connections.", &ServerStats::connections_open},
+      {"megastore_rpc_connections_accepted_total", "counter", "RPC connections accepted.",
+       &ServerStats::connections_accepted},
+      {"megastore_rpc_calls_total", "counter", "RPC calls received.", &ServerStats::calls},
+      {"megastore_rpc_bad_frames_total", "counter", "Connections closed for a malformed or oversized frame.",
+       &ServerStats::bad_frames},
+      {"megastore_rpc_oversized_frames_total", "counter", "Connections closed for a frame over --max-frame-bytes.",
+       &ServerStats::oversized_frames},
+      {"megastore_rpc_connections_refused_total", "counter",
+       "Connections refused: over --rpc-max-connections or the descriptor budget.",
+       &ServerStats::connections_refused},
+      {"megastore_rpc_idle_closed_total", "counter", "Connections closed after --rpc-idle-timeout.",
+       &ServerStats::idle_closed},
+      {"megastore_rpc_stalled_closed_total", "counter",
+       "Connections closed for a half-sent frame or unread replies (--rpc-stall-timeout, reply queue).",
+       &ServerStats::stalled_closed},
+      {"megastore_rpc_backpressure_pauses_total", "counter",
+       "Times a connection stopped being read: calls in flight or queued replies over their limit.",
+       &ServerStats::backpressure_pauses},
+  };
+  std::string out;
+  for (const Family& f : kFamilies) {
+    out += StrCat("# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name, " ", f.type, "\n");
+    for (const auto& [labels, stats] : servers) {
+      out += StrCat(f.name, labels.empty() ? "" : StrCat("{", labels, "}"), " ", stats.*f.field, "\n");
+    }
+  }
+  return out;
+}
+
 ServerStats RpcServer::stats() const {
   ServerStats s;
   s.connections_accepted = impl_->accepted;
   s.calls = impl_->calls;
   s.bad_frames = impl_->bad_frames;
+  s.oversized_frames = impl_->oversized_frames;
+  s.connections_refused = impl_->refused;
+  s.idle_closed = impl_->idle_closed;
+  s.stalled_closed = impl_->stalled_closed;
+  s.backpressure_pauses = impl_->pauses;
   std::lock_guard<std::mutex> lock(impl_->conns_mu);
   s.connections_open = impl_->conns.size();
   return s;
@@ -609,7 +763,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void Read() {
-    socket.async_read_some(frames.Prepare(),
+    socket.async_read_some(ReadBuffer(frames),
                           [self = shared_from_this(), gen = generation](error_code ec, size_t n) {
       if (gen != self->generation) return;
       if (ec) return self->Broken(ec == asio::error::eof ? "server closed the connection" : ec.message());
@@ -666,7 +820,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   std::vector<std::string> in_flight;  // frames being written
   std::map<uint64_t, Pending> pending;
   std::multimap<Clock::time_point, uint64_t> deadlines;
-  FrameBuffer frames;
+  FrameReader frames;
   std::atomic<uint64_t> next_id{1};
 
   std::mutex submit_mu;

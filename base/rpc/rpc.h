@@ -18,6 +18,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -55,10 +57,46 @@ using Handler = std::function<void(const CallContext& ctx, std::string_view requ
 using InlineHandler = std::function<bool(const CallContext& ctx, std::string_view request,
                                          std::shared_ptr<Responder>& responder)>;
 
+// What one peer may take from a server. Every limit refuses with a logged
+// reason (rate-limited) and a counter in ServerStats; none stops the server.
+struct ServerLimits {
+  // Largest request frame; a header announcing more closes the connection
+  // before anything is allocated for it. A frame's buffer grows only as its
+  // bytes arrive, so a header alone costs nothing.
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Connections this listener holds at once; more are closed on accept.
+  // (Connections also take a descriptor from the process's budget, which
+  // keeps a reserve for storage: base/descriptors.h.)
+  size_t max_connections = 4096;
+  // Calls of one connection being handled at once; beyond it the server
+  // stops reading that connection until some finish (backpressure). With
+  // max_frame_bytes it bounds what one connection's answers can hold.
+  size_t max_calls_in_flight = 1024;
+  // Reply bytes queued for one connection; beyond it the server stops
+  // reading its requests until the client has read some. A streaming
+  // reply queued past twice this closes the connection (the client is not
+  // reading).
+  size_t max_queued_reply_bytes = 64 << 20;
+  // A connection with no call in flight and no bytes moving this long is
+  // closed (the client reconnects on its next call).
+  absl::Duration idle_timeout = absl::Minutes(10);
+  // A frame begun but not completed, or a reply write not completed, for
+  // this long closes the connection.
+  absl::Duration stall_timeout = absl::Seconds(60);
+};
+
+// The limits an RpcServer gets when its options do not say otherwise; a
+// program sets them once from its flags (megastored's --rpc-* flags) before
+// starting servers.
+void SetDefaultServerLimits(const ServerLimits& limits);
+ServerLimits DefaultServerLimits();
+// InvalidArgument naming the limit that makes no sense (zero, negative).
+absl::Status ValidateServerLimits(const ServerLimits& limits);
+
 struct ServerOptions {
   // host:port; port 0 picks a free port (see RpcServer::port()).
   std::string listen = "127.0.0.1:0";
-  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  ServerLimits limits = DefaultServerLimits();
   int io_threads = 2;
   // Handlers run here; enough threads for the writers a group commit batches.
   int worker_threads = 96;
@@ -68,8 +106,17 @@ struct ServerStats {
   uint64_t connections_accepted = 0;
   uint64_t connections_open = 0;
   uint64_t calls = 0;
-  uint64_t bad_frames = 0;  // connections closed for a bad frame
+  uint64_t bad_frames = 0;            // connections closed for a bad frame
+  uint64_t oversized_frames = 0;      // ... of which for a frame over the limit
+  uint64_t connections_refused = 0;   // over max_connections or the descriptor budget
+  uint64_t idle_closed = 0;           // closed after idle_timeout
+  uint64_t stalled_closed = 0;        // closed after stall_timeout, or not reading a stream
+  uint64_t backpressure_pauses = 0;   // times a connection's reading was paused
 };
+
+// Prometheus text for RPC servers' counters: one family per counter, one
+// sample per server, labelled with its `labels` (`datacenter="A"`, or empty).
+std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerStats>>& servers);
 
 class RpcServer {
  public:

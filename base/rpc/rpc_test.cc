@@ -6,14 +6,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <map>
 #include <thread>
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "base/coding.h"
 #include "base/rpc/rpc.pb.h"
 #include "base/random.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,7 +30,7 @@ class RpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions o;
-    o.max_frame_bytes = 1 << 20;
+    o.limits.max_frame_bytes = 1 << 20;
     o.worker_threads = 8;
     server_ = std::make_unique<RpcServer>(o);
     server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
@@ -72,16 +76,10 @@ class RpcTest : public ::testing::Test {
   // Sends raw bytes on a fresh TCP connection and waits for the server to
   // close it. Returns true if it closed.
   bool SendRawAndExpectClose(const std::string& bytes) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return false;
+    const int fd = RawConnect();
+    if (fd < 0) return false;
     ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     ::shutdown(fd, SHUT_WR);
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     char buf[256];
     ssize_t n;
     while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
@@ -91,20 +89,7 @@ class RpcTest : public ::testing::Test {
   }
 
   // Connects a raw TCP socket to the server; -1 on failure.
-  int RawConnect() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      ::close(fd);
-      return -1;
-    }
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-  }
+  int RawConnect() { return ConnectLoopback(server_->port()); }
 
   static std::string RequestFrame(uint64_t id, const std::string& method, const std::string& body) {
     RpcEnvelope e;
@@ -313,6 +298,219 @@ TEST_F(RpcTest, ManyOutstandingAsyncCallsCompleteWithTheirOwnResults) {
   }
   done.Wait();
   EXPECT_EQ(right.load(), kCalls);
+}
+
+// ---- what one peer may take ---------------------------------------------------------------
+
+// Resident memory of this process, in bytes.
+size_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<size_t>(resident) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+class RpcLimitsTest : public ::testing::Test {
+ protected:
+  void Start(ServerLimits limits) {
+    ServerOptions o;
+    o.limits = limits;
+    o.worker_threads = 4;
+    server_ = std::make_unique<RpcServer>(o);
+    server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+      r->Finish(absl::OkStatus(), std::string(req));
+    });
+    // Answers with 256 KiB.
+    server_->Register("big", [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+      r->Finish(absl::OkStatus(), std::string(256 << 10, 'b'));
+    });
+    // Streams 64 KiB messages until the connection goes away.
+    server_->Register("flood", [this](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+      for (int i = 0; i < 4096 && !stop_.HasBeenNotified(); ++i) r->Send(std::string(64 << 10, 'f'));
+      r->Finish(absl::OkStatus());
+    });
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override {
+    stop_.Notify();
+    server_.reset();
+  }
+
+  int RawConnect() { return ConnectLoopback(server_->port()); }
+  // True if the server closes `fd` (recv returns 0 or a reset) within 10 s.
+  static bool ClosedByServer(int fd) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+    }
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+  static std::string Frame(uint64_t id, const std::string& method, const std::string& body = "") {
+    RpcEnvelope e;
+    e.set_call_id(id);
+    e.set_method(method);
+    e.set_body(body);
+    return EncodeFrame(e.SerializeAsString());
+  }
+  std::string Address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+
+  std::unique_ptr<RpcServer> server_;
+  absl::Notification stop_;
+};
+
+TEST_F(RpcLimitsTest, AFrameHeaderAloneAllocatesNothing) {
+  Start(ServerLimits{});  // the default 64 MiB frame limit
+  const size_t before = ResidentBytes();
+  // 32 peers each announce a 60 MiB frame and send nothing more: before,
+  // the server allocated (and zero-filled) all of it, 1.9 GiB.
+  std::string header;
+  PutFixed32(&header, 60 << 20);
+  PutFixed32(&header, 0);
+  std::vector<int> fds;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = RawConnect();
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 8);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const size_t after = ResidentBytes();
+  EXPECT_LT(after, before + (64 << 20)) << "resident memory grew from " << before << " to " << after;
+  for (int fd : fds) ::close(fd);
+  RpcClient c(ClientOptions{Address()});
+  EXPECT_TRUE(c.Call("echo", "x", absl::Seconds(10)).ok());
+}
+
+TEST_F(RpcLimitsTest, AnOversizedFrameIsRefusedAndCounted) {
+  ServerLimits l;
+  l.max_frame_bytes = 4096;
+  Start(l);
+  const int fd = RawConnect();
+  ASSERT_GE(fd, 0);
+  const std::string frame = Frame(1, "echo", std::string(8192, 'x'));
+  ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+  EXPECT_EQ(server_->stats().oversized_frames, 1u);
+  RpcClient c(ClientOptions{Address()});
+  EXPECT_TRUE(c.Call("echo", "small", absl::Seconds(10)).ok());
+}
+
+TEST_F(RpcLimitsTest, ConnectionsBeyondTheLimitAreRefused) {
+  ServerLimits l;
+  l.max_connections = 3;
+  Start(l);
+  std::vector<std::unique_ptr<RpcClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<RpcClient>(ClientOptions{Address()}));
+    ASSERT_TRUE(clients.back()->Call("echo", "x", absl::Seconds(10)).ok());
+  }
+  const int fd = RawConnect();
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+  EXPECT_GE(server_->stats().connections_refused, 1u);
+  clients.pop_back();  // frees a slot
+  for (int tries = 0; tries < 100 && server_->stats().connections_open >= 3; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  RpcClient again(ClientOptions{Address()});
+  EXPECT_TRUE(again.Call("echo", "y", absl::Seconds(10)).ok());
+}
+
+TEST_F(RpcLimitsTest, AClientThatDoesNotReadIsNotBufferedWithoutBound) {
+  ServerLimits l;
+  l.max_queued_reply_bytes = 1 << 20;
+  l.max_calls_in_flight = 16;
+  Start(l);
+  const int fd = RawConnect();
+  ASSERT_GE(fd, 0);
+  // 1,000 requests for 256 KiB each: 250 MiB of replies the client does not read yet.
+  constexpr int kCalls = 1000;
+  std::string requests;
+  for (int i = 1; i <= kCalls; ++i) requests += Frame(static_cast<uint64_t>(i), "big");
+  const size_t before = ResidentBytes();
+  std::thread sender([&] { ::send(fd, requests.data(), requests.size(), MSG_NOSIGNAL); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const size_t during = ResidentBytes();
+  EXPECT_LT(during, before + (48 << 20)) << "resident memory grew from " << before << " to " << during;
+  EXPECT_GE(server_->stats().backpressure_pauses, 1u);
+  // Reading now gets every answer: reading resumes as the queue drains.
+  int answered = 0;
+  std::string in;
+  char buf[1 << 16];
+  while (answered < kCalls) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+    size_t at = 0;
+    while (in.size() - at >= 8) {
+      const uint32_t len = DecodeFixed32(in.data() + at);
+      if (in.size() - at < 8 + len) break;
+      ++answered;
+      at += 8 + len;
+    }
+    in.erase(0, at);
+  }
+  sender.join();
+  ::close(fd);
+  EXPECT_EQ(answered, kCalls);
+}
+
+TEST_F(RpcLimitsTest, AStreamToAClientThatDoesNotReadIsCutOff) {
+  ServerLimits l;
+  l.max_queued_reply_bytes = 1 << 20;
+  Start(l);
+  const int fd = RawConnect();
+  ASSERT_GE(fd, 0);
+  const std::string frame = Frame(1, "flood");
+  ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+  for (int i = 0; i < 500 && server_->stats().stalled_closed == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->stats().stalled_closed, 1u);
+  ::close(fd);
+}
+
+TEST_F(RpcLimitsTest, IdleAndHalfSentConnectionsAreClosed) {
+  ServerLimits l;
+  l.idle_timeout = absl::Milliseconds(200);
+  l.stall_timeout = absl::Milliseconds(200);
+  Start(l);
+  const int idle = RawConnect();
+  const int half = RawConnect();
+  ASSERT_GE(idle, 0);
+  ASSERT_GE(half, 0);
+  const std::string frame = Frame(1, "echo", "never finished");
+  ::send(half, frame.data(), frame.size() / 2, MSG_NOSIGNAL);
+  EXPECT_TRUE(ClosedByServer(idle));
+  EXPECT_TRUE(ClosedByServer(half));
+  ::close(idle);
+  ::close(half);
+  const ServerStats s = server_->stats();
+  EXPECT_EQ(s.idle_closed, 1u);
+  EXPECT_EQ(s.stalled_closed, 1u);
+  // A client whose connection was closed while idle reconnects.
+  RpcClient c(ClientOptions{Address()});
+  ASSERT_TRUE(c.Call("echo", "a", absl::Seconds(10)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_TRUE(c.Call("echo", "b", absl::Seconds(10)).ok());
+}
+
+TEST(RpcLimitsValidation, NonsenseLimitsAreRefusedByName) {
+  ServerLimits l;
+  l.max_connections = 0;
+  EXPECT_THAT(std::string(ValidateServerLimits(l).message()), HasSubstr("max_connections"));
+  l = ServerLimits{};
+  l.idle_timeout = -absl::Seconds(1);
+  EXPECT_THAT(std::string(ValidateServerLimits(l).message()), HasSubstr("idle_timeout"));
+  ServerOptions o;
+  o.limits.max_frame_bytes = 0;
+  RpcServer s(o);
+  EXPECT_FALSE(s.Start().ok());
 }
 
 TEST(RpcAddressTest, ParsesHostAndPort) {

@@ -159,6 +159,10 @@ absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
     // family together keeps the stored redo point and the data consistent.
     options_.tuning.use_rocksdb_wal = false;
     db_options.atomic_flush = true;
+    // RocksDB still keeps a WAL file (the tablet's few metadata writes use
+    // it) and would reserve a write buffer's worth of disk for it (70 MiB);
+    // capping the total WAL size caps that reservation too.
+    db_options.max_total_wal_size = 64 << 10;
   }
   std::vector<std::string> existing;
   // Fails when there is no database yet; then every family is new.

@@ -1,5 +1,6 @@
 #include "storage/tabletserver/status_pages.h"
 
+#include "base/http/http_server.h"
 #include "base/strings.h"
 
 namespace megastore::storage {
@@ -119,9 +120,8 @@ std::string MetricsText(TabletServer& server, const rpc::RpcServer& rpc, const S
     m += StrCat("megastore_tablet_size_bytes{table=\"", t.entry.table(), "\",tablet=\"", t.entry.id(), "\"} ",
                 t.size_bytes, "\n");
   }
-  const auto rs = rpc.stats();
-  gauge("megastore_rpc_connections_open", "Open RPC connections.", rs.connections_open);
-  counter("megastore_rpc_bad_frames_total", "Connections closed for a malformed frame.", rs.bad_frames);
+  m += rpc::ServerStatsMetrics({{"", rpc.stats()}});
+  m += http::ProcessStatsMetrics();
   return m;
 }
 

@@ -97,6 +97,11 @@ std::vector<std::pair<std::string, std::vector<Role>>> ProcessesOf(const Datacen
   return out;
 }
 
+absl::Duration MaxClockSkewOf(const ClusterConfig& config) {
+  return config.max_clock_skew_ms() == 0 ? replication::kDefaultMaxClockSkew
+                                         : absl::Milliseconds(config.max_clock_skew_ms());
+}
+
 absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::string_view file,
                                                  bool local_mode) {
   ClusterConfig config;
@@ -105,6 +110,9 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &config))
     return absl::InvalidArgumentError(StrCat(file, ":", errors.first));
+  if (config.max_clock_skew_ms() > 3600'000)
+    return absl::InvalidArgumentError(StrCat(file, ": max_clock_skew_ms ", config.max_clock_skew_ms(),
+                                             " is more than an hour"));
   if (config.datacenters().empty()) return absl::InvalidArgumentError(StrCat(file, ": no datacenters"));
   std::set<std::string> names;
   int full = 0;

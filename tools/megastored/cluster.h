@@ -43,6 +43,9 @@ std::vector<std::pair<std::string, std::vector<Role>>> ProcessesOf(const Datacen
 // What the client library needs: every datacenter as a replica (all roles
 // on its address).
 std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config);
+// The clock skew a replica tolerates in a log entry's timestamp
+// (max_clock_skew_ms, or the default).
+absl::Duration MaxClockSkewOf(const ClusterConfig& config);
 // One-way delays by (from, to) datacenter name.
 std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config);
 // The emulated WAN as seen from datacenter `here`: the delay of a message

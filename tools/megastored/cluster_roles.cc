@@ -141,6 +141,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     DatacenterOptions o;
     o.name = me.name();
     o.data_dir = flags.data;
+    o.max_clock_skew = MaxClockSkewOf(config);
     o.type = TypeOf(me);
     if (flags.roles.empty()) {
       o.roles.clear();
@@ -266,6 +267,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     d.local = local;
     d.schema = schemas.front();
     d.transport = gateway_wan.get();
+    d.replication.max_clock_skew = MaxClockSkewOf(running);
     auto opened = Database::Open(d);
     if (!opened.ok()) {
       std::fprintf(stderr, "megastored: the gateway's database: %s\n", opened.status().ToString().c_str());
@@ -274,6 +276,21 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     db = std::move(*opened);
     GatewayOptions g;
     g.listen = flags.gateway;
+    g.max_json_depth = flags.gateway_max_json_depth;
+    g.max_page = flags.gateway_max_page;
+    // Read tokens are sealed under a secret kept with the data, so they
+    // stay valid across restarts; gateways given the same file accept each
+    // other's tokens.
+    const std::string secret_file =
+        flags.gateway_secret_file.empty() ? flags.data + "/gateway-token.key" : flags.gateway_secret_file;
+    absl::StatusOr<TokenMac> mac = flags.gateway_secret_file.empty() && flags.data.empty()
+                                       ? TokenMac::Random()
+                                       : TokenMac::FromFile(secret_file, /*create=*/flags.gateway_secret_file.empty());
+    if (!mac.ok()) {
+      std::fprintf(stderr, "megastored: --gateway-secret-file: %s\n", std::string(mac.status().message()).c_str());
+      return 2;
+    }
+    g.token_mac = std::make_shared<const TokenMac>(std::move(*mac));
     gateway = std::make_unique<Gateway>(db.get(), g);
     if (absl::Status s = gateway->Start(); !s.ok()) {
       std::fprintf(stderr, "megastored: the gateway: %s\n", s.ToString().c_str());

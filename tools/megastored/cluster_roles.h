@@ -2,6 +2,7 @@
 // config, or a whole cluster in one process (--local).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ struct ClusterFlags {
   std::string data;           // --data=DIR
   std::vector<std::string> schemas;  // --schema=FILE.schema.pb: create its tables
   std::string gateway;        // --gateway=HOST:PORT: the JSON gateway (local mode)
+  int gateway_max_json_depth = 32;   // --gateway-max-json-depth
+  int64_t gateway_max_page = 1000;   // --gateway-max-page
+  std::string gateway_secret_file;   // --gateway-secret-file (default: DATA/gateway-token.key, created)
   std::string http;           // --http=HOST:PORT: /status and /metrics
   bool sync = true;
 };

@@ -224,6 +224,7 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
   replication::ReplicationServerOptions ro;
   ro.cluster.replicas = replicas;
   ro.cluster.local = self;
+  ro.cluster.max_clock_skew = options_.max_clock_skew;
   replication_ = std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
   replication_->Start();
   serving_replication_ = replication_.get();
@@ -289,6 +290,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, cons
     o.sync_log = sync_log;
     o.coordinator_lease = absl::Seconds(3);
     o.coordinator_renew = absl::Milliseconds(300);
+    o.max_clock_skew = MaxClockSkewOf(config);
     if (!delays.empty()) {
       o.one_way = [book, delays, here = c.name()](std::string_view to) {
         absl::MutexLock lock(&book->mu);
@@ -323,5 +325,7 @@ bool LocalCluster::WaitUntilServing(absl::Duration timeout) {
   }
   return true;
 }
+
+rpc::ServerStats Datacenter::rpc_stats() const { return server_ ? server_->stats() : rpc::ServerStats{}; }
 
 }  // namespace megastore::server

@@ -55,6 +55,8 @@ struct DatacenterOptions {
   absl::Duration coordinator_lease = absl::Seconds(10);
   absl::Duration coordinator_renew = absl::Seconds(2);
   int rpc_workers = 8;
+  // How far ahead of this clock a log entry's timestamp may be.
+  absl::Duration max_clock_skew = replication::kDefaultMaxClockSkew;
   // Emulated WAN: the one-way delay of this datacenter's messages to a node
   // (its coordinator's lock renewals, its replication server's sweeps).
   // Empty: none.
@@ -98,6 +100,8 @@ class Datacenter {
   storage::TabletServer* tablets() { return tablets_.get(); }
   // Null unless the Bigtable is a cell.
   storage::cell::CellClient* cell_client() { return cell_client_.get(); }
+  // The datacenter's RPC listener's counters (limits' refusals included).
+  rpc::ServerStats rpc_stats() const;
 
  private:
   Datacenter(Env* env, DatacenterOptions options);

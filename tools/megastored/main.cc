@@ -15,6 +15,7 @@
 
 #include "base/cli.h"
 #include "base/coding.h"
+#include "base/descriptors.h"
 #include "base/env.h"
 #include "base/http/http_server.h"
 #include "base/init.h"
@@ -132,6 +133,17 @@ int main(int argc, char** argv) {
                  "a schema descriptor from msc --out (NAME.schema.pb) whose tables to create; repeatable");
   app.add_option("--gateway", cluster.gateway,
                  "with --local: serve the HTTP/JSON gateway (docs/gateway.md) on HOST:PORT for the first --schema");
+  app.add_option("--gateway-max-json-depth", cluster.gateway_max_json_depth,
+                 "objects and arrays in a gateway request nest at most this deep (checked before parsing)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  app.add_option("--gateway-secret-file", cluster.gateway_secret_file,
+                 "the secret (32+ bytes) that seals the gateway's read tokens; gateways sharing it accept each "
+                 "other's tokens (default: DATA/gateway-token.key, created with a random secret)");
+  app.add_option("--gateway-max-page", cluster.gateway_max_page,
+                 "most entities in one gateway query page (a query's limit 0 means this many)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   std::string roles;
   std::string listen = "127.0.0.1:7400";
   std::string data;
@@ -155,7 +167,54 @@ int main(int argc, char** argv) {
                  "text, or json: one object per line (time, level, pid, thread, msg) on stderr")
       ->capture_default_str();
   app.add_option("--flush-max-age", flush_age, "flush a tablet whose oldest unflushed write is this old")->capture_default_str();
-  app.add_option("--max-frame-bytes", max_frame, "largest RPC frame accepted; bigger ones close the connection")->capture_default_str();
+  app.add_option("--max-frame-bytes", max_frame,
+                 "largest RPC frame accepted; a bigger one closes the connection before anything is allocated")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 31))
+      ->capture_default_str();
+  megastore::rpc::ServerLimits rpc_limits;
+  std::string rpc_idle_text = "10m", rpc_stall_text = "60s";
+  size_t rpc_queued_mb = rpc_limits.max_queued_reply_bytes >> 20;
+  uint64_t descriptor_reserve = 0;
+  app.add_option("--rpc-max-connections", rpc_limits.max_connections,
+                 "connections one RPC listener holds at once; more are closed on accept")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--rpc-max-calls-in-flight", rpc_limits.max_calls_in_flight,
+                 "calls of one RPC connection handled at once; beyond it the connection is not read until some finish")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--rpc-max-queued-reply-mb", rpc_queued_mb,
+                 "reply bytes queued for one RPC connection before its requests stop being read")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--rpc-idle-timeout", rpc_idle_text, "close an RPC connection with no call and no traffic this long")
+      ->capture_default_str();
+  app.add_option("--rpc-stall-timeout", rpc_stall_text,
+                 "close an RPC connection that leaves a frame half-sent or a reply unread this long")
+      ->capture_default_str();
+  megastore::http::HttpLimits http_limits;
+  std::string http_header_timeout_text = "10s", http_body_timeout_text = "30s";
+  app.add_option("--http-max-connections", http_limits.max_connections,
+                 "connections one HTTP listener (gateway, /status) holds at once; more are closed on accept")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--http-max-header-bytes", http_limits.max_header_bytes,
+                 "request line and headers of an HTTP request; larger gets 431")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--http-max-body-bytes", http_limits.max_body_bytes, "body of an HTTP request; larger gets 413")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--http-header-timeout", http_header_timeout_text,
+                 "close an HTTP connection whose request headers have not arrived this long after connecting")
+      ->capture_default_str();
+  app.add_option("--http-body-timeout", http_body_timeout_text,
+                 "close an HTTP connection whose request body (or the reading of the answer) takes longer")
+      ->capture_default_str();
+  app.add_option("--descriptor-reserve", descriptor_reserve,
+                 "file descriptors kept back from network connections for storage (0: a quarter of the limit, at "
+                 "least 256)")
+      ->capture_default_str();
   app.add_option("--block-cache-mb", block_cache_mb, "shared SSTable block cache")->capture_default_str();
   app.add_option("--row-cache-mb", row_cache_mb, "row cache for point reads; 0 disables it")->capture_default_str();
   app.add_option("--rpc-workers", workers, "threads running RPC handlers (writers waiting on one group commit)")
@@ -210,6 +269,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "megastored: --log-format=%s is not text or json\n", log_format.c_str());
     return 2;
   }
+  rpc_limits.max_frame_bytes = max_frame;
+  rpc_limits.max_queued_reply_bytes = rpc_queued_mb << 20;
+  rpc_limits.idle_timeout = ParseDurationOrDie(rpc_idle_text, "--rpc-idle-timeout");
+  rpc_limits.stall_timeout = ParseDurationOrDie(rpc_stall_text, "--rpc-stall-timeout");
+  if (absl::Status s = megastore::rpc::ValidateServerLimits(rpc_limits); !s.ok()) {
+    std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  megastore::rpc::SetDefaultServerLimits(rpc_limits);
+  http_limits.header_timeout = ParseDurationOrDie(http_header_timeout_text, "--http-header-timeout");
+  http_limits.body_timeout = ParseDurationOrDie(http_body_timeout_text, "--http-body-timeout");
+  if (absl::Status s = megastore::http::ValidateLimits(http_limits); !s.ok()) {
+    std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  megastore::http::SetDefaultLimits(http_limits);
+  if (descriptor_reserve > 0) megastore::SetDescriptorReserve(descriptor_reserve);
   if (cluster.local > 0 || !cluster.config.empty()) {
     cluster.data = data;
     cluster.http = http;
@@ -391,7 +467,6 @@ int main(int argc, char** argv) {
 
   megastore::rpc::ServerOptions rpc_options;
   rpc_options.listen = listen;
-  rpc_options.max_frame_bytes = max_frame;
   rpc_options.worker_threads = workers;
   megastore::rpc::RpcServer rpc(rpc_options);
   megastore::storage::ServiceMetrics metrics;

@@ -162,6 +162,9 @@ std::string MetricsText(const StatusSources& s) {
       {"megastore_replication_applies_total", "Apply requests served.", &replication::ReplicationServer::Stats::applies},
       {"megastore_replication_sweep_catchups_total", "Incomplete writes the background sweep finished.",
        &replication::ReplicationServer::Stats::sweep_catchups},
+      {"megastore_replication_gap_votes_total",
+       "Votes on a position past this replica's top that another replica vouched for (it had missed some).",
+       &replication::ReplicationServer::Stats::gap_votes},
   };
   for (const Counter& c : kReplication) {
     out += Family(c.name, "counter", c.help);
@@ -221,6 +224,13 @@ std::string MetricsText(const StatusSources& s) {
     out += Family(c.name, c.type, c.help);
     for (const auto& [labels, st] : coordinators) out += c.samples(st, labels);
   }
+
+  std::vector<std::pair<std::string, rpc::ServerStats>> rpc_servers;
+  for (Datacenter* dc : s.datacenters) {
+    rpc_servers.emplace_back(StrCat("datacenter=\"", dc->options().name, "\""), dc->rpc_stats());
+  }
+  out += rpc::ServerStatsMetrics(rpc_servers);
+  out += http::ProcessStatsMetrics();
 
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();

@@ -1,0 +1,51 @@
+#include "base/token_mac.h"
+
+#include <sys/stat.h>
+
+#include "base/file.h"
+#include "base/test_util.h"
+#include "gtest/gtest.h"
+
+namespace megastore {
+namespace {
+
+TEST(TokenMacTest, SealedTokensOpenAndAlteredOnesDoNot) {
+  const TokenMac mac = TokenMac::Random();
+  const std::string sealed = mac.Seal("position=12");
+  absl::StatusOr<std::string> opened = mac.Open(sealed);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(*opened, "position=12");
+  // Every single-bit change anywhere is caught.
+  for (size_t i = 0; i < sealed.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string altered = sealed;
+      altered[i] = static_cast<char>(altered[i] ^ (1 << bit));
+      EXPECT_FALSE(mac.Open(altered).ok()) << "byte " << i << " bit " << bit;
+    }
+  }
+  EXPECT_FALSE(mac.Open("").ok());
+  EXPECT_FALSE(mac.Open("short").ok());
+  EXPECT_FALSE(TokenMac::Random().Open(sealed).ok()) << "another secret";
+}
+
+TEST(TokenMacTest, SecretsComeFromAFileThatIsCreatedPrivate) {
+  TestDir dir;
+  const std::string path = dir.path() + "/token.key";
+  absl::StatusOr<TokenMac> none = TokenMac::FromFile(path, /*create=*/false);
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  absl::StatusOr<TokenMac> made = TokenMac::FromFile(path, /*create=*/true);
+  ASSERT_TRUE(made.ok()) << made.status();
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  absl::StatusOr<TokenMac> again = TokenMac::FromFile(path, /*create=*/true);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->Open(made->Seal("x")).ok()) << "the same secret after a restart";
+  ASSERT_TRUE(WriteFileAtomically(path, "too short").ok());
+  absl::StatusOr<TokenMac> bad = TokenMac::FromFile(path, true);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(path), std::string_view::npos) << bad.status();
+}
+
+}  // namespace
+}  // namespace megastore
