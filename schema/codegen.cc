@@ -86,6 +86,27 @@ std::string CEscape(const std::string& bytes) {
   return out;
 }
 
+// `text` for inside a C++ string literal, readable: quotes and backslashes
+// escaped, anything not printable ASCII as a three-digit octal escape
+// (which, unlike \x, cannot swallow the characters after it).
+std::string CLiteral(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20 && c < 0x7f && c != '?') {  // '?' could start a trigraph
+      out += static_cast<char>(c);
+    } else {
+      out += '\\';
+      out += static_cast<char>('0' + (c >> 6));
+      out += static_cast<char>('0' + ((c >> 3) & 7));
+      out += static_cast<char>('0' + (c & 7));
+    }
+  }
+  return out;
+}
+
 class Generator {
  public:
   Generator(const SchemaDescriptor& s, std::string include_prefix) : s_(s), prefix_(std::move(include_prefix)) {}
@@ -140,7 +161,7 @@ class Generator {
     H("class " + cls + " {");
     H(" public:");
     if (table != nullptr) {
-      H("  static constexpr char kTable[] = \"" + table->name() + "\";\n");
+      H("  static constexpr char kTable[] = \"" + CLiteral(table->name()) + "\";\n");
       H("  // The primary key, in key order.");
       H("  struct Key {");
       for (const KeyPart& p : table->primary_key()) {
@@ -212,7 +233,7 @@ class Generator {
       C("        for (const auto& v : values) {");
       C("          const auto* x = std::get_if<" + VariantType(f) + ">(&v);");
       C("          if (x == nullptr) {");
-      C("            return absl::InvalidArgumentError(\"" + name + "." + f.name() + " holds a value of the wrong kind\");");
+      C("            return absl::InvalidArgumentError(\"" + CLiteral(name + "." + f.name()) + " holds a value of the wrong kind\");");
       C("          }");
       if (f.type() == MESSAGE) {
         C("          auto sub = " + CppType(f) + "::FromEntity(**x);");
@@ -227,7 +248,7 @@ class Generator {
       C("        break;");
     }
     C("      default:");
-    C("        return absl::InvalidArgumentError(megastore::StrCat(\"" + name + " has no field number \", number));");
+    C("        return absl::InvalidArgumentError(megastore::StrCat(\"" + CLiteral(name) + " has no field number \", number));");
     C("    }");
     C("  }");
     C("  return out;");

@@ -1,5 +1,6 @@
 #include "schema/parser.h"
 
+#include <cctype>
 #include <utility>
 
 namespace megastore::schema {
@@ -92,6 +93,21 @@ class Parser {
   }
   Name ExpectName(std::string_view what) {
     const Token& t = Peek();
+    if (t.kind == Token::Kind::kQuotedIdentifier || t.kind == Token::Kind::kIdentifier) {
+      // Names end up in generated C++, in file names and in Bigtable keys:
+      // bounded and printable, whatever the quoting.
+      if (t.text.size() > kMaxNameBytes) {
+        Fail(t.pos, std::string(what) + " is " + std::to_string(t.text.size()) + " bytes long; names are at most " +
+                        std::to_string(kMaxNameBytes));
+      }
+      for (char c : t.text) {
+        if (c < 0x20 || c > 0x7e) {
+          Fail(t.pos, std::string(what) + " holds a byte that is not printable ASCII (0x" +
+                          "0123456789abcdef"[(static_cast<unsigned char>(c) >> 4) & 15] +
+                          "0123456789abcdef"[static_cast<unsigned char>(c) & 15] + ")");
+        }
+      }
+    }
     if (t.kind == Token::Kind::kQuotedIdentifier) {
       Next();
       return Name{t.text, t.pos};
@@ -145,7 +161,15 @@ class Parser {
     const Token& first = Peek();
     if (AcceptWord("CREATE")) {
       if (AcceptWord("SCHEMA")) {
-        result_.statements.push_back(SchemaDecl{ExpectName("a schema name")});
+        Name name = ExpectName("a schema name");
+        // It names the generated files and the C++ namespace.
+        bool plain = !name.text.empty() && !std::isdigit(static_cast<unsigned char>(name.text[0]));
+        for (char c : name.text) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        if (!plain) {
+          Fail(name.pos, "schema name \"" + name.text + "\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*): it names "
+                         "the generated files and the C++ namespace");
+        }
+        result_.statements.push_back(SchemaDecl{std::move(name)});
         AcceptPunct(';');
         return;
       }

@@ -16,15 +16,19 @@
 //   keypart   := name [ASC | DESC] [SCATTER]
 //
 // Keywords are case-insensitive and reserved; quote a name that is a keyword
-// with backquotes.
+// with backquotes. Every name is at most kMaxNameBytes of printable ASCII;
+// a schema's name is a plain identifier (it names files and a namespace).
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 #include <vector>
 
 #include "schema/ast.h"
 
 namespace megastore::schema {
+
+inline constexpr size_t kMaxNameBytes = 128;
 
 struct ParseResult {
   std::vector<Statement> statements;
