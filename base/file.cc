@@ -7,6 +7,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/checksum.h"
+#include "base/coding.h"
+#include "base/status.h"
 #include "base/strings.h"
 
 namespace megastore {
@@ -21,12 +24,16 @@ absl::Status Errno(std::string_view what, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Errno("cannot open", path);
   std::string data;
   char buf[1 << 16];
   while (true) {
+    if (data.size() > max_bytes) {
+      ::close(fd);
+      return absl::ResourceExhaustedError(StrCat(path, " holds more than ", max_bytes, " bytes: not the file meant"));
+    }
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -65,6 +72,49 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno(StrCat("cannot rename ", tmp, " to"), path);
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return SyncDir(dir.empty() ? "." : dir);
+}
+
+namespace {
+
+constexpr std::string_view kChecksummedMagic = "MSF1";
+constexpr size_t kChecksummedHeader = 4 + 4 + 8;
+
+}  // namespace
+
+absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload) {
+  std::string data;
+  data.reserve(kChecksummedHeader + payload.size());
+  data.append(kChecksummedMagic);
+  PutFixed32(&data, crc32c::Mask(crc32c::Value(payload)));
+  PutFixed64(&data, payload.size());
+  data.append(payload);
+  return WriteFileAtomically(path, data);
+}
+
+absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path, size_t max_bytes) {
+  absl::StatusOr<std::string> read = ReadFileToString(path, max_bytes);
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
+  if (data.empty()) return absl::DataLossError(StrCat(path, " is empty (damaged): its contents are lost"));
+  const std::string_view magic = kChecksummedMagic;
+  if (data.size() < magic.size() && std::memcmp(data.data(), magic.data(), data.size()) == 0) {
+    return absl::DataLossError(StrCat(path, " is truncated (", data.size(), " bytes, shorter than its header)"));
+  }
+  if (data.size() < magic.size() || std::memcmp(data.data(), magic.data(), magic.size()) != 0) {
+    return absl::FailedPreconditionError(StrCat(path, " has no checksum header"));
+  }
+  if (data.size() < kChecksummedHeader) {
+    return absl::DataLossError(StrCat(path, " is truncated (", data.size(), " bytes, shorter than its header)"));
+  }
+  const uint32_t crc = crc32c::Unmask(DecodeFixed32(data.data() + 4));
+  const uint64_t length = DecodeFixed64(data.data() + 8);
+  if (length != data.size() - kChecksummedHeader) {
+    return absl::DataLossError(StrCat(path, " is damaged: its header says ", length, " bytes follow, ",
+                                      data.size() - kChecksummedHeader, " do"));
+  }
+  std::string payload = data.substr(kChecksummedHeader);
+  if (crc32c::Value(payload) != crc) return absl::DataLossError(StrCat(path, " is damaged: checksum mismatch"));
+  return payload;
 }
 
 absl::Status SyncDir(const std::string& dir) {

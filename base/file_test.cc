@@ -29,5 +29,43 @@ TEST(FileTest, ErrorsNameThePath) {
   EXPECT_NE(bad.message().find("/no/such/dir/f.tmp"), absl::string_view::npos);
 }
 
+TEST(FileTest, ChecksummedFilesRefuseEveryKindOfDamageNamingTheFile) {
+  TestDir dir;
+  const std::string path = dir.path() + "/state";
+  ASSERT_TRUE(WriteChecksummedFile(path, "tables: t1, t2").ok());
+  absl::StatusOr<std::string> read = ReadChecksummedFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "tables: t1, t2");
+  ASSERT_TRUE(WriteChecksummedFile(path, "").ok());
+  EXPECT_EQ(*ReadChecksummedFile(path), "") << "an empty payload is a valid state";
+  ASSERT_TRUE(WriteChecksummedFile(path, "tables: t1, t2").ok());
+  const std::string good = *ReadFileToString(path);
+  // Every flipped bit, every truncation, and an emptied file.
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      ASSERT_TRUE(WriteFileAtomically(path, bad).ok());
+      absl::StatusOr<std::string> r = ReadChecksummedFile(path);
+      EXPECT_FALSE(r.ok()) << "byte " << i << " bit " << bit;
+      EXPECT_NE(r.status().message().find(path), absl::string_view::npos) << r.status();
+    }
+  }
+  for (size_t n = 0; n < good.size(); ++n) {
+    ASSERT_TRUE(WriteFileAtomically(path, good.substr(0, n)).ok());
+    absl::StatusOr<std::string> r = ReadChecksummedFile(path);
+    EXPECT_FALSE(r.ok()) << "truncated to " << n;
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << n << ": " << r.status();
+  }
+  ASSERT_TRUE(WriteFileAtomically(path, "legacy bytes").ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(ReadChecksummedFile(path).status()));
+  EXPECT_TRUE(absl::IsNotFound(ReadChecksummedFile(dir.path() + "/none").status()));
+}
+
+TEST(FileTest, AnEndlessFileIsRefusedNotRead) {
+  absl::StatusOr<std::string> r = ReadFileToString("/dev/zero", 1 << 20);
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+}
+
 }  // namespace
 }  // namespace megastore

@@ -248,17 +248,21 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       // read position): once a majority says so, stop retrying. Nothing of
       // ours can be chosen without them, but a minority may hold it, so the
       // outcome is still reported as unknown.
-      if (!IsBeyondTop(r.status())) return;  // lost: the round timer takes care of it
+      // Likewise when a majority is out of disk space: waiting for the
+      // deadline would only hide why.
+      const bool beyond = IsBeyondTop(r.status());
+      if (!beyond && !absl::IsResourceExhausted(r.status())) return;  // lost: the round timer takes care of it
       bool give_up;
       {
         absl::MutexLock lock(&mu_);
-        beyond_top_.insert(request.acceptor);
-        give_up = !finished_ && beyond_top_.size() >= c_->voters().size() / 2 + 1;
+        std::set<int>& refused = beyond ? beyond_top_ : out_of_space_;
+        refused.insert(request.acceptor);
+        give_up = !finished_ && refused.size() >= c_->voters().size() / 2 + 1;
       }
       if (give_up) {
-        Finish(absl::DeadlineExceededError(StrCat("outcome unknown: a majority of replicas refused log position ",
-                                                  position_, " as beyond the group's log (",
-                                                  r.status().message(), ")")));
+        Finish(absl::DeadlineExceededError(StrCat(
+            "outcome unknown: a majority of replicas refused log position ", position_,
+            beyond ? " as beyond the group's log (" : " for lack of storage (", r.status().message(), ")")));
       }
       return;
     }
@@ -398,7 +402,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<paxos::Ballot> chosen_ballot_ ABSL_GUARDED_BY(mu_);
-  std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);  // acceptors that refused the position as too far
+  std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);    // acceptors that refused the position as too far
+  std::set<int> out_of_space_ ABSL_GUARDED_BY(mu_);  // ... or for a full disk
   const std::shared_ptr<LateAccepts> late_ = std::make_shared<LateAccepts>();
   Callback<Chosen> done_ ABSL_GUARDED_BY(mu_);
 };

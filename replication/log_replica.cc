@@ -1,5 +1,7 @@
 #include "replication/log_replica.h"
 
+#include <limits>
+#include <map>
 #include <memory>
 
 #include "absl/strings/match.h"
@@ -497,6 +499,64 @@ void LogReplica::ApplyLoop(GroupRef group, Callback<ApplyReply> done,
       return apply(std::move(reply));
     }
     ReadLog(std::move(req), std::move(apply));
+  });
+}
+
+void LogReplica::Truncate(TruncateRequest request, Callback<TruncateReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  const GroupRef group = request.group();
+  const uint64_t keep = request.keep_through();
+  if (keep == std::numeric_limits<uint64_t>::max()) return done(TruncateReply());
+  State(group, [this, group, keep, apply = request.apply(), done = std::move(done)](
+                   absl::StatusOr<StateReply> state) mutable {
+    if (!state.ok()) return done(state.status());
+    if (state->applied().position() > keep) {
+      return done(absl::FailedPreconditionError(StrCat("this replica applied position ", state->applied().position(),
+                                                       ", above ", keep, ": nothing applied is ever removed")));
+    }
+    // Position columns sort before the summary ("L..." < "S:").
+    ReadOptions o = LogRead(RowFilter::QualifierMatch::kRange, "");
+    o.filter.qualifier_range = storage::ByteRange{PositionPrefix(keep + 1), std::string(kSummaryPrefix), false};
+    bigtable_->ReadRow(
+        group.table(), group.root(), std::move(o),
+        [this, group, keep, apply, top = state->top(), done = std::move(done)](
+            absl::StatusOr<std::optional<Row>> row) mutable {
+          if (!row.ok()) return done(row.status());
+          TruncateReply reply;
+          reply.set_top_before(top);
+          std::vector<Mutation> removal;
+          std::map<uint64_t, std::string> found;  // position -> learned value ("" if none)
+          if (*row) {
+            for (const storage::Cell& c : (*row)->cells) {
+              uint64_t pos;
+              char kind;
+              if (!ParsePositionColumn(c.qualifier, &pos, &kind)) continue;
+              if (found.size() >= static_cast<size_t>(kMaxTruncate) && !found.count(pos)) {
+                reply.set_more(true);
+                break;
+              }
+              std::string& learned = found[pos];
+              if (kind == 'l') learned = c.value;
+              removal.push_back(Mutation::DeleteCells(kLogFamily, c.qualifier, 0, 0));
+            }
+          }
+          for (const auto& [pos, learned] : found) {
+            reply.add_positions(pos);
+            reply.add_learned(learned);
+          }
+          if (!apply || (removal.empty() && top <= keep)) return done(std::move(reply));
+          if (!reply.more() && top > keep) {
+            // The top comes back to `keep`: deleted, then written again
+            // below its old timestamp (the later write is not masked).
+            removal.push_back(Mutation::DeleteCells(kLogFamily, kTopColumn, 0, 0));
+            removal.push_back(TopCell(keep));
+          }
+          bigtable_->MutateRow(group.table(), group.root(), std::move(removal), storage::kServerTimestamp,
+                               [reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
+                                 if (!s.ok()) return done(s);
+                                 done(std::move(reply));
+                               });
+        });
   });
 }
 

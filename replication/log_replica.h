@@ -101,6 +101,10 @@ class LogReplica {
   static constexpr int64_t kMaxScanRows = 1000;
   // Rows of a global index table (family "i"), newest data.
   void ScanIndex(ScanIndexRequest request, Callback<ScanReply> done);
+  // Lists (and with `apply` removes) what this replica holds for positions
+  // above `keep_through`, at most kMaxTruncate per call (TruncateRequest).
+  void Truncate(TruncateRequest request, Callback<TruncateReply> done);
+  static constexpr int kMaxTruncate = 1000;
 
   static constexpr uint64_t kMaxReadLog = 256;
 

@@ -1,6 +1,7 @@
 #include "replication/log_replica.h"
 
 #include "base/await.h"
+#include "base/coding.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "storage/tabletserver/tablet_server.h"
@@ -241,6 +242,57 @@ TEST_F(LogReplicaTest, PositionsBeyondOnePastTheTopAreRefusedAndChangeNothing) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->ok());
   EXPECT_EQ(State(r)->top(), 10u);
+}
+
+// What msadmin group repair does at each replica: a log pushed far ahead
+// (as a forged position did before replicas refused one) is listed, then
+// removed, and the top comes back so the next position is usable again.
+TEST_F(LogReplicaTest, TruncateListsAndRemovesPositionsPushedFarAhead) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  ASSERT_TRUE(Apply(r, 1, Set("a", "root/k", "one", 100)).ok());
+  // The state a forged far commit left: accepted and learned at 1,000,000.
+  const uint64_t far = 1'000'000;
+  const LogEntry forged = Set("forged", "root/k", "far", 200);
+  std::optional<absl::Status> planted;
+  bigtable_->MutateRow("t", "root",
+                       {storage::Mutation::SetCell(kLogFamily, AcceptorColumn(far), "acceptor", 0),
+                        storage::Mutation::SetCell(kLogFamily, LearnedColumn(far), forged.SerializeAsString(), 0),
+                        storage::Mutation::SetCell(kLogFamily, "S:top", [&] {
+                          std::string v;
+                          AppendOrderedUint64(&v, far);
+                          return v;
+                        }(), static_cast<int64_t>(far))},
+                       storage::kServerTimestamp, [&](absl::Status s) { planted = s; });
+  ASSERT_TRUE(planted && planted->ok());
+  ASSERT_EQ(State(r)->top(), far);
+  auto truncate = [&](bool apply) {
+    TruncateRequest req;
+    *req.mutable_group() = Group();
+    req.set_keep_through(2);
+    req.set_apply(apply);
+    return Await<TruncateReply>([&](auto cb) { r.Truncate(req, std::move(cb)); });
+  };
+  absl::StatusOr<TruncateReply> listed = truncate(false);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->positions_size(), 1);
+  EXPECT_EQ(listed->positions(0), far);
+  EXPECT_EQ(listed->learned(0), forged.SerializeAsString());
+  EXPECT_EQ(State(r)->top(), far) << "a listing changes nothing";
+  ASSERT_TRUE(truncate(true).ok());
+  EXPECT_EQ(State(r)->top(), 2u);
+  EXPECT_EQ(State(r)->applied().position(), 1u);
+  EXPECT_EQ(truncate(false)->positions_size(), 0);
+  // The next position works again (before: beyond nothing, the group had
+  // to decide a million positions first).
+  EXPECT_TRUE(Step(r, 2, false, 1, 1)->ok());
+  EXPECT_TRUE(Step(r, 3, false, 1, 1).ok());
+  // Nothing applied is ever removed.
+  TruncateRequest below;
+  *below.mutable_group() = Group();
+  below.set_keep_through(0);
+  below.set_apply(true);
+  EXPECT_EQ(Await<TruncateReply>([&](auto cb) { r.Truncate(below, std::move(cb)); }).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(LogReplicaTest, EntriesTimestampedBeyondTheClockPlusTheSkewAreRefused) {

@@ -1,5 +1,7 @@
 #include "replication/replication_server.h"
 
+#include <algorithm>
+
 #include "base/strings.h"
 
 namespace megastore::replication {
@@ -136,7 +138,19 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     ApplyRequest req;
     if (!Parse(method, request, &req, respond)) return;
     counters_.applies++;
-    replica_.Apply(std::move(req), Answer<ApplyReply>(std::move(respond)));
+    const GroupRef group = req.group();
+    const uint64_t position = req.position();
+    replica_.Apply(std::move(req), [this, group, position, answer = Answer<ApplyReply>(std::move(respond))](
+                                       absl::StatusOr<ApplyReply> r) mutable {
+      // This replica missed earlier positions: the sweep catches it up to
+      // this one (it no longer learns far positions it cannot follow).
+      if (IsBeyondTop(r.status())) Note(group, position);
+      answer(std::move(r));
+    });
+  } else if (method == "repl.Truncate") {
+    TruncateRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.Truncate(std::move(req), Answer<TruncateReply>(std::move(respond)));
   } else if (method == "repl.Read") {
     ReadRequest req;
     if (!Parse(method, request, &req, respond)) return;
@@ -154,11 +168,12 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
   }
 }
 
-void ReplicationServer::Note(const GroupRef& group) {
+void ReplicationServer::Note(const GroupRef& group, uint64_t behind) {
   absl::MutexLock lock(&mu_);
   Seen& s = seen_[Key(group)];
   s.group = group;
   s.last = env_->MonotonicMicros();
+  s.behind = std::max(s.behind, behind);
 }
 
 void ReplicationServer::Start() {
@@ -190,12 +205,12 @@ void ReplicationServer::Tick() {
 }
 
 void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
-  std::vector<GroupRef> due;
+  std::vector<std::pair<GroupRef, uint64_t>> due;  // group, position applied elsewhere
   {
     absl::MutexLock lock(&mu_);
     const int64_t cutoff = env_->MonotonicMicros() - absl::ToInt64Microseconds(options_.sweep_age);
     for (const auto& [key, seen] : seen_)
-      if (seen.last <= cutoff) due.push_back(seen.group);
+      if (seen.last <= cutoff) due.emplace_back(seen.group, seen.behind);
   }
   struct Pending {
     absl::Mutex mu;
@@ -216,10 +231,11 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
     if (done) done();
   };
   const int local = options_.cluster.local;
-  for (const GroupRef& group : due) {
-    replica_.State(group, [this, group, local, finish_one](absl::StatusOr<StateReply> s) mutable {
+  for (const auto& [group, behind] : due) {
+    replica_.State(group, [this, group, behind, local, finish_one](absl::StatusOr<StateReply> s) mutable {
       if (!s.ok()) return finish_one();
-      if (s->top() <= s->applied().position()) {
+      const uint64_t target = std::max(s->top(), behind);
+      if (target <= s->applied().position()) {
         // Complete here: forget it until new traffic arrives.
         {
           absl::MutexLock lock(&mu_);
@@ -231,8 +247,24 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
         return finish_one();
       }
       counters_.sweep_catchups++;
-      client_.CatchUp(group, local, s->top(),
-                      [finish_one](absl::StatusOr<LogPosition>) mutable { finish_one(); });
+      auto catch_up = [this, group, local, finish_one](uint64_t to) mutable {
+        client_.CatchUp(group, local, to, [finish_one](absl::StatusOr<LogPosition>) mutable { finish_one(); });
+      };
+      if (behind <= s->top()) return catch_up(target);
+      // Only as far as another replica vouches for: an apply for a position
+      // nobody reached (a forged one) must not make this sweep decide every
+      // position up to it.
+      client_.SomeReplicaReached(
+          group, behind, [this, group, behind, catch_up, top = s->top()](absl::StatusOr<bool> reached) mutable {
+            if (reached.ok() && *reached) return catch_up(behind);
+            {
+              absl::MutexLock lock(&mu_);
+              if (auto it = seen_.find(Key(group)); it != seen_.end() && it->second.behind == behind) {
+                it->second.behind = 0;  // unvouched: forgotten
+              }
+            }
+            catch_up(top);
+          });
     });
   }
   finish_one();

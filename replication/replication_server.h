@@ -81,9 +81,10 @@ class ReplicationServer {
  private:
   struct Seen {
     GroupRef group;
-    int64_t last = 0;  // monotonic micros of the last Paxos request
+    int64_t last = 0;     // monotonic micros of the last Paxos request
+    uint64_t behind = 0;  // a position applied elsewhere that this replica refused (it missed earlier ones)
   };
-  void Note(const GroupRef& group);
+  void Note(const GroupRef& group, uint64_t behind = 0);
   void Tick();
 
   template <typename Reply>

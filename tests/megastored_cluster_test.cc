@@ -515,6 +515,9 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_THAT(caught_json.out, HasSubstr("{\"datacenter\":\"C\",\"applied\":")) << caught_json.out;
   testing::Result after = run("group log" + config + "PhotoApp User:2");
   EXPECT_THAT(after.out, HasSubstr("C: applied up to position"));
+  testing::Result healthy = run("group repair" + config + "PhotoApp User:2 --yes");
+  EXPECT_EQ(healthy.exit_code, 0) << healthy.out;
+  EXPECT_THAT(healthy.out, HasSubstr("nothing to repair")) << healthy.out;
   testing::Result nowhere = run("coordinator disable" + config + "Z");
   EXPECT_EQ(nowhere.exit_code, 2) << nowhere.out;
   EXPECT_THAT(nowhere.out, HasSubstr("no datacenter Z"));

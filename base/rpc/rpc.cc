@@ -352,6 +352,10 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
                             self->peer, absl::FormatDuration(self->limits.stall_timeout));
         return self->Close("");
       }
+      // A responder dropped without an answer while reading was being
+      // paused may have missed its chance to resume it.
+      self->Resume();
+      if (self->closed) return;
       const bool quiet = self->calls_in_flight.load() == 0 && self->writing.empty() && !self->frames.partial();
       if (quiet && now - std::max(self->last_read, self->last_write) > ToSteady(self->limits.idle_timeout)) {
         ++self->server->idle_closed;

@@ -294,6 +294,7 @@ absl::Status Master::SplitLog(const std::string& log) {
   std::map<std::string, std::string> pieces;
   uint64_t records = 0, bytes = 0;
   MS_RETURN_IF_ERROR(reader->Replay(0, [&](const commitlog::Record& r) -> absl::Status {
+    if (r.tablet_id.empty()) return absl::OkStatus();  // a stand-in for a write refused on a full disk
     commitlog::AppendRecord(&pieces[std::string(r.tablet_id)], r.lsn, r.tablet_id, r.payload);
     ++records;
     bytes += r.payload.size();

@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
+#include <map>
 
 #include "absl/synchronization/notification.h"
+#include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -20,7 +24,18 @@ namespace {
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   const int e = errno;
-  return absl::InternalError(StrCat(what, " ", path, ": ", std::strerror(e)));
+  const std::string msg = StrCat(what, " ", path, ": ", std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+// Stand-ins for the records of a group that could not be written for lack
+// of space: same LSNs (the sequence on disk stays gapless), no tablet, so
+// no replay applies them — their writes were reported failed.
+std::string Placeholders(uint64_t first_lsn, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) AppendRecord(&out, first_lsn + i, "", "");
+  return out;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -94,6 +109,17 @@ absl::Status CommitLog::Recover() {
   }
   std::sort(segments.begin(), segments.end(),
             [](const Segment& a, const Segment& b) { return a.first_lsn < b.first_lsn; });
+  fresh_ = segments.empty();
+  // Ranges skipped on purpose (AdvanceTo): FROM -> TO. A damaged marker
+  // counts for nothing (the range is then a gap, as without it).
+  std::map<uint64_t, uint64_t> skipped;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.dir)) {
+    unsigned long long from = 0, to = 0;
+    char tail = 0;
+    const std::string name = entry.path().filename().string();
+    if (std::sscanf(name.c_str(), "skipped-%llu-%llu%c", &from, &to, &tail) != 2) continue;
+    if (ReadChecksummedFile(entry.path().string()).ok()) skipped[from] = to;
+  }
 
   uint64_t last = 0;
   for (size_t i = 0; i < segments.size(); ++i) {
@@ -104,8 +130,11 @@ absl::Status CommitLog::Recover() {
     size_t offset = 0;
     uint64_t expected = seg.first_lsn;
     if (last != 0 && expected != last + 1) {
-      // A whole segment is missing (or misnamed) between `last` and here.
-      gaps_.push_back(LogGap{seg.path, 0, last, seg.first_lsn});
+      auto skip = skipped.find(last + 1);
+      if (skip == skipped.end() || skip->second + 1 != expected) {
+        // A whole segment is missing (or misnamed) between `last` and here.
+        gaps_.push_back(LogGap{seg.path, 0, last, seg.first_lsn});
+      }
     }
     while (offset < in.size()) {
       Record r;
@@ -119,10 +148,12 @@ absl::Status CommitLog::Recover() {
         continue;
       }
       const size_t next = FindNextGoodRecord(in, offset);
-      if (is_last && next == std::string_view::npos) {
-        // A write the crash interrupted: cut it off.
-        recovery_note_ = StrCat("commit log: ", result == ParseResult::kTruncated ? "torn" : "corrupt",
-                                " tail in ", seg.path, " at offset ", offset, " (",
+      const std::string_view rest = in.substr(offset);
+      const bool torn = result == ParseResult::kTruncated ||
+                        rest.find_first_not_of('\0') == std::string_view::npos;
+      if (is_last && next == std::string_view::npos && torn) {
+        // A write the crash interrupted (never acknowledged): cut it off.
+        recovery_note_ = StrCat("commit log: torn tail in ", seg.path, " at offset ", offset, " (",
                                 in.size() - offset, " bytes after the last good record, LSN ",
                                 last, "); truncated there");
         MS_LOG_WARN("{}", recovery_note_);
@@ -130,6 +161,12 @@ absl::Status CommitLog::Recover() {
           return Errno("truncate", seg.path);
         }
         break;
+      }
+      if (is_last && next == std::string_view::npos) {
+        recovery_note_ = StrCat("commit log: corrupt record in ", seg.path, " at offset ", offset,
+                                " after LSN ", last,
+                                " (complete, but its checksum or LSN is wrong): kept for inspection; tablets "
+                                "that need records after LSN ", last, " are not loaded");
       }
       uint64_t next_lsn = 0;
       if (next != std::string_view::npos) {
@@ -156,6 +193,41 @@ absl::Status CommitLog::Recover() {
   segments_ = std::move(segments);
   last_lsn_ = last;
   return absl::OkStatus();
+}
+
+absl::Status CommitLog::AdvanceTo(uint64_t next_lsn) {
+  uint64_t from;
+  std::string empty_segment;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.empty() || stats_.records > 0) {
+      return absl::FailedPreconditionError("commit log: AdvanceTo after appends");
+    }
+    if (next_lsn <= last_lsn_ + 1) return absl::OkStatus();
+    from = last_lsn_ + 1;
+    if (!segments_.empty() && segments_.back().first_lsn == from) empty_segment = segments_.back().path;
+  }
+  const std::string marker =
+      (std::filesystem::path(options_.dir) / StrCat("skipped-", from, "-", next_lsn - 1)).string();
+  MS_RETURN_IF_ERROR(WriteChecksummedFile(
+      marker, StrCat("LSNs ", from, " to ", next_lsn - 1, " were skipped: the log ended before tablets' redo "
+                     "points (it was moved or truncated), and the server was started with --accept-log-loss")));
+  MS_RETURN_IF_ERROR(StartSegment(next_lsn));  // nothing is pending: the writer is idle
+  {
+    absl::MutexLock lock(&mu_);
+    last_lsn_ = next_lsn - 1;
+    if (!empty_segment.empty()) {
+      segments_.erase(std::remove_if(segments_.begin(), segments_.end(),
+                                     [&](const Segment& s) { return s.path == empty_segment; }),
+                      segments_.end());
+    }
+  }
+  if (!empty_segment.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(empty_segment, ec);
+    if (ec) return absl::InternalError(StrCat("cannot remove ", empty_segment, ": ", ec.message()));
+  }
+  return SyncDir(options_.dir);
 }
 
 absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
@@ -185,6 +257,7 @@ absl::StatusOr<uint64_t> CommitLog::AppendAsync(std::string_view tablet_id,
   const uint64_t lsn = ++last_lsn_;
   if (pending_.empty()) pending_first_lsn_ = lsn;
   AppendRecord(&pending_, lsn, tablet_id, payload);
+  ++pending_records_;
   pending_callbacks_.emplace_back(lsn, std::move(done));
   return lsn;
 }
@@ -207,6 +280,7 @@ void CommitLog::WriterLoop() {
   std::vector<std::pair<uint64_t, AppendCallback>> callbacks;
   for (;;) {
     uint64_t first;
+    size_t records;  // in the group: its appends' and stand-ins for earlier ones
     absl::Status status;
     {
       absl::MutexLock lock(&mu_);
@@ -220,30 +294,44 @@ void CommitLog::WriterLoop() {
       group.swap(pending_);
       callbacks.swap(pending_callbacks_);
       first = pending_first_lsn_;
+      records = pending_records_;
+      pending_records_ = 0;
       status = error_;
     }
     // Everything that queued up while the last group was being synced goes
     // out as one write and one fdatasync.
     if (status.ok() && segment_size_ >= options_.segment_bytes) status = StartSegment(first);
     if (status.ok()) status = WriteGroup(group, first);
+    const bool no_space = absl::IsResourceExhausted(status);
     {
       absl::MutexLock lock(&mu_);
-      if (status.ok()) {
-        const uint64_t records = callbacks.size();
-        stats_.records += records;
+      if (no_space) {
+        // The disk is full; nothing of the group is on disk (WriteGroup
+        // cut back what it wrote). Its appends fail, and stand-ins for its
+        // LSNs go out first once space returns; the log keeps working.
+        MS_LOG_WARN_LIMITED("commit log: {}; writes fail until space returns", status.message());
+        pending_.insert(0, Placeholders(first, records));
+        pending_first_lsn_ = first;
+        pending_records_ += records;
+        ++stats_.no_space_failures;
+      } else if (status.ok()) {
+        const uint64_t appended = callbacks.size();
+        stats_.records += appended;
         stats_.bytes += group.size();
         ++stats_.syncs;
-        stats_.max_batch_records = std::max(stats_.max_batch_records, records);
+        stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
         size_t bucket = 0;
-        while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= records) ++bucket;
+        while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended) ++bucket;
         ++stats_.batch_histogram[bucket];
       } else if (error_.ok()) {
         error_ = status;
         MS_LOG_ERROR("commit log: {}", status.ToString());
       }
     }
+    // Only the callbacks of real records: stand-ins have none.
     for (auto& [lsn, done] : callbacks) done(status, lsn);
     callbacks.clear();
+    if (no_space) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // not a busy retry
   }
 }
 
@@ -253,7 +341,17 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
     const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno("write commit log at LSN " + std::to_string(first_lsn), options_.dir);
+      absl::Status s = Errno("write commit log at LSN " + std::to_string(first_lsn), options_.dir);
+      if (absl::IsResourceExhausted(s)) {
+        // Cut back what part of the group was written, so the segment ends
+        // at a whole record; if even that fails, the log's state is unknown.
+        const off_t size = static_cast<off_t>(segment_size_);
+        if (::ftruncate(fd_, size) != 0 || ::lseek(fd_, size, SEEK_SET) != size) {
+          return absl::InternalError(StrCat(s.message(), "; and cutting back the partial write failed: ",
+                                            std::strerror(errno)));
+        }
+      }
+      return s;
     }
     done += static_cast<size_t>(n);
   }

@@ -9,11 +9,17 @@
 // sequence number), the id of the tablet it belongs to and an opaque payload
 // (the tablet's mutation).
 //
-// Recovery: Open() reads every segment. A torn or corrupt tail of the last
-// segment (a write the crash interrupted) is logged with its offset and cut
-// off. Damage anywhere else is remembered as a gap; Replay() refuses, with
-// DataLoss, to replay across a gap a caller needs. Nothing is ever skipped
-// silently.
+// Recovery: Open() reads every segment. A torn tail of the last segment (a
+// write the crash interrupted) is logged with its offset and cut off. Torn
+// means the last record is incomplete — the file ends inside it — or the
+// bytes after the last good record are all zero (space the crash left
+// unwritten): a write that was never acknowledged. A *complete* record with
+// a bad checksum or an unexpected LSN is corruption, wherever it is: it is
+// kept on disk for inspection and remembered as a gap, like damage anywhere
+// else; Replay() refuses, with DataLoss, to replay across a gap a caller
+// needs. Nothing is ever skipped silently: a range of LSNs deliberately
+// skipped (AdvanceTo) is recorded in a checksummed `skipped-FROM-TO` file
+// beside the segments.
 //
 // Thread-safe.
 #pragma once
@@ -63,6 +69,7 @@ struct CommitLogStats {
   // Group commits by number of records: [1], [2,3], [4,7], ... [2^15, inf).
   std::vector<uint64_t> batch_histogram = std::vector<uint64_t>(16, 0);
   uint64_t segments = 0;
+  uint64_t no_space_failures = 0;  // groups refused for a full disk (their appends failed)
 };
 
 class CommitLog {
@@ -81,9 +88,11 @@ class CommitLog {
 
   // Queues one record and returns its LSN at once; `done` runs later as
   // described above. If the log has already failed, returns that error and
-  // never calls `done`. After a failed write or sync every later append
-  // fails too (the log's state on disk is unknown); the server must restart
-  // and recover.
+  // never calls `done`. A write refused for lack of space fails its group's
+  // appends with ResourceExhausted and nothing else: the log goes on once
+  // space returns. After any other failed write, or a failed sync, every
+  // later append fails too (the log's state on disk is unknown); the server
+  // must restart and recover.
   absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view payload,
                                        AppendCallback done);
 
@@ -105,6 +114,15 @@ class CommitLog {
 
   // The last LSN handed out (durable or about to be).
   uint64_t last_lsn() const;
+  // Whether Open() found no segment at all (a new log, or one that was
+  // moved away).
+  bool fresh() const { return fresh_; }
+  // Makes the next LSN `next_lsn` if it is above last_lsn() + 1, recording
+  // the skipped range so that later recoveries see no gap there. Only
+  // before the first append (FailedPrecondition otherwise). For a server
+  // whose tablets' redo points are beyond the log's end: no new write may
+  // get an LSN a replay would skip.
+  absl::Status AdvanceTo(uint64_t next_lsn);
   // Gaps found by Open(); empty for a healthy log.
   const std::vector<LogGap>& gaps() const { return gaps_; }
   // What Open() did to the tail, for the operator ("" if nothing).
@@ -130,11 +148,13 @@ class CommitLog {
   const CommitLogOptions options_;
   std::vector<LogGap> gaps_;  // fixed after Open
   std::string recovery_note_;
+  bool fresh_ = false;  // fixed after Open
 
   mutable absl::Mutex mu_;
   uint64_t last_lsn_ ABSL_GUARDED_BY(mu_) = 0;
   std::string pending_ ABSL_GUARDED_BY(mu_);  // encoded records not yet written
   uint64_t pending_first_lsn_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;  // records in pending_
   // The callbacks of the pending records, in LSN order.
   std::vector<std::pair<uint64_t, AppendCallback>> pending_callbacks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -199,15 +199,56 @@ TEST_F(CommitLogTest, TornTailIsTruncatedAndLogged) {
   EXPECT_EQ(all.back().payload, "after");
 }
 
-TEST_F(CommitLogTest, CorruptTailRecordIsTruncated) {
+// A complete last record with a bad checksum is not a torn write (that
+// leaves the record incomplete, or zeros): it is kept, and reported as a
+// gap that tablets needing it do not replay across. Before, it was cut off
+// like a torn tail, silently losing an acknowledged write.
+TEST_F(CommitLogTest, ACompleteTailRecordWithABadChecksumIsCorruptionNotATornWrite) {
   auto log = Open();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(log->Append("t", "record" + std::to_string(i)).ok());
   log.reset();
   const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
-  FlipByte(seg, std::filesystem::file_size(seg) - 2);
+  const uint64_t size = std::filesystem::file_size(seg);
+  FlipByte(seg, size - 2);
   log = Open();
-  EXPECT_THAT(log->recovery_note(), HasSubstr("corrupt tail"));
+  EXPECT_THAT(log->recovery_note(), HasSubstr("corrupt record"));
+  EXPECT_EQ(std::filesystem::file_size(seg), size) << "kept for inspection";
+  ASSERT_EQ(log->gaps().size(), 1u);
+  EXPECT_EQ(log->gaps()[0].last_good_lsn, 4u);
   EXPECT_EQ(log->last_lsn(), 4u);
+  EXPECT_EQ(log->Replay(0, [](const Record&) { return absl::OkStatus(); }).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CommitLogTest, AZeroFilledTailIsATornWrite) {
+  auto log = Open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(log->Append("t", "record" + std::to_string(i)).ok());
+  log.reset();
+  const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
+  {
+    std::ofstream f(seg, std::ios::binary | std::ios::app);
+    f << std::string(4096, '\0');
+  }
+  log = Open();
+  EXPECT_THAT(log->recovery_note(), HasSubstr("torn tail"));
+  EXPECT_TRUE(log->gaps().empty());
+  EXPECT_EQ(ReplayAll(*log).size(), 3u);
+}
+
+TEST_F(CommitLogTest, AdvancingPastAMissingRangeLeavesNoGapAndLsnsNeverGoBack) {
+  auto log = Open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(log->Append("t", "r").ok());
+  log.reset();
+  log = Open();
+  ASSERT_TRUE(log->AdvanceTo(100).ok());
+  EXPECT_EQ(*log->Append("t", "hundred"), 100u);
+  EXPECT_EQ(log->AdvanceTo(200).code(), absl::StatusCode::kFailedPrecondition) << "only before appends";
+  log.reset();
+  log = Open();
+  EXPECT_TRUE(log->gaps().empty()) << "the skipped range is recorded";
+  auto all = ReplayAll(*log);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all.back().lsn, 100u);
+  EXPECT_EQ(*log->Append("t", "next"), 101u);
 }
 
 TEST_F(CommitLogTest, CorruptionBeforeTheTailRefusesReplayThatNeedsIt) {

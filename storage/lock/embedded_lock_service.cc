@@ -9,6 +9,7 @@
 
 #include "base/checksum.h"
 #include "base/coding.h"
+#include "base/file.h"
 #include "base/strings.h"
 #include "storage/lock/lock.pb.h"
 
@@ -61,11 +62,10 @@ EmbeddedLockService::~EmbeddedLockService() {
 
 absl::Status EmbeddedLockService::Load() {
   const std::string path = StrCat(dir_, "/", kStateFile);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::OkStatus();  // a new service
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  const std::string data = bytes.str();
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  if (absl::IsNotFound(read.status())) return absl::OkStatus();  // a new service
+  if (!read.ok()) return read.status();  // unreadable is not empty
+  const std::string& data = *read;
   LockServiceState state;
   if (data.size() < 4 || crc32c::Unmask(DecodeFixed32(data.data())) != crc32c::Value(std::string_view(data).substr(4)) ||
       !state.ParseFromArray(data.data() + 4, static_cast<int>(data.size() - 4)))
@@ -94,14 +94,8 @@ absl::Status EmbeddedLockService::SaveLocked() {
   std::string data;
   PutFixed32(&data, crc32c::Mask(crc32c::Value(body)));
   data += body;
-  const std::string path = StrCat(dir_, "/", kStateFile);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(StrCat("cannot write ", tmp));
-  bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()) && ::fdatasync(fd) == 0;
-  ok = ::close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(StrCat("cannot write ", path));
-  return absl::OkStatus();
+  // Atomic and durable: the tmp file synced, renamed, the directory synced.
+  return WriteFileAtomically(StrCat(dir_, "/", kStateFile), data);
 }
 
 int64_t EmbeddedLockService::PutLocked(const std::string& path, std::string contents, SessionId session) {

@@ -1,11 +1,41 @@
 #include "storage/tablet/rocksdb_options.h"
 
+#include <cstdarg>
+#include <cstdio>
+
+#include "base/logging.h"
 #include "base/strings.h"
+#include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/table.h"
 #include "storage/tablet/key_format.h"
 
 namespace megastore::storage {
+
+namespace {
+
+// RocksDB's own messages go to the process's log, not to a LOG file in
+// every tablet's directory: fewer files, and no file writer that a full
+// disk can leave in an error state (Debian's RocksDB asserts on writing to
+// one again).
+class ProcessLogger : public rocksdb::Logger {
+ public:
+  ProcessLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) {
+      MS_LOG_WARN_LIMITED("rocksdb: {}", buf);
+    } else {
+      MS_LOG_DEBUG("rocksdb: {}", buf);
+    }
+  }
+};
+
+}  // namespace
 
 rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuning&) {
   rocksdb::DBOptions o;
@@ -15,6 +45,8 @@ rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuni
   o.statistics = resources->statistics();
   o.max_background_jobs = resources->options().background_threads;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<ProcessLogger>();
+  o.info_log = logger;
   o.keep_log_file_num = 3;
   o.max_manifest_file_size = 64 << 20;
   // An empty tablet must cost kilobytes of disk, not the 4 MiB RocksDB
@@ -92,6 +124,9 @@ rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
 absl::Status FromRocksDB(const rocksdb::Status& s, std::string_view context) {
   if (s.ok()) return absl::OkStatus();
   const std::string msg = StrCat(context, ": ", s.ToString());
+  // A full disk is a resource running out, not a bug: writes fail with it,
+  // reads go on, and the engine resumes once space returns.
+  if (s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit) return absl::ResourceExhaustedError(msg);
   switch (s.code()) {
     case rocksdb::Status::kNotFound:
       return absl::NotFoundError(msg);

@@ -163,6 +163,10 @@ absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
     // it) and would reserve a write buffer's worth of disk for it (70 MiB);
     // capping the total WAL size caps that reservation too.
     db_options.max_total_wal_size = 64 << 10;
+    // Nor preallocate any file: on a full disk a failed fallocate of the
+    // (unused) WAL leaves a file writer in error that a later flush syncs,
+    // which Debian's RocksDB (built with assertions) turns into an abort.
+    db_options.allow_fallocate = false;
   }
   std::vector<std::string> existing;
   // Fails when there is no database yet; then every family is new.
@@ -1215,9 +1219,16 @@ absl::Status Tablet::Flush() {
   const auto v = view();
   std::vector<rocksdb::ColumnFamilyHandle*> cfs{meta_cf_};
   for (LocalityGroupHandle* g : v->groups) cfs.push_back(g->cf);
+  if (flush_failed_.load()) {
+    // After a failed flush (a full disk) RocksDB refuses writes until told
+    // to resume; it does so once the flush it retries succeeds.
+    MS_RETURN_IF_ERROR(FromRocksDB(db_->Resume(), StrCat("resume tablet ", options_.path)));
+  }
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  MS_RETURN_IF_ERROR(FromRocksDB(db_->Flush(fo, cfs), StrCat("flush tablet ", options_.path)));
+  absl::Status flushed = FromRocksDB(db_->Flush(fo, cfs), StrCat("flush tablet ", options_.path));
+  flush_failed_ = !flushed.ok();
+  MS_RETURN_IF_ERROR(flushed);
   // Idle pooled iterators would keep the flushed memtables alive.
   DropPooledIterators();
   return absl::OkStatus();

@@ -323,6 +323,7 @@ class Tablet {
   // the gate shared sees it.
   std::atomic<bool> split_{false};
   std::atomic<bool> writes_stopped_{false};  // likewise, set by StopWrites
+  std::atomic<bool> flush_failed_{false};    // the last Flush failed: Resume before the next
 
   // Writers hold it shared (asynchronous ones while they queue); Split and
   // StopWrites hold it exclusively, and wait for pending_floors_ to empty.

@@ -3,7 +3,10 @@
 // the commit log and SSTables remain). Used by tablet_server_test, which
 // cannot fork() itself safely once RocksDB's threads run.
 //
-//   crash_writer DIR SCENARIO     SCENARIO: rows200 | big50 | rows20 | async-hot-row
+//   crash_writer DIR SCENARIO     SCENARIO: rows200 | big50 | rows20 | async-hot-row | late100
+//
+// late100 opens with accept_log_loss (the log was moved aside) and writes
+// rows late0..late99 into the existing table "t".
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,23 +21,30 @@ using megastore::storage::Mutation;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: crash_writer DIR rows200|big50|rows20|async-hot-row\n");
+    std::fprintf(stderr, "usage: crash_writer DIR rows200|big50|rows20|async-hot-row|late100\n");
     return 2;
   }
   megastore::RealEnv env(1);
   megastore::storage::TabletServerOptions o;
   o.data_dir = argv[1];
   o.maintenance_interval = absl::ZeroDuration();
+  const std::string scenario = argv[2];
+  o.accept_log_loss = scenario == "late100";
   auto server = megastore::storage::TabletServer::Open(o, &env);
   if (!server.ok()) {
     std::fprintf(stderr, "open: %s\n", server.status().ToString().c_str());
     return 3;
   }
+  if (scenario == "late100") {
+    for (int i = 0; i < 100; ++i) {
+      if (!(*server)->MutateRow("t", "late" + std::to_string(i), {Mutation::SetCell("cf", "q", "v")}).ok()) return 5;
+    }
+    ::_exit(0);
+  }
   megastore::storage::TableSchema schema;
   schema.set_name("t");
   schema.add_families()->set_name("cf");
   if (!(*server)->CreateTable(schema).ok()) return 4;
-  const std::string scenario = argv[2];
   if (scenario == "async-hot-row") {
     // 500 queued writes to one cell (fixed timestamp, so the last applied
     // wins), with row deletions among them: only log order gives "v499".

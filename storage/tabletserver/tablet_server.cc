@@ -10,6 +10,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "base/coding.h"
 #include "base/file.h"
@@ -112,17 +113,7 @@ absl::Status TabletServer::Recover() {
     log_adapter_ = std::make_unique<LogAdapter>(log_.get());
     return absl::OkStatus();
   }
-  const std::string state_path = (fs::path(options_.data_dir) / kStateFile).string();
-  {
-    absl::MutexLock lock(&mu_);
-    std::ifstream in(state_path, std::ios::binary);
-    if (in) {
-      std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (!state_.ParseFromString(data)) {
-        return absl::DataLossError(StrCat("tablet server state ", state_path, " is corrupt"));
-      }
-    }
-  }
+  MS_RETURN_IF_ERROR(LoadState());
   commitlog::CommitLogOptions log_options;
   log_options.dir = (fs::path(options_.data_dir) / "commitlog").string();
   log_options.segment_bytes = options_.log_segment_bytes;
@@ -130,12 +121,23 @@ absl::Status TabletServer::Recover() {
   MS_ASSIGN_OR_RETURN(log_, commitlog::CommitLog::Open(log_options));
   log_adapter_ = std::make_unique<LogAdapter>(log_.get());
   if (!log_->recovery_note().empty()) MS_LOG_WARN("{}", log_->recovery_note());
+  const bool log_was_missing = log_->fresh();
 
   absl::MutexLock lock(&mu_);
   uint64_t replay_from = UINT64_MAX;
   std::map<std::string, std::shared_ptr<Tablet>> replaying;
+  std::vector<std::string> behind_the_log;  // tablets whose redo point the log does not reach
+  uint64_t max_redo = 0;
   for (const TabletEntry& e : state_.tablets()) {
     if (!e.loaded()) continue;
+    if (!fs::exists(OptionsFor(e).path)) {
+      // Never recreated empty in its place: its rows would silently vanish.
+      const std::string why = StrCat("tablet ", e.id(), " of table ", e.table(), ": its directory ",
+                                     OptionsFor(e).path, " is missing; restore it, or unload the tablet");
+      load_errors_[e.id()] = why;
+      MS_LOG_ERROR("{}", why);
+      continue;
+    }
     absl::StatusOr<std::shared_ptr<Tablet>> t = OpenTabletLocked(e);
     if (!t.ok()) {
       load_errors_[e.id()] = std::string(t.status().ToString());
@@ -143,6 +145,10 @@ absl::Status TabletServer::Recover() {
       continue;
     }
     const uint64_t redo = (*t)->recovered_redo_point();
+    max_redo = std::max(max_redo, redo);
+    if (log_was_missing || redo > log_->last_lsn()) {
+      behind_the_log.push_back(StrCat(e.id(), " (table ", e.table(), ", redo point ", redo, ")"));
+    }
     // A damaged log region this tablet needs keeps it unloaded.
     std::string refusal;
     for (const commitlog::LogGap& gap : log_->gaps()) {
@@ -161,6 +167,21 @@ absl::Status TabletServer::Recover() {
     replay_from = std::min(replay_from, redo);
     replaying[e.id()] = *t;
     loaded_[e.id()] = Loaded{e, *t};
+  }
+  if (!behind_the_log.empty()) {
+    const std::string what =
+        StrCat("commit log ", log_options.dir,
+               log_was_missing ? " is missing" : StrCat(" ends at LSN ", log_->last_lsn()),
+               " but these tablets were written through it: ", absl::StrJoin(behind_the_log, ", "),
+               ". Writes acknowledged after their last flush are lost with it");
+    if (!options_.accept_log_loss) {
+      return absl::DataLossError(StrCat(what, ". Restore the log, or start with --accept-log-loss to serve what the "
+                                             "tablets hold"));
+    }
+    MS_LOG_ERROR("{}; starting anyway (--accept-log-loss), new LSNs from {}", what, max_redo + 1);
+    // Never again below a redo point: a write logged there would be
+    // skipped at the next replay.
+    MS_RETURN_IF_ERROR(log_->AdvanceTo(max_redo + 1));
   }
   if (!replaying.empty()) {
     uint64_t replayed = 0;
@@ -204,8 +225,44 @@ TabletOptions TabletServer::OptionsFor(const TabletEntry& e) const {
 
 absl::Status TabletServer::SaveStateLocked() {
   if (cell_mode()) return absl::OkStatus();  // METADATA is the truth
-  return WriteFileAtomically((fs::path(options_.data_dir) / kStateFile).string(),
-                             state_.SerializeAsString());
+  return WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), state_.SerializeAsString());
+}
+
+absl::Status TabletServer::LoadState() {
+  const std::string path = (fs::path(options_.data_dir) / kStateFile).string();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> data = ReadChecksummedFile(path);
+  if (absl::IsFailedPrecondition(data.status())) {
+    // Written before state files had a checksum: taken if it parses, and
+    // rewritten with one at once.
+    absl::StatusOr<std::string> legacy = ReadFileToString(path);
+    if (!legacy.ok()) return legacy.status();
+    if (!state_.ParseFromString(*legacy)) return absl::DataLossError(StrCat(path, " is damaged: unparsable"));
+    MS_LOG_WARN("{} had no checksum; rewritten with one", path);
+    return SaveStateLocked();
+  }
+  if (absl::IsNotFound(data.status())) {
+    // A first start, unless tablets or a commit log are already here: then
+    // the state naming them was lost, and starting empty would serve
+    // nothing of them (and soon delete the log).
+    std::string found;
+    for (const char* dir : {"tables", "commitlog"}) {
+      std::error_code ec;
+      for (auto it = fs::recursive_directory_iterator(fs::path(options_.data_dir) / dir, ec);
+           !ec && it != fs::recursive_directory_iterator() && found.empty(); it.increment(ec)) {
+        if (it->is_regular_file(ec) && it->file_size(ec) > 0) found = it->path().string();
+      }
+    }
+    if (!found.empty()) {
+      return absl::DataLossError(StrCat(path, " is missing, but the directory holds data written under it (",
+                                        found, ", ...): refusing to start empty. Restore the file (it lists the "
+                                        "tables and tablets), or move the directory aside to start afresh"));
+    }
+    return SaveStateLocked();  // from now on, a missing file is damage
+  }
+  if (!data.ok()) return data.status();
+  if (!state_.ParseFromString(*data)) return absl::DataLossError(StrCat(path, " is damaged: unparsable"));
+  return absl::OkStatus();
 }
 
 const TableSchema* TabletServer::FindTableLocked(std::string_view name) const {

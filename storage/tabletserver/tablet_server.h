@@ -53,6 +53,12 @@ struct TabletServerOptions {
   absl::Duration maintenance_interval = absl::Seconds(5);
   size_t max_value_bytes = kDefaultMaxValueBytes;
   StorageTuning tuning;
+  // Start even though the commit log is missing or ends before a tablet's
+  // redo point (it was moved aside or truncated): the writes it held that
+  // no SSTable has are lost, and new LSNs start past every redo point so
+  // none of the next writes can be skipped at replay. Without it such a
+  // start is refused with DataLoss naming the tablets.
+  bool accept_log_loss = false;
 
   // ---- cell mode -----------------------------------------------------------------
   // This incarnation's log name; non-empty turns cell mode on. Unique per
@@ -200,6 +206,9 @@ class TabletServer {
   TabletServer(const TabletServerOptions& options, Env* env);
   absl::Status Recover();
   absl::Status SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads state.pb (checksummed); refuses a damaged one, or a missing one
+  // where tablet data or a commit log exist.
+  absl::Status LoadState();
   absl::StatusOr<std::shared_ptr<Tablet>> OpenTabletLocked(const TabletEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TabletOptions OptionsFor(const TabletEntry& entry) const;

@@ -8,6 +8,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include "base/file.h"
 #include "base/strings.h"
 
 namespace megastore::server {
@@ -156,16 +157,25 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
     for (const std::string& end : {l.a(), l.b()})
       if (!names.count(end))
         return absl::InvalidArgumentError(StrCat(file, ": link ", l.a(), "-", l.b(), " names no datacenter ", end));
+    // The emulated delay of one message: beyond ten seconds every request
+    // would time out, so it is a mistake, not a WAN.
+    if (l.one_way_ms() > 10'000)
+      return absl::InvalidArgumentError(StrCat(file, ": link ", l.a(), "-", l.b(), ": one_way_ms ", l.one_way_ms(),
+                                               " is more than 10000 (10 s one way)"));
   }
   return config;
 }
 
 absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool local_mode) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(StrCat("cannot read cluster config ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseClusterConfig(text.str(), path, local_mode);
+  // A config is a few kilobytes; anything past a megabyte (a device, a log
+  // file given by mistake) is refused before it is read into memory.
+  absl::StatusOr<std::string> text = ReadFileToString(path, 1 << 20);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), StrCat("cannot read cluster config ", path, ": ",
+                                                     absl::IsNotFound(text.status()) ? "no such file"
+                                                                                     : text.status().message()));
+  }
+  return ParseClusterConfig(*text, path, local_mode);
 }
 
 std::string ToText(const ClusterConfig& config) {

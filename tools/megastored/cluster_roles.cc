@@ -12,6 +12,7 @@
 #include "base/delayed_transport.h"
 #include "base/coding.h"
 #include "base/env.h"
+#include "base/file.h"
 #include "base/http/http_server.h"
 #include "base/logging.h"
 #include "base/rpc/rpc_transport.h"
@@ -142,6 +143,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     o.name = me.name();
     o.data_dir = flags.data;
     o.max_clock_skew = MaxClockSkewOf(config);
+    o.accept_log_loss = flags.accept_log_loss;
     o.type = TypeOf(me);
     if (flags.roles.empty()) {
       o.roles.clear();
@@ -222,7 +224,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   if (!flags.config.empty() && config.datacenters_size() != flags.local)
     return BadFlags(StrCat("--local=", flags.local, " but ", flags.config, " describes ",
                            config.datacenters_size(), " datacenters"));
-  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync);
+  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync, flags.accept_log_loss);
   if (!cluster.ok()) {
     std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
     return 1;
@@ -235,13 +237,12 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     return 1;
   }
   const std::string config_path = flags.data + "/cluster.textproto";
-  {
-    std::ofstream out(config_path);
-    out << "# Written by megastored --local: the running cluster's addresses.\n" << ToText((*cluster)->config());
-    if (!out) {
-      std::fprintf(stderr, "megastored: cannot write %s\n", config_path.c_str());
-      return 1;
-    }
+  if (absl::Status s = WriteFileAtomically(
+          config_path, "# Written by megastored --local: the running cluster's addresses.\n" +
+                           ToText((*cluster)->config()));
+      !s.ok()) {
+    std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
   std::printf("megastored: local cluster of %d datacenters (data %s)\n", (*cluster)->size(), flags.data.c_str());
   for (const DatacenterConfig& dc : (*cluster)->config().datacenters())

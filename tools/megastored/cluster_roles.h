@@ -21,6 +21,7 @@ struct ClusterFlags {
   std::string gateway_secret_file;   // --gateway-secret-file (default: DATA/gateway-token.key, created)
   std::string http;           // --http=HOST:PORT: /status and /metrics
   bool sync = true;
+  bool accept_log_loss = false;  // --accept-log-loss
 };
 
 // Runs until SIGINT/SIGTERM (blocked by the caller). Prints its endpoints.

@@ -43,6 +43,17 @@ TEST(ClusterConfigTest, MistakesAreNamedWithWhereTheyAre) {
               HasSubstr("roles { } is for separate processes"));
   EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } links { a: \"A\" b: \"Z\" }"),
               HasSubstr("link A-Z names no datacenter Z"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } datacenters { name: \"B\" address: \"h:2\" } "
+                      "links { a: \"A\" b: \"B\" one_way_ms: 4000000000 }"),
+              HasSubstr("one_way_ms 4000000000 is more than 10000"));
+  EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } max_clock_skew_ms: 7200000"),
+              HasSubstr("max_clock_skew_ms 7200000 is more than an hour"));
+}
+
+TEST(ClusterConfigTest, AnEndlessOrHugeConfigFileIsRefusedNotRead) {
+  absl::StatusOr<ClusterConfig> endless = LoadClusterConfig("/dev/zero");
+  ASSERT_FALSE(endless.ok());
+  EXPECT_THAT(std::string(endless.status().message()), HasSubstr("holds more than"));
 }
 
 TEST(ClusterConfigTest, RolesListenOnTheirOwnAddressOrTheDatacenters) {

@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     storage::TabletServerOptions to;
     to.data_dir = o.data_dir;
     to.sync_log = o.sync_log;
+    to.accept_log_loss = o.accept_log_loss;
     MS_ASSIGN_OR_RETURN(dc->tablets_, storage::TabletServer::Open(to, env));
     for (const storage::TableSchema& t : o.tables) {
       absl::StatusOr<storage::TableSchema> stored = dc->tablets_->GetTable(t.name());
@@ -270,7 +271,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, const std::string& dir,
                                                                   ClusterConfig config,
                                                                   std::vector<storage::TableSchema> tables,
-                                                                  bool sync_log) {
+                                                                  bool sync_log, bool accept_log_loss) {
   auto cluster = std::make_unique<LocalCluster>();
   // Which datacenter an address belongs to, filled as they start (the
   // delays are looked up per message, after all have started).
@@ -288,6 +289,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, cons
     o.listen = c.address();
     o.tables = tables;
     o.sync_log = sync_log;
+    o.accept_log_loss = accept_log_loss;
     o.coordinator_lease = absl::Seconds(3);
     o.coordinator_renew = absl::Milliseconds(300);
     o.max_clock_skew = MaxClockSkewOf(config);

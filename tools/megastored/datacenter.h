@@ -52,6 +52,9 @@ struct DatacenterOptions {
   // Created at start unless they exist (tablet role, or in the cell).
   std::vector<storage::TableSchema> tables;
   bool sync_log = true;
+  // Start the tablet role although its commit log is missing or behind
+  // (storage::TabletServerOptions::accept_log_loss).
+  bool accept_log_loss = false;
   absl::Duration coordinator_lease = absl::Seconds(10);
   absl::Duration coordinator_renew = absl::Seconds(2);
   int rpc_workers = 8;
@@ -141,7 +144,7 @@ class LocalCluster {
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(Env* env, const std::string& dir,
                                                              ClusterConfig config,
                                                              std::vector<storage::TableSchema> tables,
-                                                             bool sync_log = true);
+                                                             bool sync_log = true, bool accept_log_loss = false);
   // The config with the addresses actually bound.
   const ClusterConfig& config() const { return config_; }
   int size() const { return static_cast<int>(datacenters_.size()); }

@@ -258,6 +258,10 @@ int main(int argc, char** argv) {
                  "master: how old an unreferenced tablet directory, log or log piece must be to be deleted")
       ->capture_default_str();
   app.add_flag("--no-sync", no_sync, "do not fdatasync the commit log (unsafe: for benchmarks of everything else)");
+  bool accept_log_loss = false;
+  app.add_flag("--accept-log-loss", accept_log_loss,
+               "start although the commit log is missing or ends before a tablet's redo point (moved aside, "
+               "truncated): what it held after the tablets' last flush is lost; LSNs continue past every redo point");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
 
   if (!megastore::SetLogLevel(log_level)) {
@@ -290,6 +294,7 @@ int main(int argc, char** argv) {
     cluster.data = data;
     cluster.http = http;
     cluster.sync = !no_sync;
+    cluster.accept_log_loss = accept_log_loss;
     cluster.roles = roles;
     BlockShutdownSignals();
     return megastore::server::RunCluster(cluster, CommandLine(argc, argv));
@@ -395,6 +400,7 @@ int main(int argc, char** argv) {
     megastore::storage::TabletServerOptions options;
     options.data_dir = data;
     options.sync_log = !no_sync;
+    options.accept_log_loss = accept_log_loss;
     options.flush_max_age = flush_max_age;
     options.resources.block_cache_bytes = block_cache_mb << 20;
     options.resources.row_cache_bytes = row_cache_mb << 20;

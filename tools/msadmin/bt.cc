@@ -502,7 +502,9 @@ void AddBtCommand(CLI::App& app, BtState& state) {
                  "... and its lock service (HOST:PORT, or etcd:HOST:PORT[,...])");
   bt->add_option("--config", state.config, "instead of --server: a cluster config (docs/operations.md) ...");
   bt->add_option("--datacenter", state.datacenter, "... and the datacenter whose Bigtable to use");
-  bt->add_option("--timeout", state.timeout, "seconds to wait for each call")->capture_default_str();
+  bt->add_option("--timeout", state.timeout, "seconds to wait for each call")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
   bt->require_subcommand(1);
   for (const VerbInfo& v : kVerbs) {
     CLI::App* sub = bt->add_subcommand(v.name, std::string(v.help) + "\nusage: msadmin bt --server=HOST:PORT " + v.usage);

@@ -86,7 +86,9 @@ void AddTabletCommand(CLI::App& app, CellState& state) {
                     "HOST:PORT of a megastored running the lock role, or etcd:HOST:PORT[,HOST:PORT...]")
         ->required();
     sub->add_option("--cell", state.cell, "the cell's name")->required();
-    sub->add_option("--timeout", state.timeout, "seconds to wait for each call")->capture_default_str();
+    sub->add_option("--timeout", state.timeout, "seconds to wait for each call")
+        ->check(CLI::Range(0.001, 86400.0))
+        ->capture_default_str();
   };
   CLI::App* ls = tablet->add_subcommand("ls", "Every tablet (METADATA's too) with its rows, server and size");
   common(ls);

@@ -296,6 +296,92 @@ int GroupCatchup(const ClusterState& s, const server::ClusterConfig& config, con
   return 0;
 }
 
+// A log pushed far past what its replicas applied (a forged read position
+// accepted before replicas refused them): every position above the highest
+// applied one plus one is removed at every replica and the top brought back;
+// an entry that was chosen up there is committed again at the group's next
+// position, so no acknowledged write is dropped (it lands where filling the
+// gap with no-ops would have put it, in the same order).
+int GroupRepair(const ClusterState& s, const server::ClusterConfig& config, const replication::GroupRef& group) {
+  rpc::RpcTransport transport;
+  const auto timeout = absl::Seconds(s.timeout);
+  uint64_t applied = 0, top = 0;
+  for (const auto& dc : config.datacenters()) {
+    replication::StateRequest req;
+    *req.mutable_group() = group;
+    auto st = Call<replication::StateReply>(transport, server::AddressOf(dc, server::Role::kReplication), "repl.State",
+                                            req, timeout);
+    if (!st.ok()) {
+      return Failed(StrCat("group repair needs every replica's state, and ", dc.name(),
+                           " did not answer: ", st.status().message()));
+    }
+    applied = std::max(applied, st->applied().position());
+    top = std::max(top, st->top());
+  }
+  const uint64_t keep = applied + 1;
+  if (top <= keep) {
+    std::printf("nothing to repair: the log's top (%llu) is at most one past the highest applied position (%llu)\n",
+                static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
+    return 0;
+  }
+  std::map<uint64_t, std::string> chosen;  // position -> its chosen entry, where some replica learned it
+  for (const auto& dc : config.datacenters()) {
+    uint64_t removed = 0;
+    for (;;) {
+      replication::TruncateRequest req;
+      *req.mutable_group() = group;
+      req.set_keep_through(keep);
+      req.set_apply(s.force);
+      auto r = Call<replication::TruncateReply>(transport, server::AddressOf(dc, server::Role::kReplication),
+                                                "repl.Truncate", req, timeout);
+      if (!r.ok()) return Failed(StrCat(dc.name(), ": ", r.status().message()));
+      removed += static_cast<uint64_t>(r->positions_size());
+      for (int i = 0; i < r->positions_size(); ++i)
+        if (!r->learned(i).empty()) chosen[r->positions(i)] = r->learned(i);
+      if (!s.force || !r->more()) break;
+    }
+    std::printf("%s: %llu positions above %llu %s\n", dc.name().c_str(), static_cast<unsigned long long>(removed),
+                static_cast<unsigned long long>(keep), s.force ? "removed" : "would be removed");
+  }
+  for (const auto& [position, value] : chosen) {
+    std::printf("position %llu holds a chosen entry (%zu bytes)%s\n", static_cast<unsigned long long>(position),
+                value.size(), s.force ? ": committing it again at the next position" : "");
+  }
+  if (!s.force) {
+    std::printf("the log's top is %llu, the highest applied position %llu: run again with --yes to repair\n",
+                static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
+    return 0;
+  }
+  if (chosen.empty()) return 0;
+  replication::GroupClientOptions o;
+  o.replicas = server::ReplicasOf(config);
+  o.local = -1;
+  for (int i = 0; i < static_cast<int>(o.replicas.size()) && o.local < 0; ++i)
+    if (o.replicas[static_cast<size_t>(i)].type == replication::ReplicaType::kFull) o.local = i;
+  o.deadline = timeout;
+  replication::GroupClient client(Env::Default(), &transport, o);
+  for (const auto& [position, value] : chosen) {
+    replication::LogEntry entry;
+    if (!entry.ParseFromString(value)) return Failed(StrCat("position ", position, ": the chosen entry is unreadable"));
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<replication::LogPosition> at = Await<replication::LogPosition>(
+          [&](auto cb) { client.ReadPosition(group, replication::ReadLevel::kCurrent, std::move(cb)); });
+      if (!at.ok()) return Failed(StrCat("reading the group's position: ", at.status().message()));
+      absl::StatusOr<replication::CommitResult> r =
+          Await<replication::CommitResult>([&](auto cb) { client.Commit(group, *at, entry, std::move(cb)); });
+      if (r.ok()) {
+        std::printf("the entry of position %llu is now at position %llu\n", static_cast<unsigned long long>(position),
+                    static_cast<unsigned long long>(r->position));
+        break;
+      }
+      if (!absl::IsAborted(r.status()) || attempt >= 10) {
+        return Failed(StrCat("committing the entry of position ", position, " again: ", r.status().message()));
+      }
+    }
+  }
+  return 0;
+}
+
 int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
   absl::StatusOr<schema::SchemaDescriptor> next = ReadSchemaFile(s.file);
   if (!next.ok()) return Usage(std::string(next.status().message()));
@@ -518,7 +604,9 @@ void AddClusterCommands(CLI::App& app, ClusterState& state) {
   auto with_config = [&state](CLI::App* c) {
     c->add_option("--config", state.config, "the cluster config (megastored --local writes DATA/cluster.textproto)")
         ->required();
-    c->add_option("--timeout", state.timeout, "seconds each request may take")->capture_default_str();
+    c->add_option("--timeout", state.timeout, "seconds each request may take")
+        ->check(CLI::Range(0.001, 86400.0))
+        ->capture_default_str();
     c->add_flag("--json", state.json, "JSON output");
   };
   CLI::App* cluster = app.add_subcommand("cluster", "The cluster as a whole");
@@ -581,6 +669,15 @@ void AddClusterCommands(CLI::App& app, ClusterState& state) {
   catchup->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
   catchup->add_option("--datacenter", state.datacenter, "the replica to catch up")->required();
   catchup->callback([&state] { state.command = "group catchup"; });
+  CLI::App* repair = grp->add_subcommand(
+      "repair", "Bring back a log pushed far past the positions its replicas applied: lists what would be removed; "
+                "with --yes removes it at every replica (all must answer) and commits any chosen entry among it "
+                "again at the group's next position");
+  with_config(repair);
+  repair->add_option("schema", state.schema, "an applied schema's name, or a NAME.schema.pb/.msdl file")->required();
+  repair->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
+  repair->add_flag("--yes", state.force, "repair (without it, only show what would be removed)");
+  repair->callback([&state] { state.command = "group repair"; });
 }
 
 int RunClusterCommand(const ClusterState& s) {
@@ -593,10 +690,11 @@ int RunClusterCommand(const ClusterState& s) {
   if (s.command == "replica enable") return Switch(s, *config, true, true);
   if (s.command == "schema apply") return SchemaApply(s, *config);
   if (s.command == "schema show") return SchemaShow(s, *config);
-  if (s.command == "group log" || s.command == "group catchup") {
+  if (s.command == "group log" || s.command == "group catchup" || s.command == "group repair") {
     auto resolved = ResolveGroup(s, *config);
     if (!resolved.ok()) return Usage(std::string(resolved.status().message()));
     if (s.command == "group log") return GroupLog(s, *config, *resolved);
+    if (s.command == "group repair") return GroupRepair(s, *config, resolved->first);
     return GroupCatchup(s, *config, resolved->first);
   }
   return Usage(StrCat("unknown command ", s.command));

@@ -5,6 +5,7 @@
 //   group catchup TABLE:KEY --datacenter=DC
 //   schema apply FILE | schema show     create a schema's tables everywhere
 //   group log TABLE:KEY                 an entity group's log at every replica
+//   group repair TABLE:KEY [--yes]      bring back a log pushed far past what was applied
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,7 +23,7 @@ struct ClusterState {
   std::string schema;      // group log: NAME.schema.pb, or a schema applied to the cluster by name
   std::string group;       // group log
   int64_t limit = 20;      // group log: the last N positions
-  bool force = false;      // replica disable: even without a remaining majority
+  bool force = false;      // replica disable: even without a remaining majority; group repair: --yes
 };
 
 void AddClusterCommands(CLI::App& app, ClusterState& state);
