@@ -48,9 +48,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
   return data;
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& data) {
+absl::Status WriteFileAtomically(const std::string& path, const std::string& data, int mode) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // O_CREAT applies `mode` only to a new file
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return Errno("cannot create", tmp);
   size_t done = 0;
   while (done < data.size()) {

@@ -19,7 +19,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
 // Replaces `path` with `data` so that a crash leaves the old or the new
 // contents, never a mix: writes `path`.tmp, fsyncs it, renames it over
 // `path` and fsyncs the directory.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& data);
+// `mode`: the new file's permissions (0600 for a secret: it is never
+// readable by others, not even briefly).
+absl::Status WriteFileAtomically(const std::string& path, const std::string& data, int mode = 0644);
 
 // Metadata files the project keeps for itself carry a header, so that a
 // damaged, truncated or emptied one is never taken for a valid (empty or

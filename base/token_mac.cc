@@ -4,7 +4,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <sys/stat.h>
 
 #include "base/file.h"
 #include "base/logging.h"
@@ -35,11 +34,9 @@ absl::StatusOr<TokenMac> TokenMac::FromFile(const std::string& path, bool create
     if (RAND_bytes(reinterpret_cast<unsigned char*>(fresh.data()), static_cast<int>(fresh.size())) != 1) {
       return absl::InternalError("OpenSSL has no randomness for a token secret");
     }
-    MS_RETURN_IF_ERROR(WriteFileAtomically(path, fresh));
-    if (::chmod(path.c_str(), 0600) != 0) {
-      return absl::InternalError(StrCat("cannot make the token secret ", path, " private (mode 0600)"));
-    }
-    return TokenMac(std::move(fresh));
+    MS_RETURN_IF_ERROR(WriteFileAtomically(path, fresh, 0600));  // private from its first byte
+    // Two gateways creating it at once: both use what the file now holds.
+    return FromFile(path, /*create=*/false);
   }
   if (!secret.ok()) return secret.status();
   absl::StatusOr<TokenMac> mac = FromSecret(std::move(*secret));

@@ -370,6 +370,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       } else {
         out = proposer_.Retry();
         next = ++round_;
+        beyond_top_.clear();  // refusals count within one round
+        out_of_space_.clear();
       }
     }
     if (out.empty()) {

@@ -357,7 +357,7 @@ void LogReplica::ReadLog(ReadLogRequest request, Callback<ReadLogReply> done) {
                      });
 }
 
-void LogReplica::Apply(ApplyRequest request, Callback<ApplyReply> done) {
+void LogReplica::Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
   if (request.position() == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
   LogEntry entry;
@@ -372,7 +372,7 @@ void LogReplica::Apply(ApplyRequest request, Callback<ApplyReply> done) {
     if (!s.ok()) return done(s);
     ApplyLoop(group, std::move(done), std::make_pair(pos, std::move(value)));
   };
-  if (pos == 1) {
+  if (pos == 1 || pos <= known_elsewhere + 1) {
     return bigtable_->MutateRow(group.table(), group.root(), std::move(learn), storage::kServerTimestamp,
                                 std::move(then));
   }

@@ -93,7 +93,10 @@ class LogReplica {
   // replicas). Safe to run concurrently and repeatedly. OutOfRange for a
   // position beyond one past this replica's top: a replica that fell
   // behind catches up in order (GroupClient::CatchUp), never by jumping.
-  void Apply(ApplyRequest request, Callback<ApplyReply> done);
+  void Apply(ApplyRequest request, Callback<ApplyReply> done) { Apply(std::move(request), 0, std::move(done)); }
+  // The same, recording the position also when it is at most one past
+  // `known_elsewhere` (another replica vouched the group got that far).
+  void Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done);
   // The latest cells of `row`'s `family` as of `timestamp`.
   void Read(ReadRequest request, Callback<ReadReply> done);
   // Rows of the group in a range (at most kMaxScanRows per call).

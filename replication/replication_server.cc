@@ -138,14 +138,22 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     ApplyRequest req;
     if (!Parse(method, request, &req, respond)) return;
     counters_.applies++;
-    const GroupRef group = req.group();
-    const uint64_t position = req.position();
-    replica_.Apply(std::move(req), [this, group, position, answer = Answer<ApplyReply>(std::move(respond))](
+    const ApplyRequest copy = req;
+    replica_.Apply(std::move(req), [this, copy, answer = Answer<ApplyReply>(std::move(respond))](
                                        absl::StatusOr<ApplyReply> r) mutable {
-      // This replica missed earlier positions: the sweep catches it up to
-      // this one (it no longer learns far positions it cannot follow).
-      if (IsBeyondTop(r.status())) Note(group, position);
-      answer(std::move(r));
+      if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
+      // This replica missed earlier positions (or the applies of two
+      // positions crossed on the way): it records this one if another
+      // replica knows the group got to the previous one, as it would be
+      // for any chosen position; the sweep then fills what it missed.
+      client_.SomeReplicaReached(
+          copy.group(), copy.position() - 1,
+          [this, copy, answer = std::move(answer), r = std::move(r)](absl::StatusOr<bool> reached) mutable {
+            if (!reached.ok() || !*reached) return answer(std::move(r));
+            Note(copy.group(), copy.position());
+            replica_.Apply(copy, copy.position() - 1, std::move(answer));
+          },
+          env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.cluster.rpc_timeout));
     });
   } else if (method == "repl.Truncate") {
     TruncateRequest req;

@@ -36,6 +36,16 @@ std::pair<char*, size_t> FrameReader::Prepare() {
 
 void FrameReader::Commit(size_t n) { end_ += n; }
 
+bool FrameReader::incomplete() const {
+  size_t at = begin_;
+  while (end_ - at >= kFrameHeaderBytes) {
+    const size_t length = DecodeFixed32(buf_.data() + at);
+    if (end_ - at < kFrameHeaderBytes + length) return true;
+    at += kFrameHeaderBytes + length;
+  }
+  return at < end_;
+}
+
 void FrameReader::Reset() {
   begin_ = end_ = 0;
   buf_.assign(kReadChunk, 0);

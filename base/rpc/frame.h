@@ -35,8 +35,10 @@ class FrameReader {
   void Commit(size_t n);
   // Forgets everything buffered (a new connection).
   void Reset();
-  // Bytes of an incomplete frame are buffered.
+  // Bytes are buffered (complete frames not yet taken, or part of one).
   bool partial() const { return end_ > begin_; }
+  // The bytes buffered end inside a frame (its sender has more to send).
+  bool incomplete() const;
   // Bytes the buffer holds (for tests of the growth bound).
   size_t capacity() const { return buf_.size(); }
 

@@ -216,8 +216,13 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     for (;;) {
       if (Overloaded()) {
         paused = true;
-        ++server->pauses;
-        return;  // Resume() carries on
+        // A call that finished between the check and the flag saw no pause
+        // and posted no Resume: look again.
+        if (Overloaded()) {
+          ++server->pauses;
+          return;  // Resume() carries on
+        }
+        paused = false;
       }
       RpcEnvelope request;
       absl::StatusOr<bool> got = frames.Next(&request);
@@ -346,7 +351,9 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
                             absl::FormatDuration(self->limits.stall_timeout));
         return self->Close("");
       }
-      if (self->frames.partial() && now - self->last_read > stall) {
+      // Frames kept unread while reading is paused are the server's delay,
+      // not the client's.
+      if (!self->paused.load() && self->frames.incomplete() && now - self->last_read > stall) {
         ++self->server->stalled_closed;
         MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a frame has been left unfinished for {}",
                             self->peer, absl::FormatDuration(self->limits.stall_timeout));

@@ -94,6 +94,10 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
     log->error_ = absl::FailedPreconditionError(StrCat("commit log ", options.dir, " is open read-only"));
     return log;
   }
+  if (log->resume_lsn_ > log->last_lsn() + 1) {
+    absl::MutexLock lock(&log->mu_);
+    log->last_lsn_ = log->resume_lsn_ - 1;
+  }
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
   log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
   return log;
@@ -131,7 +135,9 @@ absl::Status CommitLog::Recover() {
     uint64_t expected = seg.first_lsn;
     if (last != 0 && expected != last + 1) {
       auto skip = skipped.find(last + 1);
-      if (skip == skipped.end() || skip->second + 1 != expected) {
+      const bool known = !gaps_.empty() && gaps_.back().last_good_lsn == last &&
+                         gaps_.back().next_good_lsn == seg.first_lsn;  // the damage just before
+      if (!known && (skip == skipped.end() || skip->second + 1 != expected)) {
         // A whole segment is missing (or misnamed) between `last` and here.
         gaps_.push_back(LogGap{seg.path, 0, last, seg.first_lsn});
       }
@@ -162,14 +168,18 @@ absl::Status CommitLog::Recover() {
         }
         break;
       }
+      uint64_t next_lsn = 0;
       if (is_last && next == std::string_view::npos) {
+        // One complete record (its length fits the file) holds LSN last+1:
+        // the log goes on at last+2, so the damage stays a gap between two
+        // segments at every later recovery and its LSN is never reused.
+        next_lsn = last + 2;
+        resume_lsn_ = next_lsn;
         recovery_note_ = StrCat("commit log: corrupt record in ", seg.path, " at offset ", offset,
                                 " after LSN ", last,
                                 " (complete, but its checksum or LSN is wrong): kept for inspection; tablets "
-                                "that need records after LSN ", last, " are not loaded");
-      }
-      uint64_t next_lsn = 0;
-      if (next != std::string_view::npos) {
+                                "that need LSN ", last + 1, " are not loaded; new records start at LSN ", next_lsn);
+      } else if (next != std::string_view::npos) {
         Record nr;
         size_t nn;
         ParseRecord(in.substr(next), &nr, &nn);
@@ -290,6 +300,9 @@ void CommitLog::WriterLoop() {
           },
           this));
       if (pending_.empty()) return;  // stopping, and nothing left to write
+      // Stopping on a full disk with only stand-ins left (no append waits):
+      // drop them; nothing acknowledged is in them.
+      if (stopping_ && pending_callbacks_.empty() && stats_.no_space_failures > 0 && no_space_) return;
       group.clear();
       group.swap(pending_);
       callbacks.swap(pending_callbacks_);
@@ -314,7 +327,9 @@ void CommitLog::WriterLoop() {
         pending_first_lsn_ = first;
         pending_records_ += records;
         ++stats_.no_space_failures;
+        no_space_ = true;
       } else if (status.ok()) {
+        no_space_ = false;
         const uint64_t appended = callbacks.size();
         stats_.records += appended;
         stats_.bytes += group.size();
@@ -357,7 +372,10 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
   }
   segment_size_ += data.size();
   if (options_.sync && ::fdatasync(fd_) != 0) {
-    return Errno("fdatasync commit log at LSN " + std::to_string(first_lsn), options_.dir);
+    // Whatever errno says, ENOSPC included: after a failed sync the state
+    // of the written data is unknown, so it is never retried.
+    return absl::InternalError(StrCat("fdatasync commit log at LSN ", first_lsn, " ", options_.dir, ": ",
+                                      std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -149,12 +149,15 @@ class CommitLog {
   std::vector<LogGap> gaps_;  // fixed after Open
   std::string recovery_note_;
   bool fresh_ = false;  // fixed after Open
+  // After a corrupt tail record: where new LSNs start (past it); 0 if none.
+  uint64_t resume_lsn_ = 0;
 
   mutable absl::Mutex mu_;
   uint64_t last_lsn_ ABSL_GUARDED_BY(mu_) = 0;
   std::string pending_ ABSL_GUARDED_BY(mu_);  // encoded records not yet written
   uint64_t pending_first_lsn_ ABSL_GUARDED_BY(mu_) = 0;
   size_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;  // records in pending_
+  bool no_space_ ABSL_GUARDED_BY(mu_) = false;       // the last group was refused for a full disk
   // The callbacks of the pending records, in LSN order.
   std::vector<std::pair<uint64_t, AppendCallback>> pending_callbacks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

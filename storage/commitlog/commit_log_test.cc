@@ -215,8 +215,21 @@ TEST_F(CommitLogTest, ACompleteTailRecordWithABadChecksumIsCorruptionNotATornWri
   EXPECT_EQ(std::filesystem::file_size(seg), size) << "kept for inspection";
   ASSERT_EQ(log->gaps().size(), 1u);
   EXPECT_EQ(log->gaps()[0].last_good_lsn, 4u);
-  EXPECT_EQ(log->last_lsn(), 4u);
+  EXPECT_EQ(log->gaps()[0].next_good_lsn, 6u) << "the damaged record is LSN 5";
   EXPECT_EQ(log->Replay(0, [](const Record&) { return absl::OkStatus(); }).code(), absl::StatusCode::kDataLoss);
+  // New records never reuse the damaged record's LSN, and the damage is
+  // still a gap after more restarts (it used to vanish on the second).
+  EXPECT_EQ(*log->Append("t", "after"), 6u);
+  for (int restart = 0; restart < 2; ++restart) {
+    log.reset();
+    log = Open();
+    ASSERT_EQ(log->gaps().size(), 1u) << "restart " << restart;
+    EXPECT_EQ(log->gaps()[0].next_good_lsn, 6u);
+    EXPECT_EQ(std::filesystem::file_size(seg), size);
+  }
+  auto rest = ReplayAll(*log, 5);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].payload, "after");
 }
 
 TEST_F(CommitLogTest, AZeroFilledTailIsATornWrite) {

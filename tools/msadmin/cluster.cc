@@ -7,8 +7,11 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/escaping.h"
+#include "absl/time/clock.h"
 #include "base/await.h"
 #include "base/env.h"
+#include "base/file.h"
 #include "base/coding.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
@@ -324,24 +327,47 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config, cons
                 static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
     return 0;
   }
+  // One pass to list (and keep the chosen entries), then, with --yes, one
+  // to remove.
   std::map<uint64_t, std::string> chosen;  // position -> its chosen entry, where some replica learned it
-  for (const auto& dc : config.datacenters()) {
-    uint64_t removed = 0;
-    for (;;) {
-      replication::TruncateRequest req;
-      *req.mutable_group() = group;
-      req.set_keep_through(keep);
-      req.set_apply(s.force);
-      auto r = Call<replication::TruncateReply>(transport, server::AddressOf(dc, server::Role::kReplication),
-                                                "repl.Truncate", req, timeout);
-      if (!r.ok()) return Failed(StrCat(dc.name(), ": ", r.status().message()));
-      removed += static_cast<uint64_t>(r->positions_size());
-      for (int i = 0; i < r->positions_size(); ++i)
-        if (!r->learned(i).empty()) chosen[r->positions(i)] = r->learned(i);
-      if (!s.force || !r->more()) break;
+  auto pass = [&](bool apply) -> int {
+    for (const auto& dc : config.datacenters()) {
+      uint64_t removed = 0;
+      for (;;) {
+        replication::TruncateRequest req;
+        *req.mutable_group() = group;
+        req.set_keep_through(keep);
+        req.set_apply(apply);
+        auto r = Call<replication::TruncateReply>(transport, server::AddressOf(dc, server::Role::kReplication),
+                                                  "repl.Truncate", req, timeout);
+        if (!r.ok()) return Failed(StrCat(dc.name(), ": ", r.status().message()));
+        removed += static_cast<uint64_t>(r->positions_size());
+        for (int i = 0; i < r->positions_size(); ++i)
+          if (!r->learned(i).empty()) chosen[r->positions(i)] = r->learned(i);
+        if (!apply || !r->more()) break;
+      }
+      std::printf("%s: %llu positions above %llu %s%s\n", dc.name().c_str(), static_cast<unsigned long long>(removed),
+                  static_cast<unsigned long long>(keep), apply ? "removed" : "found",
+                  !apply && removed >= static_cast<uint64_t>(replication::LogReplica::kMaxTruncate) ? " (or more)" : "");
     }
-    std::printf("%s: %llu positions above %llu %s\n", dc.name().c_str(), static_cast<unsigned long long>(removed),
-                static_cast<unsigned long long>(keep), s.force ? "removed" : "would be removed");
+    return 0;
+  };
+  if (int rc = pass(false); rc != 0) return rc;
+  if (s.force) {
+    // The chosen entries are committed again after the removal; kept in a
+    // file first, so that a failure in between loses none of them.
+    std::string saved;
+    for (const auto& [position, value] : chosen) {
+      PutFixed64(&saved, position);
+      PutLengthPrefixed(&saved, value);
+    }
+    const std::string file = StrCat("group-repair-", absl::BytesToHexString(group.root()), "-",
+                                    absl::ToUnixSeconds(absl::Now()), ".entries");
+    if (absl::Status w = WriteFileAtomically(file, saved); !w.ok()) {
+      return Failed(StrCat("cannot keep the chosen entries before removing anything: ", w.message()));
+    }
+    std::printf("chosen entries kept in %s (position and LogEntry, length-prefixed)\n", file.c_str());
+    if (int rc = pass(true); rc != 0) return rc;
   }
   for (const auto& [position, value] : chosen) {
     std::printf("position %llu holds a chosen entry (%zu bytes)%s\n", static_cast<unsigned long long>(position),
