@@ -30,12 +30,14 @@ absl::Status CheckJsonDepth(std::string_view json, int max_depth) {
       case '[':
         if (++depth > max_depth) {
           return absl::InvalidArgumentError(
-              StrCat("request nests objects and arrays deeper than ", max_depth, " (at byte ", i, ")"));
+              StrCat("request nests objects and arrays deeper than ", max_depth,
+                     " (at byte ", i, ")"));
         }
         break;
       case '}':
       case ']':
-        if (depth > 0) --depth;  // an unbalanced close is the parser's to report
+        if (depth > 0)
+          --depth;  // an unbalanced close is the parser's to report
         break;
       default:
         break;
@@ -53,8 +55,10 @@ using google::protobuf::Value;
 // protobuf's JSON mapping takes a lone value for a repeated field as a list
 // of one; the gateway's contract is an array, so anything else is refused,
 // naming the field.
-absl::Status CheckArrays(const Value& v, const Descriptor* d, const std::string& path) {
-  if (v.kind_case() != Value::kStructValue) return absl::OkStatus();  // the parser reports it
+absl::Status CheckArrays(const Value& v, const Descriptor* d,
+                         const std::string& path) {
+  if (v.kind_case() != Value::kStructValue)
+    return absl::OkStatus();  // the parser reports it
   for (const auto& [name, field_value] : v.struct_value().fields()) {
     const FieldDescriptor* f = d->FindFieldByName(name);
     for (int i = 0; f == nullptr && i < d->field_count(); ++i) {
@@ -67,13 +71,16 @@ absl::Status CheckArrays(const Value& v, const Descriptor* d, const std::string&
       if (field_value.kind_case() != Value::kListValue) {
         return absl::InvalidArgumentError(StrCat(where, ": must be an array"));
       }
-      if (f->message_type() != nullptr && f->message_type()->file()->package() != "google.protobuf") {
+      if (f->message_type() != nullptr &&
+          f->message_type()->file()->package() != "google.protobuf") {
         for (int i = 0; i < field_value.list_value().values_size(); ++i) {
-          MS_RETURN_IF_ERROR(
-              CheckArrays(field_value.list_value().values(i), f->message_type(), StrCat(where, "[", i, "]")));
+          MS_RETURN_IF_ERROR(CheckArrays(field_value.list_value().values(i),
+                                         f->message_type(),
+                                         StrCat(where, "[", i, "]")));
         }
       }
-    } else if (f->message_type() != nullptr && f->message_type()->file()->package() != "google.protobuf") {
+    } else if (f->message_type() != nullptr &&
+               f->message_type()->file()->package() != "google.protobuf") {
       MS_RETURN_IF_ERROR(CheckArrays(field_value, f->message_type(), where));
     }
   }
@@ -82,24 +89,30 @@ absl::Status CheckArrays(const Value& v, const Descriptor* d, const std::string&
 
 }  // namespace
 
-absl::Status ParseRequest(std::string_view body, google::protobuf::Message* request, int max_depth) {
+absl::Status ParseRequest(std::string_view body,
+                          google::protobuf::Message* request, int max_depth) {
   const std::string& type = request->GetDescriptor()->name();
   if (absl::Status s = CheckJsonDepth(body, max_depth); !s.ok()) {
-    return absl::InvalidArgumentError(StrCat("request is not valid JSON for ", type, ": ", s.message()));
+    return absl::InvalidArgumentError(
+        StrCat("request is not valid JSON for ", type, ": ", s.message()));
   }
   google::protobuf::util::JsonParseOptions o;
   o.ignore_unknown_fields = false;
   const google::protobuf::StringPiece json(body.data(), body.size());
-  if (Value shape; google::protobuf::util::JsonStringToMessage(json, &shape).ok()) {
-    if (absl::Status s = CheckArrays(shape, request->GetDescriptor(), ""); !s.ok()) {
-      return absl::InvalidArgumentError(StrCat("request is not valid JSON for ", type, ": ", s.message()));
+  if (Value shape;
+      google::protobuf::util::JsonStringToMessage(json, &shape).ok()) {
+    if (absl::Status s = CheckArrays(shape, request->GetDescriptor(), "");
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("request is not valid JSON for ", type, ": ", s.message()));
     }
   }
   if (auto st = google::protobuf::util::JsonStringToMessage(
           google::protobuf::StringPiece(body.data(), body.size()), request, o);
       !st.ok()) {
-    return absl::InvalidArgumentError(
-        StrCat("request is not valid JSON for ", type, ": ", st.message().as_string()));
+    return absl::InvalidArgumentError(StrCat("request is not valid JSON for ",
+                                             type, ": ",
+                                             st.message().as_string()));
   }
   return absl::OkStatus();
 }

@@ -24,7 +24,8 @@ absl::Status CheckJsonDepth(std::string_view json, int max_depth);
 
 // Parses `body` into `request`: InvalidArgument naming the message type and
 // what is wrong.
-absl::Status ParseRequest(std::string_view body, google::protobuf::Message* request,
+absl::Status ParseRequest(std::string_view body,
+                          google::protobuf::Message* request,
                           int max_depth = kDefaultMaxJsonDepth);
 
 }  // namespace megastore::gateway

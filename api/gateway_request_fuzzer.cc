@@ -18,17 +18,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   std::unique_ptr<google::protobuf::Message> request;
   switch (data[0] % 3) {
-    case 0: request = std::make_unique<GetRequest>(); break;
-    case 1: request = std::make_unique<QueryRequest>(); break;
-    default: request = std::make_unique<CommitRequest>(); break;
+    case 0:
+      request = std::make_unique<GetRequest>();
+      break;
+    case 1:
+      request = std::make_unique<QueryRequest>();
+      break;
+    default:
+      request = std::make_unique<CommitRequest>();
+      break;
   }
-  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  const std::string_view body(reinterpret_cast<const char*>(data + 1),
+                              size - 1);
   if (!ParseRequest(body, request.get()).ok()) return 0;
   std::string json;
-  if (!google::protobuf::util::MessageToJsonString(*request, &json).ok()) return 0;  // e.g. a NaN value
+  if (!google::protobuf::util::MessageToJsonString(*request, &json).ok())
+    return 0;  // e.g. a NaN value
   std::unique_ptr<google::protobuf::Message> again(request->New());
   if (!ParseRequest(json, again.get(), 1000).ok()) std::abort();
   // Compared as messages: a Struct's map has no fixed serialized order.
-  if (!google::protobuf::util::MessageDifferencer::Equals(*again, *request)) std::abort();
+  if (!google::protobuf::util::MessageDifferencer::Equals(*again, *request))
+    std::abort();
   return 0;
 }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
+
 namespace megastore::testing {
 
 struct Result {
@@ -39,15 +41,8 @@ inline Result RunCommand(const std::string& command) {
 // line, headers, body), or "" if the connection failed.
 inline std::string Http(int port, const std::string& method, const std::string& path,
                         const std::string& body = "") {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   const std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" +
                           "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
                           "\r\n\r\n" + body;

@@ -1,12 +1,11 @@
 #include "base/http/http_server.h"
 
 #include <atomic>
-#include <optional>
-#include <thread>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <optional>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "base/descriptors.h"
@@ -28,8 +27,8 @@ absl::Mutex default_limits_mu;
 HttpLimits* default_limits ABSL_GUARDED_BY(default_limits_mu) = nullptr;
 
 struct Counters {
-  std::atomic<uint64_t> accepted{0}, refused{0}, requests{0}, headers_too_large{0}, bodies_too_large{0},
-      timed_out{0}, bad_requests{0};
+  std::atomic<uint64_t> accepted{0}, refused{0}, requests{0},
+      headers_too_large{0}, bodies_too_large{0}, timed_out{0}, bad_requests{0};
 };
 Counters& counters() {
   static Counters* c = new Counters;
@@ -41,13 +40,16 @@ std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
 }
 
 // The error shape of the JSON gateway, for the server's own refusals.
-Response JsonError(int status, std::string_view code, std::string_view message) {
+Response JsonError(int status, std::string_view code,
+                   std::string_view message) {
   std::string escaped;
   for (char c : message) {
     if (c == '"' || c == '\\') escaped += '\\';
     escaped += c;
   }
-  return Response{status, "application/json", StrCat(R"({"code":")", code, R"(","message":")", escaped, "\"}\n")};
+  return Response{
+      status, "application/json",
+      StrCat(R"({"code":")", code, R"(","message":")", escaped, "\"}\n")};
 }
 
 }  // namespace
@@ -64,14 +66,21 @@ HttpLimits DefaultLimits() {
 }
 
 absl::Status ValidateLimits(const HttpLimits& l) {
-  if (l.max_connections == 0) return absl::InvalidArgumentError("HTTP limit max_connections must be positive");
+  if (l.max_connections == 0)
+    return absl::InvalidArgumentError(
+        "HTTP limit max_connections must be positive");
   if (l.max_header_bytes < 1024)
-    return absl::InvalidArgumentError(StrCat("HTTP limit max_header_bytes ", l.max_header_bytes, " is under 1024"));
-  if (l.max_body_bytes == 0) return absl::InvalidArgumentError("HTTP limit max_body_bytes must be positive");
+    return absl::InvalidArgumentError(StrCat(
+        "HTTP limit max_header_bytes ", l.max_header_bytes, " is under 1024"));
+  if (l.max_body_bytes == 0)
+    return absl::InvalidArgumentError(
+        "HTTP limit max_body_bytes must be positive");
   if (l.header_timeout <= absl::ZeroDuration())
-    return absl::InvalidArgumentError("HTTP limit header_timeout must be positive");
+    return absl::InvalidArgumentError(
+        "HTTP limit header_timeout must be positive");
   if (l.body_timeout <= absl::ZeroDuration())
-    return absl::InvalidArgumentError("HTTP limit body_timeout must be positive");
+    return absl::InvalidArgumentError(
+        "HTTP limit body_timeout must be positive");
   return absl::OkStatus();
 }
 
@@ -92,20 +101,28 @@ std::string ProcessStatsMetrics() {
   const HttpStats s = ProcessStats();
   std::string out;
   auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
-    out += StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v, "\n");
+    out += StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n",
+                  name, " ", v, "\n");
   };
-  counter("megastore_http_connections_accepted_total", "HTTP connections accepted.", s.connections_accepted);
+  counter("megastore_http_connections_accepted_total",
+          "HTTP connections accepted.", s.connections_accepted);
   counter("megastore_http_connections_refused_total",
-          "HTTP connections refused: over --http-max-connections or the descriptor budget.", s.connections_refused);
+          "HTTP connections refused: over --http-max-connections or the "
+          "descriptor budget.",
+          s.connections_refused);
   counter("megastore_http_requests_total", "HTTP requests read.", s.requests);
-  counter("megastore_http_headers_too_large_total", "Requests answered 431 (over --http-max-header-bytes).",
+  counter("megastore_http_headers_too_large_total",
+          "Requests answered 431 (over --http-max-header-bytes).",
           s.headers_too_large);
-  counter("megastore_http_bodies_too_large_total", "Requests answered 413 (over --http-max-body-bytes).",
+  counter("megastore_http_bodies_too_large_total",
+          "Requests answered 413 (over --http-max-body-bytes).",
           s.bodies_too_large);
   counter("megastore_http_timed_out_total",
-          "Connections closed for a request or answer slower than --http-header-timeout/--http-body-timeout.",
+          "Connections closed for a request or answer slower than "
+          "--http-header-timeout/--http-body-timeout.",
           s.timed_out);
-  counter("megastore_http_bad_requests_total", "Connections closed for bytes that are not HTTP.", s.bad_requests);
+  counter("megastore_http_bad_requests_total",
+          "Connections closed for bytes that are not HTTP.", s.bad_requests);
   return out;
 }
 
@@ -113,7 +130,10 @@ std::string ProcessStatsMetrics() {
 // joined before Impl goes away.
 struct HttpServer::Impl {
   Impl(std::string l, int workers, HttpLimits lim)
-      : listen(std::move(l)), limits(lim), acceptor(io), pool(static_cast<size_t>(std::max(1, workers))) {}
+      : listen(std::move(l)),
+        limits(lim),
+        acceptor(io),
+        pool(static_cast<size_t>(std::max(1, workers))) {}
 
   // One connection: one request, one answer.
   struct Conn {
@@ -129,89 +149,114 @@ struct HttpServer::Impl {
   };
 
   void Accept() {
-    acceptor.async_accept(io, [self = this](beast::error_code ec, tcp::socket socket) {
-      if (self->stopped) return;
-      if (!ec) {
-        if (self->open.load() >= self->limits.max_connections || !AcquireConnectionDescriptor()) {
-          ++counters().refused;
-          MS_LOG_WARN_LIMITED("http: refusing a connection on {}: {}", self->listen,
-                              self->open.load() >= self->limits.max_connections
-                                  ? StrCat(self->open.load(), " are open, the limit (max_connections)")
-                                  : std::string("connections hold every descriptor but the reserve kept for storage"));
-          socket.close(ec);
-        } else {
-          ++counters().accepted;
-          ++self->open;
-          self->Serve(std::make_shared<Conn>(self, std::move(socket)));
-        }
-      }
-      self->Accept();
-    });
+    acceptor.async_accept(
+        io, [self = this](beast::error_code ec, tcp::socket socket) {
+          if (self->stopped) return;
+          if (!ec) {
+            if (self->open.load() >= self->limits.max_connections ||
+                !AcquireConnectionDescriptor()) {
+              ++counters().refused;
+              MS_LOG_WARN_LIMITED(
+                  "http: refusing a connection on {}: {}", self->listen,
+                  self->open.load() >= self->limits.max_connections
+                      ? StrCat(self->open.load(),
+                               " are open, the limit (max_connections)")
+                      : std::string("connections hold every descriptor but the "
+                                    "reserve kept for storage"));
+              socket.close(ec);
+            } else {
+              ++counters().accepted;
+              ++self->open;
+              self->Serve(std::make_shared<Conn>(self, std::move(socket)));
+            }
+          }
+          self->Accept();
+        });
   }
 
   void Serve(std::shared_ptr<Conn> c) {
     c->parser.emplace();
-    c->parser->header_limit(static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+    c->parser->header_limit(static_cast<uint32_t>(
+        std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
     c->parser->body_limit(limits.max_body_bytes);
     c->stream.expires_after(ToSteady(limits.header_timeout));
-    bhttp::async_read_header(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, size_t) {
-      if (ec) return Failed(c, ec);
-      c->stream.expires_after(ToSteady(limits.body_timeout));
-      bhttp::async_read(c->stream, c->buffer, *c->parser, [this, c](beast::error_code ec, size_t) {
-        if (ec) return Failed(c, ec);
-        c->stream.expires_never();  // the handler may take its time
-        Dispatch(c, c->parser->release());
-      });
-    });
+    bhttp::async_read_header(
+        c->stream, c->buffer, *c->parser,
+        [this, c](beast::error_code ec, size_t) {
+          if (ec) return Failed(c, ec);
+          c->stream.expires_after(ToSteady(limits.body_timeout));
+          bhttp::async_read(
+              c->stream, c->buffer, *c->parser,
+              [this, c](beast::error_code ec, size_t) {
+                if (ec) return Failed(c, ec);
+                c->stream.expires_never();  // the handler may take its time
+                Dispatch(c, c->parser->release());
+              });
+        });
   }
 
   // A request that could not be read: answer what can be answered, close.
   void Failed(const std::shared_ptr<Conn>& c, beast::error_code ec) {
     if (ec == bhttp::error::header_limit) {
       ++counters().headers_too_large;
-      return Reply(c, 11, JsonError(431, "RESOURCE_EXHAUSTED",
-                                    StrCat("request headers exceed ", limits.max_header_bytes, " bytes")));
+      return Reply(c, 11,
+                   JsonError(431, "RESOURCE_EXHAUSTED",
+                             StrCat("request headers exceed ",
+                                    limits.max_header_bytes, " bytes")));
     }
     if (ec == bhttp::error::body_limit) {
       ++counters().bodies_too_large;
-      return Reply(c, 11, JsonError(413, "RESOURCE_EXHAUSTED",
-                                    StrCat("request body exceeds ", limits.max_body_bytes, " bytes")));
+      return Reply(c, 11,
+                   JsonError(413, "RESOURCE_EXHAUSTED",
+                             StrCat("request body exceeds ",
+                                    limits.max_body_bytes, " bytes")));
     }
     if (ec == beast::error::timeout) {
       ++counters().timed_out;
-      MS_LOG_DEBUG("http: closing a connection on {}: request not received in time", listen);
+      MS_LOG_DEBUG(
+          "http: closing a connection on {}: request not received in time",
+          listen);
     } else if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
-               ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+               ec != asio::error::connection_reset &&
+               ec != asio::error::operation_aborted) {
       ++counters().bad_requests;
-      MS_LOG_WARN_LIMITED("http: closing a connection on {}: {}", listen, ec.message());
+      MS_LOG_WARN_LIMITED("http: closing a connection on {}: {}", listen,
+                          ec.message());
     }
     beast::error_code ignored;
     c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
 
-  void Dispatch(std::shared_ptr<Conn> c, bhttp::request<bhttp::string_body> request) {
+  void Dispatch(std::shared_ptr<Conn> c,
+                bhttp::request<bhttp::string_body> request) {
     ++counters().requests;
     const std::string target(request.target());
     const std::string path = target.substr(0, target.find('?'));
     const unsigned version = request.version();
     if (auto h = request_handlers.find(path); h != request_handlers.end()) {
       // May block: run it on a worker, answer from the I/O thread.
-      Request req{std::string(request.method_string()), path, std::move(request.body())};
-      asio::post(pool, [this, c, version, handler = &h->second, req = std::move(req)] {
-        Response r = (*handler)(req);
-        asio::post(io, [this, c, version, r = std::move(r)]() mutable { Reply(c, version, std::move(r)); });
-      });
+      Request req{std::string(request.method_string()), path,
+                  std::move(request.body())};
+      asio::post(
+          pool, [this, c, version, handler = &h->second, req = std::move(req)] {
+            Response r = (*handler)(req);
+            asio::post(io, [this, c, version, r = std::move(r)]() mutable {
+              Reply(c, version, std::move(r));
+            });
+          });
       return;
     }
     auto it = handlers.find(path);
     Response r;
-    if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
+    if (request.method() != bhttp::verb::get &&
+        request.method() != bhttp::verb::head) {
       r = Response{405, "text/plain; charset=utf-8", "only GET is supported\n"};
     } else if (it == handlers.end()) {
       std::string known;
       for (const auto& [p, h] : handlers) known += " " + p;
       for (const auto& [p, h] : request_handlers) known += " " + p;
-      r = Response{404, "text/plain; charset=utf-8", StrCat("no page ", path, "; try:", known, "\n")};
+      r = Response{404, "text/plain; charset=utf-8",
+                   StrCat("no page ", path, "; try:", known, "\n")};
     } else {
       r = it->second();
     }
@@ -228,11 +273,14 @@ struct HttpServer::Impl {
     response->body() = std::move(r.body);
     response->prepare_payload();
     c->stream.expires_after(ToSteady(limits.body_timeout));
-    bhttp::async_write(c->stream, *response, [this, c, response](beast::error_code ec, size_t) {
-      if (ec == beast::error::timeout) ++counters().timed_out;
-      beast::error_code ignored;
-      c->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    });
+    bhttp::async_write(c->stream, *response,
+                       [this, c, response](beast::error_code ec, size_t) {
+                         if (ec == beast::error::timeout)
+                           ++counters().timed_out;
+                         beast::error_code ignored;
+                         c->stream.socket().shutdown(tcp::socket::shutdown_send,
+                                                     ignored);
+                       });
   }
 
   std::atomic<size_t> open{0};  // declared first: Conns die with `io`
@@ -278,7 +326,8 @@ void HttpServer::Stop() {
     impl->io.stop();
   });
   if (impl_->thread.joinable()) impl_->thread.join();
-  impl_->pool.join();  // handlers still running finish; their answers are dropped
+  impl_->pool
+      .join();  // handlers still running finish; their answers are dropped
 }
 
 int HttpServer::port() const { return impl_->port; }

@@ -62,12 +62,13 @@ absl::Status ValidateLimits(const HttpLimits& limits);
 // Counters of every HTTP server of this process.
 struct HttpStats {
   uint64_t connections_accepted = 0;
-  uint64_t connections_refused = 0;  // over max_connections or the descriptor budget
+  uint64_t connections_refused =
+      0;  // over max_connections or the descriptor budget
   uint64_t requests = 0;
-  uint64_t headers_too_large = 0;    // answered 431
-  uint64_t bodies_too_large = 0;     // answered 413
-  uint64_t timed_out = 0;            // closed by header_timeout or body_timeout
-  uint64_t bad_requests = 0;         // not HTTP: closed
+  uint64_t headers_too_large = 0;  // answered 431
+  uint64_t bodies_too_large = 0;   // answered 413
+  uint64_t timed_out = 0;          // closed by header_timeout or body_timeout
+  uint64_t bad_requests = 0;       // not HTTP: closed
 };
 HttpStats ProcessStats();
 // ProcessStats as Prometheus text.
@@ -77,13 +78,15 @@ class HttpServer {
  public:
   // `listen` is host:port (port 0 picks one); `workers` threads run
   // RequestHandlers.
-  explicit HttpServer(std::string listen, int workers = 4, HttpLimits limits = DefaultLimits());
+  explicit HttpServer(std::string listen, int workers = 4,
+                      HttpLimits limits = DefaultLimits());
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   void Handle(std::string path, PageHandler handler);  // before Start
-  void HandleRequests(std::string path, RequestHandler handler);  // before Start
+  void HandleRequests(std::string path,
+                      RequestHandler handler);  // before Start
   absl::Status Start();
   void Stop();
   int port() const;

@@ -32,7 +32,7 @@ absl::Status Errno(std::string_view what, const std::string& path) {
 // Stand-ins for the records of a group that could not be written for lack
 // of space: same LSNs (the sequence on disk stays gapless), no tablet, so
 // no replay applies them — their writes were reported failed.
-std::string Placeholders(uint64_t first_lsn, size_t n) {
+std::string StandIns(uint64_t first_lsn, size_t n) {
   std::string out;
   for (size_t i = 0; i < n; ++i) AppendRecord(&out, first_lsn + i, "", "");
   return out;
@@ -323,7 +323,7 @@ void CommitLog::WriterLoop() {
         // cut back what it wrote). Its appends fail, and stand-ins for its
         // LSNs go out first once space returns; the log keeps working.
         MS_LOG_WARN_LIMITED("commit log: {}; writes fail until space returns", status.message());
-        pending_.insert(0, Placeholders(first, records));
+        pending_.insert(0, StandIns(first, records));
         pending_first_lsn_ = first;
         pending_records_ += records;
         ++stats_.no_space_failures;
