@@ -123,9 +123,11 @@ class RequestHandler {
   absl::StatusOr<gateway::QueryReply> Query(const gateway::QueryRequest& req) {
     const schema::SchemaIndex& sx = db_->layout().schema();
     txn::QueryOptions q;
-    if (req.limit() < 0 || req.limit() > max_page_)
+    if (req.limit() < 0 || req.limit() > max_page_) {
+      page_too_large_ = true;
       return absl::InvalidArgumentError(StrCat("limit: ", req.limit(), " is not between 0 (a full page of ",
                                                max_page_, ") and ", max_page_));
+    }
     q.limit = req.limit() == 0 ? max_page_ : req.limit();
     q.cursor = req.cursor();
     gateway::QueryReply reply;
@@ -203,13 +205,13 @@ class RequestHandler {
     absl::StatusOr<txn::CommitInfo> info;
     if (!req.read_token().empty()) {
       // Commit right after the read: the next position, or a conflict.
-      MS_ASSIGN_OR_RETURN(const gateway::ReadToken token, DecodeToken(mac_, req.read_token()));
-      const auto& replicas = ctx_.client->options().replicas;
-      if (token.replica() < 0 || token.replica() >= static_cast<int>(replicas.size()) ||
-          replicas[static_cast<size_t>(token.replica())].type == replication::ReplicaType::kWitness)
-        return absl::InvalidArgumentError("read_token: names no replica with data");
-      if (token.root() != root_row)
-        return absl::InvalidArgumentError("read_token: it is from a read of another entity group");
+      absl::StatusOr<gateway::ReadToken> decoded = DecodeToken(mac_, req.read_token());
+      if (decoded.ok()) decoded = CheckToken(*std::move(decoded), root_row);
+      if (!decoded.ok()) {
+        bad_read_token_ = true;
+        return decoded.status();
+      }
+      const gateway::ReadToken& token = *decoded;
       replication::GroupRef group;
       group.set_table(db_->layout().entity_table());
       group.set_root(root_row);
@@ -241,18 +243,35 @@ class RequestHandler {
     return reply;
   }
 
+  // `token` if it names a replica with data and the group `root_row`.
+  absl::StatusOr<gateway::ReadToken> CheckToken(gateway::ReadToken token, const std::string& root_row) const {
+    const auto& replicas = ctx_.client->options().replicas;
+    if (token.replica() < 0 || token.replica() >= static_cast<int>(replicas.size()) ||
+        replicas[static_cast<size_t>(token.replica())].type == replication::ReplicaType::kWitness)
+      return absl::InvalidArgumentError("read_token: names no replica with data");
+    if (token.root() != root_row)
+      return absl::InvalidArgumentError("read_token: it is from a read of another entity group");
+    return token;
+  }
+
+  // Whether the request was refused for its query limit or its read token.
+  bool page_too_large() const { return page_too_large_; }
+  bool bad_read_token() const { return bad_read_token_; }
+
  private:
   Database* const db_;
   const txn::Context ctx_;
   txn::TransactionOptions options_;
   const int64_t max_page_;
   const TokenMac& mac_;
+  bool page_too_large_ = false;
+  bool bad_read_token_ = false;
 };
 
 template <typename Request, typename Fn>
-Gateway::Reply Serve(const std::string& body, int max_json_depth, Fn fn) {
+Gateway::Reply Serve(const std::string& body, int max_json_depth, bool* too_deep, Fn fn) {
   Request req;
-  if (absl::Status s = gateway::ParseRequest(body, &req, max_json_depth); !s.ok()) return Error(s);
+  if (absl::Status s = gateway::ParseRequest(body, &req, max_json_depth, too_deep); !s.ok()) return Error(s);
   auto reply = fn(req);
   if (!reply.ok()) return Error(reply.status());
   return Json(*reply);
@@ -268,14 +287,65 @@ Gateway::~Gateway() { Stop(); }
 
 Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body) {
   RequestHandler h(db_, options_);
-  if (path == "/v1/get")
-    return Serve<gateway::GetRequest>(body, options_.max_json_depth, [&](const auto& r) { return h.Get(r); });
-  if (path == "/v1/query")
-    return Serve<gateway::QueryRequest>(body, options_.max_json_depth, [&](const auto& r) { return h.Query(r); });
-  if (path == "/v1/commit")
-    return Serve<gateway::CommitRequest>(body, options_.max_json_depth, [&](const auto& r) { return h.Commit(r); });
-  if (path == "/v1/schema") return Json(db_->layout().schema().schema());
-  return Error(absl::NotFoundError(StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
+  bool too_deep = false;
+  const int depth = options_.max_json_depth;
+  Reply reply;
+  std::string endpoint = path;
+  if (path == "/v1/get") {
+    reply = Serve<gateway::GetRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Get(r); });
+  } else if (path == "/v1/query") {
+    reply = Serve<gateway::QueryRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Query(r); });
+  } else if (path == "/v1/commit") {
+    reply = Serve<gateway::CommitRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Commit(r); });
+  } else if (path == "/v1/schema") {
+    reply = Json(db_->layout().schema().schema());
+  } else {
+    endpoint = "other";
+    reply =
+        Error(absl::NotFoundError(StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
+  }
+  Count(endpoint, reply.status,
+        too_deep               ? Refusal::kTooDeep
+        : h.page_too_large()   ? Refusal::kPageTooLarge
+        : h.bad_read_token()   ? Refusal::kBadReadToken
+                               : Refusal::kNone);
+  return reply;
+}
+
+void Gateway::Count(const std::string& path, int status, Refusal refusal) {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  ++stats_.replies[{path, status}];
+  switch (refusal) {
+    case Refusal::kNone: break;
+    case Refusal::kTooDeep: ++stats_.too_deep; break;
+    case Refusal::kPageTooLarge: ++stats_.page_too_large; break;
+    case Refusal::kBadReadToken: ++stats_.bad_read_token; break;
+    case Refusal::kWrongMethod: ++stats_.wrong_method; break;
+  }
+}
+
+GatewayStats Gateway::stats() const {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  return stats_;
+}
+
+std::string GatewayStatsMetrics(const GatewayStats& s) {
+  std::string out =
+      "# HELP megastore_gateway_replies_total Gateway replies, by endpoint and HTTP status.\n"
+      "# TYPE megastore_gateway_replies_total counter\n";
+  for (const auto& [key, n] : s.replies)
+    out += StrCat("megastore_gateway_replies_total{endpoint=\"", key.first, "\",code=\"", key.second, "\"} ", n,
+                  "\n");
+  out +=
+      "# HELP megastore_gateway_refusals_total Gateway requests refused by a limit or a seal: json_depth "
+      "(--gateway-max-json-depth), page_limit (--gateway-max-page), read_token (forged, altered or foreign), "
+      "method.\n"
+      "# TYPE megastore_gateway_refusals_total counter\n";
+  out += StrCat("megastore_gateway_refusals_total{reason=\"json_depth\"} ", s.too_deep, "\n",
+                "megastore_gateway_refusals_total{reason=\"page_limit\"} ", s.page_too_large, "\n",
+                "megastore_gateway_refusals_total{reason=\"read_token\"} ", s.bad_read_token, "\n",
+                "megastore_gateway_refusals_total{reason=\"method\"} ", s.wrong_method, "\n");
+  return out;
 }
 
 absl::Status Gateway::Start() {
@@ -284,10 +354,12 @@ absl::Status Gateway::Start() {
     const std::string p = path;
     server_->HandleRequests(p, [this, p](const http::Request& req) {
       const bool get_ok = p == "/v1/schema";
-      if (req.method != (get_ok ? "GET" : "POST"))
+      if (req.method != (get_ok ? "GET" : "POST")) {
+        Count(p, 405, Refusal::kWrongMethod);
         return http::Response{405, "application/json",
                               StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ",
                                      get_ok ? "GET" : "POST", "\"}\n")};
+      }
       Reply r = Handle(p, req.body);
       return http::Response{r.status, "application/json", std::move(r.json)};
     });

@@ -9,8 +9,11 @@
 //   GET  /v1/schema  the schema, as JSON
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "api/database.h"
@@ -38,6 +41,21 @@ struct GatewayOptions {
   std::shared_ptr<const TokenMac> token_mac;
 };
 
+// What a gateway answered, for /metrics.
+struct GatewayStats {
+  // Replies by endpoint and HTTP status ("other" for unknown paths).
+  std::map<std::pair<std::string, int>, uint64_t> replies;
+  // Requests refused by a limit or a seal: nested deeper than
+  // max_json_depth, a query limit outside 0..max_page, a read token that
+  // is forged, altered or from elsewhere, the wrong HTTP method.
+  uint64_t too_deep = 0;
+  uint64_t page_too_large = 0;
+  uint64_t bad_read_token = 0;
+  uint64_t wrong_method = 0;
+};
+// `stats` as Prometheus text (megastore_gateway_*).
+std::string GatewayStatsMetrics(const GatewayStats& stats);
+
 class Gateway {
  public:
   // `db` must outlive the gateway.
@@ -56,9 +74,16 @@ class Gateway {
   };
   Reply Handle(const std::string& path, const std::string& body);
 
+  GatewayStats stats() const;
+
  private:
+  enum class Refusal { kNone, kTooDeep, kPageTooLarge, kBadReadToken, kWrongMethod };
+  void Count(const std::string& path, int status, Refusal refusal);
+
   Database* const db_;
   GatewayOptions options_;
+  mutable std::mutex stats_mu_;
+  GatewayStats stats_;
   std::unique_ptr<http::HttpServer> server_;
 };
 

@@ -90,9 +90,12 @@ absl::Status CheckArrays(const Value& v, const Descriptor* d,
 }  // namespace
 
 absl::Status ParseRequest(std::string_view body,
-                          google::protobuf::Message* request, int max_depth) {
+                          google::protobuf::Message* request, int max_depth,
+                          bool* too_deep) {
   const std::string& type = request->GetDescriptor()->name();
+  if (too_deep != nullptr) *too_deep = false;
   if (absl::Status s = CheckJsonDepth(body, max_depth); !s.ok()) {
+    if (too_deep != nullptr) *too_deep = true;
     return absl::InvalidArgumentError(
         StrCat("request is not valid JSON for ", type, ": ", s.message()));
   }

@@ -160,6 +160,7 @@ TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   const std::string theirs = other.Handle("/v1/get", R"({"table": "User", "key": ["4"]})").json;
   const size_t at2 = theirs.find(key) + key.size();
   EXPECT_EQ(commit(theirs.substr(at2, theirs.find('"', at2) - at2)).status, 400);
+  EXPECT_EQ(gateway_->stats().bad_read_token, 3u);
   // Nothing was written; the genuine token still commits.
   EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["4"]})").json.find("\"v1\""), std::string::npos);
   Gateway::Reply ok = commit(token);
@@ -206,6 +207,17 @@ TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {
     EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.json;
     EXPECT_NE(r.json.find(c.expect), std::string::npos) << c.body << " -> " << r.json;
   }
+  // Each limit's refusals are counted apart, for /metrics.
+  const GatewayStats st = gateway_->stats();
+  EXPECT_EQ(st.too_deep, 1u);
+  EXPECT_EQ(st.page_too_large, 2u);
+  EXPECT_EQ(st.bad_read_token, 0u);
+  EXPECT_EQ(st.replies.at({"other", 404}), 1u);
+  EXPECT_EQ(st.replies.at({"/v1/commit", 400}), 5u);
+  const std::string text = GatewayStatsMetrics(st);
+  EXPECT_NE(text.find("megastore_gateway_refusals_total{reason=\"json_depth\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("megastore_gateway_replies_total{endpoint=\"/v1/get\",code=\"404\"} 1\n"), std::string::npos)
+      << text;
   Gateway::Reply none = Post("/v1/query", R"({"table": "Photo", "key_prefix": [5]})");
   ASSERT_EQ(none.status, 200) << none.json;
   EXPECT_EQ(none.json.find("entities"), std::string::npos) << "nothing was written: " << none.json;
@@ -243,6 +255,7 @@ TEST_F(GatewayTest, ServesOverHttp) {
   EXPECT_EQ(wrong_verb.first, 405u) << wrong_verb.second;
   auto post_schema = request(bhttp::verb::post, "/v1/schema", "{}");
   EXPECT_EQ(post_schema.first, 405u) << post_schema.second;
+  EXPECT_EQ(gateway_->stats().wrong_method, 2u);
   auto schema = request(bhttp::verb::get, "/v1/schema", "");
   EXPECT_EQ(schema.first, 200u);
   EXPECT_NE(schema.second.find("PhotosByTag"), std::string::npos) << schema.second;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/logging.h"
 #include "base/strings.h"
 
 namespace megastore::replication {
@@ -82,6 +83,7 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   s.sweeps = counters_.sweeps.load();
   s.sweep_catchups = counters_.sweep_catchups.load();
   s.gap_votes = counters_.gap_votes.load();
+  s.vouches_shed = counters_.vouches_shed.load();
   return s;
 }
 
@@ -98,6 +100,24 @@ std::vector<ReplicationServer::GroupActivity> ReplicationServer::HottestGroups(s
     out.push_back(std::move(a));
   }
   return out;
+}
+
+void ReplicationServer::AskVouch(const GroupRef& group, uint64_t position, absl::AnyInvocable<void(bool)> done) {
+  if (vouches_in_flight_.fetch_add(1) >= kMaxVouchesInFlight) {
+    vouches_in_flight_--;
+    counters_.vouches_shed++;
+    MS_LOG_WARN_LIMITED("replication: {} questions to other replicas already in flight; refusing position {} "
+                        "of a group without asking",
+                        kMaxVouchesInFlight, position + 1);
+    return done(false);
+  }
+  client_.SomeReplicaReached(
+      group, position,
+      [this, done = std::move(done)](absl::StatusOr<bool> reached) mutable {
+        vouches_in_flight_--;
+        done(reached.ok() && *reached);
+      },
+      env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.cluster.rpc_timeout));
 }
 
 void ReplicationServer::Serve(std::string_view method, std::string request, Responder respond) {
@@ -117,14 +137,12 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
       if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
       // This replica missed earlier positions: it still votes on the next
       // one if another replica knows the group got that far.
-      client_.SomeReplicaReached(
-          copy.group(), copy.position() - 1,
-          [this, copy, answer = std::move(answer), r = std::move(r)](absl::StatusOr<bool> reached) mutable {
-            if (!reached.ok() || !*reached) return answer(std::move(r));
-            counters_.gap_votes++;
-            replica_.Paxos(copy, copy.position() - 1, std::move(answer));
-          },
-          env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.cluster.rpc_timeout));
+      AskVouch(copy.group(), copy.position() - 1,
+               [this, copy, answer = std::move(answer), r = std::move(r)](bool reached) mutable {
+                 if (!reached) return answer(std::move(r));
+                 counters_.gap_votes++;
+                 replica_.Paxos(copy, copy.position() - 1, std::move(answer));
+               });
     });
   } else if (method == "repl.State") {
     StateRequest req;
@@ -146,14 +164,12 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
       // positions crossed on the way): it records this one if another
       // replica knows the group got to the previous one, as it would be
       // for any chosen position; the sweep then fills what it missed.
-      client_.SomeReplicaReached(
-          copy.group(), copy.position() - 1,
-          [this, copy, answer = std::move(answer), r = std::move(r)](absl::StatusOr<bool> reached) mutable {
-            if (!reached.ok() || !*reached) return answer(std::move(r));
-            Note(copy.group(), copy.position());
-            replica_.Apply(copy, copy.position() - 1, std::move(answer));
-          },
-          env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.cluster.rpc_timeout));
+      AskVouch(copy.group(), copy.position() - 1,
+               [this, copy, answer = std::move(answer), r = std::move(r)](bool reached) mutable {
+                 if (!reached) return answer(std::move(r));
+                 Note(copy.group(), copy.position());
+                 replica_.Apply(copy, copy.position() - 1, std::move(answer));
+               });
     });
   } else if (method == "repl.Truncate") {
     TruncateRequest req;

@@ -63,6 +63,7 @@ class ReplicationServer {
     uint64_t sweeps = 0;
     uint64_t sweep_catchups = 0;  // incomplete writes the sweep finished
     uint64_t gap_votes = 0;       // votes on a position past this replica's top, another replica vouching
+    uint64_t vouches_shed = 0;    // such requests refused without asking, kMaxVouchesInFlight being out
   };
   Stats stats() const;
   const LatencyHistogram& paxos_latency() const { return paxos_latency_; }
@@ -85,6 +86,12 @@ class ReplicationServer {
     uint64_t behind = 0;  // a position applied elsewhere that this replica refused (it missed earlier ones)
   };
   void Note(const GroupRef& group, uint64_t behind = 0);
+  // Asks the other replicas whether one reached `position` of `group`
+  // (SomeReplicaReached), as one of at most kMaxVouchesInFlight such
+  // questions: beyond that (a flood of requests for positions this replica
+  // has not reached) `done` gets false at once, without asking.
+  static constexpr int kMaxVouchesInFlight = 256;
+  void AskVouch(const GroupRef& group, uint64_t position, absl::AnyInvocable<void(bool)> done);
   void Tick();
 
   template <typename Reply>
@@ -113,8 +120,9 @@ class ReplicationServer {
 
   struct Counters {
     std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0}, applies{0}, sweeps{0},
-        sweep_catchups{0}, gap_votes{0};
+        sweep_catchups{0}, gap_votes{0}, vouches_shed{0};
   };
+  std::atomic<int> vouches_in_flight_{0};
   Counters counters_;
   LatencyHistogram paxos_latency_, read_latency_;
   TopCounts<3> groups_;  // by Key(group): writes, conflicts, highest position

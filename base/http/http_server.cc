@@ -1,9 +1,11 @@
 #include "base/http/http_server.h"
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <optional>
 #include <thread>
 
@@ -202,14 +204,16 @@ struct HttpServer::Impl {
       return Reply(c, 11,
                    JsonError(431, "RESOURCE_EXHAUSTED",
                              StrCat("request headers exceed ",
-                                    limits.max_header_bytes, " bytes")));
+                                    limits.max_header_bytes, " bytes")),
+                   /*linger=*/true);
     }
     if (ec == bhttp::error::body_limit) {
       ++counters().bodies_too_large;
       return Reply(c, 11,
                    JsonError(413, "RESOURCE_EXHAUSTED",
                              StrCat("request body exceeds ",
-                                    limits.max_body_bytes, " bytes")));
+                                    limits.max_body_bytes, " bytes")),
+                   /*linger=*/true);
     }
     if (ec == beast::error::timeout) {
       ++counters().timed_out;
@@ -263,7 +267,13 @@ struct HttpServer::Impl {
     Reply(c, version, std::move(r));
   }
 
-  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r) {
+  // `linger`: the client may still be sending (a request refused half
+  // read). Closing with its bytes unread would make the kernel answer
+  // with a reset, which can destroy the answer before the client reads
+  // it; so after answering, the rest is read and dropped, for a bounded
+  // time and number of bytes, before the connection closes.
+  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r,
+             bool linger = false) {
     auto response = std::make_shared<bhttp::response<bhttp::string_body>>();
     response->version(version);
     response->keep_alive(false);
@@ -274,13 +284,35 @@ struct HttpServer::Impl {
     response->prepare_payload();
     c->stream.expires_after(ToSteady(limits.body_timeout));
     bhttp::async_write(c->stream, *response,
-                       [this, c, response](beast::error_code ec, size_t) {
+                       [this, c, response, linger](beast::error_code ec,
+                                                   size_t) {
                          if (ec == beast::error::timeout)
                            ++counters().timed_out;
                          beast::error_code ignored;
                          c->stream.socket().shutdown(tcp::socket::shutdown_send,
                                                      ignored);
+                         if (linger && !ec) {
+                           c->stream.expires_after(kLingerTime);
+                           Drain(c, std::make_shared<std::array<char, 4096>>(),
+                                 kLingerBytes);
+                         }
                        });
+  }
+
+  static constexpr auto kLingerTime = std::chrono::seconds(2);
+  static constexpr size_t kLingerBytes = 16 << 20;
+
+  // Reads and drops what the client still sends, until it closes, an
+  // error, kLingerTime (set by the caller, for all reads together) or
+  // `left` bytes.
+  void Drain(std::shared_ptr<Conn> c,
+             std::shared_ptr<std::array<char, 4096>> buf, size_t left) {
+    c->stream.async_read_some(
+        asio::buffer(*buf), [this, c, buf, left](beast::error_code ec,
+                                                 size_t n) {
+          if (ec || n >= left) return;  // c's last reference goes: closed
+          Drain(c, buf, left - n);
+        });
   }
 
   std::atomic<size_t> open{0};  // declared first: Conns die with `io`

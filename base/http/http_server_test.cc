@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -81,6 +82,45 @@ TEST_F(HttpServerTest, HugeHeadersGet431AndHugeBodies413) {
   const HttpStats after = ProcessStats();
   EXPECT_EQ(after.headers_too_large, before.headers_too_large + 1);
   EXPECT_EQ(after.bodies_too_large, before.bodies_too_large + 1);
+}
+
+// A client still sending a body the server has refused gets the 413
+// itself, not a connection reset that destroys it unread: the server reads
+// and drops the rest before closing. (Like most HTTP clients, this one
+// sends the whole request before it reads.)
+TEST_F(HttpServerTest, A413ReachesAClientStillSendingItsBody) {
+  HttpLimits l;
+  l.max_body_bytes = 1000;
+  Start(l);
+  for (int round = 0; round < 5; ++round) {
+    const int fd = Connect();
+    ASSERT_GE(fd, 0);
+    const std::string body(4 << 20, 'b');
+    const std::string head =
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    size_t sent = 0;
+    while (sent < body.size()) {
+      const ssize_t n = ::send(fd, body.data() + sent, body.size() - sent,
+                               MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    ::shutdown(fd, SHUT_WR);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0)
+      out.append(buf, static_cast<size_t>(n));
+    const int recv_errno = n < 0 ? errno : 0;
+    ::close(fd);
+    EXPECT_EQ(sent, body.size()) << "round " << round << ": the server reset "
+                                 << "the connection while the client sent";
+    EXPECT_THAT(out, StartsWith("HTTP/1.1 413"))
+        << "round " << round << ", sent " << sent << " bytes, recv errno "
+        << recv_errno;
+  }
 }
 
 TEST_F(HttpServerTest, HalfSentRequestsAreClosedAfterTheirTimeout) {

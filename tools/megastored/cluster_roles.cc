@@ -50,11 +50,12 @@ int WaitForSignal() {
 // Serves the status pages if --http asks for them, says "ready", and
 // waits for SIGINT/SIGTERM. False if the status server could not start.
 bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line, std::vector<Datacenter*> dcs,
-                      const ClusterConfig& config, Database* gateway_db) {
+                      const ClusterConfig& config, Database* gateway_db, const Gateway* gateway) {
   std::unique_ptr<http::HttpServer> status;
   if (!flags.http.empty()) {
     std::string bound;
-    status = ServeStatus(flags.http, StatusSources{command_line, std::move(dcs), config, gateway_db}, &bound);
+    status = ServeStatus(flags.http, StatusSources{command_line, std::move(dcs), config, gateway_db, gateway},
+                         &bound);
     if (status == nullptr) return false;
     std::printf("megastored: status at http://%s/status\n", bound.c_str());
   }
@@ -212,7 +213,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     // process (its replication process when the Bigtable is a cell).
     ClusterFlags serving = flags;
     if (serving.http.empty() && (has_tablet || (in_cell && has_replication))) serving.http = me.http();
-    const bool served = ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr);
+    const bool served = ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr, nullptr);
     (*dc)->Stop();
     return served ? 0 : 1;
   }
@@ -303,7 +304,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   }
   std::vector<Datacenter*> dcs;
   for (int i = 0; i < (*cluster)->size(); ++i) dcs.push_back(&(*cluster)->datacenter(i));
-  const bool served = ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), db.get());
+  const bool served = ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), db.get(), gateway.get());
   if (gateway) gateway->Stop();
   gateway.reset();
   db.reset();

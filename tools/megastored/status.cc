@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "api/database.h"
+#include "api/gateway.h"
 #include "base/coding.h"
 #include "base/env.h"
 #include "base/logging.h"
@@ -165,6 +166,10 @@ std::string MetricsText(const StatusSources& s) {
       {"megastore_replication_gap_votes_total",
        "Votes on a position past this replica's top that another replica vouched for (it had missed some).",
        &replication::ReplicationServer::Stats::gap_votes},
+      {"megastore_replication_vouches_shed_total",
+       "Requests past this replica's top refused without asking the other replicas: too many such questions were "
+       "in flight.",
+       &replication::ReplicationServer::Stats::vouches_shed},
   };
   for (const Counter& c : kReplication) {
     out += Family(c.name, "counter", c.help);
@@ -253,6 +258,7 @@ std::string MetricsText(const StatusSources& s) {
     out += s.gateway->context().client->read_latency().Prometheus(
         "megastore_client_current_read_position_seconds", "Finding a group's position for a current read.");
   }
+  if (s.gateway_server != nullptr) out += GatewayStatsMetrics(s.gateway_server->stats());
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 namespace megastore {
 class Database;
+class Gateway;
 }
 
 namespace megastore::server {
@@ -22,6 +23,7 @@ struct StatusSources {
   std::vector<Datacenter*> datacenters;  // those running (some roles) here
   ClusterConfig config;
   Database* gateway = nullptr;  // the JSON gateway's client, if any
+  const Gateway* gateway_server = nullptr;  // the JSON gateway, if any
 };
 
 // The pages themselves (also for tests).
