@@ -94,6 +94,37 @@ TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {
   EXPECT_THAT(format.out, HasSubstr("--log-format=xml is not text or json"));
 }
 
+// A lost state.pb: the server refuses to start naming it, and msadmin
+// datadir rebuild-state rebuilds it from the tablets (offline), after
+// which every row is served again.
+TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
+  ASSERT_EQ(Bt("createtable users families=info").exit_code, 0);
+  ASSERT_EQ(Bt("createtable empty families=cf").exit_code, 0);
+  ASSERT_EQ(Bt("set users alice info:name=Alice").exit_code, 0);
+  ASSERT_EQ(Bt("set users bob info:name=Bob").exit_code, 0);
+  server_.Kill(SIGTERM);
+  const std::string data = dir_.path() + "/d";
+  ASSERT_EQ(std::remove((data + "/state.pb").c_str()), 0);
+  Result refused = RunCommand(std::string(MEGASTORED) + " --roles=tablet --listen=127.0.0.1:0 --data=" + data);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.out, HasSubstr("state.pb is missing"));
+  const std::string rebuild = std::string(MSADMIN) + " datadir rebuild-state --data=" + data;
+  Result dry = RunCommand(rebuild);
+  EXPECT_EQ(dry.exit_code, 0) << dry.out;
+  EXPECT_THAT(dry.out, HasSubstr("2 tables, 2 tablets"));
+  EXPECT_THAT(dry.out, HasSubstr("table users\n    tablet users-"));
+  EXPECT_THAT(dry.out, HasSubstr("nothing written"));
+  Result wrote = RunCommand(rebuild + " --yes");
+  EXPECT_EQ(wrote.exit_code, 0) << wrote.out;
+  Result again = RunCommand(rebuild + " --yes");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.out, HasSubstr("is intact"));
+  EXPECT_EQ(RunCommand(std::string(MSADMIN) + " datadir rebuild-state").exit_code, 2);  // --data missing
+  SetUp();
+  EXPECT_EQ(Bt("count users").out, "2\n");
+  EXPECT_EQ(Bt("ls").out, "empty\nusers\n");
+}
+
 // --log-format=json: every log line on stderr is one JSON object; stdout
 // keeps the server's own lines.
 TEST(MegastoredLogTest, JsonLogLinesGoToStderr) {

@@ -37,6 +37,11 @@ class ProcessLogger : public rocksdb::Logger {
 
 }  // namespace
 
+std::shared_ptr<rocksdb::Logger> ProcessRocksDBLogger() {
+  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<ProcessLogger>();
+  return logger;
+}
+
 rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuning&) {
   rocksdb::DBOptions o;
   o.create_if_missing = true;
@@ -45,8 +50,7 @@ rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuni
   o.statistics = resources->statistics();
   o.max_background_jobs = resources->options().background_threads;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  static const std::shared_ptr<rocksdb::Logger> logger = std::make_shared<ProcessLogger>();
-  o.info_log = logger;
+  o.info_log = ProcessRocksDBLogger();
   o.keep_log_file_num = 3;
   o.max_manifest_file_size = 64 << 20;
   // An empty tablet must cost kilobytes of disk, not the 4 MiB RocksDB

@@ -25,6 +25,10 @@ struct StorageTuning {
 
 rocksdb::DBOptions TabletDBOptions(TabletResources* resources, const StorageTuning& tuning);
 
+// RocksDB's messages, into this process's log (no LOG files in tablet
+// directories).
+std::shared_ptr<rocksdb::Logger> ProcessRocksDBLogger();
+
 // What a locality group's bloom filters hold.
 enum class KeyFilter {
   kWholeKey,   // whole keys, for DB::Get (the raw-RocksDB baseline)

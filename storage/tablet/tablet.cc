@@ -8,6 +8,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "base/strings.h"
@@ -31,6 +33,7 @@ constexpr char kMetaRangeKey[] = "range";
 constexpr char kMetaSeqKey[] = "seq";
 constexpr char kMetaRedoKey[] = "redo";
 constexpr char kMetaRedoLogKey[] = "redo_log";
+constexpr char kMetaSplitFromKey[] = "split_from";
 constexpr char kFormatVersion[] = "1";
 constexpr char kGroupPrefix[] = "lg.";
 
@@ -261,6 +264,10 @@ absl::Status Tablet::LoadOrStoreMeta() {
   }
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaRedoLogKey, &recovered_redo_log_);
   if (!s.ok() && !s.IsNotFound()) return FromRocksDB(s, StrCat("read redo log of ", ctx));
+  std::string ancestry;
+  s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaSplitFromKey, &ancestry);
+  if (!s.ok() && !s.IsNotFound()) return FromRocksDB(s, StrCat("read ancestry of ", ctx));
+  ancestors_ = absl::StrSplit(ancestry, ' ', absl::SkipEmpty());
   std::string seq;
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaSeqKey, &seq);
   if (s.ok()) {
@@ -1293,9 +1300,12 @@ absl::Status Tablet::CompactTablet() {
 
 namespace {
 
-// Opens a checkpoint just long enough to record its new row range.
-absl::Status StoreRange(const std::string& path, std::string_view start, std::string_view end) {
+// Opens a checkpoint just long enough to record its new row range and the
+// tablets it was split from (ids, nearest first, space-separated).
+absl::Status StoreRange(const std::string& path, std::string_view start, std::string_view end,
+                        std::string_view ancestry) {
   rocksdb::DBOptions db_options;
+  db_options.info_log = ProcessRocksDBLogger();
   std::vector<std::string> names;
   MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::DB::ListColumnFamilies(db_options, path, &names),
                                  StrCat("list column families of ", path)));
@@ -1317,14 +1327,65 @@ absl::Status StoreRange(const std::string& path, std::string_view start, std::st
   PutLengthPrefixed(&range, end);
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  absl::Status s = FromRocksDB(db->Put(wo, handles[0], kMetaRangeKey, range),
-                               StrCat("record range of split child ", path));
+  rocksdb::WriteBatch batch;
+  absl::Status s = FromRocksDB(batch.Put(handles[0], kMetaRangeKey, range), "build write batch");
+  if (s.ok()) s = FromRocksDB(batch.Put(handles[0], kMetaSplitFromKey, ancestry), "build write batch");
+  if (s.ok()) s = FromRocksDB(db->Write(wo, &batch), StrCat("record range of split child ", path));
   for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
   absl::Status close = FromRocksDB(db->Close(), StrCat("close split child ", path));
   return s.ok() ? close : s;
 }
 
 }  // namespace
+
+absl::StatusOr<StoredTablet> Tablet::ReadStored(const std::string& path) {
+  const std::string ctx = StrCat("tablet ", path);
+  rocksdb::DBOptions db_options;
+  db_options.info_log = ProcessRocksDBLogger();
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, MetaOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  // Read-only, the metadata family alone: no lock taken, nothing written.
+  MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::DB::OpenForReadOnly(db_options, path, descriptors, &handles, &raw),
+                                 StrCat("open ", ctx, " read-only")));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  auto get = [&](const char* key, std::string* value) -> absl::StatusOr<bool> {
+    rocksdb::Status s = db->Get(rocksdb::ReadOptions(), handles[0], key, value);
+    if (s.IsNotFound()) return false;
+    MS_RETURN_IF_ERROR(FromRocksDB(s, StrCat("read ", key, " of ", ctx)));
+    return true;
+  };
+  StoredTablet out;
+  absl::Status result = [&]() -> absl::Status {
+    std::string format, range, redo;
+    MS_ASSIGN_OR_RETURN(bool has_format, get(kMetaFormatKey, &format));
+    if (!has_format) return absl::DataLossError(StrCat(ctx, " has no metadata (not a tablet?)"));
+    if (format != kFormatVersion) {
+      return absl::FailedPreconditionError(StrCat(ctx, " has storage format \"", EscapeBytes(format),
+                                                  "\"; this build reads \"", kFormatVersion, "\""));
+    }
+    MS_ASSIGN_OR_RETURN(bool has_range, get(kMetaRangeKey, &range));
+    std::string_view in = range, start, end;
+    if (!has_range || !ConsumeLengthPrefixed(&in, &start) || !ConsumeLengthPrefixed(&in, &end) || !in.empty())
+      return absl::DataLossError(StrCat(ctx, ": stored row range is missing or corrupt"));
+    out.start_row = std::string(start);
+    out.end_row = std::string(end);
+    std::string ancestry;
+    MS_ASSIGN_OR_RETURN(bool has_ancestry, get(kMetaSplitFromKey, &ancestry));
+    if (has_ancestry) out.ancestors = absl::StrSplit(ancestry, ' ', absl::SkipEmpty());
+    MS_ASSIGN_OR_RETURN(bool has_redo, get(kMetaRedoKey, &redo));
+    if (has_redo) {
+      if (redo.size() != 8) return absl::DataLossError(StrCat(ctx, ": redo point is corrupt"));
+      out.redo_point = DecodeFixed64(redo.data());
+    }
+    return absl::OkStatus();
+  }();
+  for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  db->Close().PermitUncheckedError();
+  if (!result.ok()) return result;
+  return out;
+}
 
 absl::Status Tablet::Split(std::string_view split_row, const std::string& left_path,
                            const std::string& right_path) {
@@ -1351,6 +1412,8 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
         +[](std::multiset<uint64_t>* p) { return p->empty(); }, &pending_floors_));
   }
   MS_RETURN_IF_ERROR(Flush());
+  std::vector<std::string> ancestry{options_.log_id};
+  ancestry.insert(ancestry.end(), ancestors_.begin(), ancestors_.end());
   rocksdb::Checkpoint* raw = nullptr;
   MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::Checkpoint::Create(db_.get(), &raw), "create checkpoint"));
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
@@ -1359,7 +1422,7 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
        {std::tuple{left_path, options_.start_row, split}, std::tuple{right_path, split, options_.end_row}}) {
     MS_RETURN_IF_ERROR(FromRocksDB(checkpoint->CreateCheckpoint(path),
                                    StrCat("checkpoint tablet ", options_.path, " into ", path)));
-    MS_RETURN_IF_ERROR(StoreRange(path, start, end));
+    MS_RETURN_IF_ERROR(StoreRange(path, start, end, absl::StrJoin(ancestry, " ")));
   }
   split_.store(true);
   resources_->counters().splits.fetch_add(1);

@@ -73,8 +73,24 @@ struct TabletOptions {
   std::string log_id;
 };
 
+// What a tablet's directory records about itself (Tablet::ReadStored):
+// enough to list it again when its server's state file is lost.
+struct StoredTablet {
+  std::string start_row;
+  std::string end_row;  // "" = end of table
+  // The tablets it was split from, nearest first: its parent, the parent's
+  // parent, ... (empty if created whole, or split before tablets recorded
+  // it).
+  std::vector<std::string> ancestors;
+  uint64_t redo_point = 0;
+};
+
 class Tablet {
  public:
+  // Reads the metadata of the tablet at `path` without opening it for
+  // writing (the server need not run; nothing is replayed or changed).
+  static absl::StatusOr<StoredTablet> ReadStored(const std::string& path);
+
   // Opens (creating if needed) the tablet at options.path. `resources` and
   // `env` must outlive the tablet.
   static absl::StatusOr<std::unique_ptr<Tablet>> Open(const TabletOptions& options,
@@ -197,6 +213,8 @@ class Tablet {
   // adopted one): in a cell a tablet moves between servers, each with its
   // own log and LSNs.
   const std::string& recovered_redo_log() const { return recovered_redo_log_; }
+  // The tablets this one was split from, nearest first (StoredTablet).
+  const std::vector<std::string>& ancestors() const { return ancestors_; }
   // Makes this server's log (options.log, named `log_name`) the one the
   // tablet's redo point counts in, at the log's current LSN, and flushes:
   // afterwards no earlier log's records are needed. Call after replaying
@@ -344,6 +362,7 @@ class Tablet {
   // Shared-log bookkeeping.
   uint64_t recovered_redo_point_ = 0;
   std::string recovered_redo_log_;
+  std::vector<std::string> ancestors_;
   absl::Mutex redo_mu_;
   // One entry per write in flight with a shared log: a lower bound of its
   // LSN, taken before it was appended.

@@ -806,7 +806,7 @@ TEST_F(TabletTest, ASplitChildsSizeCountsOnlyItsOwnRows) {
   for (int i = 0; i < 400; ++i) {
     std::string value(1024, '\0');
     for (char& c : value) c = static_cast<char>(rng.Next());
-    char row[8];
+    char row[16];
     std::snprintf(row, sizeof(row), "r%03d", i);
     Set(row, "cf", "q", value, 1);
   }

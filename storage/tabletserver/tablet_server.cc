@@ -42,6 +42,7 @@ class TabletServer::LogAdapter : public TabletLog {
 namespace {
 
 constexpr char kStateFile[] = "state.pb";
+constexpr char kTableSchemaFile[] = "schema.pb";
 
 bool Covers(const TabletEntry& e, std::string_view row) {
   return row >= e.start_row() && (e.end_row().empty() || row < e.end_row());
@@ -114,6 +115,19 @@ absl::Status TabletServer::Recover() {
     return absl::OkStatus();
   }
   MS_RETURN_IF_ERROR(LoadState());
+  {
+    // Each table's schema kept beside its tablets too (data directories
+    // from before kept it only in state.pb); a table whose directory is
+    // gone is not given an empty one.
+    absl::MutexLock lock(&mu_);
+    for (const TableSchema& t : state_.tables()) {
+      const fs::path dir = fs::path(options_.data_dir) / "tables" / t.name();
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) continue;
+      absl::StatusOr<std::string> kept = ReadChecksummedFile((dir / kTableSchemaFile).string());
+      if (!kept.ok() || *kept != t.SerializeAsString()) MS_RETURN_IF_ERROR(SaveTableSchema(t));
+    }
+  }
   commitlog::CommitLogOptions log_options;
   log_options.dir = (fs::path(options_.data_dir) / "commitlog").string();
   log_options.segment_bytes = options_.log_segment_bytes;
@@ -201,7 +215,40 @@ absl::Status TabletServer::Recover() {
     for (auto& [id, t] : replaying) MS_RETURN_IF_ERROR(t->PersistLogPosition(true).status());
     if (replayed > 0) MS_LOG_INFO("recovered {} commit log records", replayed);
   }
+  RemoveSplitLeftoversLocked();
   return absl::OkStatus();
+}
+
+void TabletServer::RemoveSplitLeftoversLocked() {
+  std::set<std::string> listed, ancestors_of_loaded;
+  for (const TabletEntry& e : state_.tablets()) listed.insert(e.id());
+  for (const auto& [id, l] : loaded_)
+    ancestors_of_loaded.insert(l.tablet->ancestors().begin(), l.tablet->ancestors().end());
+  std::error_code ec;
+  for (auto table = fs::directory_iterator(fs::path(options_.data_dir) / "tables", ec);
+       !ec && table != fs::directory_iterator(); table.increment(ec)) {
+    if (!table->is_directory(ec)) continue;
+    std::error_code ec2;
+    for (auto dir = fs::directory_iterator(table->path(), ec2); !ec2 && dir != fs::directory_iterator();
+         dir.increment(ec2)) {
+      const std::string id = dir->path().filename().string();
+      if (!dir->is_directory(ec2) || listed.contains(id)) continue;
+      absl::StatusOr<StoredTablet> stored = Tablet::ReadStored(dir->path().string());
+      std::string why;
+      if (stored.ok()) {
+        for (const std::string& a : stored->ancestors)
+          if (listed.contains(a)) why = StrCat("a split of tablet ", a, " that did not finish");
+        if (ancestors_of_loaded.contains(id)) why = "a split tablet whose children serve its rows";
+      }
+      if (why.empty()) {
+        MS_LOG_WARN("{} is not a tablet of {}; left alone", dir->path().string(), kStateFile);
+        continue;
+      }
+      std::error_code rm;
+      fs::remove_all(dir->path(), rm);
+      MS_LOG_WARN("removed {}: {}{}", dir->path().string(), why, rm ? StrCat(" (failed: ", rm.message(), ")") : "");
+    }
+  }
 }
 
 absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::OpenTabletLocked(const TabletEntry& e) {
@@ -223,6 +270,15 @@ TabletOptions TabletServer::OptionsFor(const TabletEntry& e) const {
   return o;
 }
 
+absl::Status TabletServer::SaveTableSchema(const TableSchema& schema) const {
+  if (cell_mode()) return absl::OkStatus();
+  const fs::path dir = fs::path(options_.data_dir) / "tables" / schema.name();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  return WriteChecksummedFile((dir / kTableSchemaFile).string(), schema.SerializeAsString());
+}
+
 absl::Status TabletServer::SaveStateLocked() {
   if (cell_mode()) return absl::OkStatus();  // METADATA is the truth
   return WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), state_.SerializeAsString());
@@ -235,9 +291,30 @@ absl::Status TabletServer::LoadState() {
   if (absl::IsFailedPrecondition(data.status())) {
     // Written before state files had a checksum: taken if it parses, and
     // rewritten with one at once.
+    // Without a checksum, damage could still parse (two bytes of garbage
+    // make an empty state), so it must also describe the directory: no
+    // unknown fields, every table directory one of its tables, every
+    // loaded tablet's directory present.
     absl::StatusOr<std::string> legacy = ReadFileToString(path);
     if (!legacy.ok()) return legacy.status();
-    if (!state_.ParseFromString(*legacy)) return absl::DataLossError(StrCat(path, " is damaged: unparsable"));
+    const std::string damaged = StrCat(path, " is damaged (it has no checksum header, and ");
+    if (!state_.ParseFromString(*legacy)) return absl::DataLossError(StrCat(damaged, "does not parse)"));
+    if (!state_.GetReflection()->GetUnknownFields(state_).empty()) {
+      return absl::DataLossError(StrCat(damaged, "holds fields no state has)"));
+    }
+    std::set<std::string> names;
+    for (const TableSchema& t : state_.tables()) names.insert(t.name());
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(fs::path(options_.data_dir) / "tables", ec);
+         !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      if (it->is_directory(ec) && !names.contains(it->path().filename().string()))
+        return absl::DataLossError(StrCat(damaged, "does not name table ", it->path().filename().string(),
+                                          " whose directory is here)"));
+    }
+    for (const TabletEntry& e : state_.tablets()) {
+      if (e.loaded() && !fs::is_directory(fs::path(options_.data_dir) / e.path(), ec))
+        return absl::DataLossError(StrCat(damaged, "names tablet ", e.id(), " whose directory is missing)"));
+    }
     MS_LOG_WARN("{} had no checksum; rewritten with one", path);
     return SaveStateLocked();
   }
@@ -302,6 +379,9 @@ absl::Status TabletServer::CreateTable(const TableSchema& schema) {
   if (FindTableLocked(schema.name()) != nullptr) {
     return absl::AlreadyExistsError(StrCat("table ", schema.name(), " already exists"));
   }
+  // First, so a tablet never exists without the schema a rebuilt state
+  // would need.
+  MS_RETURN_IF_ERROR(SaveTableSchema(schema));
   *state_.add_tables() = schema;
   TabletEntry e;
   e.set_table(schema.name());
@@ -376,6 +456,7 @@ absl::Status TabletServer::UpdateTable(const TableSchema& schema) {
   for (TableSchema& t : *state_.mutable_tables()) {
     if (t.name() == schema.name()) t = schema;
   }
+  MS_RETURN_IF_ERROR(SaveTableSchema(schema));
   return SaveStateLocked();
 }
 

@@ -10,7 +10,9 @@
 //
 // Two modes:
 //  * standalone: the server itself keeps which tables and tablets it has,
-//    in `<data>/state.pb`;
+//    in `<data>/state.pb`, and each table's schema again in
+//    `<data>/tables/<table>/schema.pb`, so that a lost state.pb can be
+//    rebuilt from the tablets (RebuildStateFromTablets);
 //  * cell (options.cell_log_name set; docs/cell.md): `data_dir` is the
 //    cell's shared data root, tablets live in `tablets/<id>/` and this
 //    incarnation's commit log in `logs/<cell_log_name>/`. The master assigns
@@ -206,6 +208,12 @@ class TabletServer {
   TabletServer(const TabletServerOptions& options, Env* env);
   absl::Status Recover();
   absl::Status SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes what a crash in the middle of a split left in tables/: the
+  // parent's directory after a split that finished, the children's after
+  // one that did not (standalone mode; named in the log).
+  void RemoveSplitLeftoversLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes tables/<name>/schema.pb (standalone mode).
+  absl::Status SaveTableSchema(const TableSchema& schema) const;
   // Reads state.pb (checksummed); refuses a damaged one, or a missing one
   // where tablet data or a commit log exist.
   absl::Status LoadState();
@@ -258,5 +266,20 @@ class TabletServer {
   };
   std::shared_ptr<TimerState> timer_state_ = std::make_shared<TimerState>();
 };
+
+// A standalone server's state (its tables and tablets) as its data
+// directory's tablets record it: each table's schema from
+// tables/<table>/schema.pb, each tablet's row range from its own metadata.
+// A tablet superseded by split children that cover its rows is left out
+// (a crash between a split and removing the parent leaves both), as are
+// the children of a split that did not finish. Every tablet comes back
+// loaded. Refused, naming each problem, if anything is unreadable or a
+// table's tablets do not cover its rows exactly once: the operator decides
+// (restore, or move the named directories aside) and runs it again.
+struct RebuiltState {
+  TabletServerState state;
+  std::vector<std::string> notes;  // what was left out, and why
+};
+absl::StatusOr<RebuiltState> RebuildStateFromTablets(const std::string& data_dir);
 
 }  // namespace megastore::storage

@@ -1,5 +1,7 @@
 #include "storage/tabletserver/tablet_server.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -18,6 +20,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "base/file.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "base/test_util.h"
 #include "storage/tablet/log_record.h"
 #include "gmock/gmock.h"
@@ -49,6 +52,9 @@ class TabletServerTest : public ::testing::Test {
     return s.ok() ? std::move(*s) : nullptr;
   }
   std::unique_ptr<TabletServer> Open() { return Open(Options()); }
+
+  // The full-disk test's body, on a small filesystem mounted at `mnt`.
+  void DiskFullScenario(const std::string& mnt);
 
   // Runs a write scenario of the crash_writer helper in a child process that
   // then exits without cleaning up, like a crash: memtables are lost, only
@@ -99,6 +105,7 @@ TEST_F(TabletServerTest, ADamagedOrMissingStateFileIsRefusedNamingIt) {
   }
   const std::string state = Options().data_dir + "/state.pb";
   const std::string good = *ReadFileToString(state);
+  const std::string payload = *ReadChecksummedFile(state);
   auto refused = [&](const std::string& why) {
     auto s = TabletServer::Open(Options(), &env_);
     EXPECT_FALSE(s.ok()) << why;
@@ -117,10 +124,137 @@ TEST_F(TabletServerTest, ADamagedOrMissingStateFileIsRefusedNamingIt) {
   refused("emptied");
   std::filesystem::remove(state);
   refused("deleted");
+  // Without a header it is taken for a file from before checksums only if
+  // it describes the directory: two bytes of garbage parse as an empty
+  // state, and once started the server empty.
+  ASSERT_TRUE(WriteFileAtomically(state, "xx").ok());
+  refused("garbage without a header");
+  ASSERT_TRUE(WriteFileAtomically(state, payload).ok());
+  {
+    auto legacy = Open();  // a genuine headerless file: taken, rewritten with a header
+    ASSERT_NE(legacy, nullptr);
+    EXPECT_EQ(Value(*legacy, "t", "r"), "v");
+  }
+  EXPECT_EQ(*ReadFileToString(state), good);
   ASSERT_TRUE(WriteFileAtomically(state, good).ok());
   auto server = Open();
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(Value(*server, "t", "r"), "v");
+}
+
+// A lost state.pb is rebuilt from the tablets themselves: each table's
+// schema kept beside its tablets, each tablet's rows in its own metadata.
+// The rebuilt state serves every row again, the unflushed ones from the
+// commit log included.
+TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
+  std::string parent_copy, parent_id;
+  {
+    auto server = Open();
+    ASSERT_NE(server, nullptr);
+    ASSERT_TRUE(server->CreateTable(Schema()).ok());
+    TableSchema other = Schema("u");
+    ASSERT_TRUE(server->CreateTable(other).ok());
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_TRUE(server->MutateRow("t", StrCat("row", 10 + i), {Mutation::SetCell("cf", "q", "v")}).ok());
+    }
+    ASSERT_TRUE(server->MutateRow("u", "x", {Mutation::SetCell("cf", "q", "in u")}).ok());
+    // A copy of the parent as a crash after a split would leave it.
+    parent_id = server->ListTablets("t").at(0).id();
+    ASSERT_TRUE(server->CompactTablet(parent_id).ok());
+    parent_copy = dir_.path() + "/parent-copy";
+    std::filesystem::copy(Options().data_dir + "/tables/t/" + parent_id, parent_copy,
+                          std::filesystem::copy_options::recursive);
+    ASSERT_TRUE(server->SplitTablet(parent_id, "row30").ok());
+    for (const TabletEntry& e : server->ListTablets("t")) {
+      if (e.start_row() == "row30") {
+        ASSERT_TRUE(server->SplitTablet(e.id(), "row40").ok());
+      }
+    }
+    ASSERT_EQ(server->ListTablets("t").size(), 3u);
+    // Written after the splits and never flushed: only the log has them.
+    ASSERT_TRUE(server->MutateRow("t", "row45", {Mutation::SetCell("cf", "q", "late")}).ok());
+    ASSERT_TRUE(server->MutateRow("t", "row15", {Mutation::SetCell("cf", "q", "late")}).ok());
+  }
+  const std::string data = Options().data_dir;
+  std::filesystem::rename(parent_copy, data + "/tables/t/" + parent_id);
+  std::filesystem::remove(data + "/state.pb");
+  ASSERT_FALSE(TabletServer::Open(Options(), &env_).ok());
+
+  absl::StatusOr<RebuiltState> rebuilt = RebuildStateFromTablets(data);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  ASSERT_EQ(rebuilt->state.tables_size(), 2);
+  EXPECT_EQ(rebuilt->state.tablets_size(), 4);  // t: 3 after two splits; u: 1
+  ASSERT_EQ(rebuilt->notes.size(), 1u);
+  EXPECT_THAT(rebuilt->notes[0], HasSubstr(parent_id));
+  EXPECT_THAT(rebuilt->notes[0], HasSubstr("cover the same rows"));
+  ASSERT_TRUE(WriteChecksummedFile(data + "/state.pb", rebuilt->state.SerializeAsString()).ok());
+  auto server = Open();
+  ASSERT_NE(server, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(data + "/tables/t/" + parent_id)) << "a finished split's parent goes at start";
+  for (int i = 0; i < 40; ++i) {
+    const std::string row = StrCat("row", 10 + i);
+    EXPECT_EQ(Value(*server, "t", row), row == "row45" || row == "row15" ? "late" : "v") << row;
+  }
+  EXPECT_EQ(Value(*server, "u", "x"), "in u");
+}
+
+// A crash in the middle of a split leaves the children's directories
+// while state.pb still names the parent: the next start removes them, so
+// a rebuilt state could never take them for the parent's successors.
+TEST_F(TabletServerTest, AnUnfinishedSplitsChildrenAreRemovedAtStart) {
+  const std::string data = Options().data_dir;
+  std::string before_split, parent_id;
+  std::vector<TabletEntry> children;
+  {
+    auto server = Open();
+    ASSERT_NE(server, nullptr);
+    ASSERT_TRUE(server->CreateTable(Schema()).ok());
+    ASSERT_TRUE(server->MutateRow("t", "a", {Mutation::SetCell("cf", "q", "v")}).ok());
+    parent_id = server->ListTablets("t").at(0).id();
+    ASSERT_TRUE(server->CompactTablet(parent_id).ok());
+    before_split = *ReadFileToString(data + "/state.pb");
+    std::filesystem::copy(data + "/tables/t/" + parent_id, dir_.path() + "/parent",
+                          std::filesystem::copy_options::recursive);
+    auto split = server->SplitTablet(parent_id, "m");
+    ASSERT_TRUE(split.ok()) << split.status();
+    children = *split;
+  }
+  // As if the crash came before the split was recorded.
+  ASSERT_TRUE(WriteFileAtomically(data + "/state.pb", before_split).ok());
+  std::filesystem::rename(dir_.path() + "/parent", data + "/tables/t/" + parent_id);
+  auto server = Open();
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(Value(*server, "t", "a"), "v");
+  for (const TabletEntry& c : children) EXPECT_FALSE(std::filesystem::exists(data + "/" + c.path())) << c.id();
+  EXPECT_TRUE(std::filesystem::exists(data + "/tables/t/" + parent_id));
+}
+
+// What cannot be rebuilt is named: a missing tablet (rows no tablet
+// holds), a table without its schema.
+TEST_F(TabletServerTest, RebuildingRefusesGapsAndNamesThem) {
+  std::string right;
+  {
+    auto server = Open();
+    ASSERT_NE(server, nullptr);
+    ASSERT_TRUE(server->CreateTable(Schema()).ok());
+    ASSERT_TRUE(server->MutateRow("t", "a", {Mutation::SetCell("cf", "q", "v")}).ok());
+    auto children = server->SplitTablet(server->ListTablets("t").at(0).id(), "m");
+    ASSERT_TRUE(children.ok()) << children.status();
+    right = children->at(1).id();
+    ASSERT_TRUE(server->CreateTable(Schema("u")).ok());
+  }
+  const std::string data = Options().data_dir;
+  std::filesystem::rename(data + "/tables/t/" + right, dir_.path() + "/right");
+  std::filesystem::remove(data + "/tables/u/schema.pb");
+  absl::StatusOr<RebuiltState> rebuilt = RebuildStateFromTablets(data);
+  ASSERT_FALSE(rebuilt.ok());
+  EXPECT_THAT(rebuilt.status().message(), HasSubstr("table t: no tablet holds the rows from \"m\" to the end"));
+  EXPECT_THAT(rebuilt.status().message(), HasSubstr("table u: its schema"));
+  std::filesystem::rename(dir_.path() + "/right", data + "/tables/t/" + right);
+  std::filesystem::remove_all(data + "/tables/u");
+  rebuilt = RebuildStateFromTablets(data);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ(rebuilt->state.tablets_size(), 2);
 }
 
 TEST_F(TabletServerTest, AMissingTabletDirectoryIsNotRecreatedEmpty) {
@@ -157,19 +291,76 @@ TEST_F(TabletServerTest, AMovedAsideLogIsDataLossAndAcceptingItLosesNoLaterWrite
   EXPECT_EQ(Value(*server, "t", "row5"), "v5");
 }
 
+// Writes `text` to the /proc/self file `name`; false if it cannot.
+bool WriteProcSelf(const char* name, const std::string& text) {
+  const int fd = ::open((std::string("/proc/self/") + name).c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// Makes this (single-threaded) process root of a user and mount namespace
+// of its own, where it may mount a tmpfs without being root outside.
+bool EnterOwnMountNamespace() {
+  const uid_t uid = ::getuid();
+  const gid_t gid = ::getgid();
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
+  return WriteProcSelf("setgroups", "deny") && WriteProcSelf("uid_map", "0 " + std::to_string(uid) + " 1") &&
+         WriteProcSelf("gid_map", "0 " + std::to_string(gid) + " 1");
+}
+
+// Whether a child process may create a user namespace (unprivileged user
+// namespaces are enabled): asked in a forked child, so this one stays as
+// it is.
+bool UserNamespacesWork() {
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) _exit(::unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
+  int status = 0;
+  return ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 // A full disk: writes fail with RESOURCE_EXHAUSTED naming the device, reads
 // go on, nothing acknowledged is lost, and once space returns writes resume
-// without a restart. Runs on a small tmpfs it mounts (needs root).
+// without a restart. Runs on a small tmpfs it mounts: as root directly,
+// otherwise in a child process that is root of its own user namespace.
 TEST_F(TabletServerTest, AFullDiskFailsWritesCleanlyAndWritesResumeWhenSpaceReturns) {
   const std::string mnt = dir_.path() + "/small";
   std::filesystem::create_directories(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=24m") != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs (not root?): " << std::strerror(errno);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=24m") == 0) {
+    struct Unmount {
+      std::string path;
+      ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+    } unmount{mnt};
+    DiskFullScenario(mnt);
+    return;
   }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
+  const int mount_errno = errno;
+  if (!UserNamespacesWork()) {
+    GTEST_SKIP() << "cannot mount a small tmpfs (" << std::strerror(mount_errno)
+                 << ") and user namespaces are disabled";
+  }
+  // The child re-runs this test alone from the start (single-threaded, as
+  // unshare needs), enters its namespace, mounts and runs the scenario.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (!EnterOwnMountNamespace()) {
+          std::fprintf(stderr, "cannot enter a user namespace: %s\n", std::strerror(errno));
+          _exit(2);
+        }
+        if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=24m") != 0) {
+          std::fprintf(stderr, "cannot mount a tmpfs in the namespace: %s\n", std::strerror(errno));
+          _exit(3);
+        }
+        DiskFullScenario(mnt);
+        _exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+void TabletServerTest::DiskFullScenario(const std::string& mnt) {
   TabletServerOptions o = Options();
   o.data_dir = mnt + "/data";
   auto server = Open(o);

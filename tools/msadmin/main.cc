@@ -7,6 +7,7 @@
 #include "tools/msadmin/bt.h"
 #include "tools/msadmin/cell.h"
 #include "tools/msadmin/cluster.h"
+#include "tools/msadmin/datadir.h"
 #include "tools/msadmin/index.h"
 
 int main(int argc, char** argv) {
@@ -22,12 +23,15 @@ int main(int argc, char** argv) {
   megastore::tools::AddTabletCommand(app, cell);
   megastore::tools::ClusterState cluster;
   megastore::tools::AddClusterCommands(app, cluster);
+  megastore::tools::DatadirState datadir;
+  megastore::tools::AddDatadirCommand(app, datadir);
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
   if (app.got_subcommand("index")) return megastore::tools::RunIndex(index);
   if (app.got_subcommand("cell")) return megastore::tools::RunCell(cell);
   if (app.got_subcommand("tablet")) return megastore::tools::RunTablet(cell);
+  if (app.got_subcommand("datadir")) return megastore::tools::RunDatadir(datadir);
   if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }
