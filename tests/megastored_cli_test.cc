@@ -94,7 +94,7 @@ TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {
   EXPECT_THAT(format.out, HasSubstr("--log-format=xml is not text or json"));
 }
 
-// A lost state.pb: the server refuses to start naming it, and msadmin
+// A damaged state.pb: the server refuses to start naming it, and msadmin
 // datadir rebuild-state rebuilds it from the tablets (offline), after
 // which every row is served again.
 TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
@@ -104,10 +104,15 @@ TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
   ASSERT_EQ(Bt("set users bob info:name=Bob").exit_code, 0);
   server_.Kill(SIGTERM);
   const std::string data = dir_.path() + "/d";
-  ASSERT_EQ(std::remove((data + "/state.pb").c_str()), 0);
+  {
+    FILE* f = std::fopen((data + "/state.pb").c_str(), "w");  // garbage that parses as an empty state
+    ASSERT_NE(f, nullptr);
+    std::fputs("xx", f);
+    std::fclose(f);
+  }
   Result refused = RunCommand(std::string(MEGASTORED) + " --roles=tablet --listen=127.0.0.1:0 --data=" + data);
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_THAT(refused.out, HasSubstr("state.pb is missing"));
+  EXPECT_THAT(refused.out, HasSubstr("state.pb is damaged"));
   const std::string rebuild = std::string(MSADMIN) + " datadir rebuild-state --data=" + data;
   Result dry = RunCommand(rebuild);
   EXPECT_EQ(dry.exit_code, 0) << dry.out;
@@ -116,6 +121,7 @@ TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
   EXPECT_THAT(dry.out, HasSubstr("nothing written"));
   Result wrote = RunCommand(rebuild + " --yes");
   EXPECT_EQ(wrote.exit_code, 0) << wrote.out;
+  EXPECT_THAT(wrote.out, HasSubstr("kept the damaged file as " + data + "/state.pb.damaged-"));
   Result again = RunCommand(rebuild + " --yes");
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.out, HasSubstr("is intact"));

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/strings.h"
 #include "base/coding.h"
+#include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "rocksdb/db.h"
@@ -1420,9 +1421,17 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
   const std::string split(split_row);
   for (const auto& [path, start, end] :
        {std::tuple{left_path, options_.start_row, split}, std::tuple{right_path, split, options_.end_row}}) {
-    MS_RETURN_IF_ERROR(FromRocksDB(checkpoint->CreateCheckpoint(path),
-                                   StrCat("checkpoint tablet ", options_.path, " into ", path)));
-    MS_RETURN_IF_ERROR(StoreRange(path, start, end, absl::StrJoin(ancestry, " ")));
+    // Under another name until its metadata says what it is: a crash
+    // never leaves a directory named as a child holding the parent's range.
+    const std::string cutting = path + ".cutting";
+    std::error_code ec;
+    std::filesystem::remove_all(cutting, ec);
+    MS_RETURN_IF_ERROR(FromRocksDB(checkpoint->CreateCheckpoint(cutting),
+                                   StrCat("checkpoint tablet ", options_.path, " into ", cutting)));
+    MS_RETURN_IF_ERROR(StoreRange(cutting, start, end, absl::StrJoin(ancestry, " ")));
+    std::filesystem::rename(cutting, path, ec);
+    if (ec) return absl::InternalError(StrCat("rename ", cutting, " to ", path, ": ", ec.message()));
+    MS_RETURN_IF_ERROR(SyncDir(std::filesystem::path(path).parent_path().string()));
   }
   split_.store(true);
   resources_->counters().splits.fetch_add(1);

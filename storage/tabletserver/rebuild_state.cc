@@ -35,69 +35,87 @@ bool Tiles(std::vector<Found> parts, const std::string& start,
     return a.stored.start_row < b.stored.start_row;
   });
   std::string at = start;
-  for (const Found& p : parts) {
-    if (p.stored.start_row != at) return false;
-    at = p.stored.end_row;
-    if (at.empty()) break;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].stored.start_row != at) return false;
+    at = parts[i].stored.end_row;
+    if (at.empty()) return i + 1 == parts.size() && end.empty();
   }
   return at == end;
 }
 
-bool DescendsFrom(const Found& f, const std::string& id) {
-  return std::find(f.stored.ancestors.begin(), f.stored.ancestors.end(), id) !=
-         f.stored.ancestors.end();
-}
-
-// Drops from `tablets` those superseded by a split that finished (a tablet
-// whose present descendants cover its rows; the descendants split again in
-// between included) and the descendants of one that did not (the tablet
-// itself stays). Repeats until nothing changes.
-void ResolveSplits(const std::string& table,
-                   std::map<std::string, Found>* tablets,
-                   std::vector<std::string>* notes) {
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& [id, ancestor] : *tablets) {
-      std::vector<Found>
-          leaves;  // descendants not themselves split further here
-      std::vector<std::string> descendants;
-      for (const auto& [other_id, f] : *tablets) {
-        if (!DescendsFrom(f, id)) continue;
-        descendants.push_back(other_id);
-        const bool split_again = std::any_of(
-            tablets->begin(), tablets->end(),
-            [&](const auto& e) { return DescendsFrom(e.second, other_id); });
-        if (!split_again) leaves.push_back(f);
+// Splits leave a tree: each tablet's nearest ancestor present here is its
+// parent. A tablet whose present descendants cover its rows was split,
+// and the split finished (a crash came before its directory was removed):
+// it is left out, for the descendants. Descendants that do not cover its
+// rows are either the children of a split that did not finish or a
+// split's children with one of them lost: which one cannot be told here,
+// so it is a problem for the operator.
+class SplitTree {
+ public:
+  SplitTree(const std::string& table,
+            const std::map<std::string, Found>& tablets)
+      : table_(table) {
+    for (const auto& [id, f] : tablets) {
+      std::string parent;
+      for (const std::string& a : f.stored.ancestors) {
+        if (tablets.contains(a)) {
+          parent = a;
+          break;
+        }
       }
-      if (descendants.empty()) continue;
-      const std::string kept_id = id;
-      if (Tiles(leaves, ancestor.stored.start_row, ancestor.stored.end_row)) {
-        std::vector<std::string> gone{kept_id};
-        for (const std::string& d : descendants)
-          if (std::none_of(leaves.begin(), leaves.end(),
-                           [&](const Found& l) { return l.id == d; }))
-            gone.push_back(d);
-        std::vector<std::string> leaf_ids;
-        for (const Found& l : leaves) leaf_ids.push_back(l.id);
-        notes->push_back(StrCat(
-            "table ", table, ": tablet", gone.size() > 1 ? "s " : " ",
-            absl::StrJoin(gone, ", "), " left out: split into ",
-            absl::StrJoin(leaf_ids, ", "),
-            ", which cover the same rows (the left-out directories can go)"));
-        for (const std::string& g : gone) tablets->erase(g);
-      } else {
-        notes->push_back(StrCat(
-            "table ", table, ": tablet", descendants.size() > 1 ? "s " : " ",
-            absl::StrJoin(descendants, ", "), " left out: split from ", kept_id,
-            " but not covering its rows (an unfinished split; the directories "
-            "can go)"));
-        for (const std::string& d : descendants) tablets->erase(d);
-      }
-      changed = true;
-      break;  // `tablets` changed under the loop
+      children_[parent].push_back(&f);
     }
   }
-}
+
+  // The tablets that serve the table's rows, or false after adding the
+  // problems found.
+  bool Resolve(std::vector<Found>* serving, std::vector<std::string>* notes,
+               std::vector<std::string>* problems) {
+    bool ok = true;
+    for (const Found* root : children_[""])
+      ok = Cover(*root, serving, notes, problems) && ok;
+    return ok;
+  }
+
+ private:
+  bool Cover(const Found& t, std::vector<Found>* out,
+             std::vector<std::string>* notes,
+             std::vector<std::string>* problems) {
+    auto kids = children_.find(t.id);
+    if (kids == children_.end()) {
+      out->push_back(t);
+      return true;
+    }
+    std::vector<Found> cover;
+    bool ok = true;
+    for (const Found* k : kids->second)
+      ok = Cover(*k, &cover, notes, problems) && ok;
+    if (!ok) return false;
+    std::vector<std::string> ids;
+    for (const Found& c : cover) ids.push_back(c.id);
+    if (!Tiles(cover, t.stored.start_row, t.stored.end_row)) {
+      problems->push_back(StrCat("table ", table_, ": tablet ", t.id,
+                                 " and tablets split from it (",
+                                 absl::StrJoin(ids, ", "),
+                                 ") are here, but those do not cover its rows: "
+                                 "a split that did not finish "
+                                 "(move those out) or one whose other part is "
+                                 "lost (restore it, or move ",
+                                 t.id, " out)"));
+      return false;
+    }
+    notes->push_back(
+        StrCat("table ", table_, ": tablet ", t.id,
+               " left out: its rows are split among ", absl::StrJoin(ids, ", "),
+               " (the server moves its directory to leftovers/ at start)"));
+    out->insert(out->end(), cover.begin(), cover.end());
+    return true;
+  }
+
+  const std::string table_;
+  std::map<std::string, std::vector<const Found*>>
+      children_;  // by parent id; "" for the roots
+};
 
 }  // namespace
 
@@ -119,7 +137,8 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
   std::vector<fs::path> table_dirs;
   for (auto it = fs::directory_iterator(tables_dir, ec);
        !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    if (it->is_directory(ec)) table_dirs.push_back(it->path());
+    std::error_code e2;
+    if (it->is_directory(e2)) table_dirs.push_back(it->path());
   }
   if (ec)
     return absl::InternalError(
@@ -156,12 +175,25 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
     }
     std::map<std::string, Found> tablets;
     bool readable = true;
+    std::vector<fs::path> dirs;
     for (auto it = fs::directory_iterator(dir, ec);
          !ec && it != fs::directory_iterator(); it.increment(ec)) {
-      if (!it->is_directory(ec)) continue;
-      const std::string id = it->path().filename().string();
+      std::error_code e2;
+      if (it->is_directory(e2)) dirs.push_back(it->path());
+    }
+    if (ec)
+      return absl::InternalError(
+          StrCat("cannot list ", dir.string(), ": ", ec.message()));
+    for (const fs::path& tablet_dir : dirs) {
+      const std::string id = tablet_dir.filename().string();
+      if (!IsTabletId(name, id)) {
+        out.notes.push_back(StrCat("table ", name, ": ", tablet_dir.string(),
+                                   " left out: ", id,
+                                   " is not a tablet id of this table"));
+        continue;
+      }
       absl::StatusOr<StoredTablet> stored =
-          Tablet::ReadStored(it->path().string());
+          Tablet::ReadStored(tablet_dir.string());
       if (!stored.ok()) {
         problems.push_back(
             StrCat("table ", name, ": ", stored.status().message()));
@@ -170,26 +202,23 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
       }
       tablets[id] = Found{id, *stored};
     }
-    if (ec)
-      return absl::InternalError(
-          StrCat("cannot list ", dir.string(), ": ", ec.message()));
     if (!readable) continue;
     if (tablets.empty()) {
       out.notes.push_back(
           StrCat("table ", name, " left out: it has no tablet directories"));
       continue;
     }
-    ResolveSplits(name, &tablets, &out.notes);
     std::vector<Found> ordered;
-    for (auto& [id, f] : tablets) ordered.push_back(f);
+    if (!SplitTree(name, tablets).Resolve(&ordered, &out.notes, &problems))
+      continue;
     std::sort(ordered.begin(), ordered.end(),
               [](const Found& a, const Found& b) {
                 return a.stored.start_row < b.stored.start_row;
               });
     std::string at;  // the first row not yet covered
     bool covered = true;
-    for (const Found& f : ordered) {
-      if (!covered) break;
+    for (size_t i = 0; i < ordered.size() && covered; ++i) {
+      const Found& f = ordered[i];
       if (f.stored.start_row != at) {
         problems.push_back(StrCat(
             "table ", name, ": ",
@@ -200,13 +229,12 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
                          " to ", RowName(f.stored.start_row, true),
                          " (a tablet directory is missing)")));
         covered = false;
-        break;
       }
       at = f.stored.end_row;
-      if (at.empty() && &f != &ordered.back()) {
+      if (covered && at.empty() && i + 1 < ordered.size()) {
         problems.push_back(StrCat("table ", name, ": tablet ", f.id,
                                   " reaches the end of the table but ",
-                                  ordered.back().id, " starts after it"));
+                                  ordered[i + 1].id, " starts after it"));
         covered = false;
       }
     }

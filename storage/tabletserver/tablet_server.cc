@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
@@ -125,7 +126,9 @@ absl::Status TabletServer::Recover() {
       std::error_code ec;
       if (!fs::is_directory(dir, ec)) continue;
       absl::StatusOr<std::string> kept = ReadChecksummedFile((dir / kTableSchemaFile).string());
-      if (!kept.ok() || *kept != t.SerializeAsString()) MS_RETURN_IF_ERROR(SaveTableSchema(t));
+      if (kept.ok() && *kept == t.SerializeAsString()) continue;
+      // Not fatal: only a rebuild of a lost state.pb needs it.
+      if (absl::Status s = SaveTableSchema(t); !s.ok()) MS_LOG_WARN("table {}: {}", t.name(), s.ToString());
     }
   }
   commitlog::CommitLogOptions log_options;
@@ -197,11 +200,16 @@ absl::Status TabletServer::Recover() {
     // skipped at the next replay.
     MS_RETURN_IF_ERROR(log_->AdvanceTo(max_redo + 1));
   }
+  std::set<std::string> ids_in_log;  // of tablets not replayed (not in state.pb, or not loaded)
   if (!replaying.empty()) {
     uint64_t replayed = 0;
     MS_RETURN_IF_ERROR(log_->Replay(replay_from, [&](const commitlog::Record& r) -> absl::Status {
       auto it = replaying.find(std::string(r.tablet_id));
-      if (it == replaying.end() || r.lsn <= it->second->recovered_redo_point()) {
+      if (it == replaying.end()) {
+        if (ids_in_log.size() < 100000) ids_in_log.emplace(r.tablet_id);
+        return absl::OkStatus();
+      }
+      if (r.lsn <= it->second->recovered_redo_point()) {
         return absl::OkStatus();
       }
       ++replayed;
@@ -215,38 +223,85 @@ absl::Status TabletServer::Recover() {
     for (auto& [id, t] : replaying) MS_RETURN_IF_ERROR(t->PersistLogPosition(true).status());
     if (replayed > 0) MS_LOG_INFO("recovered {} commit log records", replayed);
   }
-  RemoveSplitLeftoversLocked();
+  MoveLeftoversAsideLocked(ids_in_log);
   return absl::OkStatus();
 }
 
-void TabletServer::RemoveSplitLeftoversLocked() {
-  std::set<std::string> listed, ancestors_of_loaded;
+bool IsTabletId(std::string_view table, std::string_view id) {
+  if (id.size() != table.size() + 17 || !id.starts_with(table) || id[table.size()] != '-') return false;
+  return std::all_of(id.end() - 16, id.end(), [](char c) { return absl::ascii_isxdigit(c); });
+}
+
+void TabletServer::MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_log) {
+  std::set<std::string> tables, listed, ancestors_of_loaded;
+  for (const TableSchema& t : state_.tables()) tables.insert(t.name());
   for (const TabletEntry& e : state_.tablets()) listed.insert(e.id());
   for (const auto& [id, l] : loaded_)
     ancestors_of_loaded.insert(l.tablet->ancestors().begin(), l.tablet->ancestors().end());
+  const fs::path aside_dir = fs::path(options_.data_dir) / "leftovers";
+  auto move_aside = [&](const fs::path& dir, std::string_view why) {
+    std::error_code ec;
+    fs::create_directories(aside_dir, ec);
+    const fs::path to =
+        aside_dir / StrCat(env_->NowMicros() / 1000000, "-", dir.parent_path().filename().string(), "-",
+                           dir.filename().string());
+    if (!ec) fs::rename(dir, to, ec);
+    if (ec) {
+      MS_LOG_WARN("{}: {}; could not move it to {}: {}", dir.string(), why, to.string(), ec.message());
+    } else {
+      MS_LOG_WARN("moved {} to {}: {} (delete it once satisfied nothing in it is needed)", dir.string(),
+                  to.string(), why);
+    }
+  };
   std::error_code ec;
-  for (auto table = fs::directory_iterator(fs::path(options_.data_dir) / "tables", ec);
-       !ec && table != fs::directory_iterator(); table.increment(ec)) {
-    if (!table->is_directory(ec)) continue;
-    std::error_code ec2;
-    for (auto dir = fs::directory_iterator(table->path(), ec2); !ec2 && dir != fs::directory_iterator();
-         dir.increment(ec2)) {
-      const std::string id = dir->path().filename().string();
-      if (!dir->is_directory(ec2) || listed.contains(id)) continue;
-      absl::StatusOr<StoredTablet> stored = Tablet::ReadStored(dir->path().string());
-      std::string why;
-      if (stored.ok()) {
-        for (const std::string& a : stored->ancestors)
-          if (listed.contains(a)) why = StrCat("a split of tablet ", a, " that did not finish");
-        if (ancestors_of_loaded.contains(id)) why = "a split tablet whose children serve its rows";
-      }
-      if (why.empty()) {
-        MS_LOG_WARN("{} is not a tablet of {}; left alone", dir->path().string(), kStateFile);
+  std::vector<fs::path> table_dirs;
+  for (auto it = fs::directory_iterator(fs::path(options_.data_dir) / "tables", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_directory(e2)) table_dirs.push_back(it->path());
+  }
+  for (const fs::path& table_dir : table_dirs) {
+    const std::string table = table_dir.filename().string();
+    if (!tables.contains(table)) {
+      // A deleted table whose directory a crash or an error left.
+      move_aside(table_dir, StrCat("table ", table, " is not in ", kStateFile, " (deleted)"));
+      continue;
+    }
+    std::vector<fs::path> dirs;
+    for (auto it = fs::directory_iterator(table_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::error_code e2;
+      if (it->is_directory(e2) && !listed.contains(it->path().filename().string())) dirs.push_back(it->path());
+    }
+    for (const fs::path& dir : dirs) {
+      const std::string id = dir.filename().string();
+      if (!IsTabletId(table, id)) {
+        move_aside(dir, "not a tablet (a split child cut short, or not ours)");
         continue;
       }
-      std::error_code rm;
-      fs::remove_all(dir->path(), rm);
-      MS_LOG_WARN("removed {}: {}{}", dir->path().string(), why, rm ? StrCat(" (failed: ", rm.message(), ")") : "");
+      if (ancestors_of_loaded.contains(id)) {
+        move_aside(dir, "a split tablet whose children serve its rows");
+        continue;
+      }
+      absl::StatusOr<StoredTablet> stored = Tablet::ReadStored(dir.string());
+      if (!stored.ok() || stored->ancestors.empty()) {
+        MS_LOG_WARN("{} is not a tablet of {}; left alone{}", dir.string(), kStateFile,
+                    stored.ok() ? "" : StrCat(" (", stored.status().message(), ")"));
+        continue;
+      }
+      auto parent = loaded_.find(stored->ancestors.front());
+      if (parent == loaded_.end()) {
+        MS_LOG_WARN("{}: split from tablet {}, which is not loaded here; left alone", dir.string(),
+                    stored->ancestors.front());
+        continue;
+      }
+      if (ids_in_log.contains(id) || stored->redo_point > parent->second.tablet->recovered_redo_point()) {
+        MS_LOG_ERROR("{}: a split child of tablet {} that {} holds writes {} does not know; left alone (restore "
+                     "the newer {}?)",
+                     dir.string(), parent->first, ids_in_log.contains(id) ? "the commit log" : "its own data",
+                     kStateFile, kStateFile);
+        continue;
+      }
+      move_aside(dir, StrCat("a split of tablet ", parent->first, " that did not finish"));
     }
   }
 }
@@ -284,6 +339,15 @@ absl::Status TabletServer::SaveStateLocked() {
   return WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), state_.SerializeAsString());
 }
 
+absl::Status TabletServer::CommitStateLocked(TabletServerState next) {
+  if (!cell_mode()) {
+    MS_RETURN_IF_ERROR(
+        WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), next.SerializeAsString()));
+  }
+  state_ = std::move(next);
+  return absl::OkStatus();
+}
+
 absl::Status TabletServer::LoadState() {
   const std::string path = (fs::path(options_.data_dir) / kStateFile).string();
   absl::MutexLock lock(&mu_);
@@ -299,15 +363,16 @@ absl::Status TabletServer::LoadState() {
     if (!legacy.ok()) return legacy.status();
     const std::string damaged = StrCat(path, " is damaged (it has no checksum header, and ");
     if (!state_.ParseFromString(*legacy)) return absl::DataLossError(StrCat(damaged, "does not parse)"));
-    if (!state_.GetReflection()->GetUnknownFields(state_).empty()) {
-      return absl::DataLossError(StrCat(damaged, "holds fields no state has)"));
+    if (state_.SerializeAsString() != *legacy) {
+      return absl::DataLossError(StrCat(damaged, "is not as a server writes it: fields no state has)"));
     }
     std::set<std::string> names;
     for (const TableSchema& t : state_.tables()) names.insert(t.name());
     std::error_code ec;
     for (auto it = fs::directory_iterator(fs::path(options_.data_dir) / "tables", ec);
          !ec && it != fs::directory_iterator(); it.increment(ec)) {
-      if (it->is_directory(ec) && !names.contains(it->path().filename().string()))
+      std::error_code e2;
+      if (it->is_directory(e2) && !names.contains(it->path().filename().string()))
         return absl::DataLossError(StrCat(damaged, "does not name table ", it->path().filename().string(),
                                           " whose directory is here)"));
     }
@@ -379,23 +444,37 @@ absl::Status TabletServer::CreateTable(const TableSchema& schema) {
   if (FindTableLocked(schema.name()) != nullptr) {
     return absl::AlreadyExistsError(StrCat("table ", schema.name(), " already exists"));
   }
-  // First, so a tablet never exists without the schema a rebuilt state
-  // would need.
-  MS_RETURN_IF_ERROR(SaveTableSchema(schema));
-  *state_.add_tables() = schema;
   TabletEntry e;
   e.set_table(schema.name());
   e.set_id(NewTabletId(schema.name()));
   e.set_path(TabletPath(schema.name(), e.id()));
   e.set_loaded(true);
-  absl::StatusOr<std::shared_ptr<Tablet>> t = OpenTabletLocked(e);
+  // The schema file first, so a tablet never exists without the schema a
+  // rebuilt state would need; the table exists once state.pb says so, and
+  // a failure before that leaves nothing behind.
+  const fs::path table_dir = fs::path(options_.data_dir) / "tables" / schema.name();
+  auto undo = [&] {
+    std::error_code ec;
+    fs::remove_all(fs::path(options_.data_dir) / e.path(), ec);
+    fs::remove(table_dir / kTableSchemaFile, ec);
+    fs::remove(table_dir, ec);  // only if empty
+  };
+  absl::Status s = SaveTableSchema(schema);
+  absl::StatusOr<std::unique_ptr<Tablet>> t =
+      s.ok() ? Tablet::Open(OptionsFor(e), schema, &resources_, env_) : absl::StatusOr<std::unique_ptr<Tablet>>(s);
+  if (t.ok()) {
+    TabletServerState next = state_;
+    *next.add_tables() = schema;
+    *next.add_tablets() = e;
+    s = CommitStateLocked(std::move(next));
+    if (!s.ok()) t = s;
+  }
   if (!t.ok()) {
-    state_.mutable_tables()->RemoveLast();
+    undo();
     return t.status();
   }
-  *state_.add_tablets() = e;
-  loaded_[e.id()] = Loaded{e, *t};
-  return SaveStateLocked();
+  loaded_[e.id()] = Loaded{e, std::shared_ptr<Tablet>(std::move(*t))};
+  return absl::OkStatus();
 }
 
 absl::Status TabletServer::DeleteTable(std::string_view name) {
@@ -403,22 +482,24 @@ absl::Status TabletServer::DeleteTable(std::string_view name) {
   {
     absl::MutexLock lock(&mu_);
     if (FindTableLocked(name) == nullptr) return absl::NotFoundError(StrCat("table ", name, " does not exist"));
-    auto* tablets = state_.mutable_tablets();
-    for (int i = tablets->size() - 1; i >= 0; --i) {
-      if (tablets->Get(i).table() != name) continue;
-      loaded_.erase(tablets->Get(i).id());
-      load_errors_.erase(tablets->Get(i).id());
-      paths.push_back((fs::path(options_.data_dir) / tablets->Get(i).path()).string());
-      tablets->DeleteSubrange(i, 1);
+    TabletServerState next;
+    for (const TableSchema& t : state_.tables()) {
+      if (t.name() != name) *next.add_tables() = t;
     }
-    auto* tables = state_.mutable_tables();
-    for (int i = 0; i < tables->size(); ++i) {
-      if (tables->Get(i).name() == name) {
-        tables->DeleteSubrange(i, 1);
-        break;
+    std::vector<std::string> ids;
+    for (const TabletEntry& e : state_.tablets()) {
+      if (e.table() != name) {
+        *next.add_tablets() = e;
+      } else {
+        ids.push_back(e.id());
+        paths.push_back((fs::path(options_.data_dir) / e.path()).string());
       }
     }
-    MS_RETURN_IF_ERROR(SaveStateLocked());
+    MS_RETURN_IF_ERROR(CommitStateLocked(std::move(next)));
+    for (const std::string& id : ids) {
+      loaded_.erase(id);
+      load_errors_.erase(id);
+    }
   }
   // In a cell the directories are the master's to delete (its garbage
   // collection), once METADATA no longer names them.
@@ -450,14 +531,18 @@ absl::Status TabletServer::UpdateTable(const TableSchema& schema) {
   if (old == nullptr) return absl::NotFoundError(StrCat("table ", schema.name(), " does not exist"));
   MS_ASSIGN_OR_RETURN(auto old_compiled, CompiledSchema::Compile(*old));
   MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*old_compiled, *compiled));
-  for (auto& [id, l] : loaded_) {
-    if (l.entry.table() == schema.name()) MS_RETURN_IF_ERROR(l.tablet->UpdateSchema(schema));
-  }
-  for (TableSchema& t : *state_.mutable_tables()) {
+  // Recorded first: a tablet never stores data of a schema the next start
+  // would not know.
+  TabletServerState next = state_;
+  for (TableSchema& t : *next.mutable_tables()) {
     if (t.name() == schema.name()) t = schema;
   }
   MS_RETURN_IF_ERROR(SaveTableSchema(schema));
-  return SaveStateLocked();
+  MS_RETURN_IF_ERROR(CommitStateLocked(std::move(next)));
+  for (auto& [id, l] : loaded_) {
+    if (l.entry.table() == schema.name()) MS_RETURN_IF_ERROR(l.tablet->UpdateSchema(schema));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<TabletEntry> TabletServer::ListTablets(std::string_view table) const {
@@ -597,19 +682,26 @@ absl::Status TabletServer::LoadTablet(std::string_view id) {
       return s;
     }
   }
-  e->set_loaded(true);
+  TabletServerState next = state_;
+  for (TabletEntry& n : *next.mutable_tablets()) {
+    if (n.id() == id) n.set_loaded(true);
+  }
+  MS_RETURN_IF_ERROR(CommitStateLocked(std::move(next)));
+  e = FindEntryLocked(id);
   loaded_[e->id()] = Loaded{*e, t};
   load_errors_.erase(e->id());
-  return SaveStateLocked();
+  return absl::OkStatus();
 }
 
 absl::Status TabletServer::UnloadTablet(std::string_view id) {
   std::shared_ptr<Tablet> t;
+  TabletEntry entry;
   {
     absl::MutexLock lock(&mu_);
     auto it = loaded_.find(std::string(id));
     if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
     t = it->second.tablet;
+    entry = it->second.entry;
     // From here on its rows answer Unavailable.
     loaded_.erase(it);
     if (cell_mode()) {
@@ -620,16 +712,29 @@ absl::Status TabletServer::UnloadTablet(std::string_view id) {
           break;
         }
       }
-    } else {
-      FindEntryLocked(id)->set_loaded(false);
-      MS_RETURN_IF_ERROR(SaveStateLocked());
     }
   }
   // Outside the server lock: let writes in flight finish, refuse new ones,
   // then flush, so everything acknowledged is in the tablet's SSTables (an
-  // unloaded tablet is never replayed from the log).
+  // unloaded tablet is never replayed from the log); only then is it
+  // recorded as unloaded.
   t->StopWrites();
-  return t->PersistLogPosition(true).status();
+  absl::Status s = t->PersistLogPosition(true).status();
+  if (cell_mode()) return s;
+  absl::MutexLock lock(&mu_);
+  if (s.ok()) {
+    TabletServerState next = state_;
+    for (TabletEntry& n : *next.mutable_tablets()) {
+      if (n.id() == id) n.set_loaded(false);
+    }
+    s = CommitStateLocked(std::move(next));
+  }
+  if (!s.ok()) {
+    // Still loaded, as state.pb says: it serves on.
+    t->ResumeWrites();
+    loaded_[entry.id()] = Loaded{entry, t};
+  }
+  return s;
 }
 
 absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_view id,
@@ -737,19 +842,23 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
     }
     return absl::AbortedError(StrCat("tablet ", id, " was unloaded while it split; the master assigns its children"));
   }
-  auto* tablets = state_.mutable_tablets();
-  for (int i = 0; i < tablets->size(); ++i) {
-    if (tablets->Get(i).id() == id) {
-      tablets->DeleteSubrange(i, 1);
-      break;
-    }
+  TabletServerState next;
+  *next.mutable_tables() = state_.tables();
+  for (const TabletEntry& e : state_.tablets()) {
+    if (e.id() != id) *next.add_tablets() = e;
+  }
+  for (const TabletEntry& c : children) *next.add_tablets() = c;
+  if (absl::Status s = CommitStateLocked(std::move(next)); !s.ok()) {
+    // Not recorded, so not done: the parent serves on (a start would load
+    // it), and the children go.
+    opened.clear();
+    tablet->UndoSplit();
+    std::error_code ec;
+    for (const TabletEntry& c : children) fs::remove_all(fs::path(options_.data_dir) / c.path(), ec);
+    return s;
   }
   loaded_.erase(it);
-  for (size_t i = 0; i < 2; ++i) {
-    *state_.add_tablets() = children[i];
-    loaded_[children[i].id()] = Loaded{children[i], opened[i]};
-  }
-  MS_RETURN_IF_ERROR(SaveStateLocked());
+  for (size_t i = 0; i < 2; ++i) loaded_[children[i].id()] = Loaded{children[i], opened[i]};
   // The children hard-link the parent's files; the parent's directory goes
   // (in a cell, the master's garbage collection deletes it once METADATA no
   // longer names it).

@@ -208,10 +208,16 @@ class TabletServer {
   TabletServer(const TabletServerOptions& options, Env* env);
   absl::Status Recover();
   absl::Status SaveStateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes what a crash in the middle of a split left in tables/: the
-  // parent's directory after a split that finished, the children's after
-  // one that did not (standalone mode; named in the log).
-  void RemoveSplitLeftoversLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `next` the state: written to state.pb first (standalone mode),
+  // so that what is served never runs ahead of what a start would load;
+  // on an error nothing changed.
+  absl::Status CommitStateLocked(TabletServerState next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves into <data>/leftovers/ (named in the log, never deleted) what a
+  // crash or a failed removal left in tables/: a deleted table's
+  // directory, a split's parent whose children serve, the children of a
+  // split that did not finish (only if they hold nothing newer than the
+  // parent: no record in the log (`ids_in_log`), no later redo point).
+  void MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes tables/<name>/schema.pb (standalone mode).
   absl::Status SaveTableSchema(const TableSchema& schema) const;
   // Reads state.pb (checksummed); refuses a damaged one, or a missing one
@@ -276,6 +282,10 @@ class TabletServer {
 // loaded. Refused, naming each problem, if anything is unreadable or a
 // table's tablets do not cover its rows exactly once: the operator decides
 // (restore, or move the named directories aside) and runs it again.
+// Whether `id` has the form of a tablet id of `table` in a standalone
+// server (TABLE-<16 hex digits>).
+bool IsTabletId(std::string_view table, std::string_view id);
+
 struct RebuiltState {
   TabletServerState state;
   std::vector<std::string> notes;  // what was left out, and why

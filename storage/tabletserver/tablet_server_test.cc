@@ -147,7 +147,8 @@ TEST_F(TabletServerTest, ADamagedOrMissingStateFileIsRefusedNamingIt) {
 // The rebuilt state serves every row again, the unflushed ones from the
 // commit log included.
 TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
-  std::string parent_copy, parent_id;
+  const std::string data = Options().data_dir;
+  std::string parent_copy, parent_id, right_id;
   {
     auto server = Open();
     ASSERT_NE(server, nullptr);
@@ -165,9 +166,14 @@ TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
     std::filesystem::copy(Options().data_dir + "/tables/t/" + parent_id, parent_copy,
                           std::filesystem::copy_options::recursive);
     ASSERT_TRUE(server->SplitTablet(parent_id, "row30").ok());
+    // And of the right child, split again in turn.
     for (const TabletEntry& e : server->ListTablets("t")) {
       if (e.start_row() == "row30") {
-        ASSERT_TRUE(server->SplitTablet(e.id(), "row40").ok());
+        right_id = e.id();
+        ASSERT_TRUE(server->CompactTablet(right_id).ok());
+        std::filesystem::copy(data + "/tables/t/" + right_id, dir_.path() + "/right-copy",
+                              std::filesystem::copy_options::recursive);
+        ASSERT_TRUE(server->SplitTablet(right_id, "row40").ok());
       }
     }
     ASSERT_EQ(server->ListTablets("t").size(), 3u);
@@ -175,8 +181,8 @@ TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
     ASSERT_TRUE(server->MutateRow("t", "row45", {Mutation::SetCell("cf", "q", "late")}).ok());
     ASSERT_TRUE(server->MutateRow("t", "row15", {Mutation::SetCell("cf", "q", "late")}).ok());
   }
-  const std::string data = Options().data_dir;
   std::filesystem::rename(parent_copy, data + "/tables/t/" + parent_id);
+  std::filesystem::rename(dir_.path() + "/right-copy", data + "/tables/t/" + right_id);
   std::filesystem::remove(data + "/state.pb");
   ASSERT_FALSE(TabletServer::Open(Options(), &env_).ok());
 
@@ -184,13 +190,16 @@ TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
   ASSERT_EQ(rebuilt->state.tables_size(), 2);
   EXPECT_EQ(rebuilt->state.tablets_size(), 4);  // t: 3 after two splits; u: 1
-  ASSERT_EQ(rebuilt->notes.size(), 1u);
-  EXPECT_THAT(rebuilt->notes[0], HasSubstr(parent_id));
-  EXPECT_THAT(rebuilt->notes[0], HasSubstr("cover the same rows"));
+  // Both split tablets, the right child and the parent, are left out.
+  ASSERT_EQ(rebuilt->notes.size(), 2u);
+  EXPECT_THAT(rebuilt->notes[0] + rebuilt->notes[1], HasSubstr(parent_id));
+  EXPECT_THAT(rebuilt->notes[0] + rebuilt->notes[1], HasSubstr(right_id));
+  EXPECT_THAT(rebuilt->notes[0], HasSubstr("its rows are split among"));
   ASSERT_TRUE(WriteChecksummedFile(data + "/state.pb", rebuilt->state.SerializeAsString()).ok());
   auto server = Open();
   ASSERT_NE(server, nullptr);
   EXPECT_FALSE(std::filesystem::exists(data + "/tables/t/" + parent_id)) << "a finished split's parent goes at start";
+  EXPECT_FALSE(std::filesystem::exists(data + "/tables/t/" + right_id));
   for (int i = 0; i < 40; ++i) {
     const std::string row = StrCat("row", 10 + i);
     EXPECT_EQ(Value(*server, "t", row), row == "row45" || row == "row15" ? "late" : "v") << row;
@@ -199,9 +208,11 @@ TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
 }
 
 // A crash in the middle of a split leaves the children's directories
-// while state.pb still names the parent: the next start removes them, so
-// a rebuilt state could never take them for the parent's successors.
-TEST_F(TabletServerTest, AnUnfinishedSplitsChildrenAreRemovedAtStart) {
+// while state.pb still names the parent: the next start moves them to
+// leftovers/, so a rebuilt state could never take them for the parent's
+// successors — unless a child holds writes the parent does not (state.pb
+// restored from before the split): that one stays where it is.
+TEST_F(TabletServerTest, AnUnfinishedSplitsChildrenAreMovedAsideAtStart) {
   const std::string data = Options().data_dir;
   std::string before_split, parent_id;
   std::vector<TabletEntry> children;
@@ -218,6 +229,8 @@ TEST_F(TabletServerTest, AnUnfinishedSplitsChildrenAreRemovedAtStart) {
     auto split = server->SplitTablet(parent_id, "m");
     ASSERT_TRUE(split.ok()) << split.status();
     children = *split;
+    // The right child takes a write: only its log records know it.
+    ASSERT_TRUE(server->MutateRow("t", "x", {Mutation::SetCell("cf", "q", "after")}).ok());
   }
   // As if the crash came before the split was recorded.
   ASSERT_TRUE(WriteFileAtomically(data + "/state.pb", before_split).ok());
@@ -225,8 +238,42 @@ TEST_F(TabletServerTest, AnUnfinishedSplitsChildrenAreRemovedAtStart) {
   auto server = Open();
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(Value(*server, "t", "a"), "v");
-  for (const TabletEntry& c : children) EXPECT_FALSE(std::filesystem::exists(data + "/" + c.path())) << c.id();
+  EXPECT_FALSE(std::filesystem::exists(data + "/" + children[0].path())) << "moved aside";
+  EXPECT_TRUE(std::filesystem::exists(data + "/" + children[1].path())) << "it holds a write: kept";
+  bool in_leftovers = false;
+  for (const auto& e : std::filesystem::directory_iterator(data + "/leftovers"))
+    in_leftovers |= e.path().filename().string().ends_with(children[0].id());
+  EXPECT_TRUE(in_leftovers);
   EXPECT_TRUE(std::filesystem::exists(data + "/tables/t/" + parent_id));
+}
+
+// A failed write of state.pb leaves a split undone, not half done: the
+// parent serves on and a restart finds what was served. (Before, the
+// children served while state.pb still named the parent, and their writes
+// were skipped at the next start.)
+TEST_F(TabletServerTest, ASplitThatCannotBeRecordedIsUndone) {
+  const std::string data = Options().data_dir;
+  auto server = Open();
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->CreateTable(Schema()).ok());
+  ASSERT_TRUE(server->MutateRow("t", "a", {Mutation::SetCell("cf", "q", "v")}).ok());
+  const std::string parent_id = server->ListTablets("t").at(0).id();
+  // state.pb cannot be replaced while a directory sits at its temporary name.
+  const std::string blocker = data + "/state.pb.tmp";
+  std::filesystem::create_directories(blocker + "/x");
+  EXPECT_FALSE(server->SplitTablet(parent_id, "m").ok());
+  EXPECT_FALSE(server->CreateTable(Schema("u")).ok());
+  std::filesystem::remove_all(blocker);
+  ASSERT_EQ(server->ListTablets("t").size(), 1u);
+  ASSERT_TRUE(server->MutateRow("t", "z", {Mutation::SetCell("cf", "q", "w")}).ok());
+  EXPECT_FALSE(server->GetTable("u").ok());
+  server.reset();
+  server = Open();
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(Value(*server, "t", "a"), "v");
+  EXPECT_EQ(Value(*server, "t", "z"), "w");
+  EXPECT_FALSE(std::filesystem::exists(data + "/tables/u"));
+  ASSERT_TRUE(server->CreateTable(Schema("u")).ok());
 }
 
 // What cannot be rebuilt is named: a missing tablet (rows no tablet
