@@ -131,6 +131,31 @@ TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
   EXPECT_EQ(Bt("ls").out, "empty\nusers\n");
 }
 
+// msadmin certs: a CA, certificates it issues (that OpenSSL's own tool
+// verifies), and clear refusals.
+TEST(MsadminCertsTest, InitIssueShowAndRefusals) {
+  TestDir dir;
+  const std::string m = std::string(MSADMIN) + " certs ";
+  const std::string ca = dir.path() + "/ca";
+  Result init = RunCommand(m + "init --dir=" + ca);
+  ASSERT_EQ(init.exit_code, 0) << init.out;
+  Result issue = RunCommand(m + "issue --dir=" + ca + " dc-A --host=127.0.0.1 --host=dc-a.example --out=" +
+                            dir.path() + "/certs");
+  ASSERT_EQ(issue.exit_code, 0) << issue.out;
+  Result show = RunCommand(m + "show " + dir.path() + "/certs/dc-A.crt");
+  EXPECT_EQ(show.exit_code, 0) << show.out;
+  EXPECT_THAT(show.out, HasSubstr("principal  dc-A\n  issued by  megastore CA"));
+  EXPECT_THAT(show.out, HasSubstr("hosts      127.0.0.1, dc-a.example"));
+  Result verify = RunCommand("openssl verify -CAfile " + ca + "/ca.crt " + dir.path() + "/certs/dc-A.crt");
+  EXPECT_THAT(verify.out, HasSubstr(": OK")) << verify.out;
+  EXPECT_EQ(RunCommand(m + "init --dir=" + ca).exit_code, 1);  // never replaced
+  Result bad_host = RunCommand(m + "issue --dir=" + ca + " x --host='not a host'");
+  EXPECT_EQ(bad_host.exit_code, 1);
+  EXPECT_THAT(bad_host.out, HasSubstr("neither an IP address nor a host name"));
+  EXPECT_EQ(RunCommand(m + "issue --dir=" + ca + " y --days=0").exit_code, 2);
+  EXPECT_EQ(RunCommand(m + "issue x").exit_code, 2);  // --dir missing
+}
+
 // --log-format=json: every log line on stderr is one JSON object; stdout
 // keeps the server's own lines.
 TEST(MegastoredLogTest, JsonLogLinesGoToStderr) {

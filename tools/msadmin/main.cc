@@ -6,6 +6,7 @@
 #include "base/logging.h"
 #include "tools/msadmin/bt.h"
 #include "tools/msadmin/cell.h"
+#include "tools/msadmin/certs.h"
 #include "tools/msadmin/cluster.h"
 #include "tools/msadmin/datadir.h"
 #include "tools/msadmin/index.h"
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   megastore::tools::AddClusterCommands(app, cluster);
   megastore::tools::DatadirState datadir;
   megastore::tools::AddDatadirCommand(app, datadir);
+  megastore::tools::CertsState certs;
+  megastore::tools::AddCertsCommand(app, certs);
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("cell")) return megastore::tools::RunCell(cell);
   if (app.got_subcommand("tablet")) return megastore::tools::RunTablet(cell);
   if (app.got_subcommand("datadir")) return megastore::tools::RunDatadir(datadir);
+  if (app.got_subcommand("certs")) return megastore::tools::RunCerts(certs);
   if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }
