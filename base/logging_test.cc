@@ -1,7 +1,10 @@
 #include "base/logging.h"
 
+#include <google/protobuf/struct.pb.h>
+
 #include <algorithm>
 
+#include "base/init.h"
 #include "gtest/gtest.h"
 
 namespace megastore {
@@ -21,6 +24,25 @@ TEST(LoggingTest, TheLastWarningsAndErrorsAreKeptForStatusPages) {
   EXPECT_NE(kept[0].find("error"), std::string::npos) << kept[0];
   EXPECT_NE(kept[2].find("fourth"), std::string::npos) << kept[2];
   SetLogLevel("warn");
+}
+
+// A peer can make protobuf complain once per message it sends: those
+// lines are rate-limited like the project's own.
+TEST(LoggingTest, ProtobufMessagesAreRateLimited) {
+  LogToStderr();
+  SetLogLevel("warn");
+  RouteProtobufLogs();
+  // A string field holding bytes that are not UTF-8 (as in a garbage RPC
+  // frame's method name).
+  google::protobuf::Value v;
+  const std::string bad = std::string("\x1a\x02") + "\xff\xfe";  // string_value (3): 0xff 0xfe
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 1000; ++i) (void)v.ParseFromString(bad);
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  const auto lines = std::count(out.begin(), out.end(), '\n');
+  EXPECT_GE(lines, 1) << out;
+  EXPECT_LE(lines, 25) << "1000 malformed messages, " << lines << " lines";
+  EXPECT_NE(out.find("protobuf: String field"), std::string::npos) << out.substr(0, 500);
 }
 
 TEST(LoggingTest, JsonLinesEscapeTheMessage) {
