@@ -156,6 +156,46 @@ TEST(MsadminCertsTest, InitIssueShowAndRefusals) {
   EXPECT_EQ(RunCommand(m + "issue x").exit_code, 2);  // --dir missing
 }
 
+// megastored and msadmin over mutual TLS: with certificates of the CA the
+// tool's verbs work; without TLS, or with another CA's, they are refused.
+TEST(MegastoredTlsTest, AToolNeedsACertificateOfTheCa) {
+  TestDir dir;
+  const std::string m = std::string(MSADMIN);
+  const std::string c = dir.path() + "/certs";
+  ASSERT_EQ(RunCommand(m + " certs init --dir=" + dir.path() + "/ca").exit_code, 0);
+  ASSERT_EQ(RunCommand(m + " certs init --dir=" + dir.path() + "/other").exit_code, 0);
+  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/ca server --host=127.0.0.1 --out=" + c).exit_code, 0);
+  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/ca admin --out=" + c).exit_code, 0);
+  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/other intruder --out=" + c).exit_code, 0);
+  auto tls = [&](const std::string& ca, const std::string& name) {
+    return " --tls-ca=" + dir.path() + "/" + ca + "/ca.crt --tls-cert=" + c + "/" + name + ".crt --tls-key=" + c +
+           "/" + name + ".key";
+  };
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({MEGASTORED, "--roles=tablet", "--listen=127.0.0.1:0", "--data=" + dir.path() + "/d",
+                            "--log-level=warn", "--tls-ca=" + dir.path() + "/ca/ca.crt", "--tls-cert=" + c + "/server.crt",
+                            "--tls-key=" + c + "/server.key"}));
+  const std::string line = server.ReadLine(30000);
+  ASSERT_THAT(line, HasSubstr("listening on 127.0.0.1:"));
+  const size_t at = line.find("127.0.0.1:");
+  const std::string address = line.substr(at, line.find(' ', at) - at);
+  Result ok = RunCommand(m + tls("ca", "admin") + " bt --server=" + address + " createtable t families=cf");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_EQ(RunCommand(m + tls("ca", "admin") + " bt --server=" + address + " ls").out, "t\n");
+  Result plain = RunCommand(m + " bt --server=" + address + " ls");
+  EXPECT_EQ(plain.exit_code, 1);
+  EXPECT_THAT(plain.out, HasSubstr("does it require TLS?"));
+  Result foreign = RunCommand(m + tls("other", "intruder") + " bt --server=" + address + " ls");
+  EXPECT_EQ(foreign.exit_code, 1);
+  EXPECT_THAT(foreign.out, HasSubstr("TLS handshake"));
+  server.Kill(SIGTERM);
+  Result wrong_key = RunCommand(std::string(MEGASTORED) + " --roles=tablet --data=" + dir.path() + "/d" +
+                                " --tls-ca=" + dir.path() + "/ca/ca.crt --tls-cert=" + c + "/server.crt --tls-key=" +
+                                c + "/admin.key");
+  EXPECT_EQ(wrong_key.exit_code, 2);
+  EXPECT_THAT(wrong_key.out, HasSubstr("is not the key of"));
+}
+
 // --log-format=json: every log line on stderr is one JSON object; stdout
 // keeps the server's own lines.
 TEST(MegastoredLogTest, JsonLogLinesGoToStderr) {

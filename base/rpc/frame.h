@@ -39,6 +39,8 @@ class FrameReader {
   bool partial() const { return end_ > begin_; }
   // The bytes buffered end inside a frame (its sender has more to send).
   bool incomplete() const;
+  // The bytes buffered and not yet taken as frames.
+  std::string_view buffered() const { return {buf_.data() + begin_, end_ - begin_}; }
   // Bytes the buffer holds (for tests of the growth bound).
   size_t capacity() const { return buf_.size(); }
 

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -30,10 +33,62 @@
 namespace megastore::rpc {
 
 namespace asio = boost::asio;
+namespace ssl = asio::ssl;
 using asio::ip::tcp;
 using boost::system::error_code;
+// A server connection's TLS over the socket it owns (both die with the
+// connection, after its last handler).
+using TlsStream = ssl::stream<tcp::socket&>;
+// A client connection's TLS owns its socket: handlers of a connection
+// that broke hold it until they have run, while the client connects anew.
+using ClientTlsStream = ssl::stream<tcp::socket>;
 
 namespace {
+
+absl::Mutex default_tls_mu;
+TlsFiles* default_tls ABSL_GUARDED_BY(default_tls_mu) = nullptr;
+
+// An SSL context for one end of mutual TLS 1.3 with `files`.
+absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const TlsFiles& files, bool server) {
+  if (files.ca.empty() || files.cert.empty() || files.key.empty())
+    return absl::InvalidArgumentError("TLS needs all three files: the CA certificate, a certificate and its key");
+  auto ctx = std::make_shared<ssl::context>(server ? ssl::context::tls_server : ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_3_VERSION);
+  error_code ec;
+  auto refuse = [&](const std::string& what, const std::string& file) {
+    return absl::InvalidArgumentError(StrCat("TLS ", what, " ", file, ": ", ec.message()));
+  };
+  if (ctx->load_verify_file(files.ca, ec); ec) return refuse("CA certificate", files.ca);
+  if (ctx->use_certificate_chain_file(files.cert, ec); ec) return refuse("certificate", files.cert);
+  ctx->use_private_key_file(files.key, ssl::context::pem, ec);
+  if ((ec && ec.message().find("mismatch") != std::string::npos) ||
+      (!ec && SSL_CTX_check_private_key(ctx->native_handle()) != 1))
+    return absl::InvalidArgumentError(StrCat("TLS key ", files.key, " is not the key of ", files.cert));
+  if (ec) return refuse("key", files.key);
+  ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  return ctx;
+}
+
+// The common name of the certificate the peer presented, or "".
+std::string PeerPrincipal(SSL* ssl) {
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  if (cert == nullptr) return "";
+  std::string cn;
+  X509_NAME* name = X509_get_subject_name(cert);
+  const int at = X509_NAME_get_index_by_NID(name, NID_commonName, -1);
+  if (at >= 0) {
+    ASN1_STRING* s = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, at));
+    cn.assign(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)), static_cast<size_t>(ASN1_STRING_length(s)));
+  }
+  X509_free(cert);
+  return cn;
+}
+
+// Whether `bytes` begin like a TLS handshake record (a TLS client talking
+// to a plaintext port).
+bool LooksLikeTls(std::string_view bytes) {
+  return bytes.size() >= 3 && bytes[0] == 0x16 && bytes[1] == 0x03 && static_cast<unsigned char>(bytes[2]) <= 0x04;
+}
 
 absl::Status ToStatus(const RpcEnvelope& e) {
   if (e.status_code() == 0) return absl::OkStatus();
@@ -66,6 +121,22 @@ SteadyClock::duration ToSteady(absl::Duration d) {
 }
 
 }  // namespace
+
+absl::Status CheckTls(const TlsFiles& files) {
+  if (!files.enabled() && files.cert.empty() && files.key.empty()) return absl::OkStatus();
+  return MakeTlsContext(files, /*server=*/true).status();
+}
+
+void SetDefaultTls(const TlsFiles& files) {
+  absl::MutexLock lock(&default_tls_mu);
+  delete default_tls;
+  default_tls = new TlsFiles(files);
+}
+
+TlsFiles DefaultTls() {
+  absl::MutexLock lock(&default_tls_mu);
+  return default_tls != nullptr ? *default_tls : TlsFiles{};
+}
 
 void SetDefaultServerLimits(const ServerLimits& limits) {
   absl::MutexLock lock(&default_limits_mu);
@@ -164,7 +235,8 @@ struct RpcServer::Impl {
   std::atomic<int> port{0};
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0}, idle_closed{0},
-      stalled_closed{0}, pauses{0};
+      stalled_closed{0}, pauses{0}, tls_failures{0};
+  std::shared_ptr<ssl::context> tls;  // null: plaintext
 
   void Accept();
   struct ResponderImpl;
@@ -193,11 +265,39 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   void Start() {
     last_read = last_write = SteadyClock::now();
     ArmTimer();
-    Read();
+    if (server->tls == nullptr) return Read();
+    // The handshake must finish within the stall timeout (the watchdog).
+    tls = std::make_unique<TlsStream>(socket, *server->tls);
+    handshaking = true;
+    tls->async_handshake(ssl::stream_base::server, [self = shared_from_this()](error_code ec) {
+      self->handshaking = false;
+      if (self->closed) return;
+      if (ec) {
+        ++self->server->tls_failures;
+        MS_LOG_WARN_LIMITED("rpc: TLS handshake with {} failed: {}{}", self->peer, ec.message(),
+                            ec.category() == asio::error::get_ssl_category() ? " (a plaintext client on a TLS port, "
+                                                                               "or a certificate of another CA?)"
+                                                                             : "");
+        return self->Close("");
+      }
+      self->principal = PeerPrincipal(self->tls->native_handle());
+      self->last_read = SteadyClock::now();
+      self->Read();
+    });
+  }
+
+  // Reads some bytes, through TLS when the connection uses it.
+  template <typename Handler>
+  void ReadSome(asio::mutable_buffer buffer, Handler&& handler) {
+    if (tls) {
+      tls->async_read_some(buffer, std::forward<Handler>(handler));
+    } else {
+      socket.async_read_some(buffer, std::forward<Handler>(handler));
+    }
   }
 
   void Read() {
-    socket.async_read_some(ReadBuffer(frames), [self = shared_from_this()](error_code ec, size_t n) {
+    ReadSome(ReadBuffer(frames), [self = shared_from_this()](error_code ec, size_t n) {
       if (ec) {
         if (ec == asio::error::eof && !self->frames.partial()) return self->Close("");
         return self->Close(self->frames.partial()
@@ -262,7 +362,11 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   void Reject(const absl::Status& why) {
     ++server->bad_frames;
     if (absl::IsResourceExhausted(why)) ++server->oversized_frames;
-    MS_LOG_WARN_LIMITED("rpc: closing connection from {}: {}", peer, why.message());
+    if (tls == nullptr && LooksLikeTls(frames.buffered())) {
+      MS_LOG_WARN_LIMITED("rpc: closing connection from {}: it speaks TLS to a plaintext port", peer);
+    } else {
+      MS_LOG_WARN_LIMITED("rpc: closing connection from {}: {}", peer, why.message());
+    }
     Close("");
   }
 
@@ -322,7 +426,7 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       }
     }
     last_write = SteadyClock::now();
-    asio::async_write(socket, Buffers(writing), [self = shared_from_this()](error_code ec, size_t) {
+    auto written = [self = shared_from_this()](error_code ec, size_t) {
       self->writing.clear();
       {
         std::lock_guard<std::mutex> lock(self->out_mu);
@@ -332,7 +436,12 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       if (ec) return self->Close(ec.message());
       self->Resume();
       self->Flush();
-    });
+    };
+    if (tls) {
+      asio::async_write(*tls, Buffers(writing), std::move(written));
+    } else {
+      asio::async_write(socket, Buffers(writing), std::move(written));
+    }
   }
 
   // The strand's watchdog: idle connections, half-sent frames, stuck writes.
@@ -353,6 +462,12 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       }
       // Frames kept unread while reading is paused are the server's delay,
       // not the client's.
+      if (self->handshaking && now - self->last_read > stall) {
+        ++self->server->tls_failures;
+        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: no TLS handshake within {}", self->peer,
+                            absl::FormatDuration(self->limits.stall_timeout));
+        return self->Close("");
+      }
       if (!self->paused.load() && self->frames.incomplete() && now - self->last_read > stall) {
         ++self->server->stalled_closed;
         MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a frame has been left unfinished for {}",
@@ -389,7 +504,10 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   const ServerLimits limits;
   Strand strand;  // the socket's executor
   tcp::socket socket;
+  std::unique_ptr<TlsStream> tls;  // over `socket`; null for plaintext
+  bool handshaking = false;        // strand only
   std::string peer;
+  std::string principal;           // the TLS peer's certificate name
   FrameReader frames;                // strand only
   asio::steady_timer timer;          // strand only
   std::vector<std::string> writing;  // strand only: frames being written
@@ -460,6 +578,7 @@ void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
   }
   CallContext ctx;
   ctx.peer = peer;
+  ctx.principal = principal;
   if (request.timeout_micros() > 0) ctx.timeout = absl::Microseconds(request.timeout_micros());
   const Method* m = &it->second;
   if (m->inline_handler) {
@@ -521,6 +640,9 @@ void RpcServer::RegisterInline(std::string method, InlineHandler inline_handler,
 
 absl::Status RpcServer::Start() {
   MS_RETURN_IF_ERROR(ValidateServerLimits(impl_->options.limits));
+  if (impl_->options.tls.enabled()) {
+    MS_ASSIGN_OR_RETURN(impl_->tls, MakeTlsContext(impl_->options.tls, /*server=*/true));
+  }
   MS_RETURN_IF_ERROR(Listen(impl_->acceptor, impl_->options.listen, "RPC"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->work.emplace(impl_->io.get_executor());
@@ -593,6 +715,9 @@ std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerSt
       {"megastore_rpc_backpressure_pauses_total", "counter",
        "Times a connection stopped being read: calls in flight or queued replies over their limit.",
        &ServerStats::backpressure_pauses},
+      {"megastore_rpc_tls_handshake_failures_total", "counter",
+       "Connections closed for a failed or missing TLS handshake (no certificate of the CA, plaintext).",
+       &ServerStats::tls_handshake_failures},
   };
   std::string out;
   for (const Family& f : kFamilies) {
@@ -614,6 +739,7 @@ ServerStats RpcServer::stats() const {
   s.idle_closed = impl_->idle_closed;
   s.stalled_closed = impl_->stalled_closed;
   s.backpressure_pauses = impl_->pauses;
+  s.tls_handshake_failures = impl_->tls_failures;
   std::lock_guard<std::mutex> lock(impl_->conns_mu);
   s.connections_open = impl_->conns.size();
   return s;
@@ -723,9 +849,15 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     uint16_t port;
     absl::Status s = ParseHostPort(options.server, &host, &port);
     if (!s.ok()) return FailAll(s);
+    if (options.tls.enabled() && tls_context == nullptr) {
+      absl::StatusOr<std::shared_ptr<ssl::context>> ctx = MakeTlsContext(options.tls, /*server=*/false);
+      if (!ctx.ok()) return FailAll(ctx.status());
+      tls_context = *std::move(ctx);
+    }
     connecting = true;
     ++generation;
     error_code ec;
+    tls.reset();
     socket = tcp::socket(io);
     frames.Reset();
     tcp::resolver resolver(io);
@@ -736,24 +868,57 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     }
     connect_timer.expires_after(std::chrono::microseconds(absl::ToInt64Microseconds(options.connect_timeout)));
     connect_timer.async_wait([self = shared_from_this()](error_code ec) {
-      if (!ec && self->connecting) {
-        error_code ignored;
-        self->socket.close(ignored);
-      }
+      if (!ec && self->connecting) self->CloseSocket();
     });
-    asio::async_connect(socket, endpoints, [self = shared_from_this()](error_code ec, const tcp::endpoint&) {
-      self->connecting = false;
-      self->connect_timer.cancel();
+    asio::async_connect(socket, endpoints,
+                        [self = shared_from_this(), host, gen = generation](error_code ec, const tcp::endpoint&) {
+      if (gen != self->generation) return;
       if (ec) {
+        self->connecting = false;
+        self->connect_timer.cancel();
         return self->FailAll(absl::UnavailableError(
             StrCat("cannot connect to ", self->options.server, ": ", ec.message())));
       }
       error_code ignored;
       self->socket.set_option(tcp::no_delay(true), ignored);
-      self->connected = true;
-      self->Read();
-      self->WriteNext();
+      if (self->tls_context == nullptr) return self->Connected();
+      // Mutual TLS: the server's certificate must be the CA's, for `host`.
+      auto stream = std::make_shared<ClientTlsStream>(std::move(self->socket), *self->tls_context);
+      self->socket = tcp::socket(self->io);
+      self->tls = stream;
+      stream->set_verify_callback(ssl::host_name_verification(host));
+      error_code not_ip;
+      asio::ip::make_address(host, not_ip);
+      if (not_ip) SSL_set_tlsext_host_name(stream->native_handle(), host.c_str());
+      stream->async_handshake(ssl::stream_base::client, [self, stream, host, gen](error_code ec) {
+        if (gen != self->generation) return;
+        if (ec) {
+          self->connecting = false;
+          self->connect_timer.cancel();
+          self->CloseSocket();
+          return self->FailAll(absl::UnavailableError(
+              StrCat("TLS handshake with ", self->options.server, " failed: ", ec.message(),
+                     " (a plaintext server, or a certificate not issued by the CA or not for ", host, "?)")));
+        }
+        self->Connected();
+      });
     });
+  }
+
+  // Closes this connection's socket (inside its TLS stream, if any).
+  void CloseSocket() {
+    error_code ignored;
+    socket.close(ignored);
+    if (tls) tls->next_layer().close(ignored);
+  }
+
+  void Connected() {
+    heard_back = false;
+    connecting = false;
+    connect_timer.cancel();
+    connected = true;
+    Read();
+    WriteNext();
   }
 
   // Writes every queued frame in one gathered write.
@@ -765,19 +930,29 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     writing = true;
     in_flight.clear();
     in_flight.swap(queue);
-    asio::async_write(socket, Buffers(in_flight),
-                      [self = shared_from_this(), gen = generation](error_code ec, size_t) {
-                        if (gen != self->generation) return;  // an older connection
-                        if (ec) return self->Broken(StrCat("write failed: ", ec.message()));
-                        self->WriteNext();
-                      });
+    auto written = [self = shared_from_this(), gen = generation](error_code ec, size_t) {
+      if (gen != self->generation) return;  // an older connection
+      if (ec) return self->Broken(StrCat("write failed: ", ec.message()));
+      self->WriteNext();
+    };
+    if (tls) {
+      asio::async_write(*tls, Buffers(in_flight), [stream = tls, written = std::move(written)](
+                                                      error_code ec, size_t n) mutable { written(ec, n); });
+    } else {
+      asio::async_write(socket, Buffers(in_flight), std::move(written));
+    }
   }
 
   void Read() {
-    socket.async_read_some(ReadBuffer(frames),
-                          [self = shared_from_this(), gen = generation](error_code ec, size_t n) {
+    auto got = [self = shared_from_this(), gen = generation](error_code ec, size_t n) {
       if (gen != self->generation) return;
-      if (ec) return self->Broken(ec == asio::error::eof ? "server closed the connection" : ec.message());
+      if (ec) {
+        return self->Broken(StrCat(ec == asio::error::eof ? "server closed the connection" : ec.message(),
+                                   self->tls == nullptr && !self->heard_back
+                                       ? " before answering anything (does it require TLS?)"
+                                       : ""));
+      }
+      self->heard_back = true;
       self->frames.Commit(n);
       for (;;) {
         RpcEnvelope e;
@@ -787,7 +962,14 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
         self->OnResponse(std::move(e));
       }
       self->Read();
-    });
+    };
+    if (tls) {
+      tls->async_read_some(ReadBuffer(frames), [stream = tls, got = std::move(got)](error_code ec, size_t n) mutable {
+        got(ec, n);
+      });
+    } else {
+      socket.async_read_some(ReadBuffer(frames), std::move(got));
+    }
   }
 
   void OnResponse(RpcEnvelope e) {
@@ -811,8 +993,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     connected = false;
     writing = false;
     ++generation;  // late handlers of this connection do nothing
-    error_code ec;
-    socket.close(ec);
+    CloseSocket();
     FailAll(absl::UnavailableError(StrCat("connection to ", options.server, " lost: ", why)));
   }
 
@@ -821,12 +1002,15 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   tcp::socket socket;
+  std::shared_ptr<ssl::context> tls_context;  // null: plaintext
+  std::shared_ptr<ClientTlsStream> tls;       // this connection's, when over TLS (it owns the socket)
   asio::steady_timer connect_timer;
   asio::steady_timer deadline_timer;
   bool timer_armed = false;
   Clock::time_point timer_at;
   uint64_t generation = 0;  // of the connection; bumped when it breaks
   bool connected = false, connecting = false, writing = false;
+  bool heard_back = false;  // this connection has received bytes
   std::vector<std::string> queue;      // frames to write next
   std::vector<std::string> in_flight;  // frames being written
   std::map<uint64_t, Pending> pending;
@@ -852,8 +1036,8 @@ RpcClient::~RpcClient() {
     impl->FailAll(absl::CancelledError("client destroyed"));
     impl->connected = false;
     ++impl->generation;
-    error_code ec;
-    impl->socket.close(ec);
+    impl->CloseSocket();
+    impl->tls.reset();
     impl->connect_timer.cancel();
     impl->deadline_timer.cancel();
   });

@@ -43,8 +43,30 @@ class Responder {
 
 struct CallContext {
   std::string peer;
+  // Over TLS, the common name of the certificate the peer presented (its
+  // principal); empty over plaintext.
+  std::string principal;
   absl::Duration timeout = absl::InfiniteDuration();
 };
+
+// Mutual TLS (1.3 only) for servers and clients: PEM files. With `ca` set,
+// a server accepts only clients presenting a certificate that CA issued,
+// and a client accepts only servers whose certificate that CA issued for
+// the host it dials. Empty `ca`: plaintext.
+struct TlsFiles {
+  std::string ca;    // the CA certificate
+  std::string cert;  // this process's certificate ...
+  std::string key;   // ... and private key
+  bool enabled() const { return !ca.empty(); }
+};
+// InvalidArgument naming the file that cannot be loaded (missing, not PEM,
+// key not matching the certificate), or a set without all three files.
+absl::Status CheckTls(const TlsFiles& files);
+// The TLS servers and clients get when their options do not say otherwise;
+// a program sets it once from its flags before starting any (after
+// CheckTls).
+void SetDefaultTls(const TlsFiles& files);
+TlsFiles DefaultTls();
 
 using Handler = std::function<void(const CallContext& ctx, std::string_view request,
                                    std::shared_ptr<Responder> responder)>;
@@ -97,6 +119,7 @@ struct ServerOptions {
   // host:port; port 0 picks a free port (see RpcServer::port()).
   std::string listen = "127.0.0.1:0";
   ServerLimits limits = DefaultServerLimits();
+  TlsFiles tls = DefaultTls();
   int io_threads = 2;
   // Handlers run here; enough threads for the writers a group commit batches.
   int worker_threads = 96;
@@ -112,6 +135,7 @@ struct ServerStats {
   uint64_t idle_closed = 0;           // closed after idle_timeout
   uint64_t stalled_closed = 0;        // closed after stall_timeout, or not reading a stream
   uint64_t backpressure_pauses = 0;   // times a connection's reading was paused
+  uint64_t tls_handshake_failures = 0;  // connections closed for a failed TLS handshake
 };
 
 // Prometheus text for RPC servers' counters: one family per counter, one
@@ -146,7 +170,8 @@ class RpcServer {
 struct ClientOptions {
   std::string server;  // host:port
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
-  absl::Duration connect_timeout = absl::Seconds(5);
+  absl::Duration connect_timeout = absl::Seconds(5);  // the TLS handshake included
+  TlsFiles tls = DefaultTls();
 };
 
 class RpcClient {

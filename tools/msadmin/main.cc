@@ -4,6 +4,7 @@
 #include "base/cli.h"
 #include "base/init.h"
 #include "base/logging.h"
+#include "base/rpc/rpc.h"
 #include "tools/msadmin/bt.h"
 #include "tools/msadmin/cell.h"
 #include "tools/msadmin/certs.h"
@@ -28,8 +29,19 @@ int main(int argc, char** argv) {
   megastore::tools::AddDatadirCommand(app, datadir);
   megastore::tools::CertsState certs;
   megastore::tools::AddCertsCommand(app, certs);
+  megastore::rpc::TlsFiles tls;
+  app.add_option("--tls-ca", tls.ca,
+                 "talk to servers over mutual TLS: the CA certificate (docs/security.md; with --tls-cert and "
+                 "--tls-key)");
+  app.add_option("--tls-cert", tls.cert, "this tool's certificate (PEM); its common name is the principal");
+  app.add_option("--tls-key", tls.key, "the key of --tls-cert (PEM)");
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (absl::Status s = megastore::rpc::CheckTls(tls); !s.ok()) {
+    std::fprintf(stderr, "msadmin: --tls-*: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  megastore::rpc::SetDefaultTls(tls);
   if (app.got_subcommand("bt")) return megastore::tools::RunBt(bt);
   if (app.got_subcommand("index")) return megastore::tools::RunIndex(index);
   if (app.got_subcommand("cell")) return megastore::tools::RunCell(cell);
