@@ -2,8 +2,22 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+
+#include "base/rpc/rpc.h"
 
 namespace megastore {
+
+// --tls-ca, --tls-cert and --tls-key into `tls`; `who` says whose
+// certificate it is ("this process's", "this tool's").
+inline void AddTlsFlags(CLI::App& app, rpc::TlsFiles& tls, const std::string& who) {
+  app.add_option("--tls-ca", tls.ca,
+                 "mutual TLS 1.3 for RPC: the CA certificate peers' certificates must be issued by "
+                 "(docs/security.md; with --tls-cert and --tls-key)");
+  app.add_option("--tls-cert", tls.cert, who + " certificate (PEM), issued by --tls-ca; its common name is the "
+                                                 "principal");
+  app.add_option("--tls-key", tls.key, "the key of --tls-cert (PEM)");
+}
 
 // Parses argv into `app`. Returns -1 to continue, or the exit code to return
 // now: 0 after --help, 2 for a usage error (CLI11 prints the reason).

@@ -211,12 +211,8 @@ int main(int argc, char** argv) {
   app.add_option("--http-body-timeout", http_body_timeout_text,
                  "close an HTTP connection whose request body (or the reading of the answer) takes longer")
       ->capture_default_str();
-  megastore::rpc::TlsFiles tls;
-  app.add_option("--tls-ca", tls.ca,
-                 "mutual TLS 1.3 on every RPC listener and connection of this process: the CA certificate peers' "
-                 "certificates must be issued by (docs/security.md; with --tls-cert and --tls-key)");
-  app.add_option("--tls-cert", tls.cert, "this process's certificate (PEM), issued by --tls-ca");
-  app.add_option("--tls-key", tls.key, "the key of --tls-cert (PEM)");
+  megastore::rpc::TlsFiles tls;  // on every RPC listener and connection of this process
+  megastore::AddTlsFlags(app, tls, "this process's");
   app.add_option("--descriptor-reserve", descriptor_reserve,
                  "file descriptors kept back from network connections for storage (0: a quarter of the limit, at "
                  "least 256)")

@@ -29,12 +29,8 @@ int main(int argc, char** argv) {
   megastore::tools::AddDatadirCommand(app, datadir);
   megastore::tools::CertsState certs;
   megastore::tools::AddCertsCommand(app, certs);
-  megastore::rpc::TlsFiles tls;
-  app.add_option("--tls-ca", tls.ca,
-                 "talk to servers over mutual TLS: the CA certificate (docs/security.md; with --tls-cert and "
-                 "--tls-key)");
-  app.add_option("--tls-cert", tls.cert, "this tool's certificate (PEM); its common name is the principal");
-  app.add_option("--tls-key", tls.key, "the key of --tls-cert (PEM)");
+  megastore::rpc::TlsFiles tls;  // given before the command
+  megastore::AddTlsFlags(app, tls, "this tool's");
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (absl::Status s = megastore::rpc::CheckTls(tls); !s.ok()) {
