@@ -182,8 +182,9 @@ int RunBtBench(const BtBenchOptions& o) {
     std::printf("{\"op\":\"scan_%d_clients\",\"ours_ops_per_s\":%.0f,\"rows_per_scan\":%lld}\n", many, Median(r.scan),
                 static_cast<long long>(o.scan_length));
   } else {
-    std::printf("msbench bt: server %s, %lld-byte values, %.1f s per phase, median of %d runs\n",
+    std::printf("msbench bt: server %s%s, %lld-byte values, %.1f s per phase, median of %d runs\n",
                 o.server.empty() ? "in-process (loopback RPC)" : o.server.c_str(),
+                rpc::DefaultTls().enabled() ? " over TLS" : "",
                 static_cast<long long>(o.value_size), o.seconds, o.runs);
     std::printf("%-28s %14s %16s %8s %6s\n", "op", "ours ops/s", "rocksdb ops/s", "ratio", "goal");
     std::printf("%-28s %14.0f %16.0f %8.3f %6s\n", "synced write, 1 client", w1, raw1, w1 / raw1, "");

@@ -1,6 +1,8 @@
 // msbench: megastore's benchmarks. `msbench --help` lists them.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
 #include "base/cli.h"
 #include "base/init.h"
 #include "tools/msbench/bt_bench.h"
@@ -12,6 +14,8 @@ int main(int argc, char** argv) {
   megastore::InitProcess();
   CLI::App app{"msbench: megastore benchmarks (throughput measured side by side with baselines)"};
   app.require_subcommand(1);
+  megastore::rpc::TlsFiles tls;  // given before the benchmark: bt and txn's RPC over TLS
+  megastore::AddTlsFlags(app, tls, "the benchmark's");
 
   megastore::tools::TabletBenchOptions tablet;
   CLI::App* t = app.add_subcommand(
@@ -83,6 +87,11 @@ int main(int argc, char** argv) {
   c->add_flag("--json", cell.json, "print one JSON object per measurement");
 
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (absl::Status s = megastore::rpc::CheckTls(tls); !s.ok()) {
+    std::fprintf(stderr, "msbench: --tls-*: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  megastore::rpc::SetDefaultTls(tls);
   if (c->parsed()) return megastore::tools::RunCellBench(cell);
   if (t->parsed()) return megastore::tools::RunTabletBench(tablet);
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
