@@ -1,6 +1,7 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -124,6 +125,23 @@ absl::Status SyncDir(const std::string& dir) {
   const int rc = ::fsync(fd);
   ::close(fd);
   return rc == 0 ? absl::OkStatus() : Errno("cannot fsync directory", dir);
+}
+
+absl::Status CreatePrivateDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("no directory given");
+  std::string path;
+  size_t at = 0;
+  while (at != std::string::npos) {
+    const size_t slash = dir.find('/', at + 1);
+    path = dir.substr(0, slash);
+    at = slash;
+    if (path.empty() || path == "/") continue;
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Errno("cannot create directory", path);
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return Errno("cannot create directory", dir);
+  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(StrCat(dir, " exists and is not a directory"));
+  return absl::OkStatus();
 }
 
 }  // namespace megastore

@@ -39,4 +39,9 @@ absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path, size_t 
 // fsyncs a directory (after creating or renaming files in it).
 absl::Status SyncDir(const std::string& dir);
 
+// Creates `dir` and any missing parents, each owner-only (0700): data
+// directories hold what only the server should read. Directories that
+// exist are left as they are. An error names the directory.
+absl::Status CreatePrivateDirectories(const std::string& dir);
+
 }  // namespace megastore

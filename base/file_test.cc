@@ -1,5 +1,7 @@
 #include "base/file.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "base/test_util.h"
@@ -65,6 +67,21 @@ TEST(FileTest, ChecksummedFilesRefuseEveryKindOfDamageNamingTheFile) {
 TEST(FileTest, AnEndlessFileIsRefusedNotRead) {
   absl::StatusOr<std::string> r = ReadFileToString("/dev/zero", 1 << 20);
   EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+}
+
+TEST(FileTest, PrivateDirectoriesAreOwnerOnly) {
+  TestDir dir;
+  const std::string nested = dir.path() + "/a/b/c";
+  ASSERT_TRUE(CreatePrivateDirectories(nested).ok());
+  for (const std::string& d : {dir.path() + "/a", dir.path() + "/a/b", nested}) {
+    struct stat st;
+    ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
+  }
+  EXPECT_TRUE(CreatePrivateDirectories(nested).ok()) << "existing: fine";
+  ASSERT_TRUE(WriteFileAtomically(dir.path() + "/file", "x").ok());
+  EXPECT_FALSE(CreatePrivateDirectories(dir.path() + "/file").ok());
+  EXPECT_FALSE(CreatePrivateDirectories(dir.path() + "/file/sub").ok());
 }
 
 }  // namespace

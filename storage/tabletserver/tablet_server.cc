@@ -86,12 +86,7 @@ TabletServer::~TabletServer() {
 absl::StatusOr<std::unique_ptr<TabletServer>> TabletServer::Open(const TabletServerOptions& options,
                                                                  Env* env) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data directory is empty");
-  std::error_code ec;
-  fs::create_directories(options.data_dir, ec);
-  if (ec) {
-    return absl::InternalError(StrCat("cannot create data directory ", options.data_dir, ": ",
-                                      ec.message()));
-  }
+  MS_RETURN_IF_ERROR(CreatePrivateDirectories(options.data_dir));
   std::unique_ptr<TabletServer> server(new TabletServer(options, env));
   MS_RETURN_IF_ERROR(server->Recover());
   server->ScheduleMaintenance();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
 #include "absl/time/clock.h"
@@ -118,9 +119,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     lo.max_lease = o.coordinator_lease;
     lo.state_file = StrCat(o.data_dir, "/coordinator-locks.state");
     lo.new_directory = new_directory;
-    std::error_code ec;
-    std::filesystem::create_directories(o.data_dir, ec);
-    if (ec) return absl::InternalError(StrCat("cannot create ", o.data_dir, ": ", ec.message()));
+    MS_RETURN_IF_ERROR(CreatePrivateDirectories(o.data_dir));
     MS_ASSIGN_OR_RETURN(dc->locks_, storage::lock::LockTable::Open(env, lo));
     if (dc->locks_->quiet_until() > env->MonotonicMicros())
       MS_LOG_WARN("{}: lock role restarted; coordinator locks are neither granted nor reported free for {} "

@@ -15,6 +15,7 @@
 
 #include "base/cli.h"
 #include "base/coding.h"
+#include "base/file.h"
 #include "base/descriptors.h"
 #include "base/env.h"
 #include "base/http/http_server.h"
@@ -370,8 +371,10 @@ int main(int argc, char** argv) {
   megastore::Env* env = megastore::Env::Default();
   std::unique_ptr<megastore::storage::lock::EmbeddedLockService> lock;
   if (has_lock) {
-    std::error_code ec;
-    std::filesystem::create_directories(data + "/lock", ec);
+    if (absl::Status s = megastore::CreatePrivateDirectories(data + "/lock"); !s.ok()) {
+      std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
     auto opened = megastore::storage::lock::EmbeddedLockService::Open(env, data + "/lock");
     if (!opened.ok()) {
       std::fprintf(stderr, "megastored: cannot start the lock service: %s\n", opened.status().ToString().c_str());
