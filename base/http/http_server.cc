@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/descriptors.h"
 #include "base/logging.h"
+#include "base/process_default.h"
 #include "base/rpc/listen.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -25,8 +26,10 @@ using asio::ip::tcp;
 
 namespace {
 
-absl::Mutex default_limits_mu;
-HttpLimits* default_limits ABSL_GUARDED_BY(default_limits_mu) = nullptr;
+ProcessDefault<HttpLimits>& LimitsDefault() {
+  static auto* d = new ProcessDefault<HttpLimits>;
+  return *d;
+}
 
 struct Counters {
   std::atomic<uint64_t> accepted{0}, refused{0}, requests{0},
@@ -56,16 +59,9 @@ Response JsonError(int status, std::string_view code,
 
 }  // namespace
 
-void SetDefaultLimits(const HttpLimits& limits) {
-  absl::MutexLock lock(&default_limits_mu);
-  delete default_limits;
-  default_limits = new HttpLimits(limits);
-}
+void SetDefaultLimits(const HttpLimits& limits) { LimitsDefault().Set(limits); }
 
-HttpLimits DefaultLimits() {
-  absl::MutexLock lock(&default_limits_mu);
-  return default_limits != nullptr ? *default_limits : HttpLimits{};
-}
+HttpLimits DefaultLimits() { return LimitsDefault().Get(); }
 
 absl::Status ValidateLimits(const HttpLimits& l) {
   if (l.max_connections == 0)

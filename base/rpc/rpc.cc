@@ -24,6 +24,7 @@
 #include "base/coding.h"
 #include "base/descriptors.h"
 #include "base/logging.h"
+#include "base/process_default.h"
 #include "base/status.h"
 #include "base/rpc/frame.h"
 #include "base/rpc/listen.h"
@@ -45,8 +46,10 @@ using ClientTlsStream = ssl::stream<tcp::socket>;
 
 namespace {
 
-absl::Mutex default_tls_mu;
-TlsFiles* default_tls ABSL_GUARDED_BY(default_tls_mu) = nullptr;
+ProcessDefault<TlsFiles>& TlsDefault() {
+  static auto* d = new ProcessDefault<TlsFiles>;
+  return *d;
+}
 
 // An SSL context for one end of mutual TLS 1.3 with `files`.
 absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const TlsFiles& files, bool server) {
@@ -111,8 +114,10 @@ std::vector<asio::const_buffer> Buffers(const std::vector<std::string>& frames) 
   return out;
 }
 
-absl::Mutex default_limits_mu;
-ServerLimits* default_limits ABSL_GUARDED_BY(default_limits_mu) = nullptr;
+ProcessDefault<ServerLimits>& LimitsDefault() {
+  static auto* d = new ProcessDefault<ServerLimits>;
+  return *d;
+}
 
 using SteadyClock = std::chrono::steady_clock;
 
@@ -127,27 +132,13 @@ absl::Status CheckTls(const TlsFiles& files) {
   return MakeTlsContext(files, /*server=*/true).status();
 }
 
-void SetDefaultTls(const TlsFiles& files) {
-  absl::MutexLock lock(&default_tls_mu);
-  delete default_tls;
-  default_tls = new TlsFiles(files);
-}
+void SetDefaultTls(const TlsFiles& files) { TlsDefault().Set(files); }
 
-TlsFiles DefaultTls() {
-  absl::MutexLock lock(&default_tls_mu);
-  return default_tls != nullptr ? *default_tls : TlsFiles{};
-}
+TlsFiles DefaultTls() { return TlsDefault().Get(); }
 
-void SetDefaultServerLimits(const ServerLimits& limits) {
-  absl::MutexLock lock(&default_limits_mu);
-  delete default_limits;
-  default_limits = new ServerLimits(limits);
-}
+void SetDefaultServerLimits(const ServerLimits& limits) { LimitsDefault().Set(limits); }
 
-ServerLimits DefaultServerLimits() {
-  absl::MutexLock lock(&default_limits_mu);
-  return default_limits != nullptr ? *default_limits : ServerLimits{};
-}
+ServerLimits DefaultServerLimits() { return LimitsDefault().Get(); }
 
 absl::Status ValidateServerLimits(const ServerLimits& l) {
   auto positive = [](std::string_view name, auto v) -> absl::Status {
