@@ -13,7 +13,7 @@ namespace megastore {
 inline void AddTlsFlags(CLI::App& app, rpc::TlsFiles& tls,
                         const std::string& who) {
   app.add_option("--tls-ca", tls.ca,
-                 "mutual TLS 1.3 for RPC: the CA certificate peers' "
+                 "mutual TLS 1.3 for RPC and HTTP: the CA certificate peers' "
                  "certificates must be issued by "
                  "(docs/security.md; with --tls-cert and --tls-key)");
   app.add_option(

@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -22,6 +23,7 @@ namespace megastore::http {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using asio::ip::tcp;
 
 namespace {
@@ -33,7 +35,8 @@ ProcessDefault<HttpLimits>& LimitsDefault() {
 
 struct Counters {
   std::atomic<uint64_t> accepted{0}, refused{0}, requests{0},
-      headers_too_large{0}, bodies_too_large{0}, timed_out{0}, bad_requests{0};
+      headers_too_large{0}, bodies_too_large{0}, timed_out{0}, bad_requests{0},
+      tls_failures{0};
 };
 Counters& counters() {
   static Counters* c = new Counters;
@@ -92,6 +95,7 @@ HttpStats ProcessStats() {
   s.bodies_too_large = c.bodies_too_large;
   s.timed_out = c.timed_out;
   s.bad_requests = c.bad_requests;
+  s.tls_handshake_failures = c.tls_failures;
   return s;
 }
 
@@ -121,15 +125,20 @@ std::string ProcessStatsMetrics() {
           s.timed_out);
   counter("megastore_http_bad_requests_total",
           "Connections closed for bytes that are not HTTP.", s.bad_requests);
+  counter("megastore_http_tls_handshake_failures_total",
+          "Connections to a TLS listener closed for a failed TLS handshake "
+          "(plaintext, no certificate of the CA).",
+          s.tls_handshake_failures);
   return out;
 }
 
 // Handlers hold a plain Impl*: Impl owns the io_context, and the io thread is
 // joined before Impl goes away.
 struct HttpServer::Impl {
-  Impl(std::string l, int workers, HttpLimits lim)
+  Impl(std::string l, int workers, HttpLimits lim, tls::TlsFiles t)
       : listen(std::move(l)),
         limits(lim),
+        tls_files(std::move(t)),
         acceptor(io),
         pool(static_cast<size_t>(std::max(1, workers))) {}
 
@@ -142,8 +151,19 @@ struct HttpServer::Impl {
     }
     Impl* server;
     beast::tcp_stream stream;
+    std::shared_ptr<ssl::context> tls_context;  // outlives `tls`
+    std::unique_ptr<ssl::stream<beast::tcp_stream&>> tls;  // null: plaintext
     beast::flat_buffer buffer;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser;
+
+    // Calls f with the stream requests and answers go through.
+    template <typename F>
+    void With(F&& f) {
+      if (tls)
+        f(*tls);
+      else
+        f(stream);
+    }
   };
 
   void Accept() {
@@ -165,10 +185,57 @@ struct HttpServer::Impl {
             } else {
               ++counters().accepted;
               ++self->open;
-              self->Serve(std::make_shared<Conn>(self, std::move(socket)));
+              auto c = std::make_shared<Conn>(self, std::move(socket));
+              if (self->tls_files.enabled())
+                self->Handshake(std::move(c));
+              else
+                self->Serve(std::move(c));
             }
           }
           self->Accept();
+        });
+  }
+
+  // A TLS listener: the client's first bytes must open a TLS handshake. A
+  // plaintext HTTP request is answered in plaintext, saying so. All of the
+  // handshake must happen within the header timeout.
+  void Handshake(std::shared_ptr<Conn> c) {
+    c->stream.expires_after(ToSteady(limits.header_timeout));
+    c->stream.async_read_some(
+        c->buffer.prepare(4096), [this, c](beast::error_code ec, size_t n) {
+          if (ec) return;  // closed or timed out before a byte
+          c->buffer.commit(n);
+          if (static_cast<const unsigned char*>(c->buffer.data().data())[0] !=
+              0x16) {
+            ++counters().tls_failures;
+            MS_LOG_WARN_LIMITED(
+                "http: a plaintext request on {}, which speaks TLS", listen);
+            return Reply(c, 11,
+                         JsonError(400, "FAILED_PRECONDITION",
+                                   "this server speaks HTTPS with mutual TLS: "
+                                   "use https:// and a client certificate "
+                                   "issued by its CA"),
+                         /*linger=*/true);
+          }
+          c->tls_context = tls.Current();
+          c->tls = std::make_unique<ssl::stream<beast::tcp_stream&>>(
+              c->stream, *c->tls_context);
+          // The bytes already read open the handshake. The client sends
+          // nothing else before the handshake ends (no early data).
+          c->tls->async_handshake(
+              ssl::stream_base::server, c->buffer.data(),
+              [this, c](beast::error_code ec, size_t) {
+                c->buffer.consume(c->buffer.size());
+                if (ec) {
+                  ++counters().tls_failures;
+                  MS_LOG_WARN_LIMITED(
+                      "http: TLS handshake on {} failed: {} (a certificate "
+                      "of another CA, or none?)",
+                      listen, ec.message());
+                  return;
+                }
+                Serve(c);
+              });
         });
   }
 
@@ -178,19 +245,21 @@ struct HttpServer::Impl {
         std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
     c->parser->body_limit(limits.max_body_bytes);
     c->stream.expires_after(ToSteady(limits.header_timeout));
-    bhttp::async_read_header(
-        c->stream, c->buffer, *c->parser,
-        [this, c](beast::error_code ec, size_t) {
-          if (ec) return Failed(c, ec);
-          c->stream.expires_after(ToSteady(limits.body_timeout));
-          bhttp::async_read(
-              c->stream, c->buffer, *c->parser,
-              [this, c](beast::error_code ec, size_t) {
-                if (ec) return Failed(c, ec);
-                c->stream.expires_never();  // the handler may take its time
-                Dispatch(c, c->parser->release());
-              });
-        });
+    c->With([&](auto& stream) {
+      bhttp::async_read_header(
+          stream, c->buffer, *c->parser,
+          [this, c, &stream](beast::error_code ec, size_t) {
+            if (ec) return Failed(c, ec);
+            c->stream.expires_after(ToSteady(limits.body_timeout));
+            bhttp::async_read(
+                stream, c->buffer, *c->parser,
+                [this, c](beast::error_code ec, size_t) {
+                  if (ec) return Failed(c, ec);
+                  c->stream.expires_never();  // the handler may take its time
+                  Dispatch(c, c->parser->release());
+                });
+          });
+    });
   }
 
   // A request that could not be read: answer what can be answered, close.
@@ -220,8 +289,14 @@ struct HttpServer::Impl {
                ec != asio::error::connection_reset &&
                ec != asio::error::operation_aborted) {
       ++counters().bad_requests;
+      const bool tls_hello =
+          c->tls == nullptr && c->buffer.size() > 0 &&
+          static_cast<const unsigned char*>(c->buffer.data().data())[0] ==
+              0x16;
       MS_LOG_WARN_LIMITED("http: closing a connection on {}: {}", listen,
-                          ec.message());
+                          tls_hello ? std::string("it speaks TLS to a "
+                                                  "plaintext HTTP port")
+                                    : ec.message());
     }
     beast::error_code ignored;
     c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -279,20 +354,31 @@ struct HttpServer::Impl {
     response->body() = std::move(r.body);
     response->prepare_payload();
     c->stream.expires_after(ToSteady(limits.body_timeout));
-    bhttp::async_write(c->stream, *response,
-                       [this, c, response, linger](beast::error_code ec,
-                                                   size_t) {
-                         if (ec == beast::error::timeout)
-                           ++counters().timed_out;
-                         beast::error_code ignored;
-                         c->stream.socket().shutdown(tcp::socket::shutdown_send,
-                                                     ignored);
-                         if (linger && !ec) {
-                           c->stream.expires_after(kLingerTime);
-                           Drain(c, std::make_shared<std::array<char, 4096>>(),
-                                 kLingerBytes);
-                         }
-                       });
+    c->With([&](auto& stream) {
+      bhttp::async_write(
+          stream, *response,
+          [this, c, response, linger](beast::error_code ec, size_t) {
+            if (ec == beast::error::timeout) ++counters().timed_out;
+            if (c->tls == nullptr) {
+              beast::error_code ignored;
+              c->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+            }
+            if (linger && !ec) {
+              c->stream.expires_after(kLingerTime);
+              return Drain(c, std::make_shared<std::array<char, 4096>>(),
+                           kLingerBytes);
+            }
+            if (!ec) Close(c);
+          });
+    });
+  }
+
+  // Over TLS, says close_notify before the connection goes (bounded: the
+  // client need not answer it).
+  void Close(const std::shared_ptr<Conn>& c) {
+    if (c->tls == nullptr) return;  // c's last reference goes: closed
+    c->stream.expires_after(kLingerTime);
+    c->tls->async_shutdown([c](beast::error_code) {});
   }
 
   static constexpr auto kLingerTime = std::chrono::seconds(2);
@@ -303,17 +389,21 @@ struct HttpServer::Impl {
   // `left` bytes.
   void Drain(std::shared_ptr<Conn> c,
              std::shared_ptr<std::array<char, 4096>> buf, size_t left) {
-    c->stream.async_read_some(
-        asio::buffer(*buf), [this, c, buf, left](beast::error_code ec,
-                                                 size_t n) {
-          if (ec || n >= left) return;  // c's last reference goes: closed
-          Drain(c, buf, left - n);
-        });
+    c->With([&](auto& stream) {
+      stream.async_read_some(
+          asio::buffer(*buf),
+          [this, c, buf, left](beast::error_code ec, size_t n) {
+            if (ec || n >= left) return Close(c);
+            Drain(c, buf, left - n);
+          });
+    });
   }
 
   std::atomic<size_t> open{0};  // declared first: Conns die with `io`
   std::string listen;
   const HttpLimits limits;
+  const tls::TlsFiles tls_files;
+  tls::ContextRef tls;  // held while serving over TLS
   asio::io_context io;
   tcp::acceptor acceptor;
   std::thread thread;
@@ -324,8 +414,10 @@ struct HttpServer::Impl {
   std::atomic<int> port{0};
 };
 
-HttpServer::HttpServer(std::string listen, int workers, HttpLimits limits)
-    : impl_(std::make_shared<Impl>(std::move(listen), workers, limits)) {}
+HttpServer::HttpServer(std::string listen, int workers, HttpLimits limits,
+                       tls::TlsFiles tls)
+    : impl_(std::make_shared<Impl>(std::move(listen), workers, limits,
+                                   std::move(tls))) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -339,6 +431,10 @@ void HttpServer::HandleRequests(std::string path, RequestHandler handler) {
 
 absl::Status HttpServer::Start() {
   MS_RETURN_IF_ERROR(ValidateLimits(impl_->limits));
+  if (impl_->tls_files.enabled()) {
+    MS_ASSIGN_OR_RETURN(impl_->tls, tls::ContextRef::Acquire(
+                                        impl_->tls_files, /*server=*/true));
+  }
   MS_RETURN_IF_ERROR(rpc::Listen(impl_->acceptor, impl_->listen, "HTTP"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->Accept();

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/tls/context.h"
 
 namespace megastore::http {
 
@@ -69,6 +70,7 @@ struct HttpStats {
   uint64_t bodies_too_large = 0;   // answered 413
   uint64_t timed_out = 0;          // closed by header_timeout or body_timeout
   uint64_t bad_requests = 0;       // not HTTP: closed
+  uint64_t tls_handshake_failures = 0;  // a TLS listener's failed handshakes
 };
 HttpStats ProcessStats();
 // ProcessStats as Prometheus text.
@@ -77,9 +79,11 @@ std::string ProcessStatsMetrics();
 class HttpServer {
  public:
   // `listen` is host:port (port 0 picks one); `workers` threads run
-  // RequestHandlers.
+  // RequestHandlers. With `tls` enabled, every connection is HTTPS with
+  // mutual TLS 1.3: the client must present a certificate of the CA.
   explicit HttpServer(std::string listen, int workers = 4,
-                      HttpLimits limits = DefaultLimits());
+                      HttpLimits limits = DefaultLimits(),
+                      tls::TlsFiles tls = tls::DefaultTls());
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -46,47 +46,6 @@ using ClientTlsStream = ssl::stream<tcp::socket>;
 
 namespace {
 
-ProcessDefault<TlsFiles>& TlsDefault() {
-  static auto* d = new ProcessDefault<TlsFiles>;
-  return *d;
-}
-
-// An SSL context for one end of mutual TLS 1.3 with `files`.
-absl::StatusOr<std::shared_ptr<ssl::context>> MakeTlsContext(const TlsFiles& files, bool server) {
-  if (files.ca.empty() || files.cert.empty() || files.key.empty())
-    return absl::InvalidArgumentError("TLS needs all three files: the CA certificate, a certificate and its key");
-  auto ctx = std::make_shared<ssl::context>(server ? ssl::context::tls_server : ssl::context::tls_client);
-  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_3_VERSION);
-  error_code ec;
-  auto refuse = [&](const std::string& what, const std::string& file) {
-    return absl::InvalidArgumentError(StrCat("TLS ", what, " ", file, ": ", ec.message()));
-  };
-  if (ctx->load_verify_file(files.ca, ec); ec) return refuse("CA certificate", files.ca);
-  if (ctx->use_certificate_chain_file(files.cert, ec); ec) return refuse("certificate", files.cert);
-  ctx->use_private_key_file(files.key, ssl::context::pem, ec);
-  if ((ec && ec.message().find("mismatch") != std::string::npos) ||
-      (!ec && SSL_CTX_check_private_key(ctx->native_handle()) != 1))
-    return absl::InvalidArgumentError(StrCat("TLS key ", files.key, " is not the key of ", files.cert));
-  if (ec) return refuse("key", files.key);
-  ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
-  return ctx;
-}
-
-// The common name of the certificate the peer presented, or "".
-std::string PeerPrincipal(SSL* ssl) {
-  X509* cert = SSL_get1_peer_certificate(ssl);
-  if (cert == nullptr) return "";
-  std::string cn;
-  X509_NAME* name = X509_get_subject_name(cert);
-  const int at = X509_NAME_get_index_by_NID(name, NID_commonName, -1);
-  if (at >= 0) {
-    ASN1_STRING* s = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, at));
-    cn.assign(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)), static_cast<size_t>(ASN1_STRING_length(s)));
-  }
-  X509_free(cert);
-  return cn;
-}
-
 // Whether `bytes` begin like a TLS handshake record (a TLS client talking
 // to a plaintext port).
 bool LooksLikeTls(std::string_view bytes) {
@@ -126,15 +85,6 @@ SteadyClock::duration ToSteady(absl::Duration d) {
 }
 
 }  // namespace
-
-absl::Status CheckTls(const TlsFiles& files) {
-  if (!files.enabled() && files.cert.empty() && files.key.empty()) return absl::OkStatus();
-  return MakeTlsContext(files, /*server=*/true).status();
-}
-
-void SetDefaultTls(const TlsFiles& files) { TlsDefault().Set(files); }
-
-TlsFiles DefaultTls() { return TlsDefault().Get(); }
 
 void SetDefaultServerLimits(const ServerLimits& limits) { LimitsDefault().Set(limits); }
 
@@ -227,7 +177,7 @@ struct RpcServer::Impl {
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0}, idle_closed{0},
       stalled_closed{0}, pauses{0}, tls_failures{0};
-  std::shared_ptr<ssl::context> tls;  // null: plaintext
+  tls::ContextRef tls;  // held while serving over TLS
 
   void Accept();
   struct ResponderImpl;
@@ -256,9 +206,12 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   void Start() {
     last_read = last_write = SteadyClock::now();
     ArmTimer();
-    if (server->tls == nullptr) return Read();
+    if (!server->tls.held()) return Read();
+    // The context of this process's certificate now (a reload changes it for
+    // connections accepted after it).
+    tls_context = server->tls.Current();
     // The handshake must finish within the stall timeout (the watchdog).
-    tls = std::make_unique<TlsStream>(socket, *server->tls);
+    tls = std::make_unique<TlsStream>(socket, *tls_context);
     handshaking = true;
     tls->async_handshake(ssl::stream_base::server, [self = shared_from_this()](error_code ec) {
       self->handshaking = false;
@@ -271,7 +224,7 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
                                                                              : "");
         return self->Close("");
       }
-      self->principal = PeerPrincipal(self->tls->native_handle());
+      self->principal = tls::PeerPrincipal(self->tls->native_handle());
       self->last_read = SteadyClock::now();
       self->Read();
     });
@@ -495,7 +448,8 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   const ServerLimits limits;
   Strand strand;  // the socket's executor
   tcp::socket socket;
-  std::unique_ptr<TlsStream> tls;  // over `socket`; null for plaintext
+  std::shared_ptr<ssl::context> tls_context;  // outlives `tls`
+  std::unique_ptr<TlsStream> tls;             // over `socket`; null for plaintext
   bool handshaking = false;        // strand only
   std::string peer;
   std::string principal;           // the TLS peer's certificate name
@@ -632,7 +586,7 @@ void RpcServer::RegisterInline(std::string method, InlineHandler inline_handler,
 absl::Status RpcServer::Start() {
   MS_RETURN_IF_ERROR(ValidateServerLimits(impl_->options.limits));
   if (impl_->options.tls.enabled()) {
-    MS_ASSIGN_OR_RETURN(impl_->tls, MakeTlsContext(impl_->options.tls, /*server=*/true));
+    MS_ASSIGN_OR_RETURN(impl_->tls, tls::ContextRef::Acquire(impl_->options.tls, /*server=*/true));
   }
   MS_RETURN_IF_ERROR(Listen(impl_->acceptor, impl_->options.listen, "RPC"));
   impl_->port = impl_->acceptor.local_endpoint().port();
@@ -840,10 +794,15 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     uint16_t port;
     absl::Status s = ParseHostPort(options.server, &host, &port);
     if (!s.ok()) return FailAll(s);
-    if (options.tls.enabled() && tls_context == nullptr) {
-      absl::StatusOr<std::shared_ptr<ssl::context>> ctx = MakeTlsContext(options.tls, /*server=*/false);
-      if (!ctx.ok()) return FailAll(ctx.status());
-      tls_context = *std::move(ctx);
+    if (options.tls.enabled()) {
+      // This process's certificate now: a reload changes it for the next
+      // connection.
+      if (!tls_ref.held()) {
+        absl::StatusOr<tls::ContextRef> ref = tls::ContextRef::Acquire(options.tls, /*server=*/false);
+        if (!ref.ok()) return FailAll(ref.status());
+        tls_ref = *std::move(ref);
+      }
+      tls_context = tls_ref.Current();
     }
     connecting = true;
     ++generation;
@@ -993,6 +952,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   tcp::socket socket;
+  tls::ContextRef tls_ref;                    // held once connecting over TLS
   std::shared_ptr<ssl::context> tls_context;  // null: plaintext
   std::shared_ptr<ClientTlsStream> tls;       // this connection's, when over TLS (it owns the socket)
   asio::steady_timer connect_timer;

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/tls/context.h"
 
 namespace megastore::rpc {
 
@@ -49,24 +50,11 @@ struct CallContext {
   absl::Duration timeout = absl::InfiniteDuration();
 };
 
-// Mutual TLS (1.3 only) for servers and clients: PEM files. With `ca` set,
-// a server accepts only clients presenting a certificate that CA issued,
-// and a client accepts only servers whose certificate that CA issued for
-// the host it dials. Empty `ca`: plaintext.
-struct TlsFiles {
-  std::string ca;    // the CA certificate
-  std::string cert;  // this process's certificate ...
-  std::string key;   // ... and private key
-  bool enabled() const { return !ca.empty(); }
-};
-// InvalidArgument naming the file that cannot be loaded (missing, not PEM,
-// key not matching the certificate), or a set without all three files.
-absl::Status CheckTls(const TlsFiles& files);
-// The TLS servers and clients get when their options do not say otherwise;
-// a program sets it once from its flags before starting any (after
-// CheckTls).
-void SetDefaultTls(const TlsFiles& files);
-TlsFiles DefaultTls();
+// Mutual TLS 1.3 (base/tls/context.h).
+using tls::CheckTls;
+using tls::DefaultTls;
+using tls::SetDefaultTls;
+using tls::TlsFiles;
 
 using Handler = std::function<void(const CallContext& ctx, std::string_view request,
                                    std::shared_ptr<Responder> responder)>;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 
 #include "base/rpc/rpc.h"
 #include "base/test_util.h"
@@ -145,6 +146,25 @@ TEST_F(RpcTlsTest, AConnectionWithoutAHandshakeIsClosed) {
   ::close(fd);
   EXPECT_LE(n, 0);
   EXPECT_EQ(server_->stats().tls_handshake_failures, 1u);
+}
+
+// A renewed certificate replaced on disk is presented by connections made
+// after ReloadTls (SIGHUP in megastored), not before.
+TEST_F(RpcTlsTest, ReloadedCertificatesServeNewConnections) {
+  StartServer(Files("server"));
+  ClientOptions o;
+  o.server = "127.0.0.1:" + std::to_string(server_->port());
+  o.tls = Files("client");
+  RpcClient held(o);  // keeps the client's context in use
+  ASSERT_EQ(*held.Call("who", "", absl::Seconds(5)), "app-1");
+  Issue("ca", "client-renewed", "app-2", {});
+  for (const char* ext : {".crt", ".key"}) {
+    const std::string from = dir_.path() + "/certs/client-renewed" + ext, to = dir_.path() + "/certs/client" + ext;
+    ASSERT_EQ(std::rename(from.c_str(), to.c_str()), 0);
+  }
+  EXPECT_EQ(*Who(Files("client")), "app-1");
+  ASSERT_TRUE(tls::ReloadTls().ok());
+  EXPECT_EQ(*Who(Files("client")), "app-2");
 }
 
 TEST_F(RpcTlsTest, BadFilesAreRefusedByName) {

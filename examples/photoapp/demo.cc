@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_option("--local", local, "the datacenter this app server runs in")->capture_default_str();
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   megastore::SetLogLevel("warn");
-  auto config = megastore::server::LoadClusterConfig(config_path);
+  auto config = megastore::server::LoadClusterConfigForClient(config_path);
   if (!config.ok()) {
     std::fprintf(stderr, "photoapp_demo: %s\n", std::string(config.status().message()).c_str());
     return 2;

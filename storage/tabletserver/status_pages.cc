@@ -2,6 +2,7 @@
 
 #include "base/http/http_server.h"
 #include "base/strings.h"
+#include "base/tls/context.h"
 
 namespace megastore::storage {
 namespace {
@@ -40,6 +41,7 @@ std::string StatusHtml(TabletServer& server, const rpc::RpcServer& rpc, const St
               Html(server.options().data_dir), " &middot; up ",
               (ctx.now_micros - ctx.started_micros) / 1000000, " s</p>");
   h += StrCat("<p>Command line: <code>", Html(ctx.command_line), "</code></p>");
+  if (const std::string tls = tls::TlsStatusText(); !tls.empty()) h += StrCat("<h2>TLS</h2><pre>", HtmlEscape(tls), "</pre>");
   h += "<h2>Tables and tablets</h2><table><tr><th>table</th><th>tablet</th><th>rows</th><th>size</th><th>state</th></tr>";
   for (const TabletEntry& e : server.ListTablets()) {
     uint64_t size = 0;
@@ -122,6 +124,7 @@ std::string MetricsText(TabletServer& server, const rpc::RpcServer& rpc, const S
   }
   m += rpc::ServerStatsMetrics({{"", rpc.stats()}});
   m += http::ProcessStatsMetrics();
+  m += tls::TlsMetrics();
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "base/file.h"
+#include "base/status.h"
 #include "base/strings.h"
 
 namespace megastore::server {
@@ -153,6 +154,24 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
     }
   }
   if (full == 0) return absl::InvalidArgumentError(StrCat(file, ": no full replica"));
+  bool any_tls = config.has_tls();
+  for (const DatacenterConfig& dc : config.datacenters()) any_tls |= dc.has_tls();
+  if (any_tls) {
+    for (const DatacenterConfig& dc : config.datacenters()) {
+      const tls::TlsFiles f = ServerTlsOf(config, dc);
+      for (const auto& [field, value] : {std::pair{"ca", f.ca}, std::pair{"cert", f.cert}, std::pair{"key", f.key}})
+        if (value.empty())
+          return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), " has no tls.", field,
+                                                   " (TLS is on for every process once the config names it: set it "
+                                                   "in the datacenter's tls or the cluster's)"));
+    }
+  }
+  if (config.has_client_tls()) {
+    const tls::TlsFiles f = ClientTlsOf(config);
+    if (f.ca.empty() || f.cert.empty() || f.key.empty())
+      return absl::InvalidArgumentError(
+          StrCat(file, ": client_tls needs cert and key, and a ca (its own or the cluster's tls.ca)"));
+  }
   for (const Link& l : config.links()) {
     for (const std::string& end : {l.a(), l.b()})
       if (!names.count(end))
@@ -175,7 +194,43 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool lo
                                                      absl::IsNotFound(text.status()) ? "no such file"
                                                                                      : text.status().message()));
   }
-  return ParseClusterConfig(*text, path, local_mode);
+  MS_ASSIGN_OR_RETURN(ClusterConfig config, ParseClusterConfig(*text, path, local_mode));
+  // Relative TLS paths are the config directory's.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  auto resolve = [&](TlsConfig* t) {
+    for (std::string* f : {t->mutable_ca(), t->mutable_cert(), t->mutable_key()})
+      if (!f->empty() && (*f)[0] != '/') *f = dir + *f;
+  };
+  if (config.has_tls()) resolve(config.mutable_tls());
+  if (config.has_client_tls()) resolve(config.mutable_client_tls());
+  for (DatacenterConfig& dc : *config.mutable_datacenters())
+    if (dc.has_tls()) resolve(dc.mutable_tls());
+  return config;
+}
+
+absl::StatusOr<ClusterConfig> LoadClusterConfigForClient(const std::string& path) {
+  MS_ASSIGN_OR_RETURN(ClusterConfig config, LoadClusterConfig(path));
+  if (!tls::DefaultTls().enabled() && config.has_client_tls()) {
+    const tls::TlsFiles files = ClientTlsOf(config);
+    if (absl::Status s = tls::CheckTls(files); !s.ok())
+      return absl::InvalidArgumentError(StrCat(path, ": client_tls: ", s.message()));
+    tls::SetDefaultTls(files);
+  }
+  return config;
+}
+
+tls::TlsFiles ServerTlsOf(const ClusterConfig& config, const DatacenterConfig& dc) {
+  auto pick = [](const std::string& own, const std::string& cluster) { return own.empty() ? cluster : own; };
+  if (!config.has_tls() && !dc.has_tls()) return {};
+  return tls::TlsFiles{pick(dc.tls().ca(), config.tls().ca()), pick(dc.tls().cert(), config.tls().cert()),
+                       pick(dc.tls().key(), config.tls().key())};
+}
+
+tls::TlsFiles ClientTlsOf(const ClusterConfig& config) {
+  if (!config.has_client_tls()) return {};
+  const TlsConfig& c = config.client_tls();
+  return tls::TlsFiles{c.ca().empty() ? config.tls().ca() : c.ca(), c.cert(), c.key()};
 }
 
 std::string ToText(const ClusterConfig& config) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/delayed_transport.h"
+#include "base/tls/context.h"
 #include "replication/group_client.h"
 #include "tools/megastored/cluster.pb.h"
 
@@ -21,6 +22,16 @@ namespace megastore::server {
 absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::string_view file,
                                                  bool local_mode = false);
 absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool local_mode = false);
+// LoadClusterConfig for a tool or an application: unless the process was
+// given TLS files (rpc::DefaultTls), the config's client_tls become its
+// default.
+absl::StatusOr<ClusterConfig> LoadClusterConfigForClient(const std::string& path);
+
+// The TLS files of `dc`'s processes (its tls over the cluster's), or an
+// empty set when the config names no TLS.
+tls::TlsFiles ServerTlsOf(const ClusterConfig& config, const DatacenterConfig& dc);
+// The TLS files of a tool or application (client_tls, CA from tls).
+tls::TlsFiles ClientTlsOf(const ClusterConfig& config);
 std::string ToText(const ClusterConfig& config);
 
 replication::ReplicaType TypeOf(const DatacenterConfig& dc);

@@ -19,9 +19,12 @@
 #include "base/status.h"
 #include "storage/cell/cell_client.h"
 #include "base/strings.h"
+#include "base/tls/certs.h"
+#include "base/tls/context.h"
 #include "schema/compat.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/datacenter.h"
+#include "tools/megastored/signals.h"
 #include "tools/megastored/status.h"
 #include "txn/transaction.h"
 
@@ -34,15 +37,38 @@ int BadFlags(const std::string& what) {
   return 2;
 }
 
-int WaitForSignal() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  int sig = 0;
-  sigwait(&signals, &sig);
-  MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  return 0;
+// "https" or "http": what this process's HTTP listeners speak.
+const char* HttpScheme() { return tls::DefaultTls().enabled() ? "https" : "http"; }
+
+// The throwaway certificates of megastored --local, in `dir` (DATA/tls):
+// a CA, one certificate every datacenter of the process presents
+// ("megastore-local", for the hosts of `config` and loopback) and one for
+// tools and the example app ("admin"). Made on first start, reused after.
+struct LocalCertificates {
+  tls::TlsFiles server, client;
+};
+absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir, const ClusterConfig& config) {
+  LocalCertificates out;
+  out.server = tls::TlsFiles{dir + "/ca.crt", dir + "/megastore-local.crt", dir + "/megastore-local.key"};
+  out.client = tls::TlsFiles{dir + "/ca.crt", dir + "/admin.crt", dir + "/admin.key"};
+  if (!std::filesystem::exists(dir + "/ca.key")) {
+    MS_RETURN_IF_ERROR(tls::CreateCa(dir, "megastore local CA (throwaway)"));
+    tls::CertificateRequest server;
+    server.common_name = "megastore-local";
+    server.hosts = {"127.0.0.1", "localhost", "::1"};
+    for (const DatacenterConfig& dc : config.datacenters()) {
+      const std::string host = dc.address().substr(0, dc.address().rfind(':'));
+      if (!host.empty() && std::find(server.hosts.begin(), server.hosts.end(), host) == server.hosts.end())
+        server.hosts.push_back(host);
+    }
+    MS_RETURN_IF_ERROR(tls::IssueCertificate(dir, dir, "megastore-local", server));
+    tls::CertificateRequest admin;
+    admin.common_name = "admin";
+    MS_RETURN_IF_ERROR(tls::IssueCertificate(dir, dir, "admin", admin));
+  }
+  MS_RETURN_IF_ERROR(tls::CheckTls(out.server));
+  MS_RETURN_IF_ERROR(tls::CheckTls(out.client));
+  return out;
 }
 
 }  // namespace
@@ -57,11 +83,11 @@ bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line
     status = ServeStatus(flags.http, StatusSources{command_line, std::move(dcs), config, gateway_db, gateway},
                          &bound);
     if (status == nullptr) return false;
-    std::printf("megastored: status at http://%s/status\n", bound.c_str());
+    std::printf("megastored: status at %s://%s/status\n", HttpScheme(), bound.c_str());
   }
   std::printf("megastored: ready\n");
   std::fflush(stdout);
-  WaitForSignal();
+  WaitForShutdown();
   if (status) status->Stop();
   return true;
 }
@@ -140,6 +166,14 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       if (config.datacenters(i).name() == flags.datacenter) self = i;
     if (self < 0) return BadFlags(StrCat("--datacenter=", flags.datacenter, ": not in ", flags.config));
     const DatacenterConfig& me = config.datacenters(self);
+    if (flags.no_tls) return BadFlags("--no-tls is for --local; a --config cluster's TLS is its config's tls");
+    // The config's certificates, unless --tls-* named this process's own.
+    if (!tls::DefaultTls().enabled()) {
+      const tls::TlsFiles files = ServerTlsOf(config, me);
+      if (absl::Status s = tls::CheckTls(files); !s.ok())
+        return BadFlags(StrCat(flags.config, ": datacenter ", me.name(), "'s tls: ", s.message()));
+      tls::SetDefaultTls(files);
+    }
     DatacenterOptions o;
     o.name = me.name();
     o.data_dir = flags.data;
@@ -225,6 +259,34 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   if (!flags.config.empty() && config.datacenters_size() != flags.local)
     return BadFlags(StrCat("--local=", flags.local, " but ", flags.config, " describes ",
                            config.datacenters_size(), " datacenters"));
+  // TLS: --tls-* if given, else the config's, else throwaway certificates
+  // in DATA/tls (unless --no-tls).
+  tls::TlsFiles client_tls;
+  if (!tls::DefaultTls().enabled() && !flags.no_tls) {
+    if (ServerTlsOf(config, config.datacenters(0)).enabled()) {
+      const tls::TlsFiles files = ServerTlsOf(config, config.datacenters(0));
+      for (const DatacenterConfig& dc : config.datacenters())
+        if (ServerTlsOf(config, dc) != files)
+          return BadFlags(StrCat(flags.config, ": --local runs every datacenter in one process, with one "
+                                 "certificate: give them all the same tls"));
+      if (absl::Status s = tls::CheckTls(files); !s.ok()) return BadFlags(StrCat(flags.config, ": tls: ", s.message()));
+      tls::SetDefaultTls(files);
+      client_tls = ClientTlsOf(config);
+    } else {
+      if (absl::Status s = CreatePrivateDirectories(flags.data); !s.ok()) return BadFlags(std::string(s.message()));
+      absl::StatusOr<LocalCertificates> made = EnsureLocalCertificates(flags.data + "/tls", config);
+      if (!made.ok()) {
+        std::fprintf(stderr, "megastored: the local cluster's certificates in %s/tls: %s\n", flags.data.c_str(),
+                     std::string(made.status().message()).c_str());
+        return 1;
+      }
+      tls::SetDefaultTls(made->server);
+      client_tls = made->client;
+      std::printf("megastored: TLS on, with throwaway certificates in %s/tls (CA ca.crt; tools: admin.crt, "
+                  "admin.key; --no-tls turns it off)\n",
+                  flags.data.c_str());
+    }
+  }
   auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync, flags.accept_log_loss);
   if (!cluster.ok()) {
     std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
@@ -238,9 +300,22 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     return 1;
   }
   const std::string config_path = flags.data + "/cluster.textproto";
+  ClusterConfig written = (*cluster)->config();
+  if (tls::DefaultTls().enabled()) {
+    // Absolute paths: the files may live anywhere (--tls-*), and a
+    // relative one would be read from the config's directory.
+    auto set = [](TlsConfig* t, const tls::TlsFiles& f) {
+      auto absolute = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
+      t->set_ca(absolute(f.ca));
+      t->set_cert(absolute(f.cert));
+      t->set_key(absolute(f.key));
+    };
+    set(written.mutable_tls(), tls::DefaultTls());
+    for (DatacenterConfig& dc : *written.mutable_datacenters()) dc.clear_tls();
+    if (client_tls.enabled()) set(written.mutable_client_tls(), client_tls);
+  }
   if (absl::Status s = WriteFileAtomically(
-          config_path, "# Written by megastored --local: the running cluster's addresses.\n" +
-                           ToText((*cluster)->config()));
+          config_path, "# Written by megastored --local: the running cluster's addresses.\n" + ToText(written));
       !s.ok()) {
     std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -298,7 +373,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       std::fprintf(stderr, "megastored: the gateway: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("megastored: JSON gateway at http://%s:%d/v1/ (schema %s, datacenter %s)\n",
+    std::printf("megastored: JSON gateway at %s://%s:%d/v1/ (schema %s, datacenter %s)\n", HttpScheme(),
                 flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(), gateway->port(),
                 schemas.front().name().c_str(), local.c_str());
   }

@@ -22,6 +22,7 @@ struct ClusterFlags {
   std::string http;           // --http=HOST:PORT: /status and /metrics
   bool sync = true;
   bool accept_log_loss = false;  // --accept-log-loss
+  bool no_tls = false;           // --no-tls: --local without its throwaway certificates
 };
 
 // Runs until SIGINT/SIGTERM (blocked by the caller). Prints its endpoints.

@@ -1,6 +1,8 @@
 #include "tools/megastored/cluster.h"
 
+#include "base/file.h"
 #include "base/strings.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -48,6 +50,35 @@ TEST(ClusterConfigTest, MistakesAreNamedWithWhereTheyAre) {
               HasSubstr("one_way_ms 4000000000 is more than 10000"));
   EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } max_clock_skew_ms: 7200000"),
               HasSubstr("max_clock_skew_ms 7200000 is more than an hour"));
+}
+
+TEST(ClusterConfigTest, TlsFilesAreCompletePerDatacenterAndRelativeToTheConfig) {
+  const std::string two = "datacenters { name: \"A\" address: \"h:1\" tls { cert: \"a.crt\" key: \"a.key\" } } "
+                          "datacenters { name: \"B\" address: \"h:2\" } ";
+  EXPECT_THAT(ErrorOf(two + "tls { ca: \"ca.crt\" }"), HasSubstr("datacenter B has no tls.cert"));
+  EXPECT_THAT(ErrorOf(two), HasSubstr("datacenter A has no tls.ca"));
+  EXPECT_EQ(ErrorOf(two + "tls { ca: \"ca.crt\" cert: \"all.crt\" key: \"all.key\" }"), "");
+  EXPECT_THAT(ErrorOf(two + "tls { ca: \"ca.crt\" cert: \"x\" key: \"y\" } client_tls { cert: \"c.crt\" }"),
+              HasSubstr("client_tls needs cert and key"));
+
+  TestDir dir;
+  const std::string path = dir.path() + "/c.textproto";
+  ASSERT_TRUE(WriteFileAtomically(path, two + "tls { ca: \"ca.crt\" cert: \"/abs/all.crt\" key: \"all.key\" } "
+                                               "client_tls { cert: \"c.crt\" key: \"c.key\" }")
+                  .ok());
+  absl::StatusOr<ClusterConfig> c = LoadClusterConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const tls::TlsFiles a = ServerTlsOf(*c, c->datacenters(0)), b = ServerTlsOf(*c, c->datacenters(1));
+  EXPECT_EQ(a.ca, dir.path() + "/ca.crt");
+  EXPECT_EQ(a.cert, dir.path() + "/a.crt");
+  EXPECT_EQ(b.cert, "/abs/all.crt");
+  EXPECT_EQ(b.key, dir.path() + "/all.key");
+  const tls::TlsFiles client = ClientTlsOf(*c);
+  EXPECT_EQ(client.ca, dir.path() + "/ca.crt");
+  EXPECT_EQ(client.key, dir.path() + "/c.key");
+  // The files do not exist: a client loading the config is told which.
+  absl::StatusOr<ClusterConfig> for_client = LoadClusterConfigForClient(path);
+  EXPECT_THAT(std::string(for_client.status().message()), HasSubstr("client_tls"));
 }
 
 TEST(ClusterConfigTest, AnEndlessOrHugeConfigFileIsRefusedNotRead) {

@@ -36,6 +36,7 @@
 #include "storage/lock/lock_service_rpc.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/cluster_roles.h"
+#include "tools/megastored/signals.h"
 
 namespace {
 
@@ -47,18 +48,6 @@ absl::Duration ParseDurationOrDie(const std::string& text, const char* flag) {
     std::exit(2);
   }
   return d;
-}
-
-// Blocks the shutdown signals (before any thread starts: every thread
-// inherits the mask), so the main thread can sigwait for them.
-sigset_t BlockShutdownSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  return signals;
 }
 
 // The lock service's files, for a lock-role process's /status.
@@ -124,7 +113,7 @@ int main(int argc, char** argv) {
       "      a process of a Bigtable cell (docs/cell.md): its lock service, a master (one\n"
       "      holds the master lock, others stand by) or a tablet server; ROOT is the cell's\n"
       "      shared data root (every master and tablet server of the cell gives the same)\n"
-      "SIGTERM or SIGINT shuts it down cleanly."};
+      "SIGTERM or SIGINT shuts it down cleanly; SIGHUP reloads its TLS certificates."};
   megastore::server::ClusterFlags cluster;
   app.add_option("--local", cluster.local, "run N datacenters in this process (the embedded default: 3)")
       ->check(CLI::Range(1, 26));
@@ -214,6 +203,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   megastore::rpc::TlsFiles tls;  // on every RPC listener and connection of this process
   megastore::AddTlsFlags(app, tls, "this process's");
+  app.add_flag("--no-tls", cluster.no_tls,
+               "with --local: run without TLS (by default --local makes throwaway certificates in DATA/tls)");
   app.add_option("--descriptor-reserve", descriptor_reserve,
                  "file descriptors kept back from network connections for storage (0: a quarter of the limit, at "
                  "least 256)")
@@ -304,8 +295,16 @@ int main(int argc, char** argv) {
     cluster.sync = !no_sync;
     cluster.accept_log_loss = accept_log_loss;
     cluster.roles = roles;
-    BlockShutdownSignals();
+    if (cluster.no_tls && tls.enabled()) {
+      std::fprintf(stderr, "megastored: --no-tls and --tls-* contradict each other\n");
+      return 2;
+    }
+    megastore::server::BlockServerSignals();
     return megastore::server::RunCluster(cluster, CommandLine(argc, argv));
+  }
+  if (cluster.no_tls) {
+    std::fprintf(stderr, "megastored: --no-tls is for --local (elsewhere TLS is on only when --tls-* gives it)\n");
+    return 2;
   }
   if (!cluster.gateway.empty() || !cluster.schemas.empty() || !cluster.datacenter.empty()) {
     std::fprintf(stderr, "megastored: --gateway, --schema and --datacenter need --local or --config\n");
@@ -366,7 +365,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const sigset_t signals = BlockShutdownSignals();
+  megastore::server::BlockServerSignals();
 
   megastore::Env* env = megastore::Env::Default();
   std::unique_ptr<megastore::storage::lock::EmbeddedLockService> lock;
@@ -558,9 +557,7 @@ int main(int argc, char** argv) {
   if (!http_bound.empty()) std::printf("megastored: status at http://%s/status\n", http_bound.c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  megastore::server::WaitForShutdown();
   registered = nullptr;  // not one more request once it leaves
   registration.reset();  // leaves the cell first: its file goes
   if (cell_client) cell_client->Cancel();  // a split or merge committing now gives up

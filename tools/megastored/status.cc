@@ -8,6 +8,7 @@
 #include "base/coding.h"
 #include "base/env.h"
 #include "base/logging.h"
+#include "base/tls/context.h"
 #include "base/strings.h"
 
 namespace megastore::server {
@@ -37,6 +38,8 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
   std::string html = StrCat("<!doctype html><title>megastored</title><h1>megastored</h1><p><code>",
                             HtmlEscape(s.command_line), "</code><br>up ",
                             (Env::Default()->NowMicros() - started_micros) / 1'000'000, " s</p>");
+  if (const std::string tls = tls::TlsStatusText(); !tls.empty())
+    html += StrCat("<h2>TLS</h2><pre>", HtmlEscape(tls), "</pre>");
   html += "<h2>Datacenters in this process</h2><table border=1 cellpadding=4><tr><th>name<th>type<th>roles"
           "<th>address<th>coordinator<th>epoch<th>tables</tr>";
   for (Datacenter* dc : s.datacenters) {
@@ -236,6 +239,7 @@ std::string MetricsText(const StatusSources& s) {
   }
   out += rpc::ServerStatsMetrics(rpc_servers);
   out += http::ProcessStatsMetrics();
+  out += tls::TlsMetrics();
 
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();

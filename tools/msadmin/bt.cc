@@ -529,7 +529,7 @@ int RunBt(const BtState& state) {
     return 2;
   }
   if (!state.config.empty()) {
-    absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(state.config);
+    absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfigForClient(state.config);
     if (!config.ok()) {
       std::fprintf(stderr, "msadmin bt: %s\n", std::string(config.status().message()).c_str());
       return 2;

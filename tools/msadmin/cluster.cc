@@ -154,8 +154,10 @@ int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
   bool healthy = true;
   if (!s.json) std::printf("%-10s %-9s %-22s %-8s %-36s %s\n", "datacenter", "type", "address", "state", "roles", "coordinator");
   std::string json = "[";
+  std::string why_down;  // one line per datacenter down: what its processes answered
   for (const auto& dc : config.datacenters()) {
     const DatacenterState st = AskDatacenter(transport, dc, absl::Seconds(s.timeout));
+    if (!st.up()) why_down += StrCat("  ", dc.name(), ": ", st.down, "\n");
     std::string coord = "—";
     if (st.up() && server::TypeOf(dc) == replication::ReplicaType::kFull) {
       coord = st.merged.coordinator_disabled() ? "disabled by an operator"
@@ -197,7 +199,8 @@ int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
     }
   }
   if (s.json) std::printf("%s]\n", json.c_str());
-  else if (!healthy) std::printf("\nnot healthy: start the datacenters that are down (megastored --config ... --datacenter=NAME); a coordinator without its lock majority recovers once the other datacenters' lock services answer\n");
+  else if (!why_down.empty()) std::printf("\n%s", why_down.c_str());
+  if (!s.json && !healthy) std::printf("\nnot healthy: start the datacenters that are down (megastored --config ... --datacenter=NAME); a coordinator without its lock majority recovers once the other datacenters' lock services answer\n");
   return healthy ? 0 : 1;
 }
 
@@ -707,7 +710,7 @@ void AddClusterCommands(CLI::App& app, ClusterState& state) {
 }
 
 int RunClusterCommand(const ClusterState& s) {
-  absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(s.config);
+  absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfigForClient(s.config);
   if (!config.ok()) return Usage(std::string(config.status().message()));
   if (s.command == "cluster status") return ClusterStatus(s, *config);
   if (s.command == "coordinator disable") return Switch(s, *config, false, false);

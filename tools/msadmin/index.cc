@@ -101,7 +101,7 @@ int RunIndex(const IndexState& state) {
     return UsageError("give the cluster as --config=FILE or as --replicas=NAME=TYPE@HOST:PORT,...");
   absl::StatusOr<std::vector<replication::ReplicaInfo>> replicas;
   if (!state.config.empty()) {
-    absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(state.config);
+    absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfigForClient(state.config);
     if (!config.ok()) return UsageError(std::string(config.status().message()));
     replicas = server::ReplicasOf(*config);
   } else {
