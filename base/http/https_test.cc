@@ -2,14 +2,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <thread>
+#include <utility>  // before Boost 1.74's asio, which needs std::exchange
+
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <filesystem>
-#include <thread>
-#include <utility>  // before Boost 1.74's asio, which needs std::exchange
 
 #include "base/http/http_server.h"
 #include "base/test_util.h"
