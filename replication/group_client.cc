@@ -250,14 +250,24 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       // outcome is still reported as unknown.
       // Likewise when a majority is out of disk space: waiting for the
       // deadline would only hide why.
+      // And when every voter's access policy refuses the writer: no retry
+      // helps, and nothing was accepted anywhere, so the commit failed. (A
+      // refusal by some but not all, while a policy change spreads, leaves
+      // the outcome to the round timer: an acceptor that took the entry may
+      // see it chosen later.)
       const bool beyond = IsBeyondTop(r.status());
-      if (!beyond && !absl::IsResourceExhausted(r.status())) return;  // lost: the round timer takes care of it
+      const bool denied = absl::IsPermissionDenied(r.status());
+      if (!beyond && !denied && !absl::IsResourceExhausted(r.status())) return;  // lost: the round timer takes care of it
       bool give_up;
       {
         absl::MutexLock lock(&mu_);
-        std::set<int>& refused = beyond ? beyond_top_ : out_of_space_;
+        std::set<int>& refused = beyond ? beyond_top_ : denied ? denied_ : out_of_space_;
         refused.insert(request.acceptor);
-        give_up = !finished_ && refused.size() >= c_->voters().size() / 2 + 1;
+        give_up = !finished_ && refused.size() >= (denied ? c_->voters().size() : c_->voters().size() / 2 + 1);
+      }
+      if (give_up && denied) {
+        return Finish(absl::PermissionDeniedError(
+            StrCat("every replica refused to write log position ", position_, ": ", r.status().message())));
       }
       if (give_up) {
         Finish(absl::DeadlineExceededError(StrCat(
@@ -372,6 +382,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
         next = ++round_;
         beyond_top_.clear();  // refusals count within one round
         out_of_space_.clear();
+        denied_.clear();
       }
     }
     if (out.empty()) {
@@ -406,6 +417,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   std::optional<paxos::Ballot> chosen_ballot_ ABSL_GUARDED_BY(mu_);
   std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);    // acceptors that refused the position as too far
   std::set<int> out_of_space_ ABSL_GUARDED_BY(mu_);  // ... or for a full disk
+  std::set<int> denied_ ABSL_GUARDED_BY(mu_);        // ... or by their access policy
   const std::shared_ptr<LateAccepts> late_ = std::make_shared<LateAccepts>();
   Callback<Chosen> done_ ABSL_GUARDED_BY(mu_);
 };
@@ -750,11 +762,14 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
                          Gather<StateReply>::Results results) mutable {
       size_t ok = 0;
       uint64_t target = 0;
+      std::optional<absl::Status> denied;
       for (auto& r : results) {
+        if (r && absl::IsPermissionDenied(r->status())) denied = r->status();
         if (!r || !r->ok()) continue;
         ++ok;
         target = std::max({target, (*r)->top(), (*r)->applied().position()});
       }
+      if (ok < voters_.size() / 2 + 1 && denied.has_value()) return done(*denied);
       if (ok < voters_.size() / 2 + 1)
         return done(absl::UnavailableError(StrCat(
             "current read: only ", ok, " of ", voters_.size(),

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "api/database.h"
+#include "base/rpc/rpc.h"
 #include "base/strings.h"
 #include "base/test_util.h"
 #include "base/tls/certs.h"
@@ -92,7 +93,7 @@ class PhotoAlbum {
     EXPECT_TRUE(db.ok()) << db.status();
     if (db.ok()) db_ = std::move(*db);
   }
-  void Add(int32_t id) {
+  absl::Status Add(int32_t id) {
     absl::StatusOr<CommitInfo> r = db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
       photoapp::Photo p;
       p.set_user_id(user_);
@@ -102,6 +103,7 @@ class PhotoAlbum {
       return t.Put(p);
     });
     if (r.ok()) acked_.push_back(id);
+    return r.status();
   }
   // The photo ids a current read finds.
   absl::StatusOr<std::set<int32_t>> Read() {
@@ -372,13 +374,13 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   EXPECT_THAT(demo.out, HasSubstr("4. Reading at datacenter C")) << demo.out;
 
   PhotoAlbum album(config, "A", 100);
-  for (int32_t id = 1; id <= 10; ++id) album.Add(id);
+  for (int32_t id = 1; id <= 10; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
   ASSERT_EQ(album.acked().size(), 10u);
   for (const char* name : {"C/tablet,lock", "C/coordinator", "C/replication"}) procs[name]->Kill(SIGKILL);
-  for (int32_t id = 11; id <= 30; ++id) album.Add(id);
+  for (int32_t id = 11; id <= 30; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
   EXPECT_GE(album.acked().size(), 25u) << "A and B are a majority: commits go on without C";
   start_c();
-  for (int32_t id = 31; id <= 35; ++id) album.Add(id);
+  for (int32_t id = 31; id <= 35; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
 
   // The example app again, from B: it reads at C too.
   demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=B"));
@@ -463,7 +465,7 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
   ASSERT_EQ(demo.exit_code, 0) << demo.out;
 
   PhotoAlbum album(config, "A", 200);
-  for (int32_t id = 1; id <= 10; ++id) album.Add(id);
+  for (int32_t id = 1; id <= 10; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
   ASSERT_EQ(album.acked().size(), 10u);
   // The server of the tablet holding PhotoApp's rows goes.
   tablets = testing::RunCommand(StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
@@ -472,7 +474,7 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
     if (tablets.out.find(StrCat("\"server\":\"", ts, "\"")) != std::string::npos) victim = ts;
   ASSERT_FALSE(victim.empty()) << tablets.out;
   procs[victim]->Kill(SIGKILL);
-  for (int32_t id = 11; id <= 30; ++id) album.Add(id);
+  for (int32_t id = 11; id <= 30; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
   EXPECT_GE(album.acked().size(), 25u) << "commits go on: B and C accept, A's cell recovers";
   // A's cell serves PhotoApp again, elsewhere.
   bool moved = false;
@@ -494,6 +496,82 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
   // The datacenters first, then A's cell.
   for (const char* dc : {"A", "B", "C"}) procs[dc]->Kill(SIGTERM);
   for (auto& [name, p] : procs) p->Kill(SIGTERM);
+}
+
+// Who may do what: a policy set with msadmin applies to every kind of
+// caller at once, without a restart, and every refusal names the caller,
+// the action and the object.
+TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  const std::string data = dir.path() + "/data";
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + data, "--schema=" + schema, "--http=127.0.0.1:0",
+                            "--no-sync", "--log-level=warn"}));
+  const std::string out = UntilReady(server);
+  ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
+  const size_t st = out.find("status at https://127.0.0.1:");
+  ASSERT_NE(st, std::string::npos) << out;
+  const int http = std::atoi(out.c_str() + st + std::string("status at https://127.0.0.1:").size());
+  const std::string config_flag = StrCat(" --config=", data, "/cluster.textproto");
+  absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(data + "/cluster.textproto");
+  ASSERT_TRUE(config.ok()) << config.status();
+
+  // An application server with its own certificate of the cluster's CA.
+  ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", data, "/tls app --out=", dir.path())).exit_code,
+            0);
+  const tls::TlsFiles app{data + "/tls/ca.crt", dir.path() + "/app.crt", dir.path() + "/app.key"};
+  tls::SetDefaultTls(app);
+  PhotoAlbum album(*config, "A", 7);
+  ASSERT_TRUE(album.Add(1).ok()) << "no policy yet: every certificate of the CA may do everything";
+
+  std::ofstream(dir.path() + "/policy.textproto") << "members { principal: \"megastore-local\" roles: \"replica\" }\n"
+                                                     "members { principal: \"admin\" roles: \"admin\" }\n"
+                                                     "members { principal: \"app\" grants { object: \"PhotoApp\" "
+                                                     "read: true } }\n";
+  testing::Result set = testing::RunCommand(StrCat(MSADMIN, " acl set", config_flag, " ", dir.path(), "/policy.textproto"));
+  ASSERT_EQ(set.exit_code, 0) << set.out;
+  EXPECT_THAT(set.out, HasSubstr("C: policy version 1 installed"));
+
+  // Reads are granted, writes are not.
+  absl::StatusOr<std::set<int32_t>> seen = album.Read();
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->count(1), 1u);
+  absl::Status denied = album.Add(2);
+  EXPECT_TRUE(absl::IsPermissionDenied(denied)) << denied;
+  EXPECT_THAT(denied.message(), HasSubstr("\"app\" may not write \"PhotoApp\" (repl.Paxos)"));
+  // The cluster's own methods and an operator's are refused too.
+  rpc::ClientOptions co;
+  co.server = config->datacenters(1).address();
+  co.tls = app;
+  rpc::RpcClient to_b(co);
+  absl::StatusOr<std::string> lock = to_b.Call("lock.Acquire", "", absl::Seconds(5));
+  EXPECT_TRUE(absl::IsPermissionDenied(lock.status())) << lock.status();
+  EXPECT_THAT(lock.status().message(), HasSubstr("\"app\" may not call the replica method lock.Acquire"));
+  absl::StatusOr<std::string> off = to_b.Call("dc.Replica", "", absl::Seconds(5));
+  EXPECT_THAT(off.status().message(), HasSubstr("may not call the admin method dc.Replica"));
+  EXPECT_TRUE(to_b.Call("dc.Status", "", absl::Seconds(5)).ok()) << "status is anyone's";
+  // The admin's tools go on working; the refusals are counted.
+  testing::Result status = testing::RunCommand(StrCat(MSADMIN, " cluster status", config_flag));
+  EXPECT_EQ(status.exit_code, 0) << status.out;
+  const std::string metrics = testing::Https(http, testing::LocalAdminTls(data), "GET", "/metrics");
+  EXPECT_GE(MetricValue(metrics, "megastore_access_refusals_total{datacenter=\"B\",method=\"lock.Acquire\"}"), 1);
+  EXPECT_GE(MetricValue(metrics, "megastore_access_policy_version{datacenter=\"A\"}"), 1);
+
+  // A grant takes effect without a restart.
+  testing::Result grant =
+      testing::RunCommand(StrCat(MSADMIN, " acl grant", config_flag, " app --write=PhotoApp"));
+  ASSERT_EQ(grant.exit_code, 0) << grant.out;
+  EXPECT_TRUE(album.Add(3).ok());
+  testing::Result show = testing::RunCommand(StrCat(MSADMIN, " acl show", config_flag));
+  EXPECT_THAT(show.out, HasSubstr("A: version 2"));
+  // A policy that would lock the cluster out is refused before it is sent.
+  testing::Result lockout = testing::RunCommand(StrCat(MSADMIN, " acl revoke", config_flag, " megastore-local"));
+  EXPECT_EQ(lockout.exit_code, 2) << lockout.out;
+  EXPECT_THAT(lockout.out, HasSubstr("names no replica"));
+  tls::SetDefaultTls({});
+  ::kill(server.pid(), SIGTERM);
+  server.Wait();
 }
 
 // An operator's session with msadmin against the embedded default: apply

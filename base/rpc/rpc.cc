@@ -176,7 +176,7 @@ struct RpcServer::Impl {
   std::atomic<int> port{0};
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0}, idle_closed{0},
-      stalled_closed{0}, pauses{0}, tls_failures{0};
+      stalled_closed{0}, pauses{0}, tls_failures{0}, calls_refused{0};
   tls::ContextRef tls;  // held while serving over TLS
 
   void Accept();
@@ -525,6 +525,13 @@ void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
   ctx.peer = peer;
   ctx.principal = principal;
   if (request.timeout_micros() > 0) ctx.timeout = absl::Microseconds(request.timeout_micros());
+  if (server->options.authorize) {
+    if (absl::Status s = server->options.authorize(ctx, request.method(), request.body()); !s.ok()) {
+      ++server->calls_refused;
+      responder->Finish(s);
+      return;
+    }
+  }
   const Method* m = &it->second;
   if (m->inline_handler) {
     std::shared_ptr<Responder> r = responder;
@@ -663,6 +670,8 @@ std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerSt
       {"megastore_rpc_tls_handshake_failures_total", "counter",
        "Connections closed for a failed or missing TLS handshake (no certificate of the CA, plaintext).",
        &ServerStats::tls_handshake_failures},
+      {"megastore_rpc_calls_refused_total", "counter",
+       "Calls refused by the access policy (PERMISSION_DENIED; docs/security.md).", &ServerStats::calls_refused},
   };
   std::string out;
   for (const Family& f : kFamilies) {
@@ -685,6 +694,7 @@ ServerStats RpcServer::stats() const {
   s.stalled_closed = impl_->stalled_closed;
   s.backpressure_pauses = impl_->pauses;
   s.tls_handshake_failures = impl_->tls_failures;
+  s.calls_refused = impl_->calls_refused;
   std::lock_guard<std::mutex> lock(impl_->conns_mu);
   s.connections_open = impl_->conns.size();
   return s;

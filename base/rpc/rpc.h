@@ -111,6 +111,10 @@ struct ServerOptions {
   int io_threads = 2;
   // Handlers run here; enough threads for the writers a group commit batches.
   int worker_threads = 96;
+  // Asked before every call of a registered method (on the connection's
+  // I/O thread: it must be quick and not block); an error is the call's
+  // answer and the handler does not run. Unset: every call is allowed.
+  std::function<absl::Status(const CallContext& ctx, std::string_view method, std::string_view request)> authorize;
 };
 
 struct ServerStats {
@@ -124,6 +128,7 @@ struct ServerStats {
   uint64_t stalled_closed = 0;        // closed after stall_timeout, or not reading a stream
   uint64_t backpressure_pauses = 0;   // times a connection's reading was paused
   uint64_t tls_handshake_failures = 0;  // connections closed for a failed TLS handshake
+  uint64_t calls_refused = 0;           // calls ServerOptions::authorize refused
 };
 
 // Prometheus text for RPC servers' counters: one family per counter, one

@@ -26,6 +26,12 @@
 
 namespace {
 
+// Says why the demo stops, on stdout with the rest of its report.
+int Failed(const absl::Status& s) {
+  std::printf("  FAILED: %s\n", s.ToString().c_str());
+  return 1;
+}
+
 using megastore::CommitInfo;
 using megastore::Database;
 using megastore::StrCat;
@@ -165,7 +171,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     auto by_time = (*t)->IndexQuery<Photo>("PhotosByTime", {p.id});
-    if (!by_time.ok()) return 1;
+    if (!by_time.ok()) return Failed(by_time.status());
     std::vector<std::string> shown;
     for (const Photo& ph : *by_time) shown.push_back(StrCat(ph.photo_id(), " [", Join(Tags(ph)), "]"));
     std::printf("  %s's photos by time (local index, current read served by replica %s, %.1f ms): %s\n", p.name,
@@ -174,7 +180,7 @@ int main(int argc, char** argv) {
   for (const char* tag : {"beach", "mountain"}) {
     absl::Time start = absl::Now();
     auto tagged = db.GlobalIndexQuery<Photo>("PhotosByTag", {std::string(tag)});
-    if (!tagged.ok()) return 1;
+    if (!tagged.ok()) return Failed(tagged.status());
     std::vector<std::string> shown;
     for (const Photo& ph : *tagged) shown.push_back(StrCat("user ", ph.user_id(), " photo ", ph.photo_id()));
     std::printf("  photos tagged \"%s\" across users (global index, %.1f ms): %s\n", tag, Ms(absl::Now() - start),
@@ -187,7 +193,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<CommitInfo> sent = db.Run<User>(User::Key{1}, [&](Transaction& t) {
     return t.Send(User::kTable, {int64_t{2}}, "shared", "1/1");
   });
-  if (!sent.ok()) return 1;
+  if (!sent.ok()) return Failed(sent.status());
   std::printf("  sent with Ada's commit at position %llu (%.1f ms), delivered to Bob's group exactly once\n",
               static_cast<unsigned long long>(sent->position), Ms(absl::Now() - start));
   int received = 0;
@@ -214,7 +220,7 @@ int main(int argc, char** argv) {
     }
     return absl::OkStatus();
   });
-  if (!took.ok()) return 1;
+  if (!took.ok()) return Failed(took.status());
   std::printf("  Bob's transaction read %d message(s), stored the shared photo as his photo 101 and consumed "
               "the message (%.1f ms)\n", received, Ms(absl::Now() - start));
 

@@ -203,6 +203,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                                " and its ", RoleName(r), " role on ", AddressOf(me, r),
                                ": run one megastored per address, each with --roles naming the roles there"));
     o.tablet_address = AddressOf(me, Role::kTablet);
+    o.lock_address = AddressOf(me, Role::kLock);
     const bool in_cell = !me.bigtable_cell().name().empty();
     if (in_cell) {
       if (me.bigtable_cell().lock_service().empty())

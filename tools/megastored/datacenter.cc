@@ -107,8 +107,13 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   rpc::ServerOptions so;
   so.listen = o.listen;
   so.worker_threads = o.rpc_workers;
-  dc->server_ = std::make_unique<rpc::RpcServer>(so);
   Datacenter* d = dc.get();
+  // The access policy binds principals, which only TLS gives.
+  if (so.tls.enabled())
+    so.authorize = [d](const rpc::CallContext& ctx, std::string_view method, std::string_view request) {
+      return d->access_.Authorize(ctx, method, request);
+    };
+  dc->server_ = std::make_unique<rpc::RpcServer>(so);
   if (d->Runs(Role::kLock)) {
     // Coordinator locks live in memory; the state file remembers the longest
     // lease granted, so a restarted lock role waits it out before granting
@@ -129,6 +134,36 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         d->locks_->Serve(m, std::move(req), std::move(respond));
       });
+    // The access policy lives with the lock role, as Bigtable keeps its
+    // list of writers in Chubby.
+    const std::string policy_file = StrCat(o.data_dir, "/access-policy.pb");
+    MS_ASSIGN_OR_RETURN(std::optional<AccessPolicy> policy, LoadPolicyFile(policy_file));
+    if (policy.has_value()) {
+      if (!so.tls.enabled())
+        MS_LOG_WARN("{}: {} holds an access policy, but without TLS there are no principals: it is not enforced",
+                    o.name, policy_file);
+      dc->access_.Install(*std::move(policy));
+    }
+    rpc::Serve(*d->server_, "acl.Get", [d](std::string, Responder respond) {
+      std::shared_ptr<const AccessPolicy> p = d->access_.policy();
+      respond(p == nullptr ? std::string() : p->SerializeAsString());
+    });
+    rpc::Serve(*d->server_, "acl.Set", [d, policy_file](std::string req, Responder respond) {
+      AccessPolicy p;
+      if (!p.ParseFromString(req)) return respond(absl::InvalidArgumentError("acl.Set: malformed policy"));
+      if (absl::Status s = ValidatePolicy(p); !s.ok()) return respond(s);
+      absl::MutexLock lock(&d->policy_mu_);
+      std::shared_ptr<const AccessPolicy> current = d->access_.policy();
+      if (current != nullptr && p.version() <= current->version())
+        return respond(absl::FailedPreconditionError(StrCat(d->options_.name, " holds policy version ",
+                                                            current->version(), "; a change must be newer (it is ",
+                                                            p.version(), ")")));
+      if (absl::Status s = SavePolicyFile(policy_file, p); !s.ok()) return respond(s);
+      MS_LOG_INFO("{}: access policy version {} installed ({} members)", d->options_.name, p.version(),
+                  p.members_size());
+      d->access_.Install(std::move(p));
+      respond(std::string());
+    });
   }
   // The roles that need the other datacenters answer Unavailable until
   // StartReplication.
@@ -196,6 +231,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     respond(std::string());
   });
   MS_RETURN_IF_ERROR(dc->server_->Start());
+  if (!d->Runs(Role::kLock) && !o.lock_address.empty() && so.tls.enabled())
+    dc->policy_poller_ = std::thread([d] { d->PollPolicy(); });
   const size_t colon = o.listen.rfind(':');
   dc->address_ = StrCat(o.listen.substr(0, colon), ":", dc->server_->port());
   return dc;
@@ -245,7 +282,27 @@ void Datacenter::SetReplicaEnabled(bool enabled) {
   if (Runs(Role::kCoordinator)) SetCoordinatorEnabled(enabled);
 }
 
+void Datacenter::PollPolicy() {
+  do {
+    absl::Notification answered;
+    outbound()->Call(options_.lock_address, "acl.Get", "", absl::Seconds(5),
+                     [this, &answered](absl::StatusOr<std::string> reply) {
+                       AccessPolicy p;
+                       if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) && ValidatePolicy(p).ok() &&
+                           access_.Install(p))
+                         MS_LOG_INFO("{}: access policy version {} from the lock role at {}", options_.name,
+                                     p.version(), options_.lock_address);
+                       answered.Notify();
+                     });
+    answered.WaitForNotification();
+  } while (!stop_polling_.WaitForNotificationWithTimeout(options_.policy_poll));
+}
+
 void Datacenter::Stop() {
+  if (policy_poller_.joinable()) {
+    stop_polling_.Notify();
+    policy_poller_.join();
+  }
   // Calls waiting for the cell (a tablet being recovered) give up now.
   if (cell_client_) cell_client_->Cancel();
   if (prober_) prober_->Stop();

@@ -9,9 +9,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "base/delayed_transport.h"
 #include "base/env.h"
 #include "base/rpc/rpc.h"
@@ -23,6 +25,7 @@
 #include "storage/lock/lock_table.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "tools/megastored/access.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/prober.h"
 
@@ -60,6 +63,10 @@ struct DatacenterOptions {
   int rpc_workers = 8;
   // How far ahead of this clock a log entry's timestamp may be.
   absl::Duration max_clock_skew = replication::kDefaultMaxClockSkew;
+  // Without the lock role: where the datacenter's lock role listens; the
+  // access policy is read from there every `policy_poll`.
+  std::string lock_address;
+  absl::Duration policy_poll = absl::Seconds(2);
   // Emulated WAN: the one-way delay of this datacenter's messages to a node
   // (its coordinator's lock renewals, its replication server's sweeps).
   // Empty: none.
@@ -105,6 +112,8 @@ class Datacenter {
   storage::cell::CellClient* cell_client() { return cell_client_.get(); }
   // The datacenter's RPC listener's counters (limits' refusals included).
   rpc::ServerStats rpc_stats() const;
+  // Who may call what here (enforced over TLS once a policy is set).
+  const AccessControl& access() const { return access_; }
 
  private:
   Datacenter(Env* env, DatacenterOptions options);
@@ -131,6 +140,11 @@ class Datacenter {
   int64_t started_micros_ = 0;
   std::atomic<bool> coordinator_disabled_{false};
   std::atomic<bool> replica_disabled_{false};
+  AccessControl access_;
+  absl::Mutex policy_mu_;  // one acl.Set at a time (lock role)
+  std::thread policy_poller_;  // without the lock role
+  absl::Notification stop_polling_;
+  void PollPolicy();
 };
 
 // N datacenters named A, B, C, ... under `dir`, on loopback.

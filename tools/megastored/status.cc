@@ -40,6 +40,15 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
                             (Env::Default()->NowMicros() - started_micros) / 1'000'000, " s</p>");
   if (const std::string tls = tls::TlsStatusText(); !tls.empty())
     html += StrCat("<h2>TLS</h2><pre>", HtmlEscape(tls), "</pre>");
+  for (Datacenter* dc : s.datacenters) {
+    std::shared_ptr<const AccessPolicy> p = dc->access().policy();
+    uint64_t refused = 0;
+    for (const auto& [method, n] : dc->access().Refusals()) refused += n;
+    html += StrCat("<p>Access policy of ", dc->options().name, ": ",
+                   p == nullptr ? std::string("none (every caller with a certificate may call everything)")
+                                : StrCat("version ", p->version(), ", ", p->members_size(), " principals"),
+                   "; ", refused, " calls refused</p>");
+  }
   html += "<h2>Datacenters in this process</h2><table border=1 cellpadding=4><tr><th>name<th>type<th>roles"
           "<th>address<th>coordinator<th>epoch<th>tables</tr>";
   for (Datacenter* dc : s.datacenters) {
@@ -238,6 +247,17 @@ std::string MetricsText(const StatusSources& s) {
     rpc_servers.emplace_back(StrCat("datacenter=\"", dc->options().name, "\""), dc->rpc_stats());
   }
   out += rpc::ServerStatsMetrics(rpc_servers);
+  out += Family("megastore_access_refusals_total", "counter",
+                "Calls refused PERMISSION_DENIED by the access policy, by method (docs/security.md).");
+  out += Family("megastore_access_policy_version", "gauge", "The access policy in force (0: none, everything allowed).");
+  for (Datacenter* dc : s.datacenters) {
+    for (const auto& [method, n] : dc->access().Refusals())
+      out += StrCat("megastore_access_refusals_total{datacenter=\"", dc->options().name, "\",method=\"", method,
+                    "\"} ", n, "\n");
+    std::shared_ptr<const AccessPolicy> p = dc->access().policy();
+    out += StrCat("megastore_access_policy_version{datacenter=\"", dc->options().name, "\"} ",
+                  p == nullptr ? 0 : p->version(), "\n");
+  }
   out += http::ProcessStatsMetrics();
   out += tls::TlsMetrics();
 

@@ -5,6 +5,7 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "base/rpc/rpc.h"
+#include "tools/msadmin/acl.h"
 #include "tools/msadmin/bt.h"
 #include "tools/msadmin/cell.h"
 #include "tools/msadmin/certs.h"
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   megastore::tools::AddDatadirCommand(app, datadir);
   megastore::tools::CertsState certs;
   megastore::tools::AddCertsCommand(app, certs);
+  megastore::tools::AclState acl;
+  megastore::tools::AddAclCommand(app, acl);
   megastore::rpc::TlsFiles tls;  // given before the command
   megastore::AddTlsFlags(app, tls, "this tool's");
   megastore::SetLogLevel("warn");
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("tablet")) return megastore::tools::RunTablet(cell);
   if (app.got_subcommand("datadir")) return megastore::tools::RunDatadir(datadir);
   if (app.got_subcommand("certs")) return megastore::tools::RunCerts(certs);
+  if (app.got_subcommand("acl")) return megastore::tools::RunAcl(acl);
   if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }
