@@ -652,5 +652,40 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_THAT(no_config.out, HasSubstr("cannot read cluster config /nonexistent"));
 }
 
+// Raw Bigtable verbs on a table Megastore replicates are refused unless an
+// admin forces them; a datacenter whose tables are gone shows as broken.
+TEST(MegastoredClusterTest, RawVerbsOnReplicatedTablesNeedForceAndABrokenReplicaShows) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data", "--schema=" + schema,
+                            "--no-sync", "--log-level=warn"}));
+  ASSERT_THAT(UntilReady(server), HasSubstr("megastored: ready"));
+  const std::string bt = StrCat(MSADMIN, " bt --config=", dir.path(), "/data/cluster.textproto --datacenter=C ");
+  for (const std::string verb : {"deletetable PhotoApp", "set PhotoApp row1 e:x=1", "deleterow PhotoApp.outboxes r"}) {
+    testing::Result r = testing::RunCommand(bt + verb);
+    EXPECT_EQ(r.exit_code, 1) << verb << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("is replicated by Megastore")) << verb;
+    EXPECT_THAT(r.out, HasSubstr("--force")) << verb;
+  }
+  // Reads, and tables Megastore does not replicate, are anyone's business.
+  EXPECT_EQ(testing::RunCommand(bt + "count PhotoApp").exit_code, 0);
+  EXPECT_EQ(testing::RunCommand(bt + "createtable scratch families=f").exit_code, 0);
+  EXPECT_EQ(testing::RunCommand(bt + "set scratch r f:c=v").exit_code, 0);
+  EXPECT_EQ(testing::RunCommand(bt + "deletetable scratch").exit_code, 0);
+
+  const std::string status = StrCat(MSADMIN, " cluster status --config=", dir.path(), "/data/cluster.textproto");
+  ASSERT_EQ(testing::RunCommand(status).exit_code, 0);
+  testing::Result forced = testing::RunCommand(StrCat(MSADMIN, " bt --force --config=", dir.path(),
+                                                      "/data/cluster.textproto --datacenter=C deletetable PhotoApp"));
+  ASSERT_EQ(forced.exit_code, 0) << forced.out;
+  testing::Result broken = testing::RunCommand(status);
+  EXPECT_EQ(broken.exit_code, 1) << broken.out;
+  EXPECT_THAT(broken.out, HasSubstr("BROKEN"));
+  EXPECT_THAT(broken.out, HasSubstr("C: its Bigtable lacks PhotoApp"));
+  ::kill(server.pid(), SIGTERM);
+  server.Wait();
+}
+
 }  // namespace
 }  // namespace megastore

@@ -1271,6 +1271,7 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
   std::vector<storage::TableSchema> out;
   storage::TableSchema entities;
   entities.set_name(layout.entity_table());
+  entities.set_replicated(true);
   *entities.add_families() = replication::LogFamilySchema();
   *entities.add_families() = replication::DataFamilySchema(schema::kEntityFamily);
   *entities.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
@@ -1279,11 +1280,13 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
     if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;
     storage::TableSchema t;
     t.set_name(layout.GlobalIndexTable(x));
+    t.set_replicated(true);
     *t.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
     out.push_back(t);
   }
   storage::TableSchema outboxes;
   outboxes.set_name(OutboxTable(layout));
+  outboxes.set_replicated(true);
   *outboxes.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
   out.push_back(outboxes);
   return out;

@@ -39,7 +39,10 @@ CellClient::CellClient(lock::LockService* lock, Env* env, CellClientOptions opti
 std::shared_ptr<TabletClient> CellClient::Server(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<TabletClient>& c = servers_[address];
-  if (c == nullptr) c = std::make_shared<TabletClient>(address, options_.rpc_timeout);
+  if (c == nullptr) {
+    c = std::make_shared<TabletClient>(address, options_.rpc_timeout);
+    c->set_force(options_.force_replicated);
+  }
   return c;
 }
 

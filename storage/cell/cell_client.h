@@ -43,6 +43,9 @@ struct CellClientOptions {
   absl::Duration retry_for = absl::Seconds(60);
   // METADATA rows read (and cached) per lookup.
   int prefetch = 8;
+  // Raw writes to replicated tables go through (TabletClient::set_force):
+  // for a replication server, whose writes they are, not for tools.
+  bool force_replicated = false;
 };
 
 struct CellClientStats {

@@ -77,6 +77,7 @@ void RemoteBigtable::ReadRows(std::string table, RowRange range, ReadOptions opt
 void RemoteBigtable::MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
                                int64_t timestamp, Callback<absl::Status> done) {
   MutateRowRequest r;
+  r.set_force(true);  // Megastore's own writes to its replicated tables
   r.set_table(std::move(table));
   r.set_row(std::move(row));
   for (const Mutation& m : mutations) ToProto(m, r.add_mutations());
@@ -90,6 +91,7 @@ void RemoteBigtable::CheckAndMutateRow(std::string table, std::string row, RowFi
                                        std::vector<Mutation> if_true, std::vector<Mutation> if_false,
                                        Callback<absl::StatusOr<bool>> done) {
   CheckAndMutateRowRequest r;
+  r.set_force(true);
   r.set_table(std::move(table));
   r.set_row(std::move(row));
   ToProto(predicate, r.mutable_predicate());

@@ -112,6 +112,10 @@ absl::Status TabletServer::Recover() {
   }
   MS_RETURN_IF_ERROR(LoadState());
   {
+    absl::MutexLock lock(&mu_);
+    RefreshReplicatedLocked();
+  }
+  {
     // Each table's schema kept beside its tablets too (data directories
     // from before kept it only in state.pb); a table whose directory is
     // gone is not given an empty one.
@@ -340,7 +344,21 @@ absl::Status TabletServer::CommitStateLocked(TabletServerState next) {
         WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), next.SerializeAsString()));
   }
   state_ = std::move(next);
+  RefreshReplicatedLocked();
   return absl::OkStatus();
+}
+
+void TabletServer::RefreshReplicatedLocked() {
+  std::set<std::string, std::less<>> replicated;
+  for (const TableSchema& t : state_.tables())
+    if (t.replicated()) replicated.insert(t.name());
+  absl::MutexLock lock(&replicated_mu_);
+  replicated_ = std::move(replicated);
+}
+
+bool TabletServer::IsReplicated(std::string_view table) const {
+  absl::ReaderMutexLock lock(&replicated_mu_);
+  return replicated_.count(table) > 0;
 }
 
 absl::Status TabletServer::LoadState() {
@@ -588,6 +606,7 @@ absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const Table
         if (t.name() == schema.name()) t = schema;
       }
     }
+    RefreshReplicatedLocked();
     o = OptionsFor(entry);
   }
   // Opening and recovering happen outside the server's lock: the other

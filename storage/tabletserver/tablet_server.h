@@ -125,6 +125,9 @@ class TabletServer {
   // Unloads the table's tablets and deletes their data. NotFound if absent.
   absl::Status DeleteTable(std::string_view name);
   std::vector<TableSchema> ListTables() const;
+  // Whether `table` exists and Megastore replicates it
+  // (TableSchema.replicated). Cheap: for every raw write.
+  bool IsReplicated(std::string_view table) const;
   absl::StatusOr<TableSchema> GetTable(std::string_view name) const;
   // Replaces the table's schema (add families, change GC rules, ...) on
   // every loaded tablet, then persists it.
@@ -255,6 +258,11 @@ class TabletServer {
 
   mutable absl::Mutex mu_;
   TabletServerState state_ ABSL_GUARDED_BY(mu_);
+  // The names of state_'s replicated tables, under a lock of their own: a
+  // raw write asks on the I/O thread, which must not wait for mu_.
+  void RefreshReplicatedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  mutable absl::Mutex replicated_mu_;
+  std::set<std::string, std::less<>> replicated_ ABSL_GUARDED_BY(replicated_mu_);
   std::map<std::string, Loaded> loaded_ ABSL_GUARDED_BY(mu_);  // by tablet id
   std::map<std::string, std::string> load_errors_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> assigning_ ABSL_GUARDED_BY(mu_);  // cell mode: AssignTablet running

@@ -67,6 +67,18 @@ int64_t NowMicros() {
       .count();
 }
 
+// A raw write to, or the deletion or change of, a table Megastore
+// replicates: refused unless the request says `force`. (Its rows must change
+// only through Paxos, or this replica would differ from the others.)
+absl::Status GuardReplicated(const TabletServer& server, const std::string& table, bool force,
+                             std::string_view what) {
+  if (force || !server.IsReplicated(table)) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      StrCat("table ", table, " is replicated by Megastore: ", what,
+             " here would make this datacenter's copy differ from the others'. Use the client library or the "
+             "gateway; an admin who means it gives msadmin bt --force"));
+}
+
 // Registers a unary method: parse Req, run fn, serialize its response.
 template <typename Req, typename Fn>
 void Unary(rpc::RpcServer* rpc, ServiceMetrics* metrics, const std::string& method, Fn fn) {
@@ -111,7 +123,10 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
   Unary<SchemaRequest>(rpc, metrics, "tablet.CreateTable",
                        [server](const SchemaRequest& r) { return Done(server->CreateTable(r.schema())); });
   Unary<TableRequest>(rpc, metrics, "tablet.DeleteTable",
-                      [server](const TableRequest& r) { return Done(server->DeleteTable(r.name())); });
+                      [server](const TableRequest& r) -> absl::StatusOr<std::string> {
+                        MS_RETURN_IF_ERROR(GuardReplicated(*server, r.name(), r.force(), "deleting it"));
+                        return Done(server->DeleteTable(r.name()));
+                      });
   Unary<Empty>(rpc, metrics, "tablet.ListTables", [server](const Empty&) {
     ListTablesResponse resp;
     for (TableSchema& t : server->ListTables()) *resp.add_tables() = std::move(t);
@@ -121,8 +136,11 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     MS_ASSIGN_OR_RETURN(TableSchema t, server->GetTable(r.name()));
     return Serialize(t);
   });
-  Unary<SchemaRequest>(rpc, metrics, "tablet.UpdateTable",
-                       [server](const SchemaRequest& r) { return Done(server->UpdateTable(r.schema())); });
+  Unary<SchemaRequest>(rpc, metrics, "tablet.UpdateTable", [server](const SchemaRequest& r) -> absl::StatusOr<std::string> {
+    MS_RETURN_IF_ERROR(GuardReplicated(*server, r.schema().name(), r.force() || r.schema().replicated(),
+                                       "changing its schema without keeping it replicated"));
+    return Done(server->UpdateTable(r.schema()));
+  });
   Unary<ListTabletsRequest>(rpc, metrics, "tablet.ListTablets", [server](const ListTabletsRequest& r) {
     ListTabletsResponse resp;
     const auto errors = server->load_errors();
@@ -175,6 +193,7 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
       return fail(absl::InvalidArgumentError("malformed tablet.MutateRow request"));
     }
+    if (absl::Status s = GuardReplicated(*server, r.table(), r.force(), "a raw write"); !s.ok()) return fail(s);
     auto write = std::make_unique<Tablet::RowWrite>();
     absl::StatusOr<std::vector<Mutation>> ms = FromProto(r.mutations());
     if (!ms.ok()) return fail(ms.status());
@@ -213,6 +232,7 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
       return fail(absl::InvalidArgumentError("malformed tablet.MutateRows request"));
     }
+    if (absl::Status s = GuardReplicated(*server, r.table(), r.force(), "a raw write"); !s.ok()) return fail(s);
     std::vector<RowMutations> entries;
     for (auto& e : *r.mutable_entries()) {
       absl::StatusOr<std::vector<Mutation>> ms = FromProto(e.mutations());
@@ -229,6 +249,7 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
   });
   Unary<CheckAndMutateRowRequest>(rpc, metrics, "tablet.CheckAndMutateRow",
                                   [server](const CheckAndMutateRowRequest& r) -> absl::StatusOr<std::string> {
+    MS_RETURN_IF_ERROR(GuardReplicated(*server, r.table(), r.force(), "a raw write"));
     MS_ASSIGN_OR_RETURN(RowFilter predicate, FromProto(r.predicate()));
     MS_ASSIGN_OR_RETURN(std::vector<Mutation> yes, FromProto(r.true_mutations()));
     MS_ASSIGN_OR_RETURN(std::vector<Mutation> no, FromProto(r.false_mutations()));
@@ -239,6 +260,7 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
   });
   Unary<ReadModifyWriteRowRequest>(rpc, metrics, "tablet.ReadModifyWriteRow",
                                    [server](const ReadModifyWriteRowRequest& r) -> absl::StatusOr<std::string> {
+    MS_RETURN_IF_ERROR(GuardReplicated(*server, r.table(), r.force(), "a raw write"));
     std::vector<ReadModifyWriteRule> rules;
     for (const auto& p : r.rules()) {
       MS_ASSIGN_OR_RETURN(ReadModifyWriteRule rule, FromProto(p));
@@ -318,6 +340,7 @@ absl::Status TabletClient::CreateTable(const TableSchema& schema) {
 absl::Status TabletClient::DeleteTable(const std::string& name) {
   TableRequest r;
   r.set_name(name);
+  r.set_force(force_);
   return Call<Empty>("tablet.DeleteTable", r).status();
 }
 
@@ -335,6 +358,7 @@ absl::StatusOr<TableSchema> TabletClient::GetTable(const std::string& name) {
 absl::Status TabletClient::UpdateTable(const TableSchema& schema) {
   SchemaRequest r;
   *r.mutable_schema() = schema;
+  r.set_force(force_);
   return Call<Empty>("tablet.UpdateTable", r).status();
 }
 
@@ -399,6 +423,8 @@ absl::Status TabletClient::MutateRow(const std::string& table, const std::string
   r.set_table(table);
   r.set_row(row);
   for (const Mutation& m : mutations) ToProto(m, r.add_mutations());
+  r.set_force(force_);
+
   if (timestamp != kServerTimestamp) r.set_timestamp(timestamp);
   return Call<Empty>("tablet.MutateRow", r).status();
 }
@@ -407,6 +433,7 @@ absl::StatusOr<std::vector<absl::Status>> TabletClient::MutateRows(const std::st
                                                                    const std::vector<RowMutations>& entries) {
   MutateRowsRequest r;
   r.set_table(table);
+  r.set_force(force_);
   for (const RowMutations& e : entries) {
     auto* pe = r.add_entries();
     pe->set_row(e.row);
@@ -424,6 +451,7 @@ absl::StatusOr<bool> TabletClient::CheckAndMutateRow(const std::string& table, c
                                                      const std::vector<Mutation>& false_mutations) {
   CheckAndMutateRowRequest r;
   r.set_table(table);
+  r.set_force(force_);
   r.set_row(row);
   ToProto(predicate, r.mutable_predicate());
   for (const Mutation& m : true_mutations) ToProto(m, r.add_true_mutations());
@@ -437,6 +465,7 @@ absl::StatusOr<Row> TabletClient::ReadModifyWriteRow(const std::string& table, c
                                                      const std::vector<ReadModifyWriteRule>& rules) {
   ReadModifyWriteRowRequest r;
   r.set_table(table);
+  r.set_force(force_);
   r.set_row(row);
   for (const ReadModifyWriteRule& rule : rules) ToProto(rule, r.add_rules());
   MS_ASSIGN_OR_RETURN(ReadModifyWriteRowResponse resp,

@@ -46,6 +46,9 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
 class TabletClient {
  public:
   explicit TabletClient(std::string address, absl::Duration timeout = absl::Seconds(30));
+  // Writes to, deletes and changes of replicated tables (TableSchema
+  // .replicated) go through: Megastore's own, or an admin's who means it.
+  void set_force(bool force) { force_ = force; }
 
   absl::Status CreateTable(const TableSchema& schema);
   absl::Status DeleteTable(const std::string& name);
@@ -93,6 +96,7 @@ class TabletClient {
 
   rpc::RpcClient rpc_;
   absl::Duration timeout_;
+  bool force_ = false;
 };
 
 }  // namespace megastore::storage

@@ -43,6 +43,21 @@ std::optional<std::string_view> Field1(std::string_view bytes) {
   }
 }
 
+// Whether the request's `force` (field 15, a bool) is set: a raw write to a
+// replicated table (storage/tabletserver/tablet_service.proto).
+bool Forced(std::string_view bytes) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+    if (tag == WireFormatLite::MakeTag(15, WireFormatLite::WIRETYPE_VARINT)) {
+      uint64_t v = 0;
+      return in.ReadVarint64(&v) && v != 0;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) return false;
+  }
+  return false;
+}
+
 struct MethodRule {
   std::string_view method;
   Action::Kind kind;
@@ -134,6 +149,8 @@ absl::StatusOr<Action> ActionOf(std::string_view method,
             StrCat(method, ": the request names no table"));
       a.object = std::string(*table);
     }
+    // A forced raw write goes around Paxos: the cluster's own, or an admin's.
+    if (a.kind == Action::kWrite && method.substr(0, 7) == "tablet." && Forced(request)) a.kind = Action::kReplica;
     return a;
   }
   return Action{Action::kReplica, ""};

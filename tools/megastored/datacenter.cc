@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   if (!o.cell.empty() && dc->Runs(Role::kReplication)) {
     MS_ASSIGN_OR_RETURN(dc->cell_lock_, storage::cell::ConnectLockService(o.cell_lock_service));
     storage::cell::CellClientOptions co;
+    co.force_replicated = true;  // the replication server writes its tables
     co.cell = o.cell;
     dc->cell_client_ = std::make_unique<storage::cell::CellClient>(dc->cell_lock_.get(), env, co);
     // The tables, through the cell's master (which may still be starting).
@@ -87,6 +88,11 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       // Tables made before data families masked deletes by timestamp get
       // the rule now (docs/replication.md, "Apply").
       bool changed = false;
+      // Tables made before replicated tables were marked get the mark.
+      if (t.replicated() && !stored->replicated()) {
+        stored->set_replicated(true);
+        changed = true;
+      }
       for (const storage::ColumnFamily& want : t.families()) {
         for (storage::ColumnFamily& f : *stored->mutable_families()) {
           if (f.name() != want.name() || !want.timestamp_deletes() || f.timestamp_deletes()) continue;
@@ -203,7 +209,11 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     }
     s.set_coordinator_disabled(d->coordinator_disabled_.load());
     s.set_replica_disabled(d->replica_disabled_.load());
-    if (d->tablets_ != nullptr) s.set_tables(static_cast<uint32_t>(d->tablets_->ListTables().size()));
+    if (d->tablets_ != nullptr) {
+      s.set_tables(static_cast<uint32_t>(d->tablets_->ListTables().size()));
+      for (const storage::TableSchema& t : d->options_.tables)
+        if (!d->tablets_->GetTable(t.name()).ok()) s.add_missing_tables(t.name());
+    }
     s.set_uptime_seconds((d->env_->NowMicros() - d->started_micros_) / 1'000'000);
     for (Role role : d->options_.roles) {
       // A role that needs the other datacenters counts once it started.

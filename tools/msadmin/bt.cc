@@ -46,7 +46,9 @@ class Bigtable {
 
 class OneServer : public Bigtable {
  public:
-  OneServer(const std::string& address, absl::Duration timeout) : c_(address, timeout) {}
+  OneServer(const std::string& address, absl::Duration timeout, bool force) : c_(address, timeout) {
+    c_.set_force(force);
+  }
   absl::StatusOr<std::vector<storage::TableSchema>> ListTables() override { return c_.ListTables(); }
   absl::StatusOr<storage::TableSchema> GetTable(const std::string& name) override { return c_.GetTable(name); }
   absl::Status CreateTable(const storage::TableSchema& schema) override { return c_.CreateTable(schema); }
@@ -71,8 +73,13 @@ class OneServer : public Bigtable {
 
 class WholeCell : public Bigtable {
  public:
-  WholeCell(std::unique_ptr<storage::lock::LockService> lock, const std::string& cell, absl::Duration timeout)
-      : lock_(std::move(lock)), cell_(cell), timeout_(timeout), client_(lock_.get(), Env::Default(), Options()) {}
+  WholeCell(std::unique_ptr<storage::lock::LockService> lock, const std::string& cell, absl::Duration timeout,
+            bool force)
+      : lock_(std::move(lock)),
+        cell_(cell),
+        timeout_(timeout),
+        force_(force),
+        client_(lock_.get(), Env::Default(), Options()) {}
   absl::StatusOr<std::vector<storage::TableSchema>> ListTables() override {
     MS_ASSIGN_OR_RETURN(auto m, Master());
     return m->ListTables();
@@ -89,10 +96,12 @@ class WholeCell : public Bigtable {
     return m->CreateTable(schema);
   }
   absl::Status DeleteTable(const std::string& name) override {
+    MS_RETURN_IF_ERROR(Guard(name, "deleting it"));
     MS_ASSIGN_OR_RETURN(auto m, Master());
     return m->DeleteTable(name);
   }
   absl::Status UpdateTable(const storage::TableSchema& schema) override {
+    if (!schema.replicated()) MS_RETURN_IF_ERROR(Guard(schema.name(), "changing its schema without keeping it replicated"));
     MS_ASSIGN_OR_RETURN(auto m, Master());
     return m->UpdateTable(schema);
   }
@@ -114,7 +123,19 @@ class WholeCell : public Bigtable {
     storage::cell::CellClientOptions o;
     o.cell = cell_;
     o.retry_for = timeout_;
+    o.force_replicated = force_;
     return o;
+  }
+  // The master does not guard replicated tables as tablet servers do: the
+  // tool does, before asking it.
+  absl::Status Guard(const std::string& table, std::string_view what) {
+    if (force_) return absl::OkStatus();
+    absl::StatusOr<storage::TableSchema> t = GetTable(table);
+    if (!t.ok() || !t->replicated()) return absl::OkStatus();
+    return absl::FailedPreconditionError(StrCat("table ", table, " is replicated by Megastore: ", what,
+                                                " here would make this datacenter's copy differ from the others'. "
+                                                "Use the client library or the gateway; an admin who means it "
+                                                "gives msadmin bt --force"));
   }
   absl::StatusOr<std::unique_ptr<storage::cell::MasterClient>> Master() {
     MS_ASSIGN_OR_RETURN(std::string address, storage::cell::FindMaster(lock_.get(), cell_));
@@ -124,6 +145,7 @@ class WholeCell : public Bigtable {
   std::unique_ptr<storage::lock::LockService> lock_;
   const std::string cell_;
   const absl::Duration timeout_;
+  const bool force_;
   storage::cell::CellClient client_;
 };
 
@@ -502,6 +524,9 @@ void AddBtCommand(CLI::App& app, BtState& state) {
                  "... and its lock service (HOST:PORT, or etcd:HOST:PORT[,...])");
   bt->add_option("--config", state.config, "instead of --server: a cluster config (docs/operations.md) ...");
   bt->add_option("--datacenter", state.datacenter, "... and the datacenter whose Bigtable to use");
+  bt->add_flag("--force", state.force,
+               "write to, delete or change a table Megastore replicates (refused otherwise: it would make this "
+               "datacenter's copy differ; needs the admin role)");
   bt->add_option("--timeout", state.timeout, "seconds to wait for each call")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
@@ -559,9 +584,9 @@ int RunBt(const BtState& state) {
       std::fprintf(stderr, "msadmin bt: --lock-service: %s\n", std::string(lock.status().message()).c_str());
       return 2;
     }
-    target = std::make_unique<WholeCell>(std::move(*lock), state.cell, absl::Seconds(state.timeout));
+    target = std::make_unique<WholeCell>(std::move(*lock), state.cell, absl::Seconds(state.timeout), state.force);
   } else {
-    target = std::make_unique<OneServer>(server, absl::Seconds(state.timeout));
+    target = std::make_unique<OneServer>(server, absl::Seconds(state.timeout), state.force);
   }
   absl::Status s = v.run(*target, state.args);
   if (!s.ok()) {

@@ -15,6 +15,7 @@ struct BtState {
   std::string cell;          // or a cell by name and
   std::string lock_service;  // its lock service
   double timeout = 30;
+  bool force = false;  // raw writes to replicated tables
   std::vector<std::string> args;
   int verb = -1;
 };

@@ -129,6 +129,7 @@ DatacenterState AskDatacenter(Transport& transport, const server::DatacenterConf
       m.set_type(st->type());
       for (const std::string& r : st->roles()) m.add_roles(r);
       m.set_tables(m.tables() + st->tables());
+      for (const std::string& t : st->missing_tables()) m.add_missing_tables(t);
       m.set_uptime_seconds(std::max(m.uptime_seconds(), st->uptime_seconds()));
       // The coordinator's and the replication server's own processes say
       // whether they are switched off.
@@ -158,6 +159,15 @@ int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
   for (const auto& dc : config.datacenters()) {
     const DatacenterState st = AskDatacenter(transport, dc, absl::Seconds(s.timeout));
     if (!st.up()) why_down += StrCat("  ", dc.name(), ": ", st.down, "\n");
+    const bool missing = st.up() && st.merged.missing_tables_size() > 0;
+    if (missing) {
+      std::string tables;
+      for (const std::string& t : st.merged.missing_tables()) tables += StrCat(tables.empty() ? "" : ", ", t);
+      why_down += StrCat("  ", dc.name(), ": its Bigtable lacks ", tables,
+                         ": restart its tablet role with --schema to recreate them (they catch up from the other "
+                         "replicas)\n");
+      healthy = false;
+    }
     std::string coord = "—";
     if (st.up() && server::TypeOf(dc) == replication::ReplicaType::kFull) {
       coord = st.merged.coordinator_disabled() ? "disabled by an operator"
@@ -185,7 +195,7 @@ int ClusterStatus(const ClusterState& s, const server::ClusterConfig& config) {
                   dc.type().empty() ? "full" : dc.type().c_str(),
                   st.processes.size() == 1 ? st.processes.front().first.c_str()
                                            : StrCat(st.processes.size(), " processes").c_str(),
-                  !st.up() ? "DOWN" : st.merged.replica_disabled() ? "disabled" : "up",
+                  !st.up() ? "DOWN" : missing ? "BROKEN" : st.merged.replica_disabled() ? "disabled" : "up",
                   st.up() ? roles.c_str() : st.down.substr(0, 36).c_str(), coord.c_str());
       if (st.processes.size() > 1) {
         for (const auto& [address, ps] : st.processes) {
