@@ -8,6 +8,7 @@
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/cell_bench.h"
 #include "tools/msbench/tablet_bench.h"
+#include "tools/msbench/throwaway_tls.h"
 #include "tools/msbench/txn_bench.h"
 
 int main(int argc, char** argv) {
@@ -16,6 +17,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   megastore::rpc::TlsFiles tls;  // given before the benchmark: bt and txn's RPC over TLS
   megastore::AddTlsFlags(app, tls, "the benchmark's");
+  bool tls_compare = false;
+  app.add_flag("--tls-compare", tls_compare,
+               "bt and txn: run the benchmark twice in this run, in plaintext and then over mutual TLS 1.3 with "
+               "throwaway certificates, to compare them side by side");
 
   megastore::tools::TabletBenchOptions tablet;
   CLI::App* t = app.add_subcommand(
@@ -92,6 +97,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   megastore::rpc::SetDefaultTls(tls);
+  if (tls_compare) {
+    if (tls.enabled() || !(b->parsed() || x->parsed())) {
+      std::fprintf(stderr, "msbench: --tls-compare is for bt and txn, without --tls-*\n");
+      return 2;
+    }
+    absl::StatusOr<megastore::rpc::TlsFiles> made = megastore::tools::ThrowawayTls();
+    if (!made.ok()) {
+      std::fprintf(stderr, "msbench: --tls-compare: %s\n", std::string(made.status().message()).c_str());
+      return 1;
+    }
+    int rc = 0;
+    for (const bool over_tls : {false, true}) {
+      std::printf("\n== %s ==\n", over_tls ? "over mutual TLS 1.3" : "plaintext");
+      std::fflush(stdout);
+      megastore::rpc::SetDefaultTls(over_tls ? *made : megastore::rpc::TlsFiles{});
+      rc |= b->parsed() ? megastore::tools::RunBtBench(bt) : megastore::tools::RunTxnBench(txn);
+    }
+    megastore::tools::RemoveThrowawayTls(*made);
+    return rc;
+  }
   if (c->parsed()) return megastore::tools::RunCellBench(cell);
   if (t->parsed()) return megastore::tools::RunTabletBench(tablet);
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
