@@ -2,12 +2,14 @@
 // with the JSON gateway, and three datacenters as separate processes from
 // one config (one of them split by role), one killed with SIGKILL and
 // restarted.
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "api/database.h"
+#include "base/file.h"
 #include "base/rpc/rpc.h"
 #include "base/strings.h"
 #include "base/test_util.h"
@@ -685,6 +687,55 @@ TEST(MegastoredClusterTest, RawVerbsOnReplicatedTablesNeedForceAndABrokenReplica
   EXPECT_THAT(broken.out, HasSubstr("C: its Bigtable lacks PhotoApp"));
   ::kill(server.pid(), SIGTERM);
   server.Wait();
+}
+
+// A renewed certificate, renamed into place, is taken on SIGHUP; a broken
+// one is refused and the one in use stays.
+TEST(MegastoredClusterTest, SighupReloadsTheCertificates) {
+  TestDir dir;
+  const std::string data = dir.path() + "/data";
+  testing::Subprocess server;
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=1", "--data=" + data, "--http=127.0.0.1:0", "--no-sync",
+                            "--log-level=warn"}));
+  const std::string out = UntilReady(server);
+  const size_t st = out.find("status at https://127.0.0.1:");
+  ASSERT_NE(st, std::string::npos) << out;
+  const int http = std::atoi(out.c_str() + st + std::string("status at https://127.0.0.1:").size());
+  const tls::TlsFiles admin = testing::LocalAdminTls(data);
+  EXPECT_THAT(testing::Https(http, admin, "GET", "/status"), HasSubstr("(principal megastore-local): expires"));
+
+  ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", data, "/tls renewed --cn=megastore-renewed ",
+                                       "--host=127.0.0.1 --out=", dir.path()))
+                .exit_code,
+            0);
+  for (const char* ext : {".crt", ".key"})
+    ASSERT_EQ(std::rename((dir.path() + "/renewed" + ext).c_str(), (data + "/tls/megastore-local" + ext).c_str()), 0);
+  ::kill(server.pid(), SIGHUP);
+  std::string page;
+  for (int i = 0; i < 50; ++i) {
+    page = testing::Https(http, admin, "GET", "/status");
+    if (page.find("megastore-renewed") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_THAT(page, HasSubstr("(principal megastore-renewed): expires"));
+  EXPECT_THAT(page, HasSubstr(": ok"));
+  // A key that is not the certificate's: refused, the renewed one stays.
+  ASSERT_TRUE(WriteFileAtomically(data + "/tls/megastore-local.key",
+                                  *ReadFileToString(data + "/tls/admin.key"), 0600)
+                  .ok());
+  ::kill(server.pid(), SIGHUP);
+  std::string metrics;
+  for (int i = 0; i < 50; ++i) {
+    metrics = testing::Https(http, admin, "GET", "/metrics");
+    if (MetricValue(metrics, "megastore_tls_reloads_total{result=\"failed\"}") >= 1) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(MetricValue(metrics, "megastore_tls_reloads_total{result=\"failed\"}"), 1);
+  EXPECT_EQ(MetricValue(metrics, "megastore_tls_reloads_total{result=\"ok\"}"), 1);
+  EXPECT_THAT(testing::Https(http, admin, "GET", "/status"), HasSubstr("FAILED, kept the certificates in use"));
+  ::kill(server.pid(), SIGTERM);
+  const int status = server.Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 }  // namespace
