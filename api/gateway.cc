@@ -2,10 +2,13 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_split.h"
 #include "api/gateway.pb.h"
 #include "api/gateway_request.h"
 #include "base/await.h"
+#include "base/file.h"
 #include "base/http/http_server.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -23,6 +26,8 @@ int HttpStatus(const absl::Status& s) {
     case absl::StatusCode::kNotFound: return 404;
     case absl::StatusCode::kAborted: return 409;
     case absl::StatusCode::kFailedPrecondition: return 412;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
     case absl::StatusCode::kUnavailable: return 503;
     case absl::StatusCode::kDeadlineExceeded: return 504;
     default: return 500;
@@ -285,7 +290,27 @@ Gateway::Gateway(Database* db, GatewayOptions options) : db_(db), options_(std::
 
 Gateway::~Gateway() { Stop(); }
 
-Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body) {
+Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body, const std::string& authorization,
+                               const std::string& tls_principal) {
+  // Who asks: a bearer token's principal, else the TLS certificate's.
+  std::string principal = tls_principal;
+  if (!authorization.empty()) {
+    constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 7235)
+    auto it = absl::AsciiStrToLower(authorization.substr(0, kBearer.size())) == kBearer
+                  ? options_.tokens.find(Sha256Hex(std::string_view(authorization).substr(kBearer.size())))
+                  : options_.tokens.end();
+    if (it == options_.tokens.end()) {
+      Count(path, 401, Refusal::kUnauthenticated);
+      return Error(absl::UnauthenticatedError("the Authorization header holds no bearer token this gateway knows"));
+    }
+    principal = it->second;
+  }
+  if (options_.authorize && (path == "/v1/get" || path == "/v1/query" || path == "/v1/commit" || path == "/v1/schema")) {
+    if (absl::Status s = options_.authorize(principal, path == "/v1/commit", db_->layout().entity_table()); !s.ok()) {
+      Count(path, HttpStatus(s), Refusal::kDenied);
+      return Error(s);
+    }
+  }
   RequestHandler h(db_, options_);
   bool too_deep = false;
   const int depth = options_.max_json_depth;
@@ -321,6 +346,8 @@ void Gateway::Count(const std::string& path, int status, Refusal refusal) {
     case Refusal::kPageTooLarge: ++stats_.page_too_large; break;
     case Refusal::kBadReadToken: ++stats_.bad_read_token; break;
     case Refusal::kWrongMethod: ++stats_.wrong_method; break;
+    case Refusal::kUnauthenticated: ++stats_.unauthenticated; break;
+    case Refusal::kDenied: ++stats_.denied; break;
   }
 }
 
@@ -339,13 +366,34 @@ std::string GatewayStatsMetrics(const GatewayStats& s) {
   out +=
       "# HELP megastore_gateway_refusals_total Gateway requests refused by a limit or a seal: json_depth "
       "(--gateway-max-json-depth), page_limit (--gateway-max-page), read_token (forged, altered or foreign), "
-      "method.\n"
+      "method, token (an unknown bearer token), access (the access policy).\n"
       "# TYPE megastore_gateway_refusals_total counter\n";
   out += StrCat("megastore_gateway_refusals_total{reason=\"json_depth\"} ", s.too_deep, "\n",
                 "megastore_gateway_refusals_total{reason=\"page_limit\"} ", s.page_too_large, "\n",
                 "megastore_gateway_refusals_total{reason=\"read_token\"} ", s.bad_read_token, "\n",
-                "megastore_gateway_refusals_total{reason=\"method\"} ", s.wrong_method, "\n");
+                "megastore_gateway_refusals_total{reason=\"method\"} ", s.wrong_method, "\n",
+                "megastore_gateway_refusals_total{reason=\"token\"} ", s.unauthenticated, "\n",
+                "megastore_gateway_refusals_total{reason=\"access\"} ", s.denied, "\n");
   return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> LoadGatewayTokens(const std::string& path) {
+  MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 16 << 20));
+  std::map<std::string, std::string> tokens;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    constexpr absl::string_view kPrefix = "sha256:";
+    if (parts.size() != 2 || parts[0].substr(0, kPrefix.size()) != kPrefix || parts[0].size() != kPrefix.size() + 64 ||
+        parts[0].find_first_not_of("0123456789abcdef", kPrefix.size()) != std::string_view::npos)
+      return absl::InvalidArgumentError(
+          StrCat(path, ":", line_number, ": not \"sha256:HEX PRINCIPAL\" (msadmin acl token writes these lines)"));
+    tokens[std::string(parts[0].substr(kPrefix.size()))] = std::string(parts[1]);
+  }
+  return tokens;
 }
 
 absl::Status Gateway::Start() {
@@ -360,7 +408,7 @@ absl::Status Gateway::Start() {
                               StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ",
                                      get_ok ? "GET" : "POST", "\"}\n")};
       }
-      Reply r = Handle(p, req.body);
+      Reply r = Handle(p, req.body, req.authorization, req.principal);
       return http::Response{r.status, "application/json", std::move(r.json)};
     });
   }

@@ -9,6 +9,7 @@
 //   GET  /v1/schema  the schema, as JSON
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,19 @@ struct GatewayOptions {
   // one (its position, timestamp or replica). Gateways that share it accept
   // each other's tokens. Null: a random secret of this gateway's own.
   std::shared_ptr<const TokenMac> token_mac;
+  // Bearer tokens (`Authorization: Bearer TOKEN`): the SHA-256 (hex) of a
+  // token -> the principal it stands for (LoadGatewayTokens). A request
+  // without one acts as its TLS client certificate's principal.
+  std::map<std::string, std::string> tokens;
+  // Asked for every request once its principal is known: may it read
+  // (get, query, schema) or write (commit) `object` (the schema's table)?
+  // OK or PERMISSION_DENIED. Unset: everything is allowed.
+  std::function<absl::Status(const std::string& principal, bool write, const std::string& object)> authorize;
 };
+
+// A gateway's tokens file: one "sha256:HEX PRINCIPAL" per line ('#'
+// comments, blank lines). InvalidArgument naming the line that is wrong.
+absl::StatusOr<std::map<std::string, std::string>> LoadGatewayTokens(const std::string& path);
 
 // What a gateway answered, for /metrics.
 struct GatewayStats {
@@ -52,6 +65,8 @@ struct GatewayStats {
   uint64_t page_too_large = 0;
   uint64_t bad_read_token = 0;
   uint64_t wrong_method = 0;
+  uint64_t unauthenticated = 0;  // a bearer token not known (401)
+  uint64_t denied = 0;           // refused by the access policy (403)
 };
 // `stats` as Prometheus text (megastore_gateway_*).
 std::string GatewayStatsMetrics(const GatewayStats& stats);
@@ -72,12 +87,15 @@ class Gateway {
     int status = 200;
     std::string json;
   };
-  Reply Handle(const std::string& path, const std::string& body);
+  // `authorization` is the request's Authorization header, `principal` its
+  // TLS client certificate's (both may be empty).
+  Reply Handle(const std::string& path, const std::string& body, const std::string& authorization = "",
+               const std::string& principal = "");
 
   GatewayStats stats() const;
 
  private:
-  enum class Refusal { kNone, kTooDeep, kPageTooLarge, kBadReadToken, kWrongMethod };
+  enum class Refusal { kNone, kTooDeep, kPageTooLarge, kBadReadToken, kWrongMethod, kUnauthenticated, kDenied };
   void Count(const std::string& path, int status, Refusal refusal);
 
   Database* const db_;

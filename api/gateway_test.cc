@@ -8,8 +8,10 @@
 
 #include "absl/strings/escaping.h"
 #include "api/gateway.pb.h"
+#include "base/file.h"
 #include "base/strings.h"
 #include "base/test_util.h"
+#include "base/token_mac.h"
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
 #include "tools/megastored/datacenter.h"
@@ -165,6 +167,42 @@ TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["4"]})").json.find("\"v1\""), std::string::npos);
   Gateway::Reply ok = commit(token);
   EXPECT_EQ(ok.status, 200) << ok.json;
+}
+
+// Bearer tokens name principals; the access check sees them and the action.
+TEST_F(GatewayTest, BearerTokensAndTheAccessCheckDecideWhoMayDoWhat) {
+  GatewayOptions o;
+  o.tokens[Sha256Hex("reader-token")] = "reader";
+  std::vector<std::string> asked;
+  o.authorize = [&](const std::string& principal, bool write, const std::string& object) {
+    asked.push_back(StrCat(principal, write ? " write " : " read ", object));
+    return write && principal == "reader" ? absl::PermissionDeniedError("\"reader\" may not write") : absl::OkStatus();
+  };
+  Gateway g(db_.get(), o);
+  const std::string put = R"({"rootTable": "User", "rootKey": ["9"], "mutations": [{"table": "User", "put": {"user_id": "9", "name": "Z"}}]})";
+  EXPECT_EQ(g.Handle("/v1/get", R"({"table": "User", "key": ["9"]})", "Bearer reader-token").status, 200);
+  Gateway::Reply denied = g.Handle("/v1/commit", put, "Bearer reader-token");
+  EXPECT_EQ(denied.status, 403) << denied.json;
+  EXPECT_NE(denied.json.find("PERMISSION_DENIED"), std::string::npos) << denied.json;
+  EXPECT_EQ(g.Handle("/v1/commit", put, "Bearer wrong").status, 401);
+  EXPECT_EQ(g.Handle("/v1/commit", put, "Basic cmVhZGVy").status, 401);
+  EXPECT_EQ(g.Handle("/v1/commit", put, "", "tls-writer").status, 200) << "without a token: the TLS principal";
+  EXPECT_EQ(asked, (std::vector<std::string>{"reader read PhotoApp", "reader write PhotoApp", "tls-writer write PhotoApp"}));
+  EXPECT_EQ(g.stats().unauthenticated, 2u);
+  EXPECT_EQ(g.stats().denied, 1u);
+}
+
+TEST(GatewayTokens, TheFileHoldsHashesAndItsMistakesAreNamedByLine) {
+  TestDir dir;
+  const std::string path = dir.path() + "/tokens";
+  ASSERT_TRUE(WriteFileAtomically(path, StrCat("# comment\n\nsha256:", Sha256Hex("t1"), " app-1\n")).ok());
+  absl::StatusOr<std::map<std::string, std::string>> tokens = LoadGatewayTokens(path);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(tokens->at(Sha256Hex("t1")), "app-1");
+  ASSERT_TRUE(WriteFileAtomically(path, StrCat("sha256:", Sha256Hex("t1"), " app-1\nt2 app-2\n")).ok());
+  EXPECT_NE(LoadGatewayTokens(path).status().message().find("tokens:2: not"), std::string::npos)
+      << LoadGatewayTokens(path).status();
+  EXPECT_TRUE(absl::IsNotFound(LoadGatewayTokens(dir.path() + "/none").status()));
 }
 
 TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {

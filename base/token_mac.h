@@ -12,6 +12,12 @@
 
 namespace megastore {
 
+// The SHA-256 of `data`, in lowercase hex (for keeping bearer tokens as
+// hashes: a leaked file gives no token).
+std::string Sha256Hex(std::string_view data);
+// A fresh random bearer token: 32 bytes from OpenSSL's RAND, in hex.
+std::string RandomToken();
+
 class TokenMac {
  public:
   static constexpr size_t kMinSecretBytes = 32;

@@ -250,17 +250,18 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       // outcome is still reported as unknown.
       // Likewise when a majority is out of disk space: waiting for the
       // deadline would only hide why.
-      // And when every voter's access policy refuses the writer: no retry
-      // helps, and nothing was accepted anywhere, so the commit failed. (A
-      // refusal by some but not all, while a policy change spreads, leaves
-      // the outcome to the round timer: an acceptor that took the entry may
-      // see it chosen later.)
+      // And when every voter's access policy refuses the writer in one round
+      // and no acceptor ever answered it otherwise: no retry helps, and
+      // nothing was accepted anywhere, so the commit failed. (Any other
+      // mix, while a policy change spreads, leaves the outcome to the round
+      // timer: an acceptor that took the entry may see it chosen later.)
       const bool beyond = IsBeyondTop(r.status());
       const bool denied = absl::IsPermissionDenied(r.status());
       if (!beyond && !denied && !absl::IsResourceExhausted(r.status())) return;  // lost: the round timer takes care of it
       bool give_up;
       {
         absl::MutexLock lock(&mu_);
+        if (denied && (round != round_ || answered_)) return;
         std::set<int>& refused = beyond ? beyond_top_ : denied ? denied_ : out_of_space_;
         refused.insert(request.acceptor);
         give_up = !finished_ && refused.size() >= (denied ? c_->voters().size() : c_->voters().size() / 2 + 1);
@@ -275,6 +276,10 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
             beyond ? " as beyond the group's log (" : " for lack of storage (", r.status().message(), ")")));
       }
       return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      answered_ = true;
     }
     if (r->learned()) {
       Chosen chosen;
@@ -418,6 +423,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);    // acceptors that refused the position as too far
   std::set<int> out_of_space_ ABSL_GUARDED_BY(mu_);  // ... or for a full disk
   std::set<int> denied_ ABSL_GUARDED_BY(mu_);        // ... or by their access policy
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;       // some acceptor answered (promise, accept or not)
   const std::shared_ptr<LateAccepts> late_ = std::make_shared<LateAccepts>();
   Callback<Chosen> done_ ABSL_GUARDED_BY(mu_);
 };

@@ -152,6 +152,24 @@ absl::Status CheckGroup(const GroupRef& group) {
   return absl::OkStatus();
 }
 
+// A group's log entry writes only its own schema's tables: the group's table
+// and the tables named after it ("PhotoApp.PhotosByTag", "PhotoApp.outboxes").
+// Otherwise a writer allowed one schema could write another's rows
+// through its own group's log.
+absl::Status CheckEntryTables(const GroupRef& group, const LogEntry& entry, std::string_view method,
+                              uint64_t position) {
+  for (const RowChange& change : entry.changes()) {
+    const std::string& t = change.table();
+    if (t.empty() || t == group.table() ||
+        (t.size() > group.table().size() && t.compare(0, group.table().size(), group.table()) == 0 &&
+         t[group.table().size()] == '.'))
+      continue;
+    return absl::InvalidArgumentError(StrCat(method, ": the entry for position ", position, " of a group of table ",
+                                             group.table(), " writes table ", t, ", which is not its schema's"));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<Mutation> EntryMutations(const RowChange& change, int64_t timestamp) {
   std::vector<Mutation> out;
   out.reserve(change.cells_size());
@@ -206,6 +224,8 @@ void LogReplica::Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<
     if (!entry.ParseFromString(request.value()))
       return done(absl::InvalidArgumentError(
           StrCat("repl.Paxos: the value proposed for position ", request.position(), " is not a log entry")));
+    if (absl::Status s = CheckEntryTables(request.group(), entry, "repl.Paxos", request.position()); !s.ok())
+      return done(s);
     if (absl::Status s = CheckTimestamp(request.group(), request.position(), entry.timestamp()); !s.ok())
       return done(s);
   }
@@ -364,6 +384,8 @@ void LogReplica::Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<
   if (!entry.ParseFromString(request.value()))
     return done(absl::InvalidArgumentError(
         StrCat("repl.Apply: the value of position ", request.position(), " is not a log entry")));
+  if (absl::Status s = CheckEntryTables(request.group(), entry, "repl.Apply", request.position()); !s.ok())
+    return done(s);
   const GroupRef group = request.group();
   const uint64_t pos = request.position();
   std::vector<Mutation> learn = {Mutation::SetCell(kLogFamily, LearnedColumn(pos), request.value(), 0),

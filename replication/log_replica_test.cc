@@ -168,6 +168,32 @@ TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
   EXPECT_EQ(log->positions(1), 2u);
 }
 
+// A group's entry writes only its schema's tables: a writer allowed one
+// schema cannot write another's rows through its own group's log.
+TEST_F(LogReplicaTest, AnEntryWritingAnotherSchemasTableIsRefused) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  LogEntry foreign = Set("w1", "root/k", "one", 100);
+  foreign.mutable_changes(0)->set_table("other");
+  absl::StatusOr<ApplyReply> a = Apply(r, 1, foreign);
+  EXPECT_TRUE(absl::IsInvalidArgument(a.status())) << a.status();
+  EXPECT_NE(a.status().message().find("writes table other"), std::string_view::npos) << a.status();
+  PaxosRequest req;
+  *req.mutable_group() = Group();
+  req.set_position(1);
+  req.set_accept(true);
+  req.set_value(foreign.SerializeAsString());
+  absl::StatusOr<PaxosReply> p = Await<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
+  EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << p.status();
+  // The schema's own tables ("t.index", "t.outboxes") are the group's to write.
+  LogEntry own = Set("w1", "root/k", "one", 100);
+  own.mutable_changes(0)->set_table("t");
+  EXPECT_TRUE(Apply(r, 1, own).ok());
+  EXPECT_EQ(Value(r, "root/k", 100), "one");
+  LogEntry lookalike = Set("w2", "root/k", "two", 200);
+  lookalike.mutable_changes(0)->set_table("tt");
+  EXPECT_TRUE(absl::IsInvalidArgument(Apply(r, 2, lookalike).status()));
+}
+
 TEST_F(LogReplicaTest, ALateRepeatedApplyNeverHidesALaterPositionsData) {
   LogReplica r(bigtable_.get(), ReplicaType::kFull);
   const LogEntry del = Delete("d", "root/k", 200);

@@ -43,7 +43,7 @@ class ReplicationServer {
   void Serve(std::string_view method, std::string request, Responder respond);
   static constexpr std::string_view kMethods[] = {"repl.Paxos", "repl.State", "repl.ReadLog",
                                                   "repl.Apply", "repl.Read", "repl.Scan",
-                                                  "repl.ScanIndex"};
+                                                  "repl.ScanIndex", "repl.Truncate"};
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();

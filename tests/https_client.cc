@@ -11,7 +11,7 @@ namespace ssl = boost::asio::ssl;
 
 std::string Https(int port, const tls::TlsFiles& files,
                   const std::string& method, const std::string& path,
-                  const std::string& body) {
+                  const std::string& body, const std::string& headers) {
   boost::system::error_code ec;
   ssl::context ctx(ssl::context::tls_client);
   ctx.load_verify_file(files.ca, ec);
@@ -33,7 +33,7 @@ std::string Https(int port, const tls::TlsFiles& files,
       method + " " + path +
       " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" +
       "Content-Type: application/json\r\nContent-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body;
+      std::to_string(body.size()) + "\r\n" + headers + "\r\n" + body;
   asio::write(stream, asio::buffer(req), ec);
   if (ec) return "";
   std::string resp;

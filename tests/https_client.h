@@ -12,9 +12,11 @@ namespace megastore::testing {
 // response (status line, headers, body) as testing::Http returns it, or ""
 // if the connection or the handshake failed. Empty cert and key: no client
 // certificate.
+// `headers`: more header lines, each ending in "\r\n".
 std::string Https(int port, const tls::TlsFiles& files,
                   const std::string& method, const std::string& path,
-                  const std::string& body = "");
+                  const std::string& body = "",
+                  const std::string& headers = "");
 
 // The client certificate megastored --local writes in `data`/tls.
 tls::TlsFiles LocalAdminTls(const std::string& data);

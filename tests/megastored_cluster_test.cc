@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/str_split.h"
 #include "api/database.h"
 #include "base/file.h"
 #include "base/rpc/rpc.h"
@@ -507,11 +508,23 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   TestDir dir;
   const std::string schema = WriteSchema(dir.path());
   const std::string data = dir.path() + "/data";
+  // A bearer token for the gateway, standing for "app".
+  testing::Result made = testing::RunCommand(StrCat(MSADMIN, " acl token app --file=", dir.path(), "/tokens"));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  std::string token;  // the one line of 64 hex digits (the rest is stderr's explanation)
+  for (absl::string_view line : absl::StrSplit(made.out, '\n'))
+    if (line.size() == 64 && line.find_first_not_of("0123456789abcdef") == absl::string_view::npos)
+      token = std::string(line);
+  ASSERT_EQ(token.size(), 64u) << made.out;
   testing::Subprocess server;
   ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + data, "--schema=" + schema, "--http=127.0.0.1:0",
-                            "--no-sync", "--log-level=warn"}));
+                            "--gateway=127.0.0.1:0", "--gateway-tokens-file=" + dir.path() + "/tokens", "--no-sync",
+                            "--log-level=warn"}));
   const std::string out = UntilReady(server);
   ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
+  const size_t gw = out.find("gateway at https://127.0.0.1:");
+  ASSERT_NE(gw, std::string::npos) << out;
+  const int gateway = std::atoi(out.c_str() + gw + std::string("gateway at https://127.0.0.1:").size());
   const size_t st = out.find("status at https://127.0.0.1:");
   ASSERT_NE(st, std::string::npos) << out;
   const int http = std::atoi(out.c_str() + st + std::string("status at https://127.0.0.1:").size());
@@ -559,6 +572,25 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   const std::string metrics = testing::Https(http, testing::LocalAdminTls(data), "GET", "/metrics");
   EXPECT_GE(MetricValue(metrics, "megastore_access_refusals_total{datacenter=\"B\",method=\"lock.Acquire\"}"), 1);
   EXPECT_GE(MetricValue(metrics, "megastore_access_policy_version{datacenter=\"A\"}"), 1);
+
+  // The gateway: a bearer token acts as its principal; an unknown one is
+  // 401; without one, the TLS certificate's principal (here the admin).
+  const tls::TlsFiles admin_tls = testing::LocalAdminTls(data);
+  const std::string bearer = "Authorization: Bearer " + token + "\r\n";
+  const std::string get = R"({"table": "User", "key": [7]})";
+  const std::string put =
+      R"({"rootTable": "User", "rootKey": ["7"], "mutations": [{"table": "User", "put": {"user_id": "7", "name": "Ada"}}]})";
+  EXPECT_THAT(testing::Https(gateway, admin_tls, "POST", "/v1/get", get, bearer), HasSubstr("200 OK"))
+      << "reads are granted";
+  const std::string forbidden = testing::Https(gateway, admin_tls, "POST", "/v1/commit", put, bearer);
+  EXPECT_THAT(forbidden, HasSubstr(" 403 "));
+  EXPECT_THAT(forbidden, HasSubstr("may not write"));
+  EXPECT_THAT(forbidden, HasSubstr("(gateway commit)"));
+  const std::string unknown =
+      testing::Https(gateway, admin_tls, "POST", "/v1/get", get, "Authorization: Bearer nope\r\n");
+  EXPECT_THAT(unknown, HasSubstr(" 401 "));
+  EXPECT_THAT(unknown, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_THAT(testing::Https(gateway, admin_tls, "POST", "/v1/commit", put), HasSubstr("200 OK"));
 
   // A grant takes effect without a restart.
   testing::Result grant =

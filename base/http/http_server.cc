@@ -311,7 +311,9 @@ struct HttpServer::Impl {
     if (auto h = request_handlers.find(path); h != request_handlers.end()) {
       // May block: run it on a worker, answer from the I/O thread.
       Request req{std::string(request.method_string()), path,
-                  std::move(request.body())};
+                  std::move(request.body()),
+                  std::string(request[bhttp::field::authorization]),
+                  c->tls ? tls::PeerPrincipal(c->tls->native_handle()) : ""};
       asio::post(
           pool, [this, c, version, handler = &h->second, req = std::move(req)] {
             Response r = (*handler)(req);

@@ -33,6 +33,8 @@ struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;
   std::string body;
+  std::string authorization;  // the Authorization header, if any
+  std::string principal;      // over TLS: the client certificate's common name
 };
 // Called on a worker thread (it may block) for any request of its path.
 using RequestHandler = std::function<Response(const Request&)>;

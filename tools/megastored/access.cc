@@ -17,30 +17,54 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 
-// Field 1 of a serialized message when it is length-delimited (a string or
-// a nested message), "" when absent; nullopt for bytes that do not parse.
-// Every request whose table an action needs carries it there, as the table
-// itself or as GroupRef.table (nested once).
-std::optional<std::string_view> Field1(std::string_view bytes) {
+// Calls `fn` with every occurrence, in order, of field 1 of a serialized
+// message when it is length-delimited (a string or a nested message);
+// false for bytes that do not parse. Nothing is copied or kept: a request
+// of a million repeated fields costs time, not memory. Every request whose
+// table an action needs carries it there, as the table itself or as
+// GroupRef.table (nested once).
+template <typename Fn>
+bool ForEachField1(std::string_view bytes, Fn&& fn) {
   google::protobuf::io::CodedInputStream in(
       reinterpret_cast<const uint8_t*>(bytes.data()),
       static_cast<int>(bytes.size()));
   for (;;) {
     const uint32_t tag = in.ReadTag();
     if (tag == 0)  // the end, or bytes that are no tag
-      return in.CurrentPosition() == static_cast<int>(bytes.size())
-                 ? std::optional<std::string_view>("")
-                 : std::nullopt;
+      return in.CurrentPosition() == static_cast<int>(bytes.size());
     if (tag ==
         WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
       uint32_t length = 0;
-      if (!in.ReadVarint32(&length)) return std::nullopt;
+      if (!in.ReadVarint32(&length)) return false;
       const size_t at = static_cast<size_t>(in.CurrentPosition());
-      if (length > bytes.size() - at) return std::nullopt;
-      return bytes.substr(at, length);
+      if (length > bytes.size() - at) return false;
+      if (!fn(bytes.substr(at, length))) return false;
+      if (!in.Skip(static_cast<int>(length))) return false;
+      continue;
     }
-    if (!WireFormatLite::SkipField(&in, tag)) return std::nullopt;
+    if (!WireFormatLite::SkipField(&in, tag)) return false;
   }
+}
+
+// The table a request names at `depth` (1: field 1; 2: field 1 of field
+// 1), read as protobuf's parser reads it: of a field given more than
+// once, the last occurrence counts, and occurrences of a nested message
+// merge. Anything else would let a request show the check one table and
+// the handler another. "" if absent; nullopt for bytes that do not parse.
+std::optional<std::string> TableOf(std::string_view request, int depth) {
+  std::string_view table;
+  const bool parsed = ForEachField1(request, [&](std::string_view field) {
+    if (depth == 1) {
+      table = field;
+      return true;
+    }
+    return ForEachField1(field, [&](std::string_view inner) {
+      table = inner;
+      return true;
+    });
+  });
+  if (!parsed) return std::nullopt;
+  return std::string(table);
 }
 
 // Whether the request's `force` (field 15, a bool) is set: a raw write to a
@@ -48,14 +72,17 @@ std::optional<std::string_view> Field1(std::string_view bytes) {
 bool Forced(std::string_view bytes) {
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                                             static_cast<int>(bytes.size()));
+  bool forced = false;  // the last occurrence counts, as for protobuf's parser
   for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
     if (tag == WireFormatLite::MakeTag(15, WireFormatLite::WIRETYPE_VARINT)) {
       uint64_t v = 0;
-      return in.ReadVarint64(&v) && v != 0;
+      if (!in.ReadVarint64(&v)) return true;  // unreadable: ask the most of the caller
+      forced = v != 0;
+      continue;
     }
-    if (!WireFormatLite::SkipField(&in, tag)) return false;
+    if (!WireFormatLite::SkipField(&in, tag)) return true;
   }
-  return false;
+  return forced || in.CurrentPosition() != static_cast<int>(bytes.size());
 }
 
 struct MethodRule {
@@ -74,6 +101,7 @@ constexpr MethodRule kRules[] = {
     {"lock.Query", Action::kAnyone, 0},
     {"dc.Replica", Action::kAdmin, 0},
     {"dc.Coordinator", Action::kAdmin, 0},
+    {"repl.Truncate", Action::kAdmin, 0},  // msadmin group repair
     {"acl.Set", Action::kAdmin, 0},
     // The client library: commits (Paxos, apply, invalidations, advisory
     // locks) write the group's table; reads (current, snapshot, catch-up,
@@ -140,9 +168,8 @@ absl::StatusOr<Action> ActionOf(std::string_view method,
     if (rule.method != method) continue;
     Action a;
     a.kind = rule.kind;
-    std::optional<std::string_view> table = request;
-    for (int i = 0; i < rule.table_depth && table.has_value(); ++i)
-      table = Field1(*table);
+    const std::optional<std::string> table =
+        rule.table_depth > 0 ? TableOf(request, rule.table_depth) : std::optional<std::string>(std::string());
     if (rule.table_depth > 0) {
       if (!table.has_value() || table->empty())
         return absl::InvalidArgumentError(
@@ -165,6 +192,8 @@ bool Covers(std::string_view grant_object, std::string_view table) {
 }
 
 absl::Status ValidatePolicy(const AccessPolicy& policy) {
+  if (policy.version() > (uint64_t{1} << 62))
+    return absl::InvalidArgumentError(StrCat("policy version ", policy.version(), " is past 2^62"));
   bool admin = false, replica = false;
   std::set<std::string> seen;
   for (const Member& m : policy.members()) {
@@ -214,47 +243,61 @@ bool AccessControl::Install(AccessPolicy policy) {
   absl::MutexLock lock(&mu_);
   if (policy_ != nullptr && policy_->version() >= installed->version())
     return false;
+  unknown_until_read_from_.clear();
   policy_ = std::move(installed);
   by_principal_.clear();
   for (const Member& m : policy_->members()) by_principal_[m.principal()] = &m;
   return true;
 }
 
-absl::Status AccessControl::Authorize(const rpc::CallContext& ctx,
-                                      std::string_view method,
-                                      std::string_view request) {
+void AccessControl::RequireKnown(std::string from) {
   absl::MutexLock lock(&mu_);
-  if (policy_ == nullptr) return absl::OkStatus();
+  unknown_until_read_from_ = std::move(from);
+}
+
+void AccessControl::NoPolicy() {
+  absl::MutexLock lock(&mu_);
+  unknown_until_read_from_.clear();
+}
+
+absl::Status AccessControl::Authorize(const rpc::CallContext& ctx, std::string_view method,
+                                      std::string_view request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (policy_ == nullptr && unknown_until_read_from_.empty()) return absl::OkStatus();
+  }
   absl::StatusOr<Action> action = ActionOf(method, request);
   if (!action.ok()) return action.status();
-  if (action->kind == Action::kAnyone) return absl::OkStatus();
-  auto it = by_principal_.find(ctx.principal);
+  return AuthorizeAction(ctx.principal, *action, method, ctx.peer);
+}
+
+absl::Status AccessControl::AuthorizeAction(std::string_view principal, const Action& action,
+                                            std::string_view via, std::string_view peer) {
+  absl::MutexLock lock(&mu_);
+  if (action.kind == Action::kAnyone) return absl::OkStatus();
+  if (!unknown_until_read_from_.empty())
+    return absl::UnavailableError(StrCat("this process has not yet read the access policy from its datacenter's "
+                                         "lock role at ", unknown_until_read_from_, "; retry"));
+  if (policy_ == nullptr) return absl::OkStatus();
+  auto it = by_principal_.find(principal);
   const Member* m = it == by_principal_.end() ? nullptr : it->second;
   if (m != nullptr) {
     if (HasRole(*m, "admin")) return absl::OkStatus();
-    if (HasRole(*m, "replica") && action->kind != Action::kAdmin)
-      return absl::OkStatus();
-    if (action->kind == Action::kRead || action->kind == Action::kWrite)
+    if (HasRole(*m, "replica") && action.kind != Action::kAdmin) return absl::OkStatus();
+    if (action.kind == Action::kRead || action.kind == Action::kWrite)
       for (const Grant& g : m->grants())
-        if ((action->kind == Action::kRead ? g.read() : g.write()) &&
-            Covers(g.object(), action->object))
+        if ((action.kind == Action::kRead ? g.read() : g.write()) && Covers(g.object(), action.object))
           return absl::OkStatus();
   }
-  ++refusals_[std::string(method)];
-  const std::string who = ctx.principal.empty()
-                              ? "a caller without a certificate name"
-                              : StrCat("\"", ctx.principal, "\"");
-  std::string what =
-      action->kind == Action::kRead || action->kind == Action::kWrite
-          ? StrCat(KindName(action->kind), " \"", action->object, "\" (",
-                   method, ")")
-          : StrCat(KindName(action->kind), " ", method);
-  MS_LOG_WARN_LIMITED("access: refused: {} may not {} (from {})", who, what,
-                      ctx.peer);
-  return absl::PermissionDeniedError(
-      StrCat(who, " may not ", what,
-             m == nullptr ? ": not in the access policy"
-                          : ": no role or grant allows it"));
+  ++refusals_[std::string(via)];
+  const std::string who =
+      principal.empty() ? "a caller without a certificate name" : StrCat("\"", principal, "\"");
+  const std::string what = action.kind == Action::kRead || action.kind == Action::kWrite
+                               ? StrCat(KindName(action.kind), " \"", action.object, "\" (", via, ")")
+                               : StrCat(KindName(action.kind), " ", via);
+  MS_LOG_WARN_LIMITED("access: refused: {} may not {} (from {})", who, what, peer.empty() ? "?" : peer);
+  return absl::PermissionDeniedError(StrCat(
+      who, " may not ", what, m == nullptr ? ": not in the access policy" : ": no role or grant allows it"));
 }
 
 std::map<std::string, uint64_t> AccessControl::Refusals() const {

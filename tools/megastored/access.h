@@ -65,6 +65,17 @@ class AccessControl {
   // object (counted).
   absl::Status Authorize(const rpc::CallContext& ctx, std::string_view method,
                          std::string_view request);
+  // The same for an action done on behalf of `principal` by a front end
+  // (the JSON gateway); `via` names it in the refusal and its count.
+  absl::Status AuthorizeAction(std::string_view principal, const Action& action,
+                               std::string_view via,
+                               std::string_view peer = "");
+
+  // For a process that reads the policy from elsewhere: until the first
+  // answer (Install, or NoPolicy), every call but the anyone's is refused
+  // Unavailable, rather than allowed by a policy not known yet.
+  void RequireKnown(std::string from);
+  void NoPolicy();
 
   // Refusals so far, by method.
   std::map<std::string, uint64_t> Refusals() const;
@@ -76,6 +87,8 @@ class AccessControl {
   std::map<std::string, const Member*, std::less<>> by_principal_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> refusals_ ABSL_GUARDED_BY(mu_);
+  std::string unknown_until_read_from_
+      ABSL_GUARDED_BY(mu_);  // non-empty: not known yet
 };
 
 // The policy file of a lock role: checksummed, written atomically.

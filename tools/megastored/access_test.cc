@@ -94,6 +94,36 @@ TEST(AccessTest, ActionsNameTheTableTheRequestCarries) {
       << "a length past the end";
 }
 
+// A field given twice is read as protobuf reads it (the last one; nested
+// messages merge), so the check and the handler see the same table.
+TEST(AccessTest, RepeatedFieldsAreReadAsTheHandlerReadsThem) {
+  const std::string twice = Mutate("scratch") + Mutate("PhotoApp");
+  storage::MutateRowRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(twice));
+  ASSERT_EQ(parsed.table(), "PhotoApp");
+  EXPECT_EQ(ActionOf("tablet.MutateRow", twice)->object, "PhotoApp");
+  const std::string groups = Paxos("scratch") + Paxos("PhotoApp");
+  replication::PaxosRequest paxos;
+  ASSERT_TRUE(paxos.ParseFromString(groups));
+  EXPECT_EQ(ActionOf("repl.Paxos", groups)->object, paxos.group().table());
+  // A GroupRef split in two: its occurrences merge.
+  replication::PaxosRequest with_table, with_root;
+  with_table.mutable_group()->set_table("PhotoApp");
+  with_root.mutable_group()->set_root("r");
+  const std::string split = with_table.SerializeAsString() + with_root.SerializeAsString();
+  ASSERT_TRUE(paxos.ParseFromString(split));
+  EXPECT_EQ(ActionOf("repl.Paxos", split)->object, paxos.group().table());
+  // force given twice: the last counts.
+  storage::MutateRowRequest on, off;
+  on.set_table("t");
+  on.set_force(true);
+  off.set_table("t");
+  const std::string unforced_after = on.SerializeAsString() + std::string("\x78\x00", 2);  // force = false
+  ASSERT_TRUE(parsed.ParseFromString(unforced_after));
+  EXPECT_EQ(ActionOf("tablet.MutateRow", unforced_after)->kind, parsed.force() ? Action::kReplica : Action::kWrite);
+  EXPECT_EQ(ActionOf("tablet.MutateRow", off.SerializeAsString() + on.SerializeAsString())->kind, Action::kReplica);
+}
+
 TEST(AccessTest, SchemasCoverTheirTables) {
   EXPECT_TRUE(Covers("PhotoApp", "PhotoApp"));
   EXPECT_TRUE(Covers("PhotoApp", "PhotoApp.PhotosByTag"));
@@ -158,6 +188,24 @@ TEST(AccessTest, ANewerPolicyAppliesAtOnceAndAnOlderOneIsIgnored) {
   EXPECT_TRUE(ac.Authorize(As("app"), "repl.Paxos", Paxos("PhotoApp")).ok());
 }
 
+// A process that reads the policy from its lock role refuses calls until
+// it has: it must not allow everything because it does not know yet.
+TEST(AccessTest, UntilThePolicyIsReadCallsAreRefusedNotAllowed) {
+  AccessControl ac;
+  ac.RequireKnown("10.0.0.1:7600");
+  absl::Status s = ac.Authorize(As("anyone"), "dc.Replica", "");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("10.0.0.1:7600"));
+  EXPECT_TRUE(ac.Authorize(As("anyone"), "dc.Status", "").ok());
+  ac.NoPolicy();  // the lock role holds none: everything allowed, as there
+  EXPECT_TRUE(ac.Authorize(As("anyone"), "dc.Replica", "").ok());
+  AccessControl other;
+  other.RequireKnown("x:1");
+  ASSERT_TRUE(other.Install(Policy()));
+  EXPECT_TRUE(other.Authorize(As("ops"), "dc.Replica", "").ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(other.Authorize(As("app"), "dc.Replica", "")));
+}
+
 TEST(AccessTest, PoliciesThatWouldLockEveryoneOutAreRefused) {
   EXPECT_TRUE(ValidatePolicy(Policy()).ok());
   AccessPolicy p = Policy();
@@ -176,6 +224,9 @@ TEST(AccessTest, PoliciesThatWouldLockEveryoneOutAreRefused) {
   p = Policy();
   *p.add_members() = p.members(0);
   EXPECT_THAT(ValidatePolicy(p).message(), HasSubstr("listed twice"));
+  p = Policy();
+  p.set_version(~uint64_t{0});
+  EXPECT_THAT(ValidatePolicy(p).message(), HasSubstr("past 2^62"));
 }
 
 }  // namespace

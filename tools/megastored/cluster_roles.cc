@@ -369,6 +369,25 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       return 2;
     }
     g.token_mac = std::make_shared<const TokenMac>(std::move(*mac));
+    if (!flags.gateway_tokens_file.empty()) {
+      absl::StatusOr<std::map<std::string, std::string>> tokens = LoadGatewayTokens(flags.gateway_tokens_file);
+      if (!tokens.ok()) {
+        std::fprintf(stderr, "megastored: --gateway-tokens-file: %s\n", std::string(tokens.status().message()).c_str());
+        return 2;
+      }
+      g.tokens = std::move(*tokens);
+    }
+    // Requests are checked against the access policy of the gateway's
+    // datacenter, as their principals (a bearer token's, or the TLS
+    // client certificate's).
+    Datacenter* here = nullptr;
+    for (int i = 0; i < (*cluster)->size(); ++i)
+      if ((*cluster)->datacenter(i).options().name == local) here = &(*cluster)->datacenter(i);
+    if (here != nullptr && tls::DefaultTls().enabled())
+      g.authorize = [here](const std::string& principal, bool write, const std::string& object) {
+        return here->access().AuthorizeAction(principal, Action{write ? Action::kWrite : Action::kRead, object},
+                                              write ? "gateway commit" : "gateway read");
+      };
     gateway = std::make_unique<Gateway>(db.get(), g);
     if (absl::Status s = gateway->Start(); !s.ok()) {
       std::fprintf(stderr, "megastored: the gateway: %s\n", s.ToString().c_str());

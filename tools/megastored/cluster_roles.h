@@ -19,6 +19,7 @@ struct ClusterFlags {
   int gateway_max_json_depth = 32;   // --gateway-max-json-depth
   int64_t gateway_max_page = 1000;   // --gateway-max-page
   std::string gateway_secret_file;   // --gateway-secret-file (default: DATA/gateway-token.key, created)
+  std::string gateway_tokens_file;   // --gateway-tokens-file: bearer tokens and their principals
   std::string http;           // --http=HOST:PORT: /status and /metrics
   bool sync = true;
   bool accept_log_loss = false;  // --accept-log-loss

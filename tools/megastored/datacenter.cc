@@ -240,9 +240,12 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     d->SetCoordinatorEnabled(r.enable());
     respond(std::string());
   });
+  // A process without the lock role refuses calls until it has read the
+  // policy (it would otherwise allow everything meanwhile).
+  const bool polls = !d->Runs(Role::kLock) && !o.lock_address.empty() && so.tls.enabled();
+  if (polls) dc->access_.RequireKnown(o.lock_address);
   MS_RETURN_IF_ERROR(dc->server_->Start());
-  if (!d->Runs(Role::kLock) && !o.lock_address.empty() && so.tls.enabled())
-    dc->policy_poller_ = std::thread([d] { d->PollPolicy(); });
+  if (polls) dc->policy_poller_ = std::thread([d] { d->PollPolicy(); });
   const size_t colon = o.listen.rfind(':');
   dc->address_ = StrCat(o.listen.substr(0, colon), ":", dc->server_->port());
   return dc;
@@ -298,6 +301,7 @@ void Datacenter::PollPolicy() {
     outbound()->Call(options_.lock_address, "acl.Get", "", absl::Seconds(5),
                      [this, &answered](absl::StatusOr<std::string> reply) {
                        AccessPolicy p;
+                       if (reply.ok() && reply->empty()) access_.NoPolicy();
                        if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) && ValidatePolicy(p).ok() &&
                            access_.Install(p))
                          MS_LOG_INFO("{}: access policy version {} from the lock role at {}", options_.name,

@@ -114,6 +114,7 @@ class Datacenter {
   rpc::ServerStats rpc_stats() const;
   // Who may call what here (enforced over TLS once a policy is set).
   const AccessControl& access() const { return access_; }
+  AccessControl& access() { return access_; }
 
  private:
   Datacenter(Env* env, DatacenterOptions options);

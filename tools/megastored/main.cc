@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
   app.add_option("--gateway-secret-file", cluster.gateway_secret_file,
                  "the secret (32+ bytes) that seals the gateway's read tokens; gateways sharing it accept each "
                  "other's tokens (default: DATA/gateway-token.key, created with a random secret)");
+  app.add_option("--gateway-tokens-file", cluster.gateway_tokens_file,
+                 "bearer tokens the gateway accepts, as \"sha256:HEX PRINCIPAL\" lines (msadmin acl token writes "
+                 "them); a request with one acts as its principal under the access policy");
   app.add_option("--gateway-max-page", cluster.gateway_max_page,
                  "most entities in one gateway query page (a query's limit 0 means this many)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

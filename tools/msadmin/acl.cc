@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
+#include "base/token_mac.h"
 #include "tools/megastored/access.h"
 #include "tools/megastored/cluster.h"
 
@@ -54,6 +55,13 @@ void AddAclCommand(CLI::App& app, AclState& state) {
                           "named, remove PRINCIPAL from the policy");
   change(revoke);
   revoke->callback([&state] { state.verb = "revoke"; });
+  CLI::App* token = acl->add_subcommand(
+      "token",
+      "Make a bearer token for the JSON gateway that stands for PRINCIPAL: prints it once, and adds its SHA-256 "
+      "to --file (megastored --gateway-tokens-file; created owner-only)");
+  token->add_option("principal", state.principal, "who the token stands for")->required();
+  token->add_option("--file", state.file, "the gateway's tokens file")->required();
+  token->callback([&state] { state.verb = "token"; });
   CLI::App* set = acl->add_subcommand("set",
                                       "Replace the whole policy with FILE "
                                       "(protobuf text format, access.proto)");
@@ -146,6 +154,32 @@ absl::Status Apply(const AclState& s, AccessPolicy& p) {
 }  // namespace
 
 int RunAcl(const AclState& s) {
+  if (s.verb == "token") {
+    if (s.principal.empty() || s.principal.find_first_of(" \t\r\n#") != std::string::npos ||
+        s.principal.size() > 64) {
+      std::fprintf(stderr, "msadmin acl token: a principal is 1 to 64 bytes, without spaces or '#'\n");
+      return 2;
+    }
+    absl::StatusOr<std::string> existing = ReadFileToString(s.file, 16 << 20);
+    if (!existing.ok() && !absl::IsNotFound(existing.status())) {
+      std::fprintf(stderr, "msadmin acl token: %s\n", std::string(existing.status().message()).c_str());
+      return 1;
+    }
+    std::string text = existing.ok() ? *existing : "# megastored --gateway-tokens-file: sha256:HEX PRINCIPAL\n";
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    const std::string token = RandomToken();
+    text += StrCat("sha256:", Sha256Hex(token), " ", s.principal, "\n");
+    if (absl::Status st = WriteFileAtomically(s.file, text, 0600); !st.ok()) {
+      std::fprintf(stderr, "msadmin acl token: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", token.c_str());
+    std::fprintf(stderr,
+                 "a bearer token for %s (shown once; %s keeps only its hash). Send it as "
+                 "\"Authorization: Bearer TOKEN\"; restart the gateway to load it.\n",
+                 s.principal.c_str(), s.file.c_str());
+    return 0;
+  }
   absl::StatusOr<server::ClusterConfig> config =
       server::LoadClusterConfigForClient(s.config);
   if (!config.ok()) {
@@ -204,6 +238,14 @@ int RunAcl(const AclState& s) {
     return rc;
   }
 
+  for (const Held& h : held) {
+    if (h.policy.ok()) continue;
+    std::fprintf(stderr,
+                 "msadmin acl %s: %s (%s) did not answer (%s): a change needs every datacenter, or versions "
+                 "would diverge\n",
+                 s.verb.c_str(), h.name.c_str(), h.address.c_str(), std::string(h.policy.status().message()).c_str());
+    return 1;
+  }
   AccessPolicy next;
   if (s.verb == "set") {
     absl::StatusOr<std::string> text = ReadFileToString(s.file, 16 << 20);
