@@ -496,6 +496,14 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
   for (int32_t id : album.acked()) EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at A";
   testing::Result bt = testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A ls"));
   EXPECT_THAT(bt.out, HasSubstr("PhotoApp")) << bt.out;
+  // The cell's master guards Megastore's tables as tablet servers do.
+  testing::Result drop =
+      testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A deletetable PhotoApp"));
+  EXPECT_EQ(drop.exit_code, 1) << drop.out;
+  EXPECT_THAT(drop.out, HasSubstr("is replicated by Megastore")) << drop.out;
+  testing::Result raw =
+      testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A set PhotoApp r e:x=1"));
+  EXPECT_THAT(raw.out, HasSubstr("is replicated by Megastore")) << raw.out;
   // The datacenters first, then A's cell.
   for (const char* dc : {"A", "B", "C"}) procs[dc]->Kill(SIGTERM);
   for (auto& [name, p] : procs) p->Kill(SIGTERM);

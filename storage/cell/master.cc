@@ -51,7 +51,10 @@ Master::Master(lock::LockService* lock, Env* env, MasterOptions options,
       env_(env),
       options_(std::move(options)),
       on_lost_(std::move(on_lost)),
-      client_(lock, env, CellClientOptions{options_.cell, options_.rpc_timeout, absl::Seconds(2), 64}) {}
+      // The master is the cell's authority on its tables: what it does to
+      // a replicated one its own service has already let through.
+      client_(lock, env,
+              CellClientOptions{options_.cell, options_.rpc_timeout, absl::Seconds(2), 64, /*force_replicated=*/true}) {}
 
 Master::~Master() {
   {

@@ -210,8 +210,9 @@ class MasterClient {
   explicit MasterClient(std::string address, absl::Duration timeout = absl::Seconds(30));
   ~MasterClient();
   absl::Status CreateTable(const TableSchema& schema, const std::vector<std::string>& initial_splits = {});
-  absl::Status DeleteTable(const std::string& name);
-  absl::Status UpdateTable(const TableSchema& schema);
+  // `force`: even a table Megastore replicates (TableSchema.replicated).
+  absl::Status DeleteTable(const std::string& name, bool force = false);
+  absl::Status UpdateTable(const TableSchema& schema, bool force = false);
   absl::StatusOr<std::vector<TableSchema>> ListTables();
   absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& tablet_id, const std::string& row);
   absl::Status MoveTablet(const std::string& tablet_id, const std::string& server);

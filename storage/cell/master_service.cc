@@ -40,9 +40,29 @@ void RegisterMasterService(Master* master, rpc::RpcServer* rpc) {
   Serve<CreateTableRequest>(rpc, "master.CreateTable", [master](const CreateTableRequest& r) {
     return Empty(master->CreateTable(r.schema(), {r.initial_splits().begin(), r.initial_splits().end()}));
   });
-  Serve<TableName>(rpc, "master.DeleteTable", [master](const TableName& r) { return Empty(master->DeleteTable(r.name())); });
+  // A table Megastore replicates is deleted, or stops being replicated,
+  // only when the request says `force` (as on a tablet server).
+  auto guard = [master](const std::string& table, bool force, std::string_view what) -> absl::Status {
+    if (force) return absl::OkStatus();
+    MS_ASSIGN_OR_RETURN(std::vector<TableSchema> tables, master->ListTables());
+    for (const TableSchema& t : tables)
+      if (t.name() == table && t.replicated())
+        return absl::FailedPreconditionError(
+            StrCat("table ", table, " is replicated by Megastore: ", what,
+                   " here would make this datacenter's copy differ from the others'. Use the client library or the "
+                   "gateway; an admin who means it gives msadmin bt --force"));
+    return absl::OkStatus();
+  };
+  Serve<TableName>(rpc, "master.DeleteTable", [master, guard](const TableName& r) -> absl::StatusOr<std::string> {
+    MS_RETURN_IF_ERROR(guard(r.name(), r.force(), "deleting it"));
+    return Empty(master->DeleteTable(r.name()));
+  });
   Serve<CreateTableRequest>(rpc, "master.UpdateTable",
-                            [master](const CreateTableRequest& r) { return Empty(master->UpdateTable(r.schema())); });
+                            [master, guard](const CreateTableRequest& r) -> absl::StatusOr<std::string> {
+                              MS_RETURN_IF_ERROR(guard(r.schema().name(), r.force() || r.schema().replicated(),
+                                                       "changing its schema without keeping it replicated"));
+                              return Empty(master->UpdateTable(r.schema()));
+                            });
   Serve<MasterEmpty>(rpc, "master.ListTables", [master](const MasterEmpty&) -> absl::StatusOr<std::string> {
     MS_ASSIGN_OR_RETURN(std::vector<TableSchema> tables, master->ListTables());
     Tables out;
@@ -98,15 +118,17 @@ absl::Status MasterClient::CreateTable(const TableSchema& schema, const std::vec
   return impl_->Call<MasterEmpty>("master.CreateTable", r).status();
 }
 
-absl::Status MasterClient::DeleteTable(const std::string& name) {
+absl::Status MasterClient::DeleteTable(const std::string& name, bool force) {
   TableName r;
   r.set_name(name);
+  r.set_force(force);
   return impl_->Call<MasterEmpty>("master.DeleteTable", r).status();
 }
 
-absl::Status MasterClient::UpdateTable(const TableSchema& schema) {
+absl::Status MasterClient::UpdateTable(const TableSchema& schema, bool force) {
   CreateTableRequest r;
   *r.mutable_schema() = schema;
+  r.set_force(force);
   return impl_->Call<MasterEmpty>("master.UpdateTable", r).status();
 }
 

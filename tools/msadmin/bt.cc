@@ -96,14 +96,12 @@ class WholeCell : public Bigtable {
     return m->CreateTable(schema);
   }
   absl::Status DeleteTable(const std::string& name) override {
-    MS_RETURN_IF_ERROR(Guard(name, "deleting it"));
     MS_ASSIGN_OR_RETURN(auto m, Master());
-    return m->DeleteTable(name);
+    return m->DeleteTable(name, force_);
   }
   absl::Status UpdateTable(const storage::TableSchema& schema) override {
-    if (!schema.replicated()) MS_RETURN_IF_ERROR(Guard(schema.name(), "changing its schema without keeping it replicated"));
     MS_ASSIGN_OR_RETURN(auto m, Master());
-    return m->UpdateTable(schema);
+    return m->UpdateTable(schema, force_);
   }
   absl::Status MutateRow(const std::string& table, const std::string& row,
                          const std::vector<Mutation>& mutations) override {
@@ -125,17 +123,6 @@ class WholeCell : public Bigtable {
     o.retry_for = timeout_;
     o.force_replicated = force_;
     return o;
-  }
-  // The master does not guard replicated tables as tablet servers do: the
-  // tool does, before asking it.
-  absl::Status Guard(const std::string& table, std::string_view what) {
-    if (force_) return absl::OkStatus();
-    absl::StatusOr<storage::TableSchema> t = GetTable(table);
-    if (!t.ok() || !t->replicated()) return absl::OkStatus();
-    return absl::FailedPreconditionError(StrCat("table ", table, " is replicated by Megastore: ", what,
-                                                " here would make this datacenter's copy differ from the others'. "
-                                                "Use the client library or the gateway; an admin who means it "
-                                                "gives msadmin bt --force"));
   }
   absl::StatusOr<std::unique_ptr<storage::cell::MasterClient>> Master() {
     MS_ASSIGN_OR_RETURN(std::string address, storage::cell::FindMaster(lock_.get(), cell_));
