@@ -375,15 +375,17 @@ struct HttpServer::Impl {
     });
   }
 
-  // Over TLS, says close_notify before the connection goes (bounded: the
-  // client need not answer it).
+  // Over TLS, says close_notify before the connection goes. Bounded
+  // briefly: the client need not answer it, and a connection waiting for
+  // an answer holds a slot of max_connections.
   void Close(const std::shared_ptr<Conn>& c) {
     if (c->tls == nullptr) return;  // c's last reference goes: closed
-    c->stream.expires_after(kLingerTime);
+    c->stream.expires_after(kCloseNotifyTime);
     c->tls->async_shutdown([c](beast::error_code) {});
   }
 
   static constexpr auto kLingerTime = std::chrono::seconds(2);
+  static constexpr auto kCloseNotifyTime = std::chrono::milliseconds(250);
   static constexpr size_t kLingerBytes = 16 << 20;
 
   // Reads and drops what the client still sends, until it closes, an

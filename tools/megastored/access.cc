@@ -95,7 +95,7 @@ struct MethodRule {
 // ls.*, the cell's master) are the cluster's own.
 constexpr MethodRule kRules[] = {
     {"dc.Status", Action::kAnyone, 0},
-    {"acl.Get", Action::kAnyone, 0},
+    {"acl.Get", Action::kReplica, 0},  // who may do what is for the cluster and its admins
     // Who holds a coordinator's locks: a writer that cannot reach a
     // coordinator asks, to know whether it must wait out the lease.
     {"lock.Query", Action::kAnyone, 0},

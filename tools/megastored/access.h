@@ -9,7 +9,8 @@
 //     administration (tablet.CreateTable, ...), acl.Set;
 //   * a grant's read or write allows the calls of the client library and
 //     the raw Bigtable verbs that read or write that object;
-//   * anyone with a certificate may ask dc.Status, acl.Get and lock.Query.
+//   * anyone with a certificate may ask dc.Status and lock.Query; the
+//     policy itself (acl.Get) is for replicas and admins.
 // A refusal is PERMISSION_DENIED naming the principal, the action and the
 // object, and is counted by method.
 #pragma once

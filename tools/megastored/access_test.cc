@@ -172,6 +172,8 @@ TEST(AccessTest, EveryKindOfActionIsCheckedAndRefusalsSayWhoWhatAndWhere) {
   EXPECT_TRUE(absl::IsPermissionDenied(
       ac.Authorize(As(""), "repl.Read", Read("PhotoApp"))));
   EXPECT_TRUE(ac.Authorize(As("stranger"), "dc.Status", "").ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(ac.Authorize(As("app"), "acl.Get", ""))) << "the policy is not an app's";
+  EXPECT_TRUE(ac.Authorize(As("dc-A"), "acl.Get", "").ok());
   EXPECT_EQ(ac.Refusals().at("repl.Paxos"), 1u);
   EXPECT_EQ(ac.Refusals().at("repl.Read"), 2u);
 }
