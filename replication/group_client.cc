@@ -769,13 +769,19 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
       size_t ok = 0;
       uint64_t target = 0;
       std::optional<absl::Status> denied;
+      size_t denials = 0;
       for (auto& r : results) {
-        if (r && absl::IsPermissionDenied(r->status())) denied = r->status();
+        if (r && absl::IsPermissionDenied(r->status())) {
+          denied = r->status();
+          ++denials;
+        }
         if (!r || !r->ok()) continue;
         ++ok;
         target = std::max({target, (*r)->top(), (*r)->applied().position()});
       }
-      if (ok < voters_.size() / 2 + 1 && denied.has_value()) return done(*denied);
+      // Refused by a majority's access policy: no retry helps. (One stale
+      // policy while another replica is down is only unavailability.)
+      if (ok < voters_.size() / 2 + 1 && denials >= voters_.size() / 2 + 1) return done(*denied);
       if (ok < voters_.size() / 2 + 1)
         return done(absl::UnavailableError(StrCat(
             "current read: only ", ok, " of ", voters_.size(),
