@@ -5,6 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "absl/strings/escaping.h"
 #include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -12,32 +13,17 @@
 
 namespace megastore {
 
-namespace {
-
-std::string Hex(const unsigned char* bytes, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string Sha256Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   MS_CHECK(EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) == 1, "OpenSSL's SHA-256 failed");
-  return Hex(digest, n);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), n));
 }
 
 std::string RandomToken() {
   unsigned char bytes[32];
   MS_CHECK(RAND_bytes(bytes, sizeof(bytes)) == 1, "OpenSSL has no randomness");
-  return Hex(bytes, sizeof(bytes));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 absl::StatusOr<TokenMac> TokenMac::FromSecret(std::string secret) {

@@ -51,3 +51,16 @@ TEST(TokenMacTest, SecretsComeFromAFileThatIsCreatedPrivate) {
 
 }  // namespace
 }  // namespace megastore
+
+namespace megastore {
+namespace {
+
+TEST(Sha256HexTest, MatchesTheStandardVectorAndTokensAreFresh) {
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string a = RandomToken(), b = RandomToken();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace megastore
