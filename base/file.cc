@@ -83,14 +83,14 @@ constexpr size_t kChecksummedHeader = 4 + 4 + 8;
 
 }  // namespace
 
-absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload) {
+absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload, int mode) {
   std::string data;
   data.reserve(kChecksummedHeader + payload.size());
   data.append(kChecksummedMagic);
   PutFixed32(&data, crc32c::Mask(crc32c::Value(payload)));
   PutFixed64(&data, payload.size());
   data.append(payload);
-  return WriteFileAtomically(path, data);
+  return WriteFileAtomically(path, data, mode);
 }
 
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path, size_t max_bytes) {

@@ -28,8 +28,9 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
 // different) state:
 //   "MSF1" | masked CRC-32C of the payload (fixed32) | payload length
 //   (fixed64) | payload
-// WriteChecksummedFile writes one atomically (WriteFileAtomically).
-absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload);
+// WriteChecksummedFile writes one atomically (WriteFileAtomically), with
+// permissions `mode`.
+absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload, int mode = 0644);
 // The payload of a checksummed file. NotFound if the file does not exist;
 // FailedPrecondition if it has no header at all (a file from before
 // headers, for the caller to decide on); DataLoss naming the file if it is

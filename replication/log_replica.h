@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/env.h"
+#include "replication/cell_crypto.h"
 #include "replication/replication.pb.h"
 #include "storage/client/bigtable_client.h"
 #include "storage/tablet/schema.pb.h"
@@ -62,11 +63,13 @@ class LogReplica {
   template <typename T>
   using Callback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
 
-  // `bigtable` (and `env`, if given) must outlive this object. With an
-  // `env`, a proposed entry's timestamp is checked against its clock.
+  // `bigtable` (and `env` and `encryption`, if given) must outlive this
+  // object. With an `env`, a proposed entry's timestamp is checked against
+  // its clock. With `encryption`, groups it says are encrypted are stored
+  // sealed (replication/cell_crypto.h) and opened when read.
   LogReplica(storage::BigtableClient* bigtable, ReplicaType type, Env* env = nullptr,
-             absl::Duration max_clock_skew = kDefaultMaxClockSkew)
-      : bigtable_(bigtable), type_(type), env_(env), max_clock_skew_(max_clock_skew) {}
+             absl::Duration max_clock_skew = kDefaultMaxClockSkew, GroupEncryption* encryption = nullptr)
+      : bigtable_(bigtable), type_(type), env_(env), max_clock_skew_(max_clock_skew), encryption_(encryption) {}
 
   ReplicaType type() const { return type_; }
 
@@ -99,9 +102,13 @@ class LogReplica {
   void Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done);
   // The latest cells of `row`'s `family` as of `timestamp`.
   void Read(ReadRequest request, Callback<ReadReply> done);
-  // Rows of the group in a range (at most kMaxScanRows per call).
+  // Rows of the group in a range (at most kMaxScanRows per call). In an
+  // encrypted group, a range over local index entries reads all of the
+  // group's entries of that index (their stored order is not theirs), at
+  // most kMaxSealedIndexRows of them (ResourceExhausted beyond).
   void Scan(ScanRequest request, Callback<ScanReply> done);
   static constexpr int64_t kMaxScanRows = 1000;
+  static constexpr int64_t kMaxSealedIndexRows = 100000;
   // Rows of a global index table (family "i"), newest data.
   void ScanIndex(ScanIndexRequest request, Callback<ScanReply> done);
   // Lists (and with `apply` removes) what this replica holds for positions
@@ -112,23 +119,33 @@ class LogReplica {
   static constexpr uint64_t kMaxReadLog = 256;
 
  private:
-  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, int attempt,
+  using Sealing = std::shared_ptr<const GroupSealing>;
+  // The group's sealing (unencrypted without an `encryption`).
+  void SealingOf(const GroupRef& group, bool create, Callback<Sealing> done);
+  void PaxosSealed(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, Sealing sealing,
+                   Callback<PaxosReply> done);
+  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, int attempt, Sealing sealing,
                     Callback<PaxosReply> done);
   // The acceptor step itself, once the position's stored state is known.
   void PaxosStep(std::shared_ptr<PaxosRequest> request, int attempt, std::optional<std::string> stored,
-                 Callback<PaxosReply> done);
+                 Sealing sealing, Callback<PaxosReply> done);
+  void ReadLogSealed(ReadLogRequest request, Sealing sealing, Callback<ReadLogReply> done);
+  void TruncateSealed(GroupRef group, uint64_t keep, bool apply, Sealing sealing, Callback<TruncateReply> done);
+  void ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sealing sealing, Callback<ApplyReply> done);
+  void ScanSealed(ScanRequest request, Sealing sealing, Callback<ScanReply> done);
   // InvalidArgument if `timestamp` is beyond this replica's clock plus the
   // allowed skew.
   absl::Status CheckTimestamp(const GroupRef& group, uint64_t position, int64_t timestamp) const;
   // Applies learned positions in order from the applied one. `known`: a
   // position's value the caller just learned (spares reading it back).
-  void ApplyLoop(GroupRef group, Callback<ApplyReply> done,
+  void ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply> done,
                  std::optional<std::pair<uint64_t, std::string>> known = std::nullopt);
 
   storage::BigtableClient* const bigtable_;
   const ReplicaType type_;
   Env* const env_;
   const absl::Duration max_clock_skew_;
+  GroupEncryption* const encryption_;
 };
 
 // True for the OutOfRange refusal of a position beyond a replica's top.
@@ -137,7 +154,9 @@ bool IsBeyondTop(const absl::Status& s);
 // Validates a request's group reference (InvalidArgument naming the problem).
 absl::Status CheckGroup(const GroupRef& group);
 
-// The Bigtable mutations that apply `entry`'s changes to one row.
-std::vector<storage::Mutation> EntryMutations(const RowChange& change, int64_t timestamp);
+// The Bigtable mutations that apply `entry`'s changes to one row (sealed
+// with `cipher` if given, for the row cipher->StoredRow(change.row())).
+absl::StatusOr<std::vector<storage::Mutation>> EntryMutations(const RowChange& change, int64_t timestamp,
+                                                              const GroupCipher* cipher = nullptr);
 
 }  // namespace megastore::replication

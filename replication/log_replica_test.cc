@@ -204,7 +204,7 @@ TEST_F(LogReplicaTest, ALateRepeatedApplyNeverHidesALaterPositionsData) {
   EXPECT_EQ(Value(r, "root/k", 300), "new");
   // A slow applier of position 2 writes its mutations again, late.
   std::optional<absl::Status> s;
-  bigtable_->MutateRow("t", "root/k", EntryMutations(del.changes(0), del.timestamp()),
+  bigtable_->MutateRow("t", "root/k", *EntryMutations(del.changes(0), del.timestamp()),
                        del.timestamp(), [&](absl::Status st) { s = st; });
   ASSERT_TRUE(s && s->ok());
   EXPECT_EQ(Value(r, "root/k", 300), "new");
@@ -222,7 +222,7 @@ TEST_F(LogReplicaTest, ALateApplyOfAnEarlierPositionBringsNothingDeletedBack) {
   EXPECT_EQ(Value(r, "root/k", 250), std::nullopt);
   for (int i = 0; i < 2; ++i) {
     std::optional<absl::Status> s;
-    bigtable_->MutateRow("t", "root/k", EntryMutations(set.changes(0), set.timestamp()),
+    bigtable_->MutateRow("t", "root/k", *EntryMutations(set.changes(0), set.timestamp()),
                          set.timestamp(), [&](absl::Status st) { s = st; });
     ASSERT_TRUE(s && s->ok());
   }

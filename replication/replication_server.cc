@@ -39,7 +39,7 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
     : env_(env),
       options_(std::move(options)),
       replica_(bigtable, options_.cluster.replicas[options_.cluster.local].type, env,
-               options_.cluster.max_clock_skew),
+               options_.cluster.max_clock_skew, options_.encryption),
       client_(env, transport, options_.cluster) {}
 
 ReplicationServer::~ReplicationServer() { Stop(); }

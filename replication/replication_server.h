@@ -29,6 +29,9 @@ struct ReplicationServerOptions {
   // How often to look for incomplete writes, and how old one must be.
   absl::Duration sweep_interval = absl::Seconds(2);
   absl::Duration sweep_age = absl::Seconds(2);
+  // Encryption at rest (replication/at_rest.h); must outlive the server.
+  // nullptr: nothing is encrypted.
+  GroupEncryption* encryption = nullptr;
 };
 
 class ReplicationServer {

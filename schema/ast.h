@@ -56,6 +56,7 @@ struct TableDecl {
   std::optional<SourcePos> primary_key_pos;
   std::vector<KeyPartDecl> primary_key;
   std::optional<SourcePos> root_pos;  // ENTITY GROUP ROOT
+  std::optional<SourcePos> encrypted_pos;  // ENCRYPTED
   std::optional<Name> in_table;
   std::optional<SourcePos> group_key_pos;  // ENTITY GROUP KEY(...) REFERENCES T
   std::vector<Name> group_key;

@@ -89,6 +89,10 @@ std::vector<std::string> CheckCompatible(const SchemaDescriptor& previous, const
     if (now.entity_group_root() != t.entity_group_root() || !EqualsIgnoreCase(now.root_table(), t.root_table())) {
       errors.push_back("table " + t.name() + " changed its entity group");
     }
+    if (now.encrypted() != t.encrypted()) {
+      errors.push_back("table " + t.name() + (now.encrypted() ? " became ENCRYPTED" : " is no longer ENCRYPTED") +
+                       "; existing groups keep how they were written: copy the data into a new schema instead");
+    }
     CompareFields(t.name(), t.fields(), now.fields(), now.reserved_numbers(), &errors);
   }
   const auto indexes = ByName(next.indexes());

@@ -65,5 +65,15 @@ TEST(CompatTest, BreakingChangesAreEachNamed) {
               ElementsAre("table User was removed", "table Photo was removed"));
 }
 
+TEST(CompatTest, EncryptionCannotBeTurnedOnOrOff) {
+  const std::string plain = "CREATE SCHEMA S;\nCREATE TABLE R {\n  required int64 id;\n} PRIMARY KEY(id), ENTITY GROUP ROOT;\n";
+  std::string sealed = plain;
+  sealed.replace(sealed.find("ENTITY GROUP ROOT;"), 18, "ENTITY GROUP ROOT, ENCRYPTED;");
+  EXPECT_THAT(CheckCompatible(Compile(plain), Compile(sealed)),
+              ElementsAre(HasSubstr("table R became ENCRYPTED; existing groups keep how they were written")));
+  EXPECT_THAT(CheckCompatible(Compile(sealed), Compile(plain)), ElementsAre(HasSubstr("table R is no longer ENCRYPTED")));
+  EXPECT_THAT(CheckCompatible(Compile(sealed), Compile(sealed)), ElementsAre());
+}
+
 }  // namespace
 }  // namespace megastore::schema

@@ -34,6 +34,7 @@ class Compiler {
     for (const std::string& key : table_order_) CheckTableFields(tables_.at(key));
     for (const std::string& key : table_order_) CheckTableKeys(tables_.at(key));
     for (const std::string& key : table_order_) CheckInTable(tables_.at(key));
+    CheckEncryption();
     for (const Statement& s : statements_) {
       if (const auto* x = std::get_if<IndexDecl>(&s)) AddIndex(*x);
       if (const auto* a = std::get_if<AlterDecl>(&s)) Alter(*a);
@@ -307,8 +308,37 @@ class Compiler {
             "add ENTITY GROUP ROOT, or ENTITY GROUP KEY(columns) REFERENCES RootTable");
     }
     t.desc.set_entity_group_root(d.root_pos.has_value());
+    if (d.encrypted_pos && !d.root_pos) {
+      Error(*d.encrypted_pos, "table " + d.name.text + " is not an ENTITY GROUP ROOT, so it cannot be ENCRYPTED",
+            "encryption is a property of whole entity groups: say ENCRYPTED on the root table");
+    }
+    t.desc.set_encrypted(d.encrypted_pos.has_value() && d.root_pos.has_value());
     if (d.group_key_pos && !d.root_pos) CheckGroupKey(t);
     t.keys_ok = errors_.size() == errors_before;
+  }
+
+  // All root tables of a schema share one Bigtable table, and groups of two
+  // roots whose keys encode alike share rows: they must agree on encryption.
+  void CheckEncryption() {
+    const TableInfo* first = nullptr;
+    for (const std::string& key : table_order_) {
+      const TableInfo& t = tables_.at(key);
+      if (!t.desc.entity_group_root()) continue;
+      if (first == nullptr) {
+        first = &t;
+      } else if (t.desc.encrypted() != first->desc.encrypted()) {
+        const TableInfo& plain = t.desc.encrypted() ? *first : t;
+        const TableInfo& sealed = t.desc.encrypted() ? t : *first;
+        Error(plain.decl->name.pos,
+              "root table " + plain.desc.name() + " is not ENCRYPTED but root table " + sealed.desc.name() + " is",
+              "the roots of a schema share one Bigtable table: make every root table ENCRYPTED, or none");
+      }
+    }
+  }
+  bool InEncryptedGroup(const TableDescriptor& table) const {
+    if (table.entity_group_root()) return table.encrypted();
+    auto root = tables_.find(ToLower(table.root_table()));
+    return root != tables_.end() && root->second.desc.encrypted();
   }
 
   void CheckGroupKey(TableInfo& t) {
@@ -433,6 +463,12 @@ class Compiler {
       return;
     }
     const TableDescriptor& table = t->second.desc;
+    if (x.scope == IndexDescriptor::GLOBAL && InEncryptedGroup(table)) {
+      Error(x.pos, "global index " + x.name.text + " is on " + table.name() + ", whose entity groups are ENCRYPTED",
+            "a global index's entries live outside the groups and would hold their values in the clear; use a "
+            "LOCAL index (its entries are encrypted with the group)");
+      return;
+    }
     IndexInfo info;
     IndexDescriptor& d = info.desc;
     d.set_name(x.name.text);

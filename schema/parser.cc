@@ -344,8 +344,13 @@ class Parser {
         } else {
           Fail(Peek().pos, "expected ROOT or KEY after ENTITY GROUP, found " + Describe(Peek()));
         }
+      } else if (AcceptWord("ENCRYPTED")) {
+        if (t.encrypted_pos) Error(c.pos, "table " + t.name.text + " says ENCRYPTED twice");
+        t.encrypted_pos = c.pos;
       } else {
-        Fail(c.pos, "expected PRIMARY KEY, ENTITY GROUP ROOT, ENTITY GROUP KEY or IN TABLE after the body of table " +
+        Fail(c.pos,
+             "expected PRIMARY KEY, ENTITY GROUP ROOT, ENTITY GROUP KEY, IN TABLE or ENCRYPTED after the body of "
+             "table " +
                         t.name.text + ", found " + Describe(c));
       }
     } while (AcceptPunct(','));

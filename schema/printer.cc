@@ -85,6 +85,7 @@ std::string PrintSchema(const SchemaDescriptor& schema) {
     out += " PRIMARY KEY" + KeyParts(t.primary_key());
     if (t.entity_group_root()) {
       out += ",\n  ENTITY GROUP ROOT";
+      if (t.encrypted()) out += ",\n  ENCRYPTED";
     } else {
       if (!t.in_table().empty()) out += ",\n  IN TABLE " + N(t.in_table());
       out += ",\n  ENTITY GROUP KEY" + Names(t.entity_group_key()) + " REFERENCES " + N(t.root_table());

@@ -103,6 +103,10 @@ constexpr MethodRule kRules[] = {
     {"dc.Coordinator", Action::kAdmin, 0},
     {"repl.Truncate", Action::kAdmin, 0},  // msadmin group repair
     {"acl.Set", Action::kAdmin, 0},
+    // Encryption at rest's keys: status, KEK rotation, crypto-shredding.
+    {"keys.Status", Action::kAdmin, 0},
+    {"keys.Rotate", Action::kAdmin, 0},
+    {"keys.Destroy", Action::kAdmin, 0},
     // The client library: commits (Paxos, apply, invalidations, advisory
     // locks) write the group's table; reads (current, snapshot, catch-up,
     // coordinator checks) read it.

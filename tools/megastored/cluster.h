@@ -11,6 +11,7 @@
 #include "base/delayed_transport.h"
 #include "base/tls/context.h"
 #include "replication/group_client.h"
+#include "replication/schema_table.h"
 #include "tools/megastored/cluster.pb.h"
 
 namespace megastore::server {
@@ -64,11 +65,10 @@ std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const Clu
 // DelayedTransport of an app server there.
 DelayedTransport::OneWay OneWayFrom(const ClusterConfig& config, const std::string& here);
 
-// Where schemas applied to the cluster are kept, in every datacenter's
-// Bigtable: one row per schema name, cell s:descriptor.
-inline constexpr char kSchemaTable[] = "megastore.schemas";
-inline constexpr char kSchemaFamily[] = "s";
-inline constexpr char kSchemaColumn[] = "descriptor";
+// Where schemas applied to the cluster are kept (replication/schema_table.h).
+using replication::kSchemaColumn;
+using replication::kSchemaFamily;
+using replication::kSchemaTable;
 
 // The built-in local default: three full datacenters A, B, C on loopback
 // (ports picked at start), WAN A-B 10 ms, A-C 30 ms, B-C 25 ms one way.

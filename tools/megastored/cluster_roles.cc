@@ -177,6 +177,18 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     DatacenterOptions o;
     o.name = me.name();
     o.data_dir = flags.data;
+    if (!flags.key_dir.empty()) {
+      // Keys kept apart from the data they open: a copy of the data
+      // directory (a backup, a disk) must not carry them.
+      std::error_code ec;
+      const std::string keys = std::filesystem::weakly_canonical(flags.key_dir, ec).string();
+      const std::string data = std::filesystem::weakly_canonical(flags.data, ec).string();
+      if (!flags.data.empty() && (keys == data || keys.rfind(data + "/", 0) == 0))
+        return BadFlags(StrCat("--key-dir=", flags.key_dir, " is inside --data=", flags.data,
+                               ": keep the keys apart from the data they open (another directory, ideally another "
+                               "volume or owner)"));
+      o.key_dir = flags.key_dir;
+    }
     o.max_clock_skew = MaxClockSkewOf(config);
     o.accept_log_loss = flags.accept_log_loss;
     o.type = TypeOf(me);
@@ -288,7 +300,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                   flags.data.c_str());
     }
   }
-  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync, flags.accept_log_loss);
+  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync, flags.accept_log_loss,
+                                     flags.key_dir);
   if (!cluster.ok()) {
     std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
     return 1;

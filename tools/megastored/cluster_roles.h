@@ -14,6 +14,7 @@ struct ClusterFlags {
   std::string datacenter;     // --datacenter=NAME (with --config, not --local)
   std::string roles;          // --roles=...: which of its roles (default: all)
   std::string data;           // --data=DIR
+  std::string key_dir;        // --key-dir=DIR: keys of encrypted schemas (--local: DATA/keys)
   std::vector<std::string> schemas;  // --schema=FILE.schema.pb: create its tables
   std::string gateway;        // --gateway=HOST:PORT: the JSON gateway (local mode)
   int gateway_max_json_depth = 32;   // --gateway-max-json-depth

@@ -6,6 +6,7 @@
 #include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "replication/at_rest.h"
 #include "absl/time/clock.h"
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
@@ -109,6 +110,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
                                                "tablet server's address"));
     dc->bigtable_ = std::make_unique<storage::RemoteBigtable>(o.tablet_address);
   }
+  if (dc->Runs(Role::kReplication))
+    dc->encryption_ = std::make_unique<replication::AtRestEncryption>(env, dc->bigtable_.get(), o.key_dir);
   if (o.one_way) dc->delayed_ = std::make_unique<DelayedTransport>(env, &dc->transport_, o.one_way);
   rpc::ServerOptions so;
   so.listen = o.listen;
@@ -191,6 +194,24 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
           return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
         r->Serve(m, std::move(req), std::move(respond));
       });
+  // Encryption at rest's keys (msadmin keys, msadmin group destroy-key).
+  if (d->encryption_ != nullptr) {
+    rpc::Serve(*d->server_, "keys.Status", [d](std::string, Responder respond) {
+      respond(d->encryption_->Status().SerializeAsString());
+    });
+    rpc::Serve(*d->server_, "keys.Rotate", [d](std::string, Responder respond) {
+      absl::StatusOr<replication::KeysRotateReply> r = d->encryption_->Rotate();
+      if (!r.ok()) return respond(r.status());
+      respond(r->SerializeAsString());
+    });
+    rpc::Serve(*d->server_, "keys.Destroy", [d](std::string req, Responder respond) {
+      replication::KeysDestroyRequest r;
+      if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("keys.Destroy: malformed request"));
+      absl::StatusOr<replication::KeysDestroyReply> reply = d->encryption_->Destroy(r.table(), r.root());
+      if (!reply.ok()) return respond(reply.status());
+      respond(reply->SerializeAsString());
+    });
+  }
   // Its Bigtable's own RPC service (msadmin bt, schema apply; a replication
   // server in another process).
   if (dc->tablets_ != nullptr) {
@@ -275,6 +296,7 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
   ro.cluster.replicas = replicas;
   ro.cluster.local = self;
   ro.cluster.max_clock_skew = options_.max_clock_skew;
+  ro.encryption = encryption_.get();
   replication_ = std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
   replication_->Start();
   serving_replication_ = replication_.get();
@@ -341,7 +363,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, const std::string& dir,
                                                                   ClusterConfig config,
                                                                   std::vector<storage::TableSchema> tables,
-                                                                  bool sync_log, bool accept_log_loss) {
+                                                                  bool sync_log, bool accept_log_loss,
+                                                                  std::string key_dir) {
+  if (key_dir.empty()) key_dir = StrCat(dir, "/keys");
   auto cluster = std::make_unique<LocalCluster>();
   // Which datacenter an address belongs to, filled as they start (the
   // delays are looked up per message, after all have started).
@@ -355,6 +379,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, cons
     DatacenterOptions o;
     o.name = c.name();
     o.data_dir = StrCat(dir, "/", o.name);
+    o.key_dir = StrCat(key_dir, "/", o.name);
     o.type = TypeOf(c);
     o.listen = c.address();
     o.tables = tables;

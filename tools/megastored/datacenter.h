@@ -35,6 +35,9 @@ class CellClient;
 namespace megastore::storage::lock {
 class LockService;
 }
+namespace megastore::replication {
+class AtRestEncryption;
+}
 
 namespace megastore::server {
 
@@ -67,6 +70,10 @@ struct DatacenterOptions {
   // access policy is read from there every `policy_poll`.
   std::string lock_address;
   absl::Duration policy_poll = absl::Seconds(2);
+  // This datacenter's key directory for encrypted schemas
+  // (replication/key_store.h); empty: none, and writes to encrypted entity
+  // groups are refused.
+  std::string key_dir;
   // Emulated WAN: the one-way delay of this datacenter's messages to a node
   // (its coordinator's lock renewals, its replication server's sweeps).
   // Empty: none.
@@ -102,6 +109,8 @@ class Datacenter {
   // Null where the role does not run in this process.
   coordinator::Coordinator* coordinator() { return coordinator_.get(); }
   replication::ReplicationServer* replication() { return replication_.get(); }
+  // Encryption at rest (with the replication role).
+  replication::AtRestEncryption* encryption() { return encryption_.get(); }
   // Round trips to the other datacenters (after StartReplication).
   std::vector<LatencyProber::Result> Latencies() const {
     return prober_ ? prober_->Results() : std::vector<LatencyProber::Result>();
@@ -125,6 +134,7 @@ class Datacenter {
   std::unique_ptr<storage::lock::LockService> cell_lock_;
   std::unique_ptr<storage::cell::CellClient> cell_client_;
   std::unique_ptr<storage::BigtableClient> bigtable_;  // destroyed before the cell client it may use
+  std::unique_ptr<replication::AtRestEncryption> encryption_;  // with the replication role
   std::unique_ptr<storage::lock::LockTable> locks_;
   rpc::RpcTransport transport_;
   std::unique_ptr<DelayedTransport> delayed_;
@@ -155,11 +165,13 @@ class LocalCluster {
       Env* env, const std::string& dir, std::vector<replication::ReplicaType> types,
       std::vector<storage::TableSchema> tables, bool sync_log = true);
   // The datacenters of `config` (ports 0 are picked), each under
-  // dir/NAME, with its links' delays emulated on their messages.
+  // dir/NAME, with its links' delays emulated on their messages. Keys of
+  // encrypted schemas go in key_dir/NAME (default: dir/keys/NAME).
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(Env* env, const std::string& dir,
                                                              ClusterConfig config,
                                                              std::vector<storage::TableSchema> tables,
-                                                             bool sync_log = true, bool accept_log_loss = false);
+                                                             bool sync_log = true, bool accept_log_loss = false,
+                                                             std::string key_dir = "");
   // The config with the addresses actually bound.
   const ClusterConfig& config() const { return config_; }
   int size() const { return static_cast<int>(datacenters_.size()); }

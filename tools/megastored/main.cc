@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
                  "replication; comma-separated; default all); alone: tablet (a standalone tablet server)");
   app.add_option("--listen", listen, "HOST:PORT for RPC (port 0 picks a free port, printed at start)")->capture_default_str();
   app.add_option("--data", data, "data directory (tablets, commit log, state); needed wherever the tablet or lock role runs");
+  app.add_option("--key-dir", cluster.key_dir,
+                 "where the replication role keeps the keys of ENCRYPTED schemas (docs/security.md); created "
+                 "owner-only on first use, never inside --data. --local: default DATA/keys/NAME, one per datacenter");
   app.add_option("--http", http, "HOST:PORT for /status and /metrics (off if not given)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   std::string log_format = "text";

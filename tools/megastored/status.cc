@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "base/tls/context.h"
 #include "base/strings.h"
+#include "replication/at_rest.h"
 
 namespace megastore::server {
 
@@ -194,6 +195,20 @@ std::string MetricsText(const StatusSources& s) {
     if (dc->replication() != nullptr)
       out += StrCat("megastore_log_groups{datacenter=\"", dc->options().name, "\"} ", dc->replication()->groups_seen(),
                     "\n");
+  // Encryption at rest: the key store's counts, once it is open.
+  for (const bool destroyed : {false, true}) {
+    const char* name = destroyed ? "megastore_encryption_destroyed_group_keys" : "megastore_encryption_group_keys";
+    out += Family(name, "gauge",
+                  destroyed ? "Entity groups whose key this datacenter destroyed (crypto-shredded)."
+                            : "Entity groups of encrypted schemas with a key in this datacenter's key directory.");
+    for (Datacenter* dc : s.datacenters) {
+      if (dc->encryption() == nullptr) continue;
+      const std::optional<replication::GroupKeyStore::Stats> keys = dc->encryption()->StoreStats();
+      if (keys)
+        out += StrCat(name, "{datacenter=\"", dc->options().name, "\"} ", destroyed ? keys->destroyed : keys->groups,
+                      "\n");
+    }
+  }
   for (bool paxos : {true, false}) {
     const char* name = paxos ? "megastore_replication_paxos_seconds" : "megastore_replication_read_seconds";
     out += Family(name, "histogram",

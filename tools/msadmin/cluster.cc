@@ -17,6 +17,7 @@
 #include "base/strings.h"
 #include "replication/group_client.h"
 #include "replication/replication.pb.h"
+#include "replication/keys.pb.h"
 #include "schema/compat.h"
 #include "schema/compiler.h"
 #include "schema/entity_json.h"
@@ -376,7 +377,9 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config, cons
     }
     const std::string file = StrCat("group-repair-", absl::BytesToHexString(group.root()), "-",
                                     absl::ToUnixSeconds(absl::Now()), ".entries");
-    if (absl::Status w = WriteFileAtomically(file, saved); !w.ok()) {
+    // Owner-only: the entries are the group's data in the clear (also for
+    // an encrypted schema).
+    if (absl::Status w = WriteFileAtomically(file, saved, 0600); !w.ok()) {
       return Failed(StrCat("cannot keep the chosen entries before removing anything: ", w.message()));
     }
     std::printf("chosen entries kept in %s (position and LogEntry, length-prefixed)\n", file.c_str());
@@ -441,22 +444,27 @@ int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
   storage::TableSchema schemas;
   schemas.set_name(kSchemaTable);
   schemas.add_families()->set_name(kSchemaFamily);
-  tables.push_back(schemas);
   int created = 0;
   for (const auto& dc : config.datacenters()) {
     storage::TabletClient client(server::AddressOf(dc, server::Role::kTablet), absl::Seconds(s.timeout));
-    for (const storage::TableSchema& t : tables) {
+    auto create = [&](const storage::TableSchema& t) -> absl::Status {
       absl::Status st = client.CreateTable(t);
       if (st.ok()) ++created;
-      else if (!absl::IsAlreadyExists(st))
-        return Failed(StrCat("datacenter ", dc.name(), ": creating table ", t.name(), ": ", st.message(),
-                             " (the tables created so far stay; run it again when ", dc.name(), " is up)"));
-    }
+      if (st.ok() || absl::IsAlreadyExists(st)) return absl::OkStatus();
+      return absl::Status(st.code(), StrCat("datacenter ", dc.name(), ": creating table ", t.name(), ": ",
+                                            st.message(), " (the tables created so far stay; run it again when ",
+                                            dc.name(), " is up)"));
+    };
+    // The schema is recorded before its tables exist, so no replica ever
+    // stores a group of them without knowing whether it is encrypted.
+    if (absl::Status st = create(schemas); !st.ok()) return Failed(std::string(st.message()));
     if (absl::Status st = client.MutateRow(kSchemaTable, next->name(),
                                            {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn,
                                                                        next->SerializeAsString())});
         !st.ok())
       return Failed(StrCat("datacenter ", dc.name(), ": storing the schema: ", st.message()));
+    for (const storage::TableSchema& t : tables)
+      if (absl::Status st = create(t); !st.ok()) return Failed(std::string(st.message()));
   }
   if (s.json) {
     std::printf("{\"schema\":\"%s\",\"datacenters\":%d,\"tables_created\":%d,\"applied_before\":%s}\n",
@@ -717,6 +725,126 @@ void AddClusterCommands(CLI::App& app, ClusterState& state) {
   repair->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
   repair->add_flag("--yes", state.force, "repair (without it, only show what would be removed)");
   repair->callback([&state] { state.command = "group repair"; });
+  CLI::App* shred = grp->add_subcommand(
+      "destroy-key", "Crypto-shred an ENCRYPTED group: destroy its key in every datacenter, so its data, log and "
+                     "backups can never be read again");
+  with_config(shred);
+  shred->add_option("schema", state.schema, "an applied schema's name, or a NAME.schema.pb/.msdl file")->required();
+  shred->add_option("group", state.group, "ROOT_TABLE:KEY[,KEY...], e.g. Patient:7")->required();
+  shred->add_flag("--yes", state.force, "destroy (without it, only say what would be destroyed)");
+  shred->callback([&state] { state.command = "group destroy-key"; });
+
+  CLI::App* keys = app.add_subcommand("keys", "Encryption at rest: each datacenter's key directory");
+  keys->require_subcommand(1);
+  CLI::App* kstatus = keys->add_subcommand("status", "Each datacenter's key directory, key-encryption key and counts");
+  with_config(kstatus);
+  kstatus->callback([&state] { state.command = "keys status"; });
+  CLI::App* rotate = keys->add_subcommand(
+      "rotate", "A new key-encryption key; every group key re-wrapped under it (no data is rewritten)");
+  with_config(rotate);
+  rotate->add_option("--datacenter", state.datacenter, "only this datacenter (default: all)");
+  rotate->callback([&state] { state.command = "keys rotate"; });
+}
+
+// msadmin keys status: each datacenter's key directory.
+int KeysStatus(const ClusterState& s, const server::ClusterConfig& config) {
+  rpc::RpcTransport transport;
+  int failed = 0;
+  std::string json = "[";
+  for (const auto& dc : config.datacenters()) {
+    const std::string address = server::AddressOf(dc, server::Role::kReplication);
+    auto r = Call<replication::KeysStatusReply>(transport, address, "keys.Status", replication::KeysStatusRequest(),
+                                                absl::Seconds(s.timeout));
+    if (s.json) {
+      if (json.size() > 1) json += ",";
+      json += StrCat("{\"datacenter\":\"", JsonEscape(dc.name()), "\",",
+                     r.ok() ? StrCat("\"keys\":", Json(*r)) : StrCat("\"error\":\"", JsonEscape(r.status().message()), "\""),
+                     "}");
+    }
+    if (!r.ok()) {
+      ++failed;
+      if (!s.json) std::printf("%-10s unreachable: %s\n", dc.name().c_str(), std::string(r.status().message()).c_str());
+      continue;
+    }
+    if (s.json) continue;
+    if (r->key_dir().empty()) {
+      std::printf("%-10s no key directory%s\n", dc.name().c_str(),
+                  r->encrypted_tables_size() > 0 ? ": its encrypted tables cannot be written" : "");
+      continue;
+    }
+    std::printf("%-10s %s: %s; key-encryption key %u (of %u), %llu group keys, %llu destroyed\n", dc.name().c_str(),
+                r->key_dir().c_str(), r->provider().c_str(), r->active_kek(), r->keks(),
+                static_cast<unsigned long long>(r->groups()), static_cast<unsigned long long>(r->destroyed()));
+  }
+  if (s.json) std::printf("%s]\n", json.c_str());
+  return failed == 0 ? 0 : 1;
+}
+
+// msadmin keys rotate: a new key-encryption key in each datacenter (or one),
+// every group key re-wrapped under it; no data is rewritten.
+int KeysRotate(const ClusterState& s, const server::ClusterConfig& config) {
+  rpc::RpcTransport transport;
+  int failed = 0, done = 0;
+  for (const auto& dc : config.datacenters()) {
+    if (!s.datacenter.empty() && dc.name() != s.datacenter) continue;
+    ++done;
+    const std::string address = server::AddressOf(dc, server::Role::kReplication);
+    auto r = Call<replication::KeysRotateReply>(transport, address, "keys.Rotate", replication::KeysRotateRequest(),
+                                                absl::Seconds(s.timeout));
+    if (!r.ok()) {
+      ++failed;
+      std::fprintf(stderr, "msadmin keys rotate: %s: %s\n", dc.name().c_str(), std::string(r.status().message()).c_str());
+      continue;
+    }
+    if (s.json) {
+      std::printf("{\"datacenter\":\"%s\",\"active_kek\":%u,\"rewrapped\":%llu}\n", JsonEscape(dc.name()).c_str(),
+                  r->active_kek(), static_cast<unsigned long long>(r->rewrapped()));
+    } else {
+      std::printf("%s: now key-encryption key %u; %llu group keys re-wrapped, the old key forgotten\n",
+                  dc.name().c_str(), r->active_kek(), static_cast<unsigned long long>(r->rewrapped()));
+    }
+  }
+  if (done == 0) return Usage(StrCat("no datacenter ", s.datacenter, " in ", s.config));
+  return failed == 0 ? 0 : 1;
+}
+
+// msadmin group destroy-key: crypto-shreds an encrypted group in every
+// datacenter. Without --yes, only says what it would do.
+int GroupDestroyKey(const ClusterState& s, const server::ClusterConfig& config,
+                    const std::pair<replication::GroupRef, std::string>& resolved) {
+  const replication::GroupRef& group = resolved.first;
+  if (!s.force) {
+    std::printf("would destroy the key of entity group %s (row %s of table %s) in all %d datacenters: its data, "
+                "log and every backup of them become unreadable for good. Run again with --yes.\n",
+                s.group.c_str(), EscapeBytes(group.root()).c_str(), group.table().c_str(), config.datacenters_size());
+    return 0;
+  }
+  rpc::RpcTransport transport;
+  replication::KeysDestroyRequest req;
+  req.set_table(group.table());
+  req.set_root(group.root());
+  std::vector<std::string> missed;
+  for (const auto& dc : config.datacenters()) {
+    const std::string address = server::AddressOf(dc, server::Role::kReplication);
+    auto r = Call<replication::KeysDestroyReply>(transport, address, "keys.Destroy", req, absl::Seconds(s.timeout));
+    if (!r.ok()) {
+      missed.push_back(StrCat(dc.name(), " (", r.status().message(), ")"));
+      continue;
+    }
+    if (!s.json)
+      std::printf("%s: %s\n", dc.name().c_str(),
+                  r->had_key() ? "key destroyed" : "no key here (never written here, or destroyed before)");
+  }
+  if (!missed.empty()) {
+    std::string list;
+    for (const std::string& m : missed) list += StrCat(list.empty() ? "" : ", ", m);
+    return Failed(StrCat("the key is not destroyed in ", list, ": its data there is still readable; run this again "
+                         "once they answer"));
+  }
+  if (s.json)
+    std::printf("{\"group\":\"%s\",\"schema\":\"%s\",\"destroyed\":true}\n", JsonEscape(s.group).c_str(),
+                JsonEscape(resolved.second).c_str());
+  return 0;
 }
 
 int RunClusterCommand(const ClusterState& s) {
@@ -729,11 +857,15 @@ int RunClusterCommand(const ClusterState& s) {
   if (s.command == "replica enable") return Switch(s, *config, true, true);
   if (s.command == "schema apply") return SchemaApply(s, *config);
   if (s.command == "schema show") return SchemaShow(s, *config);
-  if (s.command == "group log" || s.command == "group catchup" || s.command == "group repair") {
+  if (s.command == "keys status") return KeysStatus(s, *config);
+  if (s.command == "keys rotate") return KeysRotate(s, *config);
+  if (s.command == "group log" || s.command == "group catchup" || s.command == "group repair" ||
+      s.command == "group destroy-key") {
     auto resolved = ResolveGroup(s, *config);
     if (!resolved.ok()) return Usage(std::string(resolved.status().message()));
     if (s.command == "group log") return GroupLog(s, *config, *resolved);
     if (s.command == "group repair") return GroupRepair(s, *config, resolved->first);
+    if (s.command == "group destroy-key") return GroupDestroyKey(s, *config, *resolved);
     return GroupCatchup(s, *config, resolved->first);
   }
   return Usage(StrCat("unknown command ", s.command));

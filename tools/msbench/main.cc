@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   t->add_option("--seed", tablet.seed, "random seed for keys and access order")->capture_default_str();
   t->add_option("--dir", tablet.dir, "directory for the databases (default: a fresh temp dir, removed afterwards)");
   t->add_flag("--json", tablet.json, "print one JSON object per operation instead of a table");
+  t->add_flag("--sealed", tablet.sealed,
+              "our side seals every value as an encrypted entity group's cell is (AES-256-GCM) and opens every "
+              "value it reads: the cost of encryption at rest per cell");
 
   megastore::tools::BtBenchOptions bt;
   CLI::App* b = app.add_subcommand(
@@ -68,6 +71,10 @@ int main(int argc, char** argv) {
   x->add_option("--value-size", txn.value_size, "bytes written per transaction")->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
   x->add_flag("--sync,!--no-sync", txn.sync, "fsync each tablet server's commit log on every write");
   x->add_flag("--preload,!--no-preload", txn.preload, "commit once in every group before measuring (so each group has a leader)");
+  x->add_flag("--encrypted", txn.encrypted, "the schema is ENCRYPTED: every cell is sealed at rest (AES-256-GCM)");
+  bool encrypt_compare = false;
+  x->add_flag("--encrypt-compare", encrypt_compare,
+              "run the matrix twice in this run, with a plain and then an ENCRYPTED schema, to compare them");
   x->add_flag("--advisory-lock", txn.advisory_lock, "each transaction takes its group's advisory lock first (the remedy for hot groups)");
   x->add_option("--seed", txn.seed, "random seed for the clients' choices")->capture_default_str();
   x->add_option("--dir", txn.dir, "directory for the datacenters' data (default: a fresh temp dir, removed afterwards)");
@@ -115,6 +122,16 @@ int main(int argc, char** argv) {
       rc |= b->parsed() ? megastore::tools::RunBtBench(bt) : megastore::tools::RunTxnBench(txn);
     }
     megastore::tools::RemoveThrowawayTls(*made);
+    return rc;
+  }
+  if (encrypt_compare) {
+    int rc = 0;
+    for (const bool sealed : {false, true}) {
+      std::printf("\n== %s ==\n", sealed ? "encrypted at rest" : "not encrypted");
+      std::fflush(stdout);
+      txn.encrypted = sealed;
+      rc |= megastore::tools::RunTxnBench(txn);
+    }
     return rc;
   }
   if (c->parsed()) return megastore::tools::RunCellBench(cell);

@@ -6,11 +6,13 @@
 #include <memory>
 #include <vector>
 
+#include "base/crypto.h"
 #include "base/env.h"
 #include "base/logging.h"
 #include "base/random.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "replication/cell_crypto.h"
 #include "rocksdb/db.h"
 #include "storage/tablet/rocksdb_options.h"
 #include "tools/msbench/stats.h"
@@ -58,8 +60,13 @@ class Side {
 
 class TabletSide : public Side {
  public:
-  static absl::StatusOr<std::unique_ptr<TabletSide>> Open(const std::string& path, Env* env) {
+  // `sealed`: values are sealed as an encrypted group's cells are.
+  static absl::StatusOr<std::unique_ptr<TabletSide>> Open(const std::string& path, Env* env, bool sealed) {
     auto side = std::unique_ptr<TabletSide>(new TabletSide());
+    if (sealed) {
+      MS_ASSIGN_OR_RETURN(side->cipher_,
+                          replication::GroupCipher::Create(crypto::RandomBytes(crypto::kKeyBytes), "usertable", "u"));
+    }
     storage::TableSchema schema;
     schema.set_name("usertable");
     schema.add_families()->set_name(kFamily);
@@ -67,18 +74,34 @@ class TabletSide : public Side {
     options.path = path;
     MS_ASSIGN_OR_RETURN(side->tablet_,
                         storage::Tablet::Open(options, schema, &side->resources_, env));
-    side->mutation_ = Mutation::SetCell(kFamily, kQualifier, "");
+    side->mutation_ = Mutation::SetCell(kFamily, kQualifier, "", sealed ? kSealedTimestamp : storage::kServerTimestamp);
     return side;
   }
 
   absl::Status Put(const std::string& key, const std::string& value) override {
-    mutation_.value = value;
+    if (cipher_ != nullptr) {
+      MS_ASSIGN_OR_RETURN(mutation_.value, cipher_->SealCell(key, kFamily, kQualifier, kSealedTimestamp, value));
+    } else {
+      mutation_.value = value;
+    }
     return tablet_->MutateRow(key, {&mutation_, 1});
   }
 
   absl::Status Get(const std::string& key, bool* found) override {
     MS_ASSIGN_OR_RETURN(std::optional<Row> row, tablet_->ReadRow(key));
     *found = row.has_value() && !row->cells.empty();
+    if (*found) MS_RETURN_IF_ERROR(Open(*row));
+    return absl::OkStatus();
+  }
+
+  // What a replica does with each cell it reads of an encrypted group.
+  absl::Status Open(const Row& row) const {
+    if (cipher_ == nullptr) return absl::OkStatus();
+    for (const storage::Cell& c : row.cells) {
+      MS_ASSIGN_OR_RETURN(replication::GroupCipher::Opened opened,
+                          cipher_->OpenCell(row.key, c.family, c.qualifier, c.timestamp, c.value));
+      if (opened.value.empty()) return absl::DataLossError("an opened value is empty");
+    }
     return absl::OkStatus();
   }
 
@@ -88,19 +111,24 @@ class TabletSide : public Side {
     storage::ReadOptions o;
     o.rows_limit = n;
     *rows = 0;
-    return tablet_->ReadRows(set, o, [&](Row&) {
+    absl::Status opened;
+    MS_RETURN_IF_ERROR(tablet_->ReadRows(set, o, [&](Row& row) {
       ++*rows;
-      return true;
-    });
+      opened = Open(row);
+      return opened.ok();
+    }));
+    return opened;
   }
 
   absl::Status Settle() override { return tablet_->CompactTablet(); }
 
  private:
   TabletSide() = default;
+  static constexpr int64_t kSealedTimestamp = 1;
   storage::TabletResources resources_;
   std::unique_ptr<storage::Tablet> tablet_;
   Mutation mutation_;
+  std::shared_ptr<const replication::GroupCipher> cipher_;
 };
 
 class RocksDBSide : public Side {
@@ -256,7 +284,7 @@ int RunTabletBench(const TabletBenchOptions& o) {
   for (int run = 0; run < o.runs; ++run) {
     const std::string tablet_path = StrCat(root, "/run", run, "-tablet");
     const std::string rocksdb_path = StrCat(root, "/run", run, "-rocksdb");
-    auto tablet_side = TabletSide::Open(tablet_path, env);
+    auto tablet_side = TabletSide::Open(tablet_path, env, o.sealed);
     auto rocksdb_side = RocksDBSide::Open(rocksdb_path);
     absl::Status s = !tablet_side.ok() ? tablet_side.status() : rocksdb_side.status();
     RunResult a, b;
@@ -285,10 +313,11 @@ int RunTabletBench(const TabletBenchOptions& o) {
                         {"scan", &RunResult::scan, 0.8}};
   if (!o.json) {
     std::printf("msbench tablet: %lld keys, %lld-byte values, %lld gets, %lld scans of 1..%lld rows, "
-                "median of %d runs\n",
+                "median of %d runs%s\n",
                 static_cast<long long>(o.keys), static_cast<long long>(o.value_size),
                 static_cast<long long>(o.gets), static_cast<long long>(o.scans),
-                static_cast<long long>(o.scan_length), o.runs);
+                static_cast<long long>(o.scan_length), o.runs,
+                o.sealed ? "; ours seals every value (AES-256-GCM) and opens every value read" : "");
     std::printf("%-5s %14s %16s %7s %6s\n", "op", "ours ops/s", "rocksdb ops/s", "ratio", "goal");
   }
   for (const Line& l : lines) {
@@ -304,9 +333,9 @@ int RunTabletBench(const TabletBenchOptions& o) {
     if (o.json) {
       std::printf(
           "{\"op\":\"%s\",\"ours_ops_per_s\":%.0f,\"rocksdb_ops_per_s\":%.0f,\"ratio\":%.3f,"
-          "\"goal\":%.2f,\"runs\":%d,\"keys\":%lld,\"value_size\":%lld}\n",
+          "\"goal\":%.2f,\"runs\":%d,\"keys\":%lld,\"value_size\":%lld,\"sealed\":%s}\n",
           l.op, mine, theirs, ratio, l.goal, o.runs, static_cast<long long>(o.keys),
-          static_cast<long long>(o.value_size));
+          static_cast<long long>(o.value_size), o.sealed ? "true" : "false");
     } else {
       std::printf("%-5s %14.0f %16.0f %7.3f %6.2f\n", l.op, mine, theirs, ratio, l.goal);
     }

@@ -15,6 +15,9 @@ struct TabletBenchOptions {
   int runs = 3;                 // median of this many runs per side
   uint64_t seed = 1;
   bool json = false;
+  // The tablet side seals every value as an encrypted group's cell
+  // (AES-256-GCM, coordinates as associated data) and opens it on reads.
+  bool sealed = false;
   std::string dir;              // where the databases go; a temp dir if empty
 };
 

@@ -19,7 +19,9 @@
 #include "base/random.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
+#include "replication/schema_table.h"
 #include "schema/compiler.h"
+#include "storage/tabletserver/tablet_server.h"
 #include "tools/megastored/datacenter.h"
 #include "tools/msbench/stats.h"
 
@@ -284,7 +286,9 @@ int RunTxnBench(const TxnBenchOptions& o) {
   }
   if (placement.empty()) return fail(absl::InvalidArgumentError("--at names no datacenter"));
 
-  schema::CompileResult compiled = schema::CompileSchema(kSchema);
+  std::string ddl = kSchema;
+  if (o.encrypted) ddl.replace(ddl.find("ENTITY GROUP ROOT;"), 18, "ENTITY GROUP ROOT, ENCRYPTED;");
+  schema::CompileResult compiled = schema::CompileSchema(ddl);
   if (!compiled.ok()) return fail(absl::InternalError("the benchmark's schema does not compile"));
   absl::StatusOr<schema::Layout> layout = schema::Layout::Create(compiled.descriptor);
   if (!layout.ok()) return fail(layout.status());
@@ -302,6 +306,21 @@ int RunTxnBench(const TxnBenchOptions& o) {
     if (!cluster.ok()) return fail(cluster.status());
     if (!(*cluster)->WaitUntilServing(absl::Seconds(10)))
       return fail(absl::UnavailableError("the coordinators did not get their locks within 10 s"));
+    // Recorded as megastored records it: the replicas learn from it that
+    // the schema is encrypted (their keys go under ROOT/keys).
+    for (int i = 0; i < (*cluster)->size(); ++i) {
+      storage::TabletServer* tablets = (*cluster)->datacenter(i).tablets();
+      storage::TableSchema schemas;
+      schemas.set_name(replication::kSchemaTable);
+      schemas.add_families()->set_name(replication::kSchemaFamily);
+      if (absl::Status s = tablets->CreateTable(schemas); !s.ok() && !absl::IsAlreadyExists(s)) return fail(s);
+      if (absl::Status s = tablets->MutateRow(replication::kSchemaTable, compiled.descriptor.name(),
+                                              {storage::Mutation::SetCell(replication::kSchemaFamily,
+                                                                          replication::kSchemaColumn,
+                                                                          compiled.descriptor.SerializeAsString())});
+          !s.ok())
+        return fail(s);
+    }
     const auto& replicas = (*cluster)->replicas();
     // One app server per datacenter that runs clients.
     std::vector<std::unique_ptr<AppServer>> servers;
@@ -358,9 +377,11 @@ int RunTxnBench(const TxnBenchOptions& o) {
       }
     }
     if (rc == 0 && !o.json) {
-      std::printf("replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %.1f s per cell, median of %d run(s)\n",
+      std::printf("replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %s, %.1f s per cell, median of %d "
+                  "run(s)\n",
                   o.replicas.c_str(), o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
-                  o.advisory_lock ? "advisory locks" : "no advisory locks", o.seconds, o.runs);
+                  o.advisory_lock ? "advisory locks" : "no advisory locks",
+                  o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
       std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s\n", "clients", "groups", "txn/s", "p50 ms",
                   "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors");
@@ -395,10 +416,10 @@ int RunTxnBench(const TxnBenchOptions& o) {
               "\"wan\":\"%s\",\"sync\":%s,\"seconds\":%.2f,\"runs\":%d,\"txn_per_s\":%.1f,"
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
-              "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"errors\":%llu}\n",
+              "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu}\n",
               clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(), o.wan.c_str(),
               o.sync ? "true" : "false", o.seconds, o.runs, tput, p50, p99, floor_ms, ratio, conflict,
-              retry, fast, o.advisory_lock ? "true" : "false", missed,
+              retry, fast, o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
               static_cast<unsigned long long>(errors));
         } else {
           std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.1f%% %7llu\n", clients,

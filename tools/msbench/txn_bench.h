@@ -23,6 +23,7 @@ struct TxnBenchOptions {
   bool sync = false;         // fsync each tablet server's commit log
   bool preload = true;       // commit once in every group before measuring
   bool advisory_lock = false;  // transactions take their group's advisory lock
+  bool encrypted = false;      // the schema is ENCRYPTED: every cell sealed at rest
   uint64_t seed = 1;
   bool json = false;
   std::string dir;           // data of the three datacenters (default: temp, removed)
