@@ -7,6 +7,9 @@
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
 
+#include <array>
+#include <atomic>
+#include <cstring>
 #include <memory>
 
 #include "base/logging.h"
@@ -97,70 +100,142 @@ std::string HmacSha256(std::string_view key, std::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), len);
 }
 
-absl::Status SealAesGcm(std::string_view key, std::string_view nonce,
-                        std::string_view plaintext, std::string_view aad,
-                        std::string* out) {
-  if (absl::Status s = CheckKeyAndNonce(key, nonce); !s.ok()) return s;
-  if (!FitsInt(plaintext.size()) || !FitsInt(aad.size()))
-    return absl::InvalidArgumentError(
-        StrCat("cannot seal ", plaintext.size(), " bytes in one piece"));
+namespace {
+
+// The cipher, fetched from OpenSSL's provider once (an implicit fetch per
+// use costs more than sealing a small cell).
+const EVP_CIPHER* Aes256Gcm() {
+  static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+  MS_CHECK(cipher != nullptr, "OpenSSL has no AES-256-GCM");
+  return cipher;
+}
+
+// A context with `key` set (its key schedule and GHASH table computed),
+// ready for EVP_CipherInit_ex with only a nonce.
+CipherCtx KeyedContext(std::string_view key, bool encrypt) {
   CipherCtx ctx(EVP_CIPHER_CTX_new());
-  if (ctx == nullptr)
-    return absl::InternalError("OpenSSL could not make a cipher context");
+  if (ctx != nullptr &&
+      EVP_CipherInit_ex(ctx.get(), Aes256Gcm(), nullptr, Bytes(key), nullptr, encrypt ? 1 : 0) != 1)
+    ctx.reset();
+  return ctx;
+}
+
+// Each thread keeps the keyed contexts of the last few AesGcm keys it used,
+// so sealing many cells of one group sets its key once.
+class ContextCache {
+ public:
+  EVP_CIPHER_CTX* Get(uint64_t id, std::string_view key, bool encrypt) {
+    for (Entry& e : entries_) {
+      if (e.id != id) continue;
+      CipherCtx& ctx = encrypt ? e.enc : e.dec;
+      if (ctx == nullptr) ctx = KeyedContext(key, encrypt);
+      return ctx.get();
+    }
+    Entry& e = entries_[next_];
+    next_ = (next_ + 1) % entries_.size();
+    e = Entry{id, nullptr, nullptr};
+    CipherCtx& ctx = encrypt ? e.enc : e.dec;
+    ctx = KeyedContext(key, encrypt);
+    return ctx.get();
+  }
+
+ private:
+  struct Entry {
+    uint64_t id = 0;
+    CipherCtx enc, dec;
+  };
+  std::array<Entry, 8> entries_;
+  size_t next_ = 0;
+};
+
+thread_local ContextCache contexts;
+
+absl::Status Check(std::string_view nonce, size_t data, size_t aad) {
+  if (nonce.size() != kNonceBytes)
+    return absl::InvalidArgumentError(StrCat("a GCM nonce has ", kNonceBytes, " bytes, not ", nonce.size()));
+  if (!FitsInt(data) || !FitsInt(aad))
+    return absl::InvalidArgumentError(StrCat("cannot seal or open ", data, " bytes in one piece"));
+  return absl::OkStatus();
+}
+
+absl::Status SealWith(EVP_CIPHER_CTX* ctx, std::string_view nonce, std::string_view plaintext, std::string_view aad,
+                      std::string* out) {
+  if (ctx == nullptr) return absl::InternalError("OpenSSL could not make a cipher context");
   int len = 0;
   const size_t start = out->size();
   out->resize(start + plaintext.size() + kTagBytes);
   auto* dst = reinterpret_cast<unsigned char*>(out->data() + start);
-  if (EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, Bytes(key),
-                         Bytes(nonce)) != 1 ||
-      (!aad.empty() && EVP_EncryptUpdate(ctx.get(), nullptr, &len, Bytes(aad),
-                                         static_cast<int>(aad.size())) != 1) ||
-      EVP_EncryptUpdate(ctx.get(), dst, &len, Bytes(plaintext),
-                        static_cast<int>(plaintext.size())) != 1 ||
-      EVP_EncryptFinal_ex(ctx.get(), dst + len, &len) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagBytes,
-                          dst + plaintext.size()) != 1) {
+  if (EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, Bytes(nonce)) != 1 ||
+      (!aad.empty() && EVP_EncryptUpdate(ctx, nullptr, &len, Bytes(aad), static_cast<int>(aad.size())) != 1) ||
+      EVP_EncryptUpdate(ctx, dst, &len, Bytes(plaintext), static_cast<int>(plaintext.size())) != 1 ||
+      EVP_EncryptFinal_ex(ctx, dst + len, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, dst + plaintext.size()) != 1) {
     out->resize(start);
     return absl::InternalError("OpenSSL's AES-256-GCM failed to seal");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> OpenAesGcm(std::string_view key,
-                                       std::string_view nonce,
-                                       std::string_view sealed,
-                                       std::string_view aad) {
-  if (absl::Status s = CheckKeyAndNonce(key, nonce); !s.ok()) return s;
+absl::StatusOr<std::string> OpenWith(EVP_CIPHER_CTX* ctx, std::string_view nonce, std::string_view sealed,
+                                     std::string_view aad) {
+  if (ctx == nullptr) return absl::InternalError("OpenSSL could not make a cipher context");
   if (sealed.size() < kTagBytes)
-    return absl::DataLossError(StrCat("sealed data of ", sealed.size(),
-                                      " bytes is shorter than its tag"));
-  if (!FitsInt(sealed.size()) || !FitsInt(aad.size()))
-    return absl::InvalidArgumentError(
-        StrCat("cannot open ", sealed.size(), " bytes in one piece"));
-  const std::string_view ciphertext =
-      sealed.substr(0, sealed.size() - kTagBytes);
-  std::string tag(sealed.substr(ciphertext.size()));
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  if (ctx == nullptr)
-    return absl::InternalError("OpenSSL could not make a cipher context");
+    return absl::DataLossError(StrCat("sealed data of ", sealed.size(), " bytes is shorter than its tag"));
+  const std::string_view ciphertext = sealed.substr(0, sealed.size() - kTagBytes);
+  unsigned char tag[kTagBytes];
+  std::memcpy(tag, sealed.data() + ciphertext.size(), kTagBytes);
   std::string out(ciphertext.size(), '\0');
   auto* dst = reinterpret_cast<unsigned char*>(out.data());
   int len = 0;
-  if (EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, Bytes(key),
-                         Bytes(nonce)) != 1 ||
-      (!aad.empty() && EVP_DecryptUpdate(ctx.get(), nullptr, &len, Bytes(aad),
-                                         static_cast<int>(aad.size())) != 1) ||
-      EVP_DecryptUpdate(ctx.get(), dst, &len, Bytes(ciphertext),
-                        static_cast<int>(ciphertext.size())) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagBytes,
-                          tag.data()) != 1) {
+  if (EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, Bytes(nonce)) != 1 ||
+      (!aad.empty() && EVP_DecryptUpdate(ctx, nullptr, &len, Bytes(aad), static_cast<int>(aad.size())) != 1) ||
+      EVP_DecryptUpdate(ctx, dst, &len, Bytes(ciphertext), static_cast<int>(ciphertext.size())) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag) != 1) {
     return absl::InternalError("OpenSSL's AES-256-GCM failed to open");
   }
-  if (EVP_DecryptFinal_ex(ctx.get(), dst + len, &len) != 1) {
+  if (EVP_DecryptFinal_ex(ctx, dst + len, &len) != 1) {
     OPENSSL_cleanse(out.data(), out.size());
     return absl::DataLossError("the authentication tag does not match");
   }
   return out;
+}
+
+std::atomic<uint64_t> next_key_id{1};
+
+}  // namespace
+
+absl::StatusOr<AesGcm> AesGcm::Create(std::string_view key) {
+  if (key.size() != kKeyBytes)
+    return absl::InvalidArgumentError(StrCat("an AES-256 key has ", kKeyBytes, " bytes, not ", key.size()));
+  return AesGcm(std::string(key), next_key_id.fetch_add(1));
+}
+
+AesGcm::~AesGcm() { OPENSSL_cleanse(key_.data(), key_.size()); }
+
+absl::Status AesGcm::Seal(std::string_view nonce, std::string_view plaintext, std::string_view aad,
+                          std::string* out) const {
+  if (absl::Status s = Check(nonce, plaintext.size(), aad.size()); !s.ok()) return s;
+  return SealWith(contexts.Get(id_, key_, true), nonce, plaintext, aad, out);
+}
+
+absl::StatusOr<std::string> AesGcm::Open(std::string_view nonce, std::string_view sealed,
+                                         std::string_view aad) const {
+  if (absl::Status s = Check(nonce, sealed.size(), aad.size()); !s.ok()) return s;
+  return OpenWith(contexts.Get(id_, key_, false), nonce, sealed, aad);
+}
+
+absl::Status SealAesGcm(std::string_view key, std::string_view nonce, std::string_view plaintext,
+                        std::string_view aad, std::string* out) {
+  if (absl::Status s = CheckKeyAndNonce(key, nonce); !s.ok()) return s;
+  if (absl::Status s = Check(nonce, plaintext.size(), aad.size()); !s.ok()) return s;
+  return SealWith(KeyedContext(key, true).get(), nonce, plaintext, aad, out);
+}
+
+absl::StatusOr<std::string> OpenAesGcm(std::string_view key, std::string_view nonce, std::string_view sealed,
+                                       std::string_view aad) {
+  if (absl::Status s = CheckKeyAndNonce(key, nonce); !s.ok()) return s;
+  if (absl::Status s = Check(nonce, sealed.size(), aad.size()); !s.ok()) return s;
+  return OpenWith(KeyedContext(key, false).get(), nonce, sealed, aad);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -45,6 +46,30 @@ absl::StatusOr<std::string> OpenAesGcm(std::string_view key,
                                        std::string_view nonce,
                                        std::string_view sealed,
                                        std::string_view aad);
+
+// An AES-256-GCM key for sealing many messages: each thread keeps the
+// key's expanded state between calls (for its last few keys), so a call
+// costs the cipher's work, not the key setup. Thread-safe. Seal appends
+// ciphertext || tag to `out`; Open returns the plaintext or DataLoss, as
+// SealAesGcm and OpenAesGcm do.
+class AesGcm {
+ public:
+  // InvalidArgument unless `key` has kKeyBytes.
+  static absl::StatusOr<AesGcm> Create(std::string_view key);
+  AesGcm(AesGcm&&) = default;
+  AesGcm& operator=(AesGcm&&) = default;
+  ~AesGcm();
+
+  absl::Status Seal(std::string_view nonce, std::string_view plaintext, std::string_view aad,
+                    std::string* out) const;
+  absl::StatusOr<std::string> Open(std::string_view nonce, std::string_view sealed,
+                                   std::string_view aad) const;
+
+ private:
+  AesGcm(std::string key, uint64_t id) : key_(std::move(key)), id_(id) {}
+  std::string key_;
+  uint64_t id_;  // unique per key object: what the threads' caches are keyed by
+};
 
 // Compares in time independent of where the bytes differ.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);

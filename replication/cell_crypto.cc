@@ -37,8 +37,11 @@ absl::StatusOr<std::shared_ptr<const GroupCipher>> GroupCipher::Create(
   absl::StatusOr<std::string> token = crypto::HkdfSha256(
       secret, "", "megastore token key v1|" + context, crypto::kKeyBytes);
   if (!token.ok()) return token.status();
-  return std::shared_ptr<const GroupCipher>(new GroupCipher(
-      std::move(table), std::move(root), std::move(*cell), std::move(*token)));
+  absl::StatusOr<crypto::AesGcm> cell_key = crypto::AesGcm::Create(*cell);
+  if (!cell_key.ok()) return cell_key.status();
+  return std::shared_ptr<const GroupCipher>(
+      new GroupCipher(std::move(table), std::move(root), std::move(*cell_key),
+                      std::move(*token)));
 }
 
 size_t GroupCipher::TokenPrefix(std::string_view row) const {
@@ -106,7 +109,7 @@ absl::StatusOr<std::string> GroupCipher::Seal(std::string_view payload,
   std::string out(1, kFormat);
   const std::string nonce = crypto::RandomBytes(crypto::kNonceBytes);
   out += nonce;
-  if (absl::Status s = crypto::SealAesGcm(cell_key_, nonce, payload, aad, &out);
+  if (absl::Status s = cell_key_.Seal(nonce, payload, aad, &out);
       !s.ok())
     return s;
   return out;
@@ -124,8 +127,8 @@ absl::StatusOr<std::string> GroupCipher::Open(std::string_view sealed,
     return absl::DataLossError(
         StrCat("the sealed cell is truncated (", sealed.size(), " bytes)"));
   absl::StatusOr<std::string> plain =
-      crypto::OpenAesGcm(cell_key_, sealed.substr(1, crypto::kNonceBytes),
-                         sealed.substr(1 + crypto::kNonceBytes), aad);
+      cell_key_.Open(sealed.substr(1, crypto::kNonceBytes),
+                     sealed.substr(1 + crypto::kNonceBytes), aad);
   if (absl::IsDataLoss(plain.status()))
     return absl::DataLossError(
         "it does not open under the group's key: altered, moved from another "
@@ -191,7 +194,9 @@ absl::StatusOr<GroupCipher::Opened> GroupCipher::OpenCell(
                    "its coordinates do not match where it is stored");
   out.row = std::string(row);
   out.qualifier = std::string(qualifier);
-  out.value = std::string(in);
+  // The value is the payload's tail: keep the buffer, drop the head.
+  plain->erase(0, plain->size() - in.size());
+  out.value = std::move(*plain);
   return out;
 }
 

@@ -31,6 +31,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "base/crypto.h"
 #include "replication/replication.pb.h"
 #include "storage/tablet/data_model.h"
 
@@ -95,7 +96,7 @@ class GroupCipher {
   static constexpr size_t kOverhead = 1 + 12 + 16 + 1;
 
  private:
-  GroupCipher(std::string table, std::string root, std::string cell_key,
+  GroupCipher(std::string table, std::string root, crypto::AesGcm cell_key,
               std::string token_key)
       : table_(std::move(table)),
         root_(std::move(root)),
@@ -115,7 +116,8 @@ class GroupCipher {
   size_t TokenPrefix(std::string_view row) const;
 
   const std::string table_, root_;
-  const std::string cell_key_, token_key_;
+  const crypto::AesGcm cell_key_;
+  const std::string token_key_;
 };
 
 // What a replica needs to know to store a group: whether its table is

@@ -70,6 +70,13 @@ class TabletSide : public Side {
     storage::TableSchema schema;
     schema.set_name("usertable");
     schema.add_families()->set_name(kFamily);
+    if (sealed) {
+      // As an encrypted schema's tables are made: ciphertext does not
+      // compress, so SSTables do not try.
+      storage::LocalityGroup* g = schema.add_locality_groups();
+      g->set_name("default");
+      g->set_compression(storage::LocalityGroup::NONE);
+    }
     storage::TabletOptions options;
     options.path = path;
     MS_ASSIGN_OR_RETURN(side->tablet_,
