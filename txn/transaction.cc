@@ -1275,6 +1275,15 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {
   *entities.add_families() = replication::LogFamilySchema();
   *entities.add_families() = replication::DataFamilySchema(schema::kEntityFamily);
   *entities.add_families() = replication::DataFamilySchema(schema::kIndexFamily);
+  bool encrypted = false;
+  for (const schema::TableDescriptor& t : layout.schema().schema().tables())
+    encrypted |= t.entity_group_root() && t.encrypted();
+  if (encrypted) {
+    // Sealed cells are random bytes to a compressor: SSTables do not try.
+    storage::LocalityGroup* g = entities.add_locality_groups();
+    g->set_name("default");
+    g->set_compression(storage::LocalityGroup::NONE);
+  }
   out.push_back(entities);
   for (const schema::IndexDescriptor& x : layout.schema().schema().indexes()) {
     if (x.scope() != schema::IndexDescriptor::GLOBAL) continue;

@@ -587,6 +587,12 @@ absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const Table
       }
       return absl::OkStatus();
     }
+    // A split's or merge's child is opened by that operation here; an
+    // assignment racing it (the master seeing the child's METADATA row
+    // first) would open it twice.
+    if (creating_.count(entry.id())) {
+      return absl::UnavailableError(StrCat("tablet ", entry.id(), " is being created here by a split or merge"));
+    }
     if (!assigning_.insert(entry.id()).second) {
       return absl::UnavailableError(StrCat("tablet ", entry.id(), " is being loaded"));
     }
