@@ -80,6 +80,28 @@ absl::StatusOr<gateway::ReadToken> DecodeToken(const TokenMac& mac, const std::s
   return token;
 }
 
+// A query's cursor (the row after which its next page starts), sealed
+// like a read token so a client can neither forge nor alter one. Its
+// payload starts with 0xFF, which no ReadToken encoding does: a cursor is
+// never taken for a read token, nor the other way round.
+constexpr char kCursorMark = '\xff';
+
+std::string EncodeCursor(const TokenMac& mac, const std::string& cursor) {
+  if (cursor.empty()) return "";
+  return absl::WebSafeBase64Escape(mac.Seal(std::string(1, kCursorMark) + cursor));
+}
+
+absl::StatusOr<std::string> DecodeCursor(const TokenMac& mac, const std::string& text) {
+  if (text.empty()) return std::string();
+  std::string sealed;
+  if (!absl::WebSafeBase64Unescape(text, &sealed))
+    return absl::InvalidArgumentError("cursor: not base64 (pass back the cursor a query returned, unchanged)");
+  absl::StatusOr<std::string> raw = mac.Open(sealed);
+  if (!raw.ok()) return absl::InvalidArgumentError(StrCat("cursor: ", raw.status().message()));
+  if (raw->empty() || (*raw)[0] != kCursorMark) return absl::InvalidArgumentError("cursor: not a query cursor");
+  return raw->substr(1);
+}
+
 // Answers one request.
 class RequestHandler {
  public:
@@ -134,11 +156,11 @@ class RequestHandler {
                                                max_page_, ") and ", max_page_));
     }
     q.limit = req.limit() == 0 ? max_page_ : req.limit();
-    q.cursor = req.cursor();
+    MS_ASSIGN_OR_RETURN(q.cursor, DecodeCursor(mac_, req.cursor()));
     gateway::QueryReply reply;
     auto fill = [&](const schema::TableDescriptor& table, const txn::QueryResult& r) {
       for (const schema::Entity& e : r.entities) *reply.add_entities() = schema::EntityToJson(sx, table, e);
-      reply.set_cursor(r.cursor);
+      reply.set_cursor(EncodeCursor(mac_, r.cursor));
     };
     if (!req.index().empty()) {
       const schema::IndexDescriptor* index = sx.FindIndex(req.index());

@@ -96,6 +96,46 @@ TEST_F(GatewayTest, EntitiesGoInAndComeOutAsJson) {
   EXPECT_EQ(after.json.find("https://p/2"), std::string::npos) << after.json;
 }
 
+// Query cursors are sealed like read tokens: pages follow one another, and
+// a cursor altered, made up or swapped for a read token is refused.
+TEST_F(GatewayTest, QueryCursorsPageAndCannotBeForged) {
+  ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["9"], "mutations": [
+      {"table": "User", "put": {"user_id": "9", "name": "Cy"}},
+      {"table": "Photo", "put": {"user_id": 9, "photo_id": 1, "time": "1", "full_url": "u1"}},
+      {"table": "Photo", "put": {"user_id": 9, "photo_id": 2, "time": "2", "full_url": "u2"}}]})")
+                .status,
+            200);
+  auto cursor_of = [](const std::string& json) {
+    const std::string key = "\"cursor\":\"";
+    const size_t at = json.find(key);
+    if (at == std::string::npos) return std::string();
+    return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
+  };
+  Gateway::Reply first = Post("/v1/query", R"({"table": "Photo", "key_prefix": ["9"], "limit": 1})");
+  ASSERT_EQ(first.status, 200) << first.json;
+  EXPECT_NE(first.json.find("u1"), std::string::npos) << first.json;
+  const std::string cursor = cursor_of(first.json);
+  ASSERT_FALSE(cursor.empty()) << first.json;
+  Gateway::Reply second = Post("/v1/query", StrCat(R"({"table": "Photo", "key_prefix": ["9"], "limit": 1, "cursor": ")",
+                                                   cursor, R"("})"));
+  ASSERT_EQ(second.status, 200) << second.json;
+  EXPECT_NE(second.json.find("u2"), std::string::npos) << second.json;
+  EXPECT_EQ(second.json.find("u1"), std::string::npos) << second.json;
+  std::string altered = cursor;
+  altered[altered.size() / 2] = altered[altered.size() / 2] == 'A' ? 'B' : 'A';
+  const std::string read_token = [&] {
+    Gateway::Reply got = Post("/v1/get", R"({"table": "User", "key": [9]})");
+    const std::string key = "\"readToken\":\"";
+    const size_t at = got.json.find(key) + key.size();
+    return got.json.substr(at, got.json.find('"', at) - at);
+  }();
+  for (const std::string& bad : {altered, std::string("AAAA"), std::string("not base64!"), read_token}) {
+    Gateway::Reply r = Post("/v1/query", StrCat(R"({"table": "Photo", "key_prefix": ["9"], "cursor": ")", bad, R"("})"));
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.json;
+    EXPECT_NE(r.json.find("cursor"), std::string::npos) << r.json;
+  }
+}
+
 TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["8"],
       "mutations": [{"table": "User", "put": {"user_id": "8", "name": "v1"}}]})").status, 200);
@@ -147,11 +187,11 @@ TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   };
   // The same token with its position pushed far ahead (field 2, a varint).
   gateway::ReadToken forged;
-  ASSERT_TRUE(forged.ParseFromString(sealed.substr(0, sealed.size() - TokenMac::kTagBytes)));
+  ASSERT_TRUE(forged.ParseFromString(sealed.substr(0, sealed.size() - TokenMac::kTrailerBytes)));
   forged.set_position(forged.position() + 1000000);
   forged.set_timestamp(forged.timestamp() + 3600'000'000);
   const std::string re_encoded = absl::WebSafeBase64Escape(
-      forged.SerializeAsString() + sealed.substr(sealed.size() - TokenMac::kTagBytes));
+      forged.SerializeAsString() + sealed.substr(sealed.size() - TokenMac::kTrailerBytes));
   for (const std::string& bad : {re_encoded, absl::WebSafeBase64Escape(forged.SerializeAsString())}) {
     Gateway::Reply r = commit(bad);
     EXPECT_EQ(r.status, 400) << r.json;

@@ -5,7 +5,10 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
+
 #include "absl/strings/escaping.h"
+#include "base/coding.h"
 #include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -66,32 +69,58 @@ absl::StatusOr<TokenMac> TokenMac::FromFile(const std::string& path,
   return mac;
 }
 
-std::string TokenMac::Tag(std::string_view payload) const {
+void TokenMac::set_key_period(absl::Duration period) {
+  period_seconds_ = std::max<int64_t>(1, absl::ToInt64Seconds(period));
+}
+
+uint64_t TokenMac::CurrentPeriod() const {
+  const int64_t now = now_seconds_ ? now_seconds_() : absl::ToUnixSeconds(absl::Now());
+  return static_cast<uint64_t>(std::max<int64_t>(0, now) / period_seconds_);
+}
+
+std::string TokenMac::Tag(uint64_t period, std::string_view payload_and_period) const {
+  std::string label = "megastore token key v1|";
+  PutFixed64(&label, period);
+  unsigned char key[EVP_MAX_MD_SIZE];
+  unsigned int key_len = 0;
+  MS_CHECK(HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+                reinterpret_cast<const unsigned char*>(label.data()), label.size(), key, &key_len) != nullptr,
+           "HMAC-SHA256 failed");
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  MS_CHECK(HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-                reinterpret_cast<const unsigned char*>(payload.data()),
-                payload.size(), out, &len) != nullptr &&
+  MS_CHECK(HMAC(EVP_sha256(), key, static_cast<int>(key_len),
+                reinterpret_cast<const unsigned char*>(payload_and_period.data()), payload_and_period.size(), out,
+                &len) != nullptr &&
                len >= kTagBytes,
            "HMAC-SHA256 failed");
+  OPENSSL_cleanse(key, sizeof(key));
   return std::string(reinterpret_cast<const char*>(out), kTagBytes);
 }
 
 std::string TokenMac::Seal(std::string_view payload) const {
-  return StrCat(payload, Tag(payload));
+  const uint64_t period = CurrentPeriod();
+  std::string out(payload);
+  PutFixed64(&out, period);
+  out += Tag(period, out);
+  return out;
 }
 
 absl::StatusOr<std::string> TokenMac::Open(std::string_view sealed) const {
-  if (sealed.size() < kTagBytes)
-    return absl::InvalidArgumentError("token too short to be authentic");
-  const std::string_view payload = sealed.substr(0, sealed.size() - kTagBytes);
-  const std::string tag = Tag(payload);
-  if (CRYPTO_memcmp(tag.data(), sealed.data() + payload.size(), kTagBytes) !=
-      0) {
-    return absl::InvalidArgumentError(
-        "token is not authentic (forged, altered, or issued under another "
-        "secret)");
+  if (sealed.size() < kTrailerBytes) return absl::InvalidArgumentError("token too short to be authentic");
+  const std::string_view payload_and_period = sealed.substr(0, sealed.size() - kTagBytes);
+  const std::string_view payload = payload_and_period.substr(0, payload_and_period.size() - kPeriodBytes);
+  const uint64_t period = DecodeFixed64(payload_and_period.data() + payload.size());
+  const std::string tag = Tag(period, payload_and_period);
+  if (CRYPTO_memcmp(tag.data(), sealed.data() + payload_and_period.size(), kTagBytes) != 0) {
+    return absl::InvalidArgumentError("token is not authentic (forged, altered, or issued under another secret)");
   }
+  // Authentic: now its age. Its period and the next one (a token issued
+  // just before a change stays good for a whole period).
+  const uint64_t now = CurrentPeriod();
+  if (period + 1 < now)
+    return absl::InvalidArgumentError(StrCat("token expired (its key was retired ", (now - period - 1) * period_seconds_,
+                                             "+ seconds ago): read again for a fresh one"));
+  if (period > now + 1) return absl::InvalidArgumentError("token issued under a key of the future (clocks apart?)");
   return std::string(payload);
 }
 

@@ -28,6 +28,35 @@ TEST(TokenMacTest, SealedTokensOpenAndAlteredOnesDoNot) {
   EXPECT_FALSE(TokenMac::Random().Open(sealed).ok()) << "another secret";
 }
 
+TEST(TokenMacTest, TheKeyRotatesEveryPeriodAndOldTokensExpire) {
+  int64_t now = 600 * 1000;  // the start of a key period
+  TokenMac mac = TokenMac::Random();
+  mac.set_key_period(absl::Minutes(10));
+  mac.set_clock([&] { return now; });
+  const std::string sealed = mac.Seal("position=7");
+  ASSERT_EQ(sealed.size(), 10 + TokenMac::kTrailerBytes);
+  now += 599;  // the same period, or the next: still good
+  EXPECT_TRUE(mac.Open(sealed).ok());
+  now += 600;
+  EXPECT_TRUE(mac.Open(sealed).ok());
+  const std::string later = mac.Seal("position=7");
+  EXPECT_NE(later, sealed) << "a new period seals under a new key";
+  now += 600;  // two periods on: its key is retired
+  absl::StatusOr<std::string> expired = mac.Open(sealed);
+  EXPECT_TRUE(absl::IsInvalidArgument(expired.status()));
+  EXPECT_NE(expired.status().message().find("expired"), std::string_view::npos) << expired.status();
+  EXPECT_TRUE(mac.Open(later).ok());
+  // Moving the period forward does not help a forger: the period is under
+  // the tag, and the key depends on it.
+  std::string moved = sealed;
+  moved[10] = static_cast<char>(moved[10] + 3);
+  EXPECT_FALSE(mac.Open(moved).ok());
+  // A token from a clock far ahead is refused.
+  now -= 3600;
+  absl::StatusOr<std::string> future = mac.Open(later);
+  EXPECT_NE(future.status().message().find("future"), std::string_view::npos) << future.status();
+}
+
 TEST(TokenMacTest, SecretsComeFromAFileThatIsCreatedPrivate) {
   TestDir dir;
   const std::string path = dir.path() + "/token.key";

@@ -381,6 +381,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       std::fprintf(stderr, "megastored: --gateway-secret-file: %s\n", std::string(mac.status().message()).c_str());
       return 2;
     }
+    mac->set_key_period(absl::Minutes(flags.gateway_token_key_minutes));
     g.token_mac = std::make_shared<const TokenMac>(std::move(*mac));
     if (!flags.gateway_tokens_file.empty()) {
       absl::StatusOr<std::map<std::string, std::string>> tokens = LoadGatewayTokens(flags.gateway_tokens_file);

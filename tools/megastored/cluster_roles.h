@@ -20,6 +20,7 @@ struct ClusterFlags {
   int gateway_max_json_depth = 32;   // --gateway-max-json-depth
   int64_t gateway_max_page = 1000;   // --gateway-max-page
   std::string gateway_secret_file;   // --gateway-secret-file (default: DATA/gateway-token.key, created)
+  int64_t gateway_token_key_minutes = 60;  // --gateway-token-key-period: the read-token key rotates this often
   std::string gateway_tokens_file;   // --gateway-tokens-file: bearer tokens and their principals
   std::string http;           // --http=HOST:PORT: /status and /metrics
   bool sync = true;

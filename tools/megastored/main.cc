@@ -130,6 +130,11 @@ int main(int argc, char** argv) {
   app.add_option("--gateway-secret-file", cluster.gateway_secret_file,
                  "the secret (32+ bytes) that seals the gateway's read tokens; gateways sharing it accept each "
                  "other's tokens (default: DATA/gateway-token.key, created with a random secret)");
+  app.add_option("--gateway-token-key-period", cluster.gateway_token_key_minutes,
+                 "minutes between rotations of the key read tokens are sealed under (derived from the secret, so "
+                 "gateways sharing it rotate in step); a token is good for its period and the next")
+      ->check(CLI::Range(int64_t{1}, int64_t{525600}))
+      ->capture_default_str();
   app.add_option("--gateway-tokens-file", cluster.gateway_tokens_file,
                  "bearer tokens the gateway accepts, as \"sha256:HEX PRINCIPAL\" lines (msadmin acl token writes "
                  "them); a request with one acts as its principal under the access policy");

@@ -772,6 +772,10 @@ int KeysStatus(const ClusterState& s, const server::ClusterConfig& config) {
                   r->encrypted_tables_size() > 0 ? ": its encrypted tables cannot be written" : "");
       continue;
     }
+    if (r->keks() == 0) {  // not opened: none created yet, or it does not open
+      std::printf("%-10s %s: %s\n", dc.name().c_str(), r->key_dir().c_str(), r->provider().c_str());
+      continue;
+    }
     std::printf("%-10s %s: %s; key-encryption key %u (of %u), %llu group keys, %llu destroyed\n", dc.name().c_str(),
                 r->key_dir().c_str(), r->provider().c_str(), r->active_kek(), r->keks(),
                 static_cast<unsigned long long>(r->groups()), static_cast<unsigned long long>(r->destroyed()));
