@@ -7,10 +7,11 @@
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
 
-#include <array>
-#include <atomic>
 #include <cstring>
 #include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 #include "base/logging.h"
 #include "base/strings.h"
@@ -120,36 +121,6 @@ CipherCtx KeyedContext(std::string_view key, bool encrypt) {
   return ctx;
 }
 
-// Each thread keeps the keyed contexts of the last few AesGcm keys it used,
-// so sealing many cells of one group sets its key once.
-class ContextCache {
- public:
-  EVP_CIPHER_CTX* Get(uint64_t id, std::string_view key, bool encrypt) {
-    for (Entry& e : entries_) {
-      if (e.id != id) continue;
-      CipherCtx& ctx = encrypt ? e.enc : e.dec;
-      if (ctx == nullptr) ctx = KeyedContext(key, encrypt);
-      return ctx.get();
-    }
-    Entry& e = entries_[next_];
-    next_ = (next_ + 1) % entries_.size();
-    e = Entry{id, nullptr, nullptr};
-    CipherCtx& ctx = encrypt ? e.enc : e.dec;
-    ctx = KeyedContext(key, encrypt);
-    return ctx.get();
-  }
-
- private:
-  struct Entry {
-    uint64_t id = 0;
-    CipherCtx enc, dec;
-  };
-  std::array<Entry, 8> entries_;
-  size_t next_ = 0;
-};
-
-thread_local ContextCache contexts;
-
 absl::Status Check(std::string_view nonce, size_t data, size_t aad) {
   if (nonce.size() != kNonceBytes)
     return absl::InvalidArgumentError(StrCat("a GCM nonce has ", kNonceBytes, " bytes, not ", nonce.size()));
@@ -200,28 +171,76 @@ absl::StatusOr<std::string> OpenWith(EVP_CIPHER_CTX* ctx, std::string_view nonce
   return out;
 }
 
-std::atomic<uint64_t> next_key_id{1};
-
 }  // namespace
+
+// The keyed contexts of one key, idle between calls. They hold the key's
+// expanded schedule, so they live and die with the key: freed (and
+// cleansed by OpenSSL) when the AesGcm is destroyed.
+struct AesGcm::Pool {
+  absl::Mutex mu;
+  std::vector<EVP_CIPHER_CTX*> idle[2] ABSL_GUARDED_BY(mu);  // [decrypt, encrypt]
+  ~Pool() {
+    for (auto& list : idle)
+      for (EVP_CIPHER_CTX* c : list) EVP_CIPHER_CTX_free(c);
+  }
+};
+
+// A keyed context of `pool`, back in the pool when done (at most a few
+// idle ones are kept: one per thread that used the key at once).
+class AesGcm::Lease {
+ public:
+  Lease(const AesGcm& key, bool encrypt) : pool_(*key.pool_), encrypt_(encrypt) {
+    {
+      absl::MutexLock lock(&pool_.mu);
+      auto& idle = pool_.idle[encrypt];
+      if (!idle.empty()) {
+        ctx_ = idle.back();
+        idle.pop_back();
+      }
+    }
+    if (ctx_ == nullptr) ctx_ = KeyedContext(key.key_, encrypt).release();
+  }
+  ~Lease() {
+    if (ctx_ == nullptr) return;
+    absl::MutexLock lock(&pool_.mu);
+    auto& idle = pool_.idle[encrypt_];
+    if (idle.size() < 16) {
+      idle.push_back(ctx_);
+    } else {
+      EVP_CIPHER_CTX_free(ctx_);
+    }
+  }
+  EVP_CIPHER_CTX* get() const { return ctx_; }
+
+ private:
+  Pool& pool_;
+  const bool encrypt_;
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+};
 
 absl::StatusOr<AesGcm> AesGcm::Create(std::string_view key) {
   if (key.size() != kKeyBytes)
     return absl::InvalidArgumentError(StrCat("an AES-256 key has ", kKeyBytes, " bytes, not ", key.size()));
-  return AesGcm(std::string(key), next_key_id.fetch_add(1));
+  return AesGcm(std::string(key));
 }
+
+AesGcm::AesGcm(std::string key) : key_(std::move(key)), pool_(std::make_unique<Pool>()) {}
+AesGcm::AesGcm(AesGcm&&) noexcept = default;
 
 AesGcm::~AesGcm() { OPENSSL_cleanse(key_.data(), key_.size()); }
 
 absl::Status AesGcm::Seal(std::string_view nonce, std::string_view plaintext, std::string_view aad,
                           std::string* out) const {
   if (absl::Status s = Check(nonce, plaintext.size(), aad.size()); !s.ok()) return s;
-  return SealWith(contexts.Get(id_, key_, true), nonce, plaintext, aad, out);
+  Lease ctx(*this, true);
+  return SealWith(ctx.get(), nonce, plaintext, aad, out);
 }
 
 absl::StatusOr<std::string> AesGcm::Open(std::string_view nonce, std::string_view sealed,
                                          std::string_view aad) const {
   if (absl::Status s = Check(nonce, sealed.size(), aad.size()); !s.ok()) return s;
-  return OpenWith(contexts.Get(id_, key_, false), nonce, sealed, aad);
+  Lease ctx(*this, false);
+  return OpenWith(ctx.get(), nonce, sealed, aad);
 }
 
 absl::Status SealAesGcm(std::string_view key, std::string_view nonce, std::string_view plaintext,

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -47,17 +48,18 @@ absl::StatusOr<std::string> OpenAesGcm(std::string_view key,
                                        std::string_view sealed,
                                        std::string_view aad);
 
-// An AES-256-GCM key for sealing many messages: each thread keeps the
-// key's expanded state between calls (for its last few keys), so a call
-// costs the cipher's work, not the key setup. Thread-safe. Seal appends
-// ciphertext || tag to `out`; Open returns the plaintext or DataLoss, as
-// SealAesGcm and OpenAesGcm do.
+// An AES-256-GCM key for sealing many messages: it keeps OpenSSL contexts
+// with its expanded state between calls (as many as threads used it at
+// once), so a call costs the cipher's work, not the key setup; they are
+// freed with the key. Thread-safe. Seal appends ciphertext || tag to
+// `out`; Open returns the plaintext or DataLoss, as SealAesGcm and
+// OpenAesGcm do.
 class AesGcm {
  public:
   // InvalidArgument unless `key` has kKeyBytes.
   static absl::StatusOr<AesGcm> Create(std::string_view key);
-  AesGcm(AesGcm&&) = default;
-  AesGcm& operator=(AesGcm&&) = default;
+  AesGcm(AesGcm&&) noexcept;
+  AesGcm& operator=(AesGcm&&) = delete;
   ~AesGcm();
 
   absl::Status Seal(std::string_view nonce, std::string_view plaintext, std::string_view aad,
@@ -66,9 +68,11 @@ class AesGcm {
                                    std::string_view aad) const;
 
  private:
-  AesGcm(std::string key, uint64_t id) : key_(std::move(key)), id_(id) {}
+  struct Pool;
+  class Lease;
+  explicit AesGcm(std::string key);
   std::string key_;
-  uint64_t id_;  // unique per key object: what the threads' caches are keyed by
+  std::unique_ptr<Pool> pool_;
 };
 
 // Compares in time independent of where the bytes differ.

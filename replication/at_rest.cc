@@ -1,5 +1,7 @@
 #include "replication/at_rest.h"
 
+#include <openssl/crypto.h>
+
 #include <filesystem>
 
 #include "base/coding.h"
@@ -34,9 +36,15 @@ void AtRestEncryption::TableEncrypted(const std::string& table,
         int64_t ttl = absl::ToInt64Microseconds(kPlainTableTtl);
         if (!row.ok() && absl::IsNotFound(row.status())) {
           // No schema was ever recorded in this datacenter (a bare test
-          // cluster): nothing is encrypted — unless the key directory
-          // holds keys of this table (the schema table was lost).
-          encrypted = KeyStoreHasTable(table);
+          // cluster): nothing is encrypted. Unless the key directory holds
+          // keys — then the schema table was lost: this table is encrypted
+          // if it has keys, and otherwise nobody can tell.
+          const KeyDirectoryKnows knows = KeyDirectoryKnowsOf(table);
+          if (knows == KeyDirectoryKnows::kOtherTables)
+            return done(absl::UnavailableError(
+                StrCat("cannot tell whether table ", table, " is encrypted: this datacenter's ", kSchemaTable,
+                       " table is missing, yet its key directory holds keys (apply the schemas again)")));
+          encrypted = knows == KeyDirectoryKnows::kThisTable;
           ttl = absl::ToInt64Microseconds(kNoSchemasTtl);
         } else if (!row.ok()) {
           return done(absl::UnavailableError(StrCat("cannot tell whether table ", table, " is encrypted: reading ",
@@ -72,13 +80,19 @@ void AtRestEncryption::TableEncrypted(const std::string& table,
       });
 }
 
-bool AtRestEncryption::KeyStoreHasTable(const std::string& table) {
+AtRestEncryption::KeyDirectoryKnows AtRestEncryption::KeyDirectoryKnowsOf(const std::string& table) {
   absl::MutexLock lock(&store_mu_);
-  std::error_code ec;
-  if (store_ == nullptr && (key_dir_.empty() || !std::filesystem::exists(key_dir_, ec))) return false;
+  if (store_ == nullptr) {
+    if (key_dir_.empty()) return KeyDirectoryKnows::kNothing;
+    std::error_code ec;
+    const bool exists = std::filesystem::exists(key_dir_, ec);
+    if (!exists && !ec) return KeyDirectoryKnows::kNothing;
+    // (A directory that cannot even be looked at is opened, and fails.)
+  }
   absl::StatusOr<GroupKeyStore*> store = Store();
   // A key directory that does not open: assume the worst.
-  return !store.ok() || (*store)->HasTable(table);
+  if (!store.ok() || (*store)->HasTable(table)) return KeyDirectoryKnows::kThisTable;
+  return (*store)->HasAnyTable() ? KeyDirectoryKnows::kOtherTables : KeyDirectoryKnows::kNothing;
 }
 
 absl::StatusOr<GroupKeyStore*> AtRestEncryption::Store() {
@@ -127,6 +141,7 @@ GroupSealing AtRestEncryption::Sealing(const GroupRef& group, bool create) {
     return out;
   }
   absl::StatusOr<std::shared_ptr<const GroupCipher>> cipher = GroupCipher::Create(*secret, group.table(), group.root());
+  OPENSSL_cleanse(secret->data(), secret->size());
   if (!cipher.ok()) {
     out.missing = cipher.status();
     return out;

@@ -54,9 +54,9 @@ class AtRestEncryption : public GroupEncryption {
 
  private:
   void TableEncrypted(const std::string& table, absl::AnyInvocable<void(absl::StatusOr<bool>)> done);
-  // Whether the key directory holds keys of `table` (opening it only if it
-  // exists).
-  bool KeyStoreHasTable(const std::string& table) ABSL_LOCKS_EXCLUDED(store_mu_);
+  // What the key directory says of `table` (opening it only if it exists).
+  enum class KeyDirectoryKnows { kNothing, kOtherTables, kThisTable };
+  KeyDirectoryKnows KeyDirectoryKnowsOf(const std::string& table) ABSL_LOCKS_EXCLUDED(store_mu_);
   // The key store, opened on first use (the error of a failed open is kept
   // for a while, then retried).
   absl::StatusOr<GroupKeyStore*> Store() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);

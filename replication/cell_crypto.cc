@@ -1,5 +1,7 @@
 #include "replication/cell_crypto.h"
 
+#include <openssl/crypto.h>
+
 #include "base/coding.h"
 #include "base/crypto.h"
 #include "base/strings.h"
@@ -38,6 +40,7 @@ absl::StatusOr<std::shared_ptr<const GroupCipher>> GroupCipher::Create(
       secret, "", "megastore token key v1|" + context, crypto::kKeyBytes);
   if (!token.ok()) return token.status();
   absl::StatusOr<crypto::AesGcm> cell_key = crypto::AesGcm::Create(*cell);
+  OPENSSL_cleanse(cell->data(), cell->size());
   if (!cell_key.ok()) return cell_key.status();
   return std::shared_ptr<const GroupCipher>(
       new GroupCipher(std::move(table), std::move(root), std::move(*cell_key),

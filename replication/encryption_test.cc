@@ -278,6 +278,15 @@ TEST(GroupKeyStoreTest, DamagedFilesAreNamedAndATornTailIsDropped) {
       store.status().message().find("group-keys.log: the record at offset 0"),
       std::string::npos)
       << store.status();
+  // A length no record has, even as the last record: damage, not a torn
+  // append.
+  std::string huge = Slurp(keys + "/group-keys.log");
+  ASSERT_TRUE(WriteFileAtomically(keys + "/group-keys.log", log.substr(0, 0) + std::string("\xff\xff\xff\x7f") + huge,
+                                  0600)
+                  .ok());
+  store = GroupKeyStore::Open(keys);
+  ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
+  EXPECT_NE(store.status().message().find("claims"), std::string::npos) << store.status();
   // A damaged key file.
   std::string kek = Slurp(keys + "/kek");
   kek[kek.size() - 1] ^= 0x01;
@@ -680,6 +689,31 @@ TEST_F(EncryptedReplicaTest, AMissingKekBesideGroupKeysIsNotReplaced) {
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
   EXPECT_NE(store.status().message().find("kek is missing"), std::string::npos) << store.status();
   EXPECT_FALSE(std::filesystem::exists(key_dir() + "/kek"));
+}
+
+TEST_F(EncryptedReplicaTest, ALostSchemaTableKeepsEncryptedTablesEncryptedAndRefusesTheRest) {
+  ASSERT_TRUE(Commit(1, Entry(100, "x")).ok());
+  storage::TableSchema other;
+  other.set_name("Other");
+  *other.add_families() = LogFamilySchema();
+  *other.add_families() = DataFamilySchema("e");
+  ASSERT_TRUE(server_->CreateTable(other).ok());
+  ASSERT_TRUE(server_->DeleteTable(kSchemaTable).ok());
+  Stop();
+  Start();
+  // Clinic has keys here: still encrypted, still readable.
+  absl::StatusOr<ReadReply> read = Read("r1", "e", 100);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->found());
+  // Other has none, but keys exist: nobody can tell, so nothing goes.
+  ReadRequest req;
+  req.mutable_group()->set_table("Other");
+  req.mutable_group()->set_root("r1");
+  req.set_row("r1");
+  req.set_family("e");
+  absl::StatusOr<ReadReply> refused = Await<ReadReply>([&](auto cb) { replica_->Read(req, std::move(cb)); });
+  ASSERT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("key directory holds keys"), std::string::npos) << refused.status();
 }
 
 }  // namespace

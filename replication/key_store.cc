@@ -269,24 +269,27 @@ absl::Status GroupKeyStore::Load() {
       const size_t offset = log->size() - in.size();
       uint32_t length = 0, masked = 0;
       std::string_view record = in;
-      if (!ConsumeFixed32(&record, &length) ||
-          !ConsumeFixed32(&record, &masked) || record.size() < length) {
-        // A torn append: the process died writing it, so it was never
-        // used. The log is kept aside anyway (compaction empties it), in
-        // case it was something else.
-        const std::string aside =
-            StrCat(log_path, ".torn-", absl::ToUnixSeconds(absl::Now()));
-        MS_LOG_WARN("{}: a torn record at offset {} (a crash while appending); "
-                    "the log as it was is kept as {}",
-                    log_path, offset, aside);
-        if (absl::Status s = WriteFileAtomically(aside, *log, 0600); !s.ok())
-          return s;
-        break;
-      }
-      if (length > kMaxRecordBytes)
+      const bool header = ConsumeFixed32(&record, &length) && ConsumeFixed32(&record, &masked);
+      // A length no record has is damage, wherever it is; a torn append
+      // has a whole, sane header or none.
+      if (header && length > kMaxRecordBytes)
         return absl::DataLossError(StrCat(log_path, ": the record at offset ",
                                           offset, " claims ", length,
                                           " bytes; the file is damaged"));
+      if (!header || record.size() < length) {
+        // A torn append: the process died writing it, so it was never
+        // used. Its bytes are kept aside anyway (the records before it go
+        // into the snapshot), in case they were something else.
+        const std::string aside =
+            StrCat(log_path, ".torn-", absl::ToUnixSeconds(absl::Now()));
+        MS_LOG_WARN("{}: a torn record at offset {} (a crash while appending); "
+                    "its {} bytes are kept as {}",
+                    log_path, offset, in.size(), aside);
+        if (absl::Status s = WriteFileAtomically(aside, std::string(in), 0600);
+            !s.ok())
+          return s;
+        break;
+      }
       const std::string_view payload = record.substr(0, length);
       GroupKeyRecord r;
       if (crc32c::Unmask(masked) != crc32c::Value(payload) ||
@@ -359,6 +362,7 @@ absl::Status GroupKeyStore::Compact() {
   if (::fsync(log_fd_) != 0) return Errno("cannot sync", path);
   log_records_ = 0;
   needs_compaction_ = false;
+  broken_ = absl::OkStatus();  // the log is empty: nothing partial in it
   return absl::OkStatus();
 }
 
@@ -396,6 +400,7 @@ absl::StatusOr<std::string> GroupKeyStore::Secret(std::string_view table,
   r.set_wrapped(std::move(*wrapped));
   r.set_created_micros(NowMicros());
   if (absl::Status s = Append(r); !s.ok()) return s;
+  tables_.insert(r.table());
   groups_[id] = std::move(r);
   if (log_records_ > 4096 && log_records_ > groups_.size() / 2) {
     if (absl::Status s = Compact(); !s.ok())
@@ -422,7 +427,11 @@ absl::StatusOr<bool> GroupKeyStore::Destroy(std::string_view table,
     tables_.insert(std::string(table));
     ++destroyed_;
     needs_compaction_ = true;
-    if (absl::Status s = Append(tombstone); !s.ok()) return s;
+    // If the append fails, the snapshot still takes the tombstone.
+    if (absl::Status s = Append(tombstone); !s.ok()) {
+      if (absl::Status c = Compact(); !c.ok()) return s;
+      return had;
+    }
   }
   // The wrapped secret may still be in the snapshot or the log: rewrite
   // both without it (again, if an earlier try failed).
@@ -466,6 +475,11 @@ absl::StatusOr<uint64_t> GroupKeyStore::Rotate() {
 bool GroupKeyStore::HasTable(std::string_view table) const {
   absl::MutexLock lock(&mu_);
   return tables_.contains(absl::string_view(table.data(), table.size()));
+}
+
+bool GroupKeyStore::HasAnyTable() const {
+  absl::MutexLock lock(&mu_);
+  return !tables_.empty();
 }
 
 GroupKeyStore::Stats GroupKeyStore::stats() const {

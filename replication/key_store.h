@@ -113,6 +113,8 @@ class GroupKeyStore {
 
   // Whether any group of `table` has (or had) a key here.
   bool HasTable(std::string_view table) const;
+  // Whether any group at all has (or had) a key here.
+  bool HasAnyTable() const;
 
   struct Stats {
     uint64_t groups = 0;

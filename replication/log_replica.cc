@@ -341,7 +341,16 @@ void LogReplica::SealingOf(const GroupRef& group, bool create, Callback<Sealing>
               const bool learned = ParsePositionColumn(c.qualifier, &pos, &kind) && kind == 'l';
               const bool accepted = ParsePositionColumn(c.qualifier, &pos, &kind) && kind == 'a' &&
                                     r.ParseFromString(c.value) && r.has_accepted();
-              if (learned || accepted || c.qualifier == kAppliedColumn) return done(NoKeyForData(group));
+              if (learned || accepted || c.qualifier == kAppliedColumn) {
+                // Another first writer may have made the key and written
+                // since we asked: use it if it exists now.
+                return encryption_->SealingOf(
+                    group, false, [group, done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
+                      if (!s.ok()) return done(s.status());
+                      if (s->no_key_yet) return done(NoKeyForData(group));
+                      done(std::make_shared<const GroupSealing>(std::move(*s)));
+                    });
+              }
             }
           }
           encryption_->SealingOf(group, true, [done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {

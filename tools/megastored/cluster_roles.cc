@@ -115,6 +115,10 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     storage::TableSchema t;
     t.set_name(kSchemaTable);
     t.add_families()->set_name(kSchemaFamily);
+    // What replicas read to know which groups they must encrypt: raw
+    // Bigtable verbs leave it alone unless forced, like the replicated
+    // tables.
+    t.set_replicated(true);
     tables.push_back(std::move(t));
   }
   // Records the schemas as applied (what msadmin schema show|group log read).

@@ -313,6 +313,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
       storage::TableSchema schemas;
       schemas.set_name(replication::kSchemaTable);
       schemas.add_families()->set_name(replication::kSchemaFamily);
+      schemas.set_replicated(true);
       if (absl::Status s = tablets->CreateTable(schemas); !s.ok() && !absl::IsAlreadyExists(s)) return fail(s);
       if (absl::Status s = tablets->MutateRow(replication::kSchemaTable, compiled.descriptor.name(),
                                               {storage::Mutation::SetCell(replication::kSchemaFamily,
