@@ -62,9 +62,10 @@ class AesGcm {
   AesGcm& operator=(AesGcm&&) = delete;
   ~AesGcm();
 
-  absl::Status Seal(std::string_view nonce, std::string_view plaintext, std::string_view aad,
-                    std::string* out) const;
-  absl::StatusOr<std::string> Open(std::string_view nonce, std::string_view sealed,
+  absl::Status Seal(std::string_view nonce, std::string_view plaintext,
+                    std::string_view aad, std::string* out) const;
+  absl::StatusOr<std::string> Open(std::string_view nonce,
+                                   std::string_view sealed,
                                    std::string_view aad) const;
 
  private:

@@ -53,13 +53,16 @@ class AtRestEncryption : public GroupEncryption {
   static constexpr size_t kMaxCiphers = 100000;
 
  private:
-  void TableEncrypted(const std::string& table, absl::AnyInvocable<void(absl::StatusOr<bool>)> done);
+  void TableEncrypted(const std::string& table,
+                      absl::AnyInvocable<void(absl::StatusOr<bool>)> done);
   // What the key directory says of `table` (opening it only if it exists).
   enum class KeyDirectoryKnows { kNothing, kOtherTables, kThisTable };
-  KeyDirectoryKnows KeyDirectoryKnowsOf(const std::string& table) ABSL_LOCKS_EXCLUDED(store_mu_);
+  KeyDirectoryKnows KeyDirectoryKnowsOf(const std::string& table)
+      ABSL_LOCKS_EXCLUDED(store_mu_);
   // The key store, opened on first use (the error of a failed open is kept
   // for a while, then retried).
-  absl::StatusOr<GroupKeyStore*> Store() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  absl::StatusOr<GroupKeyStore*> Store()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   GroupSealing Sealing(const GroupRef& group, bool create);
 
   Env* const env_;
@@ -79,7 +82,8 @@ class AtRestEncryption : public GroupEncryption {
     int64_t valid_until = 0;  // env monotonic micros
   };
   std::map<std::string, TableInfo> tables_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<const GroupCipher>> ciphers_ ABSL_GUARDED_BY(mu_);  // by GroupId
+  std::map<std::string, std::shared_ptr<const GroupCipher>> ciphers_
+      ABSL_GUARDED_BY(mu_);  // by GroupId
 };
 
 }  // namespace megastore::replication

@@ -112,8 +112,7 @@ absl::StatusOr<std::string> GroupCipher::Seal(std::string_view payload,
   std::string out(1, kFormat);
   const std::string nonce = crypto::RandomBytes(crypto::kNonceBytes);
   out += nonce;
-  if (absl::Status s = cell_key_.Seal(nonce, payload, aad, &out);
-      !s.ok())
+  if (absl::Status s = cell_key_.Seal(nonce, payload, aad, &out); !s.ok())
     return s;
   return out;
 }

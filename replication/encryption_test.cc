@@ -281,12 +281,15 @@ TEST(GroupKeyStoreTest, DamagedFilesAreNamedAndATornTailIsDropped) {
   // A length no record has, even as the last record: damage, not a torn
   // append.
   std::string huge = Slurp(keys + "/group-keys.log");
-  ASSERT_TRUE(WriteFileAtomically(keys + "/group-keys.log", log.substr(0, 0) + std::string("\xff\xff\xff\x7f") + huge,
-                                  0600)
+  ASSERT_TRUE(WriteFileAtomically(
+                  keys + "/group-keys.log",
+                  log.substr(0, 0) + std::string("\xff\xff\xff\x7f") + huge,
+                  0600)
                   .ok());
   store = GroupKeyStore::Open(keys);
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
-  EXPECT_NE(store.status().message().find("claims"), std::string::npos) << store.status();
+  EXPECT_NE(store.status().message().find("claims"), std::string::npos)
+      << store.status();
   // A damaged key file.
   std::string kek = Slurp(keys + "/kek");
   kek[kek.size() - 1] ^= 0x01;
@@ -660,12 +663,16 @@ TEST_F(EncryptedReplicaTest, ATableWithNoRecordedSchemaIsNotServed) {
   req.set_position(1);
   req.set_accept(true);
   req.set_value(LogEntry().SerializeAsString());
-  absl::StatusOr<PaxosReply> p = Await<PaxosReply>([&](auto cb) { replica_->Paxos(req, std::move(cb)); });
+  absl::StatusOr<PaxosReply> p =
+      Await<PaxosReply>([&](auto cb) { replica_->Paxos(req, std::move(cb)); });
   ASSERT_TRUE(absl::IsUnavailable(p.status())) << p.status();
-  EXPECT_NE(p.status().message().find("no schema of table Other is recorded"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("no schema of table Other is recorded"),
+            std::string::npos)
+      << p.status();
 }
 
-TEST_F(EncryptedReplicaTest, AnEntryWritingRowsOutsideTheGroupIsRefusedAlsoAtApply) {
+TEST_F(EncryptedReplicaTest,
+       AnEntryWritingRowsOutsideTheGroupIsRefusedAlsoAtApply) {
   LogEntry e;
   e.set_timestamp(100);
   RowChange* c = e.add_changes();
@@ -677,7 +684,9 @@ TEST_F(EncryptedReplicaTest, AnEntryWritingRowsOutsideTheGroupIsRefusedAlsoAtApp
   *apply.mutable_group() = Group();
   apply.set_position(1);
   apply.set_value(e.SerializeAsString());
-  absl::Status applied = Await<ApplyReply>([&](auto cb) { replica_->Apply(apply, std::move(cb)); }).status();
+  absl::Status applied = Await<ApplyReply>([&](auto cb) {
+                           replica_->Apply(apply, std::move(cb));
+                         }).status();
   EXPECT_TRUE(absl::IsInvalidArgument(applied)) << applied;
 }
 
@@ -687,11 +696,13 @@ TEST_F(EncryptedReplicaTest, AMissingKekBesideGroupKeysIsNotReplaced) {
   std::filesystem::remove(key_dir() + "/kek");
   auto store = GroupKeyStore::Open(key_dir());
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
-  EXPECT_NE(store.status().message().find("kek is missing"), std::string::npos) << store.status();
+  EXPECT_NE(store.status().message().find("kek is missing"), std::string::npos)
+      << store.status();
   EXPECT_FALSE(std::filesystem::exists(key_dir() + "/kek"));
 }
 
-TEST_F(EncryptedReplicaTest, ALostSchemaTableKeepsEncryptedTablesEncryptedAndRefusesTheRest) {
+TEST_F(EncryptedReplicaTest,
+       ALostSchemaTableKeepsEncryptedTablesEncryptedAndRefusesTheRest) {
   ASSERT_TRUE(Commit(1, Entry(100, "x")).ok());
   storage::TableSchema other;
   other.set_name("Other");
@@ -711,9 +722,12 @@ TEST_F(EncryptedReplicaTest, ALostSchemaTableKeepsEncryptedTablesEncryptedAndRef
   req.mutable_group()->set_root("r1");
   req.set_row("r1");
   req.set_family("e");
-  absl::StatusOr<ReadReply> refused = Await<ReadReply>([&](auto cb) { replica_->Read(req, std::move(cb)); });
+  absl::StatusOr<ReadReply> refused =
+      Await<ReadReply>([&](auto cb) { replica_->Read(req, std::move(cb)); });
   ASSERT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
-  EXPECT_NE(refused.status().message().find("key directory holds keys"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("key directory holds keys"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace

@@ -70,9 +70,10 @@ absl::StatusOr<std::unique_ptr<FileKeyProvider>> FileKeyProvider::Open(
   KekFile file;
   if (absl::IsNotFound(payload.status()) && !create) {
     return absl::DataLossError(
-        StrCat(path, " is missing, but group keys wrapped under it exist "
-                     "beside it: restore it from the key directory's backup "
-                     "(a new one would open none of them)"));
+        StrCat(path,
+               " is missing, but group keys wrapped under it exist "
+               "beside it: restore it from the key directory's backup "
+               "(a new one would open none of them)"));
   }
   if (absl::IsNotFound(payload.status())) {
     Kek* k = file.add_keys();
@@ -269,7 +270,8 @@ absl::Status GroupKeyStore::Load() {
       const size_t offset = log->size() - in.size();
       uint32_t length = 0, masked = 0;
       std::string_view record = in;
-      const bool header = ConsumeFixed32(&record, &length) && ConsumeFixed32(&record, &masked);
+      const bool header =
+          ConsumeFixed32(&record, &length) && ConsumeFixed32(&record, &masked);
       // A length no record has is damage, wherever it is; a torn append
       // has a whole, sane header or none.
       if (header && length > kMaxRecordBytes)
@@ -282,9 +284,10 @@ absl::Status GroupKeyStore::Load() {
         // into the snapshot), in case they were something else.
         const std::string aside =
             StrCat(log_path, ".torn-", absl::ToUnixSeconds(absl::Now()));
-        MS_LOG_WARN("{}: a torn record at offset {} (a crash while appending); "
-                    "its {} bytes are kept as {}",
-                    log_path, offset, in.size(), aside);
+        MS_LOG_WARN(
+            "{}: a torn record at offset {} (a crash while appending); "
+            "its {} bytes are kept as {}",
+            log_path, offset, in.size(), aside);
         if (absl::Status s = WriteFileAtomically(aside, std::string(in), 0600);
             !s.ok())
           return s;

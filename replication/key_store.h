@@ -147,7 +147,8 @@ class GroupKeyStore {
   uint64_t log_records_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, GroupKeyRecord> groups_
       ABSL_GUARDED_BY(mu_);  // by GroupId
-  absl::flat_hash_set<std::string> tables_ ABSL_GUARDED_BY(mu_);  // of every record
+  absl::flat_hash_set<std::string> tables_
+      ABSL_GUARDED_BY(mu_);  // of every record
   // A destroyed secret may still be in a file.
   bool needs_compaction_ ABSL_GUARDED_BY(mu_) = false;
   // An append failed and could not be taken back: no more appends.
