@@ -336,8 +336,8 @@ absl::Status GroupKeyStore::Append(const GroupKeyRecord& record) {
       broken_ = absl::Status(
           why.code(), StrCat(why.message(),
                              "; taking the partial record back failed too: "
-                             "the key directory refuses new keys until the "
-                             "process restarts"));
+                             "the key directory refuses new keys until it is "
+                             "compacted (a destroy) or reopened"));
     return why;
   };
   size_t done = 0;
