@@ -195,8 +195,8 @@ absl::StatusOr<std::string> OpenWith(EVP_CIPHER_CTX* ctx,
 // cleansed by OpenSSL) when the AesGcm is destroyed.
 struct AesGcm::Pool {
   absl::Mutex mu;
-  std::vector<EVP_CIPHER_CTX*> idle[2] ABSL_GUARDED_BY(
-      mu);  // [decrypt, encrypt]
+  // Indexed by direction: [0] decrypt, [1] encrypt.
+  std::vector<EVP_CIPHER_CTX*> idle[2] ABSL_GUARDED_BY(mu);
   ~Pool() {
     for (auto& list : idle)
       for (EVP_CIPHER_CTX* c : list) EVP_CIPHER_CTX_free(c);
