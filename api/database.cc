@@ -4,27 +4,27 @@
 #include <set>
 
 #include "base/await.h"
-#include "base/rpc/rpc_transport.h"
 #include "base/coding.h"
 #include "base/logging.h"
+#include "base/rpc/rpc_transport.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "schema/lexer.h"
 
 namespace megastore {
 
-
 absl::StatusOr<std::unique_ptr<Database>> Database::Open(DatabaseOptions options) {
-  if (options.replicas.empty()) return absl::InvalidArgumentError("DatabaseOptions names no replicas");
+  if (options.replicas.empty())
+    return absl::InvalidArgumentError("DatabaseOptions names no replicas");
   int local = -1;
   for (size_t i = 0; i < options.replicas.size(); ++i)
     if (options.replicas[i].name == options.local) local = static_cast<int>(i);
   if (local < 0)
-    return absl::InvalidArgumentError(StrCat("the local datacenter '", options.local,
-                                             "' is not among the replicas"));
+    return absl::InvalidArgumentError(
+        StrCat("the local datacenter '", options.local, "' is not among the replicas"));
   if (options.replicas[local].type == replication::ReplicaType::kWitness)
-    return absl::InvalidArgumentError(StrCat("the local datacenter '", options.local,
-                                             "' is a witness: it has no data to read"));
+    return absl::InvalidArgumentError(
+        StrCat("the local datacenter '", options.local, "' is a witness: it has no data to read"));
   absl::StatusOr<schema::Layout> layout = schema::Layout::Create(options.schema);
   if (!layout.ok()) return layout.status();
 
@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view ro
   txn::Context ctx{client_.get(), layout_.get()};
   absl::StatusOr<std::shared_ptr<txn::Transaction>> t =
       Await<std::shared_ptr<txn::Transaction>>([&](auto cb) {
-        txn::Transaction::Begin(ctx, std::string(root_table), std::move(root_key), options, std::move(cb));
+        txn::Transaction::Begin(ctx, std::string(root_table), std::move(root_key), options,
+                                std::move(cb));
       });
   if (!t.ok()) return t.status();
   return std::unique_ptr<Transaction>(new Transaction(std::move(*t)));
@@ -101,8 +102,9 @@ class RunDeadline {
     if (at_ == 0) return absl::OkStatus();
     const int64_t left = at_ - env_->MonotonicMicros();
     if (left <= 0)
-      return absl::DeadlineExceededError(StrCat("transaction deadline (", absl::FormatDuration(total_),
-                                                ") passed after ", attempt - 1, " attempt(s)"));
+      return absl::DeadlineExceededError(StrCat("transaction deadline (",
+                                                absl::FormatDuration(total_), ") passed after ",
+                                                attempt - 1, " attempt(s)"));
     options->deadline = absl::Microseconds(left);
     return absl::OkStatus();
   }
@@ -181,8 +183,8 @@ struct Database::IndexExamination {
   IndexReport report;
   struct Group {
     replication::GroupRef group;
-    replication::LogPosition at;                 // where the group was read
-    std::vector<schema::BigtableWrite> fixes;    // entries to write or delete
+    replication::LogPosition at;               // where the group was read
+    std::vector<schema::BigtableWrite> fixes;  // entries to write or delete
   };
   std::map<std::string, Group> groups;  // by root row
 };
@@ -193,9 +195,9 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
   IndexExamination ex;
   IndexReport& report = ex.report;
   struct Expected {
-    std::string what;            // the entity, for messages
-    std::string root;            // its group
-    schema::BigtableWrite write; // the entry, as the layout writes it
+    std::string what;             // the entity, for messages
+    std::string root;             // its group
+    schema::BigtableWrite write;  // the entry, as the layout writes it
   };
   // Expected global entries of the checked groups: index -> entry row -> entity.
   std::map<std::string, std::map<std::string, Expected>> expected_global;
@@ -216,7 +218,9 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
       if (!page.ok()) return page.status();
       for (const auto& r : page->rows())
         rows.push_back(Found{r.key(), {r.qualifiers().begin(), r.qualifiers().end()}});
-      start = page->more() && page->rows_size() > 0 ? page->rows(page->rows_size() - 1).key() + std::string(1, '\0') : "";
+      start = page->more() && page->rows_size() > 0
+                  ? page->rows(page->rows_size() - 1).key() + std::string(1, '\0')
+                  : "";
     }
     return rows;
   };
@@ -225,7 +229,8 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
     schema::BigtableWrite w;
     w.table = std::move(table);
     w.row = f.key;
-    for (const std::string& q : f.qualifiers) w.mutations.push_back(storage::Mutation::DeleteCells(schema::kIndexFamily, q));
+    for (const std::string& q : f.qualifiers)
+      w.mutations.push_back(storage::Mutation::DeleteCells(schema::kIndexFamily, q));
     return w;
   };
   for (const auto& [root_table, root_key] : groups) {
@@ -236,14 +241,16 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
     IndexExamination::Group& g = ex.groups[group.root()];
     g.group = group;
     g.at = at;
-    std::map<std::string, std::map<std::string, schema::BigtableWrite>> expected_local;  // index -> row -> entry
+    std::map<std::string, std::map<std::string, schema::BigtableWrite>>
+        expected_local;  // index -> row -> entry
     for (const schema::TableDescriptor& table : sx.schema().tables()) {
       const bool in_group = table.entity_group_root()
                                 ? schema::EqualsIgnoreCase(table.name(), root_table)
                                 : schema::EqualsIgnoreCase(table.root_table(), root_table);
       if (!in_group) continue;
       std::vector<schema::KeyValue> prefix = root_key;
-      if (!table.entity_group_root()) prefix.resize(static_cast<size_t>(table.entity_group_key_size()));
+      if (!table.entity_group_root())
+        prefix.resize(static_cast<size_t>(table.entity_group_key_size()));
       QueryOptions page;
       do {
         absl::StatusOr<txn::QueryResult> r = (*t)->Query(table.name(), prefix, page);
@@ -255,7 +262,8 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
           absl::StatusOr<std::string> row = layout_->EntityRow(table, *key);
           if (!row.ok()) return row.status();
           // Every write of the entity as if new: its index entries among them.
-          absl::StatusOr<std::vector<schema::BigtableWrite>> writes = layout_->Mutations(table.name(), nullptr, &e, 0);
+          absl::StatusOr<std::vector<schema::BigtableWrite>> writes =
+              layout_->Mutations(table.name(), nullptr, &e, 0);
           if (!writes.ok()) return writes.status();
           auto entry_write = [&](const std::string& bt_table, const std::string& er) {
             for (const schema::BigtableWrite& w : *writes)
@@ -263,13 +271,15 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
             return schema::BigtableWrite{bt_table, er, {}, 0};
           };
           for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
-            if (!schema::EqualsIgnoreCase(x.table(), table.name()) || !x.inline_in().empty()) continue;
+            if (!schema::EqualsIgnoreCase(x.table(), table.name()) || !x.inline_in().empty())
+              continue;
             absl::StatusOr<std::vector<std::string>> rows = layout_->IndexEntryRows(x, e);
             if (!rows.ok()) return rows.status();
             for (const std::string& er : *rows) {
               if (x.scope() == schema::IndexDescriptor::GLOBAL) {
                 expected_global[x.name()][er] =
-                    Expected{describe(table, *row), group.root(), entry_write(layout_->GlobalIndexTable(x), er)};
+                    Expected{describe(table, *row), group.root(),
+                             entry_write(layout_->GlobalIndexTable(x), er)};
               } else {
                 expected_local[x.name()][er] = entry_write(layout_->entity_table(), er);
               }
@@ -282,15 +292,16 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
     for (const schema::IndexDescriptor& x : sx.schema().indexes()) {
       if (x.scope() != schema::IndexDescriptor::LOCAL || !x.inline_in().empty()) continue;
       const schema::TableDescriptor* table = sx.FindTable(x.table());
-      if (table == nullptr || (table->entity_group_root() ? !schema::EqualsIgnoreCase(table->name(), root_table)
-                                                          : !schema::EqualsIgnoreCase(table->root_table(), root_table)))
+      if (table == nullptr ||
+          (table->entity_group_root() ? !schema::EqualsIgnoreCase(table->name(), root_table)
+                                      : !schema::EqualsIgnoreCase(table->root_table(), root_table)))
         continue;
       absl::StatusOr<storage::RowRange> range = layout_->LocalIndexRange(x, group.root(), {});
       if (!range.ok()) return range.status();
       absl::StatusOr<std::vector<Found>> actual = scan_all([&](const std::string& from) {
         return Await<replication::ScanReply>([&](auto cb) {
-          client_->Scan(group, at, from.empty() ? range->start : from, range->end, schema::kIndexFamily, 0,
-                        std::move(cb));
+          client_->Scan(group, at, from.empty() ? range->start : from, range->end,
+                        schema::kIndexFamily, 0, std::move(cb));
         });
       });
       if (!actual.ok()) return actual.status();
@@ -303,7 +314,8 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
         g.fixes.push_back(removal(layout_->entity_table(), f));
       }
       for (auto& [r, w] : want) {
-        report.problems.push_back(StrCat("index ", x.name(), ": entry ", EscapeBytes(r), " is missing"));
+        report.problems.push_back(
+            StrCat("index ", x.name(), ": entry ", EscapeBytes(r), " is missing"));
         g.fixes.push_back(std::move(w));
       }
     }
@@ -313,16 +325,16 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
     const schema::TableDescriptor* table = sx.FindTable(x.table());
     const std::string bt_table = layout_->GlobalIndexTable(x);
     absl::StatusOr<std::vector<Found>> actual = scan_all([&](const std::string& from) {
-      return Await<replication::ScanReply>([&](auto cb) {
-        client_->ScanIndex(bt_table, from, "", 0, std::move(cb));
-      });
+      return Await<replication::ScanReply>(
+          [&](auto cb) { client_->ScanIndex(bt_table, from, "", 0, std::move(cb)); });
     });
     if (!actual.ok()) return actual.status();
     std::map<std::string, Expected>& want = expected_global[x.name()];
     for (const Found& f : *actual) {
       absl::StatusOr<std::vector<schema::KeyValue>> key = layout_->KeyOfGlobalIndexEntry(x, f.key);
       if (!key.ok()) {
-        report.problems.push_back(StrCat("index ", x.name(), ": damaged entry ", EscapeBytes(f.key)));
+        report.problems.push_back(
+            StrCat("index ", x.name(), ": damaged entry ", EscapeBytes(f.key)));
         continue;  // no group to repair it in
       }
       absl::StatusOr<std::string> root = layout_->GroupRow(*table, *key);
@@ -334,7 +346,8 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
       ex.groups[*root].fixes.push_back(removal(bt_table, f));
     }
     for (auto& [r, e] : want) {
-      report.problems.push_back(StrCat("index ", x.name(), ": the entry of ", e.what, " is missing"));
+      report.problems.push_back(
+          StrCat("index ", x.name(), ": the entry of ", e.what, " is missing"));
       ex.groups[e.root].fixes.push_back(std::move(e.write));
     }
   }
@@ -364,7 +377,8 @@ absl::StatusOr<Database::IndexReport> Database::RepairIndexes(
       // (Aborted) and the next round examines the group again.
       auto t = std::make_shared<txn::Transaction>(ctx, TransactionOptions{}, g.group, g.at);
       for (const schema::BigtableWrite& w : g.fixes) MS_RETURN_IF_ERROR(t->AddRepair(w));
-      absl::StatusOr<CommitInfo> info = Await<CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });
+      absl::StatusOr<CommitInfo> info =
+          Await<CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });
       if (info.ok()) {
         repaired += static_cast<int64_t>(g.fixes.size());
       } else if (!absl::IsAborted(info.status())) {
@@ -391,7 +405,8 @@ absl::StatusOr<Transaction*> MultiTransaction::In(std::string_view root_table,
   if (!root.ok()) return root.status();
   auto it = parts_.find(*root);
   if (it == parts_.end()) {
-    absl::StatusOr<std::unique_ptr<Transaction>> t = db_->Begin(root_table, std::move(root_key), options_);
+    absl::StatusOr<std::unique_ptr<Transaction>> t =
+        db_->Begin(root_table, std::move(root_key), options_);
     if (!t.ok()) return t.status();
     it = parts_.emplace(*root, std::move(*t)).first;
   }
@@ -408,13 +423,14 @@ absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionO
     MultiTransaction multi(this, options);
     last = fn(multi);
     if (!last.ok()) {
-      if (absl::IsAborted(last) || absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last)) continue;
+      if (absl::IsAborted(last) || absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last))
+        continue;
       return last;
     }
     std::vector<std::shared_ptr<txn::Transaction>> parts;
     for (auto& [root, part] : multi.parts_) parts.push_back(part->txn_);
-    absl::StatusOr<CommitInfo> info =
-        Await<CommitInfo>([&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
+    absl::StatusOr<CommitInfo> info = Await<CommitInfo>(
+        [&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
     if (info.ok()) {
       info->attempts = attempt;
       return info;

@@ -95,8 +95,9 @@ class Database {
   // Commit, or from the body), runs it again after a random pause, up to
   // options.max_attempts. A body error is returned as is.
   using Body = std::function<absl::Status(Transaction&)>;
-  absl::StatusOr<CommitInfo> Run(std::string_view root_table, std::vector<schema::KeyValue> root_key,
-                                 const Body& fn, TransactionOptions options = {});
+  absl::StatusOr<CommitInfo> Run(std::string_view root_table,
+                                 std::vector<schema::KeyValue> root_key, const Body& fn,
+                                 TransactionOptions options = {});
   template <typename Root>
   absl::StatusOr<CommitInfo> Run(const typename Root::Key& key, const Body& fn,
                                  TransactionOptions options = {}) {
@@ -130,7 +131,8 @@ class Database {
   // are still in its outbox (Run delivers a transaction's messages right
   // after it commits; this finishes the job if that was interrupted).
   // Exactly once however often it runs. Returns how many it delivered.
-  absl::StatusOr<int> DeliverQueues(std::string_view root_table, std::vector<schema::KeyValue> root_key);
+  absl::StatusOr<int> DeliverQueues(std::string_view root_table,
+                                    std::vector<schema::KeyValue> root_key);
   // Delivers every group's undelivered messages (txn::SweepQueues): what
   // the background sweeper runs every options.queue_sweep_interval.
   absl::StatusOr<int> SweepQueues();
@@ -205,7 +207,8 @@ class Transaction {
                     std::string queue, std::string body) {
     return txn_->Send(root_table, root_key, std::move(queue), std::move(body));
   }
-  absl::StatusOr<std::vector<txn::QueueMessage>> ReadQueue(std::string_view queue, int64_t limit = 0);
+  absl::StatusOr<std::vector<txn::QueueMessage>> ReadQueue(std::string_view queue,
+                                                           int64_t limit = 0);
   absl::Status Consume(const txn::QueueMessage& m) { return txn_->Consume(m); }
 
   // Typed forms, with the classes msc generates.
@@ -228,11 +231,13 @@ class Transaction {
   }
   // The entities of T whose key starts with `prefix` (at least the group's key).
   template <typename T>
-  absl::StatusOr<std::vector<T>> Query(std::vector<schema::KeyValue> prefix, QueryOptions options = {}) {
+  absl::StatusOr<std::vector<T>> Query(std::vector<schema::KeyValue> prefix,
+                                       QueryOptions options = {}) {
     return TypedEntities<T>(Query(T::kTable, std::move(prefix), options));
   }
   template <typename T>
-  absl::StatusOr<std::vector<T>> IndexQuery(std::string_view index, std::vector<schema::KeyValue> values,
+  absl::StatusOr<std::vector<T>> IndexQuery(std::string_view index,
+                                            std::vector<schema::KeyValue> values,
                                             QueryOptions options = {}) {
     return TypedEntities<T>(IndexQuery(index, std::move(values), options));
   }
@@ -251,7 +256,8 @@ class MultiTransaction {
  public:
   // The transaction's part in the group of `root_table`'s entity with key
   // `root_key`, begun (reading that group's position) on first use.
-  absl::StatusOr<Transaction*> In(std::string_view root_table, std::vector<schema::KeyValue> root_key);
+  absl::StatusOr<Transaction*> In(std::string_view root_table,
+                                  std::vector<schema::KeyValue> root_key);
   template <typename Root>
   absl::StatusOr<Transaction*> In(const typename Root::Key& key) {
     return In(Root::kTable, key.Values());

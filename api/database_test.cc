@@ -21,8 +21,9 @@ class DatabaseTest : public ::testing::Test {
     auto layout = schema::Layout::Create(photoapp::Schema());
     ASSERT_TRUE(layout.ok()) << layout.status();
     auto cluster = server::LocalCluster::Start(
-        &env_, dir_.path(), {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
-                             replication::ReplicaType::kWitness},
+        &env_, dir_.path(),
+        {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
+         replication::ReplicaType::kWitness},
         txn::TablesFor(*layout), /*sync_log=*/false);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -90,7 +91,8 @@ TEST_F(DatabaseTest, PhotoAppWritesAtOneDatacenterAndQueriesAtAnother) {
   ASSERT_EQ(photos->size(), 5u);
   EXPECT_EQ((*photos)[0].photo_id(), 1);
   // PhotosByTime orders the group's photos by time: the newest id is oldest.
-  absl::StatusOr<std::vector<Photo>> by_time = (*t)->IndexQuery<Photo>("PhotosByTime", {int64_t{7}});
+  absl::StatusOr<std::vector<Photo>> by_time =
+      (*t)->IndexQuery<Photo>("PhotosByTime", {int64_t{7}});
   ASSERT_TRUE(by_time.ok()) << by_time.status();
   ASSERT_EQ(by_time->size(), 5u);
   EXPECT_EQ((*by_time)[0].photo_id(), 5);
@@ -113,7 +115,8 @@ TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntriesAndTheRepairScan
   const schema::Layout& layout = db->layout();
   const schema::IndexDescriptor* by_time = layout.schema().FindIndex("PhotosByTime");
   const std::string root = *layout.GroupRow(*layout.schema().FindTable("User"), {int64_t{30}});
-  const std::string bogus = layout.LocalIndexRange(*by_time, root, {int64_t{30}, int64_t{99}})->start + "x";
+  const std::string bogus =
+      layout.LocalIndexRange(*by_time, root, {int64_t{30}, int64_t{99}})->start + "x";
   storage::TabletServer* a = cluster_->datacenter(0).tablets();
   ASSERT_TRUE(a->MutateRow("PhotoApp", bogus, {storage::Mutation::SetCell("i", "", "", 1)}).ok());
   Photo photo = MakePhoto(30, 1, 77, {"a"});
@@ -123,9 +126,12 @@ TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntriesAndTheRepairScan
   absl::StatusOr<Database::IndexReport> report = db->CheckIndexes({{"User", {int64_t{30}}}});
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->problems.size(), 2u);
-  EXPECT_NE(report->problems[0].find("PhotosByTime: entry"), std::string::npos) << report->problems[0];
-  EXPECT_NE(report->problems[0].find("points to no entity"), std::string::npos) << report->problems[0];
-  EXPECT_NE(report->problems[1].find("PhotosByTag: the entry of Photo"), std::string::npos) << report->problems[1];
+  EXPECT_NE(report->problems[0].find("PhotosByTime: entry"), std::string::npos)
+      << report->problems[0];
+  EXPECT_NE(report->problems[0].find("points to no entity"), std::string::npos)
+      << report->problems[0];
+  EXPECT_NE(report->problems[1].find("PhotosByTag: the entry of Photo"), std::string::npos)
+      << report->problems[1];
 
   // The repair scan fixes both, through the log (so at every replica).
   absl::StatusOr<Database::IndexReport> repaired = db->RepairIndexes({{"User", {int64_t{30}}}});
@@ -133,7 +139,8 @@ TEST_F(DatabaseTest, TheIndexCheckerFindsOrphanAndMissingEntriesAndTheRepairScan
   EXPECT_EQ(repaired->repaired, 2);
   EXPECT_TRUE(repaired->problems.empty()) << repaired->problems.front();
   ExpectIndexesConsistent(*db, {30});
-  absl::StatusOr<std::vector<Photo>> tagged = db->GlobalIndexQuery<Photo>("PhotosByTag", {std::string("a")});
+  absl::StatusOr<std::vector<Photo>> tagged =
+      db->GlobalIndexQuery<Photo>("PhotosByTag", {std::string("a")});
   ASSERT_TRUE(tagged.ok()) << tagged.status();
   EXPECT_EQ(tagged->size(), 1u) << "the lost entry is back";
   absl::StatusOr<Database::IndexReport> again = db->RepairIndexes({{"User", {int64_t{30}}}});
@@ -169,7 +176,8 @@ TEST_F(DatabaseTest, AGlobalIndexFindsPhotosAcrossUsersAndFollowsUpdates) {
   EXPECT_EQ((*sunsets)[2].user_id(), 22);
   QueryOptions page;
   page.limit = 4;
-  absl::StatusOr<txn::QueryResult> trees = at_a->GlobalIndexQuery("PhotosByTag", {std::string("tree")}, page);
+  absl::StatusOr<txn::QueryResult> trees =
+      at_a->GlobalIndexQuery("PhotosByTag", {std::string("tree")}, page);
   ASSERT_TRUE(trees.ok()) << trees.status();
   EXPECT_EQ(trees->entities.size(), 4u);
   EXPECT_FALSE(trees->cursor.empty());
@@ -179,9 +187,9 @@ TEST_F(DatabaseTest, AGlobalIndexFindsPhotosAcrossUsersAndFollowsUpdates) {
   EXPECT_EQ(trees->entities.size(), 2u);
 
   // Retag user 21's photo: it leaves "sunset".
-  ASSERT_TRUE(at_a->Run<User>(User::Key{21}, [&](Transaction& t) {
-                    return t.Put(MakePhoto(21, 1, 5, {"tree"}));
-                  }).ok());
+  ASSERT_TRUE(at_a->Run<User>(User::Key{21},
+                              [&](Transaction& t) { return t.Put(MakePhoto(21, 1, 5, {"tree"})); })
+                  .ok());
   for (int i = 0; i < 200; ++i) {
     sunsets = at_a->GlobalIndexQuery<Photo>("PhotosByTag", {std::string("sunset")});
     ASSERT_TRUE(sunsets.ok());
@@ -262,13 +270,17 @@ TEST_F(DatabaseTest, ADeadlineEndsATransactionThatCannotReachAMajority) {
   TransactionOptions o;
   o.deadline = absl::Milliseconds(400);
   const absl::Time start = absl::Now();
-  absl::StatusOr<CommitInfo> r = db->Run<User>(User::Key{9}, [&](Transaction& t) {
-    User u;
-    u.set_user_id(9);
-    u.set_name("Lost");
-    return t.Put(u);
-  }, o);
-  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status())) << r.status();
+  absl::StatusOr<CommitInfo> r = db->Run<User>(
+      User::Key{9},
+      [&](Transaction& t) {
+        User u;
+        u.set_user_id(9);
+        u.set_name("Lost");
+        return t.Put(u);
+      },
+      o);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status()))
+      << r.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the deadline was not applied";
 }
 

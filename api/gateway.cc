@@ -22,21 +22,31 @@ using google::protobuf::util::MessageToJsonString;
 
 int HttpStatus(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kAborted: return 409;
-    case absl::StatusCode::kFailedPrecondition: return 412;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kFailedPrecondition:
+      return 412;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
   }
 }
 
 Gateway::Reply Json(const google::protobuf::Message& m) {
   std::string out;
-  if (!MessageToJsonString(m, &out).ok()) return {500, R"({"code":"INTERNAL","message":"unprintable reply"})"};
+  if (!MessageToJsonString(m, &out).ok())
+    return {500, R"({"code":"INTERNAL","message":"unprintable reply"})"};
   return {200, out + "\n"};
 }
 
@@ -72,7 +82,8 @@ std::string EncodeToken(const TokenMac& mac, const txn::Transaction& t) {
 absl::StatusOr<gateway::ReadToken> DecodeToken(const TokenMac& mac, const std::string& text) {
   std::string sealed;
   if (!absl::WebSafeBase64Unescape(text, &sealed))
-    return absl::InvalidArgumentError("read_token: not base64 (pass back the token a read returned, unchanged)");
+    return absl::InvalidArgumentError(
+        "read_token: not base64 (pass back the token a read returned, unchanged)");
   absl::StatusOr<std::string> raw = mac.Open(sealed);
   if (!raw.ok()) return absl::InvalidArgumentError(StrCat("read_token: ", raw.status().message()));
   gateway::ReadToken token;
@@ -95,10 +106,12 @@ absl::StatusOr<std::string> DecodeCursor(const TokenMac& mac, const std::string&
   if (text.empty()) return std::string();
   std::string sealed;
   if (!absl::WebSafeBase64Unescape(text, &sealed))
-    return absl::InvalidArgumentError("cursor: not base64 (pass back the cursor a query returned, unchanged)");
+    return absl::InvalidArgumentError(
+        "cursor: not base64 (pass back the cursor a query returned, unchanged)");
   absl::StatusOr<std::string> raw = mac.Open(sealed);
   if (!raw.ok()) return absl::InvalidArgumentError(StrCat("cursor: ", raw.status().message()));
-  if (raw->empty() || (*raw)[0] != kCursorMark) return absl::InvalidArgumentError("cursor: not a query cursor");
+  if (raw->empty() || (*raw)[0] != kCursorMark)
+    return absl::InvalidArgumentError("cursor: not a query cursor");
   return raw->substr(1);
 }
 
@@ -110,7 +123,8 @@ class RequestHandler {
     options_.deadline = options.deadline;
   }
 
-  absl::StatusOr<const schema::TableDescriptor*> Table(const std::string& name, std::string_view what) {
+  absl::StatusOr<const schema::TableDescriptor*> Table(const std::string& name,
+                                                       std::string_view what) {
     if (name.empty()) return absl::InvalidArgumentError(StrCat(what, ": missing"));
     const schema::TableDescriptor* t = db_->layout().schema().FindTable(name);
     if (t == nullptr) return absl::NotFoundError(StrCat(what, ": no table ", name));
@@ -134,11 +148,13 @@ class RequestHandler {
     MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> key,
                         schema::KeyFromJson(*table, table->primary_key(), req.key(), "key"));
     if (key.size() != static_cast<size_t>(table->primary_key_size()))
-      return absl::InvalidArgumentError(StrCat("key: ", table->name(), " has ", table->primary_key_size(),
-                                               " key parts; ", key.size(), " given"));
+      return absl::InvalidArgumentError(StrCat("key: ", table->name(), " has ",
+                                               table->primary_key_size(), " key parts; ",
+                                               key.size(), " given"));
     MS_ASSIGN_OR_RETURN(auto t, Begin(*table, key, level));
     MS_ASSIGN_OR_RETURN(std::optional<schema::Entity> e,
-                        Await<std::optional<schema::Entity>>([&](auto cb) { t->Get(table->name(), key, std::move(cb)); }));
+                        Await<std::optional<schema::Entity>>(
+                            [&](auto cb) { t->Get(table->name(), key, std::move(cb)); }));
     gateway::GetReply reply;
     reply.set_found(e.has_value());
     if (e) *reply.mutable_entity() = schema::EntityToJson(db_->layout().schema(), *table, *e);
@@ -152,34 +168,40 @@ class RequestHandler {
     txn::QueryOptions q;
     if (req.limit() < 0 || req.limit() > max_page_) {
       page_too_large_ = true;
-      return absl::InvalidArgumentError(StrCat("limit: ", req.limit(), " is not between 0 (a full page of ",
-                                               max_page_, ") and ", max_page_));
+      return absl::InvalidArgumentError(StrCat("limit: ", req.limit(),
+                                               " is not between 0 (a full page of ", max_page_,
+                                               ") and ", max_page_));
     }
     q.limit = req.limit() == 0 ? max_page_ : req.limit();
     MS_ASSIGN_OR_RETURN(q.cursor, DecodeCursor(mac_, req.cursor()));
     gateway::QueryReply reply;
     auto fill = [&](const schema::TableDescriptor& table, const txn::QueryResult& r) {
-      for (const schema::Entity& e : r.entities) *reply.add_entities() = schema::EntityToJson(sx, table, e);
+      for (const schema::Entity& e : r.entities)
+        *reply.add_entities() = schema::EntityToJson(sx, table, e);
       reply.set_cursor(EncodeCursor(mac_, r.cursor));
     };
     if (!req.index().empty()) {
       const schema::IndexDescriptor* index = sx.FindIndex(req.index());
       if (index == nullptr) return absl::NotFoundError(StrCat("index: no index ", req.index()));
-      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(index->table(), "index table"));
+      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table,
+                          Table(index->table(), "index table"));
       MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> values,
                           schema::KeyFromJson(*table, index->columns(), req.values(), "values"));
       if (index->scope() == schema::IndexDescriptor::GLOBAL) {
         MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kSnapshot));
         MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
-                              txn::GlobalIndexQuery(ctx_, index->name(), values, q, level, std::move(cb));
+                              txn::GlobalIndexQuery(ctx_, index->name(), values, q, level,
+                                                    std::move(cb));
                             }));
         fill(*table, r);
         return reply;
       }
       MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
-      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root, Table(req.root_table(), "root_table"));
-      MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> root_key,
-                          schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
+      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root,
+                          Table(req.root_table(), "root_table"));
+      MS_ASSIGN_OR_RETURN(
+          std::vector<schema::KeyValue> root_key,
+          schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
       MS_ASSIGN_OR_RETURN(auto t, Begin(*root, root_key, level));
       MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
                             t->IndexQuery(index->name(), values, q, std::move(cb));
@@ -190,8 +212,9 @@ class RequestHandler {
     }
     MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(req.table(), "table"));
     MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
-    MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> prefix,
-                        schema::KeyFromJson(*table, table->primary_key(), req.key_prefix(), "key_prefix"));
+    MS_ASSIGN_OR_RETURN(
+        std::vector<schema::KeyValue> prefix,
+        schema::KeyFromJson(*table, table->primary_key(), req.key_prefix(), "key_prefix"));
     MS_ASSIGN_OR_RETURN(auto t, Begin(*table, prefix, level));
     MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
                           t->Query(table->name(), prefix, q, std::move(cb));
@@ -210,12 +233,14 @@ class RequestHandler {
       if (m.has_put() == (m.delete_key_size() > 0))
         return absl::InvalidArgumentError(StrCat(what, ": give exactly one of put and delete_key"));
       if (m.has_put()) {
-        MS_ASSIGN_OR_RETURN(schema::Entity e, schema::EntityFromJson(db_->layout().schema(), *table, m.put()));
+        MS_ASSIGN_OR_RETURN(schema::Entity e,
+                            schema::EntityFromJson(db_->layout().schema(), *table, m.put()));
         if (absl::Status s = t.Put(table->name(), std::move(e)); !s.ok())
           return absl::Status(s.code(), StrCat(what, ": ", s.message()));
       } else {
         MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> key,
-                            schema::KeyFromJson(*table, table->primary_key(), m.delete_key(), what + ".delete_key"));
+                            schema::KeyFromJson(*table, table->primary_key(), m.delete_key(),
+                                                what + ".delete_key"));
         if (absl::Status s = t.Delete(table->name(), std::move(key)); !s.ok())
           return absl::Status(s.code(), StrCat(what, ": ", s.message()));
       }
@@ -225,8 +250,9 @@ class RequestHandler {
 
   absl::StatusOr<gateway::CommitReply> Commit(const gateway::CommitRequest& req) {
     MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root, Table(req.root_table(), "root_table"));
-    MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> root_key,
-                        schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
+    MS_ASSIGN_OR_RETURN(
+        std::vector<schema::KeyValue> root_key,
+        schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
     MS_ASSIGN_OR_RETURN(std::string root_row, db_->layout().GroupRow(*root, root_key));
     if (req.mutations_size() == 0) return absl::InvalidArgumentError("mutations: none given");
     absl::StatusOr<txn::CommitInfo> info;
@@ -271,7 +297,8 @@ class RequestHandler {
   }
 
   // `token` if it names a replica with data and the group `root_row`.
-  absl::StatusOr<gateway::ReadToken> CheckToken(gateway::ReadToken token, const std::string& root_row) const {
+  absl::StatusOr<gateway::ReadToken> CheckToken(gateway::ReadToken token,
+                                                const std::string& root_row) const {
     const auto& replicas = ctx_.client->options().replicas;
     if (token.replica() < 0 || token.replica() >= static_cast<int>(replicas.size()) ||
         replicas[static_cast<size_t>(token.replica())].type == replication::ReplicaType::kWitness)
@@ -298,7 +325,8 @@ class RequestHandler {
 template <typename Request, typename Fn>
 Gateway::Reply Serve(const std::string& body, int max_json_depth, bool* too_deep, Fn fn) {
   Request req;
-  if (absl::Status s = gateway::ParseRequest(body, &req, max_json_depth, too_deep); !s.ok()) return Error(s);
+  if (absl::Status s = gateway::ParseRequest(body, &req, max_json_depth, too_deep); !s.ok())
+    return Error(s);
   auto reply = fn(req);
   if (!reply.ok()) return Error(reply.status());
   return Json(*reply);
@@ -307,28 +335,34 @@ Gateway::Reply Serve(const std::string& body, int max_json_depth, bool* too_deep
 }  // namespace
 
 Gateway::Gateway(Database* db, GatewayOptions options) : db_(db), options_(std::move(options)) {
-  if (options_.token_mac == nullptr) options_.token_mac = std::make_shared<const TokenMac>(TokenMac::Random());
+  if (options_.token_mac == nullptr)
+    options_.token_mac = std::make_shared<const TokenMac>(TokenMac::Random());
 }
 
 Gateway::~Gateway() { Stop(); }
 
-Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body, const std::string& authorization,
-                               const std::string& tls_principal) {
+Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
+                               const std::string& authorization, const std::string& tls_principal) {
   // Who asks: a bearer token's principal, else the TLS certificate's.
   std::string principal = tls_principal;
   if (!authorization.empty()) {
     constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 7235)
     auto it = absl::AsciiStrToLower(authorization.substr(0, kBearer.size())) == kBearer
-                  ? options_.tokens.find(Sha256Hex(std::string_view(authorization).substr(kBearer.size())))
+                  ? options_.tokens.find(
+                        Sha256Hex(std::string_view(authorization).substr(kBearer.size())))
                   : options_.tokens.end();
     if (it == options_.tokens.end()) {
       Count(path, 401, Refusal::kUnauthenticated);
-      return Error(absl::UnauthenticatedError("the Authorization header holds no bearer token this gateway knows"));
+      return Error(absl::UnauthenticatedError(
+          "the Authorization header holds no bearer token this gateway knows"));
     }
     principal = it->second;
   }
-  if (options_.authorize && (path == "/v1/get" || path == "/v1/query" || path == "/v1/commit" || path == "/v1/schema")) {
-    if (absl::Status s = options_.authorize(principal, path == "/v1/commit", db_->layout().entity_table()); !s.ok()) {
+  if (options_.authorize &&
+      (path == "/v1/get" || path == "/v1/query" || path == "/v1/commit" || path == "/v1/schema")) {
+    if (absl::Status s =
+            options_.authorize(principal, path == "/v1/commit", db_->layout().entity_table());
+        !s.ok()) {
       Count(path, HttpStatus(s), Refusal::kDenied);
       return Error(s);
     }
@@ -339,23 +373,26 @@ Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
   Reply reply;
   std::string endpoint = path;
   if (path == "/v1/get") {
-    reply = Serve<gateway::GetRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Get(r); });
+    reply =
+        Serve<gateway::GetRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Get(r); });
   } else if (path == "/v1/query") {
-    reply = Serve<gateway::QueryRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Query(r); });
+    reply = Serve<gateway::QueryRequest>(body, depth, &too_deep,
+                                         [&](const auto& r) { return h.Query(r); });
   } else if (path == "/v1/commit") {
-    reply = Serve<gateway::CommitRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Commit(r); });
+    reply = Serve<gateway::CommitRequest>(body, depth, &too_deep,
+                                          [&](const auto& r) { return h.Commit(r); });
   } else if (path == "/v1/schema") {
     reply = Json(db_->layout().schema().schema());
   } else {
     endpoint = "other";
-    reply =
-        Error(absl::NotFoundError(StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
+    reply = Error(absl::NotFoundError(
+        StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
   }
   Count(endpoint, reply.status,
-        too_deep               ? Refusal::kTooDeep
-        : h.page_too_large()   ? Refusal::kPageTooLarge
-        : h.bad_read_token()   ? Refusal::kBadReadToken
-                               : Refusal::kNone);
+        too_deep             ? Refusal::kTooDeep
+        : h.page_too_large() ? Refusal::kPageTooLarge
+        : h.bad_read_token() ? Refusal::kBadReadToken
+                             : Refusal::kNone);
   return reply;
 }
 
@@ -363,13 +400,26 @@ void Gateway::Count(const std::string& path, int status, Refusal refusal) {
   std::lock_guard<std::mutex> l(stats_mu_);
   ++stats_.replies[{path, status}];
   switch (refusal) {
-    case Refusal::kNone: break;
-    case Refusal::kTooDeep: ++stats_.too_deep; break;
-    case Refusal::kPageTooLarge: ++stats_.page_too_large; break;
-    case Refusal::kBadReadToken: ++stats_.bad_read_token; break;
-    case Refusal::kWrongMethod: ++stats_.wrong_method; break;
-    case Refusal::kUnauthenticated: ++stats_.unauthenticated; break;
-    case Refusal::kDenied: ++stats_.denied; break;
+    case Refusal::kNone:
+      break;
+    case Refusal::kTooDeep:
+      ++stats_.too_deep;
+      break;
+    case Refusal::kPageTooLarge:
+      ++stats_.page_too_large;
+      break;
+    case Refusal::kBadReadToken:
+      ++stats_.bad_read_token;
+      break;
+    case Refusal::kWrongMethod:
+      ++stats_.wrong_method;
+      break;
+    case Refusal::kUnauthenticated:
+      ++stats_.unauthenticated;
+      break;
+    case Refusal::kDenied:
+      ++stats_.denied;
+      break;
   }
 }
 
@@ -383,11 +433,13 @@ std::string GatewayStatsMetrics(const GatewayStats& s) {
       "# HELP megastore_gateway_replies_total Gateway replies, by endpoint and HTTP status.\n"
       "# TYPE megastore_gateway_replies_total counter\n";
   for (const auto& [key, n] : s.replies)
-    out += StrCat("megastore_gateway_replies_total{endpoint=\"", key.first, "\",code=\"", key.second, "\"} ", n,
-                  "\n");
+    out += StrCat("megastore_gateway_replies_total{endpoint=\"", key.first, "\",code=\"",
+                  key.second, "\"} ", n, "\n");
   out +=
-      "# HELP megastore_gateway_refusals_total Gateway requests refused by a limit or a seal: json_depth "
-      "(--gateway-max-json-depth), page_limit (--gateway-max-page), read_token (forged, altered or foreign), "
+      "# HELP megastore_gateway_refusals_total Gateway requests refused by a limit or a seal: "
+      "json_depth "
+      "(--gateway-max-json-depth), page_limit (--gateway-max-page), read_token (forged, altered or "
+      "foreign), "
       "method, token (an unknown bearer token), access (the access policy).\n"
       "# TYPE megastore_gateway_refusals_total counter\n";
   out += StrCat("megastore_gateway_refusals_total{reason=\"json_depth\"} ", s.too_deep, "\n",
@@ -409,10 +461,12 @@ absl::StatusOr<std::map<std::string, std::string>> LoadGatewayTokens(const std::
     if (line.empty() || line[0] == '#') continue;
     std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
     constexpr absl::string_view kPrefix = "sha256:";
-    if (parts.size() != 2 || parts[0].substr(0, kPrefix.size()) != kPrefix || parts[0].size() != kPrefix.size() + 64 ||
+    if (parts.size() != 2 || parts[0].substr(0, kPrefix.size()) != kPrefix ||
+        parts[0].size() != kPrefix.size() + 64 ||
         parts[0].find_first_not_of("0123456789abcdef", kPrefix.size()) != std::string_view::npos)
       return absl::InvalidArgumentError(
-          StrCat(path, ":", line_number, ": not \"sha256:HEX PRINCIPAL\" (msadmin acl token writes these lines)"));
+          StrCat(path, ":", line_number,
+                 ": not \"sha256:HEX PRINCIPAL\" (msadmin acl token writes these lines)"));
     tokens[std::string(parts[0].substr(kPrefix.size()))] = std::string(parts[1]);
   }
   return tokens;

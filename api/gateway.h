@@ -47,7 +47,8 @@ struct GatewayOptions {
   // Asked for every request once its principal is known: may it read
   // (get, query, schema) or write (commit) `object` (the schema's table)?
   // OK or PERMISSION_DENIED. Unset: everything is allowed.
-  std::function<absl::Status(const std::string& principal, bool write, const std::string& object)> authorize;
+  std::function<absl::Status(const std::string& principal, bool write, const std::string& object)>
+      authorize;
 };
 
 // A gateway's tokens file: one "sha256:HEX PRINCIPAL" per line ('#'
@@ -89,13 +90,21 @@ class Gateway {
   };
   // `authorization` is the request's Authorization header, `principal` its
   // TLS client certificate's (both may be empty).
-  Reply Handle(const std::string& path, const std::string& body, const std::string& authorization = "",
-               const std::string& principal = "");
+  Reply Handle(const std::string& path, const std::string& body,
+               const std::string& authorization = "", const std::string& principal = "");
 
   GatewayStats stats() const;
 
  private:
-  enum class Refusal { kNone, kTooDeep, kPageTooLarge, kBadReadToken, kWrongMethod, kUnauthenticated, kDenied };
+  enum class Refusal {
+    kNone,
+    kTooDeep,
+    kPageTooLarge,
+    kBadReadToken,
+    kWrongMethod,
+    kUnauthenticated,
+    kDenied
+  };
   void Count(const std::string& path, int status, Refusal refusal);
 
   Database* const db_;

@@ -29,15 +29,13 @@ absl::Status CheckJsonDepth(std::string_view json, int max_depth) {
       case '{':
       case '[':
         if (++depth > max_depth) {
-          return absl::InvalidArgumentError(
-              StrCat("request nests objects and arrays deeper than ", max_depth,
-                     " (at byte ", i, ")"));
+          return absl::InvalidArgumentError(StrCat("request nests objects and arrays deeper than ",
+                                                   max_depth, " (at byte ", i, ")"));
         }
         break;
       case '}':
       case ']':
-        if (depth > 0)
-          --depth;  // an unbalanced close is the parser's to report
+        if (depth > 0) --depth;  // an unbalanced close is the parser's to report
         break;
       default:
         break;
@@ -55,10 +53,8 @@ using google::protobuf::Value;
 // protobuf's JSON mapping takes a lone value for a repeated field as a list
 // of one; the gateway's contract is an array, so anything else is refused,
 // naming the field.
-absl::Status CheckArrays(const Value& v, const Descriptor* d,
-                         const std::string& path) {
-  if (v.kind_case() != Value::kStructValue)
-    return absl::OkStatus();  // the parser reports it
+absl::Status CheckArrays(const Value& v, const Descriptor* d, const std::string& path) {
+  if (v.kind_case() != Value::kStructValue) return absl::OkStatus();  // the parser reports it
   for (const auto& [name, field_value] : v.struct_value().fields()) {
     const FieldDescriptor* f = d->FindFieldByName(name);
     for (int i = 0; f == nullptr && i < d->field_count(); ++i) {
@@ -74,8 +70,7 @@ absl::Status CheckArrays(const Value& v, const Descriptor* d,
       if (f->message_type() != nullptr &&
           f->message_type()->file()->package() != "google.protobuf") {
         for (int i = 0; i < field_value.list_value().values_size(); ++i) {
-          MS_RETURN_IF_ERROR(CheckArrays(field_value.list_value().values(i),
-                                         f->message_type(),
+          MS_RETURN_IF_ERROR(CheckArrays(field_value.list_value().values(i), f->message_type(),
                                          StrCat(where, "[", i, "]")));
         }
       }
@@ -89,8 +84,7 @@ absl::Status CheckArrays(const Value& v, const Descriptor* d,
 
 }  // namespace
 
-absl::Status ParseRequest(std::string_view body,
-                          google::protobuf::Message* request, int max_depth,
+absl::Status ParseRequest(std::string_view body, google::protobuf::Message* request, int max_depth,
                           bool* too_deep) {
   const std::string& type = request->GetDescriptor()->name();
   if (too_deep != nullptr) *too_deep = false;
@@ -102,10 +96,8 @@ absl::Status ParseRequest(std::string_view body,
   google::protobuf::util::JsonParseOptions o;
   o.ignore_unknown_fields = false;
   const google::protobuf::StringPiece json(body.data(), body.size());
-  if (Value shape;
-      google::protobuf::util::JsonStringToMessage(json, &shape).ok()) {
-    if (absl::Status s = CheckArrays(shape, request->GetDescriptor(), "");
-        !s.ok()) {
+  if (Value shape; google::protobuf::util::JsonStringToMessage(json, &shape).ok()) {
+    if (absl::Status s = CheckArrays(shape, request->GetDescriptor(), ""); !s.ok()) {
       return absl::InvalidArgumentError(
           StrCat("request is not valid JSON for ", type, ": ", s.message()));
     }
@@ -113,9 +105,8 @@ absl::Status ParseRequest(std::string_view body,
   if (auto st = google::protobuf::util::JsonStringToMessage(
           google::protobuf::StringPiece(body.data(), body.size()), request, o);
       !st.ok()) {
-    return absl::InvalidArgumentError(StrCat("request is not valid JSON for ",
-                                             type, ": ",
-                                             st.message().as_string()));
+    return absl::InvalidArgumentError(
+        StrCat("request is not valid JSON for ", type, ": ", st.message().as_string()));
   }
   return absl::OkStatus();
 }

@@ -25,9 +25,7 @@ absl::Status CheckJsonDepth(std::string_view json, int max_depth);
 // Parses `body` into `request`: InvalidArgument naming the message type and
 // what is wrong. If `too_deep` is given, it is set when the refusal is the
 // nesting limit (callers count those apart).
-absl::Status ParseRequest(std::string_view body,
-                          google::protobuf::Message* request,
-                          int max_depth = kDefaultMaxJsonDepth,
-                          bool* too_deep = nullptr);
+absl::Status ParseRequest(std::string_view body, google::protobuf::Message* request,
+                          int max_depth = kDefaultMaxJsonDepth, bool* too_deep = nullptr);
 
 }  // namespace megastore::gateway

@@ -28,8 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       request = std::make_unique<CommitRequest>();
       break;
   }
-  const std::string_view body(reinterpret_cast<const char*>(data + 1),
-                              size - 1);
+  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   if (!ParseRequest(body, request.get()).ok()) return 0;
   std::string json;
   if (!google::protobuf::util::MessageToJsonString(*request, &json).ok())
@@ -37,7 +36,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<google::protobuf::Message> again(request->New());
   if (!ParseRequest(json, again.get(), 1000).ok()) std::abort();
   // Compared as messages: a Struct's map has no fixed serialized order.
-  if (!google::protobuf::util::MessageDifferencer::Equals(*again, *request))
-    std::abort();
+  if (!google::protobuf::util::MessageDifferencer::Equals(*again, *request)) std::abort();
   return 0;
 }

@@ -25,8 +25,9 @@ class GatewayTest : public ::testing::Test {
     auto layout = schema::Layout::Create(photoapp::Schema());
     ASSERT_TRUE(layout.ok()) << layout.status();
     auto cluster = server::LocalCluster::Start(
-        &env_, dir_.path(), {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
-                             replication::ReplicaType::kWitness},
+        &env_, dir_.path(),
+        {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
+         replication::ReplicaType::kWitness},
         txn::TablesFor(*layout), /*sync_log=*/false);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -69,8 +70,10 @@ TEST_F(GatewayTest, EntitiesGoInAndComeOutAsJson) {
   ASSERT_EQ(got.status, 200) << got.json;
   EXPECT_NE(got.json.find(R"("found":true)"), std::string::npos) << got.json;
   EXPECT_NE(got.json.find(R"("tag":["beach","sun"])"), std::string::npos) << got.json;
-  EXPECT_NE(got.json.find(R"("time":"100")"), std::string::npos) << "int64 as a string: " << got.json;
-  EXPECT_NE(got.json.find(R"("photo_id":1)"), std::string::npos) << "int32 as a number: " << got.json;
+  EXPECT_NE(got.json.find(R"("time":"100")"), std::string::npos)
+      << "int64 as a string: " << got.json;
+  EXPECT_NE(got.json.find(R"("photo_id":1)"), std::string::npos)
+      << "int32 as a number: " << got.json;
 
   Gateway::Reply missing = Post("/v1/get", R"({"table": "Photo", "key": [7, 99]})");
   ASSERT_EQ(missing.status, 200) << missing.json;
@@ -79,12 +82,15 @@ TEST_F(GatewayTest, EntitiesGoInAndComeOutAsJson) {
   // Ancestor query, local index query (by time), global index query (by tag).
   Gateway::Reply photos = Post("/v1/query", R"({"table": "Photo", "key_prefix": ["7"]})");
   ASSERT_EQ(photos.status, 200) << photos.json;
-  EXPECT_LT(photos.json.find("https://p/1"), photos.json.find("https://p/2")) << "key order: " << photos.json;
+  EXPECT_LT(photos.json.find("https://p/1"), photos.json.find("https://p/2"))
+      << "key order: " << photos.json;
   Gateway::Reply by_time = Post("/v1/query", R"({"root_table": "User", "root_key": ["7"],
                                                  "index": "PhotosByTime", "values": ["7"]})");
   ASSERT_EQ(by_time.status, 200) << by_time.json;
-  EXPECT_LT(by_time.json.find("https://p/2"), by_time.json.find("https://p/1")) << "time order: " << by_time.json;
-  Gateway::Reply beach = Post("/v1/query", R"({"index": "PhotosByTag", "values": ["beach"], "level": "current"})");
+  EXPECT_LT(by_time.json.find("https://p/2"), by_time.json.find("https://p/1"))
+      << "time order: " << by_time.json;
+  Gateway::Reply beach =
+      Post("/v1/query", R"({"index": "PhotosByTag", "values": ["beach"], "level": "current"})");
   ASSERT_EQ(beach.status, 200) << beach.json;
   EXPECT_NE(beach.json.find("https://p/1"), std::string::npos) << beach.json;
   EXPECT_EQ(beach.json.find("https://p/2"), std::string::npos) << beach.json;
@@ -111,13 +117,15 @@ TEST_F(GatewayTest, QueryCursorsPageAndCannotBeForged) {
     if (at == std::string::npos) return std::string();
     return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
   };
-  Gateway::Reply first = Post("/v1/query", R"({"table": "Photo", "key_prefix": ["9"], "limit": 1})");
+  Gateway::Reply first =
+      Post("/v1/query", R"({"table": "Photo", "key_prefix": ["9"], "limit": 1})");
   ASSERT_EQ(first.status, 200) << first.json;
   EXPECT_NE(first.json.find("u1"), std::string::npos) << first.json;
   const std::string cursor = cursor_of(first.json);
   ASSERT_FALSE(cursor.empty()) << first.json;
-  Gateway::Reply second = Post("/v1/query", StrCat(R"({"table": "Photo", "key_prefix": ["9"], "limit": 1, "cursor": ")",
-                                                   cursor, R"("})"));
+  Gateway::Reply second =
+      Post("/v1/query", StrCat(R"({"table": "Photo", "key_prefix": ["9"], "limit": 1, "cursor": ")",
+                               cursor, R"("})"));
   ASSERT_EQ(second.status, 200) << second.json;
   EXPECT_NE(second.json.find("u2"), std::string::npos) << second.json;
   EXPECT_EQ(second.json.find("u1"), std::string::npos) << second.json;
@@ -129,8 +137,11 @@ TEST_F(GatewayTest, QueryCursorsPageAndCannotBeForged) {
     const size_t at = got.json.find(key) + key.size();
     return got.json.substr(at, got.json.find('"', at) - at);
   }();
-  for (const std::string& bad : {altered, std::string("AAAA"), std::string("not base64!"), read_token}) {
-    Gateway::Reply r = Post("/v1/query", StrCat(R"({"table": "Photo", "key_prefix": ["9"], "cursor": ")", bad, R"("})"));
+  for (const std::string& bad :
+       {altered, std::string("AAAA"), std::string("not base64!"), read_token}) {
+    Gateway::Reply r =
+        Post("/v1/query",
+             StrCat(R"({"table": "Photo", "key_prefix": ["9"], "cursor": ")", bad, R"("})"));
     EXPECT_EQ(r.status, 400) << bad << ": " << r.json;
     EXPECT_NE(r.json.find("cursor"), std::string::npos) << r.json;
   }
@@ -138,7 +149,9 @@ TEST_F(GatewayTest, QueryCursorsPageAndCannotBeForged) {
 
 TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["8"],
-      "mutations": [{"table": "User", "put": {"user_id": "8", "name": "v1"}}]})").status, 200);
+      "mutations": [{"table": "User", "put": {"user_id": "8", "name": "v1"}}]})")
+                .status,
+            200);
   auto token_of = [](const std::string& json) {
     const std::string key = "\"readToken\":\"";
     const size_t at = json.find(key);
@@ -149,9 +162,10 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   const std::string second = token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json);
   ASSERT_FALSE(first.empty());
   auto commit = [&](const std::string& token, const std::string& name) {
-    return Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["8"], "read_token": ")", token,
-                                     R"(", "mutations": [{"table": "User", "put": {"user_id": "8", "name": ")",
-                                     name, R"("}}]})"));
+    return Post("/v1/commit",
+                StrCat(R"({"root_table": "User", "root_key": ["8"], "read_token": ")", token,
+                       R"(", "mutations": [{"table": "User", "put": {"user_id": "8", "name": ")",
+                       name, R"("}}]})"));
   };
   Gateway::Reply won = commit(first, "v2");
   EXPECT_EQ(won.status, 200) << won.json;
@@ -161,8 +175,10 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   Gateway::Reply now = Post("/v1/get", R"({"table": "User", "key": ["8"]})");
   EXPECT_NE(now.json.find("\"v2\""), std::string::npos) << now.json;
 
-  Gateway::Reply other_group = Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["9"], "read_token": ")",
-      token_of(now.json), R"(", "mutations": [{"table": "User", "put": {"user_id": "9", "name": "x"}}]})"));
+  Gateway::Reply other_group = Post(
+      "/v1/commit",
+      StrCat(R"({"root_table": "User", "root_key": ["9"], "read_token": ")", token_of(now.json),
+             R"(", "mutations": [{"table": "User", "put": {"user_id": "9", "name": "x"}}]})"));
   EXPECT_EQ(other_group.status, 400) << other_group.json;
   Gateway::Reply forged = commit("bm90IGEgdG9rZW4", "x");
   EXPECT_EQ(forged.status, 400) << forged.json;
@@ -174,7 +190,9 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
 // that position and the group's current reads failed from then on.
 TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["4"],
-      "mutations": [{"table": "User", "put": {"user_id": "4", "name": "v1"}}]})").status, 200);
+      "mutations": [{"table": "User", "put": {"user_id": "4", "name": "v1"}}]})")
+                .status,
+            200);
   const std::string got = Post("/v1/get", R"({"table": "User", "key": ["4"]})").json;
   const std::string key = "\"readToken\":\"";
   const size_t at = got.find(key) + key.size();
@@ -182,8 +200,10 @@ TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   std::string sealed;
   ASSERT_TRUE(absl::WebSafeBase64Unescape(token, &sealed));
   auto commit = [&](const std::string& t) {
-    return Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["4"], "read_token": ")", t,
-                                     R"(", "mutations": [{"table": "User", "put": {"user_id": "4", "name": "x"}}]})"));
+    return Post(
+        "/v1/commit",
+        StrCat(R"({"root_table": "User", "root_key": ["4"], "read_token": ")", t,
+               R"(", "mutations": [{"table": "User", "put": {"user_id": "4", "name": "x"}}]})"));
   };
   // The same token with its position pushed far ahead (field 2, a varint).
   gateway::ReadToken forged;
@@ -192,7 +212,8 @@ TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   forged.set_timestamp(forged.timestamp() + 3600'000'000);
   const std::string re_encoded = absl::WebSafeBase64Escape(
       forged.SerializeAsString() + sealed.substr(sealed.size() - TokenMac::kTrailerBytes));
-  for (const std::string& bad : {re_encoded, absl::WebSafeBase64Escape(forged.SerializeAsString())}) {
+  for (const std::string& bad :
+       {re_encoded, absl::WebSafeBase64Escape(forged.SerializeAsString())}) {
     Gateway::Reply r = commit(bad);
     EXPECT_EQ(r.status, 400) << r.json;
     EXPECT_NE(r.json.find("read_token"), std::string::npos) << r.json;
@@ -204,7 +225,8 @@ TEST_F(GatewayTest, AlteredOrForeignReadTokensAreRefused) {
   EXPECT_EQ(commit(theirs.substr(at2, theirs.find('"', at2) - at2)).status, 400);
   EXPECT_EQ(gateway_->stats().bad_read_token, 3u);
   // Nothing was written; the genuine token still commits.
-  EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["4"]})").json.find("\"v1\""), std::string::npos);
+  EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["4"]})").json.find("\"v1\""),
+            std::string::npos);
   Gateway::Reply ok = commit(token);
   EXPECT_EQ(ok.status, 200) << ok.json;
 }
@@ -216,18 +238,23 @@ TEST_F(GatewayTest, BearerTokensAndTheAccessCheckDecideWhoMayDoWhat) {
   std::vector<std::string> asked;
   o.authorize = [&](const std::string& principal, bool write, const std::string& object) {
     asked.push_back(StrCat(principal, write ? " write " : " read ", object));
-    return write && principal == "reader" ? absl::PermissionDeniedError("\"reader\" may not write") : absl::OkStatus();
+    return write && principal == "reader" ? absl::PermissionDeniedError("\"reader\" may not write")
+                                          : absl::OkStatus();
   };
   Gateway g(db_.get(), o);
-  const std::string put = R"({"rootTable": "User", "rootKey": ["9"], "mutations": [{"table": "User", "put": {"user_id": "9", "name": "Z"}}]})";
-  EXPECT_EQ(g.Handle("/v1/get", R"({"table": "User", "key": ["9"]})", "Bearer reader-token").status, 200);
+  const std::string put =
+      R"({"rootTable": "User", "rootKey": ["9"], "mutations": [{"table": "User", "put": {"user_id": "9", "name": "Z"}}]})";
+  EXPECT_EQ(g.Handle("/v1/get", R"({"table": "User", "key": ["9"]})", "Bearer reader-token").status,
+            200);
   Gateway::Reply denied = g.Handle("/v1/commit", put, "Bearer reader-token");
   EXPECT_EQ(denied.status, 403) << denied.json;
   EXPECT_NE(denied.json.find("PERMISSION_DENIED"), std::string::npos) << denied.json;
   EXPECT_EQ(g.Handle("/v1/commit", put, "Bearer wrong").status, 401);
   EXPECT_EQ(g.Handle("/v1/commit", put, "Basic cmVhZGVy").status, 401);
-  EXPECT_EQ(g.Handle("/v1/commit", put, "", "tls-writer").status, 200) << "without a token: the TLS principal";
-  EXPECT_EQ(asked, (std::vector<std::string>{"reader read PhotoApp", "reader write PhotoApp", "tls-writer write PhotoApp"}));
+  EXPECT_EQ(g.Handle("/v1/commit", put, "", "tls-writer").status, 200)
+      << "without a token: the TLS principal";
+  EXPECT_EQ(asked, (std::vector<std::string>{"reader read PhotoApp", "reader write PhotoApp",
+                                             "tls-writer write PhotoApp"}));
   EXPECT_EQ(g.stats().unauthenticated, 2u);
   EXPECT_EQ(g.stats().denied, 1u);
 }
@@ -235,11 +262,13 @@ TEST_F(GatewayTest, BearerTokensAndTheAccessCheckDecideWhoMayDoWhat) {
 TEST(GatewayTokens, TheFileHoldsHashesAndItsMistakesAreNamedByLine) {
   TestDir dir;
   const std::string path = dir.path() + "/tokens";
-  ASSERT_TRUE(WriteFileAtomically(path, StrCat("# comment\n\nsha256:", Sha256Hex("t1"), " app-1\n")).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(path, StrCat("# comment\n\nsha256:", Sha256Hex("t1"), " app-1\n")).ok());
   absl::StatusOr<std::map<std::string, std::string>> tokens = LoadGatewayTokens(path);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_EQ(tokens->at(Sha256Hex("t1")), "app-1");
-  ASSERT_TRUE(WriteFileAtomically(path, StrCat("sha256:", Sha256Hex("t1"), " app-1\nt2 app-2\n")).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(path, StrCat("sha256:", Sha256Hex("t1"), " app-1\nt2 app-2\n")).ok());
   EXPECT_NE(LoadGatewayTokens(path).status().message().find("tokens:2: not"), std::string::npos)
       << LoadGatewayTokens(path).status();
   EXPECT_TRUE(absl::IsNotFound(LoadGatewayTokens(dir.path() + "/none").status()));
@@ -270,15 +299,18 @@ TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {
       {"/v1/commit", R"({"root_table": "User", "root_key": [5],
           "mutations": [{"table": "User", "put": {"user_id": 6, "name": "n"}}]})",
        "another entity group", 400},
-      {"/v1/commit", R"({"root_table": "User", "root_key": [5], "mutations": []})", "none given", 400},
+      {"/v1/commit", R"({"root_table": "User", "root_key": [5], "mutations": []})", "none given",
+       400},
       {"/v1/nothing", "{}", "no endpoint", 404},
       // Bounded before parsing: 20,000 levels once cost the parser 38 s.
-      {"/v1/get", R"({"table": "User", "key": [)" + std::string(20000, '[') + std::string(20000, ']') + "]}",
+      {"/v1/get",
+       R"({"table": "User", "key": [)" + std::string(20000, '[') + std::string(20000, ']') + "]}",
        "deeper than 32", 400},
       {"/v1/get", R"({"table": "User", "key": 8})", "not valid JSON", 400},
       {"/v1/get", R"({"table": "User", "key": {"a": 1}})", "not valid JSON", 400},
       {"/v1/query", R"({"table": "Photo", "key_prefix": [5], "limit": -1})", "limit: -1", 400},
-      {"/v1/query", R"({"table": "Photo", "key_prefix": [5], "limit": 1000000})", "limit: 1000000", 400},
+      {"/v1/query", R"({"table": "Photo", "key_prefix": [5], "limit": 1000000})", "limit: 1000000",
+       400},
   };
   for (const Case& c : cases) {
     Gateway::Reply r = Post(c.path, c.body);
@@ -293,8 +325,11 @@ TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {
   EXPECT_EQ(st.replies.at({"other", 404}), 1u);
   EXPECT_EQ(st.replies.at({"/v1/commit", 400}), 5u);
   const std::string text = GatewayStatsMetrics(st);
-  EXPECT_NE(text.find("megastore_gateway_refusals_total{reason=\"json_depth\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("megastore_gateway_replies_total{endpoint=\"/v1/get\",code=\"404\"} 1\n"), std::string::npos)
+  EXPECT_NE(text.find("megastore_gateway_refusals_total{reason=\"json_depth\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("megastore_gateway_replies_total{endpoint=\"/v1/get\",code=\"404\"} 1\n"),
+            std::string::npos)
       << text;
   Gateway::Reply none = Post("/v1/query", R"({"table": "Photo", "key_prefix": [5]})");
   ASSERT_EQ(none.status, 200) << none.json;
@@ -309,7 +344,8 @@ TEST_F(GatewayTest, ServesOverHttp) {
   auto request = [&](bhttp::verb verb, const std::string& path, const std::string& body) {
     boost::asio::io_context io;
     boost::asio::ip::tcp::socket socket(io);
-    socket.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(gateway_->port())});
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"),
+                    static_cast<unsigned short>(gateway_->port())});
     bhttp::request<bhttp::string_body> req{verb, path, 11};
     req.set(bhttp::field::host, "127.0.0.1");
     req.set(bhttp::field::content_type, "application/json");

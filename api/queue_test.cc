@@ -2,11 +2,10 @@
 // 004 §3.4) — money moved between branches by messages is conserved once
 // the queues drain, each message delivered exactly once — and two-phase
 // commit, including the in-doubt transactions a dead client leaves.
-#include "api/database.h"
-
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "api/database.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "schema/compiler.h"
@@ -34,7 +33,8 @@ class QueueTest : public ::testing::Test {
     ASSERT_TRUE(layout.ok());
     auto cluster = server::LocalCluster::Start(
         &env_, dir_.path(),
-        {replication::ReplicaType::kFull, replication::ReplicaType::kFull, replication::ReplicaType::kFull},
+        {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
+         replication::ReplicaType::kFull},
         txn::TablesFor(*layout), /*sync_log=*/false);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -48,9 +48,10 @@ class QueueTest : public ::testing::Test {
     ASSERT_TRUE(db.ok()) << db.status();
     db_ = std::move(*db);
     for (int64_t branch : {1, 2}) {
-      ASSERT_TRUE(db_->Run("Branch", {branch}, [&](Transaction& t) {
-                       return t.Put("Account", Account(branch, 1, 1000));
-                     }).ok());
+      ASSERT_TRUE(
+          db_->Run("Branch", {branch},
+                   [&](Transaction& t) { return t.Put("Account", Account(branch, 1, 1000)); })
+              .ok());
     }
   }
 
@@ -80,11 +81,14 @@ class QueueTest : public ::testing::Test {
 
   // Branch 1 pays `amount` to branch 2 through branch 2's "credits" queue.
   absl::Status Pay(int64_t amount) {
-    return db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
-                 const int64_t b = BalanceIn(t, 1);
-                 if (absl::Status s = t.Put("Account", Account(1, 1, b - amount)); !s.ok()) return s;
-                 return t.Send("Branch", {int64_t{2}}, "credits", std::to_string(amount));
-               }).status();
+    return db_
+        ->Run("Branch", {int64_t{1}},
+              [&](Transaction& t) {
+                const int64_t b = BalanceIn(t, 1);
+                if (absl::Status s = t.Put("Account", Account(1, 1, b - amount)); !s.ok()) return s;
+                return t.Send("Branch", {int64_t{2}}, "credits", std::to_string(amount));
+              })
+        .status();
   }
 
   // Branch 2 credits every waiting payment; returns how many it took.
@@ -106,7 +110,8 @@ class QueueTest : public ::testing::Test {
     return taken;
   }
 
-  absl::Duration sweep_interval_ = absl::ZeroDuration();  // no background sweeps unless a test wants them
+  absl::Duration sweep_interval_ =
+      absl::ZeroDuration();  // no background sweeps unless a test wants them
   RealEnv env_{3};
   TestDir dir_;
   std::unique_ptr<server::LocalCluster> cluster_;
@@ -138,7 +143,8 @@ TEST_F(QueueTest, AnInterruptedDeliveryIsFinishedExactlyOnce) {
   EXPECT_EQ(*db_->SweepQueues(), 0) << "and delivers once";
   EXPECT_EQ(*db_->DeliverQueues("Branch", {int64_t{1}}), 0);
   EXPECT_EQ(Collect(), 1);
-  EXPECT_EQ(*db_->DeliverQueues("Branch", {int64_t{1}}), 0) << "a consumed message is not redelivered";
+  EXPECT_EQ(*db_->DeliverQueues("Branch", {int64_t{1}}), 0)
+      << "a consumed message is not redelivered";
   EXPECT_EQ(Collect(), 0);
   EXPECT_EQ(Balance(1) + Balance(2), 2000);
 }
@@ -200,15 +206,17 @@ TEST_F(TwoPhaseTest, TransfersAcrossGroupsAreAtomic) {
 TEST_F(TwoPhaseTest, ConcurrentTransfersAndLocalWritesConserveMoney) {
   auto transfer = [&](int64_t from, int64_t to, int n) {
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<CommitInfo> r = db_->RunAcross([&](MultiTransaction& m) {
-        auto a = m.In("Branch", {from});
-        auto b = m.In("Branch", {to});
-        if (!a.ok()) return a.status();
-        if (!b.ok()) return b.status();
-        absl::Status s = (*a)->Put("Account", Account(from, 1, BalanceIn(**a, from) - 3));
-        if (s.ok()) s = (*b)->Put("Account", Account(to, 1, BalanceIn(**b, to) + 3));
-        return s;
-      }, TransactionOptions{replication::ReadLevel::kCurrent, 50, absl::Milliseconds(20)});
+      absl::StatusOr<CommitInfo> r = db_->RunAcross(
+          [&](MultiTransaction& m) {
+            auto a = m.In("Branch", {from});
+            auto b = m.In("Branch", {to});
+            if (!a.ok()) return a.status();
+            if (!b.ok()) return b.status();
+            absl::Status s = (*a)->Put("Account", Account(from, 1, BalanceIn(**a, from) - 3));
+            if (s.ok()) s = (*b)->Put("Account", Account(to, 1, BalanceIn(**b, to) + 3));
+            return s;
+          },
+          TransactionOptions{replication::ReadLevel::kCurrent, 50, absl::Milliseconds(20)});
       EXPECT_TRUE(r.ok()) << r.status();
     }
   };
@@ -217,9 +225,9 @@ TEST_F(TwoPhaseTest, ConcurrentTransfersAndLocalWritesConserveMoney) {
   // Single-group writes in between: they must wait for (or settle) any
   // prepared transaction, never overwrite its effect.
   for (int i = 0; i < 8; ++i) {
-    absl::StatusOr<CommitInfo> r = db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
-      return t.Put("Account", Account(1, 2, i));
-    }, TransactionOptions{replication::ReadLevel::kCurrent, 50, absl::Milliseconds(20)});
+    absl::StatusOr<CommitInfo> r = db_->Run(
+        "Branch", {int64_t{1}}, [&](Transaction& t) { return t.Put("Account", Account(1, 2, i)); },
+        TransactionOptions{replication::ReadLevel::kCurrent, 50, absl::Milliseconds(20)});
     EXPECT_TRUE(r.ok()) << r.status();
   }
   one.join();
@@ -238,19 +246,20 @@ TEST_F(TwoPhaseTest, InDoubtTransactionsOfADeadClientAreSettled) {
   auto prepare = [&](const std::string& root, int64_t b, int64_t balance, const std::string& txid) {
     absl::Notification n;
     absl::Status status;
-    txn::Transaction::BeginAtRow(ctx, root, {}, [&](absl::StatusOr<std::shared_ptr<txn::Transaction>> t) {
-      if (!t.ok()) {
-        status = t.status();
-        return n.Notify();
-      }
-      auto txn = *t;
-      status = txn->Put("Account", Account(b, 1, balance));
-      if (!status.ok()) return n.Notify();
-      txn->Prepare(txid, g1, [&, txn](absl::StatusOr<CommitInfo> r) {
-        status = r.status();
-        n.Notify();
-      });
-    });
+    txn::Transaction::BeginAtRow(ctx, root, {},
+                                 [&](absl::StatusOr<std::shared_ptr<txn::Transaction>> t) {
+                                   if (!t.ok()) {
+                                     status = t.status();
+                                     return n.Notify();
+                                   }
+                                   auto txn = *t;
+                                   status = txn->Put("Account", Account(b, 1, balance));
+                                   if (!status.ok()) return n.Notify();
+                                   txn->Prepare(txid, g1, [&, txn](absl::StatusOr<CommitInfo> r) {
+                                     status = r.status();
+                                     n.Notify();
+                                   });
+                                 });
     n.WaitForNotification();
     return status;
   };
@@ -259,19 +268,18 @@ TEST_F(TwoPhaseTest, InDoubtTransactionsOfADeadClientAreSettled) {
   // Before the timeout, writers of the group cannot commit past it.
   TransactionOptions impatient;
   impatient.max_attempts = 3;
-  absl::StatusOr<CommitInfo> blocked = db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
-    return t.Put("Account", Account(1, 3, 1));
-  }, impatient);
+  absl::StatusOr<CommitInfo> blocked = db_->Run(
+      "Branch", {int64_t{1}}, [&](Transaction& t) { return t.Put("Account", Account(1, 3, 1)); },
+      impatient);
   EXPECT_EQ(blocked.status().code(), absl::StatusCode::kAborted) << blocked.status();
   // After it, the next writer decides "abort" and goes on.
   absl::SleepFor(txn::kPreparedTimeout + absl::Milliseconds(200));
-  absl::StatusOr<CommitInfo> after = db_->Run("Branch", {int64_t{1}}, [&](Transaction& t) {
-    return t.Put("Account", Account(1, 3, 1));
-  });
+  absl::StatusOr<CommitInfo> after = db_->Run(
+      "Branch", {int64_t{1}}, [&](Transaction& t) { return t.Put("Account", Account(1, 3, 1)); });
   ASSERT_TRUE(after.ok()) << after.status();
-  ASSERT_TRUE(db_->Run("Branch", {int64_t{2}}, [&](Transaction& t) {
-                   return t.Put("Account", Account(2, 3, 1));
-                 }).ok());
+  ASSERT_TRUE(db_->Run("Branch", {int64_t{2}},
+                       [&](Transaction& t) { return t.Put("Account", Account(2, 3, 1)); })
+                  .ok());
   EXPECT_EQ(Balance(1), 1000) << "the in-doubt transfer was aborted";
   EXPECT_EQ(Balance(2), 1000);
 
@@ -286,7 +294,9 @@ TEST_F(TwoPhaseTest, InDoubtTransactionsOfADeadClientAreSettled) {
   });
   n.WaitForNotification();
   for (int64_t b : {1, 2})
-    ASSERT_TRUE(db_->Run("Branch", {b}, [&](Transaction& t) { return t.Put("Account", Account(b, 4, 1)); }).ok());
+    ASSERT_TRUE(
+        db_->Run("Branch", {b}, [&](Transaction& t) { return t.Put("Account", Account(b, 4, 1)); })
+            .ok());
   EXPECT_EQ(Balance(1), 950);
   EXPECT_EQ(Balance(2), 1050);
 }

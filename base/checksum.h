@@ -14,9 +14,7 @@ inline uint32_t Value(std::string_view data) { return Extend(0, data.data(), dat
 
 // A CRC stored next to the data it covers is masked (as in LevelDB), so that
 // computing the CRC of a string that contains embedded CRCs stays robust.
-inline uint32_t Mask(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+inline uint32_t Mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 inline uint32_t Unmask(uint32_t masked) {
   const uint32_t rot = masked - 0xa282ead8u;
   return (rot >> 17) | (rot << 15);

@@ -10,17 +10,15 @@ namespace megastore {
 
 // --tls-ca, --tls-cert and --tls-key into `tls`; `who` says whose
 // certificate it is ("this process's", "this tool's").
-inline void AddTlsFlags(CLI::App& app, rpc::TlsFiles& tls,
-                        const std::string& who) {
+inline void AddTlsFlags(CLI::App& app, rpc::TlsFiles& tls, const std::string& who) {
   app.add_option("--tls-ca", tls.ca,
                  "mutual TLS 1.3 for RPC and HTTP: the CA certificate peers' "
                  "certificates must be issued by "
                  "(docs/security.md; with --tls-cert and --tls-key)");
-  app.add_option(
-      "--tls-cert", tls.cert,
-      who +
-          " certificate (PEM), issued by --tls-ca; its common name is the "
-          "principal");
+  app.add_option("--tls-cert", tls.cert,
+                 who +
+                     " certificate (PEM), issued by --tls-ca; its common name is the "
+                     "principal");
   app.add_option("--tls-key", tls.key, "the key of --tls-cert (PEM)");
 }
 

@@ -1,7 +1,7 @@
 #include "base/coding.h"
 
-#include <cstring>
 #include <bit>
+#include <cstring>
 
 namespace megastore {
 

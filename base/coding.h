@@ -42,15 +42,12 @@ int VarintLength(uint64_t v);
 enum class SortOrder { kAscending, kDescending };
 
 // Big-endian fixed 8 bytes.
-void AppendOrderedUint64(std::string* dst, uint64_t v,
-                         SortOrder order = SortOrder::kAscending);
+void AppendOrderedUint64(std::string* dst, uint64_t v, SortOrder order = SortOrder::kAscending);
 // Sign bit flipped, then big-endian: negative numbers sort first.
-void AppendOrderedInt64(std::string* dst, int64_t v,
-                        SortOrder order = SortOrder::kAscending);
+void AppendOrderedInt64(std::string* dst, int64_t v, SortOrder order = SortOrder::kAscending);
 // IEEE-754 total order with two rules: -0.0 is encoded as +0.0 (they compare
 // equal), and every NaN is encoded as one canonical NaN that sorts after +inf.
-void AppendOrderedDouble(std::string* dst, double v,
-                         SortOrder order = SortOrder::kAscending);
+void AppendOrderedDouble(std::string* dst, double v, SortOrder order = SortOrder::kAscending);
 // Any bytes: 0x00 is escaped as 0x00 0xFF and the string ends with 0x00 0x01,
 // so embedded zero bytes and prefixes order correctly.
 void AppendOrderedBytes(std::string* dst, std::string_view v,
@@ -58,10 +55,8 @@ void AppendOrderedBytes(std::string* dst, std::string_view v,
 
 bool ConsumeOrderedUint64(std::string_view* in, uint64_t* v,
                           SortOrder order = SortOrder::kAscending);
-bool ConsumeOrderedInt64(std::string_view* in, int64_t* v,
-                         SortOrder order = SortOrder::kAscending);
-bool ConsumeOrderedDouble(std::string_view* in, double* v,
-                          SortOrder order = SortOrder::kAscending);
+bool ConsumeOrderedInt64(std::string_view* in, int64_t* v, SortOrder order = SortOrder::kAscending);
+bool ConsumeOrderedDouble(std::string_view* in, double* v, SortOrder order = SortOrder::kAscending);
 bool ConsumeOrderedBytes(std::string_view* in, std::string* v,
                          SortOrder order = SortOrder::kAscending);
 

@@ -12,8 +12,8 @@ namespace megastore {
 namespace {
 
 TEST(CodingTest, VarintsRoundTripAtEveryLength) {
-  std::vector<uint64_t> values = {0, 1, 127, 128, 16383, 16384, UINT32_MAX,
-                                  uint64_t{1} << 56, UINT64_MAX};
+  std::vector<uint64_t> values = {
+      0, 1, 127, 128, 16383, 16384, UINT32_MAX, uint64_t{1} << 56, UINT64_MAX};
   std::string buf;
   for (uint64_t v : values) PutVarint64(&buf, v);
   std::string_view in = buf;
@@ -70,8 +70,8 @@ void ExpectOrderPreserved(std::vector<T> values, Append append, SortOrder order)
 }
 
 TEST(CodingTest, OrderedIntegersKeepOrderBothDirections) {
-  std::vector<int64_t> ints = {INT64_MIN, INT64_MIN + 1, -1000, -1, 0, 1, 255, 256,
-                               INT64_MAX - 1, INT64_MAX};
+  std::vector<int64_t> ints = {INT64_MIN, INT64_MIN + 1, -1000,         -1,       0, 1,
+                               255,       256,           INT64_MAX - 1, INT64_MAX};
   std::vector<uint64_t> uints = {0, 1, 255, 256, uint64_t{1} << 63, UINT64_MAX};
   for (SortOrder order : {SortOrder::kAscending, SortOrder::kDescending}) {
     ExpectOrderPreserved(ints, AppendOrderedInt64, order);
@@ -89,9 +89,11 @@ TEST(CodingTest, OrderedIntegersKeepOrderBothDirections) {
 
 TEST(CodingTest, OrderedDoublesFoldNegativeZeroAndSortNaNLast) {
   const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> values = {-inf, -1e300, -1.5, -std::numeric_limits<double>::min(),
-                                0.0, std::numeric_limits<double>::denorm_min(), 1.5,
-                                1e300, inf};
+  std::vector<double> values = {-inf, -1e300,
+                                -1.5, -std::numeric_limits<double>::min(),
+                                0.0,  std::numeric_limits<double>::denorm_min(),
+                                1.5,  1e300,
+                                inf};
   ExpectOrderPreserved(values, AppendOrderedDouble, SortOrder::kAscending);
   ExpectOrderPreserved(values, AppendOrderedDouble, SortOrder::kDescending);
 
@@ -116,10 +118,18 @@ TEST(CodingTest, OrderedDoublesFoldNegativeZeroAndSortNaNLast) {
 }
 
 TEST(CodingTest, OrderedBytesHandleZerosPrefixesAndEmpty) {
-  std::vector<std::string> values = {
-      "", std::string("\0", 1), std::string("\0\0", 2), std::string("\0\xff", 2),
-      "\x01", "a", std::string("a\0", 2), std::string("a\0b", 3), "ab", "abc",
-      "\xff", "\xff\xff"};
+  std::vector<std::string> values = {"",
+                                     std::string("\0", 1),
+                                     std::string("\0\0", 2),
+                                     std::string("\0\xff", 2),
+                                     "\x01",
+                                     "a",
+                                     std::string("a\0", 2),
+                                     std::string("a\0b", 3),
+                                     "ab",
+                                     "abc",
+                                     "\xff",
+                                     "\xff\xff"};
   for (SortOrder order : {SortOrder::kAscending, SortOrder::kDescending}) {
     ExpectOrderPreserved(values, AppendOrderedBytes, order);
     for (const std::string& v : values) {

@@ -24,8 +24,7 @@ std::string RandomBytes(size_t n);
 
 // HKDF-SHA256 (RFC 5869): `n` bytes (at most 255 * 32) derived from `key`
 // with `salt` and `info`.
-absl::StatusOr<std::string> HkdfSha256(std::string_view key,
-                                       std::string_view salt,
+absl::StatusOr<std::string> HkdfSha256(std::string_view key, std::string_view salt,
                                        std::string_view info, size_t n);
 
 // SHA-256 of `data` (32 bytes).
@@ -37,16 +36,13 @@ std::string HmacSha256(std::string_view key, std::string_view data);
 // AES-256-GCM. Seal appends ciphertext || tag (plaintext size + kTagBytes)
 // to `out`. `key` must be kKeyBytes and `nonce` kNonceBytes long
 // (InvalidArgument otherwise); a nonce must never repeat under one key.
-absl::Status SealAesGcm(std::string_view key, std::string_view nonce,
-                        std::string_view plaintext, std::string_view aad,
-                        std::string* out);
+absl::Status SealAesGcm(std::string_view key, std::string_view nonce, std::string_view plaintext,
+                        std::string_view aad, std::string* out);
 // The plaintext of ciphertext || tag; DataLoss if the tag does not match
 // (altered ciphertext, other associated data, or another key): nothing of
 // an unauthenticated plaintext is ever returned.
-absl::StatusOr<std::string> OpenAesGcm(std::string_view key,
-                                       std::string_view nonce,
-                                       std::string_view sealed,
-                                       std::string_view aad);
+absl::StatusOr<std::string> OpenAesGcm(std::string_view key, std::string_view nonce,
+                                       std::string_view sealed, std::string_view aad);
 
 // An AES-256-GCM key for sealing many messages: it keeps OpenSSL contexts
 // with its expanded state between calls (as many as threads used it at
@@ -62,10 +58,9 @@ class AesGcm {
   AesGcm& operator=(AesGcm&&) = delete;
   ~AesGcm();
 
-  absl::Status Seal(std::string_view nonce, std::string_view plaintext,
-                    std::string_view aad, std::string* out) const;
-  absl::StatusOr<std::string> Open(std::string_view nonce,
-                                   std::string_view sealed,
+  absl::Status Seal(std::string_view nonce, std::string_view plaintext, std::string_view aad,
+                    std::string* out) const;
+  absl::StatusOr<std::string> Open(std::string_view nonce, std::string_view sealed,
                                    std::string_view aad) const;
 
  private:

@@ -59,8 +59,8 @@ void DelayedTransport::Call(std::string_view to, std::string_view method, std::s
   }
   auto body = std::make_shared<std::string>(std::move(request));
   Env* env = env_;
-  env_->Schedule(delay, [env, state = state_, parked, body, delay, inner_timeout, to = std::string(to),
-                         method = std::string(method)] {
+  env_->Schedule(delay, [env, state = state_, parked, body, delay, inner_timeout,
+                         to = std::string(to), method = std::string(method)] {
     state->Enter([&] {
       state->inner->Call(to, method, std::move(*body), inner_timeout,
                          [env, state, parked, delay](absl::StatusOr<std::string> reply) {

@@ -42,7 +42,8 @@ TEST(DelayedTransportTest, RequestsAndRepliesEachTakeTheOneWayDelay) {
   env.Advance(absl::Milliseconds(1));
   ASSERT_EQ(inner.arrivals.size(), 2u);
   EXPECT_EQ(inner.arrivals[1].second - start, 30'000);
-  EXPECT_EQ(inner.timeouts[1], absl::Milliseconds(940)) << "the round trip comes out of the timeout";
+  EXPECT_EQ(inner.timeouts[1], absl::Milliseconds(940))
+      << "the round trip comes out of the timeout";
   env.Advance(absl::Milliseconds(29));
   EXPECT_FALSE(far.has_value()) << "the reply is on its way back";
   env.Advance(absl::Milliseconds(1));

@@ -14,8 +14,7 @@ std::atomic<uint64_t> reserve_override{0};  // 0: the default
 
 uint64_t SoftLimit() {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-    return 1 << 20;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1 << 20;
   return rl.rlim_cur;
 }
 
@@ -35,14 +34,11 @@ void SetDescriptorReserve(uint64_t reserve) { reserve_override = reserve; }
 
 uint64_t DescriptorReserve() {
   const uint64_t limit = SoftLimit();
-  if (const uint64_t r = reserve_override.load(); r != 0)
-    return std::min(r, limit);
+  if (const uint64_t r = reserve_override.load(); r != 0) return std::min(r, limit);
   return std::min(std::max<uint64_t>(256, limit / 4), limit / 2);
 }
 
-uint64_t ConnectionDescriptorLimit() {
-  return SoftLimit() - DescriptorReserve();
-}
+uint64_t ConnectionDescriptorLimit() { return SoftLimit() - DescriptorReserve(); }
 
 uint64_t ConnectionDescriptorsInUse() { return in_use.load(); }
 

@@ -6,13 +6,13 @@
 // moves. The simulator (tests/sim/) provides its own Env on virtual time.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <condition_variable>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -86,10 +86,10 @@ class RealEnv : public Env {
   const uint64_t seed_;
   std::mutex mu_;
   std::condition_variable cv_;
-  TimerQueue timers_;       // guarded by mu_
-  Random rng_;              // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  std::thread thread_;      // started by the first Schedule()
+  TimerQueue timers_;      // guarded by mu_
+  Random rng_;             // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;     // started by the first Schedule()
 };
 
 // A test Env: time stands still until Advance()/SetNowMicros(); due timers

@@ -1,8 +1,7 @@
-#include <atomic>
-#include <thread>
 #include "base/env.h"
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"

@@ -33,7 +33,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
   while (true) {
     if (data.size() > max_bytes) {
       ::close(fd);
-      return absl::ResourceExhaustedError(StrCat(path, " holds more than ", max_bytes, " bytes: not the file meant"));
+      return absl::ResourceExhaustedError(
+          StrCat(path, " holds more than ", max_bytes, " bytes: not the file meant"));
     }
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0) {
@@ -52,7 +53,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
 absl::Status WriteFileAtomically(const std::string& path, const std::string& data, int mode) {
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());  // O_CREAT applies `mode` only to a new file
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return Errno("cannot create", tmp);
   size_t done = 0;
   while (done < data.size()) {
@@ -71,7 +73,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
     return s;
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno(StrCat("cannot rename ", tmp, " to"), path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    return Errno(StrCat("cannot rename ", tmp, " to"), path);
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return SyncDir(dir.empty() ? "." : dir);
 }
@@ -97,25 +100,29 @@ absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path, size_t 
   absl::StatusOr<std::string> read = ReadFileToString(path, max_bytes);
   if (!read.ok()) return read.status();
   const std::string& data = *read;
-  if (data.empty()) return absl::DataLossError(StrCat(path, " is empty (damaged): its contents are lost"));
+  if (data.empty())
+    return absl::DataLossError(StrCat(path, " is empty (damaged): its contents are lost"));
   const std::string_view magic = kChecksummedMagic;
   if (data.size() < magic.size() && std::memcmp(data.data(), magic.data(), data.size()) == 0) {
-    return absl::DataLossError(StrCat(path, " is truncated (", data.size(), " bytes, shorter than its header)"));
+    return absl::DataLossError(
+        StrCat(path, " is truncated (", data.size(), " bytes, shorter than its header)"));
   }
   if (data.size() < magic.size() || std::memcmp(data.data(), magic.data(), magic.size()) != 0) {
     return absl::FailedPreconditionError(StrCat(path, " has no checksum header"));
   }
   if (data.size() < kChecksummedHeader) {
-    return absl::DataLossError(StrCat(path, " is truncated (", data.size(), " bytes, shorter than its header)"));
+    return absl::DataLossError(
+        StrCat(path, " is truncated (", data.size(), " bytes, shorter than its header)"));
   }
   const uint32_t crc = crc32c::Unmask(DecodeFixed32(data.data() + 4));
   const uint64_t length = DecodeFixed64(data.data() + 8);
   if (length != data.size() - kChecksummedHeader) {
-    return absl::DataLossError(StrCat(path, " is damaged: its header says ", length, " bytes follow, ",
-                                      data.size() - kChecksummedHeader, " do"));
+    return absl::DataLossError(StrCat(path, " is damaged: its header says ", length,
+                                      " bytes follow, ", data.size() - kChecksummedHeader, " do"));
   }
   std::string payload = data.substr(kChecksummedHeader);
-  if (crc32c::Value(payload) != crc) return absl::DataLossError(StrCat(path, " is damaged: checksum mismatch"));
+  if (crc32c::Value(payload) != crc)
+    return absl::DataLossError(StrCat(path, " is damaged: checksum mismatch"));
   return payload;
 }
 
@@ -136,11 +143,13 @@ absl::Status CreatePrivateDirectories(const std::string& dir) {
     path = dir.substr(0, slash);
     at = slash;
     if (path.empty() || path == "/") continue;
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Errno("cannot create directory", path);
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+      return Errno("cannot create directory", path);
   }
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return Errno("cannot create directory", dir);
-  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(StrCat(dir, " exists and is not a directory"));
+  if (!S_ISDIR(st.st_mode))
+    return absl::FailedPreconditionError(StrCat(dir, " exists and is not a directory"));
   return absl::OkStatus();
 }
 

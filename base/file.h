@@ -30,12 +30,14 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& dat
 //   (fixed64) | payload
 // WriteChecksummedFile writes one atomically (WriteFileAtomically), with
 // permissions `mode`.
-absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload, int mode = 0644);
+absl::Status WriteChecksummedFile(const std::string& path, std::string_view payload,
+                                  int mode = 0644);
 // The payload of a checksummed file. NotFound if the file does not exist;
 // FailedPrecondition if it has no header at all (a file from before
 // headers, for the caller to decide on); DataLoss naming the file if it is
 // empty, truncated, longer than its header says, or fails its checksum.
-absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path, size_t max_bytes = 64 << 20);
+absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path,
+                                                size_t max_bytes = 64 << 20);
 
 // fsyncs a directory (after creating or renaming files in it).
 absl::Status SyncDir(const std::string& dir);

@@ -13,7 +13,8 @@ namespace megastore {
 class LatencyHistogram {
  public:
   // Upper bounds of the buckets, in milliseconds (the last is +Inf).
-  static constexpr std::array<double, 13> kBoundsMs = {0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 1e300};
+  static constexpr std::array<double, 13> kBoundsMs = {0.5, 1,   2,   5,    10,   20,   50,
+                                                       100, 200, 500, 1000, 5000, 1e300};
 
   void Observe(int64_t micros) {
     const double ms = static_cast<double>(micros) / 1000.0;
@@ -31,7 +32,8 @@ class LatencyHistogram {
 
   // The Prometheus text of this histogram as `name` (seconds), with
   // `labels` ("" or `key="value",...`) on every line.
-  std::string Prometheus(std::string_view name, std::string_view help, std::string_view labels = "") const;
+  std::string Prometheus(std::string_view name, std::string_view help,
+                         std::string_view labels = "") const;
   // Only its samples, for a family with several label sets (one # HELP and
   // # TYPE header before them all).
   std::string PrometheusSamples(std::string_view name, std::string_view labels) const;

@@ -13,7 +13,8 @@ namespace {
 // Protobuf's own messages (one per malformed message a peer sends, such as
 // a string field that is not UTF-8) go to the process's log, rate-limited,
 // instead of straight to stderr without bound.
-void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& message) {
   if (level >= google::protobuf::LOGLEVEL_FATAL) {
     MS_LOG_ERROR("protobuf {}:{}: {}", file, line, message);
     return;

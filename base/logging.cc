@@ -11,10 +11,10 @@
 namespace megastore {
 
 bool SetLogLevel(std::string_view level) {
-  static constexpr std::pair<std::string_view, spdlog::level::level_enum>
-      kLevels[] = {{"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-                   {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
-                   {"error", spdlog::level::err},   {"off", spdlog::level::off}};
+  static constexpr std::pair<std::string_view, spdlog::level::level_enum> kLevels[] = {
+      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
+      {"error", spdlog::level::err},   {"off", spdlog::level::off}};
   for (const auto& [name, value] : kLevels) {
     if (name == level) {
       spdlog::set_level(value);
@@ -33,18 +33,22 @@ std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& RecentSink() {
 // %* in a pattern: the message, escaped for a JSON string.
 class JsonMessage : public spdlog::custom_flag_formatter {
  public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
-    const std::string escaped = JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const std::string escaped =
+        JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
     dest.append(escaped.data(), escaped.data() + escaped.size());
   }
-  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessage>(); }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessage>();
+  }
 };
 }  // namespace
 
 void LogToStderr() {
   const auto level = spdlog::get_level();
-  spdlog::set_default_logger(
-      std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(level);
 }
 
@@ -93,8 +97,7 @@ bool LogRateLimiter::Allow(uint64_t* suppressed) {
   return true;
 }
 
-void CheckFailed(const char* file, int line, const char* condition,
-                 const std::string& message) {
+void CheckFailed(const char* file, int line, const char* condition, const std::string& message) {
   spdlog::critical("{}:{}: check failed: {}{}{}", file, line, condition,
                    message.empty() ? "" : ": ", message);
   spdlog::shutdown();

@@ -65,30 +65,28 @@ class LogRateLimiter {
 
 // A warning logged at most ten times a second from this call site; the
 // next line let through says how many were dropped.
-#define MS_LOG_WARN_LIMITED(...)                                                       \
-  do {                                                                                 \
-    static ::megastore::LogRateLimiter ms_log_limiter_;                                \
-    if (uint64_t ms_suppressed_ = 0; ms_log_limiter_.Allow(&ms_suppressed_)) {         \
+#define MS_LOG_WARN_LIMITED(...)                                                               \
+  do {                                                                                         \
+    static ::megastore::LogRateLimiter ms_log_limiter_;                                        \
+    if (uint64_t ms_suppressed_ = 0; ms_log_limiter_.Allow(&ms_suppressed_)) {                 \
       if (ms_suppressed_ > 0) ::spdlog::warn("({} similar lines suppressed)", ms_suppressed_); \
-      ::spdlog::warn(__VA_ARGS__);                                                     \
-    }                                                                                  \
+      ::spdlog::warn(__VA_ARGS__);                                                             \
+    }                                                                                          \
   } while (0)
 
 // MS_CHECK(cond) or MS_CHECK(cond, "format {}", args...).
-#define MS_CHECK(cond, ...)                                              \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]] {                                          \
-      ::megastore::CheckFailed(__FILE__, __LINE__, #cond,                \
-                               ::fmt::format("" __VA_ARGS__));           \
-    }                                                                    \
+#define MS_CHECK(cond, ...)                                                               \
+  do {                                                                                    \
+    if (!(cond)) [[unlikely]] {                                                           \
+      ::megastore::CheckFailed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)); \
+    }                                                                                     \
   } while (0)
 
 // Aborts unless `expr` (an absl::Status) is OK.
-#define MS_CHECK_OK(expr)                                                \
-  do {                                                                   \
-    const ::absl::Status ms_check_status_ = (expr);                      \
-    if (!ms_check_status_.ok()) [[unlikely]] {                           \
-      ::megastore::CheckFailed(__FILE__, __LINE__, #expr,                \
-                               ms_check_status_.ToString());             \
-    }                                                                    \
+#define MS_CHECK_OK(expr)                                                               \
+  do {                                                                                  \
+    const ::absl::Status ms_check_status_ = (expr);                                     \
+    if (!ms_check_status_.ok()) [[unlikely]] {                                          \
+      ::megastore::CheckFailed(__FILE__, __LINE__, #expr, ms_check_status_.ToString()); \
+    }                                                                                   \
   } while (0)

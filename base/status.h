@@ -11,10 +11,10 @@
 #define MS_STATUS_CONCAT_(a, b) MS_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (an absl::Status) is not OK.
-#define MS_RETURN_IF_ERROR(expr)                \
-  do {                                          \
-    ::absl::Status ms_status_ = (expr);         \
-    if (!ms_status_.ok()) return ms_status_;    \
+#define MS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ms_status_ = (expr);      \
+    if (!ms_status_.ok()) return ms_status_; \
   } while (0)
 
 // `MS_ASSIGN_OR_RETURN(auto x, F())` declares x from an OK StatusOr, or

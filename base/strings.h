@@ -34,18 +34,29 @@ std::string StrCat(const Args&... args) {
 
 // absl::string_view (e.g. absl::Status::message()) as std::string_view.
 inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
-inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view ToAbsl(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
 
 // `s` with the characters HTML gives meaning to (< > & ") escaped.
 inline std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -57,10 +68,18 @@ inline std::string JsonEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));

@@ -19,21 +19,22 @@ namespace megastore {
 std::string Sha256Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  MS_CHECK(EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) == 1, "OpenSSL's SHA-256 failed");
+  MS_CHECK(EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) == 1,
+           "OpenSSL's SHA-256 failed");
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), n));
 }
 
 std::string RandomToken() {
   unsigned char bytes[32];
   MS_CHECK(RAND_bytes(bytes, sizeof(bytes)) == 1, "OpenSSL has no randomness");
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 absl::StatusOr<TokenMac> TokenMac::FromSecret(std::string secret) {
   if (secret.size() < kMinSecretBytes || secret.size() > kMaxSecretBytes) {
-    return absl::InvalidArgumentError(
-        StrCat("a token secret must hold ", kMinSecretBytes, " to ",
-               kMaxSecretBytes, " bytes, not ", secret.size()));
+    return absl::InvalidArgumentError(StrCat("a token secret must hold ", kMinSecretBytes, " to ",
+                                             kMaxSecretBytes, " bytes, not ", secret.size()));
   }
   return TokenMac(std::move(secret));
 }
@@ -46,26 +47,21 @@ TokenMac TokenMac::Random() {
   return TokenMac(std::move(secret));
 }
 
-absl::StatusOr<TokenMac> TokenMac::FromFile(const std::string& path,
-                                            bool create) {
+absl::StatusOr<TokenMac> TokenMac::FromFile(const std::string& path, bool create) {
   absl::StatusOr<std::string> secret = ReadFileToString(path);
   if (absl::IsNotFound(secret.status()) && create) {
     std::string fresh(kMinSecretBytes, '\0');
     if (RAND_bytes(reinterpret_cast<unsigned char*>(fresh.data()),
                    static_cast<int>(fresh.size())) != 1) {
-      return absl::InternalError(
-          "OpenSSL has no randomness for a token secret");
+      return absl::InternalError("OpenSSL has no randomness for a token secret");
     }
-    MS_RETURN_IF_ERROR(
-        WriteFileAtomically(path, fresh, 0600));  // private from its first byte
+    MS_RETURN_IF_ERROR(WriteFileAtomically(path, fresh, 0600));  // private from its first byte
     // Two gateways creating it at once: both use what the file now holds.
     return FromFile(path, /*create=*/false);
   }
   if (!secret.ok()) return secret.status();
   absl::StatusOr<TokenMac> mac = FromSecret(std::move(*secret));
-  if (!mac.ok())
-    return absl::InvalidArgumentError(
-        StrCat(path, ": ", mac.status().message()));
+  if (!mac.ok()) return absl::InvalidArgumentError(StrCat(path, ": ", mac.status().message()));
   return mac;
 }
 
@@ -84,13 +80,14 @@ std::string TokenMac::Tag(uint64_t period, std::string_view payload_and_period) 
   unsigned char key[EVP_MAX_MD_SIZE];
   unsigned int key_len = 0;
   MS_CHECK(HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-                reinterpret_cast<const unsigned char*>(label.data()), label.size(), key, &key_len) != nullptr,
+                reinterpret_cast<const unsigned char*>(label.data()), label.size(), key,
+                &key_len) != nullptr,
            "HMAC-SHA256 failed");
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   MS_CHECK(HMAC(EVP_sha256(), key, static_cast<int>(key_len),
-                reinterpret_cast<const unsigned char*>(payload_and_period.data()), payload_and_period.size(), out,
-                &len) != nullptr &&
+                reinterpret_cast<const unsigned char*>(payload_and_period.data()),
+                payload_and_period.size(), out, &len) != nullptr &&
                len >= kTagBytes,
            "HMAC-SHA256 failed");
   OPENSSL_cleanse(key, sizeof(key));
@@ -106,21 +103,26 @@ std::string TokenMac::Seal(std::string_view payload) const {
 }
 
 absl::StatusOr<std::string> TokenMac::Open(std::string_view sealed) const {
-  if (sealed.size() < kTrailerBytes) return absl::InvalidArgumentError("token too short to be authentic");
+  if (sealed.size() < kTrailerBytes)
+    return absl::InvalidArgumentError("token too short to be authentic");
   const std::string_view payload_and_period = sealed.substr(0, sealed.size() - kTagBytes);
-  const std::string_view payload = payload_and_period.substr(0, payload_and_period.size() - kPeriodBytes);
+  const std::string_view payload =
+      payload_and_period.substr(0, payload_and_period.size() - kPeriodBytes);
   const uint64_t period = DecodeFixed64(payload_and_period.data() + payload.size());
   const std::string tag = Tag(period, payload_and_period);
   if (CRYPTO_memcmp(tag.data(), sealed.data() + payload_and_period.size(), kTagBytes) != 0) {
-    return absl::InvalidArgumentError("token is not authentic (forged, altered, or issued under another secret)");
+    return absl::InvalidArgumentError(
+        "token is not authentic (forged, altered, or issued under another secret)");
   }
   // Authentic: now its age. Its period and the next one (a token issued
   // just before a change stays good for a whole period).
   const uint64_t now = CurrentPeriod();
   if (period + 1 < now)
-    return absl::InvalidArgumentError(StrCat("token expired (its key was retired ", (now - period - 1) * period_seconds_,
+    return absl::InvalidArgumentError(StrCat("token expired (its key was retired ",
+                                             (now - period - 1) * period_seconds_,
                                              "+ seconds ago): read again for a fresh one"));
-  if (period > now + 1) return absl::InvalidArgumentError("token issued under a key of the future (clocks apart?)");
+  if (period > now + 1)
+    return absl::InvalidArgumentError("token issued under a key of the future (clocks apart?)");
   return std::string(payload);
 }
 

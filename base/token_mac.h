@@ -49,8 +49,7 @@ class TokenMac {
   // The secret kept in `path`: created (kMinSecretBytes random bytes, mode
   // 0600, written atomically) if missing and `create` is set. Errors name
   // the file and what is wrong with it.
-  static absl::StatusOr<TokenMac> FromFile(const std::string& path,
-                                           bool create);
+  static absl::StatusOr<TokenMac> FromFile(const std::string& path, bool create);
 
   // `payload` followed by its key period and tag.
   std::string Seal(std::string_view payload) const;

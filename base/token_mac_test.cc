@@ -69,13 +69,11 @@ TEST(TokenMacTest, SecretsComeFromAFileThatIsCreatedPrivate) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   absl::StatusOr<TokenMac> again = TokenMac::FromFile(path, /*create=*/true);
   ASSERT_TRUE(again.ok());
-  EXPECT_TRUE(again->Open(made->Seal("x")).ok())
-      << "the same secret after a restart";
+  EXPECT_TRUE(again->Open(made->Seal("x")).ok()) << "the same secret after a restart";
   ASSERT_TRUE(WriteFileAtomically(path, "too short").ok());
   absl::StatusOr<TokenMac> bad = TokenMac::FromFile(path, true);
   EXPECT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find(path), std::string_view::npos)
-      << bad.status();
+  EXPECT_NE(bad.status().message().find(path), std::string_view::npos) << bad.status();
 }
 
 }  // namespace

@@ -35,14 +35,16 @@ class TopCounts {
 
   // The `n` keys with the highest nonzero counter of `kind`, highest first,
   // each with all its counters.
-  std::vector<std::pair<std::string, std::array<uint64_t, Kinds>>> Top(size_t n, size_t kind) const {
+  std::vector<std::pair<std::string, std::array<uint64_t, Kinds>>> Top(size_t n,
+                                                                       size_t kind) const {
     std::vector<std::pair<std::string, std::array<uint64_t, Kinds>>> out;
     {
       absl::MutexLock lock(&mu_);
       for (const auto& [key, c] : counts_)
         if (c[kind] > 0) out.emplace_back(key, c);
     }
-    std::sort(out.begin(), out.end(), [kind](const auto& a, const auto& b) { return a.second[kind] > b.second[kind]; });
+    std::sort(out.begin(), out.end(),
+              [kind](const auto& a, const auto& b) { return a.second[kind] > b.second[kind]; });
     if (out.size() > n) out.resize(n);
     return out;
   }
@@ -53,7 +55,8 @@ class TopCounts {
   }
 
  private:
-  std::array<uint64_t, Kinds>* FindLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  std::array<uint64_t, Kinds>* FindLocked(const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = counts_.find(key);
     if (it == counts_.end()) {
       if (counts_.size() >= max_keys_) return nullptr;

@@ -11,9 +11,11 @@ namespace {
 class AdvisoryLocksTest : public ::testing::Test {
  protected:
   // Sends coord.Lock or coord.Unlock; the answer lands in the returned slot.
-  std::shared_ptr<std::optional<absl::StatusOr<AdvisoryLockReply>>> Call(
-      std::string_view method, std::string owner, int wait_ms = 1000, int lease_ms = 5000,
-      std::string root = "g1") {
+  std::shared_ptr<std::optional<absl::StatusOr<AdvisoryLockReply>>> Call(std::string_view method,
+                                                                         std::string owner,
+                                                                         int wait_ms = 1000,
+                                                                         int lease_ms = 5000,
+                                                                         std::string root = "g1") {
     AdvisoryLockRequest req;
     req.set_table("T");
     req.set_root(root);
@@ -96,7 +98,8 @@ TEST_F(AdvisoryLocksTest, ANoWaitRequestAndAnUnlockingWaiterLeaveTheQueue) {
 
 TEST_F(AdvisoryLocksTest, MalformedRequestsAreRefused) {
   std::optional<absl::Status> r;
-  locks_.Serve("coord.Lock", "\xff\xff garbage", [&](absl::StatusOr<std::string> x) { r = x.status(); });
+  locks_.Serve("coord.Lock", "\xff\xff garbage",
+               [&](absl::StatusOr<std::string> x) { r = x.status(); });
   ASSERT_TRUE(r.has_value());
   EXPECT_TRUE(absl::IsInvalidArgument(*r)) << *r;
   auto no_owner = Call("coord.Lock", "");

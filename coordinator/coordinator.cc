@@ -32,14 +32,17 @@ absl::Status CoordinatorOptions::Validate() const {
     return absl::InvalidArgumentError(
         StrCat("coordinator: max_clock_drift must be in [0, 0.1), got ", max_clock_drift));
   if (renew_interval <= absl::ZeroDuration() || rpc_timeout <= absl::ZeroDuration())
-    return absl::InvalidArgumentError("coordinator: renew_interval and rpc_timeout must be positive");
+    return absl::InvalidArgumentError(
+        "coordinator: renew_interval and rpc_timeout must be positive");
   const absl::Duration counted = storage::lock::HolderLease(lease, max_clock_drift);
   if (renew_interval + rpc_timeout >= counted)
-    return absl::InvalidArgumentError(StrCat(
-        "coordinator: a lease of ", absl::FormatDuration(lease), " (counted as ",
-        absl::FormatDuration(counted), " after the clock-drift margin) does not outlast a renew interval of ",
-        absl::FormatDuration(renew_interval), " plus an RPC timeout of ", absl::FormatDuration(rpc_timeout),
-        ": its locks would lapse between renewals; make the lease longer"));
+    return absl::InvalidArgumentError(
+        StrCat("coordinator: a lease of ", absl::FormatDuration(lease), " (counted as ",
+               absl::FormatDuration(counted),
+               " after the clock-drift margin) does not outlast a renew interval of ",
+               absl::FormatDuration(renew_interval), " plus an RPC timeout of ",
+               absl::FormatDuration(rpc_timeout),
+               ": its locks would lapse between renewals; make the lease longer"));
   return absl::OkStatus();
 }
 
@@ -137,9 +140,10 @@ void Coordinator::Renew(uint64_t generation) {
                        if (!running_) return;
                        if (reply.grant() == 0) {
                          if (!warned_no_grant_id_)
-                           MS_LOG_ERROR("coordinator {}: lock service {} grants without grant ids (an older "
-                                        "version?); its lock is not counted until it is upgraded",
-                                        options_.name, options_.lock_services[i]);
+                           MS_LOG_ERROR(
+                               "coordinator {}: lock service {} grants without grant ids (an older "
+                               "version?); its lock is not counted until it is upgraded",
+                               options_.name, options_.lock_services[i]);
                          warned_no_grant_id_ = true;
                          return;
                        }
@@ -150,10 +154,10 @@ void Coordinator::Renew(uint64_t generation) {
                          grant_[i] = reply.grant();
                          ResetLocked();
                        }
-                       held_until_[i] = std::max(
-                           held_until_[i],
-                           sent + absl::ToInt64Microseconds(storage::lock::HolderLease(
-                                      options_.lease, options_.max_clock_drift)));
+                       held_until_[i] =
+                           std::max(held_until_[i],
+                                    sent + absl::ToInt64Microseconds(storage::lock::HolderLease(
+                                               options_.lease, options_.max_clock_drift)));
                        ServingLocked();
                      });
   }

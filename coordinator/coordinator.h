@@ -75,8 +75,7 @@ class Coordinator {
   // and the groups' advisory locks, coord.Lock and coord.Unlock.
   void Serve(std::string_view method, std::string request, Responder respond);
   static constexpr std::string_view kMethods[] = {"coord.Check", "coord.Invalidate",
-                                                  "coord.Validate", "coord.Lock",
-                                                  "coord.Unlock"};
+                                                  "coord.Validate", "coord.Lock", "coord.Unlock"};
   AdvisoryLocks& advisory_locks() { return advisory_locks_; }
 
   bool serving();
@@ -90,7 +89,8 @@ class Coordinator {
     uint64_t validations = 0;    // coord.Validate accepted after a reader's catch-up
     uint64_t groups = 0;         // groups it holds state for
     uint64_t valid_groups = 0;   // ... of which up to date here
-    uint64_t resets = 0;         // times it forgot every group (majority lost or regained, a lock found free)
+    uint64_t resets =
+        0;  // times it forgot every group (majority lost or regained, a lock found free)
   };
   Stats stats();
   // Stop honouring the locks early (simulated lock expiry: the renewals
@@ -119,7 +119,7 @@ class Coordinator {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t paused_until_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> held_until_ ABSL_GUARDED_BY(mu_);  // per lock service, monotonic micros
-  std::vector<uint64_t> grant_ ABSL_GUARDED_BY(mu_);      // per lock service, the grant id last seen
+  std::vector<uint64_t> grant_ ABSL_GUARDED_BY(mu_);  // per lock service, the grant id last seen
   std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
   Stats counts_ ABSL_GUARDED_BY(mu_);  // its counters (the group counts are computed)
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;

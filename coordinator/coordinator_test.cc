@@ -16,7 +16,9 @@ namespace {
 class LockNetwork : public Transport {
  public:
   explicit LockNetwork(Env* env) : env_(env) {}
-  void Add(const std::string& node) { tables_[node] = std::make_unique<storage::lock::LockTable>(env_); }
+  void Add(const std::string& node) {
+    tables_[node] = std::make_unique<storage::lock::LockTable>(env_);
+  }
   // The lock service restarts and forgets every lease (with no quiet
   // period: the old lock role's behaviour, for a lapse the coordinator's own
   // accounting cannot see).
@@ -63,9 +65,8 @@ class CoordinatorTest : public ::testing::Test {
     r.set_epoch(epoch);
     CoordinatorReply reply;
     bool answered = false;
-    c.Serve(method, r.SerializeAsString(), [&](absl::StatusOr<std::string> s) {
-      answered = s.ok() && reply.ParseFromString(*s);
-    });
+    c.Serve(method, r.SerializeAsString(),
+            [&](absl::StatusOr<std::string> s) { answered = s.ok() && reply.ParseFromString(*s); });
     EXPECT_TRUE(answered) << method;
     return reply;
   }
@@ -86,7 +87,8 @@ TEST_F(CoordinatorTest, ANewCoordinatorKnowsNoGroupAndServesOnlyWithItsLocks) {
   EXPECT_FALSE(Ask(*c, "coord.Validate", 5, c->epoch()).applied());
   c->Start();
   EXPECT_TRUE(c->serving());
-  EXPECT_FALSE(Ask(*c, "coord.Check").valid()) << "a new coordinator starts with every group invalid";
+  EXPECT_FALSE(Ask(*c, "coord.Check").valid())
+      << "a new coordinator starts with every group invalid";
   Validate(*c, 5);
   EXPECT_TRUE(Ask(*c, "coord.Check").valid());
   EXPECT_FALSE(Ask(*c, "coord.Check", 0, 0, "g2").valid()) << "validity is per group";
@@ -223,7 +225,8 @@ TEST_F(CoordinatorTest, ASurveyThatSawLocksFreeAtDifferentInstantsIsNeverContrad
 // was free meanwhile, so its grants count for nothing.
 TEST(CoordinatorGrantIdTest, AGrantWithoutAnIdIsNotCounted) {
   struct OldLockService : Transport {
-    void Call(std::string_view, std::string_view, std::string, absl::Duration, ReplyCallback done) override {
+    void Call(std::string_view, std::string_view, std::string, absl::Duration,
+              ReplyCallback done) override {
       storage::lock::LockReply r;
       r.set_granted(true);
       r.set_held(true);
@@ -249,8 +252,9 @@ TEST(CoordinatorOptionsTest, ALeaseThatCannotOutlastARenewalIsRefused) {
   o.rpc_timeout = absl::Milliseconds(500);
   absl::Status s = o.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("does not outlast a renew interval of 1.5s plus an RPC timeout of 500ms"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("does not outlast a renew interval of 1.5s plus an RPC timeout of 500ms"),
+      std::string::npos)
       << s;
   o.rpc_timeout = absl::Milliseconds(400);
   EXPECT_TRUE(o.Validate().ok());
@@ -287,7 +291,8 @@ TEST_F(CoordinatorTest, MalformedRequestsAreRefused) {
   auto c = Make();
   c->Start();
   absl::Status status;
-  c->Serve("coord.Check", "\x0a\xff garbage", [&](absl::StatusOr<std::string> r) { status = r.status(); });
+  c->Serve("coord.Check", "\x0a\xff garbage",
+           [&](absl::StatusOr<std::string> r) { status = r.status(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   c->Serve("coord.Check", "", [&](absl::StatusOr<std::string> r) { status = r.status(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << "no table, no root";

@@ -11,23 +11,29 @@ std::string Ballot::ToString() const { return StrCat(round, ".", proposer); }
 
 std::string Message::ToString() const {
   static constexpr const char* kTypes[] = {"Prepare", "Promise", "Accept", "Accepted"};
-  std::string out = StrCat(kTypes[static_cast<int>(type)], "(", ballot.ToString(), ") proposer ", proposer,
-                           " acceptor ", acceptor);
+  std::string out = StrCat(kTypes[static_cast<int>(type)], "(", ballot.ToString(), ") proposer ",
+                           proposer, " acceptor ", acceptor);
   if (type == Type::kAccept) out += StrCat(" value \"", value, "\"");
   if (type == Type::kPromise || type == Type::kAccepted) {
     out += StrCat(ok ? " ok" : " refused", " promised ", promised.ToString());
   }
-  if (accepted_ballot) out += StrCat(" accepted ", accepted_ballot->ToString(), " \"", accepted_value, "\"");
+  if (accepted_ballot)
+    out += StrCat(" accepted ", accepted_ballot->ToString(), " \"", accepted_value, "\"");
   return out;
 }
 
 const char* ToString(Proposer::State state) {
   switch (state) {
-    case Proposer::State::kFastAccept: return "fast-accept";
-    case Proposer::State::kPreparing: return "preparing";
-    case Proposer::State::kAccepting: return "accepting";
-    case Proposer::State::kStalled: return "stalled";
-    case Proposer::State::kChosen: return "chosen";
+    case Proposer::State::kFastAccept:
+      return "fast-accept";
+    case Proposer::State::kPreparing:
+      return "preparing";
+    case Proposer::State::kAccepting:
+      return "accepting";
+    case Proposer::State::kStalled:
+      return "stalled";
+    case Proposer::State::kChosen:
+      return "chosen";
   }
   return "?";
 }
@@ -65,8 +71,8 @@ Message HandleRequest(AcceptorState& state, const Message& request) {
 }
 
 std::string Proposer::DebugString() const {
-  std::string out = StrCat(ToString(state_), " ballot ", ballot_.ToString(), " seen ", highest_seen_.ToString(),
-                           " proposing \"", proposal_, "\" promised-by");
+  std::string out = StrCat(ToString(state_), " ballot ", ballot_.ToString(), " seen ",
+                           highest_seen_.ToString(), " proposing \"", proposal_, "\" promised-by");
   for (AcceptorId a : promised_by_) out += StrCat(" ", a);
   out += " accepted-by";
   for (AcceptorId a : accepted_by_) out += StrCat(" ", a);

@@ -92,10 +92,11 @@ struct World {
   std::string Key() const {
     std::string k;
     for (const auto& a : acceptors) {
-      k += a.promised.ToString() + "|" + (a.accepted_ballot ? a.accepted_ballot->ToString() : "-") + "|" +
-           a.accepted_value + ";";
+      k += a.promised.ToString() + "|" + (a.accepted_ballot ? a.accepted_ballot->ToString() : "-") +
+           "|" + a.accepted_value + ";";
     }
-    for (size_t i = 0; i < proposers.size(); ++i) k += proposers[i].DebugString() + "#" + std::to_string(retries_left[i]) + ";";
+    for (size_t i = 0; i < proposers.size(); ++i)
+      k += proposers[i].DebugString() + "#" + std::to_string(retries_left[i]) + ";";
     std::vector<std::string> msgs;
     for (const auto& m : in_flight) msgs.push_back(m.ToString());
     std::sort(msgs.begin(), msgs.end());
@@ -122,11 +123,14 @@ struct Explorer {
     for (const auto& [bv, who] : w.accepted) {
       if (static_cast<int>(who.size()) > acceptors / 2) chosen.insert(bv.second);
     }
-    ASSERT_LE(chosen.size(), 1u) << "two values chosen: " << *chosen.begin() << " and " << *chosen.rbegin();
-    for (const auto& v : chosen) ASSERT_TRUE(proposed.count(v)) << "chosen value was never proposed: " << v;
+    ASSERT_LE(chosen.size(), 1u) << "two values chosen: " << *chosen.begin() << " and "
+                                 << *chosen.rbegin();
+    for (const auto& v : chosen)
+      ASSERT_TRUE(proposed.count(v)) << "chosen value was never proposed: " << v;
     for (const auto& p : w.proposers) {
       if (!p.chosen()) continue;
-      ASSERT_EQ(chosen.size(), 1u) << "a proposer believes in a value no majority accepted: " << p.DebugString();
+      ASSERT_EQ(chosen.size(), 1u)
+          << "a proposer believes in a value no majority accepted: " << p.DebugString();
       ASSERT_EQ(p.chosen_value(), *chosen.begin()) << p.DebugString();
     }
   }
@@ -134,7 +138,8 @@ struct Explorer {
   void Deliver(World& w, const Message& m) {
     if (m.type == Message::Type::kPrepare || m.type == Message::Type::kAccept) {
       const Message reply = HandleRequest(w.acceptors[static_cast<size_t>(m.acceptor)], m);
-      if (m.type == Message::Type::kAccept && reply.ok) w.accepted[{m.ballot, m.value}].insert(m.acceptor);
+      if (m.type == Message::Type::kAccept && reply.ok)
+        w.accepted[{m.ballot, m.value}].insert(m.acceptor);
       w.in_flight.push_back(reply);
     } else {
       for (auto& p : w.proposers) {
@@ -187,7 +192,8 @@ struct Explorer {
   }
 };
 
-void ExploreAll(int acceptors, const std::vector<ProposerOptions>& options, int retries, int drops, int dups) {
+void ExploreAll(int acceptors, const std::vector<ProposerOptions>& options, int retries, int drops,
+                int dups) {
   World w;
   w.acceptors.resize(static_cast<size_t>(acceptors));
   Explorer e{acceptors, {}, {}, 0, 0};
@@ -210,7 +216,8 @@ void ExploreAll(int acceptors, const std::vector<ProposerOptions>& options, int 
 // its first round: two writers racing for the leader, and a fast-path
 // writer against one that prepares.
 TEST(PaxosModelTest, EveryMessageOrderOfTheFirstRoundWithThreeAcceptors) {
-  ExploreAll(3, {ProposerOptions{3, 1, 0}, ProposerOptions{3, 2, 0}}, /*retries=*/0, /*drops=*/1, /*dups=*/1);
+  ExploreAll(3, {ProposerOptions{3, 1, 0}, ProposerOptions{3, 2, 0}}, /*retries=*/0, /*drops=*/1,
+             /*dups=*/1);
   ExploreAll(3, {ProposerOptions{3, 1, 0}, ProposerOptions{3, 2, std::nullopt}}, 0, 1, 0);
 }
 
@@ -229,13 +236,15 @@ void RandomSchedules(int acceptors, int proposers, int runs, uint64_t first_seed
     Explorer e{acceptors, {}, {}, 0, 0};
     // Every writer of a position learns its leader from the previous
     // position's value, so they agree on it; some skip the fast path.
-    const AcceptorId position_leader = static_cast<AcceptorId>(rng.Uniform(static_cast<uint64_t>(acceptors)));
+    const AcceptorId position_leader =
+        static_cast<AcceptorId>(rng.Uniform(static_cast<uint64_t>(acceptors)));
     for (int i = 0; i < proposers; ++i) {
       const std::string value = std::string(1, static_cast<char>('a' + i));
       e.proposed.insert(value);
       std::optional<AcceptorId> leader;
       if (!rng.OneIn(3)) leader = position_leader;
-      w.proposers.emplace_back(ProposerOptions{acceptors, static_cast<uint32_t>(i + 1), leader}, value);
+      w.proposers.emplace_back(ProposerOptions{acceptors, static_cast<uint32_t>(i + 1), leader},
+                               value);
       for (Message& m : w.proposers.back().Start()) w.in_flight.push_back(std::move(m));
     }
     for (int step = 0; step < 2000; ++step) {
@@ -243,8 +252,9 @@ void RandomSchedules(int acceptors, int proposers, int runs, uint64_t first_seed
       if (!w.in_flight.empty() && dice < 85) {
         const size_t i = rng.Uniform(w.in_flight.size());
         const Message m = w.in_flight[i];
-        if (!rng.OneIn(10)) w.in_flight.erase(w.in_flight.begin() + static_cast<ptrdiff_t>(i));  // else duplicated
-        if (!rng.OneIn(10)) e.Deliver(w, m);                                                    // else lost
+        if (!rng.OneIn(10))
+          w.in_flight.erase(w.in_flight.begin() + static_cast<ptrdiff_t>(i));  // else duplicated
+        if (!rng.OneIn(10)) e.Deliver(w, m);                                   // else lost
       } else {
         Proposer& p = w.proposers[rng.Uniform(w.proposers.size())];
         for (Message& out : p.Retry()) w.in_flight.push_back(std::move(out));
@@ -273,12 +283,14 @@ void RandomSchedules(int acceptors, int proposers, int runs, uint64_t first_seed
       if (all) break;
     }
     e.Check(w);
-    for (const auto& p : w.proposers) ASSERT_TRUE(p.chosen()) << "seed " << seed << ": " << p.DebugString();
+    for (const auto& p : w.proposers)
+      ASSERT_TRUE(p.chosen()) << "seed " << seed << ": " << p.DebugString();
   }
 }
 
 TEST(PaxosModelTest, RandomSchedulesWithLossDuplicationAndRetriesStaySafeAndFinish) {
-  const uint64_t seed = std::getenv("MS_SEED") ? std::strtoull(std::getenv("MS_SEED"), nullptr, 10) : 1;
+  const uint64_t seed =
+      std::getenv("MS_SEED") ? std::strtoull(std::getenv("MS_SEED"), nullptr, 10) : 1;
   RandomSchedules(3, 2, 300, seed);
   if (HasFailure()) return;
   RandomSchedules(3, 3, 300, seed + 1000);

@@ -12,20 +12,17 @@
 
 namespace megastore::replication {
 
-AtRestEncryption::AtRestEncryption(Env* env, storage::BigtableClient* bigtable,
-                                   std::string key_dir)
+AtRestEncryption::AtRestEncryption(Env* env, storage::BigtableClient* bigtable, std::string key_dir)
     : env_(env), bigtable_(bigtable), key_dir_(std::move(key_dir)) {}
 
-void AtRestEncryption::TableEncrypted(
-    const std::string& table,
-    absl::AnyInvocable<void(absl::StatusOr<bool>)> done) {
+void AtRestEncryption::TableEncrypted(const std::string& table,
+                                      absl::AnyInvocable<void(absl::StatusOr<bool>)> done) {
   const int64_t now = env_->MonotonicMicros();
   std::optional<bool> known;
   {
     absl::MutexLock lock(&mu_);
     auto it = tables_.find(table);
-    if (it != tables_.end() &&
-        (it->second.encrypted || now < it->second.valid_until))
+    if (it != tables_.end() && (it->second.encrypted || now < it->second.valid_until))
       known = it->second.encrypted;
   }
   if (known) return done(*known);
@@ -34,8 +31,8 @@ void AtRestEncryption::TableEncrypted(
   o.filter.cells_per_column = 1;
   bigtable_->ReadRow(
       kSchemaTable, table, std::move(o),
-      [this, table, now, done = std::move(done)](
-          absl::StatusOr<std::optional<storage::Row>> row) mutable {
+      [this, table, now,
+       done = std::move(done)](absl::StatusOr<std::optional<storage::Row>> row) mutable {
         bool encrypted = false;
         int64_t ttl = absl::ToInt64Microseconds(kPlainTableTtl);
         if (!row.ok() && absl::IsNotFound(row.status())) {
@@ -45,17 +42,17 @@ void AtRestEncryption::TableEncrypted(
           // if it has keys, and otherwise nobody can tell.
           const KeyDirectoryKnows knows = KeyDirectoryKnowsOf(table);
           if (knows == KeyDirectoryKnows::kOtherTables)
-            return done(absl::UnavailableError(
-                StrCat("cannot tell whether table ", table,
-                       " is encrypted: this datacenter's ", kSchemaTable,
-                       " table is missing, yet its key directory holds keys "
-                       "(apply the schemas again)")));
+            return done(
+                absl::UnavailableError(StrCat("cannot tell whether table ", table,
+                                              " is encrypted: this datacenter's ", kSchemaTable,
+                                              " table is missing, yet its key directory holds keys "
+                                              "(apply the schemas again)")));
           encrypted = knows == KeyDirectoryKnows::kThisTable;
           ttl = absl::ToInt64Microseconds(kNoSchemasTtl);
         } else if (!row.ok()) {
-          return done(absl::UnavailableError(StrCat(
-              "cannot tell whether table ", table, " is encrypted: reading ",
-              kSchemaTable, ": ", row.status().message())));
+          return done(absl::UnavailableError(StrCat("cannot tell whether table ", table,
+                                                    " is encrypted: reading ", kSchemaTable, ": ",
+                                                    row.status().message())));
         } else {
           bool recorded = false;
           if (*row) {
@@ -63,10 +60,9 @@ void AtRestEncryption::TableEncrypted(
               if (c.qualifier != kSchemaColumn) continue;
               schema::SchemaDescriptor d;
               if (!d.ParseFromString(c.value))
-                return done(absl::DataLossError(StrCat(
-                    "the schema of table ", table, " recorded in ",
-                    kSchemaTable,
-                    " is damaged: cannot tell whether it is encrypted")));
+                return done(absl::DataLossError(
+                    StrCat("the schema of table ", table, " recorded in ", kSchemaTable,
+                           " is damaged: cannot tell whether it is encrypted")));
               for (const schema::TableDescriptor& t : d.tables())
                 encrypted |= t.entity_group_root() && t.encrypted();
               recorded = true;
@@ -75,11 +71,10 @@ void AtRestEncryption::TableEncrypted(
           // Schemas are recorded before their tables are made: a group of
           // a table with no recorded schema here is not served until it is.
           if (!recorded)
-            return done(absl::UnavailableError(
-                StrCat("no schema of table ", table,
-                       " is recorded in this datacenter (", kSchemaTable,
-                       "): its groups are served once it is (msadmin schema "
-                       "apply, or megastored --schema)")));
+            return done(absl::UnavailableError(StrCat(
+                "no schema of table ", table, " is recorded in this datacenter (", kSchemaTable,
+                "): its groups are served once it is (msadmin schema "
+                "apply, or megastored --schema)")));
         }
         {
           absl::MutexLock lock(&mu_);
@@ -104,10 +99,8 @@ AtRestEncryption::KeyDirectoryKnows AtRestEncryption::KeyDirectoryKnowsOf(
   }
   absl::StatusOr<GroupKeyStore*> store = Store();
   // A key directory that does not open: assume the worst.
-  if (!store.ok() || (*store)->HasTable(table))
-    return KeyDirectoryKnows::kThisTable;
-  return (*store)->HasAnyTable() ? KeyDirectoryKnows::kOtherTables
-                                 : KeyDirectoryKnows::kNothing;
+  if (!store.ok() || (*store)->HasTable(table)) return KeyDirectoryKnows::kThisTable;
+  return (*store)->HasAnyTable() ? KeyDirectoryKnows::kOtherTables : KeyDirectoryKnows::kNothing;
 }
 
 absl::StatusOr<GroupKeyStore*> AtRestEncryption::Store() {
@@ -117,22 +110,18 @@ absl::StatusOr<GroupKeyStore*> AtRestEncryption::Store() {
         "this datacenter has no key directory (megastored --key-dir), so it "
         "cannot store encrypted entity groups");
   const int64_t now = env_->MonotonicMicros();
-  if (!store_error_.ok() && now - store_failed_at_ < 5'000'000)
-    return store_error_;
-  absl::StatusOr<std::unique_ptr<GroupKeyStore>> store =
-      GroupKeyStore::Open(key_dir_);
+  if (!store_error_.ok() && now - store_failed_at_ < 5'000'000) return store_error_;
+  absl::StatusOr<std::unique_ptr<GroupKeyStore>> store = GroupKeyStore::Open(key_dir_);
   if (!store.ok()) {
-    store_error_ = absl::Status(
-        store.status().code(),
-        StrCat("key directory ", key_dir_, ": ", store.status().message()));
+    store_error_ = absl::Status(store.status().code(),
+                                StrCat("key directory ", key_dir_, ": ", store.status().message()));
     store_failed_at_ = now;
     MS_LOG_ERROR("{}", store_error_.ToString());
     return store_error_;
   }
   store_ = std::move(*store);
   store_error_ = absl::OkStatus();
-  MS_LOG_INFO("opened key directory {} ({})", key_dir_,
-              store_->provider().Describe());
+  MS_LOG_INFO("opened key directory {} ({})", key_dir_, store_->provider().Describe());
   return store_.get();
 }
 
@@ -155,8 +144,7 @@ GroupSealing AtRestEncryption::Sealing(const GroupRef& group, bool create) {
     out.missing = store.status();
     return out;
   }
-  absl::StatusOr<std::string> secret =
-      (*store)->Secret(group.table(), group.root(), create);
+  absl::StatusOr<std::string> secret = (*store)->Secret(group.table(), group.root(), create);
   if (!secret.ok()) {
     out.no_key_yet = absl::IsNotFound(secret.status());
     out.missing = secret.status();
@@ -176,11 +164,10 @@ GroupSealing AtRestEncryption::Sealing(const GroupRef& group, bool create) {
   return out;
 }
 
-void AtRestEncryption::SealingOf(
-    const GroupRef& group, bool create,
-    absl::AnyInvocable<void(absl::StatusOr<GroupSealing>)> done) {
-  TableEncrypted(group.table(), [this, group, create, done = std::move(done)](
-                                    absl::StatusOr<bool> encrypted) mutable {
+void AtRestEncryption::SealingOf(const GroupRef& group, bool create,
+                                 absl::AnyInvocable<void(absl::StatusOr<GroupSealing>)> done) {
+  TableEncrypted(group.table(), [this, group, create,
+                                 done = std::move(done)](absl::StatusOr<bool> encrypted) mutable {
     if (!encrypted.ok()) return done(encrypted.status());
     if (!*encrypted) return done(GroupSealing{});
     done(Sealing(group, create));
@@ -201,8 +188,7 @@ KeysStatusReply AtRestEncryption::Status() {
   // encrypted group stored here.
   std::error_code ec;
   if (store_ == nullptr && !std::filesystem::exists(key_dir_, ec)) {
-    reply.set_provider(
-        "not created yet: no encrypted entity group stored here");
+    reply.set_provider("not created yet: no encrypted entity group stored here");
     return reply;
   }
   absl::StatusOr<GroupKeyStore*> store = Store();
@@ -241,11 +227,10 @@ absl::StatusOr<KeysRotateReply> AtRestEncryption::Rotate() {
   return reply;
 }
 
-absl::StatusOr<KeysDestroyReply> AtRestEncryption::Destroy(
-    const std::string& table, const std::string& root) {
+absl::StatusOr<KeysDestroyReply> AtRestEncryption::Destroy(const std::string& table,
+                                                           const std::string& root) {
   if (table.empty() || root.empty())
-    return absl::InvalidArgumentError(
-        "keys.Destroy needs a table and a root row");
+    return absl::InvalidArgumentError("keys.Destroy needs a table and a root row");
   absl::MutexLock store_lock(&store_mu_);
   MS_ASSIGN_OR_RETURN(GroupKeyStore * store, Store());
   absl::StatusOr<bool> had = store->Destroy(table, root);
@@ -259,8 +244,8 @@ absl::StatusOr<KeysDestroyReply> AtRestEncryption::Destroy(
   if (!had.ok()) return had.status();
   KeysDestroyReply reply;
   reply.set_had_key(*had);
-  MS_LOG_WARN("destroyed the key of entity group {} of table {}{}",
-              EscapeBytes(root), table, *had ? "" : " (it had none)");
+  MS_LOG_WARN("destroyed the key of entity group {} of table {}{}", EscapeBytes(root), table,
+              *had ? "" : " (it had none)");
   return reply;
 }
 

@@ -29,18 +29,15 @@ class AtRestEncryption : public GroupEncryption {
  public:
   // `key_dir`: this datacenter's key directory (empty: none; encrypted
   // groups are then refused). `bigtable` and `env` must outlive this.
-  AtRestEncryption(Env* env, storage::BigtableClient* bigtable,
-                   std::string key_dir);
+  AtRestEncryption(Env* env, storage::BigtableClient* bigtable, std::string key_dir);
 
-  void SealingOf(
-      const GroupRef& group, bool create,
-      absl::AnyInvocable<void(absl::StatusOr<GroupSealing>)> done) override;
+  void SealingOf(const GroupRef& group, bool create,
+                 absl::AnyInvocable<void(absl::StatusOr<GroupSealing>)> done) override;
 
   // msadmin keys: status, KEK rotation, a group's key destroyed.
   KeysStatusReply Status();
   absl::StatusOr<KeysRotateReply> Rotate();
-  absl::StatusOr<KeysDestroyReply> Destroy(const std::string& table,
-                                           const std::string& root);
+  absl::StatusOr<KeysDestroyReply> Destroy(const std::string& table, const std::string& root);
 
   const std::string& key_dir() const { return key_dir_; }
   // The key store's counts, if it is open (metrics; never opens it).
@@ -57,12 +54,10 @@ class AtRestEncryption : public GroupEncryption {
                       absl::AnyInvocable<void(absl::StatusOr<bool>)> done);
   // What the key directory says of `table` (opening it only if it exists).
   enum class KeyDirectoryKnows { kNothing, kOtherTables, kThisTable };
-  KeyDirectoryKnows KeyDirectoryKnowsOf(const std::string& table)
-      ABSL_LOCKS_EXCLUDED(store_mu_);
+  KeyDirectoryKnows KeyDirectoryKnowsOf(const std::string& table) ABSL_LOCKS_EXCLUDED(store_mu_);
   // The key store, opened on first use (the error of a failed open is kept
   // for a while, then retried).
-  absl::StatusOr<GroupKeyStore*> Store()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
+  absl::StatusOr<GroupKeyStore*> Store() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_);
   GroupSealing Sealing(const GroupRef& group, bool create);
 
   Env* const env_;

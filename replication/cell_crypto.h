@@ -40,8 +40,9 @@ namespace megastore::replication {
 class GroupCipher {
  public:
   // `secret`: the group's key material (crypto::kKeyBytes).
-  static absl::StatusOr<std::shared_ptr<const GroupCipher>> Create(
-      std::string_view secret, std::string table, std::string root);
+  static absl::StatusOr<std::shared_ptr<const GroupCipher>> Create(std::string_view secret,
+                                                                   std::string table,
+                                                                   std::string root);
 
   const std::string& table() const { return table_; }
   const std::string& root() const { return root_; }
@@ -57,17 +58,14 @@ class GroupCipher {
   // The stored rows a scan of plaintext [start, end) over tokenized rows
   // must read: one index's entries if the range stays inside one index,
   // else all of them.
-  storage::RowRange TokenizedRange(std::string_view start,
-                                   std::string_view end) const;
+  storage::RowRange TokenizedRange(std::string_view start, std::string_view end) const;
   // Where plaintext `qualifier` of a data family is stored.
   std::string StoredQualifier(std::string_view qualifier) const;
 
   // A data cell of plaintext (row, qualifier) with `value`, stored at
   // (StoredRow(row), family, StoredQualifier(qualifier), timestamp).
-  absl::StatusOr<std::string> SealCell(std::string_view row,
-                                       std::string_view family,
-                                       std::string_view qualifier,
-                                       int64_t timestamp,
+  absl::StatusOr<std::string> SealCell(std::string_view row, std::string_view family,
+                                       std::string_view qualifier, int64_t timestamp,
                                        std::string_view value) const;
   struct Opened {
     std::string row;
@@ -77,40 +75,32 @@ class GroupCipher {
   // The plaintext of a stored data cell; DataLoss naming the cell if it
   // does not open (altered, moved, sealed under another key) or its
   // plaintext coordinates do not map to where it is stored.
-  absl::StatusOr<Opened> OpenCell(std::string_view stored_row,
-                                  std::string_view family,
-                                  std::string_view stored_qualifier,
-                                  int64_t timestamp,
+  absl::StatusOr<Opened> OpenCell(std::string_view stored_row, std::string_view family,
+                                  std::string_view stored_qualifier, int64_t timestamp,
                                   std::string_view sealed) const;
 
   // A log cell (family "p") of the root row; `binding` (an acceptor's
   // ballot) is authenticated with it.
-  absl::StatusOr<std::string> SealLog(std::string_view qualifier,
-                                      std::string_view value,
+  absl::StatusOr<std::string> SealLog(std::string_view qualifier, std::string_view value,
                                       std::string_view binding = "") const;
-  absl::StatusOr<std::string> OpenLog(std::string_view qualifier,
-                                      std::string_view sealed,
+  absl::StatusOr<std::string> OpenLog(std::string_view qualifier, std::string_view sealed,
                                       std::string_view binding = "") const;
 
   // The bytes a sealed cell adds to its value (at most).
   static constexpr size_t kOverhead = 1 + 12 + 16 + 1;
 
  private:
-  GroupCipher(std::string table, std::string root, crypto::AesGcm cell_key,
-              std::string token_key)
+  GroupCipher(std::string table, std::string root, crypto::AesGcm cell_key, std::string token_key)
       : table_(std::move(table)),
         root_(std::move(root)),
         cell_key_(std::move(cell_key)),
         token_key_(std::move(token_key)) {}
-  std::string Aad(std::string_view row, std::string_view family,
-                  std::string_view qualifier, int64_t timestamp) const;
-  absl::StatusOr<std::string> Seal(std::string_view payload,
-                                   std::string_view aad) const;
-  absl::StatusOr<std::string> Open(std::string_view sealed,
-                                   std::string_view aad) const;
-  absl::Status Damaged(std::string_view row, std::string_view family,
-                       std::string_view qualifier, int64_t timestamp,
-                       std::string_view why) const;
+  std::string Aad(std::string_view row, std::string_view family, std::string_view qualifier,
+                  int64_t timestamp) const;
+  absl::StatusOr<std::string> Seal(std::string_view payload, std::string_view aad) const;
+  absl::StatusOr<std::string> Open(std::string_view sealed, std::string_view aad) const;
+  absl::Status Damaged(std::string_view row, std::string_view family, std::string_view qualifier,
+                       int64_t timestamp, std::string_view why) const;
   // The length of the row prefix kept in the clear for a tokenized row
   // (root 02 <index name>), or 0 if `row` is not one.
   size_t TokenPrefix(std::string_view row) const;
@@ -140,9 +130,8 @@ class GroupEncryption {
   // The sealing of `group`. `create`: a write is coming; make the group's
   // key if it has none. Errors (the schema could not be read) fail the
   // request: nothing is stored or returned without knowing.
-  virtual void SealingOf(
-      const GroupRef& group, bool create,
-      absl::AnyInvocable<void(absl::StatusOr<GroupSealing>)> done) = 0;
+  virtual void SealingOf(const GroupRef& group, bool create,
+                         absl::AnyInvocable<void(absl::StatusOr<GroupSealing>)> done) = 0;
 };
 
 }  // namespace megastore::replication

@@ -22,8 +22,7 @@
 namespace megastore::replication {
 namespace {
 
-std::string IndexRow(const std::string& root, const std::string& index,
-                     const std::string& values) {
+std::string IndexRow(const std::string& root, const std::string& index, const std::string& values) {
   std::string row = root + '\x02';
   AppendOrderedBytes(&row, index);
   row += values;
@@ -51,12 +50,10 @@ TEST(GroupCipherTest, CellsRoundTripAndHideIndexedValues) {
   const std::string stored_q = c.StoredQualifier("ByTag:influenza|7");
   EXPECT_EQ(stored_q.find("influenza"), std::string::npos);
 
-  for (const auto& [row, q] :
-       {std::pair<std::string, std::string>{"r1", "Visit.diagnosis"},
-        {index_row, ""},
-        {"r1", "ByTag:influenza|7"}}) {
-    absl::StatusOr<std::string> sealed =
-        c.SealCell(row, "e", q, 42, "influenza");
+  for (const auto& [row, q] : {std::pair<std::string, std::string>{"r1", "Visit.diagnosis"},
+                               {index_row, ""},
+                               {"r1", "ByTag:influenza|7"}}) {
+    absl::StatusOr<std::string> sealed = c.SealCell(row, "e", q, 42, "influenza");
     ASSERT_TRUE(sealed.ok()) << sealed.status();
     EXPECT_EQ(sealed->find("influenza"), std::string::npos);
     absl::StatusOr<GroupCipher::Opened> opened =
@@ -72,41 +69,31 @@ TEST(GroupCipherTest, AnyTamperingIsDataLossNamingTheCell) {
   auto cipher = GroupCipher::Create(crypto::RandomBytes(32), "Clinic", "r1");
   ASSERT_TRUE(cipher.ok());
   const GroupCipher& c = **cipher;
-  const std::string sealed =
-      *c.SealCell("r1", "e", "Patient.notes", 42, "allergic to penicillin");
+  const std::string sealed = *c.SealCell("r1", "e", "Patient.notes", 42, "allergic to penicillin");
   for (size_t i = 0; i < sealed.size(); ++i) {
     std::string flipped = sealed;
     flipped[i] ^= 0x20;
     absl::StatusOr<GroupCipher::Opened> opened =
         c.OpenCell("r1", "e", "Patient.notes", 42, flipped);
     ASSERT_TRUE(absl::IsDataLoss(opened.status())) << "byte " << i;
-    EXPECT_NE(opened.status().message().find("Patient.notes"),
-              std::string::npos)
+    EXPECT_NE(opened.status().message().find("Patient.notes"), std::string::npos)
         << opened.status();
-    EXPECT_NE(opened.status().message().find("table Clinic row r1"),
-              std::string::npos)
+    EXPECT_NE(opened.status().message().find("table Clinic row r1"), std::string::npos)
         << opened.status();
   }
   // Moved to another row, column, time, or sealed under another group's key.
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r2", "e", "Patient.notes", 42, sealed).status()));
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r1", "e", "Patient.name", 42, sealed).status()));
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r1", "e", "Patient.notes", 43, sealed).status()));
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r1", "i", "Patient.notes", 42, sealed).status()));
+  EXPECT_TRUE(absl::IsDataLoss(c.OpenCell("r2", "e", "Patient.notes", 42, sealed).status()));
+  EXPECT_TRUE(absl::IsDataLoss(c.OpenCell("r1", "e", "Patient.name", 42, sealed).status()));
+  EXPECT_TRUE(absl::IsDataLoss(c.OpenCell("r1", "e", "Patient.notes", 43, sealed).status()));
+  EXPECT_TRUE(absl::IsDataLoss(c.OpenCell("r1", "i", "Patient.notes", 42, sealed).status()));
   auto other = GroupCipher::Create(crypto::RandomBytes(32), "Clinic", "r1");
-  EXPECT_TRUE(absl::IsDataLoss(
-      (*other)->OpenCell("r1", "e", "Patient.notes", 42, sealed).status()));
+  EXPECT_TRUE(
+      absl::IsDataLoss((*other)->OpenCell("r1", "e", "Patient.notes", 42, sealed).status()));
   // Plaintext where a sealed cell belongs, and truncations.
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r1", "e", "Patient.notes", 42, "plain").status()));
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r1", "e", "Patient.notes", 42, "").status()));
-  EXPECT_TRUE(absl::IsDataLoss(
-      c.OpenCell("r1", "e", "Patient.notes", 42, sealed.substr(0, 20))
-          .status()));
+  EXPECT_TRUE(absl::IsDataLoss(c.OpenCell("r1", "e", "Patient.notes", 42, "plain").status()));
+  EXPECT_TRUE(absl::IsDataLoss(c.OpenCell("r1", "e", "Patient.notes", 42, "").status()));
+  EXPECT_TRUE(
+      absl::IsDataLoss(c.OpenCell("r1", "e", "Patient.notes", 42, sealed.substr(0, 20)).status()));
   // Log cells are bound to their column (position).
   const std::string log = *c.SealLog("L1a", "entry");
   EXPECT_EQ(*c.OpenLog("L1a", log), "entry");
@@ -184,24 +171,20 @@ TEST(GroupKeyStoreTest, DestroyedKeysLeaveEveryFileAndNeverComeBack) {
   std::string wrapped_before = AllFiles(keys);
   EXPECT_TRUE(*(*store)->Destroy("T", "r1"));
   EXPECT_FALSE(*(*store)->Destroy("T", "r1"));
-  EXPECT_TRUE(
-      absl::IsFailedPrecondition((*store)->Secret("T", "r1", false).status()));
-  EXPECT_TRUE(
-      absl::IsFailedPrecondition((*store)->Secret("T", "r1", true).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition((*store)->Secret("T", "r1", false).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition((*store)->Secret("T", "r1", true).status()));
   EXPECT_EQ(*(*store)->Secret("T", "r2", false), s2);
   store->reset();
   store = GroupKeyStore::Open(keys);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_TRUE(
-      absl::IsFailedPrecondition((*store)->Secret("T", "r1", true).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition((*store)->Secret("T", "r1", true).status()));
   EXPECT_EQ(*(*store)->Secret("T", "r2", false), s2);
   EXPECT_EQ((*store)->stats().destroyed, 1u);
   // No file holds r1's wrapped secret any more: the snapshot was rewritten
   // and the log emptied. (Its record was the only one naming root "r1"
   // with a wrapped value; the tombstone has none.)
   GroupKeySnapshot snapshot;
-  ASSERT_TRUE(
-      snapshot.ParseFromString(*ReadChecksummedFile(keys + "/group-keys")));
+  ASSERT_TRUE(snapshot.ParseFromString(*ReadChecksummedFile(keys + "/group-keys")));
   for (const GroupKeyRecord& r : snapshot.groups()) {
     if (r.root() == "r1") {
       EXPECT_TRUE(r.destroyed());
@@ -251,9 +234,8 @@ TEST(GroupKeyStoreTest, DamagedFilesAreNamedAndATornTailIsDropped) {
   const std::string log = Slurp(keys + "/group-keys.log");
   ASSERT_FALSE(log.empty());
   // A torn last record (a crash while appending): dropped, the rest kept.
-  ASSERT_TRUE(WriteFileAtomically(keys + "/group-keys.log",
-                                  log.substr(0, log.size() - 3), 0600)
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(keys + "/group-keys.log", log.substr(0, log.size() - 3), 0600).ok());
   {
     auto store = GroupKeyStore::Open(keys);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -270,34 +252,28 @@ TEST(GroupKeyStoreTest, DamagedFilesAreNamedAndATornTailIsDropped) {
   std::string damaged = Slurp(keys + "/group-keys.log");
   ASSERT_GT(damaged.size(), 12u);
   damaged[10] ^= 0x01;
-  ASSERT_TRUE(
-      WriteFileAtomically(keys + "/group-keys.log", damaged, 0600).ok());
+  ASSERT_TRUE(WriteFileAtomically(keys + "/group-keys.log", damaged, 0600).ok());
   auto store = GroupKeyStore::Open(keys);
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
-  EXPECT_NE(
-      store.status().message().find("group-keys.log: the record at offset 0"),
-      std::string::npos)
+  EXPECT_NE(store.status().message().find("group-keys.log: the record at offset 0"),
+            std::string::npos)
       << store.status();
   // A length no record has, even as the last record: damage, not a torn
   // append.
   std::string huge = Slurp(keys + "/group-keys.log");
-  ASSERT_TRUE(WriteFileAtomically(
-                  keys + "/group-keys.log",
-                  log.substr(0, 0) + std::string("\xff\xff\xff\x7f") + huge,
-                  0600)
+  ASSERT_TRUE(WriteFileAtomically(keys + "/group-keys.log",
+                                  log.substr(0, 0) + std::string("\xff\xff\xff\x7f") + huge, 0600)
                   .ok());
   store = GroupKeyStore::Open(keys);
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
-  EXPECT_NE(store.status().message().find("claims"), std::string::npos)
-      << store.status();
+  EXPECT_NE(store.status().message().find("claims"), std::string::npos) << store.status();
   // A damaged key file.
   std::string kek = Slurp(keys + "/kek");
   kek[kek.size() - 1] ^= 0x01;
   ASSERT_TRUE(WriteFileAtomically(keys + "/kek", kek, 0600).ok());
   store = GroupKeyStore::Open(keys);
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
-  EXPECT_NE(store.status().message().find("kek"), std::string::npos)
-      << store.status();
+  EXPECT_NE(store.status().message().find("kek"), std::string::npos) << store.status();
 }
 
 // ---- a replica storing an encrypted schema
@@ -317,11 +293,9 @@ class EncryptedReplicaTest : public ::testing::Test {
     server_ = std::move(*s);
     bigtable_ = std::make_unique<storage::InProcessBigtable>(server_.get());
     if (server_->GetTable("Clinic").ok()) {
-      encryption_ = std::make_unique<AtRestEncryption>(
-          Env::Default(), bigtable_.get(), key_dir());
-      replica_ = std::make_unique<LogReplica>(
-          bigtable_.get(), ReplicaType::kFull, nullptr, kDefaultMaxClockSkew,
-          encryption_.get());
+      encryption_ = std::make_unique<AtRestEncryption>(Env::Default(), bigtable_.get(), key_dir());
+      replica_ = std::make_unique<LogReplica>(bigtable_.get(), ReplicaType::kFull, nullptr,
+                                              kDefaultMaxClockSkew, encryption_.get());
       return;
     }
     storage::TableSchema table;
@@ -342,15 +316,12 @@ class EncryptedReplicaTest : public ::testing::Test {
     t->set_encrypted(true);
     ASSERT_TRUE(server_
                     ->MutateRow(kSchemaTable, "Clinic",
-                                {storage::Mutation::SetCell(
-                                    kSchemaFamily, kSchemaColumn,
-                                    d.SerializeAsString())})
+                                {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn,
+                                                            d.SerializeAsString())})
                     .ok());
-    encryption_ = std::make_unique<AtRestEncryption>(
-        Env::Default(), bigtable_.get(), key_dir());
-    replica_ = std::make_unique<LogReplica>(bigtable_.get(), ReplicaType::kFull,
-                                            nullptr, kDefaultMaxClockSkew,
-                                            encryption_.get());
+    encryption_ = std::make_unique<AtRestEncryption>(Env::Default(), bigtable_.get(), key_dir());
+    replica_ = std::make_unique<LogReplica>(bigtable_.get(), ReplicaType::kFull, nullptr,
+                                            kDefaultMaxClockSkew, encryption_.get());
   }
 
   void Stop() {
@@ -371,29 +342,25 @@ class EncryptedReplicaTest : public ::testing::Test {
   }
 
   // Accepts and applies `entry` at `pos` (one replica: chosen).
-  absl::Status Commit(uint64_t pos, LogEntry entry,
-                      const std::string& root = "r1") {
+  absl::Status Commit(uint64_t pos, LogEntry entry, const std::string& root = "r1") {
     entry.set_id("w" + std::to_string(pos));
     PaxosRequest req;
     *req.mutable_group() = Group(root);
     req.set_position(pos);
     req.set_accept(true);
     req.set_value(entry.SerializeAsString());
-    absl::StatusOr<PaxosReply> p = Await<PaxosReply>(
-        [&](auto cb) { replica_->Paxos(req, std::move(cb)); });
+    absl::StatusOr<PaxosReply> p =
+        Await<PaxosReply>([&](auto cb) { replica_->Paxos(req, std::move(cb)); });
     if (!p.ok()) return p.status();
     if (!p->ok()) return absl::AbortedError("not accepted");
     ApplyRequest apply;
     *apply.mutable_group() = Group(root);
     apply.set_position(pos);
     apply.set_value(entry.SerializeAsString());
-    return Await<ApplyReply>(
-               [&](auto cb) { replica_->Apply(apply, std::move(cb)); })
-        .status();
+    return Await<ApplyReply>([&](auto cb) { replica_->Apply(apply, std::move(cb)); }).status();
   }
 
-  static CellChange Set(const std::string& family, const std::string& q,
-                        const std::string& v) {
+  static CellChange Set(const std::string& family, const std::string& q, const std::string& v) {
     CellChange c;
     c.set_family(family);
     c.set_qualifier(q);
@@ -401,20 +368,17 @@ class EncryptedReplicaTest : public ::testing::Test {
     return c;
   }
 
-  absl::StatusOr<ReadReply> Read(const std::string& row,
-                                 const std::string& family, int64_t ts,
+  absl::StatusOr<ReadReply> Read(const std::string& row, const std::string& family, int64_t ts,
                                  const std::string& root = "r1") {
     ReadRequest req;
     *req.mutable_group() = Group(root);
     req.set_row(row);
     req.set_family(family);
     req.set_timestamp(ts);
-    return Await<ReadReply>(
-        [&](auto cb) { replica_->Read(req, std::move(cb)); });
+    return Await<ReadReply>([&](auto cb) { replica_->Read(req, std::move(cb)); });
   }
 
-  absl::StatusOr<ScanReply> Scan(const std::string& start,
-                                 const std::string& end,
+  absl::StatusOr<ScanReply> Scan(const std::string& start, const std::string& end,
                                  const std::string& family, int64_t limit = 0) {
     ScanRequest req;
     *req.mutable_group() = Group();
@@ -423,8 +387,7 @@ class EncryptedReplicaTest : public ::testing::Test {
     req.set_family(family);
     req.set_latest(true);
     req.set_limit(limit);
-    return Await<ScanReply>(
-        [&](auto cb) { replica_->Scan(req, std::move(cb)); });
+    return Await<ScanReply>([&](auto cb) { replica_->Scan(req, std::move(cb)); });
   }
 
   // One entry writing an entity, three local index entries and an inline
@@ -451,8 +414,7 @@ class EncryptedReplicaTest : public ::testing::Test {
   std::unique_ptr<LogReplica> replica_;
 };
 
-TEST_F(EncryptedReplicaTest,
-       NothingWrittenShowsInTheDataDirectoryAndReadsSeePlaintext) {
+TEST_F(EncryptedReplicaTest, NothingWrittenShowsInTheDataDirectoryAndReadsSeePlaintext) {
   const std::string secret = "Zebra-Pancreas-4417";
   ASSERT_TRUE(Commit(1, Entry(100, secret)).ok());
 
@@ -481,8 +443,8 @@ TEST_F(EncryptedReplicaTest,
   *log.mutable_group() = Group();
   log.set_from(1);
   log.set_to(1);
-  absl::StatusOr<ReadLogReply> entries = Await<ReadLogReply>(
-      [&](auto cb) { replica_->ReadLog(log, std::move(cb)); });
+  absl::StatusOr<ReadLogReply> entries =
+      Await<ReadLogReply>([&](auto cb) { replica_->ReadLog(log, std::move(cb)); });
   ASSERT_TRUE(entries.ok()) << entries.status();
   ASSERT_EQ(entries->values_size(), 1);
   LogEntry back;
@@ -495,21 +457,18 @@ TEST_F(EncryptedReplicaTest,
   plain.set_name("Plain");
   *plain.add_families() = DataFamilySchema("e");
   ASSERT_TRUE(server_->CreateTable(plain).ok());
-  ASSERT_TRUE(server_
-                  ->MutateRow("Plain", "k",
-                              {storage::Mutation::SetCell(
-                                  "e", "q", "Control-Marker-7781")})
-                  .ok());
+  ASSERT_TRUE(
+      server_
+          ->MutateRow("Plain", "k", {storage::Mutation::SetCell("e", "q", "Control-Marker-7781")})
+          .ok());
   Stop();
-  EXPECT_NE(AllFiles(data_dir()).find("Control-Marker-7781"),
-            std::string::npos);
+  EXPECT_NE(AllFiles(data_dir()).find("Control-Marker-7781"), std::string::npos);
   EXPECT_EQ(AllFiles(data_dir()).find(secret), std::string::npos);
   Start();
   for (const storage::TabletEntry& t : server_->ListTablets())
     ASSERT_TRUE(server_->CompactTablet(t.id()).ok());
   Stop();
-  EXPECT_NE(AllFiles(data_dir()).find("Control-Marker-7781"),
-            std::string::npos);
+  EXPECT_NE(AllFiles(data_dir()).find("Control-Marker-7781"), std::string::npos);
   EXPECT_EQ(AllFiles(data_dir()).find(secret), std::string::npos);
   EXPECT_EQ(AllFiles(key_dir()).find(secret), std::string::npos);
 }
@@ -529,16 +488,15 @@ TEST_F(EncryptedReplicaTest, AFlippedByteOnDiskIsDataLossNamingTheCell) {
     if (c.qualifier != "Patient.notes") continue;
     std::string flipped = c.value;
     flipped[flipped.size() / 2] ^= 0x04;
-    ASSERT_TRUE(server_
-                    ->MutateRow("Clinic", "r1",
-                                {storage::Mutation::SetCell(
-                                    "e", c.qualifier, flipped, c.timestamp)})
-                    .ok());
+    ASSERT_TRUE(
+        server_
+            ->MutateRow("Clinic", "r1",
+                        {storage::Mutation::SetCell("e", c.qualifier, flipped, c.timestamp)})
+            .ok());
   }
   absl::StatusOr<ReadReply> read = Read("r1", "e", 100);
   ASSERT_TRUE(absl::IsDataLoss(read.status())) << read.status();
-  EXPECT_NE(read.status().message().find(
-                "row r1 column e:Patient.notes at timestamp 100"),
+  EXPECT_NE(read.status().message().find("row r1 column e:Patient.notes at timestamp 100"),
             std::string::npos)
       << read.status();
 }
@@ -551,16 +509,14 @@ TEST_F(EncryptedReplicaTest, ALostKeyDirectoryOrAnotherKeyOpensNothing) {
   // A fresh key directory: no key for the group, which has data.
   absl::StatusOr<ReadReply> read = Read("r1", "e", 100);
   ASSERT_TRUE(absl::IsDataLoss(read.status())) << read.status();
-  EXPECT_NE(read.status().message().find("no key"), std::string::npos)
-      << read.status();
+  EXPECT_NE(read.status().message().find("no key"), std::string::npos) << read.status();
   // Nor does the log open (it would be replicated elsewhere in the clear).
   ReadLogRequest log;
   *log.mutable_group() = Group();
   log.set_from(1);
   log.set_to(1);
-  EXPECT_TRUE(absl::IsDataLoss(Await<ReadLogReply>([&](auto cb) {
-                                 replica_->ReadLog(log, std::move(cb));
-                               }).status()));
+  EXPECT_TRUE(absl::IsDataLoss(
+      Await<ReadLogReply>([&](auto cb) { replica_->ReadLog(log, std::move(cb)); }).status()));
   // A group that never had data reads as empty, and gets no key for it.
   absl::StatusOr<ReadReply> empty = Read("r9", "e", 100, "r9");
   ASSERT_TRUE(empty.ok()) << empty.status();
@@ -592,8 +548,7 @@ TEST_F(EncryptedReplicaTest, DestroyingAGroupsKeyShredsItAndOnlyIt) {
   other.add_changes()->set_row("r2");
   *other.mutable_changes(0)->add_cells() = Set("e", "Patient.name", "Ada");
   ASSERT_TRUE(Commit(1, other, "r2").ok());
-  absl::StatusOr<KeysDestroyReply> destroyed =
-      encryption_->Destroy("Clinic", "r1");
+  absl::StatusOr<KeysDestroyReply> destroyed = encryption_->Destroy("Clinic", "r1");
   ASSERT_TRUE(destroyed.ok()) << destroyed.status();
   EXPECT_TRUE(destroyed->had_key());
   absl::StatusOr<ReadReply> read = Read("r1", "e", 100);
@@ -635,14 +590,11 @@ TEST_F(EncryptedReplicaTest, EntriesLeakingValuesOutOfTheGroupAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(Commit(2, forged)));
 }
 
-TEST_F(EncryptedReplicaTest,
-       WithoutAKeyDirectoryEncryptedGroupsAreRefusedNotWrittenInTheClear) {
+TEST_F(EncryptedReplicaTest, WithoutAKeyDirectoryEncryptedGroupsAreRefusedNotWrittenInTheClear) {
   replica_.reset();
-  encryption_ =
-      std::make_unique<AtRestEncryption>(Env::Default(), bigtable_.get(), "");
-  replica_ =
-      std::make_unique<LogReplica>(bigtable_.get(), ReplicaType::kFull, nullptr,
-                                   kDefaultMaxClockSkew, encryption_.get());
+  encryption_ = std::make_unique<AtRestEncryption>(Env::Default(), bigtable_.get(), "");
+  replica_ = std::make_unique<LogReplica>(bigtable_.get(), ReplicaType::kFull, nullptr,
+                                          kDefaultMaxClockSkew, encryption_.get());
   absl::Status s = Commit(1, Entry(100, "x"));
   ASSERT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_NE(s.message().find("--key-dir"), std::string::npos) << s;
@@ -666,13 +618,11 @@ TEST_F(EncryptedReplicaTest, ATableWithNoRecordedSchemaIsNotServed) {
   absl::StatusOr<PaxosReply> p =
       Await<PaxosReply>([&](auto cb) { replica_->Paxos(req, std::move(cb)); });
   ASSERT_TRUE(absl::IsUnavailable(p.status())) << p.status();
-  EXPECT_NE(p.status().message().find("no schema of table Other is recorded"),
-            std::string::npos)
+  EXPECT_NE(p.status().message().find("no schema of table Other is recorded"), std::string::npos)
       << p.status();
 }
 
-TEST_F(EncryptedReplicaTest,
-       AnEntryWritingRowsOutsideTheGroupIsRefusedAlsoAtApply) {
+TEST_F(EncryptedReplicaTest, AnEntryWritingRowsOutsideTheGroupIsRefusedAlsoAtApply) {
   LogEntry e;
   e.set_timestamp(100);
   RowChange* c = e.add_changes();
@@ -684,9 +634,8 @@ TEST_F(EncryptedReplicaTest,
   *apply.mutable_group() = Group();
   apply.set_position(1);
   apply.set_value(e.SerializeAsString());
-  absl::Status applied = Await<ApplyReply>([&](auto cb) {
-                           replica_->Apply(apply, std::move(cb));
-                         }).status();
+  absl::Status applied =
+      Await<ApplyReply>([&](auto cb) { replica_->Apply(apply, std::move(cb)); }).status();
   EXPECT_TRUE(absl::IsInvalidArgument(applied)) << applied;
 }
 
@@ -696,13 +645,11 @@ TEST_F(EncryptedReplicaTest, AMissingKekBesideGroupKeysIsNotReplaced) {
   std::filesystem::remove(key_dir() + "/kek");
   auto store = GroupKeyStore::Open(key_dir());
   ASSERT_TRUE(absl::IsDataLoss(store.status())) << store.status();
-  EXPECT_NE(store.status().message().find("kek is missing"), std::string::npos)
-      << store.status();
+  EXPECT_NE(store.status().message().find("kek is missing"), std::string::npos) << store.status();
   EXPECT_FALSE(std::filesystem::exists(key_dir() + "/kek"));
 }
 
-TEST_F(EncryptedReplicaTest,
-       ALostSchemaTableKeepsEncryptedTablesEncryptedAndRefusesTheRest) {
+TEST_F(EncryptedReplicaTest, ALostSchemaTableKeepsEncryptedTablesEncryptedAndRefusesTheRest) {
   ASSERT_TRUE(Commit(1, Entry(100, "x")).ok());
   storage::TableSchema other;
   other.set_name("Other");
@@ -725,8 +672,7 @@ TEST_F(EncryptedReplicaTest,
   absl::StatusOr<ReadReply> refused =
       Await<ReadReply>([&](auto cb) { replica_->Read(req, std::move(cb)); });
   ASSERT_TRUE(absl::IsUnavailable(refused.status())) << refused.status();
-  EXPECT_NE(refused.status().message().find("key directory holds keys"),
-            std::string::npos)
+  EXPECT_NE(refused.status().message().find("key directory holds keys"), std::string::npos)
       << refused.status();
 }
 

@@ -30,7 +30,8 @@ bool Expired(GroupClient* c, int64_t deadline) { return c->env()->MonotonicMicro
 
 // A pause of `d`, cut short at `deadline` (when the waiter then gives up).
 absl::Duration Capped(GroupClient* c, int64_t deadline, absl::Duration d) {
-  return std::min(d, absl::Microseconds(std::max<int64_t>(0, deadline - c->env()->MonotonicMicros())));
+  return std::min(d,
+                  absl::Microseconds(std::max<int64_t>(0, deadline - c->env()->MonotonicMicros())));
 }
 
 // Runs `fn` after `d` on the Env's timer, unless the client is gone by then.
@@ -57,16 +58,17 @@ void CallProto(GroupClient* c, const std::string& node, std::string_view method,
   if (deadline != 0)
     wait = std::clamp(absl::Microseconds(deadline - c->env()->MonotonicMicros()),
                       absl::Milliseconds(1), wait);
-  c->transport()->Call(node, method, request.SerializeAsString(), wait,
-                       [life = c->lifetime(), m, done = std::move(done)](absl::StatusOr<std::string> r) mutable {
-                         GroupClient::Entry entry(life);
-                         if (!entry) return;  // the client is gone
-                         if (!r.ok()) return done(r.status());
-                         Reply reply;
-                         if (!reply.ParseFromString(*r))
-                           return done(absl::DataLossError(StrCat("unparsable reply to ", m)));
-                         done(std::move(reply));
-                       });
+  c->transport()->Call(
+      node, method, request.SerializeAsString(), wait,
+      [life = c->lifetime(), m, done = std::move(done)](absl::StatusOr<std::string> r) mutable {
+        GroupClient::Entry entry(life);
+        if (!entry) return;  // the client is gone
+        if (!r.ok()) return done(r.status());
+        Reply reply;
+        if (!reply.ParseFromString(*r))
+          return done(absl::DataLossError(StrCat("unparsable reply to ", m)));
+        done(std::move(reply));
+      });
 }
 
 // CallProto for requests that are safe to repeat: a lost request or reply
@@ -76,19 +78,18 @@ template <typename Reply, typename Request>
 void CallRetrying(GroupClient* c, std::string node, std::string method, Request request,
                   int64_t deadline, Callback<Reply> done) {
   auto parked = std::make_shared<Callback<Reply>>(std::move(done));
-  CallProto<Reply>(c, node, method, request,
-                   [c, node, method, request, deadline, parked](absl::StatusOr<Reply> r) {
-                     const bool transient = absl::IsDeadlineExceeded(r.status()) ||
-                                            absl::IsUnavailable(r.status());
-                     if (r.ok() || !transient || Expired(c, deadline))
-                       return (*parked)(std::move(r));
-                     Later(c, Capped(c, deadline, Jitter(c, c->options().max_backoff)),
-                                        [c, node, method, request, deadline, parked] {
-                                          CallRetrying<Reply>(c, node, method, request, deadline,
-                                                              std::move(*parked));
-                                        });
-                   },
-                   std::nullopt, deadline);
+  CallProto<Reply>(
+      c, node, method, request,
+      [c, node, method, request, deadline, parked](absl::StatusOr<Reply> r) {
+        const bool transient =
+            absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status());
+        if (r.ok() || !transient || Expired(c, deadline)) return (*parked)(std::move(r));
+        Later(c, Capped(c, deadline, Jitter(c, c->options().max_backoff)),
+              [c, node, method, request, deadline, parked] {
+                CallRetrying<Reply>(c, node, method, request, deadline, std::move(*parked));
+              });
+      },
+      std::nullopt, deadline);
 }
 
 // Runs `n` calls and reports their results once `enough` succeeded or all
@@ -101,7 +102,8 @@ class Gather : public std::enable_shared_from_this<Gather<T>> {
       : results_(n), enough_(enough), done_(std::move(done)) {}
 
   Callback<T> Slot(size_t i) {
-    return [self = this->shared_from_this(), i](absl::StatusOr<T> r) { self->Set(i, std::move(r)); };
+    return
+        [self = this->shared_from_this(), i](absl::StatusOr<T> r) { self->Set(i, std::move(r)); };
   }
   // For an empty set of calls.
   void FinishIfEmpty() {
@@ -234,11 +236,12 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       req.mutable_ballot()->set_proposer(m.ballot.proposer);
       req.set_value(m.value);
       const int replica = c_->voters()[m.acceptor];
-      CallProto<PaxosReply>(c_, c_->options().replicas[replica].replication, "repl.Paxos", req,
-                            [self = shared_from_this(), m, round](absl::StatusOr<PaxosReply> r) {
-                              self->OnReply(m, round, std::move(r));
-                            },
-                            std::nullopt, deadline_);
+      CallProto<PaxosReply>(
+          c_, c_->options().replicas[replica].replication, "repl.Paxos", req,
+          [self = shared_from_this(), m, round](absl::StatusOr<PaxosReply> r) {
+            self->OnReply(m, round, std::move(r));
+          },
+          std::nullopt, deadline_);
     }
   }
 
@@ -257,23 +260,27 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       // timer: an acceptor that took the entry may see it chosen later.)
       const bool beyond = IsBeyondTop(r.status());
       const bool denied = absl::IsPermissionDenied(r.status());
-      if (!beyond && !denied && !absl::IsResourceExhausted(r.status())) return;  // lost: the round timer takes care of it
+      if (!beyond && !denied && !absl::IsResourceExhausted(r.status()))
+        return;  // lost: the round timer takes care of it
       bool give_up;
       {
         absl::MutexLock lock(&mu_);
         if (denied && (round != round_ || answered_)) return;
         std::set<int>& refused = beyond ? beyond_top_ : denied ? denied_ : out_of_space_;
         refused.insert(request.acceptor);
-        give_up = !finished_ && refused.size() >= (denied ? c_->voters().size() : c_->voters().size() / 2 + 1);
+        give_up = !finished_ &&
+                  refused.size() >= (denied ? c_->voters().size() : c_->voters().size() / 2 + 1);
       }
       if (give_up && denied) {
-        return Finish(absl::PermissionDeniedError(
-            StrCat("every replica refused to write log position ", position_, ": ", r.status().message())));
+        return Finish(
+            absl::PermissionDeniedError(StrCat("every replica refused to write log position ",
+                                               position_, ": ", r.status().message())));
       }
       if (give_up) {
-        Finish(absl::DeadlineExceededError(StrCat(
-            "outcome unknown: a majority of replicas refused log position ", position_,
-            beyond ? " as beyond the group's log (" : " for lack of storage (", r.status().message(), ")")));
+        Finish(absl::DeadlineExceededError(
+            StrCat("outcome unknown: a majority of replicas refused log position ", position_,
+                   beyond ? " as beyond the group's log (" : " for lack of storage (",
+                   r.status().message(), ")")));
       }
       return;
     }
@@ -316,7 +323,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
           chosen->late = late_;
           chosen->value = proposer_.chosen_value();
           chosen->fast = proposer_.ballot().round == 0;
-          for (paxos::AcceptorId a : proposer_.accepted_by()) chosen->accepted_by.insert(c_->voters()[a]);
+          for (paxos::AcceptorId a : proposer_.accepted_by())
+            chosen->accepted_by.insert(c_->voters()[a]);
         } else if (proposer_.state() == paxos::Proposer::State::kStalled && round == round_ &&
                    retry_armed_ != round_) {
           retry_armed_ = round_;
@@ -337,8 +345,8 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
                                   request.ballot == paxos::Ballot{} && m.accepted_ballot &&
                                   *m.accepted_ballot == paxos::Ballot{} &&
                                   m.accepted_value != request.value;
-      ScheduleRetry(round, lost_fast_path ? c_->options().leader_timeout + Backoff(round)
-                                          : Backoff(round));
+      ScheduleRetry(
+          round, lost_fast_path ? c_->options().leader_timeout + Backoff(round) : Backoff(round));
     }
     Send(std::move(out), round);
   }
@@ -371,7 +379,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
 
   void ScheduleRetry(uint64_t round, absl::Duration after) {
     Later(c_, Capped(c_, deadline_, after),
-                        [self = shared_from_this(), round] { self->Retry(round); });
+          [self = shared_from_this(), round] { self->Retry(round); });
   }
 
   void Retry(uint64_t round) {
@@ -420,10 +428,10 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<paxos::Ballot> chosen_ballot_ ABSL_GUARDED_BY(mu_);
-  std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);    // acceptors that refused the position as too far
+  std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);  // acceptors that refused the position as too far
   std::set<int> out_of_space_ ABSL_GUARDED_BY(mu_);  // ... or for a full disk
   std::set<int> denied_ ABSL_GUARDED_BY(mu_);        // ... or by their access policy
-  bool answered_ ABSL_GUARDED_BY(mu_) = false;       // some acceptor answered (promise, accept or not)
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;  // some acceptor answered (promise, accept or not)
   const std::shared_ptr<LateAccepts> late_ = std::make_shared<LateAccepts>();
   Callback<Chosen> done_ ABSL_GUARDED_BY(mu_);
 };
@@ -465,15 +473,15 @@ void InvalidateOne(GroupClient* c, GroupRef group, uint64_t position, int r, int
     }
     if (proved) return done(absl::OkStatus());
     if (Expired(c, deadline))
-      return done(absl::DeadlineExceededError(
-          StrCat("could not invalidate the coordinator of ", c->options().replicas[r].name,
-                 ", and it still holds its locks")));
+      return done(absl::DeadlineExceededError(StrCat("could not invalidate the coordinator of ",
+                                                     c->options().replicas[r].name,
+                                                     ", and it still holds its locks")));
     // Env timers take copyable functions: park the callback.
     auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
     Later(c, Capped(c, deadline, Jitter(c, c->options().rpc_timeout / 2)),
-                       [c, group, position, r, deadline, parked] {
-                         InvalidateOne(c, group, position, r, deadline, std::move(*parked));
-                       });
+          [c, group, position, r, deadline, parked] {
+            InvalidateOne(c, group, position, r, deadline, std::move(*parked));
+          });
   };
   CallProto<coordinator::CoordinatorReply>(
       c, c->options().replicas[r].coordinator, "coord.Invalidate", CoordRequest(group, position),
@@ -496,7 +504,7 @@ void InvalidateOne(GroupClient* c, GroupRef group, uint64_t position, int r, int
   q.set_name(coordinator::LockName(c->options().replicas[r].name));
   for (size_t i = 0; i < n; ++i)
     CallProto<storage::lock::LockReply>(c, c->options().replicas[others[i]].lock_service,
-                                       "lock.Query", q, gather->Slot(i));
+                                        "lock.Query", q, gather->Slot(i));
   gather->FinishIfEmpty();
 }
 
@@ -533,8 +541,8 @@ void Complete(GroupClient* c, GroupRef group, uint64_t position, Chosen chosen, 
     }
     if (wait_replica < 0) (*waited)(absl::OkStatus(), absl::OkStatus());
   };
-  auto gather = std::make_shared<Gather<bool>>(to_invalidate.size(), to_invalidate.size(),
-                                               std::move(apply));
+  auto gather =
+      std::make_shared<Gather<bool>>(to_invalidate.size(), to_invalidate.size(), std::move(apply));
   for (size_t i = 0; i < to_invalidate.size(); ++i) {
     // Whichever comes first: the invalidation, or the replica's own accept.
     struct Once {
@@ -588,13 +596,13 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
     *req.mutable_group() = group;
     CallRetrying<StateReply>(c, c->options().replicas[replica].replication, "repl.State", req,
                              deadline, [self = shared_from_this()](absl::StatusOr<StateReply> s) {
-                            if (!s.ok()) return self->Fail(s.status());
-                            const AppliedRecord& a = s->applied();
-                            if (a.position() >= self->target)
-                              return self->Done(FromApplied(a, self->replica));
-                            self->next = a.position() + 1;
-                            self->Fetch();
-                          });
+                               if (!s.ok()) return self->Fail(s.status());
+                               const AppliedRecord& a = s->applied();
+                               if (a.position() >= self->target)
+                                 return self->Done(FromApplied(a, self->replica));
+                               self->next = a.position() + 1;
+                               self->Fetch();
+                             });
   }
 
   void Fetch() {
@@ -621,8 +629,8 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
   void Step() {
     if (Expired(c, deadline))
       return Fail(absl::DeadlineExceededError(
-          StrCat("catch-up of ", c->options().replicas[replica].name, " stopped at position ",
-                 next, " of ", target, ": out of time")));
+          StrCat("catch-up of ", c->options().replicas[replica].name, " stopped at position ", next,
+                 " of ", target, ": out of time")));
     if (next > chunk_end) {
       if (chunk_end >= target) return Begin();  // re-reads the applied position
       return Fetch();
@@ -635,10 +643,10 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
       req.set_value(it->second);
       CallRetrying<ApplyReply>(c, c->options().replicas[replica].replication, "repl.Apply", req,
                                deadline, [self = shared_from_this()](absl::StatusOr<ApplyReply> r) {
-                              if (!r.ok()) return self->Fail(r.status());
-                              self->next = std::max(self->next + 1, r->applied().position() + 1);
-                              self->Step();
-                            });
+                                 if (!r.ok()) return self->Fail(r.status());
+                                 self->next = std::max(self->next + 1, r->applied().position() + 1);
+                                 self->Step();
+                               });
       return;
     }
     // Nobody knows the value: decide the position (a no-op, unless some
@@ -670,9 +678,12 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
 
 const char* ToString(ReadLevel level) {
   switch (level) {
-    case ReadLevel::kCurrent: return "current";
-    case ReadLevel::kSnapshot: return "snapshot";
-    case ReadLevel::kInconsistent: return "inconsistent";
+    case ReadLevel::kCurrent:
+      return "current";
+    case ReadLevel::kSnapshot:
+      return "snapshot";
+    case ReadLevel::kInconsistent:
+      return "inconsistent";
   }
   return "?";
 }
@@ -696,7 +707,8 @@ GroupClient::~GroupClient() {
   // Callbacks on other threads finish. (One on this thread — destroying the
   // client from its own callback — would wait forever: not allowed.)
   lifetime_->mu.Await(absl::Condition(
-      +[](Lifetime* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return l->active == 0; }, lifetime_.get()));
+      +[](Lifetime* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return l->active == 0; },
+      lifetime_.get()));
 }
 
 GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions options)
@@ -704,7 +716,8 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
   for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
     if (Votes(options_.replicas[i].type)) voters_.push_back(i);
   for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
-    if (options_.replicas[i].type == ReplicaType::kFull && !options_.replicas[i].coordinator.empty())
+    if (options_.replicas[i].type == ReplicaType::kFull &&
+        !options_.replicas[i].coordinator.empty())
       lock_homes_.push_back(i);
 }
 
@@ -729,17 +742,19 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   StateRequest state_req;
   *state_req.mutable_group() = group;
   if (level != ReadLevel::kCurrent) {
-    CallRetrying<StateReply>(this, info.replication, "repl.State", state_req, deadline,
-                             [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
-                            if (!s.ok()) return done(s.status());
-                            LogPosition p = FromApplied(s->applied(), local);
-                            p.latest = level == ReadLevel::kInconsistent;
-                            done(p);
-                          });
+    CallRetrying<StateReply>(
+        this, info.replication, "repl.State", state_req, deadline,
+        [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
+          if (!s.ok()) return done(s.status());
+          LogPosition p = FromApplied(s->applied(), local);
+          p.latest = level == ReadLevel::kInconsistent;
+          done(p);
+        });
     return;
   }
   // Current: ask the coordinator and read the local log state at once.
-  done = [this, started = env_->MonotonicMicros(), done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+  done = [this, started = env_->MonotonicMicros(),
+          done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
     if (p.ok()) read_latency_.Observe(env_->MonotonicMicros() - started);
     done(std::move(p));
   };
@@ -764,8 +779,8 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
     const size_t n = voters_.size();
     std::optional<uint64_t> epoch;
     if (check.ok()) epoch = check->epoch();
-    auto on_states = [this, group, local, epoch, deadline, done = std::move(done)](
-                         Gather<StateReply>::Results results) mutable {
+    auto on_states = [this, group, local, epoch, deadline,
+                      done = std::move(done)](Gather<StateReply>::Results results) mutable {
       size_t ok = 0;
       uint64_t target = 0;
       std::optional<absl::Status> denied;
@@ -783,20 +798,22 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
       // policy while another replica is down is only unavailability.)
       if (ok < voters_.size() / 2 + 1 && denials >= voters_.size() / 2 + 1) return done(*denied);
       if (ok < voters_.size() / 2 + 1)
-        return done(absl::UnavailableError(StrCat(
-            "current read: only ", ok, " of ", voters_.size(),
-            " voting replicas answered; a majority is needed to find the latest position")));
-      CatchUp(group, local, target,
-              [this, group, local, epoch, done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
-                if (p.ok() && epoch && options_.replicas[local].type == ReplicaType::kFull) {
-                  CallProto<coordinator::CoordinatorReply>(
-                      this, options_.replicas[local].coordinator, "coord.Validate",
-                      CoordRequest(group, p->position, *epoch),
-                      [](absl::StatusOr<coordinator::CoordinatorReply>) {});
-                }
-                done(std::move(p));
-              },
-              deadline);
+        return done(absl::UnavailableError(
+            StrCat("current read: only ", ok, " of ", voters_.size(),
+                   " voting replicas answered; a majority is needed to find the latest position")));
+      CatchUp(
+          group, local, target,
+          [this, group, local, epoch,
+           done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+            if (p.ok() && epoch && options_.replicas[local].type == ReplicaType::kFull) {
+              CallProto<coordinator::CoordinatorReply>(
+                  this, options_.replicas[local].coordinator, "coord.Validate",
+                  CoordRequest(group, p->position, *epoch),
+                  [](absl::StatusOr<coordinator::CoordinatorReply>) {});
+            }
+            done(std::move(p));
+          },
+          deadline);
     };
     auto gather = std::make_shared<Gather<StateReply>>(n, n / 2 + 1, std::move(on_states));
     StateRequest req;
@@ -830,15 +847,16 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
     local_view->check = absl::StatusOr<coordinator::CoordinatorReply>(
         absl::FailedPreconditionError("no coordinator at this replica"));
   }
-  CallProto<StateReply>(this, info.replication, "repl.State", state_req,
-                        [local_view, mu, maybe_decide](absl::StatusOr<StateReply> r) {
-                          {
-                            absl::MutexLock lock(mu.get());
-                            local_view->state = std::move(r);
-                          }
-                          maybe_decide();
-                        },
-                        std::nullopt, deadline);
+  CallProto<StateReply>(
+      this, info.replication, "repl.State", state_req,
+      [local_view, mu, maybe_decide](absl::StatusOr<StateReply> r) {
+        {
+          absl::MutexLock lock(mu.get());
+          local_view->state = std::move(r);
+        }
+        maybe_decide();
+      },
+      std::nullopt, deadline);
 }
 
 void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
@@ -879,7 +897,8 @@ void GroupClient::ScanIndex(std::string table, std::string start, std::string en
                           req, DeadlineFrom(this, deadline), std::move(done));
 }
 
-void GroupClient::SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done, int64_t deadline) {
+void GroupClient::SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done,
+                                     int64_t deadline) {
   struct Poll {
     absl::Mutex mu;
     size_t outstanding ABSL_GUARDED_BY(mu) = 0;
@@ -906,21 +925,21 @@ void GroupClient::SomeReplicaReached(GroupRef group, uint64_t position, Callback
   *req.mutable_group() = std::move(group);
   deadline = DeadlineFrom(this, deadline);
   for (int i : others) {
-    CallProto<StateReply>(this, options_.replicas[i].replication, "repl.State", req,
-                          [poll, position](absl::StatusOr<StateReply> r) {
-                            const bool reached =
-                                r.ok() && std::max(r->top(), r->applied().position()) >= position;
-                            Callback<bool> d;
-                            {
-                              absl::MutexLock lock(&poll->mu);
-                              --poll->outstanding;
-                              if (!poll->done || (!reached && poll->outstanding > 0)) return;
-                              d = std::move(poll->done);
-                              poll->done = nullptr;
-                            }
-                            d(reached);
-                          },
-                          std::nullopt, deadline);
+    CallProto<StateReply>(
+        this, options_.replicas[i].replication, "repl.State", req,
+        [poll, position](absl::StatusOr<StateReply> r) {
+          const bool reached = r.ok() && std::max(r->top(), r->applied().position()) >= position;
+          Callback<bool> d;
+          {
+            absl::MutexLock lock(&poll->mu);
+            --poll->outstanding;
+            if (!poll->done || (!reached && poll->outstanding > 0)) return;
+            d = std::move(poll->done);
+            poll->done = nullptr;
+          }
+          d(reached);
+        },
+        std::nullopt, deadline);
   }
 }
 
@@ -971,14 +990,14 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
         // The write is acknowledged once visible and applied here (so this
         // app server's next read needs no catch-up); the other replicas
         // apply behind.
-        const int wait = options_.replicas[options_.local].type == ReplicaType::kWitness ? -1
-                                                                                         : options_.local;
+        const int wait =
+            options_.replicas[options_.local].type == ReplicaType::kWitness ? -1 : options_.local;
         Complete(this, group, position, std::move(*chosen), wait, deadline,
-                 [this, started, position, timestamp, ours, done = std::move(done)](absl::Status visible,
-                                                                     absl::Status) mutable {
+                 [this, started, position, timestamp, ours, done = std::move(done)](
+                     absl::Status visible, absl::Status) mutable {
                    if (!ours)
-                     return done(absl::AbortedError(StrCat(
-                         "conflict: another writer committed log position ", position)));
+                     return done(absl::AbortedError(
+                         StrCat("conflict: another writer committed log position ", position)));
                    // A failed local apply is harmless: the next read applies it.
                    // Not visible: the entry *is* in the log, but a current
                    // read may not see it yet, so it cannot be acknowledged;
@@ -1009,7 +1028,8 @@ GroupClient::Stats GroupClient::stats() const {
   return s;
 }
 
-std::vector<std::pair<std::string, uint64_t>> GroupClient::HottestGroups(size_t n, bool by_conflicts) const {
+std::vector<std::pair<std::string, uint64_t>> GroupClient::HottestGroups(size_t n,
+                                                                         bool by_conflicts) const {
   std::vector<std::pair<std::string, uint64_t>> out;
   for (auto& [root, counts] : group_counts_.Top(n, by_conflicts ? 1 : 0))
     out.emplace_back(std::move(root), counts[by_conflicts ? 1 : 0]);
@@ -1035,7 +1055,8 @@ void GroupClient::LockGroup(GroupRef group, std::string owner, absl::Duration wa
   const ReplicaInfo* home = LockHome(group);
   if (home == nullptr) {
     stats_.locks_missed.fetch_add(1, std::memory_order_relaxed);
-    return done(absl::FailedPreconditionError("no full replica has a coordinator to hold advisory locks"));
+    return done(
+        absl::FailedPreconditionError("no full replica has a coordinator to hold advisory locks"));
   }
   coordinator::AdvisoryLockRequest req;
   req.set_table(group.table());
@@ -1047,7 +1068,8 @@ void GroupClient::LockGroup(GroupRef group, std::string owner, absl::Duration wa
       this, home->coordinator, "coord.Lock", req,
       [this, done = std::move(done)](absl::StatusOr<coordinator::AdvisoryLockReply> r) mutable {
         const bool granted = r.ok() && r->granted();
-        (granted ? stats_.locks_granted : stats_.locks_missed).fetch_add(1, std::memory_order_relaxed);
+        (granted ? stats_.locks_granted : stats_.locks_missed)
+            .fetch_add(1, std::memory_order_relaxed);
         if (!r.ok()) return done(r.status());
         done(granted);
       },

@@ -66,7 +66,7 @@ struct LogPosition {
   int64_t timestamp = 0;
   int32_t next_leader = -1;  // leader nominated for position + 1
   int replica = 0;
-  bool latest = false;       // inconsistent: ignore timestamp, read the newest data
+  bool latest = false;  // inconsistent: ignore timestamp, read the newest data
 };
 
 struct CommitResult {
@@ -140,7 +140,8 @@ class GroupClient {
   // reached `position` (its top or applied position is at least that):
   // asks them all, answers true at the first that does, false once all
   // answered (or the deadline passed) without one.
-  void SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done, int64_t deadline = 0);
+  void SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done,
+                          int64_t deadline = 0);
   // Brings replica `replica` up to at least position `target`: copies known
   // chosen values, decides unknown positions with no-op Paxos, applies in
   // order. Returns the replica's applied position.
@@ -162,10 +163,10 @@ class GroupClient {
   Transport* transport() const { return transport_; }
   // What this client's Commits came to, since it was made.
   struct Stats {
-    uint64_t commits = 0;    // our entry was chosen
-    uint64_t fast_path = 0;  // ... by the leader's ballot-0 accept, one round trip
-    uint64_t conflicts = 0;  // another writer's entry took the position (Aborted)
-    uint64_t unknown = 0;    // no value chosen in time (outcome unknown)
+    uint64_t commits = 0;        // our entry was chosen
+    uint64_t fast_path = 0;      // ... by the leader's ballot-0 accept, one round trip
+    uint64_t conflicts = 0;      // another writer's entry took the position (Aborted)
+    uint64_t unknown = 0;        // no value chosen in time (outcome unknown)
     uint64_t locks_granted = 0;  // advisory locks taken
     uint64_t locks_missed = 0;   // advisory lock requests that went ahead without it
     uint64_t catchups = 0;       // catch-ups of a replica (reads that found it behind, sweeps)

@@ -24,18 +24,14 @@ namespace {
 int64_t NowMicros() { return absl::ToUnixMicros(absl::Now()); }
 
 absl::Status Errno(std::string_view what, const std::string& path) {
-  return absl::InternalError(
-      StrCat(what, " ", path, ": ", std::strerror(errno)));
+  return absl::InternalError(StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-absl::StatusOr<std::string> SealUnder(std::string_view key,
-                                      std::string_view plaintext,
+absl::StatusOr<std::string> SealUnder(std::string_view key, std::string_view plaintext,
                                       std::string_view aad) {
   const std::string nonce = crypto::RandomBytes(crypto::kNonceBytes);
   std::string out = nonce;
-  if (absl::Status s = crypto::SealAesGcm(key, nonce, plaintext, aad, &out);
-      !s.ok())
-    return s;
+  if (absl::Status s = crypto::SealAesGcm(key, nonce, plaintext, aad, &out); !s.ok()) return s;
   return out;
 }
 
@@ -44,10 +40,9 @@ absl::Status CheckPrivate(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return Errno("cannot stat", path);
   if ((st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(
-        StrCat(path, " is readable or writable by others (mode ",
-               fmt::format("{:o}", st.st_mode & 0777),
-               "): key files must be owner-only; chmod 600 it"));
+    return absl::FailedPreconditionError(StrCat(path, " is readable or writable by others (mode ",
+                                                fmt::format("{:o}", st.st_mode & 0777),
+                                                "): key files must be owner-only; chmod 600 it"));
   }
   return absl::OkStatus();
 }
@@ -64,16 +59,15 @@ std::string GroupId(std::string_view table, std::string_view root) {
 // ---- FileKeyProvider
 // ---------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<FileKeyProvider>> FileKeyProvider::Open(
-    std::string path, bool create) {
+absl::StatusOr<std::unique_ptr<FileKeyProvider>> FileKeyProvider::Open(std::string path,
+                                                                       bool create) {
   absl::StatusOr<std::string> payload = ReadChecksummedFile(path, 1 << 20);
   KekFile file;
   if (absl::IsNotFound(payload.status()) && !create) {
-    return absl::DataLossError(
-        StrCat(path,
-               " is missing, but group keys wrapped under it exist "
-               "beside it: restore it from the key directory's backup "
-               "(a new one would open none of them)"));
+    return absl::DataLossError(StrCat(path,
+                                      " is missing, but group keys wrapped under it exist "
+                                      "beside it: restore it from the key directory's backup "
+                                      "(a new one would open none of them)"));
   }
   if (absl::IsNotFound(payload.status())) {
     Kek* k = file.add_keys();
@@ -81,9 +75,7 @@ absl::StatusOr<std::unique_ptr<FileKeyProvider>> FileKeyProvider::Open(
     k->set_material(crypto::RandomBytes(crypto::kKeyBytes));
     k->set_created_micros(NowMicros());
     file.set_active(1);
-    if (absl::Status s =
-            WriteChecksummedFile(path, file.SerializeAsString(), 0600);
-        !s.ok())
+    if (absl::Status s = WriteChecksummedFile(path, file.SerializeAsString(), 0600); !s.ok())
       return s;
     MS_LOG_INFO("made a new key-encryption key in {}", path);
   } else if (!payload.ok()) {
@@ -91,22 +83,18 @@ absl::StatusOr<std::unique_ptr<FileKeyProvider>> FileKeyProvider::Open(
   } else {
     if (absl::Status s = CheckPrivate(path); !s.ok()) return s;
     if (!file.ParseFromString(*payload))
-      return absl::DataLossError(
-          StrCat(path, ": not a key-encryption key file"));
+      return absl::DataLossError(StrCat(path, ": not a key-encryption key file"));
   }
   bool active_found = false;
   for (const Kek& k : file.keys()) {
     if (k.material().size() != crypto::kKeyBytes)
-      return absl::DataLossError(StrCat(path, ": key ", k.id(), " has ",
-                                        k.material().size(), " bytes, not ",
-                                        crypto::kKeyBytes));
+      return absl::DataLossError(StrCat(path, ": key ", k.id(), " has ", k.material().size(),
+                                        " bytes, not ", crypto::kKeyBytes));
     active_found |= k.id() == file.active();
   }
   if (!active_found)
-    return absl::DataLossError(
-        StrCat(path, ": its active key ", file.active(), " is not in it"));
-  return std::unique_ptr<FileKeyProvider>(
-      new FileKeyProvider(std::move(path), std::move(file)));
+    return absl::DataLossError(StrCat(path, ": its active key ", file.active(), " is not in it"));
+  return std::unique_ptr<FileKeyProvider>(new FileKeyProvider(std::move(path), std::move(file)));
 }
 
 std::string FileKeyProvider::Describe() const { return "key file " + path_; }
@@ -145,18 +133,15 @@ absl::StatusOr<std::string> FileKeyProvider::Wrap(std::string_view secret,
   return SealUnder(k->material(), secret, context);
 }
 
-absl::StatusOr<std::string> FileKeyProvider::Unwrap(uint32_t kek,
-                                                    std::string_view wrapped,
+absl::StatusOr<std::string> FileKeyProvider::Unwrap(uint32_t kek, std::string_view wrapped,
                                                     std::string_view context) {
   absl::ReaderMutexLock lock(&mu_);
   const Kek* k = Find(kek);
   if (k == nullptr)
-    return absl::NotFoundError(
-        StrCat("key-encryption key ", kek, " is not in ", path_));
+    return absl::NotFoundError(StrCat("key-encryption key ", kek, " is not in ", path_));
   if (wrapped.size() < crypto::kNonceBytes)
     return absl::DataLossError("a wrapped key is truncated");
-  return crypto::OpenAesGcm(k->material(),
-                            wrapped.substr(0, crypto::kNonceBytes),
+  return crypto::OpenAesGcm(k->material(), wrapped.substr(0, crypto::kNonceBytes),
                             wrapped.substr(crypto::kNonceBytes), context);
 }
 
@@ -195,8 +180,7 @@ absl::StatusOr<std::unique_ptr<GroupKeyStore>> GroupKeyStore::Open(
   if (absl::Status s = CreatePrivateDirectories(dir); !s.ok()) return s;
   if (absl::Status s = CheckPrivate(dir); !s.ok()) return s;
   const std::string lock_path = dir + "/LOCK";
-  const int lock_fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0) return Errno("cannot open", lock_path);
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(lock_fd);
@@ -209,10 +193,9 @@ absl::StatusOr<std::unique_ptr<GroupKeyStore>> GroupKeyStore::Open(
     // A new KEK only for a new key directory: next to existing group keys,
     // a missing kek file is a loss to report, not to paper over.
     std::error_code ec, log_ec;
-    const uintmax_t log_size =
-        std::filesystem::file_size(dir + "/group-keys.log", log_ec);
-    const bool has_keys = std::filesystem::exists(dir + "/group-keys", ec) ||
-                          (!log_ec && log_size > 0);
+    const uintmax_t log_size = std::filesystem::file_size(dir + "/group-keys.log", log_ec);
+    const bool has_keys =
+        std::filesystem::exists(dir + "/group-keys", ec) || (!log_ec && log_size > 0);
     absl::StatusOr<std::unique_ptr<FileKeyProvider>> file =
         FileKeyProvider::Open(dir + "/kek", /*create=*/!has_keys);
     if (!file.ok()) {
@@ -249,13 +232,11 @@ void GroupKeyStore::Remember(GroupKeyRecord record) {
 
 absl::Status GroupKeyStore::Load() {
   const std::string snapshot_path = dir_ + "/group-keys";
-  absl::StatusOr<std::string> snapshot =
-      ReadChecksummedFile(snapshot_path, size_t{1} << 30);
+  absl::StatusOr<std::string> snapshot = ReadChecksummedFile(snapshot_path, size_t{1} << 30);
   if (snapshot.ok()) {
     GroupKeySnapshot s;
     if (!s.ParseFromString(*snapshot))
-      return absl::DataLossError(
-          StrCat(snapshot_path, ": not a group key snapshot"));
+      return absl::DataLossError(StrCat(snapshot_path, ": not a group key snapshot"));
     for (GroupKeyRecord& r : *s.mutable_groups()) Remember(std::move(r));
   } else if (!absl::IsNotFound(snapshot.status())) {
     return snapshot.status();
@@ -270,35 +251,29 @@ absl::Status GroupKeyStore::Load() {
       const size_t offset = log->size() - in.size();
       uint32_t length = 0, masked = 0;
       std::string_view record = in;
-      const bool header =
-          ConsumeFixed32(&record, &length) && ConsumeFixed32(&record, &masked);
+      const bool header = ConsumeFixed32(&record, &length) && ConsumeFixed32(&record, &masked);
       // A length no record has is damage, wherever it is; a torn append
       // has a whole, sane header or none.
       if (header && length > kMaxRecordBytes)
-        return absl::DataLossError(StrCat(log_path, ": the record at offset ",
-                                          offset, " claims ", length,
-                                          " bytes; the file is damaged"));
+        return absl::DataLossError(StrCat(log_path, ": the record at offset ", offset, " claims ",
+                                          length, " bytes; the file is damaged"));
       if (!header || record.size() < length) {
         // A torn append: the process died writing it, so it was never
         // used. Its bytes are kept aside anyway (the records before it go
         // into the snapshot), in case they were something else.
-        const std::string aside =
-            StrCat(log_path, ".torn-", absl::ToUnixSeconds(absl::Now()));
+        const std::string aside = StrCat(log_path, ".torn-", absl::ToUnixSeconds(absl::Now()));
         MS_LOG_WARN(
             "{}: a torn record at offset {} (a crash while appending); "
             "its {} bytes are kept as {}",
             log_path, offset, in.size(), aside);
-        if (absl::Status s = WriteFileAtomically(aside, std::string(in), 0600);
-            !s.ok())
-          return s;
+        if (absl::Status s = WriteFileAtomically(aside, std::string(in), 0600); !s.ok()) return s;
         break;
       }
       const std::string_view payload = record.substr(0, length);
       GroupKeyRecord r;
       if (crc32c::Unmask(masked) != crc32c::Value(payload) ||
           !r.ParseFromString(std::string(payload)))
-        return absl::DataLossError(StrCat(log_path, ": the record at offset ",
-                                          offset,
+        return absl::DataLossError(StrCat(log_path, ": the record at offset ", offset,
                                           " fails its checksum; the file is "
                                           "damaged (restore the key directory "
                                           "from its own backup)"));
@@ -307,8 +282,7 @@ absl::Status GroupKeyStore::Load() {
       in = record.substr(length);
     }
   }
-  log_fd_ =
-      ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  log_fd_ = ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (log_fd_ < 0) return Errno("cannot open", log_path);
   // The log's (and LOCK's) directory entries survive a crash.
   if (absl::Status s = SyncDir(dir_); !s.ok()) return s;
@@ -333,17 +307,15 @@ absl::Status GroupKeyStore::Append(const GroupKeyRecord& record) {
   // reopened (and Load sees the damage).
   auto undo = [&](absl::Status why) {
     if (::ftruncate(log_fd_, before) != 0 || ::fdatasync(log_fd_) != 0)
-      broken_ = absl::Status(
-          why.code(), StrCat(why.message(),
-                             "; taking the partial record back failed too: "
-                             "the key directory refuses new keys until it is "
-                             "compacted (a destroy) or reopened"));
+      broken_ = absl::Status(why.code(), StrCat(why.message(),
+                                                "; taking the partial record back failed too: "
+                                                "the key directory refuses new keys until it is "
+                                                "compacted (a destroy) or reopened"));
     return why;
   };
   size_t done = 0;
   while (done < framed.size()) {
-    const ssize_t n =
-        ::write(log_fd_, framed.data() + done, framed.size() - done);
+    const ssize_t n = ::write(log_fd_, framed.data() + done, framed.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return undo(Errno("cannot append to", path));
     done += static_cast<size_t>(n);
@@ -356,8 +328,8 @@ absl::Status GroupKeyStore::Append(const GroupKeyRecord& record) {
 absl::Status GroupKeyStore::Compact() {
   GroupKeySnapshot snapshot;
   for (const auto& [id, r] : groups_) *snapshot.add_groups() = r;
-  if (absl::Status s = WriteChecksummedFile(dir_ + "/group-keys",
-                                            snapshot.SerializeAsString(), 0600);
+  if (absl::Status s =
+          WriteChecksummedFile(dir_ + "/group-keys", snapshot.SerializeAsString(), 0600);
       !s.ok())
     return s;
   const std::string path = dir_ + "/group-keys.log";
@@ -369,30 +341,27 @@ absl::Status GroupKeyStore::Compact() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> GroupKeyStore::Secret(std::string_view table,
-                                                  std::string_view root,
+absl::StatusOr<std::string> GroupKeyStore::Secret(std::string_view table, std::string_view root,
                                                   bool create) {
   const std::string id = GroupId(table, root);
   absl::MutexLock lock(&mu_);
   if (auto it = groups_.find(id); it != groups_.end()) {
     const GroupKeyRecord& r = it->second;
     if (r.destroyed())
-      return absl::FailedPreconditionError(StrCat(
-          "the key of entity group ", EscapeBytes(root), " of table ", table,
-          " was destroyed: its data can no longer be read or written"));
-    absl::StatusOr<std::string> secret =
-        provider_->Unwrap(r.kek(), r.wrapped(), id);
+      return absl::FailedPreconditionError(
+          StrCat("the key of entity group ", EscapeBytes(root), " of table ", table,
+                 " was destroyed: its data can no longer be read or written"));
+    absl::StatusOr<std::string> secret = provider_->Unwrap(r.kek(), r.wrapped(), id);
     if (!secret.ok())
-      return absl::DataLossError(StrCat(
-          "the key of entity group ", EscapeBytes(root), " of table ", table,
-          " does not unwrap with key-encryption key ", r.kek(), " of ",
-          provider_->Describe(), ": ", secret.status().message()));
+      return absl::DataLossError(StrCat("the key of entity group ", EscapeBytes(root), " of table ",
+                                        table, " does not unwrap with key-encryption key ", r.kek(),
+                                        " of ", provider_->Describe(), ": ",
+                                        secret.status().message()));
     return secret;
   }
   if (!create)
-    return absl::NotFoundError(StrCat("entity group ", EscapeBytes(root),
-                                      " of table ", table, " has no key in ",
-                                      dir_));
+    return absl::NotFoundError(
+        StrCat("entity group ", EscapeBytes(root), " of table ", table, " has no key in ", dir_));
   std::string secret = crypto::RandomBytes(crypto::kKeyBytes);
   GroupKeyRecord r;
   r.set_table(std::string(table));
@@ -412,8 +381,7 @@ absl::StatusOr<std::string> GroupKeyStore::Secret(std::string_view table,
   return secret;
 }
 
-absl::StatusOr<bool> GroupKeyStore::Destroy(std::string_view table,
-                                            std::string_view root) {
+absl::StatusOr<bool> GroupKeyStore::Destroy(std::string_view table, std::string_view root) {
   const std::string id = GroupId(table, root);
   absl::MutexLock lock(&mu_);
   auto it = groups_.find(id);
@@ -454,12 +422,11 @@ absl::StatusOr<uint64_t> GroupKeyStore::Rotate() {
   uint64_t rewrapped = 0;
   for (auto& [id, r] : next) {
     if (r.destroyed() || r.kek() == *kek) continue;
-    absl::StatusOr<std::string> secret =
-        provider_->Unwrap(r.kek(), r.wrapped(), id);
+    absl::StatusOr<std::string> secret = provider_->Unwrap(r.kek(), r.wrapped(), id);
     if (!secret.ok())
-      return absl::DataLossError(
-          StrCat("re-wrapping the key of entity group ", EscapeBytes(r.root()),
-                 " of table ", r.table(), ": ", secret.status().message()));
+      return absl::DataLossError(StrCat("re-wrapping the key of entity group ",
+                                        EscapeBytes(r.root()), " of table ", r.table(), ": ",
+                                        secret.status().message()));
     absl::StatusOr<std::string> wrapped = provider_->Wrap(*secret, id);
     if (!wrapped.ok()) return wrapped.status();
     r.set_kek(*kek);

@@ -43,12 +43,10 @@ class KeyProvider {
   virtual int64_t active_created_micros() const = 0;
   virtual int keks() const = 0;
   // `secret` sealed under the active KEK, bound to `context`.
-  virtual absl::StatusOr<std::string> Wrap(std::string_view secret,
-                                           std::string_view context) = 0;
+  virtual absl::StatusOr<std::string> Wrap(std::string_view secret, std::string_view context) = 0;
   // DataLoss if it does not open (another KEK, altered, other context);
   // NotFound if KEK `kek` is not known.
-  virtual absl::StatusOr<std::string> Unwrap(uint32_t kek,
-                                             std::string_view wrapped,
+  virtual absl::StatusOr<std::string> Unwrap(uint32_t kek, std::string_view wrapped,
                                              std::string_view context) = 0;
   // Makes a new active KEK (kept durably before it returns).
   virtual absl::StatusOr<uint32_t> Rotate() = 0;
@@ -61,15 +59,14 @@ class FileKeyProvider : public KeyProvider {
   // The KEKs of `path`, created (one fresh KEK, mode 0600) if it does not
   // exist and `create`; a missing file is DataLoss otherwise. Errors name
   // the file.
-  static absl::StatusOr<std::unique_ptr<FileKeyProvider>> Open(
-      std::string path, bool create = true);
+  static absl::StatusOr<std::unique_ptr<FileKeyProvider>> Open(std::string path,
+                                                               bool create = true);
 
   std::string Describe() const override;
   uint32_t active() const override;
   int64_t active_created_micros() const override;
   int keks() const override;
-  absl::StatusOr<std::string> Wrap(std::string_view secret,
-                                   std::string_view context) override;
+  absl::StatusOr<std::string> Wrap(std::string_view secret, std::string_view context) override;
   absl::StatusOr<std::string> Unwrap(uint32_t kek, std::string_view wrapped,
                                      std::string_view context) override;
   absl::StatusOr<uint32_t> Rotate() override;
@@ -101,8 +98,7 @@ class GroupKeyStore {
   // fresh secret, durable in the key directory before it is returned;
   // otherwise NotFound. FailedPrecondition if the group's key was
   // destroyed (it never gets another).
-  absl::StatusOr<std::string> Secret(std::string_view table,
-                                     std::string_view root, bool create);
+  absl::StatusOr<std::string> Secret(std::string_view table, std::string_view root, bool create);
   // Destroys the group's key: its wrapped secret leaves every file of the
   // key directory before this returns, and a tombstone refuses a new one.
   // Returns whether it had a live key.
@@ -127,14 +123,10 @@ class GroupKeyStore {
   static constexpr uint32_t kMaxRecordBytes = 64 << 10;
 
  private:
-  GroupKeyStore(std::string dir, std::unique_ptr<KeyProvider> provider,
-                int lock_fd)
-      : dir_(std::move(dir)),
-        provider_(std::move(provider)),
-        lock_fd_(lock_fd) {}
+  GroupKeyStore(std::string dir, std::unique_ptr<KeyProvider> provider, int lock_fd)
+      : dir_(std::move(dir)), provider_(std::move(provider)), lock_fd_(lock_fd) {}
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Append(const GroupKeyRecord& record)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Append(const GroupKeyRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the snapshot of every record and empties the log.
   absl::Status Compact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Remember(GroupKeyRecord record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -145,10 +137,8 @@ class GroupKeyStore {
   mutable absl::Mutex mu_;
   int log_fd_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t log_records_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<std::string, GroupKeyRecord> groups_
-      ABSL_GUARDED_BY(mu_);  // by GroupId
-  absl::flat_hash_set<std::string> tables_
-      ABSL_GUARDED_BY(mu_);  // of every record
+  absl::flat_hash_map<std::string, GroupKeyRecord> groups_ ABSL_GUARDED_BY(mu_);  // by GroupId
+  absl::flat_hash_set<std::string> tables_ ABSL_GUARDED_BY(mu_);                  // of every record
   // A destroyed secret may still be in a file.
   bool needs_compaction_ ABSL_GUARDED_BY(mu_) = false;
   // An append failed and could not be taken back: no more appends.

@@ -97,8 +97,8 @@ Mutation TopCell(uint64_t position) {
 }
 
 absl::Status Corrupt(const GroupRef& group, std::string_view what) {
-  return absl::DataLossError(StrCat("entity group ", EscapeBytes(group.root()), " in table ",
-                                    group.table(), ": ", what));
+  return absl::DataLossError(
+      StrCat("entity group ", EscapeBytes(group.root()), " in table ", group.table(), ": ", what));
 }
 
 // Parses the summary cells of a root row into `out`.
@@ -140,9 +140,12 @@ std::string LearnedColumn(uint64_t position) { return PositionPrefix(position) +
 
 const char* ToString(ReplicaType type) {
   switch (type) {
-    case ReplicaType::kFull: return "full";
-    case ReplicaType::kWitness: return "witness";
-    case ReplicaType::kReadOnly: return "read-only";
+    case ReplicaType::kFull:
+      return "full";
+    case ReplicaType::kWitness:
+      return "witness";
+    case ReplicaType::kReadOnly:
+      return "read-only";
   }
   return "?";
 }
@@ -151,7 +154,8 @@ bool Votes(ReplicaType type) { return type != ReplicaType::kReadOnly; }
 
 absl::Status CheckGroup(const GroupRef& group) {
   if (group.table().empty()) return absl::InvalidArgumentError("request names no table");
-  if (group.root().empty()) return absl::InvalidArgumentError("request names no entity group root row");
+  if (group.root().empty())
+    return absl::InvalidArgumentError("request names no entity group root row");
   return absl::OkStatus();
 }
 
@@ -165,25 +169,28 @@ absl::Status CheckEntryTables(const GroupRef& group, const LogEntry& entry, std:
     for (const CellChange& c : change.cells()) {
       if (c.family() == kLogFamily)
         return absl::InvalidArgumentError(StrCat(method, ": the entry for position ", position,
-                                                 " writes family ", kLogFamily, ", which only the log itself uses"));
+                                                 " writes family ", kLogFamily,
+                                                 ", which only the log itself uses"));
     }
     const std::string& t = change.table();
     if (t.empty() || t == group.table() ||
-        (t.size() > group.table().size() && t.compare(0, group.table().size(), group.table()) == 0 &&
-         t[group.table().size()] == '.'))
+        (t.size() > group.table().size() &&
+         t.compare(0, group.table().size(), group.table()) == 0 && t[group.table().size()] == '.'))
       continue;
-    return absl::InvalidArgumentError(StrCat(method, ": the entry for position ", position, " of a group of table ",
-                                             group.table(), " writes table ", t, ", which is not its schema's"));
+    return absl::InvalidArgumentError(StrCat(method, ": the entry for position ", position,
+                                             " of a group of table ", group.table(),
+                                             " writes table ", t, ", which is not its schema's"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Mutation>> EntryMutations(const RowChange& change, int64_t timestamp,
-                                                      const GroupCipher* cipher) {
+                                                     const GroupCipher* cipher) {
   std::vector<Mutation> out;
   out.reserve(change.cells_size());
   for (const CellChange& c : change.cells()) {
-    const std::string qualifier = cipher == nullptr ? c.qualifier() : cipher->StoredQualifier(c.qualifier());
+    const std::string qualifier =
+        cipher == nullptr ? c.qualifier() : cipher->StoredQualifier(c.qualifier());
     if (c.delete_cells()) {
       // Bounded by the commit timestamp: a late or repeated apply of this
       // entry never hides a later entry's cells. And the family masks by
@@ -193,7 +200,9 @@ absl::StatusOr<std::vector<Mutation>> EntryMutations(const RowChange& change, in
     } else if (cipher == nullptr) {
       out.push_back(Mutation::SetCell(c.family(), qualifier, c.value(), timestamp));
     } else {
-      MS_ASSIGN_OR_RETURN(std::string sealed, cipher->SealCell(change.row(), c.family(), c.qualifier(), timestamp, c.value()));
+      MS_ASSIGN_OR_RETURN(
+          std::string sealed,
+          cipher->SealCell(change.row(), c.family(), c.qualifier(), timestamp, c.value()));
       out.push_back(Mutation::SetCell(c.family(), qualifier, std::move(sealed), timestamp));
     }
   }
@@ -209,21 +218,22 @@ bool IsBeyondTop(const absl::Status& s) {
 namespace {
 
 absl::Status BeyondTop(const GroupRef& group, uint64_t position, uint64_t top) {
-  return absl::OutOfRangeError(StrCat("entity group ", EscapeBytes(group.root()), ": position ", position,
-                                      " is beyond one past the highest position this replica knows (", top,
-                                      ")"));
+  return absl::OutOfRangeError(
+      StrCat("entity group ", EscapeBytes(group.root()), ": position ", position,
+             " is beyond one past the highest position this replica knows (", top, ")"));
 }
 
 }  // namespace
 
-absl::Status LogReplica::CheckTimestamp(const GroupRef& group, uint64_t position, int64_t timestamp) const {
+absl::Status LogReplica::CheckTimestamp(const GroupRef& group, uint64_t position,
+                                        int64_t timestamp) const {
   if (env_ == nullptr) return absl::OkStatus();
   const int64_t now = env_->NowMicros();
   const int64_t skew = absl::ToInt64Microseconds(max_clock_skew_);
   if (timestamp <= now || timestamp - now <= skew) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat("entity group ", EscapeBytes(group.root()), ": the entry for position ",
-                                           position, " has timestamp ", timestamp,
-                                           " us, beyond this replica's clock (", now,
+  return absl::InvalidArgumentError(StrCat("entity group ", EscapeBytes(group.root()),
+                                           ": the entry for position ", position, " has timestamp ",
+                                           timestamp, " us, beyond this replica's clock (", now,
                                            " us) plus the allowed skew (", skew, " us)"));
 }
 
@@ -246,21 +256,23 @@ absl::StatusOr<const GroupCipher*> ReadCipher(const GroupSealing& sealing) {
 }
 
 absl::Status NoKeyForData(const GroupRef& group) {
-  return absl::DataLossError(StrCat("entity group ", EscapeBytes(group.root()), " of encrypted table ", group.table(),
-                                    " has data here but no key in this datacenter's key directory (was the key "
-                                    "directory lost or replaced?)"));
+  return absl::DataLossError(
+      StrCat("entity group ", EscapeBytes(group.root()), " of encrypted table ", group.table(),
+             " has data here but no key in this datacenter's key directory (was the key "
+             "directory lost or replaced?)"));
 }
 
 // An acceptor record as stored: its accepted value sealed in an
 // encrypted group.
-absl::StatusOr<std::string> EncodeRecord(const paxos::AcceptorState& state, const GroupSealing& sealing,
-                                         uint64_t position) {
+absl::StatusOr<std::string> EncodeRecord(const paxos::AcceptorState& state,
+                                         const GroupSealing& sealing, uint64_t position) {
   AcceptorRecord r = ToRecord(state);
   if (r.has_accepted()) {
     MS_ASSIGN_OR_RETURN(const GroupCipher* cipher, WriteCipher(sealing));
     if (cipher != nullptr) {
-      MS_ASSIGN_OR_RETURN(std::string sealed, cipher->SealLog(AcceptorColumn(position), r.accepted_value(),
-                                                              r.accepted().SerializeAsString()));
+      MS_ASSIGN_OR_RETURN(std::string sealed,
+                          cipher->SealLog(AcceptorColumn(position), r.accepted_value(),
+                                          r.accepted().SerializeAsString()));
       r.set_accepted_value(std::move(sealed));
     }
   }
@@ -270,15 +282,17 @@ absl::StatusOr<std::string> EncodeRecord(const paxos::AcceptorState& state, cons
 absl::StatusOr<paxos::AcceptorState> DecodeRecord(const GroupRef& group, const std::string& stored,
                                                   const GroupSealing& sealing, uint64_t position) {
   AcceptorRecord record;
-  if (!record.ParseFromString(stored)) return Corrupt(group, StrCat("unreadable acceptor state at position ", position));
+  if (!record.ParseFromString(stored))
+    return Corrupt(group, StrCat("unreadable acceptor state at position ", position));
   paxos::AcceptorState state;
   state.promised = FromProto(record.promised());
   if (record.has_accepted()) {
     state.accepted_ballot = FromProto(record.accepted());
     MS_ASSIGN_OR_RETURN(const GroupCipher* cipher, ReadCipher(sealing));
     if (cipher != nullptr) {
-      MS_ASSIGN_OR_RETURN(state.accepted_value, cipher->OpenLog(AcceptorColumn(position), record.accepted_value(),
-                                                                record.accepted().SerializeAsString()));
+      MS_ASSIGN_OR_RETURN(state.accepted_value,
+                          cipher->OpenLog(AcceptorColumn(position), record.accepted_value(),
+                                          record.accepted().SerializeAsString()));
     } else if (sealing.encrypted) {
       return NoKeyForData(group);
     } else {
@@ -288,8 +302,8 @@ absl::StatusOr<paxos::AcceptorState> DecodeRecord(const GroupRef& group, const s
   return state;
 }
 
-absl::StatusOr<std::string> OpenLearned(const GroupRef& group, const GroupSealing& sealing, uint64_t position,
-                                        std::string value) {
+absl::StatusOr<std::string> OpenLearned(const GroupRef& group, const GroupSealing& sealing,
+                                        uint64_t position, std::string value) {
   MS_ASSIGN_OR_RETURN(const GroupCipher* cipher, ReadCipher(sealing));
   if (cipher != nullptr) return cipher->OpenLog(LearnedColumn(position), value);
   if (sealing.encrypted) return NoKeyForData(group);
@@ -303,15 +317,17 @@ absl::Status CheckSealedEntry(const GroupRef& group, const LogEntry& entry, uint
     if (change.table().empty() || change.table() == group.table()) {
       const std::string& root = group.root();
       if (change.row().compare(0, root.size(), root) != 0)
-        return absl::InvalidArgumentError(StrCat("the entry for position ", position, " of an encrypted group writes row ",
-                                                 EscapeBytes(change.row()), ", which is not in the group"));
+        return absl::InvalidArgumentError(
+            StrCat("the entry for position ", position, " of an encrypted group writes row ",
+                   EscapeBytes(change.row()), ", which is not in the group"));
       continue;
     }
     for (const CellChange& c : change.cells()) {
       if (!c.delete_cells() && !c.value().empty())
-        return absl::InvalidArgumentError(StrCat("the entry for position ", position,
-                                                 " of an encrypted group writes a value into table ", change.table(),
-                                                 ", outside the group, where it would not be encrypted"));
+        return absl::InvalidArgumentError(
+            StrCat("the entry for position ", position,
+                   " of an encrypted group writes a value into table ", change.table(),
+                   ", outside the group, where it would not be encrypted"));
     }
   }
   return absl::OkStatus();
@@ -322,43 +338,48 @@ absl::Status CheckSealedEntry(const GroupRef& group, const LogEntry& entry, uint
 void LogReplica::SealingOf(const GroupRef& group, bool create, Callback<Sealing> done) {
   static const Sealing kPlain = std::make_shared<const GroupSealing>();
   if (encryption_ == nullptr) return done(kPlain);
-  encryption_->SealingOf(group, false, [this, group, create,
-                                        done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
-    if (!s.ok()) return done(s.status());
-    if (!create || !s->no_key_yet) return done(std::make_shared<const GroupSealing>(std::move(*s)));
-    // A new key only for a group with no log here: one whose key is
-    // missing (a lost or wrong key directory) must not get a second key
-    // that opens none of its cells.
-    bigtable_->ReadRow(
-        group.table(), group.root(), LogRead(RowFilter::QualifierMatch::kPrefix, ""),
-        [this, group, done = std::move(done)](absl::StatusOr<std::optional<Row>> row) mutable {
-          if (!row.ok()) return done(row.status());
-          if (*row) {
-            for (const storage::Cell& c : (*row)->cells) {
-              uint64_t pos;
-              char kind;
-              AcceptorRecord r;
-              const bool learned = ParsePositionColumn(c.qualifier, &pos, &kind) && kind == 'l';
-              const bool accepted = ParsePositionColumn(c.qualifier, &pos, &kind) && kind == 'a' &&
-                                    r.ParseFromString(c.value) && r.has_accepted();
-              if (learned || accepted || c.qualifier == kAppliedColumn) {
-                // Another first writer may have made the key and written
-                // since we asked: use it if it exists now.
-                return encryption_->SealingOf(
-                    group, false, [group, done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
-                      if (!s.ok()) return done(s.status());
-                      if (s->no_key_yet) return done(NoKeyForData(group));
-                      done(std::make_shared<const GroupSealing>(std::move(*s)));
-                    });
+  encryption_->SealingOf(
+      group, false,
+      [this, group, create, done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
+        if (!s.ok()) return done(s.status());
+        if (!create || !s->no_key_yet)
+          return done(std::make_shared<const GroupSealing>(std::move(*s)));
+        // A new key only for a group with no log here: one whose key is
+        // missing (a lost or wrong key directory) must not get a second key
+        // that opens none of its cells.
+        bigtable_->ReadRow(
+            group.table(), group.root(), LogRead(RowFilter::QualifierMatch::kPrefix, ""),
+            [this, group, done = std::move(done)](absl::StatusOr<std::optional<Row>> row) mutable {
+              if (!row.ok()) return done(row.status());
+              if (*row) {
+                for (const storage::Cell& c : (*row)->cells) {
+                  uint64_t pos;
+                  char kind;
+                  AcceptorRecord r;
+                  const bool learned = ParsePositionColumn(c.qualifier, &pos, &kind) && kind == 'l';
+                  const bool accepted = ParsePositionColumn(c.qualifier, &pos, &kind) &&
+                                        kind == 'a' && r.ParseFromString(c.value) &&
+                                        r.has_accepted();
+                  if (learned || accepted || c.qualifier == kAppliedColumn) {
+                    // Another first writer may have made the key and written
+                    // since we asked: use it if it exists now.
+                    return encryption_->SealingOf(
+                        group, false,
+                        [group, done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
+                          if (!s.ok()) return done(s.status());
+                          if (s->no_key_yet) return done(NoKeyForData(group));
+                          done(std::make_shared<const GroupSealing>(std::move(*s)));
+                        });
+                  }
+                }
               }
-            }
-          }
-          encryption_->SealingOf(group, true, [done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
-            if (!s.ok()) return done(s.status());
-            done(std::make_shared<const GroupSealing>(std::move(*s)));
-          });
-        });
-  });
+              encryption_->SealingOf(
+                  group, true, [done = std::move(done)](absl::StatusOr<GroupSealing> s) mutable {
+                    if (!s.ok()) return done(s.status());
+                    done(std::make_shared<const GroupSealing>(std::move(*s)));
+                  });
+            });
+      });
 }
 
 void LogReplica::Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<PaxosReply> done) {
@@ -370,28 +391,34 @@ void LogReplica::Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<
   if (request.accept()) {
     entry = std::make_shared<LogEntry>();
     if (!entry->ParseFromString(request.value()))
-      return done(absl::InvalidArgumentError(
-          StrCat("repl.Paxos: the value proposed for position ", request.position(), " is not a log entry")));
-    if (absl::Status s = CheckEntryTables(request.group(), *entry, "repl.Paxos", request.position()); !s.ok())
+      return done(absl::InvalidArgumentError(StrCat("repl.Paxos: the value proposed for position ",
+                                                    request.position(), " is not a log entry")));
+    if (absl::Status s =
+            CheckEntryTables(request.group(), *entry, "repl.Paxos", request.position());
+        !s.ok())
       return done(s);
-    if (absl::Status s = CheckTimestamp(request.group(), request.position(), entry->timestamp()); !s.ok())
+    if (absl::Status s = CheckTimestamp(request.group(), request.position(), entry->timestamp());
+        !s.ok())
       return done(s);
   }
   auto req = std::make_shared<PaxosRequest>(std::move(request));
   const GroupRef group = req->group();
   // An accept stores a value: the group's key is made if it has none.
   SealingOf(group, req->accept(),
-            [this, req, entry, known_elsewhere, done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+            [this, req, entry, known_elsewhere,
+             done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
               if (!sealing.ok()) return done(sealing.status());
               if (entry != nullptr && (*sealing)->encrypted) {
-                if (absl::Status s = CheckSealedEntry(req->group(), *entry, req->position()); !s.ok()) return done(s);
+                if (absl::Status s = CheckSealedEntry(req->group(), *entry, req->position());
+                    !s.ok())
+                  return done(s);
               }
               PaxosSealed(req, known_elsewhere, std::move(*sealing), std::move(done));
             });
 }
 
-void LogReplica::PaxosSealed(std::shared_ptr<PaxosRequest> req, uint64_t known_elsewhere, Sealing sealing,
-                             Callback<PaxosReply> done) {
+void LogReplica::PaxosSealed(std::shared_ptr<PaxosRequest> req, uint64_t known_elsewhere,
+                             Sealing sealing, Callback<PaxosReply> done) {
   const uint64_t pos = req->position();
   if (!req->accept() || req->ballot().round() != 0 || req->ballot().proposer() != 0 || pos == 1)
     return PaxosAttempt(req, known_elsewhere, 0, std::move(sealing), std::move(done));
@@ -411,21 +438,22 @@ void LogReplica::PaxosSealed(std::shared_ptr<PaxosRequest> req, uint64_t known_e
   bigtable_->CheckAndMutateRow(
       req->group().table(), req->group().root(), std::move(top_is_previous),
       {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), std::move(*record), 0), TopCell(pos)}, {},
-      [this, req, known_elsewhere, reply, sealing, done = std::move(done)](absl::StatusOr<bool> matched) mutable {
+      [this, req, known_elsewhere, reply, sealing,
+       done = std::move(done)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return done(matched.status());
         if (*matched) return done(std::move(reply));
         PaxosAttempt(req, known_elsewhere, 0, std::move(sealing), std::move(done));
       });
 }
 
-void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, uint64_t known_elsewhere, int attempt,
-                              Sealing sealing, Callback<PaxosReply> done) {
+void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, uint64_t known_elsewhere,
+                              int attempt, Sealing sealing, Callback<PaxosReply> done) {
   const uint64_t pos = req->position();
   bigtable_->ReadRow(
       req->group().table(), req->group().root(),
       LogRead(RowFilter::QualifierMatch::kPrefix, PositionPrefix(pos)),
-      [this, req, known_elsewhere, attempt, pos, sealing, done = std::move(done)](
-          absl::StatusOr<std::optional<Row>> row) mutable {
+      [this, req, known_elsewhere, attempt, pos, sealing,
+       done = std::move(done)](absl::StatusOr<std::optional<Row>> row) mutable {
         if (!row.ok()) return done(row.status());
         std::optional<std::string> stored;  // the acceptor cell as read
         if (*row) {
@@ -456,12 +484,14 @@ void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, uint64_t known_
       });
 }
 
-void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt, std::optional<std::string> stored,
-                           Sealing sealing, Callback<PaxosReply> done) {
+void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt,
+                           std::optional<std::string> stored, Sealing sealing,
+                           Callback<PaxosReply> done) {
   const uint64_t pos = req->position();
   paxos::AcceptorState state;
   if (stored) {
-    absl::StatusOr<paxos::AcceptorState> decoded = DecodeRecord(req->group(), *stored, *sealing, pos);
+    absl::StatusOr<paxos::AcceptorState> decoded =
+        DecodeRecord(req->group(), *stored, *sealing, pos);
     if (!decoded.ok()) return done(decoded.status());
     state = std::move(*decoded);
   }
@@ -472,8 +502,8 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt, std::
 
   absl::StatusOr<std::string> next = EncodeRecord(state, *sealing, pos);
   if (!next.ok()) return done(next.status());
-  std::vector<Mutation> write = {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), std::move(*next), 0),
-                                 TopCell(pos)};
+  std::vector<Mutation> write = {
+      Mutation::SetCell(kLogFamily, AcceptorColumn(pos), std::move(*next), 0), TopCell(pos)};
   // The predicate matches iff the acceptor cell is still what we read.
   RowFilter pred = LogRead(RowFilter::QualifierMatch::kExact, AcceptorColumn(pos)).filter;
   std::vector<Mutation> if_true, if_false;
@@ -485,14 +515,15 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt, std::
   }
   const bool expect = stored.has_value();
   bigtable_->CheckAndMutateRow(
-      req->group().table(), req->group().root(), std::move(pred), std::move(if_true), std::move(if_false),
-      [this, req, attempt, expect, sealing = std::move(sealing), reply = std::move(reply), done = std::move(done)](
-          absl::StatusOr<bool> matched) mutable {
+      req->group().table(), req->group().root(), std::move(pred), std::move(if_true),
+      std::move(if_false),
+      [this, req, attempt, expect, sealing = std::move(sealing), reply = std::move(reply),
+       done = std::move(done)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return done(matched.status());
         if (*matched == expect) return done(std::move(reply));
         if (attempt + 1 >= kMaxStepAttempts)
-          return done(absl::AbortedError(
-              StrCat("acceptor state of position ", req->position(), " kept changing under this step; try again")));
+          return done(absl::AbortedError(StrCat("acceptor state of position ", req->position(),
+                                                " kept changing under this step; try again")));
         // Re-read: the state changed, so the position is no longer empty
         // here and needs no bound check.
         PaxosAttempt(req, req->position(), attempt + 1, std::move(sealing), std::move(done));
@@ -505,11 +536,12 @@ void LogReplica::State(GroupRef group, Callback<StateReply> done) {
   if (absl::Status s = CheckGroup(group); !s.ok()) return done(s);
   const std::string table = group.table(), root = group.root();
   bigtable_->ReadRow(table, root, LogRead(RowFilter::QualifierMatch::kPrefix, kSummaryPrefix),
-                     [group = std::move(group), done = std::move(done)](
-                         absl::StatusOr<std::optional<Row>> row) mutable {
+                     [group = std::move(group),
+                      done = std::move(done)](absl::StatusOr<std::optional<Row>> row) mutable {
                        if (!row.ok()) return done(row.status());
                        StateReply reply;
-                       if (absl::Status s = ParseSummary(group, *row, &reply); !s.ok()) return done(s);
+                       if (absl::Status s = ParseSummary(group, *row, &reply); !s.ok())
+                         return done(s);
                        done(std::move(reply));
                      });
 }
@@ -521,16 +553,19 @@ void LogReplica::ReadLog(ReadLogRequest request, Callback<ReadLogReply> done) {
         StrCat("repl.ReadLog: bad range [", request.from(), ", ", request.to(), "]")));
   const GroupRef group = request.group();
   SealingOf(group, false,
-            [this, request = std::move(request), done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+            [this, request = std::move(request),
+             done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
               if (!sealing.ok()) return done(sealing.status());
               ReadLogSealed(std::move(request), std::move(*sealing), std::move(done));
             });
 }
 
-void LogReplica::ReadLogSealed(ReadLogRequest request, Sealing sealing, Callback<ReadLogReply> done) {
+void LogReplica::ReadLogSealed(ReadLogRequest request, Sealing sealing,
+                               Callback<ReadLogReply> done) {
   const uint64_t to = std::min(request.to(), request.from() + kMaxReadLog - 1);
   ReadOptions o = LogRead(RowFilter::QualifierMatch::kRange, "");
-  o.filter.qualifier_range = storage::ByteRange{PositionPrefix(request.from()), PositionPrefix(to + 1)};
+  o.filter.qualifier_range =
+      storage::ByteRange{PositionPrefix(request.from()), PositionPrefix(to + 1)};
   const std::string table = request.group().table(), root = request.group().root();
   bigtable_->ReadRow(table, root, std::move(o),
                      [group = request.group(), sealing = std::move(sealing),
@@ -541,8 +576,10 @@ void LogReplica::ReadLogSealed(ReadLogRequest request, Sealing sealing, Callback
                          for (storage::Cell& c : (*row)->cells) {
                            uint64_t pos;
                            char kind;
-                           if (!ParsePositionColumn(c.qualifier, &pos, &kind) || kind != 'l') continue;
-                           absl::StatusOr<std::string> value = OpenLearned(group, *sealing, pos, std::move(c.value));
+                           if (!ParsePositionColumn(c.qualifier, &pos, &kind) || kind != 'l')
+                             continue;
+                           absl::StatusOr<std::string> value =
+                               OpenLearned(group, *sealing, pos, std::move(c.value));
                            if (!value.ok()) return done(value.status());
                            reply.add_positions(pos);
                            reply.add_values(std::move(*value));
@@ -559,12 +596,14 @@ void LogReplica::Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<
   if (!entry.ParseFromString(request.value()))
     return done(absl::InvalidArgumentError(
         StrCat("repl.Apply: the value of position ", request.position(), " is not a log entry")));
-  if (absl::Status s = CheckEntryTables(request.group(), entry, "repl.Apply", request.position()); !s.ok())
+  if (absl::Status s = CheckEntryTables(request.group(), entry, "repl.Apply", request.position());
+      !s.ok())
     return done(s);
   const GroupRef group = request.group();
   auto req = std::make_shared<ApplyRequest>(std::move(request));
   SealingOf(group, true,
-            [this, req, known_elsewhere, done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+            [this, req, known_elsewhere,
+             done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
               if (!sealing.ok()) return done(sealing.status());
               ApplySealed(std::move(*req), known_elsewhere, std::move(*sealing), std::move(done));
             });
@@ -579,7 +618,8 @@ void LogReplica::ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sea
     // straight from a client.
     LogEntry entry;
     if (!entry.ParseFromString(request.value()))
-      return done(absl::InvalidArgumentError(StrCat("repl.Apply: the value of position ", pos, " is not a log entry")));
+      return done(absl::InvalidArgumentError(
+          StrCat("repl.Apply: the value of position ", pos, " is not a log entry")));
     if (absl::Status s = CheckSealedEntry(group, entry, pos); !s.ok()) return done(s);
   }
   std::string learned_cell = request.value();
@@ -592,15 +632,16 @@ void LogReplica::ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sea
       learned_cell = std::move(*sealed);
     }
   }
-  std::vector<Mutation> learn = {Mutation::SetCell(kLogFamily, LearnedColumn(pos), std::move(learned_cell), 0),
-                                 TopCell(pos)};
-  auto then = [this, group, pos, sealing, value = request.value(), done = std::move(done)](absl::Status s) mutable {
+  std::vector<Mutation> learn = {
+      Mutation::SetCell(kLogFamily, LearnedColumn(pos), std::move(learned_cell), 0), TopCell(pos)};
+  auto then = [this, group, pos, sealing, value = request.value(),
+               done = std::move(done)](absl::Status s) mutable {
     if (!s.ok()) return done(s);
     ApplyLoop(group, std::move(sealing), std::move(done), std::make_pair(pos, std::move(value)));
   };
   if (pos == 1 || pos <= known_elsewhere + 1) {
-    return bigtable_->MutateRow(group.table(), group.root(), std::move(learn), storage::kServerTimestamp,
-                                std::move(then));
+    return bigtable_->MutateRow(group.table(), group.root(), std::move(learn),
+                                storage::kServerTimestamp, std::move(then));
   }
   // Recorded only if the top here is at least the previous position (the
   // top's ordered encoding compares as its number does).
@@ -613,10 +654,11 @@ void LogReplica::ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sea
       [this, group, pos, then = std::move(then)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return then(matched.status());
         if (*matched) return then(absl::OkStatus());
-        State(group, [group, pos, then = std::move(then)](absl::StatusOr<StateReply> state) mutable {
-          if (!state.ok()) return then(state.status());
-          then(BeyondTop(group, pos, std::max(state->top(), state->applied().position())));
-        });
+        State(group,
+              [group, pos, then = std::move(then)](absl::StatusOr<StateReply> state) mutable {
+                if (!state.ok()) return then(state.status());
+                then(BeyondTop(group, pos, std::max(state->top(), state->applied().position())));
+              });
       });
 }
 
@@ -653,9 +695,11 @@ struct EntryWriter {
         self->Finish(mutations.status());
         continue;
       }
-      self->bigtable->MutateRow(own ? self->table : change.table(),
-                                own && cipher != nullptr ? cipher->StoredRow(change.row()) : change.row(),
-                                std::move(*mutations), self->entry.timestamp(), [self](absl::Status s) { self->Finish(s); });
+      self->bigtable->MutateRow(
+          own ? self->table : change.table(),
+          own && cipher != nullptr ? cipher->StoredRow(change.row()) : change.row(),
+          std::move(*mutations), self->entry.timestamp(),
+          [self](absl::Status s) { self->Finish(s); });
     }
   }
 
@@ -675,8 +719,8 @@ struct EntryWriter {
 
 void LogReplica::ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply> done,
                            std::optional<std::pair<uint64_t, std::string>> known) {
-  State(group, [this, group, sealing, known = std::move(known), done = std::move(done)](
-                   absl::StatusOr<StateReply> state) mutable {
+  State(group, [this, group, sealing, known = std::move(known),
+                done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
     const AppliedRecord applied = state->applied();
     const uint64_t next = applied.position() + 1;
@@ -690,8 +734,8 @@ void LogReplica::ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply>
     req.set_from(next);
     req.set_to(next);
     const uint64_t top = state->top();
-    auto apply = [this, group, sealing, applied, next, top, done = std::move(done)](
-                     absl::StatusOr<ReadLogReply> log) mutable {
+    auto apply = [this, group, sealing, applied, next, top,
+                  done = std::move(done)](absl::StatusOr<ReadLogReply> log) mutable {
       if (!log.ok()) return done(log.status());
       if (log->positions_size() == 0) {  // a hole: wait for catch-up
         ApplyReply reply;
@@ -705,7 +749,8 @@ void LogReplica::ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply>
       rec.set_position(next);
       rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
       rec.set_next_leader(writer->entry.next_leader());
-      auto record = [this, group, sealing, rec, next, top, done = std::move(done)](absl::Status s) mutable {
+      auto record = [this, group, sealing, rec, next, top,
+                     done = std::move(done)](absl::Status s) mutable {
         if (!s.ok()) return done(s);
         bigtable_->MutateRow(
             group.table(), group.root(),
@@ -749,29 +794,32 @@ void LogReplica::Truncate(TruncateRequest request, Callback<TruncateReply> done)
   const GroupRef group = request.group();
   const uint64_t keep = request.keep_through();
   if (keep == std::numeric_limits<uint64_t>::max()) return done(TruncateReply());
-  SealingOf(group, false, [this, group, keep, apply = request.apply(),
-                           done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
-    if (!sealing.ok()) return done(sealing.status());
-    TruncateSealed(group, keep, apply, std::move(*sealing), std::move(done));
-  });
+  SealingOf(group, false,
+            [this, group, keep, apply = request.apply(),
+             done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+              if (!sealing.ok()) return done(sealing.status());
+              TruncateSealed(group, keep, apply, std::move(*sealing), std::move(done));
+            });
 }
 
 void LogReplica::TruncateSealed(GroupRef group, uint64_t keep, bool apply, Sealing sealing,
                                 Callback<TruncateReply> done) {
-  State(group, [this, group, keep, apply, sealing = std::move(sealing), done = std::move(done)](
-                   absl::StatusOr<StateReply> state) mutable {
+  State(group, [this, group, keep, apply, sealing = std::move(sealing),
+                done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
     if (state->applied().position() > keep) {
-      return done(absl::FailedPreconditionError(StrCat("this replica applied position ", state->applied().position(),
-                                                       ", above ", keep, ": nothing applied is ever removed")));
+      return done(absl::FailedPreconditionError(StrCat("this replica applied position ",
+                                                       state->applied().position(), ", above ",
+                                                       keep, ": nothing applied is ever removed")));
     }
     // Position columns sort before the summary ("L..." < "S:").
     ReadOptions o = LogRead(RowFilter::QualifierMatch::kRange, "");
-    o.filter.qualifier_range = storage::ByteRange{PositionPrefix(keep + 1), std::string(kSummaryPrefix), false};
+    o.filter.qualifier_range =
+        storage::ByteRange{PositionPrefix(keep + 1), std::string(kSummaryPrefix), false};
     bigtable_->ReadRow(
         group.table(), group.root(), std::move(o),
-        [this, group, keep, apply, sealing, top = state->top(), done = std::move(done)](
-            absl::StatusOr<std::optional<Row>> row) mutable {
+        [this, group, keep, apply, sealing, top = state->top(),
+         done = std::move(done)](absl::StatusOr<std::optional<Row>> row) mutable {
           if (!row.ok()) return done(row.status());
           TruncateReply reply;
           reply.set_top_before(top);
@@ -806,11 +854,12 @@ void LogReplica::TruncateSealed(GroupRef group, uint64_t keep, bool apply, Seali
             removal.push_back(Mutation::DeleteCells(kLogFamily, kTopColumn, 0, 0));
             removal.push_back(TopCell(keep));
           }
-          bigtable_->MutateRow(group.table(), group.root(), std::move(removal), storage::kServerTimestamp,
-                               [reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
-                                 if (!s.ok()) return done(s);
-                                 done(std::move(reply));
-                               });
+          bigtable_->MutateRow(
+              group.table(), group.root(), std::move(removal), storage::kServerTimestamp,
+              [reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
+                if (!s.ok()) return done(s);
+                done(std::move(reply));
+              });
         });
   });
 }
@@ -829,14 +878,16 @@ absl::Status OpenRow(const GroupCipher& cipher, Row* row) {
     c.value = std::move(opened.value);
   }
   if (!key.empty()) row->key = std::move(key);
-  std::stable_sort(row->cells.begin(), row->cells.end(), [](const storage::Cell& a, const storage::Cell& b) {
-    return std::tie(a.family, a.qualifier) < std::tie(b.family, b.qualifier);
-  });
+  std::stable_sort(row->cells.begin(), row->cells.end(),
+                   [](const storage::Cell& a, const storage::Cell& b) {
+                     return std::tie(a.family, a.qualifier) < std::tie(b.family, b.qualifier);
+                   });
   return absl::OkStatus();
 }
 
 bool InGroup(const GroupRef& group, std::string_view row) {
-  return row.size() >= group.root().size() && row.compare(0, group.root().size(), group.root()) == 0;
+  return row.size() >= group.root().size() &&
+         row.compare(0, group.root().size(), group.root()) == 0;
 }
 
 }  // namespace
@@ -846,38 +897,43 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
   const GroupRef group = request.group();
-  SealingOf(group, false, [this, request = std::move(request),
-                           done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
-    if (!sealing.ok()) return done(sealing.status());
-    absl::StatusOr<const GroupCipher*> cipher = ReadCipher(**sealing);
-    if (!cipher.ok()) return done(cipher.status());
-    if ((*sealing)->encrypted && !InGroup(request.group(), request.row()))
-      return done(absl::InvalidArgumentError("repl.Read: the row is not in the entity group"));
-    ReadOptions o;
-    o.filter.families = {request.family()};
-    o.filter.cells_per_column = 1;
-    if (!request.latest()) o.read_timestamp = request.timestamp();
-    const std::string table = request.group().table();
-    const std::string row = *cipher != nullptr ? (*cipher)->StoredRow(request.row()) : request.row();
-    bigtable_->ReadRow(table, row, std::move(o),
-                       [group = request.group(), sealing = *sealing, cipher = *cipher,
-                        done = std::move(done)](absl::StatusOr<std::optional<Row>> r) mutable {
-                         if (!r.ok()) return done(r.status());
-                         ReadReply reply;
-                         if (*r) {
-                           if (sealing->encrypted && cipher == nullptr) return done(NoKeyForData(group));
-                           if (cipher != nullptr) {
-                             if (absl::Status s = OpenRow(*cipher, &**r); !s.ok()) return done(s);
-                           }
-                           reply.set_found(true);
-                           for (const storage::Cell& c : (*r)->cells) {
-                             reply.add_qualifiers(c.qualifier);
-                             reply.add_values(c.value);
-                           }
-                         }
-                         done(std::move(reply));
-                       });
-  });
+  SealingOf(
+      group, false,
+      [this, request = std::move(request),
+       done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+        if (!sealing.ok()) return done(sealing.status());
+        absl::StatusOr<const GroupCipher*> cipher = ReadCipher(**sealing);
+        if (!cipher.ok()) return done(cipher.status());
+        if ((*sealing)->encrypted && !InGroup(request.group(), request.row()))
+          return done(absl::InvalidArgumentError("repl.Read: the row is not in the entity group"));
+        ReadOptions o;
+        o.filter.families = {request.family()};
+        o.filter.cells_per_column = 1;
+        if (!request.latest()) o.read_timestamp = request.timestamp();
+        const std::string table = request.group().table();
+        const std::string row =
+            *cipher != nullptr ? (*cipher)->StoredRow(request.row()) : request.row();
+        bigtable_->ReadRow(table, row, std::move(o),
+                           [group = request.group(), sealing = *sealing, cipher = *cipher,
+                            done = std::move(done)](absl::StatusOr<std::optional<Row>> r) mutable {
+                             if (!r.ok()) return done(r.status());
+                             ReadReply reply;
+                             if (*r) {
+                               if (sealing->encrypted && cipher == nullptr)
+                                 return done(NoKeyForData(group));
+                               if (cipher != nullptr) {
+                                 if (absl::Status s = OpenRow(*cipher, &**r); !s.ok())
+                                   return done(s);
+                               }
+                               reply.set_found(true);
+                               for (const storage::Cell& c : (*r)->cells) {
+                                 reply.add_qualifiers(c.qualifier);
+                                 reply.add_values(c.value);
+                               }
+                             }
+                             done(std::move(reply));
+                           });
+      });
 }
 
 namespace {
@@ -908,12 +964,14 @@ absl::AnyInvocable<void(absl::StatusOr<std::vector<Row>>)> ToScanReply(
 }  // namespace
 
 void LogReplica::ScanIndex(ScanIndexRequest request, Callback<ScanReply> done) {
-  if (request.table().empty()) return done(absl::InvalidArgumentError("repl.ScanIndex names no table"));
+  if (request.table().empty())
+    return done(absl::InvalidArgumentError("repl.ScanIndex names no table"));
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
   if (!request.end().empty() && request.end() <= request.start())
     return done(absl::InvalidArgumentError("repl.ScanIndex: the range is empty"));
-  const int64_t limit = request.limit() <= 0 ? kMaxScanRows : std::min(request.limit(), kMaxScanRows);
+  const int64_t limit =
+      request.limit() <= 0 ? kMaxScanRows : std::min(request.limit(), kMaxScanRows);
   ReadOptions o;
   o.filter.families = {schema::kIndexFamily};
   o.filter.cells_per_column = 1;
@@ -934,7 +992,8 @@ void LogReplica::Scan(ScanRequest request, Callback<ScanReply> done) {
         "repl.Scan: the range must be non-empty and inside the entity group's rows"));
   const GroupRef group = request.group();
   SealingOf(group, false,
-            [this, request = std::move(request), done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+            [this, request = std::move(request),
+             done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
               if (!sealing.ok()) return done(sealing.status());
               ScanSealed(std::move(request), std::move(*sealing), std::move(done));
             });
@@ -956,18 +1015,21 @@ struct SealedScan {
   absl::AnyInvocable<void(absl::StatusOr<std::vector<Row>>)> done;
 
   // Reads [from, to) (up to `max_rows`), opens the rows, then `next`.
-  static void Part(std::shared_ptr<SealedScan> self, std::string from, std::string to, int64_t max_rows,
-                   bool tokenized, absl::AnyInvocable<void(std::shared_ptr<SealedScan>)> next) {
+  static void Part(std::shared_ptr<SealedScan> self, std::string from, std::string to,
+                   int64_t max_rows, bool tokenized,
+                   absl::AnyInvocable<void(std::shared_ptr<SealedScan>)> next) {
     ReadOptions o = self->options;
     o.rows_limit = max_rows;
     self->bigtable->ReadRows(
         self->table, storage::RowRange{std::move(from), std::move(to)}, std::move(o),
-        [self, max_rows, tokenized, next = std::move(next)](absl::StatusOr<std::vector<Row>> rows) mutable {
+        [self, max_rows, tokenized,
+         next = std::move(next)](absl::StatusOr<std::vector<Row>> rows) mutable {
           if (!rows.ok()) return self->done(rows.status());
           if (tokenized && static_cast<int64_t>(rows->size()) >= max_rows)
-            return self->done(absl::ResourceExhaustedError(
-                StrCat("encrypted entity group ", EscapeBytes(self->cipher->root()), " has more than ", max_rows - 1,
-                       " local index entries; a query of them reads them all, and that is too many")));
+            return self->done(absl::ResourceExhaustedError(StrCat(
+                "encrypted entity group ", EscapeBytes(self->cipher->root()), " has more than ",
+                max_rows - 1,
+                " local index entries; a query of them reads them all, and that is too many")));
           std::vector<Row> opened;
           for (Row& r : *rows) {
             if (absl::Status s = OpenRow(*self->cipher, &r); !s.ok()) return self->done(s);
@@ -975,9 +1037,11 @@ struct SealedScan {
             opened.push_back(std::move(r));
           }
           if (tokenized)
-            std::sort(opened.begin(), opened.end(), [](const Row& a, const Row& b) { return a.key < b.key; });
+            std::sort(opened.begin(), opened.end(),
+                      [](const Row& a, const Row& b) { return a.key < b.key; });
           for (Row& r : opened) self->rows.push_back(std::move(r));
-          if (static_cast<int64_t>(self->rows.size()) > self->limit) return self->done(std::move(self->rows));
+          if (static_cast<int64_t>(self->rows.size()) > self->limit)
+            return self->done(std::move(self->rows));
           next(std::move(self));
         });
   }
@@ -986,7 +1050,8 @@ struct SealedScan {
 }  // namespace
 
 void LogReplica::ScanSealed(ScanRequest request, Sealing sealing, Callback<ScanReply> done) {
-  const int64_t limit = request.limit() <= 0 ? kMaxScanRows : std::min(request.limit(), kMaxScanRows);
+  const int64_t limit =
+      request.limit() <= 0 ? kMaxScanRows : std::min(request.limit(), kMaxScanRows);
   ReadOptions o;
   o.filter.families = {request.family()};
   o.filter.cells_per_column = 1;
@@ -998,16 +1063,17 @@ void LogReplica::ScanSealed(ScanRequest request, Sealing sealing, Callback<ScanR
     o.rows_limit = limit + 1;  // one more tells whether there is more
     auto reply = ToScanReply(limit, std::move(done));
     if (!sealing->encrypted) {
-      return bigtable_->ReadRows(table, storage::RowRange{request.start(), request.end()}, std::move(o),
-                                 std::move(reply));
+      return bigtable_->ReadRows(table, storage::RowRange{request.start(), request.end()},
+                                 std::move(o), std::move(reply));
     }
     // An encrypted group with no key here yet must have no data either.
-    return bigtable_->ReadRows(table, storage::RowRange{request.start(), request.end()}, std::move(o),
-                               [group = request.group(), reply = std::move(reply)](
-                                   absl::StatusOr<std::vector<Row>> rows) mutable {
-                                 if (rows.ok() && !rows->empty()) return reply(NoKeyForData(group));
-                                 reply(std::move(rows));
-                               });
+    return bigtable_->ReadRows(
+        table, storage::RowRange{request.start(), request.end()}, std::move(o),
+        [group = request.group(),
+         reply = std::move(reply)](absl::StatusOr<std::vector<Row>> rows) mutable {
+          if (rows.ok() && !rows->empty()) return reply(NoKeyForData(group));
+          reply(std::move(rows));
+        });
   }
   auto scan = std::make_shared<SealedScan>();
   scan->bigtable = bigtable_;
@@ -1028,11 +1094,12 @@ void LogReplica::ScanSealed(ScanRequest request, Sealing sealing, Callback<ScanR
   auto tokenized = [t0, t1, after = std::move(after)](std::shared_ptr<SealedScan> s) mutable {
     if (s->start >= t1 || s->end <= t0) return after(std::move(s));
     storage::RowRange stored = s->cipher->TokenizedRange(s->start, s->end);
-    SealedScan::Part(s, std::move(stored.start), std::move(stored.end), kMaxSealedIndexRows + 1, true,
-                     std::move(after));
+    SealedScan::Part(s, std::move(stored.start), std::move(stored.end), kMaxSealedIndexRows + 1,
+                     true, std::move(after));
   };
   if (scan->start >= t0) return tokenized(std::move(scan));
-  SealedScan::Part(scan, scan->start, std::min(scan->end, t0), limit + 1, false, std::move(tokenized));
+  SealedScan::Part(scan, scan->start, std::min(scan->end, t0), limit + 1, false,
+                   std::move(tokenized));
 }
 
 }  // namespace megastore::replication

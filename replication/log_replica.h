@@ -68,8 +68,13 @@ class LogReplica {
   // its clock. With `encryption`, groups it says are encrypted are stored
   // sealed (replication/cell_crypto.h) and opened when read.
   LogReplica(storage::BigtableClient* bigtable, ReplicaType type, Env* env = nullptr,
-             absl::Duration max_clock_skew = kDefaultMaxClockSkew, GroupEncryption* encryption = nullptr)
-      : bigtable_(bigtable), type_(type), env_(env), max_clock_skew_(max_clock_skew), encryption_(encryption) {}
+             absl::Duration max_clock_skew = kDefaultMaxClockSkew,
+             GroupEncryption* encryption = nullptr)
+      : bigtable_(bigtable),
+        type_(type),
+        env_(env),
+        max_clock_skew_(max_clock_skew),
+        encryption_(encryption) {}
 
   ReplicaType type() const { return type_; }
 
@@ -86,7 +91,9 @@ class LogReplica {
   //   * InvalidArgument for an accepted value that is not a log entry, or
   //     whose timestamp is beyond this replica's clock plus the allowed
   //     skew (naming both).
-  void Paxos(PaxosRequest request, Callback<PaxosReply> done) { Paxos(std::move(request), 0, std::move(done)); }
+  void Paxos(PaxosRequest request, Callback<PaxosReply> done) {
+    Paxos(std::move(request), 0, std::move(done));
+  }
   void Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<PaxosReply> done);
   void State(GroupRef group, Callback<StateReply> done);
   // At most kMaxReadLog positions per call.
@@ -96,7 +103,9 @@ class LogReplica {
   // replicas). Safe to run concurrently and repeatedly. OutOfRange for a
   // position beyond one past this replica's top: a replica that fell
   // behind catches up in order (GroupClient::CatchUp), never by jumping.
-  void Apply(ApplyRequest request, Callback<ApplyReply> done) { Apply(std::move(request), 0, std::move(done)); }
+  void Apply(ApplyRequest request, Callback<ApplyReply> done) {
+    Apply(std::move(request), 0, std::move(done));
+  }
   // The same, recording the position also when it is at most one past
   // `known_elsewhere` (another replica vouched the group got that far).
   void Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done);
@@ -124,14 +133,16 @@ class LogReplica {
   void SealingOf(const GroupRef& group, bool create, Callback<Sealing> done);
   void PaxosSealed(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, Sealing sealing,
                    Callback<PaxosReply> done);
-  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, int attempt, Sealing sealing,
-                    Callback<PaxosReply> done);
+  void PaxosAttempt(std::shared_ptr<PaxosRequest> request, uint64_t known_elsewhere, int attempt,
+                    Sealing sealing, Callback<PaxosReply> done);
   // The acceptor step itself, once the position's stored state is known.
-  void PaxosStep(std::shared_ptr<PaxosRequest> request, int attempt, std::optional<std::string> stored,
-                 Sealing sealing, Callback<PaxosReply> done);
+  void PaxosStep(std::shared_ptr<PaxosRequest> request, int attempt,
+                 std::optional<std::string> stored, Sealing sealing, Callback<PaxosReply> done);
   void ReadLogSealed(ReadLogRequest request, Sealing sealing, Callback<ReadLogReply> done);
-  void TruncateSealed(GroupRef group, uint64_t keep, bool apply, Sealing sealing, Callback<TruncateReply> done);
-  void ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sealing sealing, Callback<ApplyReply> done);
+  void TruncateSealed(GroupRef group, uint64_t keep, bool apply, Sealing sealing,
+                      Callback<TruncateReply> done);
+  void ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sealing sealing,
+                   Callback<ApplyReply> done);
   void ScanSealed(ScanRequest request, Sealing sealing, Callback<ScanReply> done);
   // InvalidArgument if `timestamp` is beyond this replica's clock plus the
   // allowed skew.
@@ -156,7 +167,8 @@ absl::Status CheckGroup(const GroupRef& group);
 
 // The Bigtable mutations that apply `entry`'s changes to one row (sealed
 // with `cipher` if given, for the row cipher->StoredRow(change.row())).
-absl::StatusOr<std::vector<storage::Mutation>> EntryMutations(const RowChange& change, int64_t timestamp,
+absl::StatusOr<std::vector<storage::Mutation>> EntryMutations(const RowChange& change,
+                                                              int64_t timestamp,
                                                               const GroupCipher* cipher = nullptr);
 
 }  // namespace megastore::replication

@@ -34,7 +34,6 @@ class LogReplicaTest : public ::testing::Test {
     return g;
   }
 
-
   absl::StatusOr<PaxosReply> Step(LogReplica& r, uint64_t pos, bool accept, uint64_t round,
                                   uint64_t proposer, const std::string& value = "") {
     PaxosRequest req;
@@ -72,7 +71,8 @@ class LogReplicaTest : public ::testing::Test {
     req.set_row(row);
     req.set_family("e");
     req.set_timestamp(ts);
-    absl::StatusOr<ReadReply> reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+    absl::StatusOr<ReadReply> reply =
+        Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     if (!reply.ok() || reply->values_size() == 0) return std::nullopt;
     return reply->values(0);
@@ -162,7 +162,8 @@ TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
   *rl.mutable_group() = Group();
   rl.set_from(1);
   rl.set_to(5);
-  absl::StatusOr<ReadLogReply> log = Await<ReadLogReply>([&](auto cb) { r.ReadLog(rl, std::move(cb)); });
+  absl::StatusOr<ReadLogReply> log =
+      Await<ReadLogReply>([&](auto cb) { r.ReadLog(rl, std::move(cb)); });
   ASSERT_TRUE(log.ok());
   ASSERT_EQ(log->positions_size(), 2);
   EXPECT_EQ(log->positions(1), 2u);
@@ -233,7 +234,8 @@ TEST_F(LogReplicaTest, ALateApplyOfAnEarlierPositionBringsNothingDeletedBack) {
   latest.set_row("root/k");
   latest.set_family("e");
   latest.set_latest(true);
-  absl::StatusOr<ReadReply> reply = Await<ReadReply>([&](auto cb) { r.Read(latest, std::move(cb)); });
+  absl::StatusOr<ReadReply> reply =
+      Await<ReadReply>([&](auto cb) { r.Read(latest, std::move(cb)); });
   ASSERT_TRUE(reply.ok());
   EXPECT_FALSE(reply->found()) << "an inconsistent read sees the delete too";
 }
@@ -247,9 +249,11 @@ TEST_F(LogReplicaTest, PositionsBeyondOnePastTheTopAreRefusedAndChangeNothing) {
   // to fill every position up to it.
   for (const absl::Status& s :
        {Step(r, 1000, true, 0, 0, "far").status(), Step(r, 4, false, 5, 5).status(),
-        Step(r, 4, true, 5, 5, "far").status(), Apply(r, uint64_t{1} << 40, Set("far", "root/k", "x", 1)).status()}) {
+        Step(r, 4, true, 5, 5, "far").status(),
+        Apply(r, uint64_t{1} << 40, Set("far", "root/k", "x", 1)).status()}) {
     EXPECT_TRUE(IsBeyondTop(s)) << s;
-    EXPECT_NE(s.message().find("highest position this replica knows (2)"), std::string_view::npos) << s;
+    EXPECT_NE(s.message().find("highest position this replica knows (2)"), std::string_view::npos)
+        << s;
   }
   absl::StatusOr<StateReply> state = State(r);
   ASSERT_TRUE(state.ok());
@@ -264,7 +268,8 @@ TEST_F(LogReplicaTest, PositionsBeyondOnePastTheTopAreRefusedAndChangeNothing) {
   vouched.set_position(10);
   vouched.set_accept(true);
   vouched.set_value(EntryValue("ten"));
-  absl::StatusOr<PaxosReply> p = Await<PaxosReply>([&](auto cb) { r.Paxos(vouched, 9, std::move(cb)); });
+  absl::StatusOr<PaxosReply> p =
+      Await<PaxosReply>([&](auto cb) { r.Paxos(vouched, 9, std::move(cb)); });
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(p->ok());
   EXPECT_EQ(State(r)->top(), 10u);
@@ -280,15 +285,19 @@ TEST_F(LogReplicaTest, TruncateListsAndRemovesPositionsPushedFarAhead) {
   const uint64_t far = 1'000'000;
   const LogEntry forged = Set("forged", "root/k", "far", 200);
   std::optional<absl::Status> planted;
-  bigtable_->MutateRow("t", "root",
-                       {storage::Mutation::SetCell(kLogFamily, AcceptorColumn(far), "acceptor", 0),
-                        storage::Mutation::SetCell(kLogFamily, LearnedColumn(far), forged.SerializeAsString(), 0),
-                        storage::Mutation::SetCell(kLogFamily, "S:top", [&] {
-                          std::string v;
-                          AppendOrderedUint64(&v, far);
-                          return v;
-                        }(), static_cast<int64_t>(far))},
-                       storage::kServerTimestamp, [&](absl::Status s) { planted = s; });
+  bigtable_->MutateRow(
+      "t", "root",
+      {storage::Mutation::SetCell(kLogFamily, AcceptorColumn(far), "acceptor", 0),
+       storage::Mutation::SetCell(kLogFamily, LearnedColumn(far), forged.SerializeAsString(), 0),
+       storage::Mutation::SetCell(
+           kLogFamily, "S:top",
+           [&] {
+             std::string v;
+             AppendOrderedUint64(&v, far);
+             return v;
+           }(),
+           static_cast<int64_t>(far))},
+      storage::kServerTimestamp, [&](absl::Status s) { planted = s; });
   ASSERT_TRUE(planted && planted->ok());
   ASSERT_EQ(State(r)->top(), far);
   auto truncate = [&](bool apply) {
@@ -317,8 +326,9 @@ TEST_F(LogReplicaTest, TruncateListsAndRemovesPositionsPushedFarAhead) {
   *below.mutable_group() = Group();
   below.set_keep_through(0);
   below.set_apply(true);
-  EXPECT_EQ(Await<TruncateReply>([&](auto cb) { r.Truncate(below, std::move(cb)); }).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      Await<TruncateReply>([&](auto cb) { r.Truncate(below, std::move(cb)); }).status().code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(LogReplicaTest, EntriesTimestampedBeyondTheClockPlusTheSkewAreRefused) {
@@ -337,7 +347,8 @@ TEST_F(LogReplicaTest, EntriesTimestampedBeyondTheClockPlusTheSkewAreRefused) {
   const int64_t now = Env::Default()->NowMicros();
   absl::StatusOr<PaxosReply> future = propose(1, now + 3600'000'000);
   EXPECT_EQ(future.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(future.status().message().find("plus the allowed skew (5000000 us)"), std::string_view::npos)
+  EXPECT_NE(future.status().message().find("plus the allowed skew (5000000 us)"),
+            std::string_view::npos)
       << future.status();
   EXPECT_EQ(State(r)->top(), 0u) << "nothing stored";
   absl::StatusOr<PaxosReply> near = propose(1, now + 1'000'000);
@@ -386,8 +397,9 @@ TEST_F(LogReplicaTest, BadRequestsAndCorruptStateAreReportedNotTrusted) {
   *backwards.mutable_group() = Group();
   backwards.set_from(5);
   backwards.set_to(4);
-  EXPECT_EQ(Await<ReadLogReply>([&](auto cb) { r.ReadLog(backwards, std::move(cb)); }).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Await<ReadLogReply>([&](auto cb) { r.ReadLog(backwards, std::move(cb)); }).status().code(),
+      absl::StatusCode::kInvalidArgument);
 
   // A damaged acceptor cell.
   ASSERT_TRUE(server_

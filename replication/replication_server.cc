@@ -48,14 +48,16 @@ ReplicationServer::~ReplicationServer() { Stop(); }
 template <typename Reply>
 absl::AnyInvocable<void(absl::StatusOr<Reply>)> ReplicationServer::Timed(Responder respond) {
   counters_.reads++;
-  return [this, started = env_->MonotonicMicros(), respond = std::move(respond)](absl::StatusOr<Reply> r) mutable {
+  return [this, started = env_->MonotonicMicros(),
+          respond = std::move(respond)](absl::StatusOr<Reply> r) mutable {
     read_latency_.Observe(env_->MonotonicMicros() - started);
     if (!r.ok()) return respond(r.status());
     respond(r->SerializeAsString());
   };
 }
 
-void ReplicationServer::CountPaxos(const PaxosCount& request, const absl::StatusOr<PaxosReply>& reply) {
+void ReplicationServer::CountPaxos(const PaxosCount& request,
+                                   const absl::StatusOr<PaxosReply>& reply) {
   paxos_latency_.Observe(env_->MonotonicMicros() - request.started);
   counters_.paxos++;
   groups_.Raise(request.group_key, 2, request.position);
@@ -87,7 +89,8 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   return s;
 }
 
-std::vector<ReplicationServer::GroupActivity> ReplicationServer::HottestGroups(size_t n, bool by_conflicts) const {
+std::vector<ReplicationServer::GroupActivity> ReplicationServer::HottestGroups(
+    size_t n, bool by_conflicts) const {
   std::vector<GroupActivity> out;
   for (const auto& [key, c] : groups_.Top(n, by_conflicts ? 1 : 0)) {
     GroupActivity a;
@@ -102,13 +105,15 @@ std::vector<ReplicationServer::GroupActivity> ReplicationServer::HottestGroups(s
   return out;
 }
 
-void ReplicationServer::AskVouch(const GroupRef& group, uint64_t position, absl::AnyInvocable<void(bool)> done) {
+void ReplicationServer::AskVouch(const GroupRef& group, uint64_t position,
+                                 absl::AnyInvocable<void(bool)> done) {
   if (vouches_in_flight_.fetch_add(1) >= kMaxVouchesInFlight) {
     vouches_in_flight_--;
     counters_.vouches_shed++;
-    MS_LOG_WARN_LIMITED("replication: {} questions to other replicas already in flight; refusing position {} "
-                        "of a group without asking",
-                        kMaxVouchesInFlight, position + 1);
+    MS_LOG_WARN_LIMITED(
+        "replication: {} questions to other replicas already in flight; refusing position {} "
+        "of a group without asking",
+        kMaxVouchesInFlight, position + 1);
     return done(false);
   }
   client_.SomeReplicaReached(
@@ -125,15 +130,17 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     PaxosRequest req;
     if (!Parse(method, request, &req, respond)) return;
     Note(req.group());
-    PaxosCount count{Key(req.group()),   req.accept(),       req.ballot().round() == 0,
-                     req.position(),     req.value().size(), env_->MonotonicMicros()};
-    auto answer = [this, count = std::move(count), respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
+    PaxosCount count{Key(req.group()), req.accept(),       req.ballot().round() == 0,
+                     req.position(),   req.value().size(), env_->MonotonicMicros()};
+    auto answer = [this, count = std::move(count),
+                   respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
       CountPaxos(count, r);
       if (!r.ok()) return respond(r.status());
       respond(r->SerializeAsString());
     };
     const PaxosRequest copy = req;
-    replica_.Paxos(std::move(req), [this, copy, answer = std::move(answer)](absl::StatusOr<PaxosReply> r) mutable {
+    replica_.Paxos(std::move(req), [this, copy, answer = std::move(answer)](
+                                       absl::StatusOr<PaxosReply> r) mutable {
       if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
       // This replica missed earlier positions: it still votes on the next
       // one if another replica knows the group got that far.
@@ -256,40 +263,44 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
   };
   const int local = options_.cluster.local;
   for (const auto& [group, behind] : due) {
-    replica_.State(group, [this, group, behind, local, finish_one](absl::StatusOr<StateReply> s) mutable {
-      if (!s.ok()) return finish_one();
-      const uint64_t target = std::max(s->top(), behind);
-      if (target <= s->applied().position()) {
-        // Complete here: forget it until new traffic arrives.
-        {
-          absl::MutexLock lock(&mu_);
-          auto it = seen_.find(Key(group));
-          const int64_t cutoff =
-              env_->MonotonicMicros() - absl::ToInt64Microseconds(options_.sweep_age);
-          if (it != seen_.end() && it->second.last <= cutoff) seen_.erase(it);
-        }
-        return finish_one();
-      }
-      counters_.sweep_catchups++;
-      auto catch_up = [this, group, local, finish_one](uint64_t to) mutable {
-        client_.CatchUp(group, local, to, [finish_one](absl::StatusOr<LogPosition>) mutable { finish_one(); });
-      };
-      if (behind <= s->top()) return catch_up(target);
-      // Only as far as another replica vouches for: an apply for a position
-      // nobody reached (a forged one) must not make this sweep decide every
-      // position up to it.
-      client_.SomeReplicaReached(
-          group, behind, [this, group, behind, catch_up, top = s->top()](absl::StatusOr<bool> reached) mutable {
-            if (reached.ok() && *reached) return catch_up(behind);
+    replica_.State(
+        group, [this, group, behind, local, finish_one](absl::StatusOr<StateReply> s) mutable {
+          if (!s.ok()) return finish_one();
+          const uint64_t target = std::max(s->top(), behind);
+          if (target <= s->applied().position()) {
+            // Complete here: forget it until new traffic arrives.
             {
               absl::MutexLock lock(&mu_);
-              if (auto it = seen_.find(Key(group)); it != seen_.end() && it->second.behind == behind) {
-                it->second.behind = 0;  // unvouched: forgotten
-              }
+              auto it = seen_.find(Key(group));
+              const int64_t cutoff =
+                  env_->MonotonicMicros() - absl::ToInt64Microseconds(options_.sweep_age);
+              if (it != seen_.end() && it->second.last <= cutoff) seen_.erase(it);
             }
-            catch_up(top);
-          });
-    });
+            return finish_one();
+          }
+          counters_.sweep_catchups++;
+          auto catch_up = [this, group, local, finish_one](uint64_t to) mutable {
+            client_.CatchUp(group, local, to,
+                            [finish_one](absl::StatusOr<LogPosition>) mutable { finish_one(); });
+          };
+          if (behind <= s->top()) return catch_up(target);
+          // Only as far as another replica vouches for: an apply for a position
+          // nobody reached (a forged one) must not make this sweep decide every
+          // position up to it.
+          client_.SomeReplicaReached(group, behind,
+                                     [this, group, behind, catch_up,
+                                      top = s->top()](absl::StatusOr<bool> reached) mutable {
+                                       if (reached.ok() && *reached) return catch_up(behind);
+                                       {
+                                         absl::MutexLock lock(&mu_);
+                                         if (auto it = seen_.find(Key(group));
+                                             it != seen_.end() && it->second.behind == behind) {
+                                           it->second.behind = 0;  // unvouched: forgotten
+                                         }
+                                       }
+                                       catch_up(top);
+                                     });
+        });
   }
   finish_one();
 }

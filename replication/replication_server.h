@@ -44,8 +44,8 @@ class ReplicationServer {
   // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read, repl.Scan,
   // repl.ScanIndex.
   void Serve(std::string_view method, std::string request, Responder respond);
-  static constexpr std::string_view kMethods[] = {"repl.Paxos", "repl.State", "repl.ReadLog",
-                                                  "repl.Apply", "repl.Read", "repl.Scan",
+  static constexpr std::string_view kMethods[] = {"repl.Paxos",     "repl.State",   "repl.ReadLog",
+                                                  "repl.Apply",     "repl.Read",    "repl.Scan",
                                                   "repl.ScanIndex", "repl.Truncate"};
 
   // Starts the periodic sweep; Stop() ends it.
@@ -56,17 +56,19 @@ class ReplicationServer {
 
   // What it has served since it started (status pages, /metrics).
   struct Stats {
-    uint64_t paxos = 0;           // prepare and accept requests
-    uint64_t accepted = 0;        // values accepted: log entries written here
-    uint64_t fast_path = 0;       // ... at ballot round 0: the leader's one-round-trip writes
-    uint64_t log_bytes = 0;       // ... and their bytes
-    uint64_t rejected = 0;        // requests refused for a higher ballot: writers in conflict
-    uint64_t reads = 0;           // repl.Read, repl.Scan, repl.ScanIndex
-    uint64_t applies = 0;         // repl.Apply
+    uint64_t paxos = 0;      // prepare and accept requests
+    uint64_t accepted = 0;   // values accepted: log entries written here
+    uint64_t fast_path = 0;  // ... at ballot round 0: the leader's one-round-trip writes
+    uint64_t log_bytes = 0;  // ... and their bytes
+    uint64_t rejected = 0;   // requests refused for a higher ballot: writers in conflict
+    uint64_t reads = 0;      // repl.Read, repl.Scan, repl.ScanIndex
+    uint64_t applies = 0;    // repl.Apply
     uint64_t sweeps = 0;
     uint64_t sweep_catchups = 0;  // incomplete writes the sweep finished
-    uint64_t gap_votes = 0;       // votes on a position past this replica's top, another replica vouching
-    uint64_t vouches_shed = 0;    // such requests refused without asking, kMaxVouchesInFlight being out
+    uint64_t gap_votes =
+        0;  // votes on a position past this replica's top, another replica vouching
+    uint64_t vouches_shed =
+        0;  // such requests refused without asking, kMaxVouchesInFlight being out
   };
   Stats stats() const;
   const LatencyHistogram& paxos_latency() const { return paxos_latency_; }
@@ -85,8 +87,9 @@ class ReplicationServer {
  private:
   struct Seen {
     GroupRef group;
-    int64_t last = 0;     // monotonic micros of the last Paxos request
-    uint64_t behind = 0;  // a position applied elsewhere that this replica refused (it missed earlier ones)
+    int64_t last = 0;  // monotonic micros of the last Paxos request
+    uint64_t behind =
+        0;  // a position applied elsewhere that this replica refused (it missed earlier ones)
   };
   void Note(const GroupRef& group, uint64_t behind = 0);
   // Asks the other replicas whether one reached `position` of `group`
@@ -122,8 +125,8 @@ class ReplicationServer {
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
 
   struct Counters {
-    std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0}, applies{0}, sweeps{0},
-        sweep_catchups{0}, gap_votes{0}, vouches_shed{0};
+    std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0},
+        applies{0}, sweeps{0}, sweep_catchups{0}, gap_votes{0}, vouches_shed{0};
   };
   std::atomic<int> vouches_in_flight_{0};
   Counters counters_;

@@ -22,7 +22,7 @@ struct FieldDecl {
   FieldType type = FIELD_TYPE_UNSPECIFIED;
   Name message_type;  // type == MESSAGE
   Name name;
-  SourcePos pos;  // of the label
+  SourcePos pos;   // of the label
   int number = 0;  // "= N" after the name; 0 when not given
   SourcePos number_pos;
 };
@@ -55,7 +55,7 @@ struct TableDecl {
   std::vector<ReservedDecl> reserved;
   std::optional<SourcePos> primary_key_pos;
   std::vector<KeyPartDecl> primary_key;
-  std::optional<SourcePos> root_pos;  // ENTITY GROUP ROOT
+  std::optional<SourcePos> root_pos;       // ENTITY GROUP ROOT
   std::optional<SourcePos> encrypted_pos;  // ENCRYPTED
   std::optional<Name> in_table;
   std::optional<SourcePos> group_key_pos;  // ENTITY GROUP KEY(...) REFERENCES T

@@ -14,15 +14,17 @@ namespace {
 const std::set<std::string>& Reserved() {
   static const std::set<std::string> words = {
       // C++ keywords and alternative tokens.
-      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
-      "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr",
-      "constinit", "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete",
-      "do", "double", "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for",
-      "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
-      "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
-      "requires", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct",
-      "switch", "template", "this", "thread_local", "throw", "true", "try", "typedef", "typeid", "typename",
-      "union", "unsigned", "using", "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq",
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break",
+      "case", "catch", "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept",
+      "const", "consteval", "constexpr", "constinit", "const_cast", "continue", "co_await",
+      "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast",
+      "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto",
+      "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
+      "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register",
+      "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
+      "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local",
+      "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using",
+      "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq",
       // Members every generated class has.
       "key", "Key", "kTable", "ToEntity", "FromEntity", "Schema"};
   return words;
@@ -30,24 +32,35 @@ const std::set<std::string>& Reserved() {
 
 std::string CppType(const FieldDescriptor& f) {
   switch (f.type()) {
-    case INT32: return "int32_t";
-    case INT64: return "int64_t";
-    case UINT64: return "uint64_t";
-    case BOOL: return "bool";
-    case DOUBLE: return "double";
+    case INT32:
+      return "int32_t";
+    case INT64:
+      return "int64_t";
+    case UINT64:
+      return "uint64_t";
+    case BOOL:
+      return "bool";
+    case DOUBLE:
+      return "double";
     case STRING:
-    case BYTES: return "std::string";
-    default: return CppName(f.message_type());
+    case BYTES:
+      return "std::string";
+    default:
+      return CppName(f.message_type());
   }
 }
 
 std::string Default(const FieldDescriptor& f) {
   switch (f.type()) {
-    case BOOL: return "false";
-    case DOUBLE: return "0.0";
+    case BOOL:
+      return "false";
+    case DOUBLE:
+      return "0.0";
     case STRING:
-    case BYTES: return "std::string()";
-    default: return CppType(f) + "{0}";
+    case BYTES:
+      return "std::string()";
+    default:
+      return CppType(f) + "{0}";
   }
 }
 
@@ -59,19 +72,25 @@ std::string EmplaceArgs(const FieldDescriptor& f, const std::string& v);
 std::string VariantType(const FieldDescriptor& f) {
   switch (f.type()) {
     case INT32:
-    case INT64: return "int64_t";
-    case MESSAGE: return "std::shared_ptr<const megastore::schema::Entity>";
-    default: return CppType(f);
+    case INT64:
+      return "int64_t";
+    case MESSAGE:
+      return "std::shared_ptr<const megastore::schema::Entity>";
+    default:
+      return CppType(f);
   }
 }
 
 std::string EmplaceArgs(const FieldDescriptor& f, const std::string& v) {
   switch (f.type()) {
-    case INT32: return "std::in_place_type<int64_t>, static_cast<int64_t>(" + v + ")";
+    case INT32:
+      return "std::in_place_type<int64_t>, static_cast<int64_t>(" + v + ")";
     case MESSAGE:
       return "std::in_place_type<std::shared_ptr<const megastore::schema::Entity>>, "
-             "std::make_shared<const megastore::schema::Entity>(" + v + ".ToEntity())";
-    default: return "std::in_place_type<" + VariantType(f) + ">, " + v;
+             "std::make_shared<const megastore::schema::Entity>(" +
+             v + ".ToEntity())";
+    default:
+      return "std::in_place_type<" + VariantType(f) + ">, " + v;
   }
 }
 
@@ -109,7 +128,8 @@ std::string CLiteral(const std::string& text) {
 
 class Generator {
  public:
-  Generator(const SchemaDescriptor& s, std::string include_prefix) : s_(s), prefix_(std::move(include_prefix)) {}
+  Generator(const SchemaDescriptor& s, std::string include_prefix)
+      : s_(s), prefix_(std::move(include_prefix)) {}
 
   GeneratedCode Run() {
     for (const auto& m : s_.messages()) classes_.insert(CppName(m.name()));
@@ -120,8 +140,10 @@ class Generator {
     ns_ = CppName(ToLower(s_.name()));
     H("// Generated by msc from schema " + s_.name() + ". Do not edit.");
     H("#pragma once\n");
-    H("#include <cstdint>\n#include <memory>\n#include <optional>\n#include <string>\n#include <vector>\n");
-    H("#include \"absl/status/statusor.h\"\n#include \"schema/entity.h\"\n#include \"schema/key_codec.h\"\n"
+    H("#include <cstdint>\n#include <memory>\n#include <optional>\n#include <string>\n#include "
+      "<vector>\n");
+    H("#include \"absl/status/statusor.h\"\n#include \"schema/entity.h\"\n#include "
+      "\"schema/key_codec.h\"\n"
       "#include \"schema/schema.pb.h\"\n");
     H("namespace " + ns_ + " {\n");
     H("// The compiled schema " + s_.name() + ".");
@@ -137,7 +159,8 @@ class Generator {
     C("  static const megastore::schema::SchemaDescriptor* schema = [] {");
     C("    auto* s = new megastore::schema::SchemaDescriptor;");
     const std::string bytes = s_.SerializeAsString();
-    C("    s->ParseFromString(std::string(\"" + CEscape(bytes) + "\", " + std::to_string(bytes.size()) + "));");
+    C("    s->ParseFromString(std::string(\"" + CEscape(bytes) + "\", " +
+      std::to_string(bytes.size()) + "));");
     C("    return s;");
     C("  }();");
     C("  return *schema;");
@@ -155,7 +178,8 @@ class Generator {
   void H(const std::string& line) { h_ += line + "\n"; }
   void C(const std::string& line) { c_ += line + "\n"; }
 
-  void Class(const std::string& name, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
+  void Class(const std::string& name,
+             const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
              const TableDescriptor* table) {
     const std::string cls = CppName(name);
     H("class " + cls + " {");
@@ -166,7 +190,8 @@ class Generator {
       H("  struct Key {");
       for (const KeyPart& p : table->primary_key()) {
         for (const auto& f : fields) {
-          if (f.name() == p.field()) H("    " + CppType(f) + " " + FieldName(f) + " = " + Default(f) + ";");
+          if (f.name() == p.field())
+            H("    " + CppType(f) + " " + FieldName(f) + " = " + Default(f) + ";");
         }
       }
       H("    std::vector<megastore::schema::KeyValue> Values() const;");
@@ -177,7 +202,8 @@ class Generator {
       for (const KeyPart& p : table->primary_key()) {
         for (const auto& f : fields) {
           if (f.name() != p.field()) continue;
-          const std::string v = f.type() == INT32 ? "static_cast<int64_t>(" + FieldName(f) + ")" : FieldName(f);
+          const std::string v =
+              f.type() == INT32 ? "static_cast<int64_t>(" + FieldName(f) + ")" : FieldName(f);
           C("  out.emplace_back(" + v + ");");
         }
       }
@@ -197,7 +223,8 @@ class Generator {
     H("  // The entity as the schema library sees it, and back (InvalidArgument");
     H("  // naming the field if a value has the wrong kind).");
     H("  megastore::schema::Entity ToEntity() const;");
-    H("  static absl::StatusOr<" + cls + "> FromEntity(const megastore::schema::Entity& entity);\n");
+    H("  static absl::StatusOr<" + cls +
+      "> FromEntity(const megastore::schema::Entity& entity);\n");
     H(" private:");
     for (const auto& f : fields) {
       const std::string member = FieldName(f) + "_";
@@ -216,14 +243,17 @@ class Generator {
       const std::string member = FieldName(f) + "_";
       const std::string n = std::to_string(f.number());
       if (f.type() == MESSAGE || f.label() == REPEATED) {
-        C("  for (const auto& v : " + member + ") e.fields[" + n + "].emplace_back(" + EmplaceArgs(f, "v") + ");");
+        C("  for (const auto& v : " + member + ") e.fields[" + n + "].emplace_back(" +
+          EmplaceArgs(f, "v") + ");");
       } else {
-        C("  if (" + member + ") e.fields[" + n + "].emplace_back(" + EmplaceArgs(f, "*" + member) + ");");
+        C("  if (" + member + ") e.fields[" + n + "].emplace_back(" + EmplaceArgs(f, "*" + member) +
+          ");");
       }
     }
     C("  return e;");
     C("}\n");
-    C("absl::StatusOr<" + cls + "> " + cls + "::FromEntity(const megastore::schema::Entity& entity) {");
+    C("absl::StatusOr<" + cls + "> " + cls +
+      "::FromEntity(const megastore::schema::Entity& entity) {");
     C("  " + cls + " out;");
     C("  for (const auto& [number, values] : entity.fields) {");
     C("    switch (number) {");
@@ -233,7 +263,8 @@ class Generator {
       C("        for (const auto& v : values) {");
       C("          const auto* x = std::get_if<" + VariantType(f) + ">(&v);");
       C("          if (x == nullptr) {");
-      C("            return absl::InvalidArgumentError(\"" + CLiteral(name + "." + f.name()) + " holds a value of the wrong kind\");");
+      C("            return absl::InvalidArgumentError(\"" + CLiteral(name + "." + f.name()) +
+        " holds a value of the wrong kind\");");
       C("          }");
       if (f.type() == MESSAGE) {
         C("          auto sub = " + CppType(f) + "::FromEntity(**x);");
@@ -248,7 +279,8 @@ class Generator {
       C("        break;");
     }
     C("      default:");
-    C("        return absl::InvalidArgumentError(megastore::StrCat(\"" + CLiteral(name) + " has no field number \", number));");
+    C("        return absl::InvalidArgumentError(megastore::StrCat(\"" + CLiteral(name) +
+      " has no field number \", number));");
     C("    }");
     C("  }");
     C("  return out;");
@@ -259,8 +291,11 @@ class Generator {
     const std::string n = FieldName(f);
     const std::string m = n + "_";
     const std::string t = CppType(f);
-    const char* label = f.label() == REQUIRED ? "required" : f.label() == OPTIONAL ? "optional" : "repeated";
-    H("  // " + std::string(label) + " " + DdlType(f) + " " + f.name() + " = " + std::to_string(f.number()));
+    const char* label = f.label() == REQUIRED   ? "required"
+                        : f.label() == OPTIONAL ? "optional"
+                                                : "repeated";
+    H("  // " + std::string(label) + " " + DdlType(f) + " " + f.name() + " = " +
+      std::to_string(f.number()));
     if (f.type() == MESSAGE) {
       // Out of line: the message's class may not be complete yet here.
       if (f.label() == REPEATED) {
@@ -269,8 +304,10 @@ class Generator {
         H("  " + t + "* mutable_" + n + "(int i);");
         H("  " + t + "* add_" + n + "();");
         C("int " + cls + "::" + n + "_size() const { return static_cast<int>(" + m + ".size()); }");
-        C("const " + t + "& " + cls + "::" + n + "(int i) const { return " + m + "[static_cast<size_t>(i)]; }");
-        C(t + "* " + cls + "::mutable_" + n + "(int i) { return &" + m + "[static_cast<size_t>(i)]; }");
+        C("const " + t + "& " + cls + "::" + n + "(int i) const { return " + m +
+          "[static_cast<size_t>(i)]; }");
+        C(t + "* " + cls + "::mutable_" + n + "(int i) { return &" + m +
+          "[static_cast<size_t>(i)]; }");
         C(t + "* " + cls + "::add_" + n + "() { return &" + m + ".emplace_back(); }");
       } else {
         H("  bool has_" + n + "() const;");
@@ -294,7 +331,8 @@ class Generator {
       H("  int " + n + "_size() const { return static_cast<int>(" + m + ".size()); }");
       H("  const " + t + "& " + n + "(int i) const { return " + m + "[static_cast<size_t>(i)]; }");
       H("  void clear_" + n + "() { " + m + ".clear(); }");
-      H("  void set_" + n + "(int i, " + t + " v) { " + m + "[static_cast<size_t>(i)] = std::move(v); }");
+      H("  void set_" + n + "(int i, " + t + " v) { " + m +
+        "[static_cast<size_t>(i)] = std::move(v); }");
       H("  void add_" + n + "(" + t + " v) { " + m + ".push_back(std::move(v)); }");
       return;
     }
@@ -340,13 +378,14 @@ std::vector<NameClash> FindNameClashes(const SchemaDescriptor& schema) {
   for (const auto& m : schema.messages()) classes.insert(CppName(m.name()));
   for (const auto& t : schema.tables()) classes.insert(CppName(t.name()));
   std::vector<NameClash> out;
-  auto check = [&](const std::string& owner, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields) {
+  auto check = [&](const std::string& owner,
+                   const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields) {
     std::map<std::string, std::string> taken;  // C++ name -> field
     for (const FieldDescriptor& f : fields) {
       std::string n = CppName(f.name());
       if (classes.count(n)) n += "_";
-      for (const std::string& name : {n, "has_" + n, "set_" + n, "clear_" + n, "mutable_" + n, "add_" + n,
-                                      n + "_size", n + "_"}) {
+      for (const std::string& name : {n, "has_" + n, "set_" + n, "clear_" + n, "mutable_" + n,
+                                      "add_" + n, n + "_size", n + "_"}) {
         auto [it, inserted] = taken.emplace(name, f.name());
         if (!inserted && it->second != f.name()) {
           out.push_back(NameClash{owner, f.name(), it->second, name});

@@ -17,6 +17,7 @@
 namespace megastore::schema {
 
 // One message per incompatibility; empty if `next` may replace `previous`.
-std::vector<std::string> CheckCompatible(const SchemaDescriptor& previous, const SchemaDescriptor& next);
+std::vector<std::string> CheckCompatible(const SchemaDescriptor& previous,
+                                         const SchemaDescriptor& next);
 
 }  // namespace megastore::schema

@@ -54,15 +54,18 @@ class Compiler {
     for (const NameClash& c : FindNameClashes(d)) {
       SourcePos pos;
       const std::vector<FieldDecl>* decls = nullptr;
-      if (auto t = tables_.find(ToLower(c.owner)); t != tables_.end()) decls = &t->second.decl->fields;
-      if (auto m = messages_.find(ToLower(c.owner)); m != messages_.end()) decls = &m->second->decl->fields;
+      if (auto t = tables_.find(ToLower(c.owner)); t != tables_.end())
+        decls = &t->second.decl->fields;
+      if (auto m = messages_.find(ToLower(c.owner)); m != messages_.end())
+        decls = &m->second->decl->fields;
       for (size_t i = 0; decls != nullptr && i < decls->size(); ++i) {
         if (EqualsIgnoreCase((*decls)[i].name.text, c.field)) pos = (*decls)[i].name.pos;
       }
-      result.errors.push_back(Diagnostic{
-          pos, "field \"" + c.field + "\" of " + c.owner + " and field \"" + c.other +
-                   "\" would both generate the C++ name " + c.name,
-          "rename one of them"});
+      result.errors.push_back(Diagnostic{pos,
+                                         "field \"" + c.field + "\" of " + c.owner +
+                                             " and field \"" + c.other +
+                                             "\" would both generate the C++ name " + c.name,
+                                         "rename one of them"});
     }
     return result;
   }
@@ -97,8 +100,10 @@ class Compiler {
     for (const Statement& s : statements_) {
       if (const auto* sc = std::get_if<SchemaDecl>(&s)) {
         if (have_schema) {
-          Error(sc->name.pos, "a second CREATE SCHEMA (\"" + sc->name.text + "\"); a file holds one schema",
-                "the first was \"" + schema_name_.text + "\" at line " + std::to_string(schema_name_.pos.line));
+          Error(sc->name.pos,
+                "a second CREATE SCHEMA (\"" + sc->name.text + "\"); a file holds one schema",
+                "the first was \"" + schema_name_.text + "\" at line " +
+                    std::to_string(schema_name_.pos.line));
         } else {
           have_schema = true;
           schema_name_ = sc->name;
@@ -127,7 +132,8 @@ class Compiler {
 
   // Tables and messages share one namespace.
   bool DeclareName(const Name& name, std::string_view kind) {
-    auto [it, inserted] = declared_.emplace(ToLower(name.text), std::pair(std::string(kind), name.pos));
+    auto [it, inserted] =
+        declared_.emplace(ToLower(name.text), std::pair(std::string(kind), name.pos));
     if (inserted) return true;
     Error(name.pos, "duplicate " + std::string(kind) + " name \"" + name.text + "\"",
           "a " + it->second.first + " of that name (names ignore case) is declared at line " +
@@ -154,11 +160,14 @@ class Compiler {
     if (f.type == MESSAGE) {
       auto m = messages_.find(ToLower(f.message_type.text));
       if (m == messages_.end()) {
-        std::string hint = "types are int32, int64, uint64, bool, double, string, bytes, or a CREATE MESSAGE name";
+        std::string hint =
+            "types are int32, int64, uint64, bool, double, string, bytes, or a CREATE MESSAGE name";
         if (tables_.count(ToLower(f.message_type.text))) {
-          hint = "\"" + f.message_type.text + "\" is a table; a field's type must be a scalar or a message";
+          hint = "\"" + f.message_type.text +
+                 "\" is a table; a field's type must be a scalar or a message";
         }
-        Error(f.message_type.pos, "unknown type \"" + f.message_type.text + "\" for field \"" + f.name.text + "\"",
+        Error(f.message_type.pos,
+              "unknown type \"" + f.message_type.text + "\" for field \"" + f.name.text + "\"",
               hint);
         out->RemoveLast();
         fields->pos.erase(ToLower(f.name.text));
@@ -177,7 +186,8 @@ class Compiler {
   // Numbers the fields of a body: "= N" if given, else one more than the
   // highest number so far, skipping reserved ones.
   void AddFields(const std::vector<FieldDecl>& decls, const std::vector<ReservedDecl>& reserved,
-                 const std::string& owner, Fields* fields, google::protobuf::RepeatedPtrField<FieldDescriptor>* out,
+                 const std::string& owner, Fields* fields,
+                 google::protobuf::RepeatedPtrField<FieldDescriptor>* out,
                  google::protobuf::RepeatedField<int32_t>* reserved_out) {
     std::map<int, SourcePos> taken;
     std::set<int> reserved_set;
@@ -195,15 +205,17 @@ class Compiler {
         number = highest + 1;
         while (reserved_set.count(number)) ++number;
       } else if (reserved_set.count(number)) {
-        Error(f.number_pos, "field \"" + f.name.text + "\" uses number " + std::to_string(number) +
-                                ", which " + owner + " reserves",
+        Error(f.number_pos,
+              "field \"" + f.name.text + "\" uses number " + std::to_string(number) + ", which " +
+                  owner + " reserves",
               "reserved numbers belong to dropped fields; pick another");
         continue;
       }
       auto [it, inserted] = taken.emplace(number, f.number_pos);
       if (!inserted) {
         Error(f.number != 0 ? f.number_pos : f.name.pos,
-              "field \"" + f.name.text + "\" gets number " + std::to_string(number) + ", already used in " + owner,
+              "field \"" + f.name.text + "\" gets number " + std::to_string(number) +
+                  ", already used in " + owner,
               "give it another number with = N");
         continue;
       }
@@ -231,8 +243,9 @@ class Compiler {
       if (next == start) {
         if (reported->insert(start).second) {
           const MessageInfo* s = messages_.at(start);
-          Error(s->decl->name.pos, "message " + s->desc.name() + " contains itself through required fields (" +
-                                       Join(*path) + "), so no value of it can exist",
+          Error(s->decl->name.pos,
+                "message " + s->desc.name() + " contains itself through required fields (" +
+                    Join(*path) + "), so no value of it can exist",
                 "make one of those fields optional or repeated");
         }
       } else if (seen->insert(next).second) {
@@ -243,8 +256,8 @@ class Compiler {
   }
 
   void CheckTableFields(TableInfo& t) {
-    AddFields(t.decl->fields, t.decl->reserved, "table " + t.desc.name(), &t.fields, t.desc.mutable_fields(),
-              t.desc.mutable_reserved_numbers());
+    AddFields(t.decl->fields, t.decl->reserved, "table " + t.desc.name(), &t.fields,
+              t.desc.mutable_fields(), t.desc.mutable_reserved_numbers());
   }
 
   const FieldDescriptor* FindField(const TableDescriptor& t, std::string_view name) {
@@ -275,23 +288,27 @@ class Compiler {
     for (const KeyPartDecl& k : d.primary_key) {
       const FieldDescriptor* f = FindField(t.desc, k.field.text);
       if (f == nullptr) {
-        Error(k.field.pos, "primary key column \"" + k.field.text + "\" is not a field of table " + d.name.text,
+        Error(k.field.pos,
+              "primary key column \"" + k.field.text + "\" is not a field of table " + d.name.text,
               "its fields are: " + FieldList(t.desc));
         continue;
       }
       if (!seen.insert(ToLower(f->name())).second) {
-        Error(k.field.pos, "column \"" + k.field.text + "\" appears twice in the primary key of " + d.name.text);
+        Error(k.field.pos,
+              "column \"" + k.field.text + "\" appears twice in the primary key of " + d.name.text);
         continue;
       }
       if (f->label() != REQUIRED) {
-        Error(k.field.pos, "primary key column \"" + f->name() + "\" of " + d.name.text + " is " +
-                               (f->label() == REPEATED ? "repeated" : "optional") + "; key columns must be required",
+        Error(k.field.pos,
+              "primary key column \"" + f->name() + "\" of " + d.name.text + " is " +
+                  (f->label() == REPEATED ? "repeated" : "optional") +
+                  "; key columns must be required",
               "declare it as: required " + DdlType(*f) + " " + f->name() + ";");
         continue;
       }
       if (f->type() == MESSAGE) {
-        Error(k.field.pos, "primary key column \"" + f->name() + "\" has message type " + f->message_type() +
-                               "; key columns must be scalars");
+        Error(k.field.pos, "primary key column \"" + f->name() + "\" has message type " +
+                               f->message_type() + "; key columns must be scalars");
         continue;
       }
       KeyPart* p = t.desc.add_primary_key();
@@ -301,15 +318,19 @@ class Compiler {
     }
 
     if (d.root_pos && d.group_key_pos) {
-      Error(*d.group_key_pos, "table " + d.name.text + " is an ENTITY GROUP ROOT and also names an ENTITY GROUP KEY",
-            "a root starts entity groups; a child table belongs to one: keep one of the two clauses");
+      Error(
+          *d.group_key_pos,
+          "table " + d.name.text + " is an ENTITY GROUP ROOT and also names an ENTITY GROUP KEY",
+          "a root starts entity groups; a child table belongs to one: keep one of the two clauses");
     } else if (!d.root_pos && !d.group_key_pos) {
-      Error(d.name.pos, "table " + d.name.text + " is neither an ENTITY GROUP ROOT nor in an entity group",
+      Error(d.name.pos,
+            "table " + d.name.text + " is neither an ENTITY GROUP ROOT nor in an entity group",
             "add ENTITY GROUP ROOT, or ENTITY GROUP KEY(columns) REFERENCES RootTable");
     }
     t.desc.set_entity_group_root(d.root_pos.has_value());
     if (d.encrypted_pos && !d.root_pos) {
-      Error(*d.encrypted_pos, "table " + d.name.text + " is not an ENTITY GROUP ROOT, so it cannot be ENCRYPTED",
+      Error(*d.encrypted_pos,
+            "table " + d.name.text + " is not an ENTITY GROUP ROOT, so it cannot be ENCRYPTED",
             "encryption is a property of whole entity groups: say ENCRYPTED on the root table");
     }
     t.desc.set_encrypted(d.encrypted_pos.has_value() && d.root_pos.has_value());
@@ -330,8 +351,10 @@ class Compiler {
         const TableInfo& plain = t.desc.encrypted() ? *first : t;
         const TableInfo& sealed = t.desc.encrypted() ? t : *first;
         Error(plain.decl->name.pos,
-              "root table " + plain.desc.name() + " is not ENCRYPTED but root table " + sealed.desc.name() + " is",
-              "the roots of a schema share one Bigtable table: make every root table ENCRYPTED, or none");
+              "root table " + plain.desc.name() + " is not ENCRYPTED but root table " +
+                  sealed.desc.name() + " is",
+              "the roots of a schema share one Bigtable table: make every root table ENCRYPTED, or "
+              "none");
       }
     }
   }
@@ -351,9 +374,13 @@ class Compiler {
     const TableInfo& root = root_it->second;
     if (!root.decl->root_pos) {
       std::string hint = "reference the entity group's root table instead";
-      if (root.decl->group_key_pos) hint = "reference " + root.decl->references.text + ", the root of " + root.desc.name() + "'s entity group";
-      Error(d.references.pos, "table " + d.name.text + " REFERENCES " + root.desc.name() +
-                                  ", which is not an ENTITY GROUP ROOT", hint);
+      if (root.decl->group_key_pos)
+        hint = "reference " + root.decl->references.text + ", the root of " + root.desc.name() +
+               "'s entity group";
+      Error(d.references.pos,
+            "table " + d.name.text + " REFERENCES " + root.desc.name() +
+                ", which is not an ENTITY GROUP ROOT",
+            hint);
       return;
     }
     if (&root == &t) return;  // a root referencing itself was reported above
@@ -361,7 +388,8 @@ class Compiler {
     for (const Name& n : d.group_key) {
       const FieldDescriptor* f = FindField(t.desc, n.text);
       if (f == nullptr) {
-        Error(n.pos, "entity group key column \"" + n.text + "\" is not a field of table " + d.name.text,
+        Error(n.pos,
+              "entity group key column \"" + n.text + "\" is not a field of table " + d.name.text,
               "its fields are: " + FieldList(t.desc));
         return;
       }
@@ -370,24 +398,28 @@ class Compiler {
     // The child's key must start with the group key, column for column.
     bool prefix = static_cast<int>(d.group_key.size()) <= t.desc.primary_key_size();
     for (size_t i = 0; prefix && i < d.group_key.size(); ++i) {
-      prefix = EqualsIgnoreCase(t.desc.primary_key(static_cast<int>(i)).field(), d.group_key[i].text);
+      prefix =
+          EqualsIgnoreCase(t.desc.primary_key(static_cast<int>(i)).field(), d.group_key[i].text);
     }
     if (!prefix) {
       std::vector<std::string> pk;
       for (const KeyPart& p : t.desc.primary_key()) pk.push_back(p.field());
       std::vector<std::string> gk;
       for (const Name& n : d.group_key) gk.push_back(n.text);
-      Error(d.group_key.front().pos, "entity group key (" + Join(gk) + ") of table " + d.name.text +
-                                         " is not a prefix of its primary key (" + Join(pk) + ")",
-            "child rows are stored under their root's key, so the primary key must start with the entity group key");
+      Error(d.group_key.front().pos,
+            "entity group key (" + Join(gk) + ") of table " + d.name.text +
+                " is not a prefix of its primary key (" + Join(pk) + ")",
+            "child rows are stored under their root's key, so the primary key must start with the "
+            "entity group key");
       return;
     }
     // ...and those columns must encode exactly like the root's key.
     const TableDescriptor& r = root.desc;
     if (static_cast<int>(d.group_key.size()) != r.primary_key_size()) {
       Error(d.group_key.front().pos, "entity group key of " + d.name.text + " has " +
-                                         std::to_string(d.group_key.size()) + " column(s) but " + r.name() +
-                                         "'s primary key has " + std::to_string(r.primary_key_size()));
+                                         std::to_string(d.group_key.size()) + " column(s) but " +
+                                         r.name() + "'s primary key has " +
+                                         std::to_string(r.primary_key_size()));
       return;
     }
     for (int i = 0; i < r.primary_key_size(); ++i) {
@@ -400,8 +432,9 @@ class Compiler {
                           " but " + r.name() + "." + theirs->name() + " is " + DdlType(*theirs));
       } else if (t.desc.primary_key(i).descending() != r.primary_key(i).descending() ||
                  t.desc.primary_key(i).scatter() != r.primary_key(i).scatter()) {
-        Error(at.pos, "key column \"" + mine->name() + "\" must have the same ASC/DESC and SCATTER as " + r.name() +
-                          "." + theirs->name(),
+        Error(at.pos,
+              "key column \"" + mine->name() + "\" must have the same ASC/DESC and SCATTER as " +
+                  r.name() + "." + theirs->name(),
               "a child's key starts with its root's key, encoded the same way");
       }
     }
@@ -419,16 +452,19 @@ class Compiler {
       return;
     }
     if (d.root_pos) {
-      Error(d.in_table->pos, "root table " + d.name.text + " cannot be stored IN TABLE " + it->second.desc.name(),
+      Error(d.in_table->pos,
+            "root table " + d.name.text + " cannot be stored IN TABLE " + it->second.desc.name(),
             "entity groups do not nest; only child tables use IN TABLE");
       return;
     }
     if (!t.keys_ok) return;
     const TableInfo& target = it->second;
-    const std::string target_root = target.desc.entity_group_root() ? target.desc.name() : target.desc.root_table();
+    const std::string target_root =
+        target.desc.entity_group_root() ? target.desc.name() : target.desc.root_table();
     if (!EqualsIgnoreCase(target_root, t.desc.root_table())) {
-      Error(d.in_table->pos, "table " + d.name.text + " is in " + t.desc.root_table() + "'s entity group but IN TABLE " +
-                                 target.desc.name() + " is not",
+      Error(d.in_table->pos,
+            "table " + d.name.text + " is in " + t.desc.root_table() +
+                "'s entity group but IN TABLE " + target.desc.name() + " is not",
             "IN TABLE must name the root or another table of the same entity group");
       return;
     }
@@ -454,7 +490,8 @@ class Compiler {
     auto [existing, inserted] = index_pos_.emplace(ToLower(x.name.text), x.name.pos);
     if (!inserted) {
       Error(x.name.pos, "duplicate index name \"" + x.name.text + "\"",
-            "an index of that name (names ignore case) is declared at line " + std::to_string(existing->second.line));
+            "an index of that name (names ignore case) is declared at line " +
+                std::to_string(existing->second.line));
       return;
     }
     auto t = tables_.find(ToLower(x.table.text));
@@ -464,8 +501,11 @@ class Compiler {
     }
     const TableDescriptor& table = t->second.desc;
     if (x.scope == IndexDescriptor::GLOBAL && InEncryptedGroup(table)) {
-      Error(x.pos, "global index " + x.name.text + " is on " + table.name() + ", whose entity groups are ENCRYPTED",
-            "a global index's entries live outside the groups and would hold their values in the clear; use a "
+      Error(x.pos,
+            "global index " + x.name.text + " is on " + table.name() +
+                ", whose entity groups are ENCRYPTED",
+            "a global index's entries live outside the groups and would hold their values in the "
+            "clear; use a "
             "LOCAL index (its entries are encrypted with the group)");
       return;
     }
@@ -480,7 +520,9 @@ class Compiler {
     for (const KeyPartDecl& k : x.columns) {
       const FieldDescriptor* f = FindField(table, k.field.text);
       if (f == nullptr) {
-        Error(k.field.pos, "index " + x.name.text + " is on unknown column \"" + k.field.text + "\" of " + table.name(),
+        Error(k.field.pos,
+              "index " + x.name.text + " is on unknown column \"" + k.field.text + "\" of " +
+                  table.name(),
               "its fields are: " + FieldList(table));
         ok = false;
         continue;
@@ -491,13 +533,15 @@ class Compiler {
         continue;
       }
       if (f->type() == MESSAGE) {
-        Error(k.field.pos, "index " + x.name.text + " is on column \"" + f->name() + "\" of message type " +
-                               f->message_type() + "; only scalar columns can be indexed");
+        Error(k.field.pos, "index " + x.name.text + " is on column \"" + f->name() +
+                               "\" of message type " + f->message_type() +
+                               "; only scalar columns can be indexed");
         ok = false;
         continue;
       }
       if (f->label() == REPEATED && ++repeated == 2) {
-        Error(k.field.pos, "index " + x.name.text + " has a second repeated column, \"" + f->name() + "\"",
+        Error(k.field.pos,
+              "index " + x.name.text + " has a second repeated column, \"" + f->name() + "\"",
               "a repeated column yields one entry per element; an index may have at most one");
         ok = false;
         continue;
@@ -511,7 +555,9 @@ class Compiler {
     for (const Name& n : x.storing) {
       const FieldDescriptor* f = FindField(table, n.text);
       if (f == nullptr) {
-        Error(n.pos, "index " + x.name.text + " is STORING unknown column \"" + n.text + "\" of " + table.name(),
+        Error(n.pos,
+              "index " + x.name.text + " is STORING unknown column \"" + n.text + "\" of " +
+                  table.name(),
               "its fields are: " + FieldList(table));
         ok = false;
         continue;
@@ -525,12 +571,14 @@ class Compiler {
         continue;
       }
       if (in_key.count(ToLower(f->name()))) {
-        Error(n.pos, "index " + x.name.text + " is STORING \"" + f->name() + "\", which it already indexes");
+        Error(n.pos, "index " + x.name.text + " is STORING \"" + f->name() +
+                         "\", which it already indexes");
         ok = false;
         continue;
       }
       if (!stored.insert(ToLower(f->name())).second) {
-        Error(n.pos, "column \"" + f->name() + "\" appears twice in STORING of index " + x.name.text);
+        Error(n.pos,
+              "column \"" + f->name() + "\" appears twice in STORING of index " + x.name.text);
         ok = false;
         continue;
       }
@@ -543,7 +591,8 @@ class Compiler {
         ok = false;
       } else if (table.entity_group_root()) {
         Error(*x.inline_pos, "inline index " + x.name.text + " is on root table " + table.name(),
-              "an inline index is stored in a parent entity; index a child table of the entity group");
+              "an inline index is stored in a parent entity; index a child table of the entity "
+              "group");
         ok = false;
       } else if (!table.root_table().empty()) {
         const std::string parent = x.inline_in ? x.inline_in->text : table.root_table();
@@ -553,10 +602,10 @@ class Compiler {
           ok = false;
         } else if (!IsKeyPrefix(p->second.desc, table) || &p->second.desc == &table) {
           Error(x.inline_in ? x.inline_in->pos : *x.inline_pos,
-                "inline index " + x.name.text + " must be stored in an ancestor of " + table.name() +
-                    ", and " + p->second.desc.name() + " is not one",
-                "the parent's primary key must be a prefix of " + table.name() + "'s, so each " + table.name() +
-                    " entity has exactly one parent");
+                "inline index " + x.name.text + " must be stored in an ancestor of " +
+                    table.name() + ", and " + p->second.desc.name() + " is not one",
+                "the parent's primary key must be a prefix of " + table.name() + "'s, so each " +
+                    table.name() + " entity has exactly one parent");
           ok = false;
         } else {
           d.set_inline_in(p->second.desc.name());
@@ -572,11 +621,13 @@ class Compiler {
   // names, in order) and both are in the same entity group.
   bool IsKeyPrefix(const TableDescriptor& parent, const TableDescriptor& child) {
     const std::string child_root = child.entity_group_root() ? child.name() : child.root_table();
-    const std::string parent_root = parent.entity_group_root() ? parent.name() : parent.root_table();
+    const std::string parent_root =
+        parent.entity_group_root() ? parent.name() : parent.root_table();
     if (!EqualsIgnoreCase(child_root, parent_root)) return false;
     if (parent.primary_key_size() > child.primary_key_size()) return false;
     for (int i = 0; i < parent.primary_key_size(); ++i) {
-      if (!EqualsIgnoreCase(parent.primary_key(i).field(), child.primary_key(i).field())) return false;
+      if (!EqualsIgnoreCase(parent.primary_key(i).field(), child.primary_key(i).field()))
+        return false;
     }
     return true;
   }
@@ -592,7 +643,8 @@ class Compiler {
       }
       indexes_.erase(it);
       index_pos_.erase(ToLower(a.target.text));
-      index_order_.erase(std::find(index_order_.begin(), index_order_.end(), ToLower(a.target.text)));
+      index_order_.erase(
+          std::find(index_order_.begin(), index_order_.end(), ToLower(a.target.text)));
       return;
     }
     auto t = tables_.find(ToLower(a.table.text));
@@ -604,7 +656,9 @@ class Compiler {
     TableDescriptor& table = info.desc;
     if (a.kind == AlterDecl::Kind::kAddField) {
       if (a.field.label == REQUIRED) {
-        Error(a.field.pos, "ALTER TABLE " + table.name() + " ADD of a required field (\"" + a.field.name.text + "\")",
+        Error(a.field.pos,
+              "ALTER TABLE " + table.name() + " ADD of a required field (\"" + a.field.name.text +
+                  "\")",
               "existing entities have no value for it: add it as optional (or repeated)");
         return;
       }
@@ -614,11 +668,12 @@ class Compiler {
       ++number;
       if (a.field.number != 0) {
         number = a.field.number;
-        bool clash = std::find(table.reserved_numbers().begin(), table.reserved_numbers().end(), number) !=
-                     table.reserved_numbers().end();
+        bool clash = std::find(table.reserved_numbers().begin(), table.reserved_numbers().end(),
+                               number) != table.reserved_numbers().end();
         for (const FieldDescriptor& f : table.fields()) clash |= f.number() == number;
         if (clash) {
-          Error(a.field.number_pos, "number " + std::to_string(number) + " is used or reserved in " + table.name(),
+          Error(a.field.number_pos,
+                "number " + std::to_string(number) + " is used or reserved in " + table.name(),
                 "leave the number out to get the next free one");
           return;
         }
@@ -629,13 +684,15 @@ class Compiler {
     // kDropField
     const FieldDescriptor* f = FindField(table, a.target.text);
     if (f == nullptr) {
-      Error(a.target.pos, "ALTER TABLE " + table.name() + " DROP of unknown field \"" + a.target.text + "\"",
+      Error(a.target.pos,
+            "ALTER TABLE " + table.name() + " DROP of unknown field \"" + a.target.text + "\"",
             "its fields are: " + FieldList(table));
       return;
     }
     for (const KeyPart& p : table.primary_key()) {
       if (EqualsIgnoreCase(p.field(), f->name())) {
-        Error(a.target.pos, "cannot drop \"" + f->name() + "\": it is part of " + table.name() + "'s primary key",
+        Error(a.target.pos,
+              "cannot drop \"" + f->name() + "\": it is part of " + table.name() + "'s primary key",
               "a table's key cannot change; create a new table instead");
         return;
       }
@@ -687,8 +744,8 @@ class Compiler {
 CompileResult CompileSchema(std::string_view source) { return Compiler(source).Run(); }
 
 std::string FormatDiagnostic(std::string_view file, const Diagnostic& d) {
-  std::string out = std::string(file) + ":" + std::to_string(d.pos.line) + ":" + std::to_string(d.pos.column) +
-                    ": error: " + d.message;
+  std::string out = std::string(file) + ":" + std::to_string(d.pos.line) + ":" +
+                    std::to_string(d.pos.column) + ": error: " + d.message;
   if (!d.hint.empty()) out += "\n  hint: " + d.hint;
   return out;
 }

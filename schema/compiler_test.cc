@@ -1,7 +1,5 @@
 #include "schema/compiler.h"
 
-#include "schema/printer.h"
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -9,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "schema/printer.h"
 
 namespace megastore::schema {
 namespace {
@@ -61,34 +60,40 @@ TEST(CompilerTest, ReportsEveryErrorWithPositionAndHint) {
   const std::string e = Errors(r);
   EXPECT_THAT(e, HasSubstr("f.msdl:4:12: error: unknown type \"strin\""));
   EXPECT_THAT(e, HasSubstr("f.msdl:5:18: error: duplicate field \"id\" in table A"));
-  EXPECT_THAT(e, HasSubstr("f.msdl:6:19: error: primary key column \"nope\" is not a field of table A"));
+  EXPECT_THAT(
+      e, HasSubstr("f.msdl:6:19: error: primary key column \"nope\" is not a field of table A"));
   EXPECT_THAT(e, HasSubstr("f.msdl:7:28: error: index I is on unknown column \"missing\""));
   EXPECT_THAT(e, HasSubstr("  hint: "));
 }
 
 TEST(CompilerTest, KeywordsAsNamesNeedQuotes) {
   CompileResult r = CompileSchema(
-      "CREATE SCHEMA S; CREATE TABLE T { required int64 key; } PRIMARY KEY(key), ENTITY GROUP ROOT;");
+      "CREATE SCHEMA S; CREATE TABLE T { required int64 key; } PRIMARY KEY(key), ENTITY GROUP "
+      "ROOT;");
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(Errors(r), HasSubstr("\"key\" is a keyword and cannot be used as a field name without quoting"));
+  EXPECT_THAT(Errors(r),
+              HasSubstr("\"key\" is a keyword and cannot be used as a field name without quoting"));
   r = CompileSchema(
-      "CREATE SCHEMA S; CREATE TABLE T { required int64 `key`; } PRIMARY KEY(`key`), ENTITY GROUP ROOT;");
+      "CREATE SCHEMA S; CREATE TABLE T { required int64 `key`; } PRIMARY KEY(`key`), ENTITY GROUP "
+      "ROOT;");
   EXPECT_TRUE(r.ok()) << Errors(r);
 }
 
 TEST(CompilerTest, AlterAddsOptionalFieldsAndRefusesIncompatibleChanges) {
   const std::string base = ReadSource("examples/photoapp.msdl");
-  CompileResult r = CompileSchema(base + "ALTER TABLE Photo ADD optional string caption;\n"
-                                         "DROP INDEX PhotosByTag;\n"
-                                         "ALTER TABLE Photo DROP thumbnail_url;\n");
+  CompileResult r = CompileSchema(base +
+                                  "ALTER TABLE Photo ADD optional string caption;\n"
+                                  "DROP INDEX PhotosByTag;\n"
+                                  "ALTER TABLE Photo DROP thumbnail_url;\n");
   ASSERT_TRUE(r.ok()) << Errors(r);
   const TableDescriptor& photo = r.descriptor.tables(1);
   EXPECT_EQ(photo.fields(photo.fields_size() - 1).name(), "caption");
   EXPECT_EQ(photo.fields(photo.fields_size() - 1).number(), 7);
   EXPECT_THAT(photo.reserved_numbers(), ::testing::ElementsAre(5));
-  r = CompileSchema(base + "ALTER TABLE Photo ADD required string caption;\n"
-                           "ALTER TABLE Photo DROP photo_id;\n"
-                           "ALTER TABLE Photo DROP thumbnail_url;\n");
+  r = CompileSchema(base +
+                    "ALTER TABLE Photo ADD required string caption;\n"
+                    "ALTER TABLE Photo DROP photo_id;\n"
+                    "ALTER TABLE Photo DROP thumbnail_url;\n");
   const std::string e = Errors(r);
   EXPECT_THAT(e, HasSubstr("ADD of a required field"));
   EXPECT_THAT(e, HasSubstr("part of Photo's primary key"));
@@ -98,8 +103,10 @@ TEST(CompilerTest, AlterAddsOptionalFieldsAndRefusesIncompatibleChanges) {
 // The .msdl files of a directory under tests/schema, by name.
 std::map<std::string, std::string> SchemaFiles(const std::string& subdir) {
   std::map<std::string, std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(MS_SOURCE_DIR) / subdir)) {
-    if (e.path().extension() == ".msdl") out[e.path().filename().string()] = ReadSource(subdir + "/" + e.path().filename().string());
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(MS_SOURCE_DIR) / subdir)) {
+    if (e.path().extension() == ".msdl")
+      out[e.path().filename().string()] = ReadSource(subdir + "/" + e.path().filename().string());
   }
   return out;
 }
@@ -118,7 +125,8 @@ TEST(CompilerTest, EveryBadSchemaFailsWhereItsFirstLineSays) {
     ASSERT_FALSE(r.ok()) << name << " compiled";
     bool found = false;
     for (const Diagnostic& d : r.errors) {
-      const std::string shown = std::to_string(d.pos.line) + ":" + std::to_string(d.pos.column) + ": " + d.message;
+      const std::string shown =
+          std::to_string(d.pos.line) + ":" + std::to_string(d.pos.column) + ": " + d.message;
       found |= shown.compare(0, colon + 2, expect, 0, colon + 2) == 0 &&
                shown.find(expect.substr(colon + 2)) != std::string::npos;
     }
@@ -139,14 +147,17 @@ TEST(CompilerTest, EveryGoodSchemaCompilesAndRoundTripsThroughPrintedDdl) {
     const CompileResult again = CompileSchema(printed);
     ASSERT_TRUE(again.ok()) << name << " printed as:\n" << printed << "\n" << Errors(again);
     EXPECT_EQ(again.descriptor.SerializeAsString(), r.descriptor.SerializeAsString())
-        << name << " printed as:\n" << printed << "\nfirst:\n" << r.descriptor.DebugString() << "\nagain:\n"
+        << name << " printed as:\n"
+        << printed << "\nfirst:\n"
+        << r.descriptor.DebugString() << "\nagain:\n"
         << again.descriptor.DebugString();
   }
 }
 
 TEST(CompilerTest, ExplicitAndReservedFieldNumbers) {
   CompileResult r = CompileSchema(
-      "CREATE SCHEMA S; CREATE TABLE T { RESERVED 2; required int64 id; optional string a; optional bool b = 9;"
+      "CREATE SCHEMA S; CREATE TABLE T { RESERVED 2; required int64 id; optional string a; "
+      "optional bool b = 9;"
       " optional bool c; } PRIMARY KEY(id), ENTITY GROUP ROOT;");
   ASSERT_TRUE(r.ok()) << Errors(r);
   const TableDescriptor& t = r.descriptor.tables(0);

@@ -11,12 +11,14 @@
 namespace megastore::schema {
 namespace {
 
-uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+uint64_t ZigZag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
 int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
 const char* KindName(const Value& v) {
-  static constexpr const char* kNames[] = {"an integer", "an unsigned integer", "a bool", "a double", "a string",
-                                           "a message"};
+  static constexpr const char* kNames[] = {
+      "an integer", "an unsigned integer", "a bool", "a double", "a string", "a message"};
   return kNames[v.index()];
 }
 
@@ -24,19 +26,27 @@ const char* KindName(const Value& v) {
 size_t KindOf(FieldType type) {
   switch (type) {
     case INT32:
-    case INT64: return 0;
-    case UINT64: return 1;
-    case BOOL: return 2;
-    case DOUBLE: return 3;
+    case INT64:
+      return 0;
+    case UINT64:
+      return 1;
+    case BOOL:
+      return 2;
+    case DOUBLE:
+      return 3;
     case STRING:
-    case BYTES: return 4;
-    default: return 5;
+    case BYTES:
+      return 4;
+    default:
+      return 5;
   }
 }
 
-void EncodeValue(const SchemaIndex& schema, const FieldDescriptor& field, const Value& v, std::string* out);
+void EncodeValue(const SchemaIndex& schema, const FieldDescriptor& field, const Value& v,
+                 std::string* out);
 
-void EncodeMessage(const SchemaIndex& schema, const MessageDescriptor& m, const Entity& e, std::string* out) {
+void EncodeMessage(const SchemaIndex& schema, const MessageDescriptor& m, const Entity& e,
+                   std::string* out) {
   for (const auto& [number, values] : e.fields) {
     const FieldDescriptor* f = FindFieldByNumber(m.fields(), number);
     if (f == nullptr) continue;  // Validate refuses these
@@ -50,11 +60,18 @@ void EncodeMessage(const SchemaIndex& schema, const MessageDescriptor& m, const 
   }
 }
 
-void EncodeValue(const SchemaIndex& schema, const FieldDescriptor& field, const Value& v, std::string* out) {
+void EncodeValue(const SchemaIndex& schema, const FieldDescriptor& field, const Value& v,
+                 std::string* out) {
   switch (v.index()) {
-    case 0: PutVarint64(out, ZigZag(std::get<int64_t>(v))); break;
-    case 1: PutVarint64(out, std::get<uint64_t>(v)); break;
-    case 2: out->push_back(std::get<bool>(v) ? '\x01' : '\x00'); break;
+    case 0:
+      PutVarint64(out, ZigZag(std::get<int64_t>(v)));
+      break;
+    case 1:
+      PutVarint64(out, std::get<uint64_t>(v));
+      break;
+    case 2:
+      out->push_back(std::get<bool>(v) ? '\x01' : '\x00');
+      break;
     case 3: {
       uint64_t bits;
       const double d = std::get<double>(v);
@@ -62,7 +79,9 @@ void EncodeValue(const SchemaIndex& schema, const FieldDescriptor& field, const 
       PutFixed64(out, bits);
       break;
     }
-    case 4: out->append(std::get<std::string>(v)); break;
+    case 4:
+      out->append(std::get<std::string>(v));
+      break;
     case 5: {
       const MessageDescriptor* m = schema.FindMessage(field.message_type());
       if (m != nullptr) EncodeMessage(schema, *m, *std::get<std::shared_ptr<const Entity>>(v), out);
@@ -71,11 +90,11 @@ void EncodeValue(const SchemaIndex& schema, const FieldDescriptor& field, const 
   }
 }
 
-absl::StatusOr<Value> DecodeValue(const SchemaIndex& schema, const FieldDescriptor& field, std::string_view in,
-                                  int depth);
+absl::StatusOr<Value> DecodeValue(const SchemaIndex& schema, const FieldDescriptor& field,
+                                  std::string_view in, int depth);
 
-absl::StatusOr<Entity> DecodeMessage(const SchemaIndex& schema, const MessageDescriptor& m, std::string_view in,
-                                     int depth) {
+absl::StatusOr<Entity> DecodeMessage(const SchemaIndex& schema, const MessageDescriptor& m,
+                                     std::string_view in, int depth) {
   if (depth > 64) return absl::DataLossError("message values nest more than 64 deep");
   Entity e;
   while (!in.empty()) {
@@ -86,7 +105,9 @@ absl::StatusOr<Entity> DecodeMessage(const SchemaIndex& schema, const MessageDes
     }
     const FieldDescriptor* f = FindFieldByNumber(m.fields(), static_cast<int32_t>(number));
     if (f == nullptr) return absl::DataLossError(StrCat(m.name(), " has no field number ", number));
-    if (count > in.size()) return absl::DataLossError(StrCat("field ", m.name(), ".", f->name(), " claims ", count, " values"));
+    if (count > in.size())
+      return absl::DataLossError(
+          StrCat("field ", m.name(), ".", f->name(), " claims ", count, " values"));
     std::vector<Value>& values = e.fields[static_cast<int32_t>(number)];
     for (uint64_t i = 0; i < count; ++i) {
       std::string_view one;
@@ -100,9 +121,12 @@ absl::StatusOr<Entity> DecodeMessage(const SchemaIndex& schema, const MessageDes
   return e;
 }
 
-absl::StatusOr<Value> DecodeValue(const SchemaIndex& schema, const FieldDescriptor& field, std::string_view in,
-                                  int depth) {
-  auto bad = [&] { return absl::DataLossError(StrCat("malformed ", FieldType_Name(field.type()), " value of ", field.name())); };
+absl::StatusOr<Value> DecodeValue(const SchemaIndex& schema, const FieldDescriptor& field,
+                                  std::string_view in, int depth) {
+  auto bad = [&] {
+    return absl::DataLossError(
+        StrCat("malformed ", FieldType_Name(field.type()), " value of ", field.name()));
+  };
   switch (field.type()) {
     case INT32:
     case INT64: {
@@ -130,7 +154,8 @@ absl::StatusOr<Value> DecodeValue(const SchemaIndex& schema, const FieldDescript
       return Value(std::string(in));
     case MESSAGE: {
       const MessageDescriptor* m = schema.FindMessage(field.message_type());
-      if (m == nullptr) return absl::FailedPreconditionError(StrCat("unknown message type ", field.message_type()));
+      if (m == nullptr)
+        return absl::FailedPreconditionError(StrCat("unknown message type ", field.message_type()));
       MS_ASSIGN_OR_RETURN(Entity e, DecodeMessage(schema, *m, in, depth));
       return Value(std::make_shared<const Entity>(std::move(e)));
     }
@@ -148,7 +173,8 @@ const std::vector<Value>* Entity::Find(int32_t number) const {
 
 bool Equal(const Value& a, const Value& b) {
   if (a.index() != b.index()) return false;
-  if (const double* x = std::get_if<double>(&a)) return std::memcmp(x, &std::get<double>(b), sizeof(double)) == 0;
+  if (const double* x = std::get_if<double>(&a))
+    return std::memcmp(x, &std::get<double>(b), sizeof(double)) == 0;
   if (const auto* x = std::get_if<std::shared_ptr<const Entity>>(&a)) {
     return Equal(**x, *std::get<std::shared_ptr<const Entity>>(b));
   }
@@ -197,29 +223,34 @@ const FieldDescriptor* FindField(const google::protobuf::RepeatedPtrField<FieldD
   return nullptr;
 }
 
-const FieldDescriptor* FindFieldByNumber(const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
-                                         int32_t number) {
+const FieldDescriptor* FindFieldByNumber(
+    const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields, int32_t number) {
   for (const FieldDescriptor& f : fields) {
     if (f.number() == number) return &f;
   }
   return nullptr;
 }
 
-absl::Status Validate(const SchemaIndex& schema, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
+absl::Status Validate(const SchemaIndex& schema,
+                      const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
                       const Entity& entity, std::string_view path) {
   for (const auto& [number, values] : entity.fields) {
     const FieldDescriptor* f = FindFieldByNumber(fields, number);
-    if (f == nullptr) return absl::InvalidArgumentError(StrCat(path, " has no field number ", number));
+    if (f == nullptr)
+      return absl::InvalidArgumentError(StrCat(path, " has no field number ", number));
     const std::string name = StrCat(path, ".", f->name());
     if (f->label() != REPEATED && values.size() > 1) {
-      return absl::InvalidArgumentError(StrCat(name, " is not repeated but has ", values.size(), " values"));
+      return absl::InvalidArgumentError(
+          StrCat(name, " is not repeated but has ", values.size(), " values"));
     }
     if (f->label() != REPEATED && values.empty()) {
-      return absl::InvalidArgumentError(StrCat(name, " has an entry without a value (leave it out instead)"));
+      return absl::InvalidArgumentError(
+          StrCat(name, " has an entry without a value (leave it out instead)"));
     }
     for (const Value& v : values) {
       if (v.index() != KindOf(f->type())) {
-        return absl::InvalidArgumentError(StrCat(name, " is ", FieldType_Name(f->type()), " but holds ", KindName(v)));
+        return absl::InvalidArgumentError(
+            StrCat(name, " is ", FieldType_Name(f->type()), " but holds ", KindName(v)));
       }
       if (f->type() == INT32) {
         const int64_t x = std::get<int64_t>(v);
@@ -230,8 +261,10 @@ absl::Status Validate(const SchemaIndex& schema, const google::protobuf::Repeate
       if (f->type() == MESSAGE) {
         const auto& sub = std::get<std::shared_ptr<const Entity>>(v);
         const MessageDescriptor* m = schema.FindMessage(f->message_type());
-        if (sub == nullptr) return absl::InvalidArgumentError(StrCat(name, " holds a null message"));
-        if (m == nullptr) return absl::FailedPreconditionError(StrCat("unknown message type ", f->message_type()));
+        if (sub == nullptr)
+          return absl::InvalidArgumentError(StrCat(name, " holds a null message"));
+        if (m == nullptr)
+          return absl::FailedPreconditionError(StrCat("unknown message type ", f->message_type()));
         MS_RETURN_IF_ERROR(Validate(schema, m->fields(), *sub, name));
       }
     }
@@ -244,7 +277,8 @@ absl::Status Validate(const SchemaIndex& schema, const google::protobuf::Repeate
   return absl::OkStatus();
 }
 
-std::string EncodeField(const SchemaIndex& schema, const FieldDescriptor& field, const std::vector<Value>& values) {
+std::string EncodeField(const SchemaIndex& schema, const FieldDescriptor& field,
+                        const std::vector<Value>& values) {
   std::string out;
   if (field.label() != REPEATED) {
     if (!values.empty()) EncodeValue(schema, field, values[0], &out);
@@ -258,7 +292,8 @@ std::string EncodeField(const SchemaIndex& schema, const FieldDescriptor& field,
   return out;
 }
 
-absl::StatusOr<std::vector<Value>> DecodeField(const SchemaIndex& schema, const FieldDescriptor& field,
+absl::StatusOr<std::vector<Value>> DecodeField(const SchemaIndex& schema,
+                                               const FieldDescriptor& field,
                                                std::string_view bytes) {
   std::vector<Value> out;
   if (field.label() != REPEATED) {

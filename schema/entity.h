@@ -29,7 +29,8 @@ struct Entity;
 
 // int64_t for int32 and int64, uint64_t, bool, double, std::string for
 // string and bytes, Entity for messages.
-using Value = std::variant<int64_t, uint64_t, bool, double, std::string, std::shared_ptr<const Entity>>;
+using Value =
+    std::variant<int64_t, uint64_t, bool, double, std::string, std::shared_ptr<const Entity>>;
 
 struct Entity {
   // Field number -> values: one for a set required/optional field, any
@@ -59,19 +60,22 @@ class SchemaIndex {
 
 const FieldDescriptor* FindField(const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
                                  std::string_view name);
-const FieldDescriptor* FindFieldByNumber(const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
-                                         int32_t number);
+const FieldDescriptor* FindFieldByNumber(
+    const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields, int32_t number);
 
 // InvalidArgument naming the field (as "Table.field.sub") if `entity` does
 // not fit `fields`: an unknown field number, a value of the wrong kind, an
 // int32 out of range, a missing required field, several values for a
 // non-repeated field.
-absl::Status Validate(const SchemaIndex& schema, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
+absl::Status Validate(const SchemaIndex& schema,
+                      const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
                       const Entity& entity, std::string_view path);
 
 // One field's stored bytes, and back. The values must be valid (Validate).
-std::string EncodeField(const SchemaIndex& schema, const FieldDescriptor& field, const std::vector<Value>& values);
-absl::StatusOr<std::vector<Value>> DecodeField(const SchemaIndex& schema, const FieldDescriptor& field,
+std::string EncodeField(const SchemaIndex& schema, const FieldDescriptor& field,
+                        const std::vector<Value>& values);
+absl::StatusOr<std::vector<Value>> DecodeField(const SchemaIndex& schema,
+                                               const FieldDescriptor& field,
                                                std::string_view bytes);
 
 }  // namespace megastore::schema

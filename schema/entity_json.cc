@@ -18,13 +18,20 @@ constexpr double kMaxExact = 9007199254740992.0;  // 2^53
 
 const char* KindName(const Value& v) {
   switch (v.kind_case()) {
-    case Value::kNullValue: return "null";
-    case Value::kNumberValue: return "a number";
-    case Value::kStringValue: return "a string";
-    case Value::kBoolValue: return "a bool";
-    case Value::kStructValue: return "an object";
-    case Value::kListValue: return "an array";
-    default: return "nothing";
+    case Value::kNullValue:
+      return "null";
+    case Value::kNumberValue:
+      return "a number";
+    case Value::kStringValue:
+      return "a string";
+    case Value::kBoolValue:
+      return "a bool";
+    case Value::kStructValue:
+      return "an object";
+    case Value::kListValue:
+      return "an array";
+    default:
+      return "nothing";
   }
 }
 
@@ -36,12 +43,14 @@ absl::StatusOr<int64_t> ToInt64(const Value& v, std::string_view path) {
   if (v.kind_case() == Value::kStringValue) {
     int64_t out;
     if (absl::SimpleAtoi(v.string_value(), &out)) return out;
-    return absl::InvalidArgumentError(StrCat(path, ": \"", v.string_value(), "\" is not an integer"));
+    return absl::InvalidArgumentError(
+        StrCat(path, ": \"", v.string_value(), "\" is not an integer"));
   }
   if (v.kind_case() == Value::kNumberValue) {
     const double d = v.number_value();
     if (d == std::floor(d) && std::fabs(d) <= kMaxExact) return static_cast<int64_t>(d);
-    return absl::InvalidArgumentError(StrCat(path, ": ", d, " is not an exact integer (use a string)"));
+    return absl::InvalidArgumentError(
+        StrCat(path, ": ", d, " is not an exact integer (use a string)"));
   }
   return Wrong(path, "an integer (number or string)", v);
 }
@@ -50,7 +59,8 @@ absl::StatusOr<uint64_t> ToUint64(const Value& v, std::string_view path) {
   if (v.kind_case() == Value::kStringValue) {
     uint64_t out;
     if (absl::SimpleAtoi(v.string_value(), &out)) return out;
-    return absl::InvalidArgumentError(StrCat(path, ": \"", v.string_value(), "\" is not an unsigned integer"));
+    return absl::InvalidArgumentError(
+        StrCat(path, ": \"", v.string_value(), "\" is not an unsigned integer"));
   }
   if (v.kind_case() == Value::kNumberValue) {
     const double d = v.number_value();
@@ -73,12 +83,12 @@ absl::StatusOr<double> ToDouble(const Value& v, std::string_view path) {
   return Wrong(path, "a number", v);
 }
 
-absl::StatusOr<schema::Value> Scalar(const SchemaIndex& schema, const FieldDescriptor& f, const Value& v,
-                                     std::string_view path);
+absl::StatusOr<schema::Value> Scalar(const SchemaIndex& schema, const FieldDescriptor& f,
+                                     const Value& v, std::string_view path);
 
-absl::StatusOr<Entity> FieldsFromJson(const SchemaIndex& schema,
-                                      const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
-                                      const Struct& json, std::string_view path) {
+absl::StatusOr<Entity> FieldsFromJson(
+    const SchemaIndex& schema, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
+    const Struct& json, std::string_view path) {
   Entity e;
   for (const auto& [name, v] : json.fields()) {
     const FieldDescriptor* f = FindField(fields, name);
@@ -89,7 +99,8 @@ absl::StatusOr<Entity> FieldsFromJson(const SchemaIndex& schema,
     if (f->label() == REPEATED) {
       if (v.kind_case() != Value::kListValue) return Wrong(here, "an array", v);
       for (int i = 0; i < v.list_value().values_size(); ++i) {
-        absl::StatusOr<schema::Value> x = Scalar(schema, *f, v.list_value().values(i), StrCat(here, "[", i, "]"));
+        absl::StatusOr<schema::Value> x =
+            Scalar(schema, *f, v.list_value().values(i), StrCat(here, "[", i, "]"));
         if (!x.ok()) return x.status();
         values.push_back(std::move(*x));
       }
@@ -104,8 +115,8 @@ absl::StatusOr<Entity> FieldsFromJson(const SchemaIndex& schema,
   return e;
 }
 
-absl::StatusOr<schema::Value> Scalar(const SchemaIndex& schema, const FieldDescriptor& f, const Value& v,
-                                     std::string_view path) {
+absl::StatusOr<schema::Value> Scalar(const SchemaIndex& schema, const FieldDescriptor& f,
+                                     const Value& v, std::string_view path) {
   switch (f.type()) {
     case INT32: {
       absl::StatusOr<int64_t> x = ToInt64(v, path);
@@ -138,14 +149,16 @@ absl::StatusOr<schema::Value> Scalar(const SchemaIndex& schema, const FieldDescr
     case BYTES: {
       if (v.kind_case() != Value::kStringValue) return Wrong(path, "a base64 string", v);
       std::string out;
-      if (!absl::Base64Unescape(v.string_value(), &out) && !absl::WebSafeBase64Unescape(v.string_value(), &out))
+      if (!absl::Base64Unescape(v.string_value(), &out) &&
+          !absl::WebSafeBase64Unescape(v.string_value(), &out))
         return absl::InvalidArgumentError(StrCat(path, ": not base64"));
       return schema::Value(std::move(out));
     }
     case MESSAGE: {
       if (v.kind_case() != Value::kStructValue) return Wrong(path, "an object", v);
       const MessageDescriptor* m = schema.FindMessage(f.message_type());
-      if (m == nullptr) return absl::InternalError(StrCat(path, ": unknown message type ", f.message_type()));
+      if (m == nullptr)
+        return absl::InternalError(StrCat(path, ": unknown message type ", f.message_type()));
       absl::StatusOr<Entity> sub = FieldsFromJson(schema, m->fields(), v.struct_value(), path);
       if (!sub.ok()) return sub.status();
       return schema::Value(std::make_shared<const Entity>(std::move(*sub)));
@@ -157,7 +170,8 @@ absl::StatusOr<schema::Value> Scalar(const SchemaIndex& schema, const FieldDescr
 
 Value ScalarToJson(const SchemaIndex& schema, const FieldDescriptor& f, const schema::Value& v);
 
-Struct FieldsToJson(const SchemaIndex& schema, const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
+Struct FieldsToJson(const SchemaIndex& schema,
+                    const google::protobuf::RepeatedPtrField<FieldDescriptor>& fields,
                     const Entity& e) {
   Struct out;
   for (const auto& [number, values] : e.fields) {
@@ -177,16 +191,21 @@ Struct FieldsToJson(const SchemaIndex& schema, const google::protobuf::RepeatedP
 Value ScalarToJson(const SchemaIndex& schema, const FieldDescriptor& f, const schema::Value& v) {
   Value out;
   if (const auto* i = std::get_if<int64_t>(&v)) {
-    if (f.type() == INT32) out.set_number_value(static_cast<double>(*i));
-    else out.set_string_value(std::to_string(*i));
+    if (f.type() == INT32)
+      out.set_number_value(static_cast<double>(*i));
+    else
+      out.set_string_value(std::to_string(*i));
   } else if (const auto* u = std::get_if<uint64_t>(&v)) {
     out.set_string_value(std::to_string(*u));
   } else if (const auto* b = std::get_if<bool>(&v)) {
     out.set_bool_value(*b);
   } else if (const auto* d = std::get_if<double>(&v)) {
-    if (std::isnan(*d)) out.set_string_value("NaN");
-    else if (std::isinf(*d)) out.set_string_value(*d > 0 ? "Infinity" : "-Infinity");
-    else out.set_number_value(*d);
+    if (std::isnan(*d))
+      out.set_string_value("NaN");
+    else if (std::isinf(*d))
+      out.set_string_value(*d > 0 ? "Infinity" : "-Infinity");
+    else
+      out.set_number_value(*d);
   } else if (const auto* s = std::get_if<std::string>(&v)) {
     out.set_string_value(f.type() == BYTES ? absl::Base64Escape(*s) : *s);
   } else if (const auto* m = std::get_if<std::shared_ptr<const Entity>>(&v)) {
@@ -208,10 +227,10 @@ google::protobuf::Struct EntityToJson(const SchemaIndex& schema, const TableDesc
   return FieldsToJson(schema, table.fields(), entity);
 }
 
-absl::StatusOr<std::vector<KeyValue>> KeyFromJson(const TableDescriptor& table,
-                                                  const google::protobuf::RepeatedPtrField<KeyPart>& parts,
-                                                  const google::protobuf::RepeatedPtrField<google::protobuf::Value>& json,
-                                                  std::string_view what) {
+absl::StatusOr<std::vector<KeyValue>> KeyFromJson(
+    const TableDescriptor& table, const google::protobuf::RepeatedPtrField<KeyPart>& parts,
+    const google::protobuf::RepeatedPtrField<google::protobuf::Value>& json,
+    std::string_view what) {
   if (json.size() > parts.size())
     return absl::InvalidArgumentError(
         StrCat(what, ": ", json.size(), " values given, but it has ", parts.size(), " parts"));
@@ -236,7 +255,8 @@ absl::StatusOr<std::vector<KeyValue>> KeyFromJson(const TableDescriptor& table,
         break;
       }
       case BOOL:
-        if (v.kind_case() != google::protobuf::Value::kBoolValue) return Wrong(path, "true or false", v);
+        if (v.kind_case() != google::protobuf::Value::kBoolValue)
+          return Wrong(path, "true or false", v);
         out.emplace_back(v.bool_value());
         break;
       case DOUBLE: {
@@ -246,13 +266,15 @@ absl::StatusOr<std::vector<KeyValue>> KeyFromJson(const TableDescriptor& table,
         break;
       }
       case STRING:
-        if (v.kind_case() != google::protobuf::Value::kStringValue) return Wrong(path, "a string", v);
+        if (v.kind_case() != google::protobuf::Value::kStringValue)
+          return Wrong(path, "a string", v);
         out.emplace_back(v.string_value());
         break;
       case BYTES: {
         std::string bytes;
         if (v.kind_case() != google::protobuf::Value::kStringValue ||
-            (!absl::Base64Unescape(v.string_value(), &bytes) && !absl::WebSafeBase64Unescape(v.string_value(), &bytes)))
+            (!absl::Base64Unescape(v.string_value(), &bytes) &&
+             !absl::WebSafeBase64Unescape(v.string_value(), &bytes)))
           return Wrong(path, "a base64 string", v);
         out.emplace_back(std::move(bytes));
         break;

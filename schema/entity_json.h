@@ -33,9 +33,8 @@ google::protobuf::Struct EntityToJson(const SchemaIndex& schema, const TableDesc
 // A key (or key prefix) given as a JSON array, one value per part of
 // `parts` (a table's primary key, an index's columns) of `table`, in order;
 // fewer values make a prefix. `what` names it in errors.
-absl::StatusOr<std::vector<KeyValue>> KeyFromJson(const TableDescriptor& table,
-                                                  const google::protobuf::RepeatedPtrField<KeyPart>& parts,
-                                                  const google::protobuf::RepeatedPtrField<google::protobuf::Value>& json,
-                                                  std::string_view what);
+absl::StatusOr<std::vector<KeyValue>> KeyFromJson(
+    const TableDescriptor& table, const google::protobuf::RepeatedPtrField<KeyPart>& parts,
+    const google::protobuf::RepeatedPtrField<google::protobuf::Value>& json, std::string_view what);
 
 }  // namespace megastore::schema

@@ -26,15 +26,21 @@ SchemaDescriptor Everything() {
 
 Value RandomScalar(Random& rng, FieldType type) {
   switch (type) {
-    case INT32: return static_cast<int64_t>(static_cast<int32_t>(rng.Next()));
-    case INT64: return static_cast<int64_t>(rng.Next());
-    case UINT64: return rng.Next() >> rng.Uniform(64);
-    case BOOL: return rng.OneIn(2);
+    case INT32:
+      return static_cast<int64_t>(static_cast<int32_t>(rng.Next()));
+    case INT64:
+      return static_cast<int64_t>(rng.Next());
+    case UINT64:
+      return rng.Next() >> rng.Uniform(64);
+    case BOOL:
+      return rng.OneIn(2);
     case DOUBLE: {
-      const double kEdges[] = {-0.0, std::numeric_limits<double>::quiet_NaN(), rng.NextDouble() * 1e10 - 5e9};
+      const double kEdges[] = {-0.0, std::numeric_limits<double>::quiet_NaN(),
+                               rng.NextDouble() * 1e10 - 5e9};
       return kEdges[rng.Uniform(3)];
     }
-    default: return rng.Bytes(rng.Uniform(20));
+    default:
+      return rng.Bytes(rng.Uniform(20));
   }
 }
 
@@ -50,7 +56,8 @@ Entity RandomEntity(Random& rng, const SchemaIndex& schema,
     for (size_t i = 0; i < n; ++i) {
       if (f.type() == MESSAGE) {
         const MessageDescriptor* m = schema.FindMessage(f.message_type());
-        values.push_back(std::make_shared<const Entity>(RandomEntity(rng, schema, m->fields(), depth + 1)));
+        values.push_back(
+            std::make_shared<const Entity>(RandomEntity(rng, schema, m->fields(), depth + 1)));
       } else {
         values.push_back(RandomScalar(rng, f.type()));
       }
@@ -117,8 +124,10 @@ TEST(EntityTest, DamagedBytesAreDataLossNotCrashes) {
   for (const FieldDescriptor& f : event.fields()) {
     for (int i = 0; i < 300; ++i) (void)DecodeField(schema, f, rng.Bytes(rng.Uniform(16)));
   }
-  EXPECT_TRUE(absl::IsDataLoss(DecodeField(schema, *FindField(event.fields(), "seq"), "\xff").status()));
-  EXPECT_TRUE(absl::IsDataLoss(DecodeField(schema, *FindField(event.fields(), "score"), "1234").status()));
+  EXPECT_TRUE(
+      absl::IsDataLoss(DecodeField(schema, *FindField(event.fields(), "seq"), "\xff").status()));
+  EXPECT_TRUE(
+      absl::IsDataLoss(DecodeField(schema, *FindField(event.fields(), "score"), "1234").status()));
 }
 
 }  // namespace

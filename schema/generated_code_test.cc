@@ -48,7 +48,8 @@ TEST(GeneratedCodeTest, PhotoAppClassesRoundTripThroughEntitiesAndProduceMutatio
   EXPECT_EQ(p.tag_size(), 0);
   photoapp::Photo missing;  // required fields unset
   const Entity incomplete = missing.ToEntity();
-  EXPECT_TRUE(absl::IsInvalidArgument(layout->Mutations("Photo", nullptr, &incomplete, 1).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(layout->Mutations("Photo", nullptr, &incomplete, 1).status()));
 }
 
 TEST(GeneratedCodeTest, NestedMessagesQuotedNamesAndRepeatedMessages) {

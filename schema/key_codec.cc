@@ -12,9 +12,10 @@ namespace megastore::schema {
 namespace {
 
 absl::Status Mismatch(const KeyColumn& column, const KeyValue& value) {
-  static constexpr const char* kKinds[] = {"an integer", "an unsigned integer", "a bool", "a double", "a string"};
-  return absl::InvalidArgumentError(StrCat("key value is ", kKinds[value.index()], " but the column is ",
-                                           FieldType_Name(column.type)));
+  static constexpr const char* kKinds[] = {"an integer", "an unsigned integer", "a bool",
+                                           "a double", "a string"};
+  return absl::InvalidArgumentError(StrCat("key value is ", kKinds[value.index()],
+                                           " but the column is ", FieldType_Name(column.type)));
 }
 
 // The ascending encoding of `value` as `column.type`.
@@ -24,8 +25,10 @@ absl::Status AppendAscending(std::string* dst, const KeyColumn& column, const Ke
     case INT64: {
       const int64_t* v = std::get_if<int64_t>(&value);
       if (v == nullptr) return Mismatch(column, value);
-      if (column.type == INT32 && (*v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max())) {
-        return absl::InvalidArgumentError(StrCat("key value ", *v, " is out of range for an int32 column"));
+      if (column.type == INT32 &&
+          (*v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max())) {
+        return absl::InvalidArgumentError(
+            StrCat("key value ", *v, " is out of range for an int32 column"));
       }
       AppendOrderedInt64(dst, *v);
       return absl::OkStatus();
@@ -56,7 +59,8 @@ absl::Status AppendAscending(std::string* dst, const KeyColumn& column, const Ke
       return absl::OkStatus();
     }
     default:
-      return absl::InvalidArgumentError(StrCat("a ", FieldType_Name(column.type), " column cannot be part of a key"));
+      return absl::InvalidArgumentError(
+          StrCat("a ", FieldType_Name(column.type), " column cannot be part of a key"));
   }
 }
 
@@ -91,7 +95,8 @@ absl::StatusOr<KeyValue> ConsumeKeyPart(std::string_view* in, const KeyColumn& c
     case INT64: {
       int64_t v;
       ok = ConsumeOrderedInt64(in, &v, order);
-      if (ok && column.type == INT32 && (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())) {
+      if (ok && column.type == INT32 &&
+          (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())) {
         return absl::DataLossError(StrCat("key holds ", v, ", out of range for an int32 column"));
       }
       out = v;
@@ -126,9 +131,11 @@ absl::StatusOr<KeyValue> ConsumeKeyPart(std::string_view* in, const KeyColumn& c
       break;
     }
     default:
-      return absl::InvalidArgumentError(StrCat("a ", FieldType_Name(column.type), " column cannot be part of a key"));
+      return absl::InvalidArgumentError(
+          StrCat("a ", FieldType_Name(column.type), " column cannot be part of a key"));
   }
-  if (!ok) return absl::DataLossError(StrCat("malformed ", FieldType_Name(column.type), " key part"));
+  if (!ok)
+    return absl::DataLossError(StrCat("malformed ", FieldType_Name(column.type), " key part"));
   if (column.scatter) {
     // The prefix must be the one this value gets; otherwise the key is damaged.
     std::string again;
@@ -140,9 +147,11 @@ absl::StatusOr<KeyValue> ConsumeKeyPart(std::string_view* in, const KeyColumn& c
   return out;
 }
 
-absl::StatusOr<std::string> EncodeKey(const std::vector<KeyColumn>& columns, const std::vector<KeyValue>& values) {
+absl::StatusOr<std::string> EncodeKey(const std::vector<KeyColumn>& columns,
+                                      const std::vector<KeyValue>& values) {
   if (values.size() > columns.size()) {
-    return absl::InvalidArgumentError(StrCat("key has ", values.size(), " values for ", columns.size(), " columns"));
+    return absl::InvalidArgumentError(
+        StrCat("key has ", values.size(), " values for ", columns.size(), " columns"));
   }
   std::string out;
   for (size_t i = 0; i < values.size(); ++i) {
@@ -152,14 +161,17 @@ absl::StatusOr<std::string> EncodeKey(const std::vector<KeyColumn>& columns, con
   return out;
 }
 
-absl::StatusOr<std::vector<KeyValue>> DecodeKey(const std::vector<KeyColumn>& columns, std::string_view key) {
+absl::StatusOr<std::vector<KeyValue>> DecodeKey(const std::vector<KeyColumn>& columns,
+                                                std::string_view key) {
   std::vector<KeyValue> out;
   for (size_t i = 0; i < columns.size(); ++i) {
     absl::StatusOr<KeyValue> v = ConsumeKeyPart(&key, columns[i]);
-    if (!v.ok()) return absl::Status(v.status().code(), StrCat("key column ", i, ": ", v.status().message()));
+    if (!v.ok())
+      return absl::Status(v.status().code(), StrCat("key column ", i, ": ", v.status().message()));
     out.push_back(std::move(*v));
   }
-  if (!key.empty()) return absl::DataLossError(StrCat("key has ", key.size(), " bytes after its last column"));
+  if (!key.empty())
+    return absl::DataLossError(StrCat("key has ", key.size(), " bytes after its last column"));
   return out;
 }
 

@@ -49,7 +49,8 @@ absl::StatusOr<KeyValue> ConsumeKeyPart(std::string_view* in, const KeyColumn& c
 absl::StatusOr<std::string> EncodeKey(const std::vector<KeyColumn>& columns,
                                       const std::vector<KeyValue>& values);
 // Decodes a whole key; DataLoss if it is malformed or has bytes left over.
-absl::StatusOr<std::vector<KeyValue>> DecodeKey(const std::vector<KeyColumn>& columns, std::string_view key);
+absl::StatusOr<std::vector<KeyValue>> DecodeKey(const std::vector<KeyColumn>& columns,
+                                                std::string_view key);
 
 // The key columns of `table`'s primary key (FailedPrecondition if the
 // descriptor names a field it does not have).

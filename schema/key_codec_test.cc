@@ -35,12 +35,17 @@ KeyValue RandomValue(Random& rng, FieldType type) {
     case BOOL:
       return rng.OneIn(2);
     case DOUBLE: {
-      static const double kEdges[] = {0.0, -0.0, 1.0, -1.0, std::numeric_limits<double>::infinity(),
+      static const double kEdges[] = {0.0,
+                                      -0.0,
+                                      1.0,
+                                      -1.0,
+                                      std::numeric_limits<double>::infinity(),
                                       -std::numeric_limits<double>::infinity(),
                                       std::numeric_limits<double>::quiet_NaN(),
                                       std::numeric_limits<double>::denorm_min(),
                                       -std::numeric_limits<double>::denorm_min(),
-                                      std::numeric_limits<double>::max(), std::numeric_limits<double>::lowest()};
+                                      std::numeric_limits<double>::max(),
+                                      std::numeric_limits<double>::lowest()};
       if (rng.OneIn(3)) return kEdges[rng.Uniform(std::size(kEdges))];
       const uint64_t bits = rng.Next();
       double d;
@@ -96,7 +101,8 @@ TEST(KeyCodecTest, EncodedOrderIsDeclaredOrderAndDecodeInvertsEncode) {
         ASSERT_TRUE(AppendKeyPart(&eb, column, b).ok());
         const int want = descending ? -Compare(a, b) : Compare(a, b);
         const int got = (ea > eb) - (ea < eb);
-        ASSERT_EQ(got, want) << FieldType_Name(type) << (descending ? " DESC" : " ASC") << " case " << i;
+        ASSERT_EQ(got, want) << FieldType_Name(type) << (descending ? " DESC" : " ASC") << " case "
+                             << i;
         std::string_view in = ea;
         auto back = ConsumeKeyPart(&in, column);
         ASSERT_TRUE(back.ok()) << back.status();
@@ -109,7 +115,8 @@ TEST(KeyCodecTest, EncodedOrderIsDeclaredOrderAndDecodeInvertsEncode) {
 
 TEST(KeyCodecTest, CompositeKeysOrderLexicographicallyAndShareTheirPrefixes) {
   Random rng(7);
-  const std::vector<KeyColumn> columns = {{STRING, false, false}, {INT64, true, false}, {BYTES, false, false}};
+  const std::vector<KeyColumn> columns = {
+      {STRING, false, false}, {INT64, true, false}, {BYTES, false, false}};
   for (int i = 0; i < 3000; ++i) {
     std::vector<KeyValue> a, b;
     for (const KeyColumn& c : columns) {
@@ -159,13 +166,17 @@ TEST(KeyCodecTest, ScatterPrefixesTwoHashBytesAndStillRoundTrips) {
 
 TEST(KeyCodecTest, WrongKindsAndRangesAndDamageAreErrorsNotCrashes) {
   std::string out;
-  EXPECT_TRUE(absl::IsInvalidArgument(AppendKeyPart(&out, {INT64, false, false}, std::string("x"))));
-  EXPECT_TRUE(absl::IsInvalidArgument(AppendKeyPart(&out, {INT32, false, false}, int64_t{1} << 40)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(AppendKeyPart(&out, {INT64, false, false}, std::string("x"))));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(AppendKeyPart(&out, {INT32, false, false}, int64_t{1} << 40)));
   EXPECT_TRUE(absl::IsInvalidArgument(AppendKeyPart(&out, {MESSAGE, false, false}, int64_t{1})));
   const std::vector<KeyColumn> columns = {{STRING, false, false}, {BOOL, false, false}};
-  EXPECT_TRUE(absl::IsDataLoss(DecodeKey(columns, "abc").status()));             // unterminated string
-  EXPECT_TRUE(absl::IsDataLoss(DecodeKey(columns, std::string("a\0\x01\x07", 4)).status()));  // bool byte 7
-  EXPECT_TRUE(absl::IsDataLoss(DecodeKey(columns, std::string("a\0\x01\x01z", 5)).status()));  // trailing byte
+  EXPECT_TRUE(absl::IsDataLoss(DecodeKey(columns, "abc").status()));  // unterminated string
+  EXPECT_TRUE(
+      absl::IsDataLoss(DecodeKey(columns, std::string("a\0\x01\x07", 4)).status()));  // bool byte 7
+  EXPECT_TRUE(absl::IsDataLoss(
+      DecodeKey(columns, std::string("a\0\x01\x01z", 5)).status()));  // trailing byte
   Random rng(3);
   for (int i = 0; i < 2000; ++i) (void)DecodeKey(columns, rng.Bytes(rng.Uniform(12)));
 }

@@ -16,16 +16,24 @@ namespace {
 constexpr char kChildEntity = '\x01';
 constexpr char kLocalIndexEntry = '\x02';
 
-std::string Column(const TableDescriptor& t, const FieldDescriptor& f) { return t.name() + "." + f.name(); }
+std::string Column(const TableDescriptor& t, const FieldDescriptor& f) {
+  return t.name() + "." + f.name();
+}
 
 absl::StatusOr<KeyValue> AsKeyValue(const Value& v) {
   switch (v.index()) {
-    case 0: return KeyValue(std::get<int64_t>(v));
-    case 1: return KeyValue(std::get<uint64_t>(v));
-    case 2: return KeyValue(std::get<bool>(v));
-    case 3: return KeyValue(std::get<double>(v));
-    case 4: return KeyValue(std::get<std::string>(v));
-    default: return absl::InvalidArgumentError("a message cannot be a key value");
+    case 0:
+      return KeyValue(std::get<int64_t>(v));
+    case 1:
+      return KeyValue(std::get<uint64_t>(v));
+    case 2:
+      return KeyValue(std::get<bool>(v));
+    case 3:
+      return KeyValue(std::get<double>(v));
+    case 4:
+      return KeyValue(std::get<std::string>(v));
+    default:
+      return absl::InvalidArgumentError("a message cannot be a key value");
   }
 }
 
@@ -36,15 +44,19 @@ absl::StatusOr<Layout> Layout::Create(const SchemaDescriptor& schema) {
   for (const TableDescriptor& t : schema.tables()) {
     MS_RETURN_IF_ERROR(PrimaryKeyColumns(t).status());
     if (!t.entity_group_root() && layout.schema_.FindTable(t.root_table()) == nullptr) {
-      return absl::FailedPreconditionError(StrCat("table ", t.name(), " has unknown root ", t.root_table()));
+      return absl::FailedPreconditionError(
+          StrCat("table ", t.name(), " has unknown root ", t.root_table()));
     }
   }
   for (const IndexDescriptor& x : schema.indexes()) {
     const TableDescriptor* t = layout.schema_.FindTable(x.table());
-    if (t == nullptr) return absl::FailedPreconditionError(StrCat("index ", x.name(), " is on unknown table ", x.table()));
+    if (t == nullptr)
+      return absl::FailedPreconditionError(
+          StrCat("index ", x.name(), " is on unknown table ", x.table()));
     for (const KeyPart& p : x.columns()) {
       if (FindField(t->fields(), p.field()) == nullptr) {
-        return absl::FailedPreconditionError(StrCat("index ", x.name(), " has unknown column ", p.field()));
+        return absl::FailedPreconditionError(
+            StrCat("index ", x.name(), " has unknown column ", p.field()));
       }
     }
   }
@@ -55,13 +67,15 @@ std::string Layout::GlobalIndexTable(const IndexDescriptor& index) const {
   return entity_table() + "." + index.name();
 }
 
-absl::StatusOr<std::vector<KeyValue>> Layout::KeyOf(const TableDescriptor& table, const Entity& entity) const {
+absl::StatusOr<std::vector<KeyValue>> Layout::KeyOf(const TableDescriptor& table,
+                                                    const Entity& entity) const {
   std::vector<KeyValue> key;
   for (const KeyPart& p : table.primary_key()) {
     const FieldDescriptor* f = FindField(table.fields(), p.field());
     const std::vector<Value>* v = f == nullptr ? nullptr : entity.Find(f->number());
     if (v == nullptr || v->size() != 1) {
-      return absl::InvalidArgumentError(StrCat(table.name(), ".", p.field(), " (a key column) is not set"));
+      return absl::InvalidArgumentError(
+          StrCat(table.name(), ".", p.field(), " (a key column) is not set"));
     }
     MS_ASSIGN_OR_RETURN(KeyValue kv, AsKeyValue((*v)[0]));
     key.push_back(std::move(kv));
@@ -78,8 +92,9 @@ namespace {
 absl::StatusOr<std::string> EncodeEntityKey(const TableDescriptor& table,
                                             const std::vector<KeyColumn>& columns,
                                             const std::vector<KeyValue>& key) {
-  const size_t group = table.entity_group_root() ? columns.size()
-                                                 : static_cast<size_t>(table.entity_group_key_size());
+  const size_t group = table.entity_group_root()
+                           ? columns.size()
+                           : static_cast<size_t>(table.entity_group_key_size());
   std::string row;
   for (size_t i = 0; i <= key.size(); ++i) {
     if (i == group && !table.entity_group_root()) {
@@ -88,26 +103,32 @@ absl::StatusOr<std::string> EncodeEntityKey(const TableDescriptor& table,
     }
     if (i == key.size()) break;
     absl::Status s = AppendKeyPart(&row, columns[i], key[i]);
-    if (!s.ok()) return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
+    if (!s.ok())
+      return absl::InvalidArgumentError(StrCat(table.name(), " key column ", i, ": ", s.message()));
   }
   return row;
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> Layout::EntityRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const {
+absl::StatusOr<std::string> Layout::EntityRow(const TableDescriptor& table,
+                                              const std::vector<KeyValue>& key) const {
   MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> columns, PrimaryKeyColumns(table));
   if (key.size() != columns.size()) {
-    return absl::InvalidArgumentError(StrCat(table.name(), " has ", columns.size(), " key columns, got ", key.size()));
+    return absl::InvalidArgumentError(
+        StrCat(table.name(), " has ", columns.size(), " key columns, got ", key.size()));
   }
   return EncodeEntityKey(table, columns, key);
 }
 
-absl::StatusOr<std::string> Layout::RootKey(const TableDescriptor& table, const std::vector<KeyValue>& key) const {
+absl::StatusOr<std::string> Layout::RootKey(const TableDescriptor& table,
+                                            const std::vector<KeyValue>& key) const {
   MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> columns, PrimaryKeyColumns(table));
-  const size_t n = table.entity_group_root() ? columns.size() : static_cast<size_t>(table.entity_group_key_size());
+  const size_t n = table.entity_group_root() ? columns.size()
+                                             : static_cast<size_t>(table.entity_group_key_size());
   columns.resize(n);
-  return EncodeKey(columns, std::vector<KeyValue>(key.begin(), key.begin() + static_cast<ptrdiff_t>(n)));
+  return EncodeKey(columns,
+                   std::vector<KeyValue>(key.begin(), key.begin() + static_cast<ptrdiff_t>(n)));
 }
 
 absl::StatusOr<std::string> Layout::GroupRow(const TableDescriptor& table,
@@ -115,16 +136,18 @@ absl::StatusOr<std::string> Layout::GroupRow(const TableDescriptor& table,
   const size_t n = table.entity_group_root() ? static_cast<size_t>(table.primary_key_size())
                                              : static_cast<size_t>(table.entity_group_key_size());
   if (key.size() < n)
-    return absl::InvalidArgumentError(StrCat("the entity group of table ", table.name(), " needs ", n,
-                                             " key value", n == 1 ? "" : "s", ", got ", key.size()));
+    return absl::InvalidArgumentError(StrCat("the entity group of table ", table.name(), " needs ",
+                                             n, " key value", n == 1 ? "" : "s", ", got ",
+                                             key.size()));
   return RootKey(table, key);
 }
 
 absl::StatusOr<storage::RowRange> Layout::TableRange(const TableDescriptor& table,
-                                                    const std::vector<KeyValue>& prefix) const {
+                                                     const std::vector<KeyValue>& prefix) const {
   MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> columns, PrimaryKeyColumns(table));
-  const size_t group = table.entity_group_root() ? columns.size()
-                                                 : static_cast<size_t>(table.entity_group_key_size());
+  const size_t group = table.entity_group_root()
+                           ? columns.size()
+                           : static_cast<size_t>(table.entity_group_key_size());
   if (prefix.size() < group || prefix.size() > columns.size())
     return absl::InvalidArgumentError(StrCat("a query of ", table.name(), " needs between ", group,
                                              " and ", columns.size(), " key values, got ",
@@ -142,7 +165,8 @@ std::vector<KeyColumn> IndexColumns(const TableDescriptor& table, const IndexDes
   std::vector<KeyColumn> out;
   for (const KeyPart& p : index.columns()) {
     const FieldDescriptor* f = FindField(table.fields(), p.field());
-    out.push_back(KeyColumn{f == nullptr ? FIELD_TYPE_UNSPECIFIED : f->type(), p.descending(), p.scatter()});
+    out.push_back(
+        KeyColumn{f == nullptr ? FIELD_TYPE_UNSPECIFIED : f->type(), p.descending(), p.scatter()});
   }
   return out;
 }
@@ -153,23 +177,27 @@ std::vector<KeyColumn> IndexColumns(const TableDescriptor& table, const IndexDes
 absl::Status Layout::AppendIndexValues(std::string* row, const IndexDescriptor& index,
                                        const std::vector<KeyValue>& values) const {
   const TableDescriptor* table = schema_.FindTable(index.table());
-  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  if (table == nullptr)
+    return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
   const std::vector<KeyColumn> columns = IndexColumns(*table, index);
   if (values.size() > columns.size())
     return absl::InvalidArgumentError(StrCat("index ", index.name(), " has ", columns.size(),
                                              " columns, got ", values.size(), " values"));
   for (size_t i = 0; i < values.size(); ++i) {
     absl::Status s = AppendKeyPart(row, columns[i], values[i]);
-    if (!s.ok()) return absl::InvalidArgumentError(StrCat("index ", index.name(), " column ", i, ": ", s.message()));
+    if (!s.ok())
+      return absl::InvalidArgumentError(
+          StrCat("index ", index.name(), " column ", i, ": ", s.message()));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(const IndexDescriptor& index,
-                                                          std::string_view group_row,
-                                                          const std::vector<KeyValue>& values) const {
+absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(
+    const IndexDescriptor& index, std::string_view group_row,
+    const std::vector<KeyValue>& values) const {
   if (index.scope() != IndexDescriptor::LOCAL || !index.inline_in().empty())
-    return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a local index with its own entries"));
+    return absl::InvalidArgumentError(
+        StrCat("index ", index.name(), " is not a local index with its own entries"));
   std::string row(group_row);
   row.push_back(kLocalIndexEntry);
   AppendOrderedBytes(&row, ToLower(index.name()));
@@ -177,8 +205,8 @@ absl::StatusOr<storage::RowRange> Layout::LocalIndexRange(const IndexDescriptor&
   return storage::RowRange{row, PrefixSuccessor(row)};
 }
 
-absl::StatusOr<storage::RowRange> Layout::GlobalIndexRange(const IndexDescriptor& index,
-                                                           const std::vector<KeyValue>& values) const {
+absl::StatusOr<storage::RowRange> Layout::GlobalIndexRange(
+    const IndexDescriptor& index, const std::vector<KeyValue>& values) const {
   if (index.scope() != IndexDescriptor::GLOBAL)
     return absl::InvalidArgumentError(StrCat("index ", index.name(), " is not a global index"));
   std::string row;
@@ -187,15 +215,16 @@ absl::StatusOr<storage::RowRange> Layout::GlobalIndexRange(const IndexDescriptor
   return storage::RowRange{row, row.empty() ? "" : PrefixSuccessor(row)};
 }
 
-absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfGlobalIndexEntry(const IndexDescriptor& index,
-                                                                    std::string_view entry_row) const {
+absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfGlobalIndexEntry(
+    const IndexDescriptor& index, std::string_view entry_row) const {
   return KeyOfIndexEntry(index, "", entry_row);
 }
 
 absl::StatusOr<std::vector<std::string>> Layout::IndexEntryRows(const IndexDescriptor& index,
                                                                 const Entity& entity) const {
   const TableDescriptor* table = schema_.FindTable(index.table());
-  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  if (table == nullptr)
+    return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
   MS_ASSIGN_OR_RETURN(std::vector<IndexEntry> entries, IndexEntries(*table, entity));
   std::vector<std::string> out;
   const std::string table_name =
@@ -204,7 +233,8 @@ absl::StatusOr<std::vector<std::string>> Layout::IndexEntryRows(const IndexDescr
   for (IndexEntry& e : entries) {
     if (e.table != table_name) continue;
     if (!index.inline_in().empty()) {
-      if (e.qualifier.compare(0, inline_prefix.size(), inline_prefix) == 0) out.push_back(e.qualifier);
+      if (e.qualifier.compare(0, inline_prefix.size(), inline_prefix) == 0)
+        out.push_back(e.qualifier);
     } else if (index.scope() == IndexDescriptor::GLOBAL || e.qualifier.empty()) {
       out.push_back(std::move(e.row));
     }
@@ -216,8 +246,9 @@ absl::StatusOr<std::vector<std::string>> Layout::IndexEntryRows(const IndexDescr
     std::string prefix = group_row;
     prefix.push_back(kLocalIndexEntry);
     AppendOrderedBytes(&prefix, ToLower(index.name()));
-    out.erase(std::remove_if(out.begin(), out.end(),
-                             [&](const std::string& r) { return r.compare(0, prefix.size(), prefix) != 0; }),
+    out.erase(std::remove_if(
+                  out.begin(), out.end(),
+                  [&](const std::string& r) { return r.compare(0, prefix.size(), prefix) != 0; }),
               out.end());
   }
   return out;
@@ -227,7 +258,8 @@ absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfIndexEntry(const IndexDescrip
                                                               std::string_view group_row,
                                                               std::string_view entry_row) const {
   const TableDescriptor* table = schema_.FindTable(index.table());
-  if (table == nullptr) return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
+  if (table == nullptr)
+    return absl::NotFoundError(StrCat("index ", index.name(), " is on an unknown table"));
   std::string prefix;
   if (index.scope() == IndexDescriptor::LOCAL) {
     prefix = std::string(group_row);
@@ -239,16 +271,20 @@ absl::StatusOr<std::vector<KeyValue>> Layout::KeyOfIndexEntry(const IndexDescrip
   std::string_view rest = entry_row.substr(prefix.size());
   for (const KeyColumn& c : IndexColumns(*table, index)) {
     absl::StatusOr<KeyValue> skipped = ConsumeKeyPart(&rest, c);
-    if (!skipped.ok()) return absl::DataLossError(StrCat("damaged entry of index ", index.name(), ": ", skipped.status().message()));
+    if (!skipped.ok())
+      return absl::DataLossError(
+          StrCat("damaged entry of index ", index.name(), ": ", skipped.status().message()));
   }
   MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> key_columns, PrimaryKeyColumns(*table));
   absl::StatusOr<std::vector<KeyValue>> key = DecodeKey(key_columns, rest);
-  if (!key.ok()) return absl::DataLossError(StrCat("damaged entry of index ", index.name(), ": ", key.status().message()));
+  if (!key.ok())
+    return absl::DataLossError(
+        StrCat("damaged entry of index ", index.name(), ": ", key.status().message()));
   return key;
 }
 
 absl::StatusOr<std::vector<Layout::IndexEntry>> Layout::IndexEntries(const TableDescriptor& table,
-                                                                      const Entity& entity) const {
+                                                                     const Entity& entity) const {
   std::vector<IndexEntry> out;
   MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, KeyOf(table, entity));
   MS_ASSIGN_OR_RETURN(std::vector<KeyColumn> key_columns, PrimaryKeyColumns(table));
@@ -268,7 +304,8 @@ absl::StatusOr<std::vector<Layout::IndexEntry>> Layout::IndexEntries(const Table
         for (size_t i = 0; values != nullptr && i < values->size(); ++i) {
           MS_ASSIGN_OR_RETURN(KeyValue kv, AsKeyValue((*values)[i]));
           std::string part = prefix;
-          MS_RETURN_IF_ERROR(AppendKeyPart(&part, KeyColumn{f->type(), p.descending(), p.scatter()}, kv));
+          MS_RETURN_IF_ERROR(
+              AppendKeyPart(&part, KeyColumn{f->type(), p.descending(), p.scatter()}, kv));
           if (seen.insert(part).second) next.push_back(std::move(part));
         }
       }
@@ -308,25 +345,32 @@ absl::StatusOr<std::vector<Layout::IndexEntry>> Layout::IndexEntries(const Table
   return out;
 }
 
-absl::StatusOr<std::vector<BigtableWrite>> Layout::Mutations(std::string_view table_name, const Entity* before,
-                                                             const Entity* after, int64_t timestamp) const {
+absl::StatusOr<std::vector<BigtableWrite>> Layout::Mutations(std::string_view table_name,
+                                                             const Entity* before,
+                                                             const Entity* after,
+                                                             int64_t timestamp) const {
   const TableDescriptor* table = schema_.FindTable(table_name);
-  if (table == nullptr) return absl::NotFoundError(StrCat("schema ", entity_table(), " has no table ", table_name));
-  if (before == nullptr && after == nullptr) return absl::InvalidArgumentError("no entity to write or delete");
-  if (after != nullptr) MS_RETURN_IF_ERROR(Validate(schema_, table->fields(), *after, table->name()));
+  if (table == nullptr)
+    return absl::NotFoundError(StrCat("schema ", entity_table(), " has no table ", table_name));
+  if (before == nullptr && after == nullptr)
+    return absl::InvalidArgumentError("no entity to write or delete");
+  if (after != nullptr)
+    MS_RETURN_IF_ERROR(Validate(schema_, table->fields(), *after, table->name()));
   const Entity& some = after != nullptr ? *after : *before;
   MS_ASSIGN_OR_RETURN(std::vector<KeyValue> key, KeyOf(*table, some));
   if (before != nullptr && after != nullptr) {
     MS_ASSIGN_OR_RETURN(std::vector<KeyValue> old_key, KeyOf(*table, *before));
     if (old_key != key) {
-      return absl::InvalidArgumentError(StrCat("an update cannot change ", table->name(),
-                                               "'s primary key; delete the entity and insert a new one"));
+      return absl::InvalidArgumentError(
+          StrCat("an update cannot change ", table->name(),
+                 "'s primary key; delete the entity and insert a new one"));
     }
   }
   std::vector<BigtableWrite> out;
   // Writes to one row merge into one BigtableWrite.
   std::map<std::pair<std::string, std::string>, size_t> by_row;
-  auto write_for = [&](const std::string& bt_table, const std::string& row) -> std::vector<storage::Mutation>& {
+  auto write_for = [&](const std::string& bt_table,
+                       const std::string& row) -> std::vector<storage::Mutation>& {
     auto [it, inserted] = by_row.emplace(std::pair(bt_table, row), out.size());
     if (inserted) out.push_back(BigtableWrite{bt_table, row, {}, timestamp});
     return out[it->second].mutations;
@@ -342,11 +386,13 @@ absl::StatusOr<std::vector<BigtableWrite>> Layout::Mutations(std::string_view ta
     if (new_v != nullptr) {
       const std::string bytes = EncodeField(schema_, f, *new_v);
       if (old_v == nullptr || EncodeField(schema_, f, *old_v) != bytes) {
-        write_for(entity_table(), row).push_back(
-            storage::Mutation::SetCell(kEntityFamily, Column(*table, f), bytes, timestamp));
+        write_for(entity_table(), row)
+            .push_back(
+                storage::Mutation::SetCell(kEntityFamily, Column(*table, f), bytes, timestamp));
       }
     } else if (old_v != nullptr) {
-      write_for(entity_table(), row).push_back(storage::Mutation::DeleteCells(kEntityFamily, Column(*table, f)));
+      write_for(entity_table(), row)
+          .push_back(storage::Mutation::DeleteCells(kEntityFamily, Column(*table, f)));
     }
   }
 
@@ -374,7 +420,8 @@ absl::StatusOr<std::vector<BigtableWrite>> Layout::Mutations(std::string_view ta
         PutLengthPrefixed(&value, column);
         PutLengthPrefixed(&value, bytes);
       }
-      write_for(e.table, e.row).push_back(storage::Mutation::SetCell(kEntityFamily, e.qualifier, value, timestamp));
+      write_for(e.table, e.row)
+          .push_back(storage::Mutation::SetCell(kEntityFamily, e.qualifier, value, timestamp));
       continue;
     }
     auto& m = write_for(e.table, e.row);
@@ -393,30 +440,35 @@ absl::StatusOr<std::vector<BigtableWrite>> Layout::Mutations(std::string_view ta
   for (const IndexEntry& e : old_entries) {
     if (kept.count(id(e))) continue;
     if (!e.qualifier.empty()) {
-      write_for(e.table, e.row).push_back(storage::Mutation::DeleteCells(kEntityFamily, e.qualifier));
+      write_for(e.table, e.row)
+          .push_back(storage::Mutation::DeleteCells(kEntityFamily, e.qualifier));
     } else {
       // Column by column (the marker and the stored fields), never a row
       // delete: deletions stay per column, so the replicated log can bound
       // them by the commit timestamp (docs/schema.md, "Writes").
       auto& m = write_for(e.table, e.row);
       m.push_back(storage::Mutation::DeleteCells(kIndexFamily, ""));
-      for (const auto& [column, bytes] : e.stored) m.push_back(storage::Mutation::DeleteCells(kIndexFamily, column));
+      for (const auto& [column, bytes] : e.stored)
+        m.push_back(storage::Mutation::DeleteCells(kIndexFamily, column));
     }
   }
   // Rows with nothing to do (an unchanged update) are dropped.
-  out.erase(std::remove_if(out.begin(), out.end(), [](const BigtableWrite& w) { return w.mutations.empty(); }),
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const BigtableWrite& w) { return w.mutations.empty(); }),
             out.end());
   return out;
 }
 
-absl::StatusOr<Entity> Layout::EntityFromRow(const TableDescriptor& table, const storage::Row& row) const {
+absl::StatusOr<Entity> Layout::EntityFromRow(const TableDescriptor& table,
+                                             const storage::Row& row) const {
   Entity e;
   const std::string prefix = table.name() + ".";
   std::set<std::string> done;
   for (const storage::Cell& c : row.cells) {
     if (c.family != kEntityFamily || c.qualifier.compare(0, prefix.size(), prefix) != 0) continue;
     if (!done.insert(c.qualifier).second) continue;  // an older version
-    const FieldDescriptor* f = FindField(table.fields(), std::string_view(c.qualifier).substr(prefix.size()));
+    const FieldDescriptor* f =
+        FindField(table.fields(), std::string_view(c.qualifier).substr(prefix.size()));
     if (f == nullptr) continue;  // a dropped field's old cells
     MS_ASSIGN_OR_RETURN(std::vector<Value> values, DecodeField(schema_, *f, c.value));
     e.fields[f->number()] = std::move(values);

@@ -72,9 +72,11 @@ class Layout {
 
   // The values of `table`'s primary key in `entity` (InvalidArgument if one
   // is missing).
-  absl::StatusOr<std::vector<KeyValue>> KeyOf(const TableDescriptor& table, const Entity& entity) const;
+  absl::StatusOr<std::vector<KeyValue>> KeyOf(const TableDescriptor& table,
+                                              const Entity& entity) const;
   // The row of the entity of `table` with primary key `key`.
-  absl::StatusOr<std::string> EntityRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
+  absl::StatusOr<std::string> EntityRow(const TableDescriptor& table,
+                                        const std::vector<KeyValue>& key) const;
 
   // The Bigtable writes that take `table`'s entity from `before` to `after`
   // at `timestamp`, indexes included: an insert (before == nullptr), an
@@ -82,13 +84,15 @@ class Layout {
   // nullptr). InvalidArgument (naming the field) if `after` does not fit the
   // schema or a key changes.
   absl::StatusOr<std::vector<BigtableWrite>> Mutations(std::string_view table, const Entity* before,
-                                                       const Entity* after, int64_t timestamp) const;
+                                                       const Entity* after,
+                                                       int64_t timestamp) const;
 
   // The root row of the entity group an entity of `table` with primary key
   // `key` belongs to (the group's row prefix). For a root table, `key` is
   // the root's key; for a child, any key whose entity-group-key prefix is
   // given. InvalidArgument if too few values are given.
-  absl::StatusOr<std::string> GroupRow(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
+  absl::StatusOr<std::string> GroupRow(const TableDescriptor& table,
+                                       const std::vector<KeyValue>& key) const;
 
   // The rows of `table`'s entities whose primary key starts with `prefix`
   // (at least the entity group key: queries stay inside one group), as
@@ -129,11 +133,13 @@ class Layout {
     std::string qualifier;  // inline entries: their cell
     std::vector<std::pair<std::string, std::string>> stored;  // "Table.field" -> bytes
   };
-  absl::StatusOr<std::vector<IndexEntry>> IndexEntries(const TableDescriptor& table, const Entity& entity) const;
+  absl::StatusOr<std::vector<IndexEntry>> IndexEntries(const TableDescriptor& table,
+                                                       const Entity& entity) const;
   absl::Status AppendIndexValues(std::string* row, const IndexDescriptor& index,
                                  const std::vector<KeyValue>& values) const;
   // The encoded key of the entity group's root (the row prefix of the group).
-  absl::StatusOr<std::string> RootKey(const TableDescriptor& table, const std::vector<KeyValue>& key) const;
+  absl::StatusOr<std::string> RootKey(const TableDescriptor& table,
+                                      const std::vector<KeyValue>& key) const;
 
   SchemaIndex schema_;
 };

@@ -39,10 +39,11 @@ class Bigtable {
   }
   std::vector<storage::Row> Rows(const std::string& table) {
     std::vector<storage::Row> rows;
-    absl::Status s = Table(table)->ReadRows(storage::RowSet{}, storage::ReadOptions{}, [&](storage::Row& r) {
-      rows.push_back(std::move(r));
-      return true;
-    });
+    absl::Status s =
+        Table(table)->ReadRows(storage::RowSet{}, storage::ReadOptions{}, [&](storage::Row& r) {
+          rows.push_back(std::move(r));
+          return true;
+        });
     EXPECT_TRUE(s.ok()) << s;
     return rows;
   }

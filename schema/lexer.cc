@@ -7,11 +7,11 @@ namespace megastore::schema {
 namespace {
 
 constexpr std::array<std::string_view, 34> kKeywords = {
-    "ADD",      "ALTER",    "ASC",     "BOOL",   "BYTES",   "CREATE",     "DESC",
-    "DOUBLE",   "DROP",     "ENTITY",  "GLOBAL", "GROUP",   "IN",         "INDEX",
-    "INLINE",   "INT32",    "INT64",   "KEY",    "LOCAL",   "MESSAGE",    "ON",
-    "OPTIONAL", "PRIMARY",  "REFERENCES", "REPEATED", "REQUIRED", "ROOT", "SCATTER",
-    "SCHEMA",   "STORING",  "STRING",  "TABLE",  "UINT64",  "RESERVED",
+    "ADD",      "ALTER",   "ASC",        "BOOL",     "BYTES",    "CREATE",   "DESC",
+    "DOUBLE",   "DROP",    "ENTITY",     "GLOBAL",   "GROUP",    "IN",       "INDEX",
+    "INLINE",   "INT32",   "INT64",      "KEY",      "LOCAL",    "MESSAGE",  "ON",
+    "OPTIONAL", "PRIMARY", "REFERENCES", "REPEATED", "REQUIRED", "ROOT",     "SCATTER",
+    "SCHEMA",   "STORING", "STRING",     "TABLE",    "UINT64",   "RESERVED",
 };
 
 bool IsIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -22,7 +22,8 @@ bool IsIdentChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) ||
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::toupper(static_cast<unsigned char>(a[i])) != std::toupper(static_cast<unsigned char>(b[i]))) {
+    if (std::toupper(static_cast<unsigned char>(a[i])) !=
+        std::toupper(static_cast<unsigned char>(b[i]))) {
       return false;
     }
   }

@@ -77,18 +77,21 @@ class Parser {
   }
   void ExpectWord(std::string_view word, std::string_view context) {
     if (AcceptWord(word)) return;
-    Fail(Peek().pos, "expected " + std::string(word) + " " + std::string(context) + ", found " + Describe(Peek()));
+    Fail(Peek().pos, "expected " + std::string(word) + " " + std::string(context) + ", found " +
+                         Describe(Peek()));
   }
   SourcePos ExpectPunct(char c, std::string_view context) {
     const SourcePos pos = Peek().pos;
     if (AcceptPunct(c)) return pos;
     // A missing ';' belongs right after the token it should follow.
     const SourcePos at = c == ';' && last_ != nullptr ? EndOf(*last_) : pos;
-    Fail(at, std::string("expected '") + c + "' " + std::string(context) + ", found " + Describe(Peek()));
+    Fail(at, std::string("expected '") + c + "' " + std::string(context) + ", found " +
+                 Describe(Peek()));
   }
   static SourcePos EndOf(const Token& t) {
     SourcePos p = t.pos;
-    p.column += static_cast<int>(t.text.size()) + (t.kind == Token::Kind::kQuotedIdentifier ? 2 : 0);
+    p.column +=
+        static_cast<int>(t.text.size()) + (t.kind == Token::Kind::kQuotedIdentifier ? 2 : 0);
     return p;
   }
   Name ExpectName(std::string_view what) {
@@ -97,8 +100,8 @@ class Parser {
       // Names end up in generated C++, in file names and in Bigtable keys:
       // bounded and printable, whatever the quoting.
       if (t.text.size() > kMaxNameBytes) {
-        Fail(t.pos, std::string(what) + " is " + std::to_string(t.text.size()) + " bytes long; names are at most " +
-                        std::to_string(kMaxNameBytes));
+        Fail(t.pos, std::string(what) + " is " + std::to_string(t.text.size()) +
+                        " bytes long; names are at most " + std::to_string(kMaxNameBytes));
       }
       for (char c : t.text) {
         if (c < 0x20 || c > 0x7e) {
@@ -114,7 +117,9 @@ class Parser {
     }
     if (t.kind == Token::Kind::kIdentifier) {
       if (IsKeyword(t.text)) {
-        Error(t.pos, "\"" + t.text + "\" is a keyword and cannot be used as " + std::string(what) + " without quoting",
+        Error(t.pos,
+              "\"" + t.text + "\" is a keyword and cannot be used as " + std::string(what) +
+                  " without quoting",
               "write `" + t.text + "` (in backquotes) to use it as a name");
         Next();
         throw SyntaxError{};
@@ -135,7 +140,8 @@ class Parser {
     throw SyntaxError{};
   }
   bool AtStatementStart(const Token& t) {
-    return IsWord(t, "CREATE") || IsWord(t, "ALTER") || (IsWord(t, "DROP") && IsWord(Peek(1), "INDEX"));
+    return IsWord(t, "CREATE") || IsWord(t, "ALTER") ||
+           (IsWord(t, "DROP") && IsWord(Peek(1), "INDEX"));
   }
   // After an error: continue after the statement's ';' (outside braces), or
   // at the next word that starts a statement.
@@ -164,10 +170,12 @@ class Parser {
         Name name = ExpectName("a schema name");
         // It names the generated files and the C++ namespace.
         bool plain = !name.text.empty() && !std::isdigit(static_cast<unsigned char>(name.text[0]));
-        for (char c : name.text) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        for (char c : name.text)
+          plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
         if (!plain) {
-          Fail(name.pos, "schema name \"" + name.text + "\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*): it names "
-                         "the generated files and the C++ namespace");
+          Fail(name.pos, "schema name \"" + name.text +
+                             "\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*): it names "
+                             "the generated files and the C++ namespace");
         }
         result_.statements.push_back(SchemaDecl{std::move(name)});
         AcceptPunct(';');
@@ -181,8 +189,9 @@ class Parser {
              "CREATE LOCAL INDEX keeps entries inside the entity group (consistent); "
              "CREATE GLOBAL INDEX spans entity groups");
       }
-      Fail(Peek().pos, "expected SCHEMA, MESSAGE, TABLE, LOCAL INDEX or GLOBAL INDEX after CREATE, found " +
-                           Describe(Peek()));
+      Fail(Peek().pos,
+           "expected SCHEMA, MESSAGE, TABLE, LOCAL INDEX or GLOBAL INDEX after CREATE, found " +
+               Describe(Peek()));
     }
     if (AcceptWord("ALTER")) return Alter(first.pos);
     if (IsWord(first, "DROP") && IsWord(Peek(1), "INDEX")) {
@@ -209,11 +218,13 @@ class Parser {
 
   // { (field | RESERVED n, ...;)* }; errors are reported and skipped one
   // item at a time.
-  void Body(const std::string& owner, std::vector<FieldDecl>* fields, std::vector<ReservedDecl>* reserved) {
+  void Body(const std::string& owner, std::vector<FieldDecl>* fields,
+            std::vector<ReservedDecl>* reserved) {
     ExpectPunct('{', "to open the body of " + owner);
     while (!IsPunct(Peek(), '}')) {
       if (Peek().kind == Token::Kind::kEnd || AtStatementStart(Peek())) {
-        Fail(Peek().pos, "expected '}' to close the body of " + owner + ", found " + Describe(Peek()));
+        Fail(Peek().pos,
+             "expected '}' to close the body of " + owner + ", found " + Describe(Peek()));
       }
       const size_t start = index_;
       try {
@@ -241,7 +252,8 @@ class Parser {
   // A positive decimal field number.
   int Number(std::string_view what) {
     const Token& t = Peek();
-    if (t.kind != Token::Kind::kNumber) Fail(t.pos, "expected " + std::string(what) + ", found " + Describe(t));
+    if (t.kind != Token::Kind::kNumber)
+      Fail(t.pos, "expected " + std::string(what) + ", found " + Describe(t));
     Next();
     int64_t n = 0;
     for (char c : t.text) {
@@ -263,11 +275,12 @@ class Parser {
     } else if (AcceptWord("repeated")) {
       f.label = REPEATED;
     } else {
-      Fail(Peek().pos, "expected required, optional or repeated to start a field, found " + Describe(Peek()),
+      Fail(Peek().pos,
+           "expected required, optional or repeated to start a field, found " + Describe(Peek()),
            "every field has a label, as in: optional string thumbnail_url;");
     }
     static constexpr std::pair<std::string_view, FieldType> kTypes[] = {
-        {"int32", INT32}, {"int64", INT64},   {"uint64", UINT64}, {"bool", BOOL},
+        {"int32", INT32},   {"int64", INT64},   {"uint64", UINT64}, {"bool", BOOL},
         {"double", DOUBLE}, {"string", STRING}, {"bytes", BYTES}};
     for (const auto& [word, type] : kTypes) {
       if (AcceptWord(word)) {
@@ -323,7 +336,8 @@ class Parser {
       const Token& c = Peek();
       if (AcceptWord("PRIMARY")) {
         ExpectWord("KEY", "after PRIMARY");
-        if (t.primary_key_pos) Error(c.pos, "table " + t.name.text + " has two PRIMARY KEY clauses");
+        if (t.primary_key_pos)
+          Error(c.pos, "table " + t.name.text + " has two PRIMARY KEY clauses");
         t.primary_key_pos = c.pos;
         t.primary_key = KeyParts("after PRIMARY KEY");
       } else if (AcceptWord("IN")) {
@@ -336,7 +350,8 @@ class Parser {
           if (t.root_pos) Error(c.pos, "table " + t.name.text + " says ENTITY GROUP ROOT twice");
           t.root_pos = c.pos;
         } else if (AcceptWord("KEY")) {
-          if (t.group_key_pos) Error(c.pos, "table " + t.name.text + " has two ENTITY GROUP KEY clauses");
+          if (t.group_key_pos)
+            Error(c.pos, "table " + t.name.text + " has two ENTITY GROUP KEY clauses");
           t.group_key_pos = c.pos;
           t.group_key = Names("after ENTITY GROUP KEY");
           ExpectWord("REFERENCES", "after ENTITY GROUP KEY(...)");
@@ -349,9 +364,10 @@ class Parser {
         t.encrypted_pos = c.pos;
       } else {
         Fail(c.pos,
-             "expected PRIMARY KEY, ENTITY GROUP ROOT, ENTITY GROUP KEY, IN TABLE or ENCRYPTED after the body of "
+             "expected PRIMARY KEY, ENTITY GROUP ROOT, ENTITY GROUP KEY, IN TABLE or ENCRYPTED "
+             "after the body of "
              "table " +
-                        t.name.text + ", found " + Describe(c));
+                 t.name.text + ", found " + Describe(c));
       }
     } while (AcceptPunct(','));
     ExpectPunct(';', "at the end of CREATE TABLE " + t.name.text);
@@ -395,7 +411,8 @@ class Parser {
       a.kind = AlterDecl::Kind::kDropField;
       a.target = ExpectName("a field name");
     } else {
-      Fail(Peek().pos, "expected ADD or DROP after ALTER TABLE " + a.table.text + ", found " + Describe(Peek()));
+      Fail(Peek().pos, "expected ADD or DROP after ALTER TABLE " + a.table.text + ", found " +
+                           Describe(Peek()));
     }
     ExpectPunct(';', "at the end of ALTER TABLE");
     result_.statements.push_back(std::move(a));

@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const Diagnostic& d : r.errors) (void)FormatDiagnostic("fuzz.msdl", d);
   if (!r.ok()) return 0;
   const CompileResult again = CompileSchema(PrintSchema(r.descriptor));
-  if (!again.ok() || again.descriptor.SerializeAsString() != r.descriptor.SerializeAsString()) std::abort();
+  if (!again.ok() || again.descriptor.SerializeAsString() != r.descriptor.SerializeAsString())
+    std::abort();
   (void)GenerateCpp(r.descriptor);
   return 0;
 }

@@ -8,16 +8,20 @@ namespace megastore::schema {
 namespace {
 
 std::string N(const std::string& name) {
-  bool plain = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+  bool plain =
+      !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
   for (char c : name) plain &= std::isalnum(static_cast<unsigned char>(c)) || c == '_';
   return plain && !IsKeyword(name) ? name : "`" + name + "`";
 }
 
 std::string Label(Label l) {
   switch (l) {
-    case REQUIRED: return "required";
-    case OPTIONAL: return "optional";
-    default: return "repeated";
+    case REQUIRED:
+      return "required";
+    case OPTIONAL:
+      return "optional";
+    default:
+      return "repeated";
   }
 }
 
@@ -61,14 +65,22 @@ std::string Names(const google::protobuf::RepeatedPtrField<std::string>& names) 
 
 std::string DdlType(const FieldDescriptor& f) {
   switch (f.type()) {
-    case INT32: return "int32";
-    case INT64: return "int64";
-    case UINT64: return "uint64";
-    case BOOL: return "bool";
-    case DOUBLE: return "double";
-    case STRING: return "string";
-    case BYTES: return "bytes";
-    default: return f.message_type();
+    case INT32:
+      return "int32";
+    case INT64:
+      return "int64";
+    case UINT64:
+      return "uint64";
+    case BOOL:
+      return "bool";
+    case DOUBLE:
+      return "double";
+    case STRING:
+      return "string";
+    case BYTES:
+      return "bytes";
+    default:
+      return f.message_type();
   }
 }
 
@@ -88,14 +100,15 @@ std::string PrintSchema(const SchemaDescriptor& schema) {
       if (t.encrypted()) out += ",\n  ENCRYPTED";
     } else {
       if (!t.in_table().empty()) out += ",\n  IN TABLE " + N(t.in_table());
-      out += ",\n  ENTITY GROUP KEY" + Names(t.entity_group_key()) + " REFERENCES " + N(t.root_table());
+      out += ",\n  ENTITY GROUP KEY" + Names(t.entity_group_key()) + " REFERENCES " +
+             N(t.root_table());
     }
     out += ";\n";
   }
   if (schema.indexes_size() > 0) out += "\n";
   for (const IndexDescriptor& x : schema.indexes()) {
-    out += std::string("CREATE ") + (x.scope() == IndexDescriptor::GLOBAL ? "GLOBAL" : "LOCAL") + " INDEX " +
-           N(x.name()) + " ON " + N(x.table()) + KeyParts(x.columns());
+    out += std::string("CREATE ") + (x.scope() == IndexDescriptor::GLOBAL ? "GLOBAL" : "LOCAL") +
+           " INDEX " + N(x.name()) + " ON " + N(x.table()) + KeyParts(x.columns());
     if (x.storing_size() > 0) out += " STORING " + Names(x.storing());
     if (!x.inline_in().empty()) out += " INLINE IN " + N(x.inline_in());
     out += ";\n";

@@ -33,11 +33,11 @@
 namespace megastore {
 namespace {
 
-using ::testing::HasSubstr;
 using storage::cell::CellClient;
 using storage::cell::CellState;
 using storage::cell::FindMaster;
 using storage::cell::MasterClient;
+using ::testing::HasSubstr;
 
 constexpr char kCell[] = "c1";
 
@@ -67,11 +67,13 @@ class CellCluster {
   std::string StartMaster() {
     const int port = testing::FreePort();
     auto p = std::make_unique<testing::Subprocess>();
-    if (!p->Start({MEGASTORED, "--roles=master", StrCat("--listen=127.0.0.1:", port), "--data=" + dir_ + "/root",
-                   StrCat("--cell=", kCell), "--lock-service=" + lock_spec_, "--session-ttl=2s",
-                   "--server-timeout=3s", "--log-level=warn"}))
+    if (!p->Start({MEGASTORED, "--roles=master", StrCat("--listen=127.0.0.1:", port),
+                   "--data=" + dir_ + "/root", StrCat("--cell=", kCell),
+                   "--lock-service=" + lock_spec_, "--session-ttl=2s", "--server-timeout=3s",
+                   "--log-level=warn"}))
       return "cannot start a master";
-    if (p->ReadLine(30000).find("campaigning") == std::string::npos) return "a master did not start";
+    if (p->ReadLine(30000).find("campaigning") == std::string::npos)
+      return "a master did not start";
     masters_[StrCat("127.0.0.1:", port)] = std::move(p);
     return "";
   }
@@ -83,7 +85,8 @@ class CellCluster {
                    StrCat("--cell=", kCell), "--lock-service=" + lock_spec_, "--session-ttl=2s",
                    "--split-threshold-mb=1", "--log-level=warn"}))
       return "cannot start a tablet server";
-    if (p->ReadLine(30000).find("registered in cell") == std::string::npos) return "a tablet server did not register";
+    if (p->ReadLine(30000).find("registered in cell") == std::string::npos)
+      return "a tablet server did not register";
     servers_[StrCat("127.0.0.1:", port)] = std::move(p);
     return "";
   }
@@ -111,8 +114,8 @@ class CellCluster {
 
   // msadmin COMMAND --lock-service=... --cell=c1 ARGS
   std::string Msadmin(const std::string& command, const std::string& args = "") {
-    return testing::RunCommand(
-               StrCat(MSADMIN, " ", command, " --lock-service=", lock_spec_, " --cell=", kCell, " ", args))
+    return testing::RunCommand(StrCat(MSADMIN, " ", command, " --lock-service=", lock_spec_,
+                                      " --cell=", kCell, " ", args))
         .out;
   }
 
@@ -168,7 +171,8 @@ class Load {
           const std::string key = StrCat("k", (rng.Next() % 1000000) + 1000000, "-", w, "-", i);
           std::string value(512, '\0');
           for (char& c : value) c = static_cast<char>(rng.Next());
-          absl::Status s = client->MutateRow("t", key, {storage::Mutation::SetCell("f", "v", value)});
+          absl::Status s =
+              client->MutateRow("t", key, {storage::Mutation::SetCell("f", "v", value)});
           absl::SleepFor(absl::Milliseconds(2));  // ~500 rows/s a writer: megabytes, not gigabytes
           std::lock_guard<std::mutex> lock(mu_);
           if (s.ok()) {
@@ -256,7 +260,8 @@ TEST(CellClusterTest, ACellOfProcessesSplitsSurvivesKillsAndFailsOver) {
     return n;
   };
   for (int i = 0; i < 900 && user_tablets() < 6; ++i) absl::SleepFor(absl::Milliseconds(100));
-  ASSERT_GE(user_tablets(), 6) << "t split into many tablets by itself (" << load->acked() << " rows written)";
+  ASSERT_GE(user_tablets(), 6) << "t split into many tablets by itself (" << load->acked()
+                               << " rows written)";
 
   // 2. The tablet server with the most tablets is killed mid-load.
   auto state = cell.State();
@@ -272,12 +277,16 @@ TEST(CellClusterTest, ACellOfProcessesSplitsSurvivesKillsAndFailsOver) {
   const size_t before_kill = load->acked();
   const absl::Time killed = absl::Now();
   cell.servers()[victim]->Kill(SIGKILL);
-  ASSERT_TRUE(cell.WaitAllServed(victim, absl::Seconds(60))) << "the dead server's tablets are served elsewhere";
+  ASSERT_TRUE(cell.WaitAllServed(victim, absl::Seconds(60)))
+      << "the dead server's tablets are served elsewhere";
   const absl::Duration recovery = absl::Now() - killed;
-  std::printf("[cell] %d tablets of a SIGKILLed server served elsewhere after %lld ms (session ttl 2 s)\n", most,
-              static_cast<long long>(absl::ToInt64Milliseconds(recovery)));
-  ::testing::Test::RecordProperty("recovery_ms", std::to_string(absl::ToInt64Milliseconds(recovery)));
-  for (int i = 0; i < 100 && load->acked() < before_kill + 200; ++i) absl::SleepFor(absl::Milliseconds(100));
+  std::printf(
+      "[cell] %d tablets of a SIGKILLed server served elsewhere after %lld ms (session ttl 2 s)\n",
+      most, static_cast<long long>(absl::ToInt64Milliseconds(recovery)));
+  ::testing::Test::RecordProperty("recovery_ms",
+                                  std::to_string(absl::ToInt64Milliseconds(recovery)));
+  for (int i = 0; i < 100 && load->acked() < before_kill + 200; ++i)
+    absl::SleepFor(absl::Milliseconds(100));
   load->Stop();
   EXPECT_GT(load->acked(), before_kill) << "writes continue after the recovery";
   EXPECT_EQ(load->failed(), 0) << "the client library retried through the recovery";
@@ -343,7 +352,8 @@ TEST(CellClusterTest, ACellOfProcessesSplitsSurvivesKillsAndFailsOver) {
   absl::SleepFor(absl::Seconds(1));
   ::kill(cell.servers()[frozen]->pid(), SIGCONT);
   const int status = cell.servers()[frozen]->Wait();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "it stops serving on waking: " << status;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3)
+      << "it stops serving on waking: " << status;
   cell.servers().erase(frozen);
   ASSERT_TRUE(cell.WaitAllServed(frozen, absl::Seconds(60))) << "its tablets move";
   ExpectAllThere(cell.client(), acked);
@@ -368,11 +378,13 @@ TEST(CellClusterTest, ACellOfProcessesSplitsSurvivesKillsAndFailsOver) {
         if (s.address() != other_server && s.reachable()) other_server = s.address();
     }
   }
-  EXPECT_THAT(cell.Msadmin("tablet move", StrCat(some_tablet, " ", other_server)), HasSubstr("now served by"));
+  EXPECT_THAT(cell.Msadmin("tablet move", StrCat(some_tablet, " ", other_server)),
+              HasSubstr("now served by"));
   const std::string split = cell.Msadmin("tablet split", some_tablet);
   EXPECT_EQ(std::count(split.begin(), split.end(), '\n'), 2) << split;
   EXPECT_THAT(split, HasSubstr("t-"));
-  EXPECT_THAT(cell.Msadmin("tablet split", "no-such-tablet"), HasSubstr("no tablet no-such-tablet"));
+  EXPECT_THAT(cell.Msadmin("tablet split", "no-such-tablet"),
+              HasSubstr("no tablet no-such-tablet"));
   EXPECT_THAT(cell.Msadmin("cell status"), HasSubstr("tablets"));
   ExpectAllThere(cell.client(), acked);
 }

@@ -21,7 +21,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string Status(const std::string& lock_service) {
-  return testing::RunCommand(StrCat(MSADMIN, " cell status --lock-service=", lock_service, " --cell=c1")).out;
+  return testing::RunCommand(
+             StrCat(MSADMIN, " cell status --lock-service=", lock_service, " --cell=c1"))
+      .out;
 }
 
 // Waits (up to 10 s) until the cell lists `n` tablet servers.
@@ -35,9 +37,11 @@ bool WaitForServers(const std::string& lock_service, int n) {
 }
 
 // Starts a tablet server of cell c1; ASSERTs it registered.
-void StartServer(testing::Subprocess& p, const std::string& dir, int port, const std::string& lock_service) {
-  ASSERT_TRUE(p.Start({MEGASTORED, StrCat("--listen=127.0.0.1:", port), "--data=" + dir, "--cell=c1",
-                       "--lock-service=" + lock_service, "--session-ttl=2s", "--no-sync", "--log-level=warn"}));
+void StartServer(testing::Subprocess& p, const std::string& dir, int port,
+                 const std::string& lock_service) {
+  ASSERT_TRUE(p.Start({MEGASTORED, StrCat("--listen=127.0.0.1:", port), "--data=" + dir,
+                       "--cell=c1", "--lock-service=" + lock_service, "--session-ttl=2s",
+                       "--no-sync", "--log-level=warn"}));
   ASSERT_THAT(p.ReadLine(30000), HasSubstr("registered in cell c1"));
 }
 
@@ -46,8 +50,8 @@ TEST(CellProcessTest, ATabletServerCutOffFromTheLockServiceStopsServing) {
   const int lock_port = testing::FreePort();
   const std::string lock = StrCat("127.0.0.1:", lock_port);
   testing::Subprocess lock_process;
-  ASSERT_TRUE(lock_process.Start({MEGASTORED, "--roles=lock", "--listen=" + lock, "--data=" + dir.path() + "/lock",
-                                  "--log-level=warn"}));
+  ASSERT_TRUE(lock_process.Start({MEGASTORED, "--roles=lock", "--listen=" + lock,
+                                  "--data=" + dir.path() + "/lock", "--log-level=warn"}));
   ASSERT_THAT(lock_process.ReadLine(30000), HasSubstr("lock service listening on"));
 
   const int p1 = testing::FreePort(), p2 = testing::FreePort();
@@ -63,9 +67,9 @@ TEST(CellProcessTest, ATabletServerCutOffFromTheLockServiceStopsServing) {
   // could otherwise be mistaken for a server still holding tablets); once
   // the old session expires it joins.
   ts2.Kill(SIGKILL);
-  testing::Result early = testing::RunCommand(
-      StrCat(MEGASTORED, " --listen=127.0.0.1:", p2, " --data=", dir.path(), "/ts2 --cell=c1 --lock-service=", lock,
-             " --session-ttl=2s --no-sync --log-level=warn"));
+  testing::Result early = testing::RunCommand(StrCat(
+      MEGASTORED, " --listen=127.0.0.1:", p2, " --data=", dir.path(),
+      "/ts2 --cell=c1 --lock-service=", lock, " --session-ttl=2s --no-sync --log-level=warn"));
   EXPECT_EQ(early.exit_code, 1) << early.out;
   EXPECT_THAT(early.out, HasSubstr("an earlier incarnation of this server still holds it"));
   ASSERT_TRUE(WaitForServers(lock, 1)) << "the crashed incarnation's session expires";
@@ -89,7 +93,8 @@ TEST(CellProcessTest, ATabletServerCutOffFromTheLockServiceStopsServing) {
   StartServer(again, dir.path() + "/ts1", p1, lock);
   EXPECT_THAT(Status(lock), HasSubstr("tablet servers: 1"));
   again.Kill(SIGTERM);
-  EXPECT_THAT(Status(lock), HasSubstr("tablet servers: 0")) << "a clean shutdown leaves the cell at once";
+  EXPECT_THAT(Status(lock), HasSubstr("tablet servers: 0"))
+      << "a clean shutdown leaves the cell at once";
   lock_process.Kill(SIGTERM);
 }
 
@@ -101,9 +106,12 @@ TEST(CellProcessTest, TabletServersRegisterInARealEtcd) {
   const int port = testing::FreePort();
   testing::Subprocess ts;
   StartServer(ts, dir.path() + "/ts", port, lock);
-  testing::Result json = testing::RunCommand(StrCat(MSADMIN, " cell status --json --lock-service=", lock, " --cell=c1"));
+  testing::Result json = testing::RunCommand(
+      StrCat(MSADMIN, " cell status --json --lock-service=", lock, " --cell=c1"));
   EXPECT_EQ(json.exit_code, 0) << json.out;
-  EXPECT_EQ(json.out, StrCat("{\"cell\":\"c1\",\"master\":null,\"tablet_servers\":[\"127.0.0.1:", port, "\"]}\n"));
+  EXPECT_EQ(
+      json.out,
+      StrCat("{\"cell\":\"c1\",\"master\":null,\"tablet_servers\":[\"127.0.0.1:", port, "\"]}\n"));
   // Killed without a word: its lease runs out and the registration goes.
   ts.Kill(SIGKILL);
   EXPECT_TRUE(WaitForServers(lock, 0)) << "its lease runs out";
@@ -113,10 +121,12 @@ TEST(CellProcessTest, BadCellFlagsAreOneLineErrors) {
   testing::Result no_lock = testing::RunCommand(StrCat(MEGASTORED, " --data=/tmp/x --cell=c1"));
   EXPECT_EQ(no_lock.exit_code, 2);
   EXPECT_THAT(no_lock.out, HasSubstr("needs --lock-service"));
-  testing::Result bad = testing::RunCommand(StrCat(MEGASTORED, " --data=/tmp/x --cell=c1 --lock-service=nowhere"));
+  testing::Result bad =
+      testing::RunCommand(StrCat(MEGASTORED, " --data=/tmp/x --cell=c1 --lock-service=nowhere"));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.out, HasSubstr("is neither HOST:PORT"));
-  testing::Result lock_only = testing::RunCommand(StrCat(MEGASTORED, " --roles=lock --data=/tmp/x --cell=c1"));
+  testing::Result lock_only =
+      testing::RunCommand(StrCat(MEGASTORED, " --roles=lock --data=/tmp/x --cell=c1"));
   EXPECT_EQ(lock_only.exit_code, 2);
   EXPECT_THAT(lock_only.out, HasSubstr("needs the tablet or master role"));
   testing::Result unreachable =

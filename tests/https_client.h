@@ -13,9 +13,8 @@ namespace megastore::testing {
 // if the connection or the handshake failed. Empty cert and key: no client
 // certificate.
 // `headers`: more header lines, each ending in "\r\n".
-std::string Https(int port, const tls::TlsFiles& files,
-                  const std::string& method, const std::string& path,
-                  const std::string& body = "",
+std::string Https(int port, const tls::TlsFiles& files, const std::string& method,
+                  const std::string& path, const std::string& body = "",
                   const std::string& headers = "");
 
 // The client certificate megastored --local writes in `data`/tls.

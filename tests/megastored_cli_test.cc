@@ -25,8 +25,9 @@ std::string HttpGet(int port, const std::string& path) { return testing::Http(po
 class MegastoredCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(server_.Start({MEGASTORED, "--roles=tablet", "--listen=127.0.0.1:0", "--data=" + dir_.path() + "/d",
-                               "--http=127.0.0.1:0", "--log-level=warn"}));
+    ASSERT_TRUE(
+        server_.Start({MEGASTORED, "--roles=tablet", "--listen=127.0.0.1:0",
+                       "--data=" + dir_.path() + "/d", "--http=127.0.0.1:0", "--log-level=warn"}));
     const std::string line = server_.ReadLine(30000);
     ASSERT_THAT(line, HasSubstr("listening on 127.0.0.1:"));
     const size_t at = line.find("127.0.0.1:");
@@ -37,7 +38,9 @@ class MegastoredCliTest : public ::testing::Test {
   }
   void TearDown() override { server_.Kill(SIGTERM); }
 
-  Result Bt(const std::string& args) { return RunCommand(std::string(MSADMIN) + " bt --server=" + address_ + " " + args); }
+  Result Bt(const std::string& args) {
+    return RunCommand(std::string(MSADMIN) + " bt --server=" + address_ + " " + args);
+  }
 
   TestDir dir_;
   testing::Subprocess server_;
@@ -46,7 +49,9 @@ class MegastoredCliTest : public ::testing::Test {
 };
 
 TEST_F(MegastoredCliTest, CbtStyleVerbsWorkEndToEnd) {
-  EXPECT_EQ(Bt("createtable users \"families=info:maxversions=3,log:maxage=7d or maxversions=2\"").exit_code, 0);
+  EXPECT_EQ(Bt("createtable users \"families=info:maxversions=3,log:maxage=7d or maxversions=2\"")
+                .exit_code,
+            0);
   Result ls = Bt("ls users");
   EXPECT_EQ(ls.exit_code, 0);
   EXPECT_THAT(ls.out, HasSubstr("log                  maxversions=2 or maxage=168h"));
@@ -105,12 +110,14 @@ TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
   server_.Kill(SIGTERM);
   const std::string data = dir_.path() + "/d";
   {
-    FILE* f = std::fopen((data + "/state.pb").c_str(), "w");  // garbage that parses as an empty state
+    FILE* f =
+        std::fopen((data + "/state.pb").c_str(), "w");  // garbage that parses as an empty state
     ASSERT_NE(f, nullptr);
     std::fputs("xx", f);
     std::fclose(f);
   }
-  Result refused = RunCommand(std::string(MEGASTORED) + " --roles=tablet --listen=127.0.0.1:0 --data=" + data);
+  Result refused =
+      RunCommand(std::string(MEGASTORED) + " --roles=tablet --listen=127.0.0.1:0 --data=" + data);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.out, HasSubstr("state.pb is damaged"));
   const std::string rebuild = std::string(MSADMIN) + " datadir rebuild-state --data=" + data;
@@ -125,7 +132,8 @@ TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
   Result again = RunCommand(rebuild + " --yes");
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.out, HasSubstr("is intact"));
-  EXPECT_EQ(RunCommand(std::string(MSADMIN) + " datadir rebuild-state").exit_code, 2);  // --data missing
+  EXPECT_EQ(RunCommand(std::string(MSADMIN) + " datadir rebuild-state").exit_code,
+            2);  // --data missing
   SetUp();
   EXPECT_EQ(Bt("count users").out, "2\n");
   EXPECT_EQ(Bt("ls").out, "empty\nusers\n");
@@ -139,14 +147,16 @@ TEST(MsadminCertsTest, InitIssueShowAndRefusals) {
   const std::string ca = dir.path() + "/ca";
   Result init = RunCommand(m + "init --dir=" + ca);
   ASSERT_EQ(init.exit_code, 0) << init.out;
-  Result issue = RunCommand(m + "issue --dir=" + ca + " dc-A --host=127.0.0.1 --host=dc-a.example --out=" +
-                            dir.path() + "/certs");
+  Result issue =
+      RunCommand(m + "issue --dir=" + ca +
+                 " dc-A --host=127.0.0.1 --host=dc-a.example --out=" + dir.path() + "/certs");
   ASSERT_EQ(issue.exit_code, 0) << issue.out;
   Result show = RunCommand(m + "show " + dir.path() + "/certs/dc-A.crt");
   EXPECT_EQ(show.exit_code, 0) << show.out;
   EXPECT_THAT(show.out, HasSubstr("principal  dc-A\n  issued by  megastore CA"));
   EXPECT_THAT(show.out, HasSubstr("hosts      127.0.0.1, dc-a.example"));
-  Result verify = RunCommand("openssl verify -CAfile " + ca + "/ca.crt " + dir.path() + "/certs/dc-A.crt");
+  Result verify =
+      RunCommand("openssl verify -CAfile " + ca + "/ca.crt " + dir.path() + "/certs/dc-A.crt");
   EXPECT_THAT(verify.out, HasSubstr(": OK")) << verify.out;
   EXPECT_EQ(RunCommand(m + "init --dir=" + ca).exit_code, 1);  // never replaced
   Result bad_host = RunCommand(m + "issue --dir=" + ca + " x --host='not a host'");
@@ -164,22 +174,30 @@ TEST(MegastoredTlsTest, AToolNeedsACertificateOfTheCa) {
   const std::string c = dir.path() + "/certs";
   ASSERT_EQ(RunCommand(m + " certs init --dir=" + dir.path() + "/ca").exit_code, 0);
   ASSERT_EQ(RunCommand(m + " certs init --dir=" + dir.path() + "/other").exit_code, 0);
-  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/ca server --host=127.0.0.1 --out=" + c).exit_code, 0);
-  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/ca admin --out=" + c).exit_code, 0);
-  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/other intruder --out=" + c).exit_code, 0);
+  ASSERT_EQ(
+      RunCommand(m + " certs issue --dir=" + dir.path() + "/ca server --host=127.0.0.1 --out=" + c)
+          .exit_code,
+      0);
+  ASSERT_EQ(RunCommand(m + " certs issue --dir=" + dir.path() + "/ca admin --out=" + c).exit_code,
+            0);
+  ASSERT_EQ(
+      RunCommand(m + " certs issue --dir=" + dir.path() + "/other intruder --out=" + c).exit_code,
+      0);
   auto tls = [&](const std::string& ca, const std::string& name) {
-    return " --tls-ca=" + dir.path() + "/" + ca + "/ca.crt --tls-cert=" + c + "/" + name + ".crt --tls-key=" + c +
-           "/" + name + ".key";
+    return " --tls-ca=" + dir.path() + "/" + ca + "/ca.crt --tls-cert=" + c + "/" + name +
+           ".crt --tls-key=" + c + "/" + name + ".key";
   };
   testing::Subprocess server;
-  ASSERT_TRUE(server.Start({MEGASTORED, "--roles=tablet", "--listen=127.0.0.1:0", "--data=" + dir.path() + "/d",
-                            "--log-level=warn", "--tls-ca=" + dir.path() + "/ca/ca.crt", "--tls-cert=" + c + "/server.crt",
-                            "--tls-key=" + c + "/server.key"}));
+  ASSERT_TRUE(server.Start({MEGASTORED, "--roles=tablet", "--listen=127.0.0.1:0",
+                            "--data=" + dir.path() + "/d", "--log-level=warn",
+                            "--tls-ca=" + dir.path() + "/ca/ca.crt",
+                            "--tls-cert=" + c + "/server.crt", "--tls-key=" + c + "/server.key"}));
   const std::string line = server.ReadLine(30000);
   ASSERT_THAT(line, HasSubstr("listening on 127.0.0.1:"));
   const size_t at = line.find("127.0.0.1:");
   const std::string address = line.substr(at, line.find(' ', at) - at);
-  Result ok = RunCommand(m + tls("ca", "admin") + " bt --server=" + address + " createtable t families=cf");
+  Result ok =
+      RunCommand(m + tls("ca", "admin") + " bt --server=" + address + " createtable t families=cf");
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
   EXPECT_EQ(RunCommand(m + tls("ca", "admin") + " bt --server=" + address + " ls").out, "t\n");
   Result plain = RunCommand(m + " bt --server=" + address + " ls");
@@ -189,9 +207,9 @@ TEST(MegastoredTlsTest, AToolNeedsACertificateOfTheCa) {
   EXPECT_EQ(foreign.exit_code, 1);
   EXPECT_THAT(foreign.out, HasSubstr("TLS handshake"));
   server.Kill(SIGTERM);
-  Result wrong_key = RunCommand(std::string(MEGASTORED) + " --roles=tablet --data=" + dir.path() + "/d" +
-                                " --tls-ca=" + dir.path() + "/ca/ca.crt --tls-cert=" + c + "/server.crt --tls-key=" +
-                                c + "/admin.key");
+  Result wrong_key = RunCommand(std::string(MEGASTORED) + " --roles=tablet --data=" + dir.path() +
+                                "/d" + " --tls-ca=" + dir.path() + "/ca/ca.crt --tls-cert=" + c +
+                                "/server.crt --tls-key=" + c + "/admin.key");
   EXPECT_EQ(wrong_key.exit_code, 2);
   EXPECT_THAT(wrong_key.out, HasSubstr("is not the key of"));
 }
@@ -202,8 +220,8 @@ TEST(MegastoredLogTest, JsonLogLinesGoToStderr) {
   TestDir dir;
   testing::Subprocess server;
   ASSERT_TRUE(server.Start({"/bin/sh", "-c",
-                            "exec " + std::string(MEGASTORED) + " --listen=127.0.0.1:0 --data=" + dir.path() +
-                                "/d --log-format=json 2>" + dir.path() + "/log"}));
+                            "exec " + std::string(MEGASTORED) + " --listen=127.0.0.1:0 --data=" +
+                                dir.path() + "/d --log-format=json 2>" + dir.path() + "/log"}));
   EXPECT_THAT(server.ReadLine(30000), HasSubstr("listening on 127.0.0.1:"));
   server.Kill(SIGTERM);
   std::FILE* f = std::fopen((dir.path() + "/log").c_str(), "r");

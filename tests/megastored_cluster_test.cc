@@ -46,7 +46,8 @@ std::string UntilReady(testing::Subprocess& p) {
 double MetricValue(const std::string& text, const std::string& series) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);)
-    if (line.compare(0, series.size() + 1, series + " ") == 0) return std::atof(line.c_str() + series.size() + 1);
+    if (line.compare(0, series.size() + 1, series + " ") == 0)
+      return std::atof(line.c_str() + series.size() + 1);
   return -1;
 }
 
@@ -68,7 +69,8 @@ std::string PrometheusProblems(const std::string& text) {
     std::string name = line.substr(0, line.find_first_of("{ "));
     for (const char* suffix : {"_bucket", "_sum", "_count"}) {
       const std::string sfx = suffix;
-      if (!typed.count(name) && name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
+      if (!typed.count(name) && name.size() > sfx.size() &&
+          name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0)
         name = name.substr(0, name.size() - sfx.size());
     }
     if (name != current) return "sample outside its family's block: " + line;
@@ -87,7 +89,8 @@ std::string WriteSchema(const std::string& dir) {
 // datacenter of `config`, remembering which commits were acknowledged.
 class PhotoAlbum {
  public:
-  PhotoAlbum(const server::ClusterConfig& config, const std::string& local, int64_t user) : user_(user) {
+  PhotoAlbum(const server::ClusterConfig& config, const std::string& local, int64_t user)
+      : user_(user) {
     DatabaseOptions o;
     o.replicas = server::ReplicasOf(config);
     o.local = local;
@@ -98,26 +101,28 @@ class PhotoAlbum {
     if (db.ok()) db_ = std::move(*db);
   }
   absl::Status Add(int32_t id) {
-    absl::StatusOr<CommitInfo> r = db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
-      photoapp::Photo p;
-      p.set_user_id(user_);
-      p.set_photo_id(id);
-      p.set_time(id);
-      p.set_full_url(StrCat("u", id));
-      return t.Put(p);
-    });
+    absl::StatusOr<CommitInfo> r =
+        db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
+          photoapp::Photo p;
+          p.set_user_id(user_);
+          p.set_photo_id(id);
+          p.set_time(id);
+          p.set_full_url(StrCat("u", id));
+          return t.Put(p);
+        });
     if (r.ok()) acked_.push_back(id);
     return r.status();
   }
   // The photo ids a current read finds.
   absl::StatusOr<std::set<int32_t>> Read() {
     std::set<int32_t> seen;
-    absl::StatusOr<CommitInfo> read = db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
-      auto photos = t.Query<photoapp::Photo>({user_});
-      if (!photos.ok()) return photos.status();
-      for (const auto& p : *photos) seen.insert(p.photo_id());
-      return absl::OkStatus();
-    });
+    absl::StatusOr<CommitInfo> read =
+        db_->Run<photoapp::User>(photoapp::User::Key{user_}, [&](Transaction& t) {
+          auto photos = t.Query<photoapp::Photo>({user_});
+          if (!photos.ok()) return photos.status();
+          for (const auto& p : *photos) seen.insert(p.photo_id());
+          return absl::OkStatus();
+        });
     if (!read.ok()) return read.status();
     return seen;
   }
@@ -133,8 +138,9 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   TestDir dir;
   const std::string schema = WriteSchema(dir.path());
   testing::Subprocess server;
-  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data", "--schema=" + schema,
-                            "--gateway=127.0.0.1:0", "--http=127.0.0.1:0", "--no-sync", "--log-level=warn"}));
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data",
+                            "--schema=" + schema, "--gateway=127.0.0.1:0", "--http=127.0.0.1:0",
+                            "--no-sync", "--log-level=warn"}));
   const std::string out = UntilReady(server);
   ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
   EXPECT_THAT(out, HasSubstr("WAN A-C: 30 ms one way"));
@@ -143,22 +149,27 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   EXPECT_THAT(out, HasSubstr("TLS on, with throwaway certificates in"));
   const std::string data = dir.path() + "/data";
   const tls::TlsFiles admin = testing::LocalAdminTls(data);
-  auto Http = [&](int port, const std::string& method, const std::string& path, const std::string& body = "") {
+  auto Http = [&](int port, const std::string& method, const std::string& path,
+                  const std::string& body = "") {
     return testing::Https(port, admin, method, path, body);
   };
   const size_t at = out.find("gateway at https://127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << out;
-  const int port = std::atoi(out.c_str() + at + std::string("gateway at https://127.0.0.1:").size());
-  EXPECT_THAT(testing::Http(port, "POST", "/v1/get", R"({"table": "User", "key": [4]})"), HasSubstr("speaks HTTPS"));
+  const int port =
+      std::atoi(out.c_str() + at + std::string("gateway at https://127.0.0.1:").size());
+  EXPECT_THAT(testing::Http(port, "POST", "/v1/get", R"({"table": "User", "key": [4]})"),
+              HasSubstr("speaks HTTPS"));
 
-  const std::string put = Http(port, "POST", "/v1/commit",
+  const std::string put = Http(
+      port, "POST", "/v1/commit",
       R"({"rootTable": "User", "rootKey": ["4"], "mutations": [{"table": "User", "put": {"user_id": "4", "name": "Ada"}}]})");
   EXPECT_THAT(put, HasSubstr("200 OK"));
   const std::string got = Http(port, "POST", "/v1/get", R"({"table": "User", "key": [4]})");
   EXPECT_THAT(got, HasSubstr("\"name\":\"Ada\""));
 
-  testing::Result check = testing::RunCommand(StrCat(MSADMIN, " index check --config=", dir.path(),
-                                                     "/data/cluster.textproto --local=B --schema=", schema, " User:4"));
+  testing::Result check =
+      testing::RunCommand(StrCat(MSADMIN, " index check --config=", dir.path(),
+                                 "/data/cluster.textproto --local=B --schema=", schema, " User:4"));
   EXPECT_EQ(check.exit_code, 0) << check.out;
   EXPECT_THAT(check.out, HasSubstr("1 entities"));
 
@@ -171,7 +182,8 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   EXPECT_THAT(metrics, HasSubstr("megastore_coordinator_serving{datacenter=\"C\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("megastore_client_commits_total{outcome=\"committed\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("megastore_client_commit_seconds_count 1"));
-  EXPECT_THAT(metrics, HasSubstr("megastore_client_current_read_position_seconds_bucket{le=\"+Inf\"} "));
+  EXPECT_THAT(metrics,
+              HasSubstr("megastore_client_current_read_position_seconds_bucket{le=\"+Inf\"} "));
   const std::string page = Http(http, "GET", "/status");
   EXPECT_THAT(page, HasSubstr("hottest entity groups by commits"));
   EXPECT_THAT(page, HasSubstr("Recent warnings and errors"));
@@ -184,15 +196,19 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   EXPECT_EQ(testing::Https(http, stranger, "GET", "/status"), "");
   const std::string other = dir.path() + "/other-ca";
   ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs init --dir=", other)).exit_code, 0);
-  ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", other, " admin --out=", other)).exit_code, 0);
-  testing::Result intruder = testing::RunCommand(
-      StrCat(MSADMIN, " --tls-ca=", other, "/ca.crt --tls-cert=", other, "/admin.crt --tls-key=", other,
-             "/admin.key cluster status --config=", dir.path(), "/data/cluster.textproto"));
+  ASSERT_EQ(
+      testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", other, " admin --out=", other))
+          .exit_code,
+      0);
+  testing::Result intruder = testing::RunCommand(StrCat(
+      MSADMIN, " --tls-ca=", other, "/ca.crt --tls-cert=", other, "/admin.crt --tls-key=", other,
+      "/admin.key cluster status --config=", dir.path(), "/data/cluster.textproto"));
   EXPECT_THAT(intruder.out, HasSubstr("TLS handshake")) << intruder.out;
   EXPECT_THAT(intruder.out, Not(HasSubstr("serving"))) << intruder.out;
 
   // The example application against it (what ./ms demo runs).
-  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", dir.path(), "/data/cluster.textproto"));
+  testing::Result demo = testing::RunCommand(
+      StrCat(PHOTOAPP_DEMO, " --config=", dir.path(), "/data/cluster.textproto"));
   EXPECT_EQ(demo.exit_code, 0) << demo.out;
   EXPECT_THAT(demo.out, HasSubstr("stored the shared photo as his photo 101"));
   EXPECT_THAT(demo.out, HasSubstr("0 problems"));
@@ -210,11 +226,14 @@ TEST(MegastoredClusterTest, TheEmbeddedDefaultServesTheGatewayAndWritesItsConfig
   // which a loaded machine can stretch: compared, not bounded.)
   EXPECT_LT(MetricValue(after, "megastore_datacenter_rtt_seconds{from=\"A\",to=\"B\"}"),
             MetricValue(after, "megastore_datacenter_rtt_seconds{from=\"A\",to=\"C\"}"));
-  EXPECT_GT(MetricValue(after, "megastore_coordinator_checks_total{datacenter=\"A\",answer=\"valid\"}"), 0);
+  EXPECT_GT(
+      MetricValue(after, "megastore_coordinator_checks_total{datacenter=\"A\",answer=\"valid\"}"),
+      0);
   EXPECT_GT(MetricValue(after, "megastore_replication_paxos_seconds_count{datacenter=\"A\"}"), 0);
   const std::string page_after = Http(http, "GET", "/status");
-  for (const char* section : {"Inter-datacenter round trips", "Replication server of A", "Hottest entity groups by writes",
-                              "Coordinator of C", "Cluster config", "one_way_ms: 30"})
+  for (const char* section :
+       {"Inter-datacenter round trips", "Replication server of A",
+        "Hottest entity groups by writes", "Coordinator of C", "Cluster config", "one_way_ms: 30"})
     EXPECT_THAT(page_after, HasSubstr(section));
 
   ::kill(server.pid(), SIGTERM);
@@ -226,22 +245,27 @@ TEST(MegastoredClusterTest, BadClusterFlagsAreOneLineErrors) {
   TestDir dir;
   const std::string bad = dir.path() + "/bad.textproto";
   std::ofstream(bad) << "datacenters { name: \"A\" type: \"huge\" address: \"127.0.0.1:1\" }\n";
-  testing::Result r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path()));
+  testing::Result r = testing::RunCommand(
+      StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path()));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("type \"huge\" is not full, witness or read-only"));
   std::ofstream(bad) << "datacenters { name: \"A\" address: \"127.0.0.1:1\" \n";
-  r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path()));
+  r = testing::RunCommand(
+      StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path()));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("bad.textproto:2:")) << "the position of the syntax error";
-  r = testing::RunCommand(StrCat(MEGASTORED, " --local=3 --gateway=127.0.0.1:0 --data=", dir.path()));
+  r = testing::RunCommand(
+      StrCat(MEGASTORED, " --local=3 --gateway=127.0.0.1:0 --data=", dir.path()));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--gateway needs --schema"));
 
   // Roles: unknown names, roles a replica type has not, roles the config
   // puts on different addresses, a role without an address.
-  std::ofstream(bad) << "datacenters { name: \"A\" address: \"127.0.0.1:1\" roles { replication: \"127.0.0.1:2\" } }\n"
+  std::ofstream(bad) << "datacenters { name: \"A\" address: \"127.0.0.1:1\" roles { replication: "
+                        "\"127.0.0.1:2\" } }\n"
                         "datacenters { name: \"W\" type: \"witness\" address: \"127.0.0.1:3\" }\n";
-  const std::string dc_a = StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path());
+  const std::string dc_a =
+      StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --data=", dir.path());
   r = testing::RunCommand(dc_a + " --roles=tablet,paxos");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("unknown role \"paxos\""));
@@ -249,17 +273,21 @@ TEST(MegastoredClusterTest, BadClusterFlagsAreOneLineErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("run one megastored per address"));
   r = testing::RunCommand(dc_a);
-  EXPECT_EQ(r.exit_code, 2) << r.out << "without --roles every role runs here, but the config splits them";
-  r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=W --roles=coordinator"));
+  EXPECT_EQ(r.exit_code, 2) << r.out
+                            << "without --roles every role runs here, but the config splits them";
+  r = testing::RunCommand(
+      StrCat(MEGASTORED, " --config=", bad, " --datacenter=W --roles=coordinator"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("only full replicas have a coordinator"));
-  r = testing::RunCommand(StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --roles=tablet,lock,coordinator"));
+  r = testing::RunCommand(
+      StrCat(MEGASTORED, " --config=", bad, " --datacenter=A --roles=tablet,lock,coordinator"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--data=DIR is required"));
   std::ofstream(bad) << "datacenters { name: \"A\" roles { tablet: \"127.0.0.1:1\" } }\n";
   r = testing::RunCommand(dc_a + " --roles=tablet");
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("datacenter A: address is missing (HOST:PORT where the lock role listens)"));
+  EXPECT_THAT(
+      r.out, HasSubstr("datacenter A: address is missing (HOST:PORT where the lock role listens)"));
 }
 
 // megastored --schema records the schema; a later start with a schema the
@@ -271,25 +299,28 @@ TEST(MegastoredClusterTest, AStartWithAnIncompatibleSchemaIsRefused) {
   const std::string data = "--data=" + dir.path() + "/data";
   {
     testing::Subprocess server;
-    ASSERT_TRUE(server.Start({MEGASTORED, "--local=1", data, "--schema=" + schema, "--no-sync", "--log-level=warn"}));
+    ASSERT_TRUE(server.Start(
+        {MEGASTORED, "--local=1", data, "--schema=" + schema, "--no-sync", "--log-level=warn"}));
     ASSERT_THAT(UntilReady(server), HasSubstr("megastored: ready"));
     ::kill(server.pid(), SIGTERM);
     server.Wait();
   }
   schema::CompileResult changed = schema::CompileSchema(
-      "CREATE SCHEMA PhotoApp\nCREATE TABLE User {\n  required int64 user_id;\n  required int64 name;\n}"
+      "CREATE SCHEMA PhotoApp\nCREATE TABLE User {\n  required int64 user_id;\n  required int64 "
+      "name;\n}"
       " PRIMARY KEY(user_id), ENTITY GROUP ROOT;\n");
   ASSERT_TRUE(changed.ok());
   const std::string changed_path = dir.path() + "/changed.schema.pb";
   std::ofstream(changed_path, std::ios::binary) << changed.descriptor.SerializeAsString();
-  testing::Result refused = testing::RunCommand(
-      StrCat(MEGASTORED, " --local=1 ", data, " --schema=", changed_path, " --no-sync --log-level=warn"));
+  testing::Result refused = testing::RunCommand(StrCat(
+      MEGASTORED, " --local=1 ", data, " --schema=", changed_path, " --no-sync --log-level=warn"));
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_THAT(refused.out, HasSubstr("PhotoApp differs incompatibly from the schema recorded"));
   EXPECT_THAT(refused.out, HasSubstr("name")) << "the problem names the column";
   // The recorded schema again: accepted.
   testing::Subprocess again;
-  ASSERT_TRUE(again.Start({MEGASTORED, "--local=1", data, "--schema=" + schema, "--no-sync", "--log-level=warn"}));
+  ASSERT_TRUE(again.Start(
+      {MEGASTORED, "--local=1", data, "--schema=" + schema, "--no-sync", "--log-level=warn"}));
   EXPECT_THAT(UntilReady(again), HasSubstr("megastored: ready"));
   ::kill(again.pid(), SIGTERM);
   again.Wait();
@@ -333,14 +364,15 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   config.mutable_client_tls()->set_key("certs/app.key");
   const std::string config_path = dir.path() + "/cluster.textproto";
   std::ofstream(config_path) << server::ToText(config);
-  ASSERT_TRUE(server::LoadClusterConfigForClient(config_path).ok());  // this process's RPC: the app's certificate
+  ASSERT_TRUE(server::LoadClusterConfigForClient(config_path)
+                  .ok());  // this process's RPC: the app's certificate
   ASSERT_TRUE(tls::DefaultTls().enabled());
   // Process name ("A", "C/replication", ...) -> its process.
   std::map<std::string, std::unique_ptr<testing::Subprocess>> procs;
   auto start = [&](const std::string& name, const std::string& roles) {
     const std::string dc = name.substr(0, 1);
-    std::vector<std::string> args = {MEGASTORED, "--config=" + config_path, "--datacenter=" + dc, "--no-sync",
-                                     "--log-level=warn"};
+    std::vector<std::string> args = {MEGASTORED, "--config=" + config_path, "--datacenter=" + dc,
+                                     "--no-sync", "--log-level=warn"};
     if (roles.empty() || roles.find("tablet") != std::string::npos) {
       args.push_back("--data=" + dir.path() + "/" + dc);
       args.push_back("--schema=" + schema);
@@ -373,18 +405,23 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   EXPECT_THAT(status.out, HasSubstr("tablet,lock")) << status.out;
 
   // The example app at A; it reads at C (the last datacenter).
-  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=A"));
+  testing::Result demo =
+      testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=A"));
   ASSERT_EQ(demo.exit_code, 0) << demo.out;
   EXPECT_THAT(demo.out, HasSubstr("4. Reading at datacenter C")) << demo.out;
 
   PhotoAlbum album(config, "A", 100);
-  for (int32_t id = 1; id <= 10; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
+  for (int32_t id = 1; id <= 10; ++id)
+    album.Add(id).IgnoreError();  // acked() remembers which committed
   ASSERT_EQ(album.acked().size(), 10u);
-  for (const char* name : {"C/tablet,lock", "C/coordinator", "C/replication"}) procs[name]->Kill(SIGKILL);
-  for (int32_t id = 11; id <= 30; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
+  for (const char* name : {"C/tablet,lock", "C/coordinator", "C/replication"})
+    procs[name]->Kill(SIGKILL);
+  for (int32_t id = 11; id <= 30; ++id)
+    album.Add(id).IgnoreError();  // acked() remembers which committed
   EXPECT_GE(album.acked().size(), 25u) << "A and B are a majority: commits go on without C";
   start_c();
-  for (int32_t id = 31; id <= 35; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
+  for (int32_t id = 31; id <= 35; ++id)
+    album.Add(id).IgnoreError();  // acked() remembers which committed
 
   // The example app again, from B: it reads at C too.
   demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=B"));
@@ -395,7 +432,8 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   PhotoAlbum at_c(config, "C", 100);
   absl::StatusOr<std::set<int32_t>> seen = at_c.Read();
   ASSERT_TRUE(seen.ok()) << seen.status();
-  for (int32_t id : album.acked()) EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at C";
+  for (int32_t id : album.acked())
+    EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at C";
   for (auto& [name, p] : procs) p->Kill(SIGTERM);
 }
 
@@ -424,15 +462,19 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
     procs[name] = std::move(p);
   };
   const std::string cell_flags = "--cell=a";
-  run("lock", {"--roles=lock", "--listen=" + lock, "--data=" + dir.path() + "/a-lock"}, "lock service listening");
-  run("master", {"--roles=master", StrCat("--listen=127.0.0.1:", testing::FreePort()), "--data=" + dir.path() + "/a-root",
-                 cell_flags, "--lock-service=" + lock, "--session-ttl=2s"},
+  run("lock", {"--roles=lock", "--listen=" + lock, "--data=" + dir.path() + "/a-lock"},
+      "lock service listening");
+  run("master",
+      {"--roles=master", StrCat("--listen=127.0.0.1:", testing::FreePort()),
+       "--data=" + dir.path() + "/a-root", cell_flags, "--lock-service=" + lock,
+       "--session-ttl=2s"},
       "campaigning");
   std::vector<std::string> tablet_servers;  // addresses; also their names in `procs`
   for (int i = 0; i < 2; ++i) {
     const std::string address = StrCat("127.0.0.1:", testing::FreePort());
-    run(address, {"--listen=" + address, "--data=" + dir.path() + "/a-root", cell_flags, "--lock-service=" + lock,
-                  "--session-ttl=2s", "--no-sync"},
+    run(address,
+        {"--listen=" + address, "--data=" + dir.path() + "/a-root", cell_flags,
+         "--lock-service=" + lock, "--session-ttl=2s", "--no-sync"},
         "registered in cell a");
     tablet_servers.push_back(address);
   }
@@ -448,8 +490,8 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
   const std::string config_path = dir.path() + "/cluster.textproto";
   std::ofstream(config_path) << server::ToText(config);
   for (const char* dc : {"A", "B", "C"}) {
-    std::vector<std::string> args = {"--config=" + config_path, StrCat("--datacenter=", dc), "--no-sync",
-                                     "--schema=" + schema};
+    std::vector<std::string> args = {"--config=" + config_path, StrCat("--datacenter=", dc),
+                                     "--no-sync", "--schema=" + schema};
     // A's tables are in the cell; its own directory holds only the lock
     // role's state.
     args.push_back(StrCat("--data=", dir.path(), "/", dc));
@@ -457,53 +499,64 @@ TEST(MegastoredClusterTest, ADatacenterWhoseBigtableIsACellLosesATabletServer) {
   }
   testing::Result tablets =
       testing::RunCommand(StrCat(MSADMIN, " tablet ls --lock-service=", lock, " --cell=a"));
-  EXPECT_THAT(tablets.out, HasSubstr("PhotoApp")) << "the schema's tables were created in the cell: " << tablets.out;
-  testing::Result status = testing::RunCommand(StrCat(MSADMIN, " cluster status --config=", config_path));
+  EXPECT_THAT(tablets.out, HasSubstr("PhotoApp"))
+      << "the schema's tables were created in the cell: " << tablets.out;
+  testing::Result status =
+      testing::RunCommand(StrCat(MSADMIN, " cluster status --config=", config_path));
   for (int i = 0; i < 100 && status.exit_code != 0; ++i) {
     absl::SleepFor(absl::Milliseconds(200));
     status = testing::RunCommand(StrCat(MSADMIN, " cluster status --config=", config_path));
   }
   EXPECT_EQ(status.exit_code, 0) << status.out;
 
-  testing::Result demo = testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=A"));
+  testing::Result demo =
+      testing::RunCommand(StrCat(PHOTOAPP_DEMO, " --config=", config_path, " --local=A"));
   ASSERT_EQ(demo.exit_code, 0) << demo.out;
 
   PhotoAlbum album(config, "A", 200);
-  for (int32_t id = 1; id <= 10; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
+  for (int32_t id = 1; id <= 10; ++id)
+    album.Add(id).IgnoreError();  // acked() remembers which committed
   ASSERT_EQ(album.acked().size(), 10u);
   // The server of the tablet holding PhotoApp's rows goes.
-  tablets = testing::RunCommand(StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
+  tablets = testing::RunCommand(
+      StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
   std::string victim;
   for (const std::string& ts : tablet_servers)
     if (tablets.out.find(StrCat("\"server\":\"", ts, "\"")) != std::string::npos) victim = ts;
   ASSERT_FALSE(victim.empty()) << tablets.out;
   procs[victim]->Kill(SIGKILL);
-  for (int32_t id = 11; id <= 30; ++id) album.Add(id).IgnoreError();  // acked() remembers which committed
+  for (int32_t id = 11; id <= 30; ++id)
+    album.Add(id).IgnoreError();  // acked() remembers which committed
   EXPECT_GE(album.acked().size(), 25u) << "commits go on: B and C accept, A's cell recovers";
   // A's cell serves PhotoApp again, elsewhere.
   bool moved = false;
   for (int i = 0; i < 200 && !moved; ++i) {
-    tablets = testing::RunCommand(StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
+    tablets = testing::RunCommand(
+        StrCat(MSADMIN, " tablet ls --json --lock-service=", lock, " --cell=a --table=PhotoApp"));
     moved = tablets.exit_code == 0 && tablets.out.find(victim) == std::string::npos &&
             tablets.out.find("\"serving\":true") != std::string::npos;
     if (!moved) absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_TRUE(moved) << tablets.out
-                     << testing::RunCommand(StrCat(MSADMIN, " cell status --lock-service=", lock, " --cell=a")).out;
+                     << testing::RunCommand(
+                            StrCat(MSADMIN, " cell status --lock-service=", lock, " --cell=a"))
+                            .out;
 
   // A current read at A: through A's cell, whatever moved.
   absl::StatusOr<std::set<int32_t>> seen = album.Read();
   ASSERT_TRUE(seen.ok()) << seen.status();
-  for (int32_t id : album.acked()) EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at A";
-  testing::Result bt = testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A ls"));
+  for (int32_t id : album.acked())
+    EXPECT_TRUE(seen->count(id)) << "acknowledged photo " << id << " is missing at A";
+  testing::Result bt =
+      testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A ls"));
   EXPECT_THAT(bt.out, HasSubstr("PhotoApp")) << bt.out;
   // The cell's master guards Megastore's tables as tablet servers do.
-  testing::Result drop =
-      testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A deletetable PhotoApp"));
+  testing::Result drop = testing::RunCommand(
+      StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A deletetable PhotoApp"));
   EXPECT_EQ(drop.exit_code, 1) << drop.out;
   EXPECT_THAT(drop.out, HasSubstr("is replicated by Megastore")) << drop.out;
-  testing::Result raw =
-      testing::RunCommand(StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A set PhotoApp r e:x=1"));
+  testing::Result raw = testing::RunCommand(
+      StrCat(MSADMIN, " bt --config=", config_path, " --datacenter=A set PhotoApp r e:x=1"));
   EXPECT_THAT(raw.out, HasSubstr("is replicated by Megastore")) << raw.out;
   // The datacenters first, then A's cell.
   for (const char* dc : {"A", "B", "C"}) procs[dc]->Kill(SIGTERM);
@@ -518,7 +571,8 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   const std::string schema = WriteSchema(dir.path());
   const std::string data = dir.path() + "/data";
   // A bearer token for the gateway, standing for "app".
-  testing::Result made = testing::RunCommand(StrCat(MSADMIN, " acl token app --file=", dir.path(), "/tokens"));
+  testing::Result made =
+      testing::RunCommand(StrCat(MSADMIN, " acl token app --file=", dir.path(), "/tokens"));
   ASSERT_EQ(made.exit_code, 0) << made.out;
   std::string token;  // the one line of 64 hex digits (the rest is stderr's explanation)
   for (absl::string_view line : absl::StrSplit(made.out, '\n'))
@@ -526,34 +580,41 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
       token = std::string(line);
   ASSERT_EQ(token.size(), 64u) << made.out;
   testing::Subprocess server;
-  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + data, "--schema=" + schema, "--http=127.0.0.1:0",
-                            "--gateway=127.0.0.1:0", "--gateway-tokens-file=" + dir.path() + "/tokens", "--no-sync",
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + data, "--schema=" + schema,
+                            "--http=127.0.0.1:0", "--gateway=127.0.0.1:0",
+                            "--gateway-tokens-file=" + dir.path() + "/tokens", "--no-sync",
                             "--log-level=warn"}));
   const std::string out = UntilReady(server);
   ASSERT_THAT(out, HasSubstr("megastored: ready")) << out;
   const size_t gw = out.find("gateway at https://127.0.0.1:");
   ASSERT_NE(gw, std::string::npos) << out;
-  const int gateway = std::atoi(out.c_str() + gw + std::string("gateway at https://127.0.0.1:").size());
+  const int gateway =
+      std::atoi(out.c_str() + gw + std::string("gateway at https://127.0.0.1:").size());
   const size_t st = out.find("status at https://127.0.0.1:");
   ASSERT_NE(st, std::string::npos) << out;
   const int http = std::atoi(out.c_str() + st + std::string("status at https://127.0.0.1:").size());
   const std::string config_flag = StrCat(" --config=", data, "/cluster.textproto");
-  absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfig(data + "/cluster.textproto");
+  absl::StatusOr<server::ClusterConfig> config =
+      server::LoadClusterConfig(data + "/cluster.textproto");
   ASSERT_TRUE(config.ok()) << config.status();
 
   // An application server with its own certificate of the cluster's CA.
-  ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", data, "/tls app --out=", dir.path())).exit_code,
+  ASSERT_EQ(testing::RunCommand(
+                StrCat(MSADMIN, " certs issue --dir=", data, "/tls app --out=", dir.path()))
+                .exit_code,
             0);
   const tls::TlsFiles app{data + "/tls/ca.crt", dir.path() + "/app.crt", dir.path() + "/app.key"};
   tls::SetDefaultTls(app);
   PhotoAlbum album(*config, "A", 7);
   ASSERT_TRUE(album.Add(1).ok()) << "no policy yet: every certificate of the CA may do everything";
 
-  std::ofstream(dir.path() + "/policy.textproto") << "members { principal: \"megastore-local\" roles: \"replica\" }\n"
-                                                     "members { principal: \"admin\" roles: \"admin\" }\n"
-                                                     "members { principal: \"app\" grants { object: \"PhotoApp\" "
-                                                     "read: true } }\n";
-  testing::Result set = testing::RunCommand(StrCat(MSADMIN, " acl set", config_flag, " ", dir.path(), "/policy.textproto"));
+  std::ofstream(dir.path() + "/policy.textproto")
+      << "members { principal: \"megastore-local\" roles: \"replica\" }\n"
+         "members { principal: \"admin\" roles: \"admin\" }\n"
+         "members { principal: \"app\" grants { object: \"PhotoApp\" "
+         "read: true } }\n";
+  testing::Result set = testing::RunCommand(
+      StrCat(MSADMIN, " acl set", config_flag, " ", dir.path(), "/policy.textproto"));
   ASSERT_EQ(set.exit_code, 0) << set.out;
   EXPECT_THAT(set.out, HasSubstr("C: policy version 1 installed"));
 
@@ -571,7 +632,8 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   rpc::RpcClient to_b(co);
   absl::StatusOr<std::string> lock = to_b.Call("lock.Acquire", "", absl::Seconds(5));
   EXPECT_TRUE(absl::IsPermissionDenied(lock.status())) << lock.status();
-  EXPECT_THAT(lock.status().message(), HasSubstr("\"app\" may not call the replica method lock.Acquire"));
+  EXPECT_THAT(lock.status().message(),
+              HasSubstr("\"app\" may not call the replica method lock.Acquire"));
   absl::StatusOr<std::string> off = to_b.Call("dc.Replica", "", absl::Seconds(5));
   EXPECT_THAT(off.status().message(), HasSubstr("may not call the admin method dc.Replica"));
   EXPECT_TRUE(to_b.Call("dc.Status", "", absl::Seconds(5)).ok()) << "status is anyone's";
@@ -579,7 +641,10 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   testing::Result status = testing::RunCommand(StrCat(MSADMIN, " cluster status", config_flag));
   EXPECT_EQ(status.exit_code, 0) << status.out;
   const std::string metrics = testing::Https(http, testing::LocalAdminTls(data), "GET", "/metrics");
-  EXPECT_GE(MetricValue(metrics, "megastore_access_refusals_total{datacenter=\"B\",method=\"lock.Acquire\"}"), 1);
+  EXPECT_GE(
+      MetricValue(metrics,
+                  "megastore_access_refusals_total{datacenter=\"B\",method=\"lock.Acquire\"}"),
+      1);
   EXPECT_GE(MetricValue(metrics, "megastore_access_policy_version{datacenter=\"A\"}"), 1);
 
   // The gateway: a bearer token acts as its principal; an unknown one is
@@ -589,9 +654,11 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   const std::string get = R"({"table": "User", "key": [7]})";
   const std::string put =
       R"({"rootTable": "User", "rootKey": ["7"], "mutations": [{"table": "User", "put": {"user_id": "7", "name": "Ada"}}]})";
-  EXPECT_THAT(testing::Https(gateway, admin_tls, "POST", "/v1/get", get, bearer), HasSubstr("200 OK"))
+  EXPECT_THAT(testing::Https(gateway, admin_tls, "POST", "/v1/get", get, bearer),
+              HasSubstr("200 OK"))
       << "reads are granted";
-  const std::string forbidden = testing::Https(gateway, admin_tls, "POST", "/v1/commit", put, bearer);
+  const std::string forbidden =
+      testing::Https(gateway, admin_tls, "POST", "/v1/commit", put, bearer);
   EXPECT_THAT(forbidden, HasSubstr(" 403 "));
   EXPECT_THAT(forbidden, HasSubstr("may not write"));
   EXPECT_THAT(forbidden, HasSubstr("(gateway commit)"));
@@ -609,7 +676,8 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   testing::Result show = testing::RunCommand(StrCat(MSADMIN, " acl show", config_flag));
   EXPECT_THAT(show.out, HasSubstr("A: version 2"));
   // A policy that would lock the cluster out is refused before it is sent.
-  testing::Result lockout = testing::RunCommand(StrCat(MSADMIN, " acl revoke", config_flag, " megastore-local"));
+  testing::Result lockout =
+      testing::RunCommand(StrCat(MSADMIN, " acl revoke", config_flag, " megastore-local"));
   EXPECT_EQ(lockout.exit_code, 2) << lockout.out;
   EXPECT_THAT(lockout.out, HasSubstr("names no replica"));
   tls::SetDefaultTls({});
@@ -644,8 +712,9 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
 
   // An incompatible change is refused, naming the problem.
   const std::string changed = dir.path() + "/changed.msdl";
-  std::ofstream(changed) << "CREATE SCHEMA PhotoApp\nCREATE TABLE User {\n  required int64 user_id;\n"
-                            "  required int64 name;\n} PRIMARY KEY(user_id), ENTITY GROUP ROOT;\n";
+  std::ofstream(changed)
+      << "CREATE SCHEMA PhotoApp\nCREATE TABLE User {\n  required int64 user_id;\n"
+         "  required int64 name;\n} PRIMARY KEY(user_id), ENTITY GROUP ROOT;\n";
   testing::Result refused = run("schema apply" + config + changed);
   EXPECT_EQ(refused.exit_code, 1) << refused.out;
   EXPECT_THAT(refused.out, HasSubstr("incompatible"));
@@ -680,7 +749,8 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   testing::Result caught = run("group catchup" + config + "PhotoApp User:2 --datacenter=C");
   EXPECT_EQ(caught.exit_code, 0) << caught.out;
   EXPECT_THAT(caught.out, HasSubstr("C: applied up to position"));
-  testing::Result caught_json = run("group catchup --json" + config + "PhotoApp User:2 --datacenter=C");
+  testing::Result caught_json =
+      run("group catchup --json" + config + "PhotoApp User:2 --datacenter=C");
   EXPECT_THAT(caught_json.out, HasSubstr("{\"datacenter\":\"C\",\"applied\":")) << caught_json.out;
   testing::Result after = run("group log" + config + "PhotoApp User:2");
   EXPECT_THAT(after.out, HasSubstr("C: applied up to position"));
@@ -712,20 +782,28 @@ std::string AllFiles(const std::string& dir) {
 TEST(MegastoredClusterTest, AnEncryptedSchemaIsStoredSealedAndCanBeShredded) {
   TestDir dir;
   std::ifstream ddl(MS_SOURCE_DIR "/tests/schema/good/encrypted.msdl");
-  schema::CompileResult compiled = schema::CompileSchema(std::string(std::istreambuf_iterator<char>(ddl), {}));
+  schema::CompileResult compiled =
+      schema::CompileSchema(std::string(std::istreambuf_iterator<char>(ddl), {}));
   ASSERT_TRUE(compiled.ok());
   const std::string schema = dir.path() + "/Clinic.schema.pb";
   std::ofstream(schema, std::ios::binary) << compiled.descriptor.SerializeAsString();
   const std::string data = dir.path() + "/data";
-  const std::vector<std::string> args = {MEGASTORED, "--local=3", "--data=" + data, "--schema=" + schema,
-                                         "--gateway=127.0.0.1:0", "--no-sync", "--log-level=warn"};
+  const std::vector<std::string> args = {MEGASTORED,
+                                         "--local=3",
+                                         "--data=" + data,
+                                         "--schema=" + schema,
+                                         "--gateway=127.0.0.1:0",
+                                         "--no-sync",
+                                         "--log-level=warn"};
   auto start = [&](testing::Subprocess& server) {
     EXPECT_TRUE(server.Start(args));
     const std::string out = UntilReady(server);
     EXPECT_THAT(out, HasSubstr("megastored: ready"));
     const size_t at = out.find("gateway at https://127.0.0.1:");
     EXPECT_NE(at, std::string::npos) << out;
-    return at == std::string::npos ? 0 : std::atoi(out.c_str() + at + std::string("gateway at https://127.0.0.1:").size());
+    return at == std::string::npos
+               ? 0
+               : std::atoi(out.c_str() + at + std::string("gateway at https://127.0.0.1:").size());
   };
   auto stop = [](testing::Subprocess& server) {
     ::kill(server.pid(), SIGTERM);
@@ -733,36 +811,44 @@ TEST(MegastoredClusterTest, AnEncryptedSchemaIsStoredSealedAndCanBeShredded) {
   };
   const tls::TlsFiles admin = testing::LocalAdminTls(data);
   const std::string config = StrCat(" --config=", data, "/cluster.textproto ");
-  auto msadmin = [&](const std::string& args) { return testing::RunCommand(StrCat(MSADMIN, " ", args)); };
+  auto msadmin = [&](const std::string& args) {
+    return testing::RunCommand(StrCat(MSADMIN, " ", args));
+  };
 
   auto server = std::make_unique<testing::Subprocess>();
   int port = start(*server);
   auto Http = [&](const std::string& path, const std::string& body) {
     return testing::Https(port, admin, "POST", path, body);
   };
-  const std::string put = Http("/v1/commit", R"({"rootTable": "Patient", "rootKey": ["7"], "mutations": [
+  const std::string put =
+      Http("/v1/commit", R"({"rootTable": "Patient", "rootKey": ["7"], "mutations": [
       {"table": "Patient", "put": {"patient_id": "7", "name": "Okapi-Name-1187", "notes": "Okapi-Notes-5521"}},
       {"table": "Visit", "put": {"patient_id": "7", "visit_id": "1", "diagnosis": "Okapi-Flu-3390",
                                  "tags": ["Okapi-Tag-2209"]}}]})");
   ASSERT_THAT(put, HasSubstr("200 OK")) << put;
-  EXPECT_THAT(Http("/v1/get", R"({"table": "Patient", "key": [7]})"), HasSubstr("Okapi-Notes-5521"));
+  EXPECT_THAT(Http("/v1/get", R"({"table": "Patient", "key": [7]})"),
+              HasSubstr("Okapi-Notes-5521"));
   const std::string by_diagnosis = Http("/v1/query", R"({"rootTable": "Patient", "rootKey": ["7"],
       "index": "VisitsByDiagnosis", "values": ["7", "Okapi-Flu-3390"]})");
   EXPECT_THAT(by_diagnosis, HasSubstr("\"visit_id\":\"1\"")) << by_diagnosis;
   testing::Result keys = msadmin("keys status" + config);
   EXPECT_EQ(keys.exit_code, 0) << keys.out;
   EXPECT_THAT(keys.out, HasSubstr("/keys/C: key file")) << keys.out;
-  EXPECT_THAT(keys.out, HasSubstr("key-encryption key 1 (of 1), 1 group keys, 0 destroyed")) << keys.out;
+  EXPECT_THAT(keys.out, HasSubstr("key-encryption key 1 (of 1), 1 group keys, 0 destroyed"))
+      << keys.out;
   testing::Result rotated = msadmin("keys rotate" + config + "--datacenter=B");
   EXPECT_EQ(rotated.exit_code, 0) << rotated.out;
-  EXPECT_THAT(rotated.out, HasSubstr("B: now key-encryption key 2; 1 group keys re-wrapped")) << rotated.out;
+  EXPECT_THAT(rotated.out, HasSubstr("B: now key-encryption key 2; 1 group keys re-wrapped"))
+      << rotated.out;
   stop(*server);
 
   // Nothing of it in any file: tablets, commit logs, state, keys.
   const std::string files = AllFiles(data);
-  for (const char* secret : {"Okapi-Name-1187", "Okapi-Notes-5521", "Okapi-Flu-3390", "Okapi-Tag-2209"})
+  for (const char* secret :
+       {"Okapi-Name-1187", "Okapi-Notes-5521", "Okapi-Flu-3390", "Okapi-Tag-2209"})
     EXPECT_EQ(files.find(secret), std::string::npos) << secret << " is in a file of " << data;
-  EXPECT_NE(files.find("VisitsByDiagnosis"), std::string::npos) << "the schema itself is not secret";
+  EXPECT_NE(files.find("VisitsByDiagnosis"), std::string::npos)
+      << "the schema itself is not secret";
 
   // A restart reads it again with the keys kept (B's re-wrapped ones too).
   server = std::make_unique<testing::Subprocess>();
@@ -778,12 +864,15 @@ TEST(MegastoredClusterTest, AnEncryptedSchemaIsStoredSealedAndCanBeShredded) {
   testing::Result shredded = msadmin("group destroy-key" + config + "Clinic Patient:7 --yes");
   EXPECT_EQ(shredded.exit_code, 0) << shredded.out;
   EXPECT_THAT(shredded.out, HasSubstr("C: key destroyed"));
-  const std::string gone = testing::Https(port, admin, "POST", "/v1/get", R"({"table": "Patient", "key": [7]})");
+  const std::string gone =
+      testing::Https(port, admin, "POST", "/v1/get", R"({"table": "Patient", "key": [7]})");
   EXPECT_THAT(gone, Not(HasSubstr("Okapi-Notes-5521")));
   EXPECT_THAT(gone, HasSubstr("destroyed")) << gone;
   // Another patient is untouched.
-  EXPECT_THAT(testing::Https(port, admin, "POST", "/v1/commit", R"({"rootTable": "Patient", "rootKey": ["8"],
-      "mutations": [{"table": "Patient", "put": {"patient_id": "8", "notes": "fine"}}]})"), HasSubstr("200 OK"));
+  EXPECT_THAT(testing::Https(port, admin, "POST", "/v1/commit",
+                             R"({"rootTable": "Patient", "rootKey": ["8"],
+      "mutations": [{"table": "Patient", "put": {"patient_id": "8", "notes": "fine"}}]})"),
+              HasSubstr("200 OK"));
   EXPECT_THAT(msadmin("keys status" + config).out, HasSubstr("1 group keys, 1 destroyed"));
   stop(*server);
 }
@@ -794,11 +883,13 @@ TEST(MegastoredClusterTest, RawVerbsOnReplicatedTablesNeedForceAndABrokenReplica
   TestDir dir;
   const std::string schema = WriteSchema(dir.path());
   testing::Subprocess server;
-  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data", "--schema=" + schema,
-                            "--no-sync", "--log-level=warn"}));
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + dir.path() + "/data",
+                            "--schema=" + schema, "--no-sync", "--log-level=warn"}));
   ASSERT_THAT(UntilReady(server), HasSubstr("megastored: ready"));
-  const std::string bt = StrCat(MSADMIN, " bt --config=", dir.path(), "/data/cluster.textproto --datacenter=C ");
-  for (const std::string verb : {"deletetable PhotoApp", "set PhotoApp row1 e:x=1", "deleterow PhotoApp.outboxes r"}) {
+  const std::string bt =
+      StrCat(MSADMIN, " bt --config=", dir.path(), "/data/cluster.textproto --datacenter=C ");
+  for (const std::string verb :
+       {"deletetable PhotoApp", "set PhotoApp row1 e:x=1", "deleterow PhotoApp.outboxes r"}) {
     testing::Result r = testing::RunCommand(bt + verb);
     EXPECT_EQ(r.exit_code, 1) << verb << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr("is replicated by Megastore")) << verb;
@@ -810,10 +901,12 @@ TEST(MegastoredClusterTest, RawVerbsOnReplicatedTablesNeedForceAndABrokenReplica
   EXPECT_EQ(testing::RunCommand(bt + "set scratch r f:c=v").exit_code, 0);
   EXPECT_EQ(testing::RunCommand(bt + "deletetable scratch").exit_code, 0);
 
-  const std::string status = StrCat(MSADMIN, " cluster status --config=", dir.path(), "/data/cluster.textproto");
+  const std::string status =
+      StrCat(MSADMIN, " cluster status --config=", dir.path(), "/data/cluster.textproto");
   ASSERT_EQ(testing::RunCommand(status).exit_code, 0);
-  testing::Result forced = testing::RunCommand(StrCat(MSADMIN, " bt --force --config=", dir.path(),
-                                                      "/data/cluster.textproto --datacenter=C deletetable PhotoApp"));
+  testing::Result forced =
+      testing::RunCommand(StrCat(MSADMIN, " bt --force --config=", dir.path(),
+                                 "/data/cluster.textproto --datacenter=C deletetable PhotoApp"));
   ASSERT_EQ(forced.exit_code, 0) << forced.out;
   testing::Result broken = testing::RunCommand(status);
   EXPECT_EQ(broken.exit_code, 1) << broken.out;
@@ -829,21 +922,25 @@ TEST(MegastoredClusterTest, SighupReloadsTheCertificates) {
   TestDir dir;
   const std::string data = dir.path() + "/data";
   testing::Subprocess server;
-  ASSERT_TRUE(server.Start({MEGASTORED, "--local=1", "--data=" + data, "--http=127.0.0.1:0", "--no-sync",
-                            "--log-level=warn"}));
+  ASSERT_TRUE(server.Start({MEGASTORED, "--local=1", "--data=" + data, "--http=127.0.0.1:0",
+                            "--no-sync", "--log-level=warn"}));
   const std::string out = UntilReady(server);
   const size_t st = out.find("status at https://127.0.0.1:");
   ASSERT_NE(st, std::string::npos) << out;
   const int http = std::atoi(out.c_str() + st + std::string("status at https://127.0.0.1:").size());
   const tls::TlsFiles admin = testing::LocalAdminTls(data);
-  EXPECT_THAT(testing::Https(http, admin, "GET", "/status"), HasSubstr("(principal megastore-local): expires"));
+  EXPECT_THAT(testing::Https(http, admin, "GET", "/status"),
+              HasSubstr("(principal megastore-local): expires"));
 
-  ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", data, "/tls renewed --cn=megastore-renewed ",
+  ASSERT_EQ(testing::RunCommand(StrCat(MSADMIN, " certs issue --dir=", data,
+                                       "/tls renewed --cn=megastore-renewed ",
                                        "--host=127.0.0.1 --out=", dir.path()))
                 .exit_code,
             0);
   for (const char* ext : {".crt", ".key"})
-    ASSERT_EQ(std::rename((dir.path() + "/renewed" + ext).c_str(), (data + "/tls/megastore-local" + ext).c_str()), 0);
+    ASSERT_EQ(std::rename((dir.path() + "/renewed" + ext).c_str(),
+                          (data + "/tls/megastore-local" + ext).c_str()),
+              0);
   ::kill(server.pid(), SIGHUP);
   std::string page;
   for (int i = 0; i < 50; ++i) {
@@ -866,7 +963,8 @@ TEST(MegastoredClusterTest, SighupReloadsTheCertificates) {
   }
   EXPECT_EQ(MetricValue(metrics, "megastore_tls_reloads_total{result=\"failed\"}"), 1);
   EXPECT_EQ(MetricValue(metrics, "megastore_tls_reloads_total{result=\"ok\"}"), 1);
-  EXPECT_THAT(testing::Https(http, admin, "GET", "/status"), HasSubstr("FAILED, kept the certificates in use"));
+  EXPECT_THAT(testing::Https(http, admin, "GET", "/status"),
+              HasSubstr("FAILED, kept the certificates in use"));
   ::kill(server.pid(), SIGTERM);
   const int status = server.Wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;

@@ -30,16 +30,18 @@ TEST(MsadminIndexTest, ChecksRepairsAndRefusesBadArguments) {
   TestDir dir;
   auto layout = schema::Layout::Create(photoapp::Schema());
   ASSERT_TRUE(layout.ok());
-  auto cluster = server::LocalCluster::Start(
-      &env, dir.path(), {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
-                         replication::ReplicaType::kWitness},
-      txn::TablesFor(*layout), /*sync_log=*/false);
+  auto cluster =
+      server::LocalCluster::Start(&env, dir.path(),
+                                  {replication::ReplicaType::kFull, replication::ReplicaType::kFull,
+                                   replication::ReplicaType::kWitness},
+                                  txn::TablesFor(*layout), /*sync_log=*/false);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ASSERT_TRUE((*cluster)->WaitUntilServing(absl::Seconds(5)));
   std::string replicas;
   for (const auto& r : (*cluster)->replicas())
     replicas += StrCat(replicas.empty() ? "" : ",", r.name, "=",
-                       r.type == replication::ReplicaType::kWitness ? "witness" : "full", "@", r.replication);
+                       r.type == replication::ReplicaType::kWitness ? "witness" : "full", "@",
+                       r.replication);
   const std::string schema_path = dir.path() + "/PhotoApp.schema.pb";
   std::ofstream(schema_path, std::ios::binary) << photoapp::Schema().SerializeAsString();
 
@@ -49,16 +51,20 @@ TEST(MsadminIndexTest, ChecksRepairsAndRefusesBadArguments) {
   o.schema = photoapp::Schema();
   auto db = Database::Open(o);
   ASSERT_TRUE(db.ok());
-  ASSERT_TRUE((*db)->Run<photoapp::User>(photoapp::User::Key{5}, [](Transaction& t) {
-                     photoapp::User u;
-                     u.set_user_id(5);
-                     u.set_name("Eve");
-                     absl::Status s = t.Put(u);
-                     if (s.ok()) s = t.Put(EvesPhoto());
-                     return s;
-                   }).ok());
+  ASSERT_TRUE((*db)
+                  ->Run<photoapp::User>(photoapp::User::Key{5},
+                                        [](Transaction& t) {
+                                          photoapp::User u;
+                                          u.set_user_id(5);
+                                          u.set_name("Eve");
+                                          absl::Status s = t.Put(u);
+                                          if (s.ok()) s = t.Put(EvesPhoto());
+                                          return s;
+                                        })
+                  .ok());
 
-  const std::string base = StrCat(MSADMIN, " index %s --replicas=", replicas, " --local=A --schema=", schema_path);
+  const std::string base =
+      StrCat(MSADMIN, " index %s --replicas=", replicas, " --local=A --schema=", schema_path);
   auto run = [&](const std::string& verb, const std::string& rest) {
     std::string cmd = base;
     cmd.replace(cmd.find("%s"), 2, verb);
@@ -72,15 +78,20 @@ TEST(MsadminIndexTest, ChecksRepairsAndRefusesBadArguments) {
   // Lose A's copy of the photo's PhotosByTag entry.
   const schema::IndexDescriptor* by_tag = layout->schema().FindIndex("PhotosByTag");
   const std::string tag_row = layout->IndexEntryRows(*by_tag, EvesPhoto().ToEntity())->at(0);
-  ASSERT_TRUE((*cluster)->datacenter(0).tablets()->MutateRow("PhotoApp.PhotosByTag", tag_row,
-                                                             {storage::Mutation::DeleteRow()}).ok());
+  ASSERT_TRUE((*cluster)
+                  ->datacenter(0)
+                  .tablets()
+                  ->MutateRow("PhotoApp.PhotosByTag", tag_row, {storage::Mutation::DeleteRow()})
+                  .ok());
   testing::Result damaged = run("check", "User:5");
   EXPECT_EQ(damaged.exit_code, 1) << damaged.out;
   EXPECT_NE(damaged.out.find("PhotosByTag: the entry of Photo"), std::string::npos) << damaged.out;
   testing::Result as_json = run("check", "--json User:5");
   EXPECT_EQ(as_json.exit_code, 1) << as_json.out;
   EXPECT_NE(as_json.out.find("{\"groups\":1,\"entities\":2,"), std::string::npos) << as_json.out;
-  EXPECT_NE(as_json.out.find("\"problems\":[\"index PhotosByTag: the entry of Photo"), std::string::npos) << as_json.out;
+  EXPECT_NE(as_json.out.find("\"problems\":[\"index PhotosByTag: the entry of Photo"),
+            std::string::npos)
+      << as_json.out;
   EXPECT_NE(as_json.out.find("\"consistent\":false}"), std::string::npos) << as_json.out;
   testing::Result repaired = run("repair", "User:5");
   EXPECT_EQ(repaired.exit_code, 0) << repaired.out;
@@ -98,8 +109,8 @@ TEST(MsadminIndexTest, ChecksRepairsAndRefusesBadArguments) {
   EXPECT_NE(bad_key.out.find("not an integer"), std::string::npos) << bad_key.out;
   testing::Result child = run("check", "Photo:5,1");
   EXPECT_EQ(child.exit_code, 2) << child.out;
-  testing::Result bad_replicas =
-      RunCommand(StrCat(MSADMIN, " index check --replicas=A@x --local=A --schema=", schema_path, " User:5"));
+  testing::Result bad_replicas = RunCommand(
+      StrCat(MSADMIN, " index check --replicas=A@x --local=A --schema=", schema_path, " User:5"));
   EXPECT_EQ(bad_replicas.exit_code, 2) << bad_replicas.out;
   EXPECT_NE(bad_replicas.out.find("NAME=TYPE@HOST:PORT"), std::string::npos) << bad_replicas.out;
   testing::Result bad_schema = RunCommand(StrCat(MSADMIN, " index check --replicas=", replicas,

@@ -48,15 +48,16 @@ class ReplicationRpcTest : public ::testing::Test {
     return g;
   }
 
-
   // One read-modify-write transaction with retries on conflict: appends
   // `suffix` to row `row`'s value. Returns the number of conflicts.
   static int Append(GroupClient& c, const std::string& row, const std::string& suffix) {
     for (int conflicts = 0;; ++conflicts) {
-      auto pos = Await<LogPosition>([&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+      auto pos = Await<LogPosition>(
+          [&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
       EXPECT_TRUE(pos.ok()) << pos.status();
       if (!pos.ok()) return conflicts;
-      auto read = Await<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
+      auto read =
+          Await<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
       EXPECT_TRUE(read.ok()) << read.status();
       const std::string old = read.ok() && read->values_size() > 0 ? read->values(0) : "";
       LogEntry e;
@@ -75,7 +76,8 @@ class ReplicationRpcTest : public ::testing::Test {
   }
 
   std::string CurrentValue(GroupClient& c, const std::string& row) {
-    auto pos = Await<LogPosition>([&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+    auto pos = Await<LogPosition>(
+        [&](auto cb) { c.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
     EXPECT_TRUE(pos.ok()) << pos.status();
     if (!pos.ok()) return "?";
     auto read = Await<ReadReply>([&](auto cb) { c.Read(Group(), *pos, row, "e", std::move(cb)); });
@@ -106,7 +108,8 @@ TEST_F(ReplicationRpcTest, ForgedPositionsAndTimestampsAreRefusedAndTheGroupCarr
   rpc::RpcTransport ta;
   GroupClient a(&env_, &ta, Options(0));
   Append(a, "g/k", "x");
-  auto pos = Await<LogPosition>([&](auto cb) { a.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+  auto pos = Await<LogPosition>(
+      [&](auto cb) { a.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
   ASSERT_TRUE(pos.ok()) << pos.status();
   LogEntry e;
   e.set_id("forged");
@@ -130,7 +133,8 @@ TEST_F(ReplicationRpcTest, ForgedPositionsAndTimestampsAreRefusedAndTheGroupCarr
   auto r = Await<CommitResult>([&](auto cb) { a.Commit(Group(), future, e, std::move(cb)); });
   EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
   // The group's log is where it was; current reads and commits go on.
-  auto after = Await<LogPosition>([&](auto cb) { a.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
+  auto after = Await<LogPosition>(
+      [&](auto cb) { a.ReadPosition(Group(), ReadLevel::kCurrent, std::move(cb)); });
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->position, pos->position);
   EXPECT_LT(after->timestamp, env_.NowMicros() + 1'000'000);
@@ -150,7 +154,8 @@ TEST_F(ReplicationRpcTest, ConcurrentWritersAtThreeDatacentersLoseNoUpdate) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      for (int n = 0; n < kPerWriter; ++n) conflicts += Append(*clients[i], "g/k", std::string(1, 'a' + i));
+      for (int n = 0; n < kPerWriter; ++n)
+        conflicts += Append(*clients[i], "g/k", std::string(1, 'a' + i));
     });
   }
   for (auto& t : threads) t.join();

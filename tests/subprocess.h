@@ -1,17 +1,17 @@
 // Starting and killing server processes in integration tests.
 #pragma once
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <poll.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -43,9 +43,10 @@ inline std::string Http(int port, const std::string& method, const std::string& 
                         const std::string& body = "") {
   const int fd = ConnectLoopback(port);
   if (fd < 0) return "";
-  const std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" +
-                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                          "\r\n\r\n" + body;
+  const std::string req =
+      method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" +
+      "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string resp;
   char buf[4096];
@@ -107,7 +108,9 @@ class Subprocess {
         buffer_.erase(0, nl + 1);
         return line;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now())
+                            .count();
       if (left <= 0) return "";
       pollfd p{out_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left)) <= 0) return "";

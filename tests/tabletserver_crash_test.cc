@@ -70,10 +70,13 @@ TEST(TabletServerCrashTest, AcknowledgedWritesSurviveSigkillAtRandomMoments) {
       }
       // Everything acknowledged in earlier rounds is still there.
       std::map<std::string, std::string> seen;
-      ASSERT_TRUE(client.ReadRows("crash", {}, {}, [&](Row& r) {
-                           seen[r.key] = r.cells.empty() ? "" : r.cells[0].value;
-                           return true;
-                         }).ok());
+      ASSERT_TRUE(client
+                      .ReadRows("crash", {}, {},
+                                [&](Row& r) {
+                                  seen[r.key] = r.cells.empty() ? "" : r.cells[0].value;
+                                  return true;
+                                })
+                      .ok());
       for (const auto& [row, value] : acked) {
         auto it = seen.find(row);
         ASSERT_TRUE(it != seen.end()) << "acknowledged row " << row << " lost";
@@ -87,7 +90,8 @@ TEST(TabletServerCrashTest, AcknowledgedWritesSurviveSigkillAtRandomMoments) {
       writers.emplace_back([&, w] {
         TabletClient client(address, absl::Seconds(10));
         for (int i = 0; !stop; ++i) {
-          const std::string row = "r" + std::to_string(round) + "-" + std::to_string(w) + "-" + std::to_string(i);
+          const std::string row =
+              "r" + std::to_string(round) + "-" + std::to_string(w) + "-" + std::to_string(i);
           const std::string value = "v" + std::to_string(round * 100000 + i);
           // Overwrite an older acknowledged row now and then, too.
           if (client.MutateRow("crash", row, {Mutation::SetCell("cf", "q", value)}).ok()) {
@@ -110,11 +114,16 @@ TEST(TabletServerCrashTest, AcknowledgedWritesSurviveSigkillAtRandomMoments) {
   ASSERT_FALSE(address.empty());
   TabletClient client(address, absl::Seconds(30));
   size_t found = 0;
-  ASSERT_TRUE(client.ReadRows("crash", {}, {}, [&](Row& r) {
-                       auto it = acked.find(r.key);
-                       if (it != acked.end() && !r.cells.empty() && r.cells[0].value == it->second) ++found;
-                       return true;
-                     }).ok());
+  ASSERT_TRUE(client
+                  .ReadRows("crash", {}, {},
+                            [&](Row& r) {
+                              auto it = acked.find(r.key);
+                              if (it != acked.end() && !r.cells.empty() &&
+                                  r.cells[0].value == it->second)
+                                ++found;
+                              return true;
+                            })
+                  .ok());
   EXPECT_EQ(found, acked.size());
   std::printf("crash test: %zu acknowledged writes over %d SIGKILLed rounds, all read back: %s\n",
               acked.size(), rounds, found == acked.size() ? "yes" : "NO");
@@ -150,17 +159,24 @@ TEST(TabletServerGarbageTest, GarbageOnThePortNeverStopsTheServer) {
   for (int i = 0; i < 200; ++i) {
     std::string bytes;
     switch (i % 4) {
-      case 0: bytes = rng.Bytes(rng.Uniform(2000)); break;                        // random bytes
-      case 1: bytes = rpc::EncodeFrame(rng.Bytes(100)).substr(0, rng.Uniform(50)); break;  // truncated
-      case 2: bytes = std::string("\xff\xff\xff\xff") + rng.Bytes(12); break;     // oversized length
-      default: {                                                                  // valid frame, bad body
+      case 0:
+        bytes = rng.Bytes(rng.Uniform(2000));
+        break;  // random bytes
+      case 1:
+        bytes = rpc::EncodeFrame(rng.Bytes(100)).substr(0, rng.Uniform(50));
+        break;  // truncated
+      case 2:
+        bytes = std::string("\xff\xff\xff\xff") + rng.Bytes(12);
+        break;    // oversized length
+      default: {  // valid frame, bad body
         bytes = rpc::EncodeFrame(rng.Bytes(64));
         break;
       }
     }
     ASSERT_TRUE(SendGarbage(port, bytes)) << "server stopped accepting connections at " << i;
     if (i % 50 == 0) {
-      ASSERT_TRUE(client.MutateRow("t", "r" + std::to_string(i), {Mutation::SetCell("cf", "q", "v")}).ok());
+      ASSERT_TRUE(
+          client.MutateRow("t", "r" + std::to_string(i), {Mutation::SetCell("cf", "q", "v")}).ok());
     }
   }
   auto row = client.ReadRow("t", "r150");

@@ -48,12 +48,12 @@ class PhotoAppSimTest : public ::testing::Test {
   }
 
   std::vector<std::string> Tags(const Photo& p) {
-  std::vector<std::string> out;
-  for (int i = 0; i < p.tag_size(); ++i) out.push_back(p.tag(i));
-  return out;
-}
+    std::vector<std::string> out;
+    for (int i = 0; i < p.tag_size(); ++i) out.push_back(p.tag(i));
+    return out;
+  }
 
-// A query's photos by (user, photo id).
+  // A query's photos by (user, photo id).
   static std::map<std::pair<int64_t, int32_t>, Photo> ById(const std::vector<schema::Entity>& es) {
     std::map<std::pair<int64_t, int32_t>, Photo> out;
     for (const auto& e : es) {
@@ -94,7 +94,8 @@ TEST_F(PhotoAppSimTest, IndexesFollowPhotosWrittenUnderFaults) {
       // New photos mostly; sometimes retag or delete one of this client's.
       std::vector<std::pair<int64_t, int32_t>> mine;
       for (const auto& [id, changes] : history)
-        if (id.first == user && id.second / 1000 == client && !changes.back().deleted) mine.push_back(id);
+        if (id.first == user && id.second / 1000 == client && !changes.back().deleted)
+          mine.push_back(id);
       Change change;
       std::pair<int64_t, int32_t> id{user, client * 1000 + left};
       const uint64_t dice = env.Uniform(6);
@@ -113,8 +114,10 @@ TEST_F(PhotoAppSimTest, IndexesFollowPhotosWrittenUnderFaults) {
       history[id].push_back(change);
       TransactionOptions o;
       o.max_attempts = 20;
-      txn::Run(Ctx(client), "User", {user}, o,
-          [id, change](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+      txn::Run(
+          Ctx(client), "User", {user}, o,
+          [id, change](std::shared_ptr<Transaction> t,
+                       absl::AnyInvocable<void(absl::Status)> done) {
             if (change.deleted) return done(t->Delete("Photo", {id.first, int64_t{id.second}}));
             User u;
             u.set_user_id(id.first);
@@ -157,7 +160,8 @@ TEST_F(PhotoAppSimTest, IndexesFollowPhotosWrittenUnderFaults) {
         // The local index: exactly the stored photos, in time order.
         auto stored_by_id = ById(stored->entities);
         auto timed_by_id = ById(timed->entities);
-        EXPECT_EQ(timed->entities.size(), stored->entities.size()) << "seed " << seed << " dc " << dc << " user " << user;
+        EXPECT_EQ(timed->entities.size(), stored->entities.size())
+            << "seed " << seed << " dc " << dc << " user " << user;
         int64_t previous = -1;
         for (const schema::Entity& e : timed->entities) {
           const int64_t time = Photo::FromEntity(e)->time();

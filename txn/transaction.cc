@@ -12,11 +12,12 @@ namespace {
 
 constexpr char kEntityFamily[] = "e";
 
-absl::StatusOr<const schema::TableDescriptor*> FindTable(const Context& ctx, std::string_view name) {
+absl::StatusOr<const schema::TableDescriptor*> FindTable(const Context& ctx,
+                                                         std::string_view name) {
   const schema::TableDescriptor* t = ctx.layout->schema().FindTable(name);
   if (t == nullptr)
-    return absl::NotFoundError(StrCat("schema ", ctx.layout->schema().schema().name(),
-                                      " has no table ", name));
+    return absl::NotFoundError(
+        StrCat("schema ", ctx.layout->schema().schema().name(), " has no table ", name));
   return t;
 }
 
@@ -34,7 +35,8 @@ absl::Status AddChanges(const schema::BigtableWrite& w, replication::RowChange* 
         c->set_delete_cells(true);
         break;
       default:
-        return absl::InternalError("the schema layout produced a mutation a log entry cannot carry");
+        return absl::InternalError(
+            "the schema layout produced a mutation a log entry cannot carry");
     }
   }
   return absl::OkStatus();
@@ -43,7 +45,8 @@ absl::Status AddChanges(const schema::BigtableWrite& w, replication::RowChange* 
 }  // namespace
 
 Transaction::Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-                         replication::LogPosition position, int64_t deadline, std::string lock_owner)
+                         replication::LogPosition position, int64_t deadline,
+                         std::string lock_owner)
     : ctx_(ctx),
       options_(options),
       group_(std::move(group)),
@@ -90,8 +93,8 @@ void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptio
                                               Callback<std::shared_ptr<Transaction>> done) {
     ctx.client->ReadPosition(
         group, options.level,
-        [ctx, options, group, deadline, lock_owner, done = std::move(done)](
-            absl::StatusOr<replication::LogPosition> p) mutable {
+        [ctx, options, group, deadline, lock_owner,
+         done = std::move(done)](absl::StatusOr<replication::LogPosition> p) mutable {
           if (!p.ok()) {
             if (!lock_owner.empty()) ctx.client->UnlockGroup(group, lock_owner);
             return done(p.status());
@@ -119,37 +122,39 @@ absl::StatusOr<std::string> Transaction::RowOf(const schema::TableDescriptor& ta
   if (group_row != group_.root())
     return absl::InvalidArgumentError(StrCat("this ", table.name(),
                                              " entity belongs to another entity group than the "
-                                             "transaction's (", EscapeBytes(group_.root()), ")"));
+                                             "transaction's (",
+                                             EscapeBytes(group_.root()), ")"));
   return ctx_.layout->EntityRow(table, key);
 }
 
 void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
                           Callback<std::optional<Entity>> done) {
   auto self = shared_from_this();
-  ctx_.client->Read(group_, position_, row, kEntityFamily,
-                    [self, table, row, done = std::move(done)](
-                        absl::StatusOr<replication::ReadReply> r) mutable {
-                      if (!r.ok()) return done(r.status());
-                      storage::Row stored;
-                      stored.key = row;
-                      const std::string prefix = table->name() + ".";
-                      bool found = false;
-                      for (int i = 0; i < r->qualifiers_size(); ++i) {
-                        found |= r->qualifiers(i).compare(0, prefix.size(), prefix) == 0;
-                        stored.cells.push_back(storage::Cell{kEntityFamily, r->qualifiers(i), 0, r->values(i)});
-                      }
-                      std::optional<Entity> entity;
-                      if (found) {
-                        absl::StatusOr<Entity> e = self->ctx_.layout->EntityFromRow(*table, stored);
-                        if (!e.ok()) return done(e.status());
-                        entity = std::move(*e);
-                      }
-                      {
-                        absl::MutexLock lock(&self->mu_);
-                        self->read_.emplace(row, Row{table, entity});
-                      }
-                      done(std::move(entity));
-                    }, deadline_);
+  ctx_.client->Read(
+      group_, position_, row, kEntityFamily,
+      [self, table, row, done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
+        if (!r.ok()) return done(r.status());
+        storage::Row stored;
+        stored.key = row;
+        const std::string prefix = table->name() + ".";
+        bool found = false;
+        for (int i = 0; i < r->qualifiers_size(); ++i) {
+          found |= r->qualifiers(i).compare(0, prefix.size(), prefix) == 0;
+          stored.cells.push_back(storage::Cell{kEntityFamily, r->qualifiers(i), 0, r->values(i)});
+        }
+        std::optional<Entity> entity;
+        if (found) {
+          absl::StatusOr<Entity> e = self->ctx_.layout->EntityFromRow(*table, stored);
+          if (!e.ok()) return done(e.status());
+          entity = std::move(*e);
+        }
+        {
+          absl::MutexLock lock(&self->mu_);
+          self->read_.emplace(row, Row{table, entity});
+        }
+        done(std::move(entity));
+      },
+      deadline_);
 }
 
 void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
@@ -245,15 +250,16 @@ void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix
         }
         if ((cut || reply->more()) && !last.empty()) result.cursor = last;
         done(std::move(result));
-      }, deadline_);
+      },
+      deadline_);
 }
 
 void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> values,
                              QueryOptions options, Callback<QueryResult> done) {
   const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(index_name);
   if (index == nullptr)
-    return done(absl::NotFoundError(StrCat("schema ", ctx_.layout->schema().schema().name(),
-                                           " has no index ", index_name)));
+    return done(absl::NotFoundError(
+        StrCat("schema ", ctx_.layout->schema().schema().name(), " has no index ", index_name)));
   absl::StatusOr<storage::RowRange> range =
       ctx_.layout->LocalIndexRange(*index, group_.root(), values);
   if (!range.ok()) return done(range.status());
@@ -298,7 +304,8 @@ void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> value
           f->keys.emplace_back(r.key(), std::move(*key));
         }
         Fetch::Step(f);
-      }, deadline_);
+      },
+      deadline_);
 }
 
 // ---- queues ------------------------------------------------------------------------
@@ -365,13 +372,15 @@ void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::st
     }
   }
   if (buffered) return done(std::move(*buffered));
-  ctx_.client->Read(group_, position_, row, kEntityFamily,
-                    [done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
-                      if (!r.ok()) return done(r.status());
-                      std::map<std::string, std::string> cells;
-                      for (int i = 0; i < r->qualifiers_size(); ++i) cells[r->qualifiers(i)] = r->values(i);
-                      done(std::move(cells));
-                    }, deadline_);
+  ctx_.client->Read(
+      group_, position_, row, kEntityFamily,
+      [done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
+        if (!r.ok()) return done(r.status());
+        std::map<std::string, std::string> cells;
+        for (int i = 0; i < r->qualifiers_size(); ++i) cells[r->qualifiers(i)] = r->values(i);
+        done(std::move(cells));
+      },
+      deadline_);
 }
 
 absl::Status Transaction::AddRepair(const schema::BigtableWrite& w) {
@@ -398,7 +407,8 @@ absl::Status Transaction::Send(std::string_view root_table, const std::vector<Ke
   if (committing_) return absl::FailedPreconditionError("the transaction is already committing");
   if (options_.level == replication::ReadLevel::kInconsistent)
     return absl::FailedPreconditionError("a transaction at the inconsistent level cannot send");
-  const std::string id = fmt::format("{:016x}{:04x}", ctx_.client->env()->Random64(), ++message_seq_);
+  const std::string id =
+      fmt::format("{:016x}{:04x}", ctx_.client->env()->Random64(), ++message_seq_);
   raw_writes_[RowAfter(group_.root(), schema::kOutboxRow, id)] = {
       SetCell(kTargetColumn, std::move(target)), SetCell(kQueueColumn, std::move(queue)),
       SetCell(kBodyColumn, std::move(body))};
@@ -415,33 +425,35 @@ absl::Status Transaction::Send(std::string_view root_table, const std::vector<Ke
   return absl::OkStatus();
 }
 
-void Transaction::ReadQueue(std::string queue, int64_t limit, Callback<std::vector<QueueMessage>> done) {
+void Transaction::ReadQueue(std::string queue, int64_t limit,
+                            Callback<std::vector<QueueMessage>> done) {
   const std::string prefix = QueuePrefix(group_.root(), queue);
   auto self = shared_from_this();
-  ctx_.client->Scan(group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, limit,
-                    [self, prefix, queue, done = std::move(done)](
-                        absl::StatusOr<replication::ScanReply> r) mutable {
-                      if (!r.ok()) return done(r.status());
-                      std::vector<QueueMessage> out;
-                      {
-                        absl::MutexLock lock(&self->mu_);
-                        for (const auto& row : r->rows()) {
-                          auto w = self->raw_writes_.find(row.key());
-                          if (w != self->raw_writes_.end() && !w->second.empty() &&
-                              w->second[0].delete_cells())
-                            continue;  // consumed by this transaction
-                          QueueMessage m;
-                          m.id = row.key().substr(prefix.size());
-                          m.queue = queue;
-                          for (int i = 0; i < row.qualifiers_size(); ++i) {
-                            if (row.qualifiers(i) == kBodyColumn) m.body = row.values(i);
-                            if (row.qualifiers(i) == kSourceColumn) m.source = row.values(i);
-                          }
-                          out.push_back(std::move(m));
-                        }
-                      }
-                      done(std::move(out));
-                    }, deadline_);
+  ctx_.client->Scan(
+      group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, limit,
+      [self, prefix, queue,
+       done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+        if (!r.ok()) return done(r.status());
+        std::vector<QueueMessage> out;
+        {
+          absl::MutexLock lock(&self->mu_);
+          for (const auto& row : r->rows()) {
+            auto w = self->raw_writes_.find(row.key());
+            if (w != self->raw_writes_.end() && !w->second.empty() && w->second[0].delete_cells())
+              continue;  // consumed by this transaction
+            QueueMessage m;
+            m.id = row.key().substr(prefix.size());
+            m.queue = queue;
+            for (int i = 0; i < row.qualifiers_size(); ++i) {
+              if (row.qualifiers(i) == kBodyColumn) m.body = row.values(i);
+              if (row.qualifiers(i) == kSourceColumn) m.source = row.values(i);
+            }
+            out.push_back(std::move(m));
+          }
+        }
+        done(std::move(out));
+      },
+      deadline_);
 }
 
 absl::Status Transaction::Consume(const QueueMessage& m) {
@@ -465,32 +477,43 @@ struct Delivery : std::enable_shared_from_this<Delivery> {
     TransactionOptions o;
     o.max_attempts = 20;
     auto self = shared_from_this();
-    RunAtRow(ctx, target, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
-      auto shared_commit = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
-      const std::string marker = RowAfter(self->target, schema::kDeliveredRow, self->message.id);
-      t->RawGet(marker, [self, t, marker, shared_commit](absl::StatusOr<std::map<std::string, std::string>> m) {
-        if (!m.ok()) return (*shared_commit)(m.status());
-        if (m->empty()) {
-          t->RawWrite(QueuePrefix(self->target, self->message.queue) + self->message.id,
-                      {SetCell(kBodyColumn, self->message.body), SetCell(kSourceColumn, self->source)});
-          t->RawWrite(marker, {SetCell(kMarkerColumn, "")});
-        }
-        (*shared_commit)(absl::OkStatus());
-      });
-    }, [self](absl::StatusOr<CommitInfo> info) {
-      if (!info.ok()) return self->done(info.status());
-      const bool now = info->wrote;
-      // Then leave the outbox.
-      RunAtRow(self->ctx, self->source, [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
-        t->RawWrite(self->outbox_row, {DeleteCell(kTargetColumn), DeleteCell(kQueueColumn), DeleteCell(kBodyColumn)});
-        commit(absl::OkStatus());
-      }, [self, now](absl::StatusOr<CommitInfo> info) {
-        if (!info.ok()) return self->done(info.status());
-        self->done(now);
-      });
-    });
+    RunAtRow(
+        ctx, target,
+        [self](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+          auto shared_commit =
+              std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
+          const std::string marker =
+              RowAfter(self->target, schema::kDeliveredRow, self->message.id);
+          t->RawGet(marker, [self, t, marker,
+                             shared_commit](absl::StatusOr<std::map<std::string, std::string>> m) {
+            if (!m.ok()) return (*shared_commit)(m.status());
+            if (m->empty()) {
+              t->RawWrite(
+                  QueuePrefix(self->target, self->message.queue) + self->message.id,
+                  {SetCell(kBodyColumn, self->message.body), SetCell(kSourceColumn, self->source)});
+              t->RawWrite(marker, {SetCell(kMarkerColumn, "")});
+            }
+            (*shared_commit)(absl::OkStatus());
+          });
+        },
+        [self](absl::StatusOr<CommitInfo> info) {
+          if (!info.ok()) return self->done(info.status());
+          const bool now = info->wrote;
+          // Then leave the outbox.
+          RunAtRow(
+              self->ctx, self->source,
+              [self](std::shared_ptr<Transaction> t,
+                     absl::AnyInvocable<void(absl::Status)> commit) {
+                t->RawWrite(self->outbox_row, {DeleteCell(kTargetColumn), DeleteCell(kQueueColumn),
+                                               DeleteCell(kBodyColumn)});
+                commit(absl::OkStatus());
+              },
+              [self, now](absl::StatusOr<CommitInfo> info) {
+                if (!info.ok()) return self->done(info.status());
+                self->done(now);
+              });
+        });
   }
-
 };
 
 void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> done) {
@@ -503,24 +526,28 @@ void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> don
     void Go() {
       ++attempt;
       auto self = shared_from_this();
-      Transaction::BeginAtRow(ctx, root, {}, [self](absl::StatusOr<std::shared_ptr<Transaction>> t) {
-        if (!t.ok()) return self->Retry(t.status());
-        auto txn = *t;
-        self->body(txn, [self, txn](absl::Status s) {
-          if (!s.ok()) return self->Retry(s);
-          txn->Commit([self](absl::StatusOr<CommitInfo> info) {
-            if (info.ok() || !absl::IsAborted(info.status())) return self->finished(std::move(info));
-            self->Retry(info.status());
-          });
-        });
-      });
+      Transaction::BeginAtRow(ctx, root, {},
+                              [self](absl::StatusOr<std::shared_ptr<Transaction>> t) {
+                                if (!t.ok()) return self->Retry(t.status());
+                                auto txn = *t;
+                                self->body(txn, [self, txn](absl::Status s) {
+                                  if (!s.ok()) return self->Retry(s);
+                                  txn->Commit([self](absl::StatusOr<CommitInfo> info) {
+                                    if (info.ok() || !absl::IsAborted(info.status()))
+                                      return self->finished(std::move(info));
+                                    self->Retry(info.status());
+                                  });
+                                });
+                              });
     }
     void Retry(absl::Status s) {
-      const bool transient = absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+      const bool transient =
+          absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
       if (!transient || attempt >= 20) return finished(s);
       auto self = shared_from_this();
       Env* env = ctx.client->env();
-      env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % 50000)), [self] { self->Go(); });
+      env->Schedule(absl::Microseconds(static_cast<int64_t>(env->Random64() % 50000)),
+                    [self] { self->Go(); });
     }
   };
   auto a = std::make_shared<Attempt>();
@@ -543,15 +570,15 @@ void Unlist(Context ctx, std::string root, absl::AnyInvocable<void(absl::Status)
       [ctx, root](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
         auto c = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
         const std::string prefix = RowAfter(root, schema::kOutboxRow);
-        ctx.client->Scan(t->group(), t->position(), prefix, PrefixSuccessor(prefix), kEntityFamily, 1,
-                         [ctx, root, t, c](absl::StatusOr<replication::ScanReply> r) {
+        ctx.client->Scan(t->group(), t->position(), prefix, PrefixSuccessor(prefix), kEntityFamily,
+                         1, [ctx, root, t, c](absl::StatusOr<replication::ScanReply> r) {
                            if (!r.ok()) return (*c)(r.status());
                            if (r->rows_size() == 0) {
                              schema::BigtableWrite unlist;
                              unlist.table = OutboxTable(*ctx.layout);
                              unlist.row = root;
-                             unlist.mutations.push_back(
-                                 storage::Mutation::DeleteCells(schema::kIndexFamily, kListedColumn));
+                             unlist.mutations.push_back(storage::Mutation::DeleteCells(
+                                 schema::kIndexFamily, kListedColumn));
                              if (absl::Status s = t->AddRepair(unlist); !s.ok()) return (*c)(s);
                            }
                            (*c)(absl::OkStatus());
@@ -562,7 +589,9 @@ void Unlist(Context ctx, std::string root, absl::AnyInvocable<void(absl::Status)
 
 }  // namespace
 
-std::string OutboxTable(const schema::Layout& layout) { return layout.entity_table() + ".outboxes"; }
+std::string OutboxTable(const schema::Layout& layout) {
+  return layout.entity_table() + ".outboxes";
+}
 
 void SweepQueues(Context ctx, Callback<int> done) {
   ctx.client->ScanIndex(
@@ -584,8 +613,10 @@ void SweepQueues(Context ctx, Callback<int> done) {
             auto self = shared_from_this();
             DeliverPending(ctx, roots[next++], [self](absl::StatusOr<int> n) {
               // One group's trouble does not stop the others.
-              if (n.ok()) self->delivered += *n;
-              else if (self->first_error.ok()) self->first_error = n.status();
+              if (n.ok())
+                self->delivered += *n;
+              else if (self->first_error.ok())
+                self->first_error = n.status();
               self->Step();
             });
           }
@@ -601,12 +632,14 @@ void SweepQueues(Context ctx, Callback<int> done) {
 void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
   Transaction::BeginAtRow(
       ctx, source_root, {},
-      [ctx, source_root, done = std::move(done)](absl::StatusOr<std::shared_ptr<Transaction>> t) mutable {
+      [ctx, source_root,
+       done = std::move(done)](absl::StatusOr<std::shared_ptr<Transaction>> t) mutable {
         if (!t.ok()) return done(t.status());
         const std::string prefix = RowAfter(source_root, schema::kOutboxRow);
         ctx.client->Scan(
             (*t)->group(), (*t)->position(), prefix, PrefixSuccessor(prefix), kEntityFamily, 0,
-            [ctx, source_root, prefix, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+            [ctx, source_root, prefix,
+             done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
               if (!r.ok()) return done(r.status());
               struct Each {
                 std::vector<std::shared_ptr<Delivery>> pending;
@@ -628,12 +661,14 @@ void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
               auto each = std::make_shared<Each>();
               // Once every message is out, take the group off the sweep list
               // (if nothing new was sent meanwhile).
-              each->done = [ctx, source_root, done = std::move(done)](absl::StatusOr<int> delivered) mutable {
+              each->done = [ctx, source_root,
+                            done = std::move(done)](absl::StatusOr<int> delivered) mutable {
                 if (!delivered.ok()) return done(delivered.status());
-                Unlist(ctx, source_root, [delivered = *delivered, done = std::move(done)](absl::Status s) mutable {
-                  if (!s.ok()) return done(s);
-                  done(delivered);
-                });
+                Unlist(ctx, source_root,
+                       [delivered = *delivered, done = std::move(done)](absl::Status s) mutable {
+                         if (!s.ok()) return done(s);
+                         done(delivered);
+                       });
               };
               for (const auto& row : r->rows()) {
                 auto d = std::make_shared<Delivery>();
@@ -647,7 +682,8 @@ void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
                   if (row.qualifiers(i) == kBodyColumn) d->message.body = row.values(i);
                 }
                 if (d->target.empty() || d->message.queue.empty())
-                  return each->done(absl::DataLossError(StrCat("damaged outbox row ", EscapeBytes(row.key()))));
+                  return each->done(
+                      absl::DataLossError(StrCat("damaged outbox row ", EscapeBytes(row.key()))));
                 each->pending.push_back(std::move(d));
               }
               Each::Step(each);
@@ -668,7 +704,8 @@ void Transaction::ResolvePrepared(Callback<bool> done) {
           int64_t prepared_at = 0;
           for (int i = 0; i < row.qualifiers_size(); ++i) {
             if (row.qualifiers(i) == kDecisionGroupColumn) decision_root = row.values(i);
-            if (row.qualifiers(i) == kPreparedAtColumn) prepared_at = std::atoll(row.values(i).c_str());
+            if (row.qualifiers(i) == kPreparedAtColumn)
+              prepared_at = std::atoll(row.values(i).c_str());
           }
           const Context ctx = self->ctx_;
           const std::string group = self->group_.root();
@@ -679,18 +716,22 @@ void Transaction::ResolvePrepared(Callback<bool> done) {
           std::optional<bool> propose;
           if (expired) propose = false;
           Decide(ctx, decision_root, txid, propose,
-                 [ctx, group, txid, done = std::move(done)](absl::StatusOr<std::optional<bool>> d) mutable {
+                 [ctx, group, txid,
+                  done = std::move(done)](absl::StatusOr<std::optional<bool>> d) mutable {
                    if (!d.ok()) return done(d.status());
-                   if (!d->has_value()) return done(true);  // still undecided: the caller retries later
-                   FinishPrepared(ctx, group, txid, **d, [done = std::move(done)](absl::StatusOr<bool> f) mutable {
-                     if (!f.ok()) return done(f.status());
-                     done(true);
-                   });
+                   if (!d->has_value())
+                     return done(true);  // still undecided: the caller retries later
+                   FinishPrepared(ctx, group, txid, **d,
+                                  [done = std::move(done)](absl::StatusOr<bool> f) mutable {
+                                    if (!f.ok()) return done(f.status());
+                                    done(true);
+                                  });
                  });
           return;
         }
         done(false);
-      }, deadline_);
+      },
+      deadline_);
 }
 
 void Decide(Context ctx, std::string decision_root, std::string txid, std::optional<bool> propose,
@@ -699,14 +740,16 @@ void Decide(Context ctx, std::string decision_root, std::string txid, std::optio
   const std::string row = RowAfter(decision_root, schema::kDecisionRow, txid);
   RunAtRow(
       ctx, decision_root,
-      [row, propose, decided](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
+      [row, propose, decided](std::shared_ptr<Transaction> t,
+                              absl::AnyInvocable<void(absl::Status)> commit) {
         {
           absl::MutexLock lock(&t->mu_);
           t->two_phase_bookkeeping_ = true;
         }
-        auto shared_commit = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
-        t->RawGet(row, [t, row, propose, decided, shared_commit](
-                           absl::StatusOr<std::map<std::string, std::string>> cells) {
+        auto shared_commit =
+            std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
+        t->RawGet(row, [t, row, propose, decided,
+                        shared_commit](absl::StatusOr<std::map<std::string, std::string>> cells) {
           if (!cells.ok()) return (*shared_commit)(cells.status());
           auto it = cells->find(kDecisionColumn);
           if (it != cells->end()) {
@@ -732,14 +775,16 @@ void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool 
   const std::string row = RowAfter(group_root, schema::kPreparedRow, txid);
   RunAtRow(
       ctx, group_root,
-      [row, commit, found](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+      [row, commit, found](std::shared_ptr<Transaction> t,
+                           absl::AnyInvocable<void(absl::Status)> done) {
         {
           absl::MutexLock lock(&t->mu_);
           t->two_phase_bookkeeping_ = true;
         }
-        auto shared_done = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-        t->RawGet(row, [t, row, commit, found, shared_done](
-                           absl::StatusOr<std::map<std::string, std::string>> cells) {
+        auto shared_done =
+            std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+        t->RawGet(row, [t, row, commit, found,
+                        shared_done](absl::StatusOr<std::map<std::string, std::string>> cells) {
           if (!cells.ok()) return (*shared_done)(cells.status());
           auto w = cells->find(kWritesColumn);
           *found = w != cells->end();
@@ -749,7 +794,8 @@ void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool 
             if (!prepared.ParseFromString(w->second))
               return (*shared_done)(absl::DataLossError("unreadable prepared writes"));
             absl::MutexLock lock(&t->mu_);
-            for (const replication::RowChange& rc : prepared.changes()) t->extra_changes_.push_back(rc);
+            for (const replication::RowChange& rc : prepared.changes())
+              t->extra_changes_.push_back(rc);
           }
           t->RawWrite(row, {DeleteCell(kWritesColumn), DeleteCell(kDecisionGroupColumn),
                             DeleteCell(kPreparedAtColumn)});
@@ -785,7 +831,7 @@ struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
   std::string target;  // the smallest key that may still match
   int64_t limit = 0;   // 0: all
   std::vector<std::vector<KeyValue>> matches;
-  std::string last;    // encoded key of the last match
+  std::string last;  // encoded key of the last match
   bool more = false;
   Callback<QueryResult> done;
 
@@ -821,19 +867,20 @@ struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
   void Fetch(size_t i, const std::string& from) {
     auto self = shared_from_this();
     Cursor& c = cursors[i];
-    ctx.client->Scan(group, at, c.prefix + from, c.end, schema::kIndexFamily, kPage,
-                     [self, i](absl::StatusOr<replication::ScanReply> r) {
-                       if (!r.ok()) return self->Fail(r.status());
-                       Cursor& c = self->cursors[i];
-                       for (const auto& row : r->rows()) {
-                         if (row.key().compare(0, c.prefix.size(), c.prefix) != 0) continue;
-                         c.ahead.push_back(row.key().substr(c.prefix.size()));
-                       }
-                       c.exhausted = !r->more() || r->rows_size() == 0;
-                       if (!c.ahead.empty()) c.resume = c.ahead.back() + std::string(1, '\0');
-                       self->Step();
-                     },
-                     deadline);
+    ctx.client->Scan(
+        group, at, c.prefix + from, c.end, schema::kIndexFamily, kPage,
+        [self, i](absl::StatusOr<replication::ScanReply> r) {
+          if (!r.ok()) return self->Fail(r.status());
+          Cursor& c = self->cursors[i];
+          for (const auto& row : r->rows()) {
+            if (row.key().compare(0, c.prefix.size(), c.prefix) != 0) continue;
+            c.ahead.push_back(row.key().substr(c.prefix.size()));
+          }
+          c.exhausted = !r->more() || r->rows_size() == 0;
+          if (!c.ahead.empty()) c.resume = c.ahead.back() + std::string(1, '\0');
+          self->Step();
+        },
+        deadline);
   }
   void Fail(absl::Status s) {
     if (done) std::exchange(done, nullptr)(std::move(s));
@@ -847,19 +894,22 @@ struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
       return;
     }
     auto self = shared_from_this();
-    txn->Get(table->name(), matches[next], [self, next, out](absl::StatusOr<std::optional<Entity>> e) {
-      if (!e.ok()) return self->Fail(e.status());
-      if (*e) out->entities.push_back(std::move(**e));
-      self->Read(next + 1, out);
-    });
+    txn->Get(table->name(), matches[next],
+             [self, next, out](absl::StatusOr<std::optional<Entity>> e) {
+               if (!e.ok()) return self->Fail(e.status());
+               if (*e) out->entities.push_back(std::move(**e));
+               self->Read(next + 1, out);
+             });
   }
 };
 
 }  // namespace
 
-void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
-                                 QueryOptions options, Callback<QueryResult> done) {
-  if (conditions.empty()) return done(absl::InvalidArgumentError("an intersection needs conditions"));
+void Transaction::IndexIntersect(
+    std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions, QueryOptions options,
+    Callback<QueryResult> done) {
+  if (conditions.empty())
+    return done(absl::InvalidArgumentError("an intersection needs conditions"));
   auto join = std::make_shared<MergeJoin>();
   bool full = true;
   for (const auto& [name, values] : conditions) {
@@ -870,7 +920,8 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
       return done(absl::InvalidArgumentError("intersected indexes must be on one table"));
     join->table = t;
     if (join->index0 == nullptr) join->index0 = index;
-    absl::StatusOr<storage::RowRange> range = ctx_.layout->LocalIndexRange(*index, group_.root(), values);
+    absl::StatusOr<storage::RowRange> range =
+        ctx_.layout->LocalIndexRange(*index, group_.root(), values);
     if (!range.ok()) return done(range.status());
     full &= values.size() == static_cast<size_t>(index->columns_size());
     join->cursors.push_back(MergeJoin::Cursor{range->start, range->end, {}, {}, false});
@@ -878,20 +929,21 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
   if (!full) {
     // Entries are not in key order within a range: intersect in memory,
     // then page the result.
-    IndexIntersect(std::move(conditions),
-                   [options, done = std::move(done)](absl::StatusOr<std::vector<Entity>> all) mutable {
-                     if (!all.ok()) return done(all.status());
-                     QueryResult r;
-                     const size_t skip = options.cursor.empty() ? 0 : std::strtoull(options.cursor.c_str(), nullptr, 10);
-                     for (size_t i = skip; i < all->size(); ++i) {
-                       if (options.limit > 0 && static_cast<int64_t>(r.entities.size()) >= options.limit) {
-                         r.cursor = std::to_string(i);
-                         break;
-                       }
-                       r.entities.push_back(std::move((*all)[i]));
-                     }
-                     done(std::move(r));
-                   });
+    IndexIntersect(std::move(conditions), [options, done = std::move(done)](
+                                              absl::StatusOr<std::vector<Entity>> all) mutable {
+      if (!all.ok()) return done(all.status());
+      QueryResult r;
+      const size_t skip =
+          options.cursor.empty() ? 0 : std::strtoull(options.cursor.c_str(), nullptr, 10);
+      for (size_t i = skip; i < all->size(); ++i) {
+        if (options.limit > 0 && static_cast<int64_t>(r.entities.size()) >= options.limit) {
+          r.cursor = std::to_string(i);
+          break;
+        }
+        r.entities.push_back(std::move((*all)[i]));
+      }
+      done(std::move(r));
+    });
     return;
   }
   join->txn = shared_from_this();
@@ -905,9 +957,11 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
   join->Step();
 }
 
-void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
-                                 Callback<std::vector<Entity>> done) {
-  if (conditions.empty()) return done(absl::InvalidArgumentError("an intersection needs conditions"));
+void Transaction::IndexIntersect(
+    std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
+    Callback<std::vector<Entity>> done) {
+  if (conditions.empty())
+    return done(absl::InvalidArgumentError("an intersection needs conditions"));
   bool full = true;
   for (const auto& [name, values] : conditions) {
     const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(name);
@@ -934,7 +988,8 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
     if (table != nullptr && t != table)
       return done(absl::InvalidArgumentError("intersected indexes must be on one table"));
     table = t;
-    absl::StatusOr<storage::RowRange> range = ctx_.layout->LocalIndexRange(*index, group_.root(), values);
+    absl::StatusOr<storage::RowRange> range =
+        ctx_.layout->LocalIndexRange(*index, group_.root(), values);
     if (!range.ok()) return done(range.status());
     scans.push_back(Scan{index, *range});
   }
@@ -946,18 +1001,21 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
     std::vector<Scan> scans;
     size_t current = 0;
     std::string from;
-    std::set<std::string> found;                   // this scan's entity rows
+    std::set<std::string> found;                                       // this scan's entity rows
     std::optional<std::map<std::string, std::vector<KeyValue>>> keep;  // intersection so far
     Callback<std::vector<Entity>> done;
 
     void Page() {
       const Scan& s = scans[current];
       auto self = shared_from_this();
-      txn->ctx_.client->Scan(txn->group_, txn->position_, from.empty() ? s.range.start : from, s.range.end,
-                             schema::kIndexFamily, 0, [self](absl::StatusOr<replication::ScanReply> r) {
-                               if (!r.ok()) return self->done(r.status());
-                               self->Collect(*r);
-                             }, txn->deadline_);
+      txn->ctx_.client->Scan(
+          txn->group_, txn->position_, from.empty() ? s.range.start : from, s.range.end,
+          schema::kIndexFamily, 0,
+          [self](absl::StatusOr<replication::ScanReply> r) {
+            if (!r.ok()) return self->done(r.status());
+            self->Collect(*r);
+          },
+          txn->deadline_);
     }
     void Collect(const replication::ScanReply& r) {
       const Scan& s = scans[current];
@@ -980,7 +1038,8 @@ void Transaction::IndexIntersect(std::vector<std::pair<std::string, std::vector<
       if (!keep) {
         keep = std::move(first);
       } else {
-        for (auto it = keep->begin(); it != keep->end();) it = found.count(it->first) ? std::next(it) : keep->erase(it);
+        for (auto it = keep->begin(); it != keep->end();)
+          it = found.count(it->first) ? std::next(it) : keep->erase(it);
       }
       found.clear();
       from.clear();
@@ -1044,8 +1103,8 @@ void Transaction::Prepare(std::string txid, std::string decision_root, Callback<
 
 void Transaction::Commit(Callback<CommitInfo> done_in) {
   // The advisory lock goes back as soon as the commit's outcome is known.
-  Callback<CommitInfo> done = [self = shared_from_this(), done = std::move(done_in)](
-                                  absl::StatusOr<CommitInfo> r) mutable {
+  Callback<CommitInfo> done = [self = shared_from_this(),
+                               done = std::move(done_in)](absl::StatusOr<CommitInfo> r) mutable {
     self->ReleaseLock();
     done(std::move(r));
   };
@@ -1116,9 +1175,8 @@ void Transaction::CommitUnlocked(Callback<CommitInfo> done) {
     self->FinishCommit(std::move(done));
   };
   for (auto& [table, row] : unread)
-    ReadRow(table, row, [one_done](absl::StatusOr<std::optional<Entity>> e) mutable {
-      one_done(e.status());
-    });
+    ReadRow(table, row,
+            [one_done](absl::StatusOr<std::optional<Entity>> e) mutable { one_done(e.status()); });
   one_done(absl::OkStatus());
 }
 
@@ -1186,15 +1244,17 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
 
 void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done) {
   entry.set_id(fmt::format("txn-{:016x}", ctx_.client->env()->Random64()));
-  ctx_.client->Commit(group_, position_, std::move(entry),
-                      [done = std::move(done)](absl::StatusOr<replication::CommitResult> r) mutable {
-                        if (!r.ok()) return done(r.status());
-                        CommitInfo info;
-                        info.position = r->position;
-                        info.timestamp = r->timestamp;
-                        info.wrote = true;
-                        done(info);
-                      }, deadline_);
+  ctx_.client->Commit(
+      group_, position_, std::move(entry),
+      [done = std::move(done)](absl::StatusOr<replication::CommitResult> r) mutable {
+        if (!r.ok()) return done(r.status());
+        CommitInfo info;
+        info.position = r->position;
+        info.timestamp = r->timestamp;
+        info.wrote = true;
+        done(info);
+      },
+      deadline_);
 }
 
 void GlobalIndexQuery(Context ctx, std::string index_name, std::vector<KeyValue> values,
@@ -1202,15 +1262,16 @@ void GlobalIndexQuery(Context ctx, std::string index_name, std::vector<KeyValue>
                       Callback<QueryResult> done) {
   const schema::IndexDescriptor* index = ctx.layout->schema().FindIndex(index_name);
   if (index == nullptr)
-    return done(absl::NotFoundError(StrCat("schema ", ctx.layout->schema().schema().name(),
-                                           " has no index ", index_name)));
+    return done(absl::NotFoundError(
+        StrCat("schema ", ctx.layout->schema().schema().name(), " has no index ", index_name)));
   absl::StatusOr<storage::RowRange> range = ctx.layout->GlobalIndexRange(*index, values);
   if (!range.ok()) return done(range.status());
   absl::StatusOr<std::string> start = ResumeAt(*range, options.cursor);
   if (!start.ok()) return done(start.status());
   ctx.client->ScanIndex(
       ctx.layout->GlobalIndexTable(*index), *start, range->end, options.limit,
-      [ctx, index, level, done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
+      [ctx, index, level,
+       done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
         if (!reply.ok()) return done(reply.status());
         // Check each entry against its entity, read from the entity's group.
         struct Check : std::enable_shared_from_this<Check> {
@@ -1234,22 +1295,23 @@ void GlobalIndexQuery(Context ctx, std::string index_name, std::vector<KeyValue>
             auto self = shared_from_this();
             const std::string entry_row = row;
             const std::vector<KeyValue> entity_key = key;
-            Transaction::Begin(ctx, index->table(), entity_key, o,
-                               [self, entry_row, entity_key](absl::StatusOr<std::shared_ptr<Transaction>> t) {
-                                 if (!t.ok()) return self->done(t.status());
-                                 (*t)->Get(self->index->table(), entity_key,
-                                           [self, entry_row](absl::StatusOr<std::optional<Entity>> e) {
-                                             if (!e.ok()) return self->done(e.status());
-                                             if (*e) {
-                                               absl::StatusOr<std::vector<std::string>> rows =
-                                                   self->ctx.layout->IndexEntryRows(*self->index, **e);
-                                               if (!rows.ok()) return self->done(rows.status());
-                                               if (std::find(rows->begin(), rows->end(), entry_row) != rows->end())
-                                                 self->result.entities.push_back(std::move(**e));
-                                             }
-                                             self->Step();
-                                           });
-                               });
+            Transaction::Begin(
+                ctx, index->table(), entity_key, o,
+                [self, entry_row, entity_key](absl::StatusOr<std::shared_ptr<Transaction>> t) {
+                  if (!t.ok()) return self->done(t.status());
+                  (*t)->Get(self->index->table(), entity_key,
+                            [self, entry_row](absl::StatusOr<std::optional<Entity>> e) {
+                              if (!e.ok()) return self->done(e.status());
+                              if (*e) {
+                                absl::StatusOr<std::vector<std::string>> rows =
+                                    self->ctx.layout->IndexEntryRows(*self->index, **e);
+                                if (!rows.ok()) return self->done(rows.status());
+                                if (std::find(rows->begin(), rows->end(), entry_row) != rows->end())
+                                  self->result.entities.push_back(std::move(**e));
+                              }
+                              self->Step();
+                            });
+                });
           }
         };
         auto check = std::make_shared<Check>();
@@ -1259,7 +1321,8 @@ void GlobalIndexQuery(Context ctx, std::string index_name, std::vector<KeyValue>
         check->more = reply->more();
         check->done = std::move(done);
         for (const replication::ScannedRow& r : reply->rows()) {
-          absl::StatusOr<std::vector<KeyValue>> key = ctx.layout->KeyOfGlobalIndexEntry(*index, r.key());
+          absl::StatusOr<std::vector<KeyValue>> key =
+              ctx.layout->KeyOfGlobalIndexEntry(*index, r.key());
           if (!key.ok()) return check->done(key.status());
           check->entries.emplace_back(r.key(), std::move(*key));
         }
@@ -1322,9 +1385,9 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
     if (deadline != 0) {
       const int64_t left = deadline - ctx.client->env()->MonotonicMicros();
       if (left <= 0)
-        return Finish(absl::DeadlineExceededError(StrCat(
-                          "transaction deadline (", absl::FormatDuration(options.deadline),
-                          ") passed after ", attempt - 1, " attempt(s)")),
+        return Finish(absl::DeadlineExceededError(
+                          StrCat("transaction deadline (", absl::FormatDuration(options.deadline),
+                                 ") passed after ", attempt - 1, " attempt(s)")),
                       false);
       this_try.deadline = absl::Microseconds(left);
     }
@@ -1354,7 +1417,8 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
   void Finish(absl::StatusOr<CommitInfo> result, bool retryable) {
     if (!result.ok() && retryable && attempt < options.max_attempts) {
       Env* env = ctx.client->env();
-      const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
+      const int64_t max =
+          std::max<int64_t>(1, absl::ToInt64Microseconds(options.max_retry_backoff));
       int64_t pause = static_cast<int64_t>(env->Random64() % max);
       if (deadline != 0) pause = std::clamp<int64_t>(deadline - env->MonotonicMicros(), 0, pause);
       auto self = shared_from_this();
@@ -1393,19 +1457,20 @@ struct CommitAcrossOp : std::enable_shared_from_this<CommitAcrossOp> {
   // timed this transaction out and decided abort: the first decision wins).
   void Decide() {
     auto self = shared_from_this();
-    txn::Decide(ctx, decision_root, txid, std::optional<bool>(prepared.ok()),
-                [self](absl::StatusOr<std::optional<bool>> decided) {
-                  // Unknown: prepared groups wait for a resolver to read or
-                  // make the decision. Whatever failed, this is not "nothing
-                  // written" (the status must not say Unavailable).
-                  if (!decided.ok())
-                    return self->done(absl::DeadlineExceededError(StrCat(
-                        "outcome unknown: two-phase transaction ", self->txid,
-                        " was prepared but its decision could not be recorded (",
-                        decided.status().message(), "); the next writer of its groups settles it")));
-                  self->commit = decided->value_or(false);
-                  self->Finish(0);
-                });
+    txn::Decide(
+        ctx, decision_root, txid, std::optional<bool>(prepared.ok()),
+        [self](absl::StatusOr<std::optional<bool>> decided) {
+          // Unknown: prepared groups wait for a resolver to read or
+          // make the decision. Whatever failed, this is not "nothing
+          // written" (the status must not say Unavailable).
+          if (!decided.ok())
+            return self->done(absl::DeadlineExceededError(
+                StrCat("outcome unknown: two-phase transaction ", self->txid,
+                       " was prepared but its decision could not be recorded (",
+                       decided.status().message(), "); the next writer of its groups settles it")));
+          self->commit = decided->value_or(false);
+          self->Finish(0);
+        });
   }
   // Phase two in every group (also where preparing failed: a no-op there).
   // A failure leaves the group to the next writer's resolution, which
@@ -1417,7 +1482,8 @@ struct CommitAcrossOp : std::enable_shared_from_this<CommitAcrossOp> {
         info.wrote = true;
         return done(info);
       }
-      return done(prepared.ok() ? absl::AbortedError("the two-phase transaction was aborted") : prepared);
+      return done(prepared.ok() ? absl::AbortedError("the two-phase transaction was aborted")
+                                : prepared);
     }
     auto self = shared_from_this();
     FinishPrepared(ctx, writers[i]->group().root(), txid, commit,
@@ -1427,7 +1493,8 @@ struct CommitAcrossOp : std::enable_shared_from_this<CommitAcrossOp> {
 
 }  // namespace
 
-void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts, Callback<CommitInfo> done) {
+void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts,
+                  Callback<CommitInfo> done) {
   auto op = std::make_shared<CommitAcrossOp>();
   for (auto& p : parts)
     if (p->has_writes()) op->writers.push_back(std::move(p));
@@ -1450,7 +1517,8 @@ void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
   op->body = std::move(body);
   op->done = std::move(done);
   if (options.deadline > absl::ZeroDuration())
-    op->deadline = ctx.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline);
+    op->deadline =
+        ctx.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline);
   op->Attempt();
 }
 

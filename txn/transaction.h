@@ -200,7 +200,8 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   absl::StatusOr<std::string> RowOf(const schema::TableDescriptor& table,
                                     const std::vector<KeyValue>& key) const;
   // Reads `row` as of the transaction's position (no buffer).
-  void ReadRow(const schema::TableDescriptor* table, std::string row, Callback<std::optional<Entity>> done);
+  void ReadRow(const schema::TableDescriptor* table, std::string row,
+               Callback<std::optional<Entity>> done);
   void FinishCommit(Callback<CommitInfo> done);
   // Gives the advisory lock back, if held (idempotent).
   void ReleaseLock();
@@ -235,7 +236,8 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // bookkeeping rows or the prepared writes themselves: they must not wait
   // for prepared transactions (that could wait in a cycle).
   bool two_phase_bookkeeping_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<std::pair<std::string, std::string>> prepare_ ABSL_GUARDED_BY(mu_);  // txid, decision root
+  std::optional<std::pair<std::string, std::string>> prepare_
+      ABSL_GUARDED_BY(mu_);  // txid, decision root
   bool committing_ ABSL_GUARDED_BY(mu_) = false;
   std::string lock_owner_ ABSL_GUARDED_BY(mu_);  // empty: no advisory lock held
 };
@@ -273,7 +275,8 @@ void FinishPrepared(Context ctx, std::string group_root, std::string txid, bool 
 // docs/transactions.md). Aborted if any part lost a conflict (nothing was
 // committed: retry from the reads); another error from the decision means
 // the outcome is unknown (in-doubt resolution finishes it).
-void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts, Callback<CommitInfo> done);
+void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts,
+                  Callback<CommitInfo> done);
 
 // How old an undecided prepared transaction must be before another
 // transaction of its group may decide it aborted.

@@ -143,8 +143,10 @@ TEST_F(TransactionTest, QueriesPageThroughAGroupAndSeeTheirOwnWrites) {
   {
     auto t = Begin(1);
     for (int64_t id = 1; id <= 7; ++id)
-      ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, id, 10 * id, id % 2 ? "odd" : "even")).ok());
-    ASSERT_TRUE(t->Put("Account", Account(*layout_, 2, 1, 5)).code() == absl::StatusCode::kInvalidArgument);
+      ASSERT_TRUE(
+          t->Put("Account", Account(*layout_, 1, id, 10 * id, id % 2 ? "odd" : "even")).ok());
+    ASSERT_TRUE(t->Put("Account", Account(*layout_, 2, 1, 5)).code() ==
+                absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE(Commit(*t).ok());
     auto other = Begin(2);  // another group, which queries of group 1 never see
     ASSERT_TRUE(other->Put("Account", Account(*layout_, 2, 4, 5, "odd")).ok());
@@ -202,7 +204,8 @@ TEST_F(TransactionTest, QueriesPageThroughAGroupAndSeeTheirOwnWrites) {
   absl::StatusOr<std::vector<Entity>> all_of_group = Await(both);
   ASSERT_TRUE(all_of_group.ok());
   EXPECT_EQ(Ids(*layout_, *all_of_group), (std::vector<int64_t>{1, 2, 4, 5, 6, 7}))
-      << "every account with both entries, as of the read position, minus this transaction's delete";
+      << "every account with both entries, as of the read position, minus this transaction's "
+         "delete";
   ASSERT_TRUE(Commit(*t).ok());
   auto later = Begin(1, {}, 2);
   r.reset();
@@ -269,11 +272,13 @@ TEST_F(TransactionTest, AnIntersectionMergeJoinsIndexScansInKeyOrderAndPages) {
   std::optional<absl::StatusOr<QueryResult>> partial;
   QueryOptions first10;
   first10.limit = 10;
-  t->IndexIntersect({{"AccountsByOwner", {int64_t{2}, std::string("odd")}}, {"AccountsByLocalBalance", {int64_t{2}}}},
+  t->IndexIntersect({{"AccountsByOwner", {int64_t{2}, std::string("odd")}},
+                     {"AccountsByLocalBalance", {int64_t{2}}}},
                     first10, [&](auto x) { partial = std::move(x); });
   absl::StatusOr<QueryResult> odd = Await(partial);
   ASSERT_TRUE(odd.ok()) << odd.status();
-  EXPECT_EQ(Ids(*layout_, odd->entities), (std::vector<int64_t>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19}));
+  EXPECT_EQ(Ids(*layout_, odd->entities),
+            (std::vector<int64_t>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19}));
   EXPECT_FALSE(odd->cursor.empty());
 }
 
@@ -332,7 +337,8 @@ TEST_F(TransactionTest, ADeadlineBoundsTheWholeTransaction) {
   std::optional<absl::StatusOr<CommitInfo>> cut;
   txn::Run(Ctx(0), "Branch", {int64_t{1}}, o, put, [&](auto r) { cut = std::move(r); });
   absl::StatusOr<CommitInfo> r = Await(cut);
-  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status()) || absl::IsUnavailable(r.status()))
+      << r.status();
   EXPECT_LE(env.now() - start, 320'000) << "it ran on past its deadline";
 
   cluster_->net().HealAll();
@@ -351,7 +357,8 @@ TEST_F(TransactionTest, ADeadlineBoundsTheWholeTransaction) {
 TEST_F(TransactionTest, AdvisoryLocksLetAHotGroupsWritersTakeTurns) {
   Open();
   sim::SimEnv& env = cluster_->env();
-  auto increment = [&](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+  auto increment = [&](std::shared_ptr<Transaction> t,
+                       absl::AnyInvocable<void(absl::Status)> done) {
     auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
     t->Get("Account", {int64_t{1}, int64_t{1}}, [this, t, parked](auto a) {
       if (!a.ok()) return (*parked)(a.status());
@@ -423,25 +430,30 @@ TEST_F(TransactionTest, BankTransfersInOneGroupConserveMoneyUnderFaults) {
       const int64_t amount = static_cast<int64_t>(env.Uniform(30));
       TransactionOptions o;
       o.max_attempts = 20;
-      txn::Run(Ctx(client), "Branch", {int64_t{1}}, o,
-          [&, from, to, amount](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
-            auto shared_done = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+      txn::Run(
+          Ctx(client), "Branch", {int64_t{1}}, o,
+          [&, from, to, amount](std::shared_ptr<Transaction> t,
+                                absl::AnyInvocable<void(absl::Status)> done) {
+            auto shared_done =
+                std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
             t->Get("Account", {int64_t{1}, int64_t{from}}, [&, t, to, amount, shared_done](auto a) {
               if (!a.ok()) return (*shared_done)(a.status());
-              t->Get("Account", {int64_t{1}, int64_t{to}}, [&, t, a, from = **a, amount, shared_done](auto b) {
-                if (!b.ok()) return (*shared_done)(b.status());
-                const int64_t fb = Balance(*layout_, from), tb = Balance(*layout_, **b);
-                if (fb < amount) return (*shared_done)(absl::OkStatus());  // insufficient: commit nothing
-                Entity nf = from, nt = **b;
-                for (const auto& fd : layout_->schema().FindTable("Account")->fields()) {
-                  if (fd.name() != "balance") continue;
-                  nf.fields[fd.number()] = {fb - amount};
-                  nt.fields[fd.number()] = {tb + amount};
-                }
-                absl::Status s = t->Put("Account", nf);
-                if (s.ok()) s = t->Put("Account", nt);
-                (*shared_done)(s);
-              });
+              t->Get("Account", {int64_t{1}, int64_t{to}},
+                     [&, t, a, from = **a, amount, shared_done](auto b) {
+                       if (!b.ok()) return (*shared_done)(b.status());
+                       const int64_t fb = Balance(*layout_, from), tb = Balance(*layout_, **b);
+                       if (fb < amount)
+                         return (*shared_done)(absl::OkStatus());  // insufficient: commit nothing
+                       Entity nf = from, nt = **b;
+                       for (const auto& fd : layout_->schema().FindTable("Account")->fields()) {
+                         if (fd.name() != "balance") continue;
+                         nf.fields[fd.number()] = {fb - amount};
+                         nt.fields[fd.number()] = {tb + amount};
+                       }
+                       absl::Status s = t->Put("Account", nf);
+                       if (s.ok()) s = t->Put("Account", nt);
+                       (*shared_done)(s);
+                     });
             });
           },
           [&, client, left](absl::StatusOr<CommitInfo> r) {
@@ -492,7 +504,9 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
     Open(seed);
     sim::SimEnv& env = cluster_->env();
     using Done = std::shared_ptr<absl::AnyInvocable<void(absl::Status)>>;
-    auto park = [](absl::AnyInvocable<void(absl::Status)> done) { return std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done)); };
+    auto park = [](absl::AnyInvocable<void(absl::Status)> done) {
+      return std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+    };
     auto set_balance = [this](Entity e, int64_t balance) {
       for (const auto& f : layout_->schema().FindTable("Account")->fields())
         if (f.name() == "balance") e.fields[f.number()] = {balance};
@@ -508,71 +522,97 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
       return Await(r);
     };
     for (int64_t b = 1; b <= kBranches; ++b) {
-      ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
-        absl::Status s;
-        for (int a = 0; s.ok() && a < kAccounts; ++a) s = t->Put("Account", Account(*layout_, b, a, kInitial));
-        done(s);
-      }).ok());
+      ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t,
+                                absl::AnyInvocable<void(absl::Status)> done) {
+                    absl::Status s;
+                    for (int a = 0; s.ok() && a < kAccounts; ++a)
+                      s = t->Put("Account", Account(*layout_, b, a, kInitial));
+                    done(s);
+                  }).ok());
     }
     cluster_->StartChaos(8'000'000);
 
     // One two-phase transfer: both groups read, both written, CommitAcross;
     // a conflict starts over (an unknown outcome does not: it may have
     // committed).
-    std::function<void(int, int64_t, int64_t, int64_t, int, Done)> two_phase =
-        [&](int client, int64_t from, int64_t to, int64_t amount, int attempt, Done done) {
-          Transaction::Begin(Ctx(client), "Branch", {from}, {}, [&, client, from, to, amount, attempt, done](auto a) {
+    std::function<void(int, int64_t, int64_t, int64_t, int, Done)> two_phase = [&](int client,
+                                                                                   int64_t from,
+                                                                                   int64_t to,
+                                                                                   int64_t amount,
+                                                                                   int attempt,
+                                                                                   Done done) {
+      Transaction::Begin(
+          Ctx(client), "Branch", {from}, {}, [&, client, from, to, amount, attempt, done](auto a) {
             if (!a.ok()) return (*done)(a.status());
-            Transaction::Begin(Ctx(client), "Branch", {to}, {}, [&, client, from, to, amount, attempt, done, a = *a](auto b) {
-              if (!b.ok()) return (*done)(b.status());
-              auto tb = *b;
-              a->Get("Account", {from, int64_t{0}}, [&, client, from, to, amount, attempt, done, a, tb](auto x) {
-                if (!x.ok() || !x->has_value()) return (*done)(x.ok() ? absl::NotFoundError("account") : x.status());
-                tb->Get("Account", {to, int64_t{0}}, [&, client, from, to, amount, attempt, done, a, tb, x = **x](auto y) {
-                  if (!y.ok() || !y->has_value()) return (*done)(y.ok() ? absl::NotFoundError("account") : y.status());
-                  const int64_t fb = Balance(*layout_, x);
-                  if (fb < amount) return (*done)(absl::OkStatus());
-                  absl::Status s = a->Put("Account", set_balance(x, fb - amount));
-                  if (s.ok()) s = tb->Put("Account", set_balance(**y, Balance(*layout_, **y) + amount));
-                  if (!s.ok()) return (*done)(s);
-                  CommitAcross(Ctx(client), {a, tb}, [&, client, from, to, amount, attempt, done](auto r) {
-                    if (absl::IsAborted(r.status()) && attempt < 20) {
-                      env.Schedule(absl::Milliseconds(1 + env.Uniform(50)), [&, client, from, to, amount, attempt, done] {
-                        two_phase(client, from, to, amount, attempt + 1, done);
+            Transaction::Begin(
+                Ctx(client), "Branch", {to}, {},
+                [&, client, from, to, amount, attempt, done, a = *a](auto b) {
+                  if (!b.ok()) return (*done)(b.status());
+                  auto tb = *b;
+                  a->Get(
+                      "Account", {from, int64_t{0}},
+                      [&, client, from, to, amount, attempt, done, a, tb](auto x) {
+                        if (!x.ok() || !x->has_value())
+                          return (*done)(x.ok() ? absl::NotFoundError("account") : x.status());
+                        tb->Get(
+                            "Account", {to, int64_t{0}},
+                            [&, client, from, to, amount, attempt, done, a, tb, x = **x](auto y) {
+                              if (!y.ok() || !y->has_value())
+                                return (*done)(y.ok() ? absl::NotFoundError("account")
+                                                      : y.status());
+                              const int64_t fb = Balance(*layout_, x);
+                              if (fb < amount) return (*done)(absl::OkStatus());
+                              absl::Status s = a->Put("Account", set_balance(x, fb - amount));
+                              if (s.ok())
+                                s = tb->Put("Account",
+                                            set_balance(**y, Balance(*layout_, **y) + amount));
+                              if (!s.ok()) return (*done)(s);
+                              CommitAcross(Ctx(client), {a, tb},
+                                           [&, client, from, to, amount, attempt, done](auto r) {
+                                             if (absl::IsAborted(r.status()) && attempt < 20) {
+                                               env.Schedule(
+                                                   absl::Milliseconds(1 + env.Uniform(50)),
+                                                   [&, client, from, to, amount, attempt, done] {
+                                                     two_phase(client, from, to, amount,
+                                                               attempt + 1, done);
+                                                   });
+                                               return;
+                                             }
+                                             (*done)(r.status());
+                                           });
+                            });
                       });
-                      return;
-                    }
-                    (*done)(r.status());
-                  });
                 });
-              });
-            });
           });
-        };
+    };
     // One queued transfer: debit and send in the sender's group, then deliver.
     auto queued = [&](int client, int64_t from, int64_t to, int64_t amount, Done done) {
       TransactionOptions o;
       o.max_attempts = 20;
-      txn::Run(Ctx(client), "Branch", {from}, o,
-               [&, from, to, amount](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> body_done) {
-                 auto bd = park(std::move(body_done));
-                 t->Get("Account", {from, int64_t{1}}, [&, t, to, amount, bd](auto x) {
-                   if (!x.ok() || !x->has_value()) return (*bd)(x.ok() ? absl::NotFoundError("account") : x.status());
-                   const int64_t fb = Balance(*layout_, **x);
-                   if (fb < amount) return (*bd)(absl::OkStatus());
-                   absl::Status s = t->Put("Account", set_balance(**x, fb - amount));
-                   if (s.ok()) s = t->Send("Branch", {to}, "credits", StrCat(amount));
-                   (*bd)(s);
-                 });
-               },
-               [&, client, from, done](absl::StatusOr<CommitInfo> r) {
-                 if (!r.ok()) return (*done)(r.status());
-                 // Every other sender "dies" before delivering: the sweeper's job.
-                 if (env.Chance(0.5)) return (*done)(absl::OkStatus());
-                 absl::StatusOr<std::string> root =
-                     layout_->GroupRow(*layout_->schema().FindTable("Branch"), {from});
-                 DeliverPending(Ctx(client), *root, [done](absl::StatusOr<int>) { (*done)(absl::OkStatus()); });
-               });
+      txn::Run(
+          Ctx(client), "Branch", {from}, o,
+          [&, from, to, amount](std::shared_ptr<Transaction> t,
+                                absl::AnyInvocable<void(absl::Status)> body_done) {
+            auto bd = park(std::move(body_done));
+            t->Get("Account", {from, int64_t{1}}, [&, t, to, amount, bd](auto x) {
+              if (!x.ok() || !x->has_value())
+                return (*bd)(x.ok() ? absl::NotFoundError("account") : x.status());
+              const int64_t fb = Balance(*layout_, **x);
+              if (fb < amount) return (*bd)(absl::OkStatus());
+              absl::Status s = t->Put("Account", set_balance(**x, fb - amount));
+              if (s.ok()) s = t->Send("Branch", {to}, "credits", StrCat(amount));
+              (*bd)(s);
+            });
+          },
+          [&, client, from, done](absl::StatusOr<CommitInfo> r) {
+            if (!r.ok()) return (*done)(r.status());
+            // Every other sender "dies" before delivering: the sweeper's job.
+            if (env.Chance(0.5)) return (*done)(absl::OkStatus());
+            absl::StatusOr<std::string> root =
+                layout_->GroupRow(*layout_->schema().FindTable("Branch"), {from});
+            DeliverPending(Ctx(client), *root,
+                           [done](absl::StatusOr<int>) { (*done)(absl::OkStatus()); });
+          });
     };
     int ok = 0, failed = 0, running = 0;
     std::function<void(int, int)> work = [&](int client, int left) {
@@ -584,11 +624,15 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
       Done done = park([&, client, left](absl::Status s) {
         --running;
         (s.ok() ? ok : failed)++;
-        EXPECT_TRUE(s.ok() || absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+        EXPECT_TRUE(s.ok() || absl::IsAborted(s) || absl::IsUnavailable(s) ||
+                    absl::IsDeadlineExceeded(s))
+            << s;
         work(client, left - 1);
       });
-      if (left % 2 == 0) two_phase(client, from, to, amount, 1, done);
-      else queued(client, from, to, amount, done);
+      if (left % 2 == 0)
+        two_phase(client, from, to, amount, 1, done);
+      else
+        queued(client, from, to, amount, done);
     };
     for (int c = 0; c < 3; ++c) work(c, 8);
     env.RunUntil(env.now() + 300'000'000, [&] { return running == 0 && env.now() > 9'000'000; });
@@ -597,14 +641,19 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
     // Settle: heal, let in-doubt transactions time out, then one write in
     // each group resolves them; deliver every outbox; collect every credit.
     cluster_->StopChaos();
-    env.RunUntil(env.now() + absl::ToInt64Microseconds(kPreparedTimeout) + 1'000'000, [] { return false; });
+    env.RunUntil(env.now() + absl::ToInt64Microseconds(kPreparedTimeout) + 1'000'000,
+                 [] { return false; });
     for (int64_t b = 1; b <= kBranches; ++b) {
-      ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
-        Entity branch;
-        for (const auto& fd : layout_->schema().FindTable("Branch")->fields())
-          if (fd.name() == "id") branch.fields[fd.number()] = {b};
-        done(t->Put("Branch", branch));
-      }).ok()) << "seed " << seed << " branch " << b;
+      ASSERT_TRUE(
+          run(b,
+              [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+                Entity branch;
+                for (const auto& fd : layout_->schema().FindTable("Branch")->fields())
+                  if (fd.name() == "id") branch.fields[fd.number()] = {b};
+                done(t->Put("Branch", branch));
+              })
+              .ok())
+          << "seed " << seed << " branch " << b;
     }
     // The sweeper finds every outbox a failed or interrupted sender left.
     for (int sweep = 0; sweep < 2; ++sweep) {
@@ -617,7 +666,8 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
       }
     }
     for (int64_t b = 1; b <= kBranches; ++b) {
-      absl::StatusOr<std::string> root = layout_->GroupRow(*layout_->schema().FindTable("Branch"), {b});
+      absl::StatusOr<std::string> root =
+          layout_->GroupRow(*layout_->schema().FindTable("Branch"), {b});
       std::optional<absl::StatusOr<int>> delivered;
       DeliverPending(Ctx(0), *root, [&](auto r) { delivered = std::move(r); });
       absl::StatusOr<int> n = Await(delivered);
@@ -628,21 +678,28 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
     for (int64_t b = 1; b <= kBranches; ++b) {
       for (bool more = true; more;) {
         more = false;
-        ASSERT_TRUE(run(b, [&, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
-          auto d = park(std::move(done));
-          t->ReadQueue("credits", 1, [&, b, t, d](auto msgs) {
-            if (!msgs.ok()) return (*d)(msgs.status());
-            if (msgs->empty()) return (*d)(absl::OkStatus());
-            const QueueMessage m = msgs->front();
-            t->Get("Account", {b, int64_t{0}}, [&, t, d, m](auto x) {
-              if (!x.ok() || !x->has_value()) return (*d)(x.ok() ? absl::NotFoundError("account") : x.status());
-              absl::Status s = t->Put("Account", set_balance(**x, Balance(*layout_, **x) + std::atoll(m.body.c_str())));
-              if (s.ok()) s = t->Consume(m);
-              more = s.ok();
-              (*d)(s);
-            });
-          });
-        }).ok()) << "seed " << seed;
+        ASSERT_TRUE(run(b,
+                        [&, b](std::shared_ptr<Transaction> t,
+                               absl::AnyInvocable<void(absl::Status)> done) {
+                          auto d = park(std::move(done));
+                          t->ReadQueue("credits", 1, [&, b, t, d](auto msgs) {
+                            if (!msgs.ok()) return (*d)(msgs.status());
+                            if (msgs->empty()) return (*d)(absl::OkStatus());
+                            const QueueMessage m = msgs->front();
+                            t->Get("Account", {b, int64_t{0}}, [&, t, d, m](auto x) {
+                              if (!x.ok() || !x->has_value())
+                                return (*d)(x.ok() ? absl::NotFoundError("account") : x.status());
+                              absl::Status s = t->Put(
+                                  "Account", set_balance(**x, Balance(*layout_, **x) +
+                                                                  std::atoll(m.body.c_str())));
+                              if (s.ok()) s = t->Consume(m);
+                              more = s.ok();
+                              (*d)(s);
+                            });
+                          });
+                        })
+                        .ok())
+            << "seed " << seed;
         credits += more ? 1 : 0;
       }
     }
@@ -658,11 +715,12 @@ TEST_F(TransactionTest, TransfersAcrossGroupsByTwoPhaseCommitAndQueuesConserveMo
           total += Balance(*layout_, **e);
         }
       }
-      EXPECT_EQ(total, kBranches * kAccounts * kInitial) << "seed " << seed << " at datacenter " << dc;
+      EXPECT_EQ(total, kBranches * kAccounts * kInitial)
+          << "seed " << seed << " at datacenter " << dc;
     }
     EXPECT_GT(ok, 12) << "seed " << seed << " (" << failed << " failed)";
-    std::cout << "seed " << seed << ": " << ok << " transfers done, " << failed << " failed or unknown, "
-              << credits << " queued credits collected\n";
+    std::cout << "seed " << seed << ": " << ok << " transfers done, " << failed
+              << " failed or unknown, " << credits << " queued credits collected\n";
   }
 }
 

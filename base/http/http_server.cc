@@ -34,9 +34,8 @@ ProcessDefault<HttpLimits>& LimitsDefault() {
 }
 
 struct Counters {
-  std::atomic<uint64_t> accepted{0}, refused{0}, requests{0},
-      headers_too_large{0}, bodies_too_large{0}, timed_out{0}, bad_requests{0},
-      tls_failures{0};
+  std::atomic<uint64_t> accepted{0}, refused{0}, requests{0}, headers_too_large{0},
+      bodies_too_large{0}, timed_out{0}, bad_requests{0}, tls_failures{0};
 };
 Counters& counters() {
   static Counters* c = new Counters;
@@ -48,16 +47,14 @@ std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
 }
 
 // The error shape of the JSON gateway, for the server's own refusals.
-Response JsonError(int status, std::string_view code,
-                   std::string_view message) {
+Response JsonError(int status, std::string_view code, std::string_view message) {
   std::string escaped;
   for (char c : message) {
     if (c == '"' || c == '\\') escaped += '\\';
     escaped += c;
   }
-  return Response{
-      status, "application/json",
-      StrCat(R"({"code":")", code, R"(","message":")", escaped, "\"}\n")};
+  return Response{status, "application/json",
+                  StrCat(R"({"code":")", code, R"(","message":")", escaped, "\"}\n")};
 }
 
 }  // namespace
@@ -68,20 +65,16 @@ HttpLimits DefaultLimits() { return LimitsDefault().Get(); }
 
 absl::Status ValidateLimits(const HttpLimits& l) {
   if (l.max_connections == 0)
-    return absl::InvalidArgumentError(
-        "HTTP limit max_connections must be positive");
+    return absl::InvalidArgumentError("HTTP limit max_connections must be positive");
   if (l.max_header_bytes < 1024)
-    return absl::InvalidArgumentError(StrCat(
-        "HTTP limit max_header_bytes ", l.max_header_bytes, " is under 1024"));
+    return absl::InvalidArgumentError(
+        StrCat("HTTP limit max_header_bytes ", l.max_header_bytes, " is under 1024"));
   if (l.max_body_bytes == 0)
-    return absl::InvalidArgumentError(
-        "HTTP limit max_body_bytes must be positive");
+    return absl::InvalidArgumentError("HTTP limit max_body_bytes must be positive");
   if (l.header_timeout <= absl::ZeroDuration())
-    return absl::InvalidArgumentError(
-        "HTTP limit header_timeout must be positive");
+    return absl::InvalidArgumentError("HTTP limit header_timeout must be positive");
   if (l.body_timeout <= absl::ZeroDuration())
-    return absl::InvalidArgumentError(
-        "HTTP limit body_timeout must be positive");
+    return absl::InvalidArgumentError("HTTP limit body_timeout must be positive");
   return absl::OkStatus();
 }
 
@@ -103,28 +96,25 @@ std::string ProcessStatsMetrics() {
   const HttpStats s = ProcessStats();
   std::string out;
   auto counter = [&](std::string_view name, std::string_view help, uint64_t v) {
-    out += StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n",
-                  name, " ", v, "\n");
+    out += StrCat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v, "\n");
   };
-  counter("megastore_http_connections_accepted_total",
-          "HTTP connections accepted.", s.connections_accepted);
+  counter("megastore_http_connections_accepted_total", "HTTP connections accepted.",
+          s.connections_accepted);
   counter("megastore_http_connections_refused_total",
           "HTTP connections refused: over --http-max-connections or the "
           "descriptor budget.",
           s.connections_refused);
   counter("megastore_http_requests_total", "HTTP requests read.", s.requests);
   counter("megastore_http_headers_too_large_total",
-          "Requests answered 431 (over --http-max-header-bytes).",
-          s.headers_too_large);
+          "Requests answered 431 (over --http-max-header-bytes).", s.headers_too_large);
   counter("megastore_http_bodies_too_large_total",
-          "Requests answered 413 (over --http-max-body-bytes).",
-          s.bodies_too_large);
+          "Requests answered 413 (over --http-max-body-bytes).", s.bodies_too_large);
   counter("megastore_http_timed_out_total",
           "Connections closed for a request or answer slower than "
           "--http-header-timeout/--http-body-timeout.",
           s.timed_out);
-  counter("megastore_http_bad_requests_total",
-          "Connections closed for bytes that are not HTTP.", s.bad_requests);
+  counter("megastore_http_bad_requests_total", "Connections closed for bytes that are not HTTP.",
+          s.bad_requests);
   counter("megastore_http_tls_handshake_failures_total",
           "Connections to a TLS listener closed for a failed TLS handshake "
           "(plaintext, no certificate of the CA).",
@@ -151,7 +141,7 @@ struct HttpServer::Impl {
     }
     Impl* server;
     beast::tcp_stream stream;
-    std::shared_ptr<ssl::context> tls_context;  // outlives `tls`
+    std::shared_ptr<ssl::context> tls_context;             // outlives `tls`
     std::unique_ptr<ssl::stream<beast::tcp_stream&>> tls;  // null: plaintext
     beast::flat_buffer buffer;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser;
@@ -167,33 +157,30 @@ struct HttpServer::Impl {
   };
 
   void Accept() {
-    acceptor.async_accept(
-        io, [self = this](beast::error_code ec, tcp::socket socket) {
-          if (self->stopped) return;
-          if (!ec) {
-            if (self->open.load() >= self->limits.max_connections ||
-                !AcquireConnectionDescriptor()) {
-              ++counters().refused;
-              MS_LOG_WARN_LIMITED(
-                  "http: refusing a connection on {}: {}", self->listen,
-                  self->open.load() >= self->limits.max_connections
-                      ? StrCat(self->open.load(),
-                               " are open, the limit (max_connections)")
-                      : std::string("connections hold every descriptor but the "
-                                    "reserve kept for storage"));
-              socket.close(ec);
-            } else {
-              ++counters().accepted;
-              ++self->open;
-              auto c = std::make_shared<Conn>(self, std::move(socket));
-              if (self->tls_files.enabled())
-                self->Handshake(std::move(c));
-              else
-                self->Serve(std::move(c));
-            }
-          }
-          self->Accept();
-        });
+    acceptor.async_accept(io, [self = this](beast::error_code ec, tcp::socket socket) {
+      if (self->stopped) return;
+      if (!ec) {
+        if (self->open.load() >= self->limits.max_connections || !AcquireConnectionDescriptor()) {
+          ++counters().refused;
+          MS_LOG_WARN_LIMITED(
+              "http: refusing a connection on {}: {}", self->listen,
+              self->open.load() >= self->limits.max_connections
+                  ? StrCat(self->open.load(), " are open, the limit (max_connections)")
+                  : std::string("connections hold every descriptor but the "
+                                "reserve kept for storage"));
+          socket.close(ec);
+        } else {
+          ++counters().accepted;
+          ++self->open;
+          auto c = std::make_shared<Conn>(self, std::move(socket));
+          if (self->tls_files.enabled())
+            self->Handshake(std::move(c));
+          else
+            self->Serve(std::move(c));
+        }
+      }
+      self->Accept();
+    });
   }
 
   // A TLS listener: the client's first bytes must open a TLS handshake. A
@@ -201,63 +188,56 @@ struct HttpServer::Impl {
   // handshake must happen within the header timeout.
   void Handshake(std::shared_ptr<Conn> c) {
     c->stream.expires_after(ToSteady(limits.header_timeout));
-    c->stream.async_read_some(
-        c->buffer.prepare(4096), [this, c](beast::error_code ec, size_t n) {
-          if (ec) return;  // closed or timed out before a byte
-          c->buffer.commit(n);
-          if (static_cast<const unsigned char*>(c->buffer.data().data())[0] !=
-              0x16) {
-            ++counters().tls_failures;
-            MS_LOG_WARN_LIMITED(
-                "http: a plaintext request on {}, which speaks TLS", listen);
-            return Reply(c, 11,
-                         JsonError(400, "FAILED_PRECONDITION",
-                                   "this server speaks HTTPS with mutual TLS: "
-                                   "use https:// and a client certificate "
-                                   "issued by its CA"),
-                         /*linger=*/true);
-          }
-          c->tls_context = tls.Current();
-          c->tls = std::make_unique<ssl::stream<beast::tcp_stream&>>(
-              c->stream, *c->tls_context);
-          // The bytes already read open the handshake. The client sends
-          // nothing else before the handshake ends (no early data).
-          c->tls->async_handshake(
-              ssl::stream_base::server, c->buffer.data(),
-              [this, c](beast::error_code ec, size_t) {
-                c->buffer.consume(c->buffer.size());
-                if (ec) {
-                  ++counters().tls_failures;
-                  MS_LOG_WARN_LIMITED(
-                      "http: TLS handshake on {} failed: {} (a certificate "
-                      "of another CA, or none?)",
-                      listen, ec.message());
-                  return;
-                }
-                Serve(c);
-              });
-        });
+    c->stream.async_read_some(c->buffer.prepare(4096), [this, c](beast::error_code ec, size_t n) {
+      if (ec) return;  // closed or timed out before a byte
+      c->buffer.commit(n);
+      if (static_cast<const unsigned char*>(c->buffer.data().data())[0] != 0x16) {
+        ++counters().tls_failures;
+        MS_LOG_WARN_LIMITED("http: a plaintext request on {}, which speaks TLS", listen);
+        return Reply(c, 11,
+                     JsonError(400, "FAILED_PRECONDITION",
+                               "this server speaks HTTPS with mutual TLS: "
+                               "use https:// and a client certificate "
+                               "issued by its CA"),
+                     /*linger=*/true);
+      }
+      c->tls_context = tls.Current();
+      c->tls = std::make_unique<ssl::stream<beast::tcp_stream&>>(c->stream, *c->tls_context);
+      // The bytes already read open the handshake. The client sends
+      // nothing else before the handshake ends (no early data).
+      c->tls->async_handshake(ssl::stream_base::server, c->buffer.data(),
+                              [this, c](beast::error_code ec, size_t) {
+                                c->buffer.consume(c->buffer.size());
+                                if (ec) {
+                                  ++counters().tls_failures;
+                                  MS_LOG_WARN_LIMITED(
+                                      "http: TLS handshake on {} failed: {} (a certificate "
+                                      "of another CA, or none?)",
+                                      listen, ec.message());
+                                  return;
+                                }
+                                Serve(c);
+                              });
+    });
   }
 
   void Serve(std::shared_ptr<Conn> c) {
     c->parser.emplace();
-    c->parser->header_limit(static_cast<uint32_t>(
-        std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+    c->parser->header_limit(
+        static_cast<uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
     c->parser->body_limit(limits.max_body_bytes);
     c->stream.expires_after(ToSteady(limits.header_timeout));
     c->With([&](auto& stream) {
       bhttp::async_read_header(
-          stream, c->buffer, *c->parser,
-          [this, c, &stream](beast::error_code ec, size_t) {
+          stream, c->buffer, *c->parser, [this, c, &stream](beast::error_code ec, size_t) {
             if (ec) return Failed(c, ec);
             c->stream.expires_after(ToSteady(limits.body_timeout));
-            bhttp::async_read(
-                stream, c->buffer, *c->parser,
-                [this, c](beast::error_code ec, size_t) {
-                  if (ec) return Failed(c, ec);
-                  c->stream.expires_never();  // the handler may take its time
-                  Dispatch(c, c->parser->release());
-                });
+            bhttp::async_read(stream, c->buffer, *c->parser,
+                              [this, c](beast::error_code ec, size_t) {
+                                if (ec) return Failed(c, ec);
+                                c->stream.expires_never();  // the handler may take its time
+                                Dispatch(c, c->parser->release());
+                              });
           });
     });
   }
@@ -268,31 +248,24 @@ struct HttpServer::Impl {
       ++counters().headers_too_large;
       return Reply(c, 11,
                    JsonError(431, "RESOURCE_EXHAUSTED",
-                             StrCat("request headers exceed ",
-                                    limits.max_header_bytes, " bytes")),
+                             StrCat("request headers exceed ", limits.max_header_bytes, " bytes")),
                    /*linger=*/true);
     }
     if (ec == bhttp::error::body_limit) {
       ++counters().bodies_too_large;
       return Reply(c, 11,
                    JsonError(413, "RESOURCE_EXHAUSTED",
-                             StrCat("request body exceeds ",
-                                    limits.max_body_bytes, " bytes")),
+                             StrCat("request body exceeds ", limits.max_body_bytes, " bytes")),
                    /*linger=*/true);
     }
     if (ec == beast::error::timeout) {
       ++counters().timed_out;
-      MS_LOG_DEBUG(
-          "http: closing a connection on {}: request not received in time",
-          listen);
+      MS_LOG_DEBUG("http: closing a connection on {}: request not received in time", listen);
     } else if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
-               ec != asio::error::connection_reset &&
-               ec != asio::error::operation_aborted) {
+               ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
       ++counters().bad_requests;
-      const bool tls_hello =
-          c->tls == nullptr && c->buffer.size() > 0 &&
-          static_cast<const unsigned char*>(c->buffer.data().data())[0] ==
-              0x16;
+      const bool tls_hello = c->tls == nullptr && c->buffer.size() > 0 &&
+                             static_cast<const unsigned char*>(c->buffer.data().data())[0] == 0x16;
       MS_LOG_WARN_LIMITED("http: closing a connection on {}: {}", listen,
                           tls_hello ? std::string("it speaks TLS to a "
                                                   "plaintext HTTP port")
@@ -302,31 +275,27 @@ struct HttpServer::Impl {
     c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
 
-  void Dispatch(std::shared_ptr<Conn> c,
-                bhttp::request<bhttp::string_body> request) {
+  void Dispatch(std::shared_ptr<Conn> c, bhttp::request<bhttp::string_body> request) {
     ++counters().requests;
     const std::string target(request.target());
     const std::string path = target.substr(0, target.find('?'));
     const unsigned version = request.version();
     if (auto h = request_handlers.find(path); h != request_handlers.end()) {
       // May block: run it on a worker, answer from the I/O thread.
-      Request req{std::string(request.method_string()), path,
-                  std::move(request.body()),
+      Request req{std::string(request.method_string()), path, std::move(request.body()),
                   std::string(request[bhttp::field::authorization]),
                   c->tls ? tls::PeerPrincipal(c->tls->native_handle()) : ""};
-      asio::post(
-          pool, [this, c, version, handler = &h->second, req = std::move(req)] {
-            Response r = (*handler)(req);
-            asio::post(io, [this, c, version, r = std::move(r)]() mutable {
-              Reply(c, version, std::move(r));
-            });
-          });
+      asio::post(pool, [this, c, version, handler = &h->second, req = std::move(req)] {
+        Response r = (*handler)(req);
+        asio::post(io, [this, c, version, r = std::move(r)]() mutable {
+          Reply(c, version, std::move(r));
+        });
+      });
       return;
     }
     auto it = handlers.find(path);
     Response r;
-    if (request.method() != bhttp::verb::get &&
-        request.method() != bhttp::verb::head) {
+    if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
       r = Response{405, "text/plain; charset=utf-8", "only GET is supported\n"};
     } else if (it == handlers.end()) {
       std::string known;
@@ -345,8 +314,7 @@ struct HttpServer::Impl {
   // with a reset, which can destroy the answer before the client reads
   // it; so after answering, the rest is read and dropped, for a bounded
   // time and number of bytes, before the connection closes.
-  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r,
-             bool linger = false) {
+  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r, bool linger = false) {
     auto response = std::make_shared<bhttp::response<bhttp::string_body>>();
     response->version(version);
     response->keep_alive(false);
@@ -358,8 +326,7 @@ struct HttpServer::Impl {
     c->stream.expires_after(ToSteady(limits.body_timeout));
     c->With([&](auto& stream) {
       bhttp::async_write(
-          stream, *response,
-          [this, c, response, linger](beast::error_code ec, size_t) {
+          stream, *response, [this, c, response, linger](beast::error_code ec, size_t) {
             if (ec == beast::error::timeout) ++counters().timed_out;
             if (c->tls == nullptr) {
               beast::error_code ignored;
@@ -367,8 +334,7 @@ struct HttpServer::Impl {
             }
             if (linger && !ec) {
               c->stream.expires_after(kLingerTime);
-              return Drain(c, std::make_shared<std::array<char, 4096>>(),
-                           kLingerBytes);
+              return Drain(c, std::make_shared<std::array<char, 4096>>(), kLingerBytes);
             }
             if (!ec) Close(c);
           });
@@ -391,15 +357,13 @@ struct HttpServer::Impl {
   // Reads and drops what the client still sends, until it closes, an
   // error, kLingerTime (set by the caller, for all reads together) or
   // `left` bytes.
-  void Drain(std::shared_ptr<Conn> c,
-             std::shared_ptr<std::array<char, 4096>> buf, size_t left) {
+  void Drain(std::shared_ptr<Conn> c, std::shared_ptr<std::array<char, 4096>> buf, size_t left) {
     c->With([&](auto& stream) {
-      stream.async_read_some(
-          asio::buffer(*buf),
-          [this, c, buf, left](beast::error_code ec, size_t n) {
-            if (ec || n >= left) return Close(c);
-            Drain(c, buf, left - n);
-          });
+      stream.async_read_some(asio::buffer(*buf),
+                             [this, c, buf, left](beast::error_code ec, size_t n) {
+                               if (ec || n >= left) return Close(c);
+                               Drain(c, buf, left - n);
+                             });
     });
   }
 
@@ -418,10 +382,8 @@ struct HttpServer::Impl {
   std::atomic<int> port{0};
 };
 
-HttpServer::HttpServer(std::string listen, int workers, HttpLimits limits,
-                       tls::TlsFiles tls)
-    : impl_(std::make_shared<Impl>(std::move(listen), workers, limits,
-                                   std::move(tls))) {}
+HttpServer::HttpServer(std::string listen, int workers, HttpLimits limits, tls::TlsFiles tls)
+    : impl_(std::make_shared<Impl>(std::move(listen), workers, limits, std::move(tls))) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -436,8 +398,7 @@ void HttpServer::HandleRequests(std::string path, RequestHandler handler) {
 absl::Status HttpServer::Start() {
   MS_RETURN_IF_ERROR(ValidateLimits(impl_->limits));
   if (impl_->tls_files.enabled()) {
-    MS_ASSIGN_OR_RETURN(impl_->tls, tls::ContextRef::Acquire(
-                                        impl_->tls_files, /*server=*/true));
+    MS_ASSIGN_OR_RETURN(impl_->tls, tls::ContextRef::Acquire(impl_->tls_files, /*server=*/true));
   }
   MS_RETURN_IF_ERROR(rpc::Listen(impl_->acceptor, impl_->listen, "HTTP"));
   impl_->port = impl_->acceptor.local_endpoint().port();
@@ -454,8 +415,7 @@ void HttpServer::Stop() {
     impl->io.stop();
   });
   if (impl_->thread.joinable()) impl_->thread.join();
-  impl_->pool
-      .join();  // handlers still running finish; their answers are dropped
+  impl_->pool.join();  // handlers still running finish; their answers are dropped
 }
 
 int HttpServer::port() const { return impl_->port; }

@@ -65,13 +65,12 @@ absl::Status ValidateLimits(const HttpLimits& limits);
 // Counters of every HTTP server of this process.
 struct HttpStats {
   uint64_t connections_accepted = 0;
-  uint64_t connections_refused =
-      0;  // over max_connections or the descriptor budget
+  uint64_t connections_refused = 0;  // over max_connections or the descriptor budget
   uint64_t requests = 0;
-  uint64_t headers_too_large = 0;  // answered 431
-  uint64_t bodies_too_large = 0;   // answered 413
-  uint64_t timed_out = 0;          // closed by header_timeout or body_timeout
-  uint64_t bad_requests = 0;       // not HTTP: closed
+  uint64_t headers_too_large = 0;       // answered 431
+  uint64_t bodies_too_large = 0;        // answered 413
+  uint64_t timed_out = 0;               // closed by header_timeout or body_timeout
+  uint64_t bad_requests = 0;            // not HTTP: closed
   uint64_t tls_handshake_failures = 0;  // a TLS listener's failed handshakes
 };
 HttpStats ProcessStats();
@@ -83,8 +82,7 @@ class HttpServer {
   // `listen` is host:port (port 0 picks one); `workers` threads run
   // RequestHandlers. With `tls` enabled, every connection is HTTPS with
   // mutual TLS 1.3: the client must present a certificate of the CA.
-  explicit HttpServer(std::string listen, int workers = 4,
-                      HttpLimits limits = DefaultLimits(),
+  explicit HttpServer(std::string listen, int workers = 4, HttpLimits limits = DefaultLimits(),
                       tls::TlsFiles tls = tls::DefaultTls());
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;

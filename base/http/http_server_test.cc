@@ -23,9 +23,7 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void Start(HttpLimits limits) {
     server_ = std::make_unique<HttpServer>("127.0.0.1:0", 2, limits);
-    server_->Handle("/page", [] {
-      return Response{200, "text/plain", "a page\n"};
-    });
+    server_->Handle("/page", [] { return Response{200, "text/plain", "a page\n"}; });
     server_->HandleRequests("/echo", [](const Request& r) {
       return Response{200, "text/plain", r.body};
     });
@@ -44,8 +42,7 @@ class HttpServerTest : public ::testing::Test {
     std::string out;
     char buf[4096];
     ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0)
-      out.append(buf, static_cast<size_t>(n));
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
     ::close(fd);
     return out;
   }
@@ -55,12 +52,9 @@ class HttpServerTest : public ::testing::Test {
 
 TEST_F(HttpServerTest, ServesPagesAndRequests) {
   Start(HttpLimits{});
-  EXPECT_THAT(Exchange("GET /page HTTP/1.1\r\nHost: x\r\n\r\n"),
-              HasSubstr("a page"));
-  EXPECT_THAT(
-      Exchange(
-          "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
-      HasSubstr("hello"));
+  EXPECT_THAT(Exchange("GET /page HTTP/1.1\r\nHost: x\r\n\r\n"), HasSubstr("a page"));
+  EXPECT_THAT(Exchange("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
+              HasSubstr("hello"));
 }
 
 TEST_F(HttpServerTest, HugeHeadersGet431AndHugeBodies413) {
@@ -70,14 +64,12 @@ TEST_F(HttpServerTest, HugeHeadersGet431AndHugeBodies413) {
   Start(l);
   const HttpStats before = ProcessStats();
   const std::string big_header =
-      "GET /page HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(10000, 'a') +
-      "\r\n\r\n";
+      "GET /page HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(10000, 'a') + "\r\n\r\n";
   const std::string a = Exchange(big_header);
   EXPECT_THAT(a, StartsWith("HTTP/1.1 431"));
   EXPECT_THAT(a, HasSubstr("RESOURCE_EXHAUSTED"));
-  const std::string b = Exchange(
-      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" +
-      std::string(5000, 'b'));
+  const std::string b = Exchange("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" +
+                                 std::string(5000, 'b'));
   EXPECT_THAT(b, StartsWith("HTTP/1.1 413"));
   const HttpStats after = ProcessStats();
   EXPECT_EQ(after.headers_too_large, before.headers_too_large + 1);
@@ -97,13 +89,12 @@ TEST_F(HttpServerTest, A413ReachesAClientStillSendingItsBody) {
     ASSERT_GE(fd, 0);
     const std::string body(4 << 20, 'b');
     const std::string head =
-        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n";
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n";
     ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
     size_t sent = 0;
     while (sent < body.size()) {
-      const ssize_t n = ::send(fd, body.data() + sent, body.size() - sent,
-                               MSG_NOSIGNAL);
+      const ssize_t n = ::send(fd, body.data() + sent, body.size() - sent, MSG_NOSIGNAL);
       if (n <= 0) break;
       sent += static_cast<size_t>(n);
     }
@@ -111,15 +102,13 @@ TEST_F(HttpServerTest, A413ReachesAClientStillSendingItsBody) {
     std::string out;
     char buf[4096];
     ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0)
-      out.append(buf, static_cast<size_t>(n));
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
     const int recv_errno = n < 0 ? errno : 0;
     ::close(fd);
     EXPECT_EQ(sent, body.size()) << "round " << round << ": the server reset "
                                  << "the connection while the client sent";
     EXPECT_THAT(out, StartsWith("HTTP/1.1 413"))
-        << "round " << round << ", sent " << sent << " bytes, recv errno "
-        << recv_errno;
+        << "round " << round << ", sent " << sent << " bytes, recv errno " << recv_errno;
   }
 }
 
@@ -133,20 +122,15 @@ TEST_F(HttpServerTest, HalfSentRequestsAreClosedAfterTheirTimeout) {
   // Neither connection finishes its request nor half-closes: before, both
   // were held for ever.
   EXPECT_EQ(Exchange("GET /page HTTP/1.1\r\nHost: x\r\n", false), "");
-  EXPECT_EQ(
-      Exchange(
-          "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc",
-          false),
-      "");
+  EXPECT_EQ(Exchange("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc", false),
+            "");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   // The stream closes the socket before the handler counts the timeout.
-  for (int i = 0; i < 100 && ProcessStats().timed_out < before.timed_out + 2;
-       ++i) {
+  for (int i = 0; i < 100 && ProcessStats().timed_out < before.timed_out + 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(ProcessStats().timed_out, before.timed_out + 2);
-  EXPECT_THAT(Exchange("GET /page HTTP/1.1\r\nHost: x\r\n\r\n"),
-              HasSubstr("a page"));
+  EXPECT_THAT(Exchange("GET /page HTTP/1.1\r\nHost: x\r\n\r\n"), HasSubstr("a page"));
 }
 
 TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreRefused) {
@@ -161,8 +145,7 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreRefused) {
   EXPECT_EQ(ProcessStats().connections_refused, refused + 1);
   for (int fd : held) ::close(fd);
   std::string page;
-  for (int tries = 0; tries < 50 && page.find("a page") == std::string::npos;
-       ++tries) {
+  for (int tries = 0; tries < 50 && page.find("a page") == std::string::npos; ++tries) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     page = Exchange("GET /page HTTP/1.1\r\nHost: x\r\n\r\n");
   }
@@ -172,12 +155,10 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreRefused) {
 TEST(HttpLimits, NonsenseLimitsAreRefusedByName) {
   HttpLimits l;
   l.max_connections = 0;
-  EXPECT_THAT(std::string(ValidateLimits(l).message()),
-              HasSubstr("max_connections"));
+  EXPECT_THAT(std::string(ValidateLimits(l).message()), HasSubstr("max_connections"));
   l = HttpLimits{};
   l.header_timeout = absl::ZeroDuration();
-  EXPECT_THAT(std::string(ValidateLimits(l).message()),
-              HasSubstr("header_timeout"));
+  EXPECT_THAT(std::string(ValidateLimits(l).message()), HasSubstr("header_timeout"));
 }
 
 }  // namespace

@@ -2,15 +2,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <thread>
+// clang-format off
 #include <utility>  // before Boost 1.74's asio, which needs std::exchange
-
+// clang-format on
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <filesystem>
+#include <thread>
 
 #include "base/http/http_server.h"
 #include "base/test_util.h"
@@ -38,31 +39,25 @@ class HttpsTest : public ::testing::Test {
     Issue("other", "certs", "intruder", "operator", {});
   }
 
-  void Issue(const std::string& ca, const std::string& out,
-             const std::string& name, const std::string& cn,
-             std::vector<std::string> hosts, int days = 825) {
+  void Issue(const std::string& ca, const std::string& out, const std::string& name,
+             const std::string& cn, std::vector<std::string> hosts, int days = 825) {
     tls::CertificateRequest r;
     r.common_name = cn;
     r.hosts = std::move(hosts);
     r.days = days;
-    ASSERT_TRUE(tls::IssueCertificate(dir_.path() + "/" + ca,
-                                      dir_.path() + "/" + out, name, r)
-                    .ok());
+    ASSERT_TRUE(
+        tls::IssueCertificate(dir_.path() + "/" + ca, dir_.path() + "/" + out, name, r).ok());
   }
 
-  tls::TlsFiles Files(const std::string& name,
-                      const std::string& ca = "ca") const {
+  tls::TlsFiles Files(const std::string& name, const std::string& ca = "ca") const {
     return tls::TlsFiles{dir_.path() + "/" + ca + "/ca.crt",
                          dir_.path() + "/certs/" + name + ".crt",
                          dir_.path() + "/certs/" + name + ".key"};
   }
 
   void StartServer() {
-    server_ = std::make_unique<HttpServer>("127.0.0.1:0", 1, DefaultLimits(),
-                                           Files("server"));
-    server_->Handle("/status", [] {
-      return Response{200, "text/plain", "all well\n"};
-    });
+    server_ = std::make_unique<HttpServer>("127.0.0.1:0", 1, DefaultLimits(), Files("server"));
+    server_->Handle("/status", [] { return Response{200, "text/plain", "all well\n"}; });
     ASSERT_TRUE(server_->Start().ok());
   }
 
@@ -86,9 +81,8 @@ class HttpsTest : public ::testing::Test {
     asio::io_context io;
     beast::ssl_stream<beast::tcp_stream> stream(io, ctx);
     beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(10));
-    beast::get_lowest_layer(stream).connect(
-        asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
-                                static_cast<uint16_t>(server_->port())));
+    beast::get_lowest_layer(stream).connect(asio::ip::tcp::endpoint(
+        asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(server_->port())));
     beast::error_code ec;
     stream.handshake(ssl::stream_base::client, ec);
     if (ec) {
@@ -138,8 +132,7 @@ TEST_F(HttpsTest, ClientsWithoutACertificateOfTheCaAreRefused) {
   EXPECT_NE(a.error, "");
   // TLS 1.3 clients learn of the refusal only on their first read, after
   // their handshake; the server counts it.
-  for (int i = 0;
-       i < 100 && ProcessStats().tls_handshake_failures < failures + 2; ++i)
+  for (int i = 0; i < 100 && ProcessStats().tls_handshake_failures < failures + 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_GE(ProcessStats().tls_handshake_failures, failures + 2);
 }
@@ -153,8 +146,7 @@ TEST_F(HttpsTest, PlaintextRequestsAreToldToUseHttps) {
   std::string reply;
   char buf[4096];
   ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0)
-    reply.append(buf, static_cast<size_t>(n));
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) reply.append(buf, static_cast<size_t>(n));
   ::close(fd);
   EXPECT_THAT(reply, HasSubstr("400"));
   EXPECT_THAT(reply, HasSubstr("speaks HTTPS"));
@@ -168,8 +160,7 @@ TEST_F(HttpsTest, ReloadTakesReplacedCertificatesForNewConnections) {
   Issue("ca", "renewed", "server", "status-2", {"127.0.0.1"}, 30);
   namespace fs = std::filesystem;
   for (const char* ext : {".crt", ".key"})
-    fs::copy_file(dir_.path() + "/renewed/server" + ext,
-                  dir_.path() + "/certs/server" + ext,
+    fs::copy_file(dir_.path() + "/renewed/server" + ext, dir_.path() + "/certs/server" + ext,
                   fs::copy_options::overwrite_existing);
   EXPECT_EQ(Get(Files("client")).server_principal,
             "status-1");  // not yet reloaded
@@ -184,13 +175,11 @@ TEST_F(HttpsTest, ReloadTakesReplacedCertificatesForNewConnections) {
     if (c.path != Files("server").cert) continue;
     seen = true;
     EXPECT_EQ(c.principal, "status-2");
-    EXPECT_LT(c.not_after_unix,
-              absl::ToUnixSeconds(absl::Now() + absl::Hours(24 * 31)));
+    EXPECT_LT(c.not_after_unix, absl::ToUnixSeconds(absl::Now() + absl::Hours(24 * 31)));
   }
   EXPECT_TRUE(seen);
-  EXPECT_THAT(
-      tls::TlsMetrics(),
-      HasSubstr("megastore_tls_certificate_expiry_timestamp_seconds{path=\""));
+  EXPECT_THAT(tls::TlsMetrics(),
+              HasSubstr("megastore_tls_certificate_expiry_timestamp_seconds{path=\""));
   EXPECT_THAT(tls::TlsStatusText(), HasSubstr("(principal status-2): expires"));
 }
 
@@ -199,8 +188,7 @@ TEST_F(HttpsTest, AFailedReloadKeepsTheCertificatesInUse) {
   ASSERT_EQ(Get(Files("client")).status, 200);
   // A half-written renewal: the key no longer matches the certificate.
   Issue("ca", "renewed", "server", "status-2", {"127.0.0.1"});
-  std::filesystem::copy_file(dir_.path() + "/renewed/server.crt",
-                             dir_.path() + "/certs/server.crt",
+  std::filesystem::copy_file(dir_.path() + "/renewed/server.crt", dir_.path() + "/certs/server.crt",
                              std::filesystem::copy_options::overwrite_existing);
   const uint64_t failures = tls::TlsReloadStats().failures;
   absl::Status s = tls::ReloadTls();

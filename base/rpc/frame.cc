@@ -15,8 +15,7 @@ FrameReader::FrameReader(size_t max_frame_bytes)
 std::pair<char*, size_t> FrameReader::Prepare() {
   if (begin_ == end_) {
     begin_ = end_ = 0;
-    if (buf_.size() > kShrinkAbove)
-      buf_.assign(kReadChunk, 0);  // after a huge frame
+    if (buf_.size() > kShrinkAbove) buf_.assign(kReadChunk, 0);  // after a huge frame
   }
   size_t want = kReadChunk;
   if (const size_t buffered = end_ - begin_; buffered >= kFrameHeaderBytes) {
@@ -24,8 +23,7 @@ std::pair<char*, size_t> FrameReader::Prepare() {
     // Grow with the bytes that have arrived, not with what the header
     // announces. (A length over the limit never gets here: Next refuses it.)
     if (length <= max_frame_bytes_) {
-      want = std::max(
-          want, std::min(kFrameHeaderBytes + length - buffered, buffered));
+      want = std::max(want, std::min(kFrameHeaderBytes + length - buffered, buffered));
     }
   }
   if (buf_.size() - end_ < want) {
@@ -59,17 +57,15 @@ absl::StatusOr<bool> FrameReader::Next(RpcEnvelope* envelope) {
   const char* header = buf_.data() + begin_;
   const uint32_t length = DecodeFixed32(header);
   if (length > max_frame_bytes_) {
-    return absl::ResourceExhaustedError(
-        StrCat("frame of ", length, " bytes exceeds the limit of ",
-               max_frame_bytes_, " (max_frame_bytes)"));
+    return absl::ResourceExhaustedError(StrCat("frame of ", length, " bytes exceeds the limit of ",
+                                               max_frame_bytes_, " (max_frame_bytes)"));
   }
   if (end_ - begin_ < kFrameHeaderBytes + length) return false;
   const std::string_view payload(header + kFrameHeaderBytes, length);
   if (crc32c::Unmask(DecodeFixed32(header + 4)) != crc32c::Value(payload)) {
     return absl::DataLossError("frame checksum mismatch");
   }
-  if (!envelope->ParseFromArray(payload.data(),
-                                static_cast<int>(payload.size()))) {
+  if (!envelope->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return absl::DataLossError("frame is not an RpcEnvelope");
   }
   begin_ += kFrameHeaderBytes + length;

@@ -19,8 +19,7 @@
 namespace {
 
 // Feeds `bytes` to `reader` in reads of at most `chunk` bytes.
-void Feed(megastore::rpc::FrameReader& reader, std::string_view bytes,
-          size_t chunk) {
+void Feed(megastore::rpc::FrameReader& reader, std::string_view bytes, size_t chunk) {
   while (!bytes.empty()) {
     auto [buf, room] = reader.Prepare();
     if (room == 0) std::abort();
@@ -38,11 +37,9 @@ void FixChecksums(std::string* bytes) {
   while (bytes->size() - at >= megastore::rpc::kFrameHeaderBytes) {
     const uint32_t length = megastore::DecodeFixed32(bytes->data() + at);
     if (bytes->size() - at - megastore::rpc::kFrameHeaderBytes < length) return;
-    const std::string_view payload(
-        bytes->data() + at + megastore::rpc::kFrameHeaderBytes, length);
+    const std::string_view payload(bytes->data() + at + megastore::rpc::kFrameHeaderBytes, length);
     std::string crc;
-    megastore::PutFixed32(
-        &crc, megastore::crc32c::Mask(megastore::crc32c::Value(payload)));
+    megastore::PutFixed32(&crc, megastore::crc32c::Mask(megastore::crc32c::Value(payload)));
     bytes->replace(at + 4, 4, crc);
     at += megastore::rpc::kFrameHeaderBytes + length;
   }
@@ -67,8 +64,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
       e.set_more(k == 2);
       stream += megastore::rpc::EncodeFrame(e.SerializeAsString());
     }
-    if (FILE* f = std::fopen(
-            (std::string(dir) + "/frames" + std::to_string(i)).c_str(), "wb")) {
+    if (FILE* f = std::fopen((std::string(dir) + "/frames" + std::to_string(i)).c_str(), "wb")) {
       std::fwrite(stream.data(), 1, stream.size(), f);
       std::fclose(f);
     }
@@ -90,8 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t fed = 0;
   while (fed < input.size()) {
     rng = rng * 1103515245u + 12345u;
-    const size_t n =
-        std::min(input.size() - fed, size_t{1} + (rng >> 16) % 4096);
+    const size_t n = std::min(input.size() - fed, size_t{1} + (rng >> 16) % 4096);
     Feed(reader, input.substr(fed, n), n);
     fed += n;
     // Growth follows the bytes sent: 64 KiB to start, at most doubling.
@@ -106,9 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Feed(check, frame, 1000);
       RpcEnvelope again;
       absl::StatusOr<bool> back = check.Next(&again);
-      if (!back.ok() || !*back ||
-          again.SerializeAsString() != e.SerializeAsString())
-        std::abort();
+      if (!back.ok() || !*back || again.SerializeAsString() != e.SerializeAsString()) std::abort();
     }
   }
   return 0;

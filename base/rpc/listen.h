@@ -2,9 +2,8 @@
 // servers. Includes Asio: only for their .cc files.
 #pragma once
 
-#include <string_view>
-
 #include <boost/asio/ip/tcp.hpp>
+#include <string_view>
 
 #include "absl/status/status.h"
 

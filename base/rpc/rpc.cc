@@ -1,10 +1,15 @@
 #include "base/rpc/rpc.h"
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <algorithm>
 #include <atomic>
-#include <deque>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -12,23 +17,17 @@
 #include <thread>
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-
 #include "base/checksum.h"
 #include "base/coding.h"
 #include "base/descriptors.h"
 #include "base/logging.h"
 #include "base/process_default.h"
-#include "base/status.h"
 #include "base/rpc/frame.h"
 #include "base/rpc/listen.h"
 #include "base/rpc/rpc.pb.h"
+#include "base/status.h"
 #include "base/strings.h"
 
 namespace megastore::rpc {
@@ -49,14 +48,15 @@ namespace {
 // Whether `bytes` begin like a TLS handshake record (a TLS client talking
 // to a plaintext port).
 bool LooksLikeTls(std::string_view bytes) {
-  return bytes.size() >= 3 && bytes[0] == 0x16 && bytes[1] == 0x03 && static_cast<unsigned char>(bytes[2]) <= 0x04;
+  return bytes.size() >= 3 && bytes[0] == 0x16 && bytes[1] == 0x03 &&
+         static_cast<unsigned char>(bytes[2]) <= 0x04;
 }
 
 absl::Status ToStatus(const RpcEnvelope& e) {
   if (e.status_code() == 0) return absl::OkStatus();
   if (e.status_code() < 0 || e.status_code() > 16) {
-    return absl::InternalError(StrCat("peer sent unknown status code ", e.status_code(), ": ",
-                                      e.status_message()));
+    return absl::InternalError(
+        StrCat("peer sent unknown status code ", e.status_code(), ": ", e.status_message()));
   }
   return absl::Status(static_cast<absl::StatusCode>(e.status_code()), e.status_message());
 }
@@ -142,13 +142,16 @@ absl::Status Listen(tcp::acceptor& acceptor, std::string_view listen, std::strin
   MS_RETURN_IF_ERROR(ParseHostPort(listen, &host, &port));
   error_code ec;
   const auto address = asio::ip::make_address(host, ec);
-  if (ec) return absl::InvalidArgumentError(StrCat(what, " address \"", host, "\" is not an IP address"));
+  if (ec)
+    return absl::InvalidArgumentError(StrCat(what, " address \"", host, "\" is not an IP address"));
   const tcp::endpoint endpoint(address, port);
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return absl::UnavailableError(StrCat("cannot serve ", what, " on ", listen, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(
+        StrCat("cannot serve ", what, " on ", listen, ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -175,8 +178,8 @@ struct RpcServer::Impl {
   std::set<std::shared_ptr<Connection>> conns;
   std::atomic<int> port{0};
   std::atomic<bool> stopped{false};
-  std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0}, idle_closed{0},
-      stalled_closed{0}, pauses{0}, tls_failures{0}, calls_refused{0};
+  std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0},
+      idle_closed{0}, stalled_closed{0}, pauses{0}, tls_failures{0}, calls_refused{0};
   tls::ContextRef tls;  // held while serving over TLS
 
   void Accept();
@@ -195,8 +198,12 @@ struct RpcServer::Impl {
 struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   using Strand = asio::strand<asio::io_context::executor_type>;
   Connection(Impl* s, Strand st, tcp::socket sock)
-      : server(s), limits(s->options.limits), strand(std::move(st)), socket(std::move(sock)),
-        frames(limits.max_frame_bytes), timer(strand) {
+      : server(s),
+        limits(s->options.limits),
+        strand(std::move(st)),
+        socket(std::move(sock)),
+        frames(limits.max_frame_bytes),
+        timer(strand) {
     error_code ec;
     auto ep = socket.remote_endpoint(ec);
     peer = ec ? "unknown" : StrCat(ep.address().to_string(), ":", ep.port());
@@ -219,9 +226,10 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       if (ec) {
         ++self->server->tls_failures;
         MS_LOG_WARN_LIMITED("rpc: TLS handshake with {} failed: {}{}", self->peer, ec.message(),
-                            ec.category() == asio::error::get_ssl_category() ? " (a plaintext client on a TLS port, "
-                                                                               "or a certificate of another CA?)"
-                                                                             : "");
+                            ec.category() == asio::error::get_ssl_category()
+                                ? " (a plaintext client on a TLS port, "
+                                  "or a certificate of another CA?)"
+                                : "");
         return self->Close("");
       }
       self->principal = tls::PeerPrincipal(self->tls->native_handle());
@@ -307,7 +315,8 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     ++server->bad_frames;
     if (absl::IsResourceExhausted(why)) ++server->oversized_frames;
     if (tls == nullptr && LooksLikeTls(frames.buffered())) {
-      MS_LOG_WARN_LIMITED("rpc: closing connection from {}: it speaks TLS to a plaintext port", peer);
+      MS_LOG_WARN_LIMITED("rpc: closing connection from {}: it speaks TLS to a plaintext port",
+                          peer);
     } else {
       MS_LOG_WARN_LIMITED("rpc: closing connection from {}: {}", peer, why.message());
     }
@@ -333,9 +342,8 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       out.clear();
       out_bytes = 0;
       ++server->stalled_closed;
-      asio::post(strand, [self = shared_from_this()] {
-        self->Close("client does not read its replies");
-      });
+      asio::post(strand,
+                 [self = shared_from_this()] { self->Close("client does not read its replies"); });
       return;
     }
     if (flush_scheduled) return;
@@ -400,30 +408,33 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       const auto stall = ToSteady(self->limits.stall_timeout);
       if (!self->writing.empty() && now - self->last_write > stall) {
         ++self->server->stalled_closed;
-        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a reply has not been read for {}", self->peer,
-                            absl::FormatDuration(self->limits.stall_timeout));
+        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a reply has not been read for {}",
+                            self->peer, absl::FormatDuration(self->limits.stall_timeout));
         return self->Close("");
       }
       // Frames kept unread while reading is paused are the server's delay,
       // not the client's.
       if (self->handshaking && now - self->last_read > stall) {
         ++self->server->tls_failures;
-        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: no TLS handshake within {}", self->peer,
-                            absl::FormatDuration(self->limits.stall_timeout));
+        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: no TLS handshake within {}",
+                            self->peer, absl::FormatDuration(self->limits.stall_timeout));
         return self->Close("");
       }
       if (!self->paused.load() && self->frames.incomplete() && now - self->last_read > stall) {
         ++self->server->stalled_closed;
-        MS_LOG_WARN_LIMITED("rpc: closing connection from {}: a frame has been left unfinished for {}",
-                            self->peer, absl::FormatDuration(self->limits.stall_timeout));
+        MS_LOG_WARN_LIMITED(
+            "rpc: closing connection from {}: a frame has been left unfinished for {}", self->peer,
+            absl::FormatDuration(self->limits.stall_timeout));
         return self->Close("");
       }
       // A responder dropped without an answer while reading was being
       // paused may have missed its chance to resume it.
       self->Resume();
       if (self->closed) return;
-      const bool quiet = self->calls_in_flight.load() == 0 && self->writing.empty() && !self->frames.partial();
-      if (quiet && now - std::max(self->last_read, self->last_write) > ToSteady(self->limits.idle_timeout)) {
+      const bool quiet =
+          self->calls_in_flight.load() == 0 && self->writing.empty() && !self->frames.partial();
+      if (quiet &&
+          now - std::max(self->last_read, self->last_write) > ToSteady(self->limits.idle_timeout)) {
         ++self->server->idle_closed;
         return self->Close(StrCat("idle for ", absl::FormatDuration(self->limits.idle_timeout)));
       }
@@ -450,21 +461,21 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   tcp::socket socket;
   std::shared_ptr<ssl::context> tls_context;  // outlives `tls`
   std::unique_ptr<TlsStream> tls;             // over `socket`; null for plaintext
-  bool handshaking = false;        // strand only
+  bool handshaking = false;                   // strand only
   std::string peer;
-  std::string principal;           // the TLS peer's certificate name
-  FrameReader frames;                // strand only
-  asio::steady_timer timer;          // strand only
-  std::vector<std::string> writing;  // strand only: frames being written
-  bool closed = false;               // strand only
+  std::string principal;                          // the TLS peer's certificate name
+  FrameReader frames;                             // strand only
+  asio::steady_timer timer;                       // strand only
+  std::vector<std::string> writing;               // strand only: frames being written
+  bool closed = false;                            // strand only
   SteadyClock::time_point last_read, last_write;  // strand only
-  std::atomic<bool> paused{false};   // written on the strand only
+  std::atomic<bool> paused{false};                // written on the strand only
   std::atomic<size_t> calls_in_flight{0};
   std::mutex out_mu;
-  std::vector<std::string> out;      // frames waiting for the next flush
-  size_t out_bytes = 0;              // guarded by out_mu: bytes in `out`
-  size_t writing_bytes = 0;          // guarded by out_mu: bytes in `writing`
-  bool flush_scheduled = false;      // a flush is queued or writing
+  std::vector<std::string> out;  // frames waiting for the next flush
+  size_t out_bytes = 0;          // guarded by out_mu: bytes in `out`
+  size_t writing_bytes = 0;      // guarded by out_mu: bytes in `writing`
+  bool flush_scheduled = false;  // a flush is queued or writing
   bool out_closed = false;
 };
 
@@ -526,7 +537,8 @@ void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
   ctx.principal = principal;
   if (request.timeout_micros() > 0) ctx.timeout = absl::Microseconds(request.timeout_micros());
   if (server->options.authorize) {
-    if (absl::Status s = server->options.authorize(ctx, request.method(), request.body()); !s.ok()) {
+    if (absl::Status s = server->options.authorize(ctx, request.method(), request.body());
+        !s.ok()) {
       ++server->calls_refused;
       responder->Finish(s);
       return;
@@ -537,10 +549,9 @@ void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
     std::shared_ptr<Responder> r = responder;
     if (m->inline_handler(ctx, request.body(), r)) return;
   }
-  asio::post(server->workers, [m, ctx = std::move(ctx), request = std::move(request),
-                               responder = std::move(responder)]() {
-    m->handler(ctx, request.body(), responder);
-  });
+  asio::post(server->workers,
+             [m, ctx = std::move(ctx), request = std::move(request),
+              responder = std::move(responder)]() { m->handler(ctx, request.body(), responder); });
 }
 
 void RpcServer::Impl::Accept() {
@@ -648,36 +659,41 @@ std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerSt
     uint64_t ServerStats::*field;
   };
   static const Family kFamilies[] = {
-      {"megastore_rpc_connections_open", "gauge", "Open RPC connections.", &ServerStats::connections_open},
+      {"megastore_rpc_connections_open", "gauge", "Open RPC connections.",
+       &ServerStats::connections_open},
       {"megastore_rpc_connections_accepted_total", "counter", "RPC connections accepted.",
        &ServerStats::connections_accepted},
       {"megastore_rpc_calls_total", "counter", "RPC calls received.", &ServerStats::calls},
-      {"megastore_rpc_bad_frames_total", "counter", "Connections closed for a malformed or oversized frame.",
-       &ServerStats::bad_frames},
-      {"megastore_rpc_oversized_frames_total", "counter", "Connections closed for a frame over --max-frame-bytes.",
-       &ServerStats::oversized_frames},
+      {"megastore_rpc_bad_frames_total", "counter",
+       "Connections closed for a malformed or oversized frame.", &ServerStats::bad_frames},
+      {"megastore_rpc_oversized_frames_total", "counter",
+       "Connections closed for a frame over --max-frame-bytes.", &ServerStats::oversized_frames},
       {"megastore_rpc_connections_refused_total", "counter",
        "Connections refused: over --rpc-max-connections or the descriptor budget.",
        &ServerStats::connections_refused},
       {"megastore_rpc_idle_closed_total", "counter", "Connections closed after --rpc-idle-timeout.",
        &ServerStats::idle_closed},
       {"megastore_rpc_stalled_closed_total", "counter",
-       "Connections closed for a half-sent frame or unread replies (--rpc-stall-timeout, reply queue).",
+       "Connections closed for a half-sent frame or unread replies (--rpc-stall-timeout, reply "
+       "queue).",
        &ServerStats::stalled_closed},
       {"megastore_rpc_backpressure_pauses_total", "counter",
        "Times a connection stopped being read: calls in flight or queued replies over their limit.",
        &ServerStats::backpressure_pauses},
       {"megastore_rpc_tls_handshake_failures_total", "counter",
-       "Connections closed for a failed or missing TLS handshake (no certificate of the CA, plaintext).",
+       "Connections closed for a failed or missing TLS handshake (no certificate of the CA, "
+       "plaintext).",
        &ServerStats::tls_handshake_failures},
       {"megastore_rpc_calls_refused_total", "counter",
-       "Calls refused by the access policy (PERMISSION_DENIED; docs/security.md).", &ServerStats::calls_refused},
+       "Calls refused by the access policy (PERMISSION_DENIED; docs/security.md).",
+       &ServerStats::calls_refused},
   };
   std::string out;
   for (const Family& f : kFamilies) {
     out += StrCat("# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name, " ", f.type, "\n");
     for (const auto& [labels, stats] : servers) {
-      out += StrCat(f.name, labels.empty() ? "" : StrCat("{", labels, "}"), " ", stats.*f.field, "\n");
+      out +=
+          StrCat(f.name, labels.empty() ? "" : StrCat("{", labels, "}"), " ", stats.*f.field, "\n");
     }
   }
   return out;
@@ -706,7 +722,10 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   using Clock = std::chrono::steady_clock;
 
   explicit Impl(ClientOptions o)
-      : options(std::move(o)), socket(io), connect_timer(io), deadline_timer(io),
+      : options(std::move(o)),
+        socket(io),
+        connect_timer(io),
+        deadline_timer(io),
         frames(options.max_frame_bytes) {}
 
   struct Call {
@@ -808,7 +827,8 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
       // This process's certificate now: a reload changes it for the next
       // connection.
       if (!tls_ref.held()) {
-        absl::StatusOr<tls::ContextRef> ref = tls::ContextRef::Acquire(options.tls, /*server=*/false);
+        absl::StatusOr<tls::ContextRef> ref =
+            tls::ContextRef::Acquire(options.tls, /*server=*/false);
         if (!ref.ok()) return FailAll(ref.status());
         tls_ref = *std::move(ref);
       }
@@ -824,45 +844,51 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     auto endpoints = resolver.resolve(host, std::to_string(port), ec);
     if (ec) {
       connecting = false;
-      return FailAll(absl::UnavailableError(StrCat("cannot resolve ", options.server, ": ", ec.message())));
+      return FailAll(
+          absl::UnavailableError(StrCat("cannot resolve ", options.server, ": ", ec.message())));
     }
-    connect_timer.expires_after(std::chrono::microseconds(absl::ToInt64Microseconds(options.connect_timeout)));
+    connect_timer.expires_after(
+        std::chrono::microseconds(absl::ToInt64Microseconds(options.connect_timeout)));
     connect_timer.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec && self->connecting) self->CloseSocket();
     });
-    asio::async_connect(socket, endpoints,
-                        [self = shared_from_this(), host, gen = generation](error_code ec, const tcp::endpoint&) {
-      if (gen != self->generation) return;
-      if (ec) {
-        self->connecting = false;
-        self->connect_timer.cancel();
-        return self->FailAll(absl::UnavailableError(
-            StrCat("cannot connect to ", self->options.server, ": ", ec.message())));
-      }
-      error_code ignored;
-      self->socket.set_option(tcp::no_delay(true), ignored);
-      if (self->tls_context == nullptr) return self->Connected();
-      // Mutual TLS: the server's certificate must be the CA's, for `host`.
-      auto stream = std::make_shared<ClientTlsStream>(std::move(self->socket), *self->tls_context);
-      self->socket = tcp::socket(self->io);
-      self->tls = stream;
-      stream->set_verify_callback(ssl::host_name_verification(host));
-      error_code not_ip;
-      asio::ip::make_address(host, not_ip);
-      if (not_ip) SSL_set_tlsext_host_name(stream->native_handle(), host.c_str());
-      stream->async_handshake(ssl::stream_base::client, [self, stream, host, gen](error_code ec) {
-        if (gen != self->generation) return;
-        if (ec) {
-          self->connecting = false;
-          self->connect_timer.cancel();
-          self->CloseSocket();
-          return self->FailAll(absl::UnavailableError(
-              StrCat("TLS handshake with ", self->options.server, " failed: ", ec.message(),
-                     " (a plaintext server, or a certificate not issued by the CA or not for ", host, "?)")));
-        }
-        self->Connected();
-      });
-    });
+    asio::async_connect(
+        socket, endpoints,
+        [self = shared_from_this(), host, gen = generation](error_code ec, const tcp::endpoint&) {
+          if (gen != self->generation) return;
+          if (ec) {
+            self->connecting = false;
+            self->connect_timer.cancel();
+            return self->FailAll(absl::UnavailableError(
+                StrCat("cannot connect to ", self->options.server, ": ", ec.message())));
+          }
+          error_code ignored;
+          self->socket.set_option(tcp::no_delay(true), ignored);
+          if (self->tls_context == nullptr) return self->Connected();
+          // Mutual TLS: the server's certificate must be the CA's, for `host`.
+          auto stream =
+              std::make_shared<ClientTlsStream>(std::move(self->socket), *self->tls_context);
+          self->socket = tcp::socket(self->io);
+          self->tls = stream;
+          stream->set_verify_callback(ssl::host_name_verification(host));
+          error_code not_ip;
+          asio::ip::make_address(host, not_ip);
+          if (not_ip) SSL_set_tlsext_host_name(stream->native_handle(), host.c_str());
+          stream->async_handshake(
+              ssl::stream_base::client, [self, stream, host, gen](error_code ec) {
+                if (gen != self->generation) return;
+                if (ec) {
+                  self->connecting = false;
+                  self->connect_timer.cancel();
+                  self->CloseSocket();
+                  return self->FailAll(absl::UnavailableError(StrCat(
+                      "TLS handshake with ", self->options.server, " failed: ", ec.message(),
+                      " (a plaintext server, or a certificate not issued by the CA or not for ",
+                      host, "?)")));
+                }
+                self->Connected();
+              });
+        });
   }
 
   // Closes this connection's socket (inside its TLS stream, if any).
@@ -896,8 +922,9 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
       self->WriteNext();
     };
     if (tls) {
-      asio::async_write(*tls, Buffers(in_flight), [stream = tls, written = std::move(written)](
-                                                      error_code ec, size_t n) mutable { written(ec, n); });
+      asio::async_write(*tls, Buffers(in_flight),
+                        [stream = tls, written = std::move(written)](
+                            error_code ec, size_t n) mutable { written(ec, n); });
     } else {
       asio::async_write(socket, Buffers(in_flight), std::move(written));
     }
@@ -907,10 +934,11 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     auto got = [self = shared_from_this(), gen = generation](error_code ec, size_t n) {
       if (gen != self->generation) return;
       if (ec) {
-        return self->Broken(StrCat(ec == asio::error::eof ? "server closed the connection" : ec.message(),
-                                   self->tls == nullptr && !self->heard_back
-                                       ? " before answering anything (does it require TLS?)"
-                                       : ""));
+        return self->Broken(
+            StrCat(ec == asio::error::eof ? "server closed the connection" : ec.message(),
+                   self->tls == nullptr && !self->heard_back
+                       ? " before answering anything (does it require TLS?)"
+                       : ""));
       }
       self->heard_back = true;
       self->frames.Commit(n);
@@ -924,9 +952,9 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
       self->Read();
     };
     if (tls) {
-      tls->async_read_some(ReadBuffer(frames), [stream = tls, got = std::move(got)](error_code ec, size_t n) mutable {
-        got(ec, n);
-      });
+      tls->async_read_some(
+          ReadBuffer(frames),
+          [stream = tls, got = std::move(got)](error_code ec, size_t n) mutable { got(ec, n); });
     } else {
       socket.async_read_some(ReadBuffer(frames), std::move(got));
     }
@@ -964,14 +992,14 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   tcp::socket socket;
   tls::ContextRef tls_ref;                    // held once connecting over TLS
   std::shared_ptr<ssl::context> tls_context;  // null: plaintext
-  std::shared_ptr<ClientTlsStream> tls;       // this connection's, when over TLS (it owns the socket)
+  std::shared_ptr<ClientTlsStream> tls;  // this connection's, when over TLS (it owns the socket)
   asio::steady_timer connect_timer;
   asio::steady_timer deadline_timer;
   bool timer_armed = false;
   Clock::time_point timer_at;
   uint64_t generation = 0;  // of the connection; bumped when it breaks
   bool connected = false, connecting = false, writing = false;
-  bool heard_back = false;  // this connection has received bytes
+  bool heard_back = false;             // this connection has received bytes
   std::vector<std::string> queue;      // frames to write next
   std::vector<std::string> in_flight;  // frames being written
   std::map<uint64_t, Pending> pending;
@@ -980,7 +1008,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> next_id{1};
 
   std::mutex submit_mu;
-  std::vector<Call> submitted;  // guarded by submit_mu
+  std::vector<Call> submitted;   // guarded by submit_mu
   bool drain_scheduled = false;  // guarded by submit_mu
 };
 
@@ -1016,7 +1044,8 @@ void RpcClient::CallAsync(std::string_view method, std::string request, absl::Du
   if (timeout != absl::InfiniteDuration()) e.set_timeout_micros(absl::ToInt64Microseconds(timeout));
   std::string frame = EncodeFrame(e.SerializeAsString());
   if (frame.size() - kFrameHeaderBytes > impl_->options.max_frame_bytes) {
-    done(absl::InvalidArgumentError(StrCat("request of ", frame.size(), " bytes exceeds the frame limit")));
+    done(absl::InvalidArgumentError(
+        StrCat("request of ", frame.size(), " bytes exceeds the frame limit")));
     return;
   }
   impl_->Submit(Impl::Call{id, std::move(frame), timeout, std::move(done), std::move(on_message)});

@@ -114,19 +114,21 @@ struct ServerOptions {
   // Asked before every call of a registered method (on the connection's
   // I/O thread: it must be quick and not block); an error is the call's
   // answer and the handler does not run. Unset: every call is allowed.
-  std::function<absl::Status(const CallContext& ctx, std::string_view method, std::string_view request)> authorize;
+  std::function<absl::Status(const CallContext& ctx, std::string_view method,
+                             std::string_view request)>
+      authorize;
 };
 
 struct ServerStats {
   uint64_t connections_accepted = 0;
   uint64_t connections_open = 0;
   uint64_t calls = 0;
-  uint64_t bad_frames = 0;            // connections closed for a bad frame
-  uint64_t oversized_frames = 0;      // ... of which for a frame over the limit
-  uint64_t connections_refused = 0;   // over max_connections or the descriptor budget
-  uint64_t idle_closed = 0;           // closed after idle_timeout
-  uint64_t stalled_closed = 0;        // closed after stall_timeout, or not reading a stream
-  uint64_t backpressure_pauses = 0;   // times a connection's reading was paused
+  uint64_t bad_frames = 0;              // connections closed for a bad frame
+  uint64_t oversized_frames = 0;        // ... of which for a frame over the limit
+  uint64_t connections_refused = 0;     // over max_connections or the descriptor budget
+  uint64_t idle_closed = 0;             // closed after idle_timeout
+  uint64_t stalled_closed = 0;          // closed after stall_timeout, or not reading a stream
+  uint64_t backpressure_pauses = 0;     // times a connection's reading was paused
   uint64_t tls_handshake_failures = 0;  // connections closed for a failed TLS handshake
   uint64_t calls_refused = 0;           // calls ServerOptions::authorize refused
 };

@@ -1,22 +1,22 @@
 #include "base/rpc/rpc.h"
 
-#include <sys/socket.h>
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <thread>
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "base/coding.h"
-#include "base/rpc/rpc.pb.h"
 #include "base/random.h"
+#include "base/rpc/rpc.pb.h"
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,21 +33,25 @@ class RpcTest : public ::testing::Test {
     o.limits.max_frame_bytes = 1 << 20;
     o.worker_threads = 8;
     server_ = std::make_unique<RpcServer>(o);
-    server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
-      r->Finish(absl::OkStatus(), std::string(req));
-    });
-    server_->Register("fail", [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
-      r->Finish(absl::NotFoundError("no such thing"));
-    });
-    server_->Register("count", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
-      const int n = std::stoi(std::string(req));
-      for (int i = 0; i < n; ++i) r->Send(std::to_string(i));
-      r->Finish(absl::OkStatus());
-    });
-    server_->Register("slow", [this](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
-      release_.WaitForNotificationWithTimeout(absl::Seconds(30));
-      r->Finish(absl::OkStatus(), "late");
-    });
+    server_->Register("echo",
+                      [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+                        r->Finish(absl::OkStatus(), std::string(req));
+                      });
+    server_->Register("fail",
+                      [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+                        r->Finish(absl::NotFoundError("no such thing"));
+                      });
+    server_->Register("count",
+                      [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+                        const int n = std::stoi(std::string(req));
+                        for (int i = 0; i < n; ++i) r->Send(std::to_string(i));
+                        r->Finish(absl::OkStatus());
+                      });
+    server_->Register("slow",
+                      [this](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+                        release_.WaitForNotificationWithTimeout(absl::Seconds(30));
+                        r->Finish(absl::OkStatus(), "late");
+                      });
     server_->RegisterInline(
         "maybe",
         [this](const CallContext&, std::string_view req, std::shared_ptr<Responder>& r) {
@@ -110,7 +114,8 @@ class RpcTest : public ::testing::Test {
       in.append(buf, static_cast<size_t>(got));
       while (in.size() >= 8) {
         const uint32_t len = static_cast<uint8_t>(in[0]) | static_cast<uint8_t>(in[1]) << 8 |
-                             static_cast<uint8_t>(in[2]) << 16 | static_cast<uint32_t>(static_cast<uint8_t>(in[3])) << 24;
+                             static_cast<uint8_t>(in[2]) << 16 |
+                             static_cast<uint32_t>(static_cast<uint8_t>(in[3])) << 24;
         if (in.size() < 8 + len) break;
         RpcEnvelope e;
         EXPECT_TRUE(e.ParseFromArray(in.data() + 8, static_cast<int>(len)));
@@ -165,7 +170,8 @@ TEST_F(RpcTest, DeadlinesExpireWithoutBlockingOtherCalls) {
 TEST_F(RpcTest, AShorterDeadlineAfterALongerOneStillExpiresOnTime) {
   auto c = Client();
   absl::Notification long_done;
-  c->CallAsync("slow", "", absl::Seconds(20), [&](absl::StatusOr<std::string>) { long_done.Notify(); });
+  c->CallAsync("slow", "", absl::Seconds(20),
+               [&](absl::StatusOr<std::string>) { long_done.Notify(); });
   const absl::Time start = absl::Now();
   auto r = c->Call("slow", "", absl::Milliseconds(100));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -202,19 +208,20 @@ TEST_F(RpcTest, UnreachableServerIsUnavailable) {
   ClientOptions bad;
   bad.server = "no-port";
   RpcClient c2(bad);
-  EXPECT_EQ(c2.Call("echo", "x", absl::Seconds(1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c2.Call("echo", "x", absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RpcTest, GarbageFramesCloseTheirConnectionAndTheServerKeepsServing) {
   Random rng(9);
-  EXPECT_TRUE(SendRawAndExpectClose(rng.Bytes(64)));                       // random bytes
+  EXPECT_TRUE(SendRawAndExpectClose(rng.Bytes(64)));                               // random bytes
   EXPECT_TRUE(SendRawAndExpectClose(std::string("\xff\xff\xff\x7f\0\0\0\0", 8)));  // huge length
   std::string frame = EncodeFrame("not an envelope at all");
-  EXPECT_TRUE(SendRawAndExpectClose(frame));                               // bad payload
+  EXPECT_TRUE(SendRawAndExpectClose(frame));  // bad payload
   frame = EncodeFrame("x");
   frame[5] ^= 1;
-  EXPECT_TRUE(SendRawAndExpectClose(frame));                               // bad checksum
-  EXPECT_TRUE(SendRawAndExpectClose(EncodeFrame("abc").substr(0, 9)));     // truncated
+  EXPECT_TRUE(SendRawAndExpectClose(frame));                            // bad checksum
+  EXPECT_TRUE(SendRawAndExpectClose(EncodeFrame("abc").substr(0, 9)));  // truncated
   for (int i = 0; i < 50; ++i) SendRawAndExpectClose(rng.Bytes(rng.Uniform(300)));
   EXPECT_GE(server_->stats().bad_frames, 4u);
   auto c = Client();
@@ -229,13 +236,15 @@ TEST_F(RpcTest, ClientReconnectsAfterTheServerRestarts) {
   const int port = server_->port();
   if (!release_.HasBeenNotified()) release_.Notify();
   server_.reset();
-  EXPECT_EQ(c->Call("echo", "b", absl::Seconds(10)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(c->Call("echo", "b", absl::Seconds(10)).status().code(),
+            absl::StatusCode::kUnavailable);
   ServerOptions o;
   o.listen = "127.0.0.1:" + std::to_string(port);
   server_ = std::make_unique<RpcServer>(o);
-  server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
-    r->Finish(absl::OkStatus(), std::string(req));
-  });
+  server_->Register("echo",
+                    [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+                      r->Finish(absl::OkStatus(), std::string(req));
+                    });
   ASSERT_TRUE(server_->Start().ok());
   auto r = c->Call("echo", "c", absl::Seconds(10));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -245,8 +254,10 @@ TEST_F(RpcTest, ManyFramesInOneSegmentAreAllAnswered) {
   const int fd = RawConnect();
   ASSERT_GE(fd, 0);
   std::string bytes;
-  for (uint64_t id = 1; id <= 20; ++id) bytes += RequestFrame(id, "echo", "body" + std::to_string(id));
-  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  for (uint64_t id = 1; id <= 20; ++id)
+    bytes += RequestFrame(id, "echo", "body" + std::to_string(id));
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
   const auto got = ReadResponses(fd, 20);
   ::close(fd);
   ASSERT_EQ(got.size(), 20u);
@@ -290,11 +301,13 @@ TEST_F(RpcTest, ManyOutstandingAsyncCallsCompleteWithTheirOwnResults) {
   std::atomic<int> right{0};
   absl::BlockingCounter done(kCalls);
   for (int i = 0; i < kCalls; ++i) {
-    c->CallAsync(i % 10 == 0 ? "fail" : "echo", std::to_string(i), absl::Seconds(10),
-                 [&, i](absl::StatusOr<std::string> r) {
-                   if (i % 10 == 0 ? absl::IsNotFound(r.status()) : (r.ok() && *r == std::to_string(i))) ++right;
-                   done.DecrementCount();
-                 });
+    c->CallAsync(
+        i % 10 == 0 ? "fail" : "echo", std::to_string(i), absl::Seconds(10),
+        [&, i](absl::StatusOr<std::string> r) {
+          if (i % 10 == 0 ? absl::IsNotFound(r.status()) : (r.ok() && *r == std::to_string(i)))
+            ++right;
+          done.DecrementCount();
+        });
   }
   done.Wait();
   EXPECT_EQ(right.load(), kCalls);
@@ -320,18 +333,22 @@ class RpcLimitsTest : public ::testing::Test {
     o.limits = limits;
     o.worker_threads = 4;
     server_ = std::make_unique<RpcServer>(o);
-    server_->Register("echo", [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
-      r->Finish(absl::OkStatus(), std::string(req));
-    });
+    server_->Register("echo",
+                      [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+                        r->Finish(absl::OkStatus(), std::string(req));
+                      });
     // Answers with 256 KiB.
-    server_->Register("big", [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
-      r->Finish(absl::OkStatus(), std::string(256 << 10, 'b'));
-    });
+    server_->Register("big",
+                      [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+                        r->Finish(absl::OkStatus(), std::string(256 << 10, 'b'));
+                      });
     // Streams 64 KiB messages until the connection goes away.
-    server_->Register("flood", [this](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
-      for (int i = 0; i < 4096 && !stop_.HasBeenNotified(); ++i) r->Send(std::string(64 << 10, 'f'));
-      r->Finish(absl::OkStatus());
-    });
+    server_->Register("flood",
+                      [this](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+                        for (int i = 0; i < 4096 && !stop_.HasBeenNotified(); ++i)
+                          r->Send(std::string(64 << 10, 'f'));
+                        r->Finish(absl::OkStatus());
+                      });
     ASSERT_TRUE(server_->Start().ok());
   }
   void TearDown() override {
@@ -378,7 +395,8 @@ TEST_F(RpcLimitsTest, AFrameHeaderAloneAllocatesNothing) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const size_t after = ResidentBytes();
-  EXPECT_LT(after, before + (64 << 20)) << "resident memory grew from " << before << " to " << after;
+  EXPECT_LT(after, before + (64 << 20))
+      << "resident memory grew from " << before << " to " << after;
   for (int fd : fds) ::close(fd);
   RpcClient c(ClientOptions{Address()});
   EXPECT_TRUE(c.Call("echo", "x", absl::Seconds(10)).ok());
@@ -438,9 +456,11 @@ TEST_F(RpcLimitsTest, AClientThatDoesNotReadIsNotBufferedWithoutBound) {
   for (int i = 0; i < 500 && server_->stats().backpressure_pauses == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_GE(server_->stats().backpressure_pauses, 1u);  // not ASSERT: the sender thread must be joined
+  EXPECT_GE(server_->stats().backpressure_pauses,
+            1u);  // not ASSERT: the sender thread must be joined
   const size_t during = ResidentBytes();
-  EXPECT_LT(during, before + (48 << 20)) << "resident memory grew from " << before << " to " << during;
+  EXPECT_LT(during, before + (48 << 20))
+      << "resident memory grew from " << before << " to " << during;
   // Reading now gets every answer: reading resumes as the queue drains.
   int answered = 0;
   std::string in;

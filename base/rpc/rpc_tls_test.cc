@@ -27,19 +27,17 @@ class RpcTlsTest : public ::testing::Test {
     Issue("other", "intruder", "app-1", {"127.0.0.1"});
   }
 
-  void Issue(const std::string& ca, const std::string& name,
-             const std::string& cn, std::vector<std::string> hosts) {
+  void Issue(const std::string& ca, const std::string& name, const std::string& cn,
+             std::vector<std::string> hosts) {
     tls::CertificateRequest r;
     r.common_name = cn;
     r.hosts = std::move(hosts);
-    ASSERT_TRUE(tls::IssueCertificate(dir_.path() + "/" + ca,
-                                      dir_.path() + "/certs", name, r)
-                    .ok());
+    ASSERT_TRUE(
+        tls::IssueCertificate(dir_.path() + "/" + ca, dir_.path() + "/certs", name, r).ok());
   }
 
   TlsFiles Files(const std::string& name, const std::string& ca = "ca") const {
-    return TlsFiles{dir_.path() + "/" + ca + "/ca.crt",
-                    dir_.path() + "/certs/" + name + ".crt",
+    return TlsFiles{dir_.path() + "/" + ca + "/ca.crt", dir_.path() + "/certs/" + name + ".crt",
                     dir_.path() + "/certs/" + name + ".key"};
   }
 
@@ -51,16 +49,14 @@ class RpcTlsTest : public ::testing::Test {
     o.worker_threads = 2;
     o.limits.stall_timeout = absl::Milliseconds(500);
     server_ = std::make_unique<RpcServer>(o);
-    server_->Register("who", [](const CallContext& ctx, std::string_view,
-                                std::shared_ptr<Responder> r) {
-      r->Finish(absl::OkStatus(),
-                ctx.principal.empty() ? "(nobody)" : ctx.principal);
-    });
+    server_->Register(
+        "who", [](const CallContext& ctx, std::string_view, std::shared_ptr<Responder> r) {
+          r->Finish(absl::OkStatus(), ctx.principal.empty() ? "(nobody)" : ctx.principal);
+        });
     ASSERT_TRUE(server_->Start().ok());
   }
 
-  absl::StatusOr<std::string> Who(TlsFiles files,
-                                  const std::string& host = "127.0.0.1") {
+  absl::StatusOr<std::string> Who(TlsFiles files, const std::string& host = "127.0.0.1") {
     ClientOptions o;
     o.server = host + ":" + std::to_string(server_->port());
     o.tls = std::move(files);
@@ -159,7 +155,8 @@ TEST_F(RpcTlsTest, ReloadedCertificatesServeNewConnections) {
   ASSERT_EQ(*held.Call("who", "", absl::Seconds(5)), "app-1");
   Issue("ca", "client-renewed", "app-2", {});
   for (const char* ext : {".crt", ".key"}) {
-    const std::string from = dir_.path() + "/certs/client-renewed" + ext, to = dir_.path() + "/certs/client" + ext;
+    const std::string from = dir_.path() + "/certs/client-renewed" + ext,
+                      to = dir_.path() + "/certs/client" + ext;
     ASSERT_EQ(std::rename(from.c_str(), to.c_str()), 0);
   }
   EXPECT_EQ(*Who(Files("client")), "app-1");

@@ -32,14 +32,14 @@ void RpcTransport::Call(std::string_view to, std::string_view method, std::strin
 }
 
 void Serve(RpcServer& server, std::string method, megastore::Handler handler) {
-  server.Register(std::move(method), [handler = std::move(handler)](
-                                         const CallContext&, std::string_view request,
-                                         std::shared_ptr<rpc::Responder> responder) {
-    handler(std::string(request), [responder](absl::StatusOr<std::string> reply) {
-      if (reply.ok()) return responder->Finish(absl::OkStatus(), std::move(*reply));
-      responder->Finish(reply.status());
-    });
-  });
+  server.Register(std::move(method),
+                  [handler = std::move(handler)](const CallContext&, std::string_view request,
+                                                 std::shared_ptr<rpc::Responder> responder) {
+                    handler(std::string(request), [responder](absl::StatusOr<std::string> reply) {
+                      if (reply.ok()) return responder->Finish(absl::OkStatus(), std::move(*reply));
+                      responder->Finish(reply.status());
+                    });
+                  });
 }
 
 }  // namespace megastore::rpc

@@ -27,16 +27,13 @@ struct CertificateRequest {
 
 // Makes a CA in `dir` (created 0700 if missing): ca.key and ca.crt.
 // AlreadyExists if ca.key is there (a CA is never overwritten).
-absl::Status CreateCa(const std::string& dir, const std::string& common_name,
-                      int days = 3650);
+absl::Status CreateCa(const std::string& dir, const std::string& common_name, int days = 3650);
 
 // Issues `request` under the CA in `ca_dir`, writing <out_dir>/<name>.crt
 // and <name>.key (`name` is a file name: letters, digits, '_', '-', '.').
 // AlreadyExists if the key file is there.
-absl::Status IssueCertificate(const std::string& ca_dir,
-                              const std::string& out_dir,
-                              const std::string& name,
-                              const CertificateRequest& request);
+absl::Status IssueCertificate(const std::string& ca_dir, const std::string& out_dir,
+                              const std::string& name, const CertificateRequest& request);
 
 // What a certificate file says, for status pages and `msadmin certs`.
 struct CertificateInfo {
@@ -50,7 +47,6 @@ absl::StatusOr<CertificateInfo> ReadCertificateInfo(const std::string& path);
 
 // OK if the certificate at `cert_path` was issued by the CA certificate at
 // `ca_path` and is valid now; otherwise an error naming why.
-absl::Status VerifyCertificate(const std::string& ca_path,
-                               const std::string& cert_path);
+absl::Status VerifyCertificate(const std::string& ca_path, const std::string& cert_path);
 
 }  // namespace megastore::tls

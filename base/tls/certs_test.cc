@@ -18,8 +18,7 @@ using ::testing::HasSubstr;
 
 int Mode(const std::string& path) {
   struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777)
-                                        : -1;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
 }
 
 TEST(Certs, ACaIssuesCertificatesThatVerifyAgainstItOnly) {
@@ -33,11 +32,9 @@ TEST(Certs, ACaIssuesCertificatesThatVerifyAgainstItOnly) {
   r.hosts = {"127.0.0.1", "localhost", "::1"};
   ASSERT_TRUE(IssueCertificate(ca, dir.path() + "/certs", "A", r).ok());
   EXPECT_EQ(Mode(dir.path() + "/certs/A.key"), 0600);
-  EXPECT_TRUE(
-      VerifyCertificate(ca + "/ca.crt", dir.path() + "/certs/A.crt").ok());
+  EXPECT_TRUE(VerifyCertificate(ca + "/ca.crt", dir.path() + "/certs/A.crt").ok());
 
-  absl::StatusOr<CertificateInfo> info =
-      ReadCertificateInfo(dir.path() + "/certs/A.crt");
+  absl::StatusOr<CertificateInfo> info = ReadCertificateInfo(dir.path() + "/certs/A.crt");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->subject_common_name, "datacenter-A");
   EXPECT_EQ(info->issuer_common_name, "megastore test CA");
@@ -49,10 +46,8 @@ TEST(Certs, ACaIssuesCertificatesThatVerifyAgainstItOnly) {
   // Another CA's certificate does not verify against this one.
   const std::string other = dir.path() + "/other";
   ASSERT_TRUE(CreateCa(other, "another CA").ok());
-  ASSERT_TRUE(
-      IssueCertificate(other, dir.path() + "/certs", "intruder", r).ok());
-  absl::Status s =
-      VerifyCertificate(ca + "/ca.crt", dir.path() + "/certs/intruder.crt");
+  ASSERT_TRUE(IssueCertificate(other, dir.path() + "/certs", "intruder", r).ok());
+  absl::Status s = VerifyCertificate(ca + "/ca.crt", dir.path() + "/certs/intruder.crt");
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("unable to get local issuer certificate"));
 }
@@ -75,22 +70,18 @@ TEST(Certs, NothingIsOverwrittenAndBadInputIsRefusedByName) {
               HasSubstr("neither an IP address"));
   r.hosts = {};
   r.common_name = std::string(65, 'a');
-  EXPECT_THAT(IssueCertificate(ca, dir.path(), "y", r).message(),
-              HasSubstr("1 to 64 bytes"));
+  EXPECT_THAT(IssueCertificate(ca, dir.path(), "y", r).message(), HasSubstr("1 to 64 bytes"));
   r.common_name = "y";
   r.days = 0;
-  EXPECT_THAT(IssueCertificate(ca, dir.path(), "y", r).message(),
-              HasSubstr("1 to 36500 days"));
+  EXPECT_THAT(IssueCertificate(ca, dir.path(), "y", r).message(), HasSubstr("1 to 36500 days"));
   // A CA directory whose key does not match its certificate.
   ASSERT_TRUE(CreateCa(dir.path() + "/ca2", "CA2").ok());
   std::filesystem::copy_file(dir.path() + "/ca2/ca.key", ca + "/ca.key",
                              std::filesystem::copy_options::overwrite_existing);
   r.days = 10;
-  EXPECT_THAT(IssueCertificate(ca, dir.path(), "z", r).message(),
-              HasSubstr("is not the key of"));
+  EXPECT_THAT(IssueCertificate(ca, dir.path(), "z", r).message(), HasSubstr("is not the key of"));
   // Garbage where a certificate should be.
-  ASSERT_TRUE(
-      WriteFileAtomically(dir.path() + "/junk.crt", "not a certificate").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir.path() + "/junk.crt", "not a certificate").ok());
   EXPECT_THAT(ReadCertificateInfo(dir.path() + "/junk.crt").status().message(),
               HasSubstr("no PEM certificate"));
   EXPECT_FALSE(ReadCertificateInfo(dir.path() + "/missing.crt").ok());

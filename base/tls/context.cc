@@ -25,24 +25,20 @@ ProcessDefault<TlsFiles>& TlsDefault() {
   return *d;
 }
 
-absl::StatusOr<std::shared_ptr<ssl::context>> MakeContext(const TlsFiles& files,
-                                                          bool server) {
+absl::StatusOr<std::shared_ptr<ssl::context>> MakeContext(const TlsFiles& files, bool server) {
   if (files.ca.empty() || files.cert.empty() || files.key.empty())
     return absl::InvalidArgumentError(
         "TLS needs all three files: the CA certificate, a certificate and its "
         "key");
-  auto ctx = std::make_shared<ssl::context>(server ? ssl::context::tls_server
-                                                   : ssl::context::tls_client);
+  auto ctx =
+      std::make_shared<ssl::context>(server ? ssl::context::tls_server : ssl::context::tls_client);
   SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_3_VERSION);
   error_code ec;
   auto refuse = [&](const std::string& what, const std::string& file) {
-    return absl::InvalidArgumentError(
-        StrCat("TLS ", what, " ", file, ": ", ec.message()));
+    return absl::InvalidArgumentError(StrCat("TLS ", what, " ", file, ": ", ec.message()));
   };
-  if (ctx->load_verify_file(files.ca, ec); ec)
-    return refuse("CA certificate", files.ca);
-  if (ctx->use_certificate_chain_file(files.cert, ec); ec)
-    return refuse("certificate", files.cert);
+  if (ctx->load_verify_file(files.ca, ec); ec) return refuse("CA certificate", files.ca);
+  if (ctx->use_certificate_chain_file(files.cert, ec); ec) return refuse("certificate", files.cert);
   ctx->use_private_key_file(files.key, ssl::context::pem, ec);
   if ((ec && ec.message().find("mismatch") != std::string::npos) ||
       (!ec && SSL_CTX_check_private_key(ctx->native_handle()) != 1))
@@ -60,8 +56,7 @@ struct Contexts {
   };
   absl::Mutex mu;
   std::map<std::pair<TlsFiles, bool>, Entry> by_files ABSL_GUARDED_BY(mu);
-  std::map<std::string, CertificateInUse> certificates
-      ABSL_GUARDED_BY(mu);  // by path
+  std::map<std::string, CertificateInUse> certificates ABSL_GUARDED_BY(mu);  // by path
   ReloadStats reload ABSL_GUARDED_BY(mu);
 };
 
@@ -73,8 +68,7 @@ Contexts& Shared() {
 CertificateInUse Describe(const std::string& path) {
   CertificateInUse c;
   c.path = path;
-  if (absl::StatusOr<CertificateInfo> info = ReadCertificateInfo(path);
-      info.ok()) {
+  if (absl::StatusOr<CertificateInfo> info = ReadCertificateInfo(path); info.ok()) {
     c.principal = info->subject_common_name;
     c.not_after_unix = info->not_after_unix;
   }
@@ -98,8 +92,7 @@ std::string Label(const std::string& s) {
 }  // namespace
 
 absl::Status CheckTls(const TlsFiles& files) {
-  if (!files.enabled() && files.cert.empty() && files.key.empty())
-    return absl::OkStatus();
+  if (!files.enabled() && files.cert.empty() && files.key.empty()) return absl::OkStatus();
   return MakeContext(files, /*server=*/true).status();
 }
 
@@ -107,8 +100,7 @@ void SetDefaultTls(const TlsFiles& files) { TlsDefault().Set(files); }
 
 TlsFiles DefaultTls() { return TlsDefault().Get(); }
 
-absl::StatusOr<ContextRef> ContextRef::Acquire(const TlsFiles& files,
-                                               bool server) {
+absl::StatusOr<ContextRef> ContextRef::Acquire(const TlsFiles& files, bool server) {
   Contexts& c = Shared();
   ContextRef ref;
   ref.files_ = files;
@@ -124,8 +116,7 @@ absl::StatusOr<ContextRef> ContextRef::Acquire(const TlsFiles& files,
   }
   // Built outside the lock (it reads files); a racing builder's copy is as
   // good as ours.
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<ssl::context> made,
-                      MakeContext(files, server));
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<ssl::context> made, MakeContext(files, server));
   CertificateInUse described = Describe(files.cert);
   absl::MutexLock lock(&c.mu);
   Contexts::Entry& e = c.by_files[{files, server}];
@@ -185,8 +176,7 @@ absl::Status ReloadTls() {
   std::map<std::string, CertificateInUse> certificates;
   absl::Status failed = absl::OkStatus();
   for (const auto& key : keys) {
-    absl::StatusOr<std::shared_ptr<ssl::context>> made =
-        MakeContext(key.first, key.second);
+    absl::StatusOr<std::shared_ptr<ssl::context>> made = MakeContext(key.first, key.second);
     if (!made.ok()) {
       failed = made.status();
       break;
@@ -199,19 +189,16 @@ absl::Status ReloadTls() {
   if (!failed.ok()) {
     ++c.reload.failures;
     c.reload.last_error = std::string(failed.message());
-    return absl::Status(failed.code(), StrCat("kept the certificates in use: ",
-                                              failed.message()));
+    return absl::Status(failed.code(), StrCat("kept the certificates in use: ", failed.message()));
   }
   ++c.reload.reloads;
   c.reload.last_error.clear();
   // Contexts first acquired while we rebuilt stay as they were built.
   for (auto& [key, ctx] : rebuilt) {
     auto it = c.by_files.find(key);
-    if (it != c.by_files.end())
-      it->second.context = std::move(ctx);  // unless released meanwhile
+    if (it != c.by_files.end()) it->second.context = std::move(ctx);  // unless released meanwhile
   }
-  for (auto& [path, cert] : certificates)
-    c.certificates[path] = std::move(cert);
+  for (auto& [path, cert] : certificates) c.certificates[path] = std::move(cert);
   return absl::OkStatus();
 }
 
@@ -237,16 +224,14 @@ std::string TlsMetrics() {
       "(Unix time).\n"
       "# TYPE megastore_tls_certificate_expiry_timestamp_seconds gauge\n";
   for (const CertificateInUse& c : CertificatesInUse())
-    out += StrCat("megastore_tls_certificate_expiry_timestamp_seconds{path=\"",
-                  Label(c.path), "\",principal=\"", Label(c.principal), "\"} ",
-                  c.not_after_unix, "\n");
+    out += StrCat("megastore_tls_certificate_expiry_timestamp_seconds{path=\"", Label(c.path),
+                  "\",principal=\"", Label(c.principal), "\"} ", c.not_after_unix, "\n");
   out += StrCat(
       "# HELP megastore_tls_reloads_total Certificate reloads (SIGHUP): ok "
       "took effect, failed kept the old ones.\n"
       "# TYPE megastore_tls_reloads_total counter\n"
       "megastore_tls_reloads_total{result=\"ok\"} ",
-      r.reloads, "\nmegastore_tls_reloads_total{result=\"failed\"} ",
-      r.failures, "\n");
+      r.reloads, "\nmegastore_tls_reloads_total{result=\"failed\"} ", r.failures, "\n");
   return out;
 }
 
@@ -257,25 +242,20 @@ std::string TlsStatusText() {
   std::string out;
   for (const CertificateInUse& c : certs) {
     const int64_t left = c.not_after_unix - now;
-    out += StrCat(
-        "certificate ", c.path, " (principal ", c.principal, "): expires ",
-        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
-                         absl::FromUnixSeconds(c.not_after_unix),
-                         absl::UTCTimeZone()),
-        left < 0 ? " -- EXPIRED" : StrCat(", in ", left / 86400, " days"),
-        "\n");
+    out += StrCat("certificate ", c.path, " (principal ", c.principal, "): expires ",
+                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixSeconds(c.not_after_unix),
+                                   absl::UTCTimeZone()),
+                  left < 0 ? " -- EXPIRED" : StrCat(", in ", left / 86400, " days"), "\n");
   }
   const ReloadStats r = TlsReloadStats();
   if (r.last_unix != 0)
-    out += StrCat(
-        "last reload at ",
-        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
-                         absl::FromUnixSeconds(r.last_unix),
-                         absl::UTCTimeZone()),
-        r.last_error.empty()
-            ? ": ok"
-            : StrCat(": FAILED, kept the certificates in use: ", r.last_error),
-        "\n");
+    out += StrCat("last reload at ",
+                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixSeconds(r.last_unix),
+                                   absl::UTCTimeZone()),
+                  r.last_error.empty()
+                      ? ": ok"
+                      : StrCat(": FAILED, kept the certificates in use: ", r.last_error),
+                  "\n");
   return out;
 }
 

@@ -5,14 +5,13 @@
 // what happened — what was written, how long each commit took, which
 // replica served each read. `./ms demo` runs it against the embedded
 // default (megastored --local=3).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "api/database.h"
 #include "base/cli.h"
@@ -47,11 +46,12 @@ struct AppServer {
   std::unique_ptr<Database> db;
 };
 
-absl::StatusOr<AppServer> Connect(const megastore::server::ClusterConfig& config, const std::string& local) {
+absl::StatusOr<AppServer> Connect(const megastore::server::ClusterConfig& config,
+                                  const std::string& local) {
   AppServer s;
   s.rpc = std::make_unique<megastore::rpc::RpcTransport>();
-  s.wan = std::make_unique<megastore::DelayedTransport>(megastore::Env::Default(), s.rpc.get(),
-                                                        megastore::server::OneWayFrom(config, local));
+  s.wan = std::make_unique<megastore::DelayedTransport>(
+      megastore::Env::Default(), s.rpc.get(), megastore::server::OneWayFrom(config, local));
   megastore::DatabaseOptions o;
   o.replicas = megastore::server::ReplicasOf(config);
   o.local = local;
@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   megastore::InitProcess();
   CLI::App app{"photoapp_demo: the PhotoApp example application against a running cluster"};
   std::string config_path, local = "A";
-  app.add_option("--config", config_path, "the cluster config (megastored --local writes DATA/cluster.textproto)")
+  app.add_option("--config", config_path,
+                 "the cluster config (megastored --local writes DATA/cluster.textproto)")
       ->required();
   app.add_option("--local", local, "the datacenter this app server runs in")->capture_default_str();
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -101,15 +102,20 @@ int main(int argc, char** argv) {
   Database& db = *here->db;
   std::vector<std::string> names;
   for (const auto& dc : config->datacenters()) names.push_back(dc.name());
-  auto replica = [&](const Transaction& t) { return names[static_cast<size_t>(t.position().replica)]; };
+  auto replica = [&](const Transaction& t) {
+    return names[static_cast<size_t>(t.position().replica)];
+  };
 
-  std::printf("PhotoApp demo: an app server in datacenter %s of a %zu-datacenter cluster\n", local.c_str(),
-              names.size());
+  std::printf("PhotoApp demo: an app server in datacenter %s of a %zu-datacenter cluster\n",
+              local.c_str(), names.size());
   for (const auto& l : config->links())
-    std::printf("  emulated WAN %s-%s: %u ms one way\n", l.a().c_str(), l.b().c_str(), l.one_way_ms());
+    std::printf("  emulated WAN %s-%s: %u ms one way\n", l.a().c_str(), l.b().c_str(),
+                l.one_way_ms());
 
   // 1. Users and photos: one transaction per user (each user is an entity group).
-  std::printf("\n1. Users and their photos, one transaction per user (each user is its own entity group)\n");
+  std::printf(
+      "\n1. Users and their photos, one transaction per user (each user is its own entity "
+      "group)\n");
   struct Person {
     int64_t id;
     const char* name;
@@ -143,15 +149,18 @@ int main(int argc, char** argv) {
     });
     const double ms = Ms(absl::Now() - start);
     if (!r.ok()) {
-      std::printf("  user %lld %s: FAILED: %s\n", static_cast<long long>(p.id), p.name, r.status().ToString().c_str());
+      std::printf("  user %lld %s: FAILED: %s\n", static_cast<long long>(p.id), p.name,
+                  r.status().ToString().c_str());
       return 1;
     }
     if (!r->wrote) {
       // A run against a cluster that already has them: nothing changed,
       // nothing to commit (a read at the group's position).
-      std::printf("  user %lld %-4s + %zu photos   already stored as written (log position %llu; read in %.1f ms)\n",
-                  static_cast<long long>(p.id), p.name, p.photos.size(),
-                  static_cast<unsigned long long>(r->position), ms);
+      std::printf(
+          "  user %lld %-4s + %zu photos   already stored as written (log position %llu; read in "
+          "%.1f ms)\n",
+          static_cast<long long>(p.id), p.name, p.photos.size(),
+          static_cast<unsigned long long>(r->position), ms);
     } else {
       commit_ms.push_back(ms);
       std::printf("  user %lld %-4s + %zu photos   committed at log position %llu in %.1f ms\n",
@@ -173,18 +182,21 @@ int main(int argc, char** argv) {
     auto by_time = (*t)->IndexQuery<Photo>("PhotosByTime", {p.id});
     if (!by_time.ok()) return Failed(by_time.status());
     std::vector<std::string> shown;
-    for (const Photo& ph : *by_time) shown.push_back(StrCat(ph.photo_id(), " [", Join(Tags(ph)), "]"));
-    std::printf("  %s's photos by time (local index, current read served by replica %s, %.1f ms): %s\n", p.name,
-                replica(**t).c_str(), Ms(absl::Now() - start), Join(shown).c_str());
+    for (const Photo& ph : *by_time)
+      shown.push_back(StrCat(ph.photo_id(), " [", Join(Tags(ph)), "]"));
+    std::printf(
+        "  %s's photos by time (local index, current read served by replica %s, %.1f ms): %s\n",
+        p.name, replica(**t).c_str(), Ms(absl::Now() - start), Join(shown).c_str());
   }
   for (const char* tag : {"beach", "mountain"}) {
     absl::Time start = absl::Now();
     auto tagged = db.GlobalIndexQuery<Photo>("PhotosByTag", {std::string(tag)});
     if (!tagged.ok()) return Failed(tagged.status());
     std::vector<std::string> shown;
-    for (const Photo& ph : *tagged) shown.push_back(StrCat("user ", ph.user_id(), " photo ", ph.photo_id()));
-    std::printf("  photos tagged \"%s\" across users (global index, %.1f ms): %s\n", tag, Ms(absl::Now() - start),
-                Join(shown).c_str());
+    for (const Photo& ph : *tagged)
+      shown.push_back(StrCat("user ", ph.user_id(), " photo ", ph.photo_id()));
+    std::printf("  photos tagged \"%s\" across users (global index, %.1f ms): %s\n", tag,
+                Ms(absl::Now() - start), Join(shown).c_str());
   }
 
   // 3. Between entity groups, through a queue.
@@ -194,8 +206,10 @@ int main(int argc, char** argv) {
     return t.Send(User::kTable, {int64_t{2}}, "shared", "1/1");
   });
   if (!sent.ok()) return Failed(sent.status());
-  std::printf("  sent with Ada's commit at position %llu (%.1f ms), delivered to Bob's group exactly once\n",
-              static_cast<unsigned long long>(sent->position), Ms(absl::Now() - start));
+  std::printf(
+      "  sent with Ada's commit at position %llu (%.1f ms), delivered to Bob's group exactly "
+      "once\n",
+      static_cast<unsigned long long>(sent->position), Ms(absl::Now() - start));
   int received = 0;
   start = absl::Now();
   absl::StatusOr<CommitInfo> took = db.Run<User>(User::Key{2}, [&](Transaction& t) {
@@ -221,41 +235,54 @@ int main(int argc, char** argv) {
     return absl::OkStatus();
   });
   if (!took.ok()) return Failed(took.status());
-  std::printf("  Bob's transaction read %d message(s), stored the shared photo as his photo 101 and consumed "
-              "the message (%.1f ms)\n", received, Ms(absl::Now() - start));
+  std::printf(
+      "  Bob's transaction read %d message(s), stored the shared photo as his photo 101 and "
+      "consumed "
+      "the message (%.1f ms)\n",
+      received, Ms(absl::Now() - start));
 
   // 4. Elsewhere.
   const std::string other = local == names.back() ? names.front() : names.back();
   std::printf("\n4. Reading at datacenter %s\n", other.c_str());
   auto there = Connect(*config, other);
   if (!there.ok()) {
-    std::printf("  (no app server at %s: %s)\n", other.c_str(), std::string(there.status().message()).c_str());
+    std::printf("  (no app server at %s: %s)\n", other.c_str(),
+                std::string(there.status().message()).c_str());
   } else {
     for (int round = 1; round <= 2; ++round) {
       start = absl::Now();
       megastore::TransactionOptions quick;
       quick.deadline = absl::Seconds(3);  // a replica that is down should not hold the report up
       auto t = there->db->Begin<User>(User::Key{2}, quick);
-      auto bobs = t.ok() ? (*t)->Query<Photo>({int64_t{2}}) : absl::StatusOr<std::vector<Photo>>(t.status());
+      auto bobs = t.ok() ? (*t)->Query<Photo>({int64_t{2}})
+                         : absl::StatusOr<std::vector<Photo>>(t.status());
       if (!bobs.ok()) {
         std::printf("  could not read there: %s\n", std::string(bobs.status().message()).c_str());
         break;
       }
-      std::printf("  %s read of Bob's group: %zu photos, current read served by replica %s in %.1f ms\n",
-                  round == 1 ? "first" : "second", bobs->size(), replica(**t).c_str(), Ms(absl::Now() - start));
+      std::printf(
+          "  %s read of Bob's group: %zu photos, current read served by replica %s in %.1f ms\n",
+          round == 1 ? "first" : "second", bobs->size(), replica(**t).c_str(),
+          Ms(absl::Now() - start));
     }
   }
 
   std::sort(commit_ms.begin(), commit_ms.end());
   const auto stats = db.context().client->stats();
-  std::printf("\nSummary: %llu commits from %s (%llu on the fast path: the leader's accept, one round trip), "
-              "%llu conflicts retried; %s\n",
-              static_cast<unsigned long long>(stats.commits), local.c_str(),
-              static_cast<unsigned long long>(stats.fast_path), static_cast<unsigned long long>(db.retries()),
-              commit_ms.empty() ? "the users were stored by an earlier run"
-                                : StrCat("user commits took ", fmt::format("{:.1f}-{:.1f}", commit_ms.front(),
-                                                                           commit_ms.back()), " ms").c_str());
-  auto report = db.CheckIndexes({{"User", {int64_t{1}}}, {"User", {int64_t{2}}}, {"User", {int64_t{3}}}});
+  std::printf(
+      "\nSummary: %llu commits from %s (%llu on the fast path: the leader's accept, one round "
+      "trip), "
+      "%llu conflicts retried; %s\n",
+      static_cast<unsigned long long>(stats.commits), local.c_str(),
+      static_cast<unsigned long long>(stats.fast_path),
+      static_cast<unsigned long long>(db.retries()),
+      commit_ms.empty()
+          ? "the users were stored by an earlier run"
+          : StrCat("user commits took ",
+                   fmt::format("{:.1f}-{:.1f}", commit_ms.front(), commit_ms.back()), " ms")
+                .c_str());
+  auto report =
+      db.CheckIndexes({{"User", {int64_t{1}}}, {"User", {int64_t{2}}}, {"User", {int64_t{3}}}});
   if (report.ok())
     std::printf("Index check: %lld entities, %lld index entries, %zu problems\n",
                 static_cast<long long>(report->entities), static_cast<long long>(report->entries),

@@ -65,7 +65,8 @@ class CellChaosTest : public CellTest {
     for (const TabletRecord& r : *records) {
       if (r.location.table != "t") continue;
       ++tablets;
-      EXPECT_EQ(r.location.start_row, at) << "METADATA has a gap or an overlap before " << r.location.tablet_id;
+      EXPECT_EQ(r.location.start_row, at)
+          << "METADATA has a gap or an overlap before " << r.location.tablet_id;
       EXPECT_TRUE(r.split_left.empty()) << r.location.tablet_id << " still marks a split";
       at = r.location.end_row;
     }
@@ -74,14 +75,16 @@ class CellChaosTest : public CellTest {
     // One server per tablet; no overlapping served ranges.
     std::vector<TabletEntry> entries;
     for (const auto& [id, where] : Served(&entries)) {
-      EXPECT_EQ(where.size(), 1u) << "tablet " << id << " is served by " << where.size() << " servers";
+      EXPECT_EQ(where.size(), 1u) << "tablet " << id << " is served by " << where.size()
+                                  << " servers";
     }
     std::vector<TabletEntry> user;
     for (const TabletEntry& e : entries) {
       if (e.table() == "t") user.push_back(e);
     }
-    std::sort(user.begin(), user.end(),
-              [](const TabletEntry& a, const TabletEntry& b) { return a.start_row() < b.start_row(); });
+    std::sort(user.begin(), user.end(), [](const TabletEntry& a, const TabletEntry& b) {
+      return a.start_row() < b.start_row();
+    });
     for (size_t i = 1; i < user.size(); ++i) {
       EXPECT_FALSE(user[i - 1].end_row().empty() || user[i - 1].end_row() > user[i].start_row())
           << "served tablets " << user[i - 1].id() << " and " << user[i].id() << " overlap";
@@ -106,7 +109,8 @@ class CellChaosTest : public CellTest {
         for (size_t j = 0; j < h.size(); ++j) {
           if (h[j] == it->second) at = static_cast<int>(j);
         }
-        ADD_FAILURE() << "row " << k << " does not hold its last acknowledged value (it holds acknowledged write #"
+        ADD_FAILURE() << "row " << k
+                      << " does not hold its last acknowledged value (it holds acknowledged write #"
                       << at << " of " << h.size() << ")";
       }
     }
@@ -180,10 +184,12 @@ TEST_F(CellChaosTest, TheCellStaysWholeUnderRandomFaults) {
           std::string view;
           if (where.ok())
             for (const auto& r : *where)
-              view += StrCat("\n  ", r.location.table, " [", EscapeBytes(r.location.start_row), ", ",
-                             EscapeBytes(r.location.end_row), ") ", r.location.tablet_id, " @", r.location.server,
+              view += StrCat("\n  ", r.location.table, " [", EscapeBytes(r.location.start_row),
+                             ", ", EscapeBytes(r.location.end_row), ") ", r.location.tablet_id,
+                             " @", r.location.server,
                              r.split_left.empty() ? "" : " split_left=" + r.split_left);
-          ADD_FAILURE() << "write of " << key << " failed: " << written << "\nMETADATA now:" << view;
+          ADD_FAILURE() << "write of " << key << " failed: " << written
+                        << "\nMETADATA now:" << view;
           acked.erase(key);
           unknown.insert(key);
         }

@@ -17,7 +17,9 @@ namespace {
 
 // A location worth looking up again: the server does not serve the row, is
 // unreachable, or the tablet is between owners.
-bool Stale(const absl::Status& s) { return IsNotServing(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
+bool Stale(const absl::Status& s) {
+  return IsNotServing(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+}
 
 // The request never left this process: the RPC client could not connect
 // (its message, base/rpc/rpc.cc). Safe to retry even when not idempotent.
@@ -47,17 +49,22 @@ std::shared_ptr<TabletClient> CellClient::Server(const std::string& address) {
 }
 
 CellClientStats CellClient::stats() const {
-  return CellClientStats{lookups_.load(), cache_hits_.load(), metadata_reads_.load(), retries_.load()};
+  return CellClientStats{lookups_.load(), cache_hits_.load(), metadata_reads_.load(),
+                         retries_.load()};
 }
 
 absl::StatusOr<TabletRecord> CellClient::ReadRoot() {
   MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> f,
-                      Await<std::optional<lock::FileInfo>>([&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
-  if (!f) return absl::UnavailableError(StrCat("cell ", options_.cell, " has no root tablet yet (no master has started it)"));
+                      Await<std::optional<lock::FileInfo>>(
+                          [&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
+  if (!f)
+    return absl::UnavailableError(
+        StrCat("cell ", options_.cell, " has no root tablet yet (no master has started it)"));
   return DecodeRootFile(f->contents);
 }
 
-absl::StatusOr<TabletLocation> CellClient::Locate(const std::string& table, const std::string& row) {
+absl::StatusOr<TabletLocation> CellClient::Locate(const std::string& table,
+                                                  const std::string& row) {
   lookups_.fetch_add(1, std::memory_order_relaxed);
   if (std::optional<TabletLocation> hit = cache_.Lookup(table, row)) {
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
@@ -66,7 +73,8 @@ absl::StatusOr<TabletLocation> CellClient::Locate(const std::string& table, cons
   return LocateOnce(table, row, 0);
 }
 
-absl::StatusOr<TabletLocation> CellClient::LocateOnce(const std::string& table, const std::string& row, int depth) {
+absl::StatusOr<TabletLocation> CellClient::LocateOnce(const std::string& table,
+                                                      const std::string& row, int depth) {
   if (std::optional<TabletLocation> hit = cache_.Lookup(table, row)) return *hit;
   if (table == kMetadataTable && row < kRootEndRow) {
     MS_ASSIGN_OR_RETURN(TabletRecord root, ReadRoot());
@@ -94,33 +102,37 @@ absl::StatusOr<TabletLocation> CellClient::LocateOnce(const std::string& table, 
     });
     if (!s.ok()) {
       if (Stale(s)) cache_.Invalidate(kMetadataTable, at);
-      return absl::UnavailableError(StrCat("reading METADATA tablet ", meta.tablet_id, " at ", meta.server, ": ",
-                                           s.message()));
+      return absl::UnavailableError(StrCat("reading METADATA tablet ", meta.tablet_id, " at ",
+                                           meta.server, ": ", s.message()));
     }
     if (first) {
       if (first->location.table != table) {
-        return absl::NotFoundError(StrCat("table ", table, " does not exist in cell ", options_.cell));
+        return absl::NotFoundError(
+            StrCat("table ", table, " does not exist in cell ", options_.cell));
       }
       if (!first->location.Contains(row)) {
         // Between the two METADATA writes of a split: the master or the
         // splitting server completes it.
-        return absl::UnavailableError(StrCat("tablet ", first->location.tablet_id, " of table ", table,
-                                             " is being split"));
+        return absl::UnavailableError(
+            StrCat("tablet ", first->location.tablet_id, " of table ", table, " is being split"));
       }
       if (!first->assigned()) {
-        return absl::UnavailableError(StrCat("tablet ", first->location.tablet_id, " of table ", table,
-                                             " is not assigned yet"));
+        return absl::UnavailableError(StrCat("tablet ", first->location.tablet_id, " of table ",
+                                             table, " is not assigned yet"));
       }
       return first->location;
     }
     // No row at or after `at` in this METADATA tablet: the next one has it.
-    if (meta.end_row.empty()) return absl::NotFoundError(StrCat("table ", table, " does not exist in cell ", options_.cell));
+    if (meta.end_row.empty())
+      return absl::NotFoundError(
+          StrCat("table ", table, " does not exist in cell ", options_.cell));
     at = meta.end_row;
   }
   return absl::InternalError("METADATA lookup did not end");
 }
 
-absl::Status CellClient::ReadMetadataTablet(const TabletLocation& meta, std::vector<TabletRecord>* out) {
+absl::Status CellClient::ReadMetadataTablet(const TabletLocation& meta,
+                                            std::vector<TabletRecord>* out) {
   ReadOptions o;
   o.filter.families = {"loc"};
   RowSet rows;
@@ -148,7 +160,9 @@ absl::StatusOr<std::vector<TabletRecord>> CellClient::Tablets(const std::string&
   MS_RETURN_IF_ERROR(ReadMetadataTablet(root.location, &metas));
   for (const TabletRecord& m : metas) {
     out.push_back(m);
-    if (!m.assigned()) return absl::UnavailableError(StrCat("METADATA tablet ", m.location.tablet_id, " is not assigned yet"));
+    if (!m.assigned())
+      return absl::UnavailableError(
+          StrCat("METADATA tablet ", m.location.tablet_id, " is not assigned yet"));
   }
   for (const TabletRecord& m : metas) {
     std::vector<TabletRecord> users;
@@ -173,7 +187,8 @@ bool CellClient::Backoff(int64_t deadline, absl::Duration* delay) {
 }
 
 template <typename Fn>
-auto CellClient::OnTablet(const std::string& table, const std::string& row, bool retry_unavailable, Fn fn)
+auto CellClient::OnTablet(const std::string& table, const std::string& row, bool retry_unavailable,
+                          Fn fn)
     -> decltype(fn(*static_cast<TabletClient*>(nullptr), TabletLocation{})) {
   const int64_t deadline = env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.retry_for);
   absl::Duration delay = absl::Milliseconds(20);
@@ -200,7 +215,8 @@ absl::Status CellClient::MutateRow(const std::string& table, const std::string& 
 }
 
 absl::StatusOr<bool> CellClient::CheckAndMutateRow(const std::string& table, const std::string& row,
-                                                   const RowFilter& predicate, const std::vector<Mutation>& if_true,
+                                                   const RowFilter& predicate,
+                                                   const std::vector<Mutation>& if_true,
                                                    const std::vector<Mutation>& if_false) {
   return OnTablet(table, row, false, [&](TabletClient& c, const TabletLocation&) {
     return c.CheckAndMutateRow(table, row, predicate, if_true, if_false);
@@ -214,14 +230,16 @@ absl::StatusOr<Row> CellClient::ReadModifyWriteRow(const std::string& table, con
   });
 }
 
-absl::StatusOr<std::optional<Row>> CellClient::ReadRow(const std::string& table, const std::string& row,
+absl::StatusOr<std::optional<Row>> CellClient::ReadRow(const std::string& table,
+                                                       const std::string& row,
                                                        const ReadOptions& options) {
   return OnTablet(table, row, true, [&](TabletClient& c, const TabletLocation&) {
     return c.ReadRow(table, row, options);
   });
 }
 
-absl::Status CellClient::ReadRows(const std::string& table, const RowRange& range, const ReadOptions& options,
+absl::Status CellClient::ReadRows(const std::string& table, const RowRange& range,
+                                  const ReadOptions& options,
                                   const std::function<bool(Row&)>& on_row) {
   std::string at = range.start;
   int64_t delivered = 0;
@@ -315,8 +333,8 @@ void CellBigtable::ReadRow(std::string table, std::string row, ReadOptions optio
 
 void CellBigtable::ReadRows(std::string table, RowRange range, ReadOptions options,
                             Callback<absl::StatusOr<std::vector<Row>>> done) {
-  pool_->Run([this, table = std::move(table), range = std::move(range), options = std::move(options),
-              done = std::move(done)]() mutable {
+  pool_->Run([this, table = std::move(table), range = std::move(range),
+              options = std::move(options), done = std::move(done)]() mutable {
     std::vector<Row> rows;
     absl::Status s = client_->ReadRows(table, range, options, [&](Row& r) {
       rows.push_back(std::move(r));
@@ -327,17 +345,20 @@ void CellBigtable::ReadRows(std::string table, RowRange range, ReadOptions optio
   });
 }
 
-void CellBigtable::MutateRow(std::string table, std::string row, std::vector<Mutation> mutations, int64_t timestamp,
-                             Callback<absl::Status> done) {
-  pool_->Run([this, table = std::move(table), row = std::move(row), mutations = std::move(mutations), timestamp,
-              done = std::move(done)]() mutable { done(client_->MutateRow(table, row, mutations, timestamp)); });
+void CellBigtable::MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
+                             int64_t timestamp, Callback<absl::Status> done) {
+  pool_->Run([this, table = std::move(table), row = std::move(row),
+              mutations = std::move(mutations), timestamp, done = std::move(done)]() mutable {
+    done(client_->MutateRow(table, row, mutations, timestamp));
+  });
 }
 
 void CellBigtable::CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
                                      std::vector<Mutation> if_true, std::vector<Mutation> if_false,
                                      Callback<absl::StatusOr<bool>> done) {
-  pool_->Run([this, table = std::move(table), row = std::move(row), predicate = std::move(predicate),
-              if_true = std::move(if_true), if_false = std::move(if_false), done = std::move(done)]() mutable {
+  pool_->Run([this, table = std::move(table), row = std::move(row),
+              predicate = std::move(predicate), if_true = std::move(if_true),
+              if_false = std::move(if_false), done = std::move(done)]() mutable {
     done(client_->CheckAndMutateRow(table, row, predicate, if_true, if_false));
   });
 }

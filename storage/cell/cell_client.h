@@ -49,7 +49,7 @@ struct CellClientOptions {
 };
 
 struct CellClientStats {
-  uint64_t lookups = 0;         // Locate calls
+  uint64_t lookups = 0;  // Locate calls
   uint64_t cache_hits = 0;
   uint64_t metadata_reads = 0;  // reads of the root or a METADATA tablet
   uint64_t retries = 0;         // operations re-run after a stale location
@@ -80,13 +80,16 @@ class CellClient {
   // cell, but a repeated *old* cell lands after any later delete of it: it
   // stays deleted only in a timestamp_deletes family (schema.proto), which
   // is why Megastore's data families are declared so.
-  absl::Status MutateRow(const std::string& table, const std::string& row, const std::vector<Mutation>& mutations,
+  absl::Status MutateRow(const std::string& table, const std::string& row,
+                         const std::vector<Mutation>& mutations,
                          int64_t timestamp = kServerTimestamp);
   // Retried only when it surely did nothing — the server said it does not
   // serve the row, or could not be connected to; Unavailable otherwise,
   // since it may have happened.
-  absl::StatusOr<bool> CheckAndMutateRow(const std::string& table, const std::string& row, const RowFilter& predicate,
-                                         const std::vector<Mutation>& if_true, const std::vector<Mutation>& if_false);
+  absl::StatusOr<bool> CheckAndMutateRow(const std::string& table, const std::string& row,
+                                         const RowFilter& predicate,
+                                         const std::vector<Mutation>& if_true,
+                                         const std::vector<Mutation>& if_false);
   absl::StatusOr<Row> ReadModifyWriteRow(const std::string& table, const std::string& row,
                                          const std::vector<ReadModifyWriteRule>& rules);
   absl::StatusOr<std::optional<Row>> ReadRow(const std::string& table, const std::string& row,
@@ -107,7 +110,8 @@ class CellClient {
   const CellClientOptions& options() const { return options_; }
 
  private:
-  absl::StatusOr<TabletLocation> LocateOnce(const std::string& table, const std::string& row, int depth);
+  absl::StatusOr<TabletLocation> LocateOnce(const std::string& table, const std::string& row,
+                                            int depth);
   // Runs `fn(server, location)` on the tablet holding (table, row),
   // looking it up again and retrying while `retry(status)`.
   template <typename Fn>
@@ -139,10 +143,11 @@ class CellBigtable : public BigtableClient {
                Callback<absl::StatusOr<std::optional<Row>>> done) override;
   void ReadRows(std::string table, RowRange range, ReadOptions options,
                 Callback<absl::StatusOr<std::vector<Row>>> done) override;
-  void MutateRow(std::string table, std::string row, std::vector<Mutation> mutations, int64_t timestamp,
-                 Callback<absl::Status> done) override;
-  void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate, std::vector<Mutation> if_true,
-                         std::vector<Mutation> if_false, Callback<absl::StatusOr<bool>> done) override;
+  void MutateRow(std::string table, std::string row, std::vector<Mutation> mutations,
+                 int64_t timestamp, Callback<absl::Status> done) override;
+  void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
+                         std::vector<Mutation> if_true, std::vector<Mutation> if_false,
+                         Callback<absl::StatusOr<bool>> done) override;
 
  private:
   struct Pool;

@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<lock::LockService>> ConnectLockService(const std:
       const std::string endpoint = list.substr(start, comma - start);
       start = comma + 1;
       if (!IsHostPort(endpoint))
-        return absl::InvalidArgumentError(StrCat("lock service \"", spec, "\": etcd endpoint \"", endpoint,
-                                                 "\" is not HOST:PORT"));
+        return absl::InvalidArgumentError(StrCat("lock service \"", spec, "\": etcd endpoint \"",
+                                                 endpoint, "\" is not HOST:PORT"));
       o.endpoints.push_back(endpoint);
     }
     return std::unique_ptr<lock::LockService>(std::make_unique<lock::EtcdLockService>(o));

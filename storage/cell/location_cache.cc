@@ -29,7 +29,8 @@ std::string EncodeMetadataSearchKey(const std::string& prefix, const std::string
 
 absl::StatusOr<std::string> MetadataKey(const std::string& table, const std::string& end_row) {
   if (table.empty() || table.find('\0') != std::string::npos)
-    return absl::InvalidArgumentError(StrCat("table name \"", EscapeBytes(table), "\" is empty or holds a NUL"));
+    return absl::InvalidArgumentError(
+        StrCat("table name \"", EscapeBytes(table), "\" is empty or holds a NUL"));
   return EncodeMetadataKey(table, end_row);
 }
 
@@ -42,15 +43,19 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseMetadataKey(const std::
   if (nul == std::string::npos || nul == 0 || nul + 1 >= key.size())
     return absl::InvalidArgumentError(StrCat("\"", EscapeBytes(key), "\" is not a METADATA key"));
   const char kind = key[nul + 1];
-  if (kind == '\1' && key.size() == nul + 2) return std::make_pair(key.substr(0, nul), std::string());
-  if (kind == '\0' && key.size() > nul + 2) return std::make_pair(key.substr(0, nul), key.substr(nul + 2));
+  if (kind == '\1' && key.size() == nul + 2)
+    return std::make_pair(key.substr(0, nul), std::string());
+  if (kind == '\0' && key.size() > nul + 2)
+    return std::make_pair(key.substr(0, nul), key.substr(nul + 2));
   return absl::InvalidArgumentError(StrCat("\"", EscapeBytes(key), "\" is not a METADATA key"));
 }
 
-std::optional<TabletLocation> LocationCache::Lookup(const std::string& table, const std::string& row) const {
+std::optional<TabletLocation> LocationCache::Lookup(const std::string& table,
+                                                    const std::string& row) const {
   absl::MutexLock lock(&mu_);
   auto it = by_key_.lower_bound(MetadataSearchKey(table, row));
-  if (it == by_key_.end() || it->second.table != table || !it->second.Contains(row)) return std::nullopt;
+  if (it == by_key_.end() || it->second.table != table || !it->second.Contains(row))
+    return std::nullopt;
   return it->second;
 }
 
@@ -68,7 +73,8 @@ void LocationCache::Insert(const TabletLocation& location) {
 void LocationCache::Invalidate(const std::string& table, const std::string& row) {
   absl::MutexLock lock(&mu_);
   auto it = by_key_.lower_bound(MetadataSearchKey(table, row));
-  if (it != by_key_.end() && it->second.table == table && it->second.Contains(row)) by_key_.erase(it);
+  if (it != by_key_.end() && it->second.table == table && it->second.Contains(row))
+    by_key_.erase(it);
 }
 
 size_t LocationCache::size() const {

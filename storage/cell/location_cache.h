@@ -24,9 +24,11 @@ struct TabletLocation {
   std::string start_row;  // inclusive
   std::string end_row;    // exclusive; "" = the end of the table
   std::string tablet_id;
-  std::string server;     // HOST:PORT of the tablet server serving it
+  std::string server;  // HOST:PORT of the tablet server serving it
 
-  bool Contains(const std::string& row) const { return start_row <= row && (end_row.empty() || row < end_row); }
+  bool Contains(const std::string& row) const {
+    return start_row <= row && (end_row.empty() || row < end_row);
+  }
 };
 
 // InvalidArgument if `table` is empty or holds a "\0".

@@ -8,13 +8,16 @@ namespace megastore::storage::cell {
 namespace {
 
 TabletLocation Tablet(std::string table, std::string start, std::string end, std::string server) {
-  return TabletLocation{std::move(table), std::move(start), std::move(end), "id-" + server, std::move(server)};
+  return TabletLocation{std::move(table), std::move(start), std::move(end), "id-" + server,
+                        std::move(server)};
 }
 
 TEST(MetadataKeyTest, ATablesTabletsSortByEndRowWithTheLastOneAfterAll) {
-  const std::vector<std::string> ordered = {*MetadataKey("t", "b"), *MetadataKey("t", std::string("b\0", 2)),
-                                            *MetadataKey("t", "m"), *MetadataKey("t", "\xff\xff"),
-                                            *MetadataKey("t", ""), *MetadataKey("t2", "a"), *MetadataKey("t2", "")};
+  const std::vector<std::string> ordered = {
+      *MetadataKey("t", "b"), *MetadataKey("t", std::string("b\0", 2)),
+      *MetadataKey("t", "m"), *MetadataKey("t", "\xff\xff"),
+      *MetadataKey("t", ""),  *MetadataKey("t2", "a"),
+      *MetadataKey("t2", "")};
   for (size_t i = 1; i < ordered.size(); ++i) EXPECT_LT(ordered[i - 1], ordered[i]) << i;
   for (const auto& [table, end] : std::vector<std::pair<std::string, std::string>>{
            {"t", "b"}, {"t", ""}, {"users", std::string("x\0y", 3)}}) {
@@ -25,8 +28,9 @@ TEST(MetadataKeyTest, ATablesTabletsSortByEndRowWithTheLastOneAfterAll) {
   }
   EXPECT_FALSE(MetadataKey("", "x").ok());
   EXPECT_FALSE(MetadataKey(std::string("a\0b", 3), "x").ok());
-  for (const std::string& bad : {std::string("nokey"), std::string("t\0", 2), std::string("t\0\1x", 4),
-                                std::string("t\0\2x", 4), std::string("\0\0x", 3)})
+  for (const std::string& bad :
+       {std::string("nokey"), std::string("t\0", 2), std::string("t\0\1x", 4),
+        std::string("t\0\2x", 4), std::string("\0\0x", 3)})
     EXPECT_FALSE(ParseMetadataKey(bad).ok()) << bad.size();
 }
 
@@ -39,7 +43,9 @@ TEST(MetadataKeyTest, TheSearchKeyFindsTheTabletHoldingARow) {
   metadata[*MetadataKey("t", "")] = "[m,)";
   metadata[*MetadataKey("s", "")] = "s";
   metadata[*MetadataKey("u", "")] = "u";
-  auto holder = [&](const std::string& row) { return metadata.lower_bound(MetadataSearchKey("t", row))->second; };
+  auto holder = [&](const std::string& row) {
+    return metadata.lower_bound(MetadataSearchKey("t", row))->second;
+  };
   EXPECT_EQ(holder(""), "[,b)");
   EXPECT_EQ(holder("a"), "[,b)");
   EXPECT_EQ(holder(std::string("a\xff\xff", 3)), "[,b)");

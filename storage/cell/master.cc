@@ -54,7 +54,8 @@ Master::Master(lock::LockService* lock, Env* env, MasterOptions options,
       // The master is the cell's authority on its tables: what it does to
       // a replicated one its own service has already let through.
       client_(lock, env,
-              CellClientOptions{options_.cell, options_.rpc_timeout, absl::Seconds(2), 64, /*force_replicated=*/true}) {}
+              CellClientOptions{options_.cell, options_.rpc_timeout, absl::Seconds(2), 64,
+                                /*force_replicated=*/true}) {}
 
 Master::~Master() {
   {
@@ -77,7 +78,8 @@ void Master::Start(const std::string& address) {
           elected_ = true;
         }
         live_ = std::make_unique<LiveServers>(
-            lock_, env_, options_.cell, [this](const std::string& s) {
+            lock_, env_, options_.cell,
+            [this](const std::string& s) {
               Event(StrCat("server ", s, " joined"));
               Kick();
             },
@@ -105,14 +107,16 @@ bool Master::is_master() const {
   return elected_ && election_ != nullptr && election_->is_master();
 }
 
-std::string Master::current_master() const { return election_ ? election_->master() : std::string(); }
+std::string Master::current_master() const {
+  return election_ ? election_->master() : std::string();
+}
 
 absl::Status Master::CheckMaster() const {
   if (is_master()) return absl::OkStatus();
   const std::string m = current_master();
-  return absl::FailedPreconditionError(StrCat("this is a standby master of cell ", options_.cell,
-                                              m.empty() ? std::string("; no master holds the lock now")
-                                                        : StrCat("; the master is ", m)));
+  return absl::FailedPreconditionError(StrCat(
+      "this is a standby master of cell ", options_.cell,
+      m.empty() ? std::string("; no master holds the lock now") : StrCat("; the master is ", m)));
 }
 
 void Master::Event(std::string text) {
@@ -146,7 +150,8 @@ void Master::Loop() {
     }
     if (!is_master()) continue;
     absl::MutexLock pass(&pass_mu_);
-    if (absl::Status s = Pass(); !s.ok()) MS_LOG_WARN("master {}: reconcile: {}", options_.cell, s.ToString());
+    if (absl::Status s = Pass(); !s.ok())
+      MS_LOG_WARN("master {}: reconcile: {}", options_.cell, s.ToString());
   }
 }
 
@@ -163,8 +168,9 @@ std::string Master::NewTabletId(const std::string& table) {
 }
 
 absl::StatusOr<std::map<std::string, TableSchema>> Master::ReadSchemas() {
-  MS_ASSIGN_OR_RETURN(lock::Listing listing,
-                      Ask<lock::Listing>([&](auto cb) { lock_->List(TablesDir(options_.cell), std::move(cb)); }));
+  MS_ASSIGN_OR_RETURN(lock::Listing listing, Ask<lock::Listing>([&](auto cb) {
+                        lock_->List(TablesDir(options_.cell), std::move(cb));
+                      }));
   std::map<std::string, TableSchema> out;
   out[kMetadataTable] = MetadataSchema();
   for (const lock::FileInfo& f : listing.files) {
@@ -210,7 +216,8 @@ void Master::ProbeServers() {
     absl::StatusOr<std::optional<lock::FileInfo>> f =
         Ask<std::optional<lock::FileInfo>>([&](auto cb) { lock_->Get(path, std::move(cb)); });
     if (!f.ok() || !f->has_value()) continue;
-    absl::StatusOr<bool> deleted = Ask<bool>([&](auto cb) { lock_->Delete(path, (*f)->version, std::move(cb)); });
+    absl::StatusOr<bool> deleted =
+        Ask<bool>([&](auto cb) { lock_->Delete(path, (*f)->version, std::move(cb)); });
     if (deleted.ok() && *deleted) {
       fenced_until_[s] = now + absl::ToInt64Microseconds(options_.server_ttl + absl::Seconds(1));
       Event(StrCat("server ", s, " unreachable for ", absl::FormatDuration(options_.server_timeout),
@@ -219,7 +226,8 @@ void Master::ProbeServers() {
   }
 }
 
-absl::Status Master::Assign(const std::string& server, const TabletRecord& record, const TableSchema& schema) {
+absl::Status Master::Assign(const std::string& server, const TabletRecord& record,
+                            const TableSchema& schema) {
   std::unique_ptr<TabletClient>& c = assign_clients_[server];
   if (c == nullptr) c = std::make_unique<TabletClient>(server, options_.assign_timeout);
   return c->AssignTablet(EntryOf(record), schema, record.is_new);
@@ -244,15 +252,19 @@ std::string Master::LeastLoaded() {
   return best;
 }
 
-absl::Status Master::WriteRecord(const TabletRecord& record, const std::string& expected_id, const std::string& event) {
+absl::Status Master::WriteRecord(const TabletRecord& record, const std::string& expected_id,
+                                 const std::string& event) {
   if (IsRoot(record)) {
-    return Ask<int64_t>([&](auto cb) { lock_->Put(RootFile(options_.cell), EncodeRootFile(record), 0, std::move(cb)); })
+    return Ask<int64_t>([&](auto cb) {
+             lock_->Put(RootFile(options_.cell), EncodeRootFile(record), 0, std::move(cb));
+           })
         .status();
   }
   absl::StatusOr<bool> matched;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    matched = client_.CheckAndMutateRow(kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
-                                        IdIs(expected_id), RecordMutations(record, event, env_->NowMicros()), {});
+    matched = client_.CheckAndMutateRow(
+        kMetadataTable, RowKeyOf(record.location.table, record.location.end_row), IdIs(expected_id),
+        RecordMutations(record, event, env_->NowMicros()), {});
     // An unknown outcome: writing the same record (same id) again is
     // harmless; a write that changes the id is the caller's to check.
     if (matched.ok() || record.location.tablet_id != expected_id ||
@@ -274,10 +286,13 @@ absl::Status Master::CreateRecord(const TabletRecord& record, const std::string&
   any_id.qualifier_match = RowFilter::QualifierMatch::kExact;
   any_id.qualifier = "id";
   MS_ASSIGN_OR_RETURN(bool exists,
-                      client_.CheckAndMutateRow(kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
-                                                any_id, {}, RecordMutations(record, event, env_->NowMicros())));
-  if (exists) return absl::AlreadyExistsError(StrCat("METADATA already has a tablet of ", record.location.table,
-                                                     " ending at \"", EscapeBytes(record.location.end_row), "\""));
+                      client_.CheckAndMutateRow(
+                          kMetadataTable, RowKeyOf(record.location.table, record.location.end_row),
+                          any_id, {}, RecordMutations(record, event, env_->NowMicros())));
+  if (exists)
+    return absl::AlreadyExistsError(StrCat("METADATA already has a tablet of ",
+                                           record.location.table, " ending at \"",
+                                           EscapeBytes(record.location.end_row), "\""));
   return absl::OkStatus();
 }
 
@@ -297,7 +312,8 @@ absl::Status Master::SplitLog(const std::string& log) {
   std::map<std::string, std::string> pieces;
   uint64_t records = 0, bytes = 0;
   MS_RETURN_IF_ERROR(reader->Replay(0, [&](const commitlog::Record& r) -> absl::Status {
-    if (r.tablet_id.empty()) return absl::OkStatus();  // a stand-in for a write refused on a full disk
+    if (r.tablet_id.empty())
+      return absl::OkStatus();  // a stand-in for a write refused on a full disk
     commitlog::AppendRecord(&pieces[std::string(r.tablet_id)], r.lsn, r.tablet_id, r.payload);
     ++records;
     bytes += r.payload.size();
@@ -306,21 +322,24 @@ absl::Status Master::SplitLog(const std::string& log) {
   reader.reset();
   for (const auto& [id, data] : pieces) {
     if (ValidateName(id, "tablet id").ok() == false) {
-      return absl::DataLossError(StrCat("commit log ", dir.string(), " holds records of a malformed tablet id \"",
+      return absl::DataLossError(StrCat("commit log ", dir.string(),
+                                        " holds records of a malformed tablet id \"",
                                         EscapeBytes(id), "\""));
     }
     const fs::path piece_dir = fs::path(options_.data_root) / "recovered" / id;
     std::error_code ec;
     fs::create_directories(piece_dir, ec);
-    if (ec) return absl::InternalError(StrCat("cannot create ", piece_dir.string(), ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(StrCat("cannot create ", piece_dir.string(), ": ", ec.message()));
     MS_RETURN_IF_ERROR(WriteFileAtomically((piece_dir / log).string(), data));
   }
   // Every record is in a piece now: the log itself is no longer needed.
   std::error_code ec;
   fs::remove_all(dir, ec);
   split_logs_.insert(log);
-  Event(StrCat("split commit log ", log, ": ", records, " records (", bytes, " bytes) into ", pieces.size(),
-               " tablet pieces in ", (env_->MonotonicMicros() - start) / 1000, " ms"));
+  Event(StrCat("split commit log ", log, ": ", records, " records (", bytes, " bytes) into ",
+               pieces.size(), " tablet pieces in ", (env_->MonotonicMicros() - start) / 1000,
+               " ms"));
   return absl::OkStatus();
 }
 
@@ -339,7 +358,8 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
       if (!p->second.reachable || p->second.serving.contains(record.location.tablet_id)) return;
       absl::Status s = Assign(record.location.server, record, schema->second);
       if (!s.ok()) {
-        Event(StrCat("tablet ", record.location.tablet_id, ": ", record.location.server, " did not load it: ", s.message()));
+        Event(StrCat("tablet ", record.location.tablet_id, ": ", record.location.server,
+                     " did not load it: ", s.message()));
         return;
       }
       p->second.serving[record.location.tablet_id] = kUnknownSize;
@@ -350,13 +370,16 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
       return;
     }
     if (p != probes_.end() && p->second.log.empty()) return;  // not probed yet
-    if (auto f = fenced_until_.find(record.location.server); f != fenced_until_.end() && f->second > now) return;
+    if (auto f = fenced_until_.find(record.location.server);
+        f != fenced_until_.end() && f->second > now)
+      return;
     // Its server is gone (or restarted as a new incarnation): its log holds
     // what the tablet had not flushed.
     if (!record.log.empty()) {
       if (absl::Status s = SplitLog(record.log); !s.ok()) {
-        Event(StrCat("cannot split commit log ", record.log, " of dead server ", record.location.server, ": ",
-                     s.ToString(), "; its tablets stay unassigned until it is repaired"));
+        Event(StrCat("cannot split commit log ", record.log, " of dead server ",
+                     record.location.server, ": ", s.ToString(),
+                     "; its tablets stay unassigned until it is repaired"));
         return;
       }
     }
@@ -367,17 +390,20 @@ void Master::EnsureServed(TabletRecord& record, const std::map<std::string, Tabl
   TabletRecord next = record;
   next.location.server = target;
   next.log = probes_[target].log;
-  const std::string event = from.empty() ? StrCat("assigned to ", target)
-                                         : StrCat("recovered from dead server ", from, ", assigned to ", target);
+  const std::string event =
+      from.empty() ? StrCat("assigned to ", target)
+                   : StrCat("recovered from dead server ", from, ", assigned to ", target);
   if (absl::Status s = WriteRecord(next, record.location.tablet_id, event); !s.ok()) {
-    Event(StrCat("tablet ", record.location.tablet_id, ": recording its assignment failed: ", s.message()));
+    Event(StrCat("tablet ", record.location.tablet_id,
+                 ": recording its assignment failed: ", s.message()));
     return;
   }
   record = next;
   ++assigned_this_pass_[target];
   absl::Status s = Assign(target, record, schema->second);
   if (!s.ok()) {
-    Event(StrCat("tablet ", record.location.tablet_id, ": ", target, " did not load it: ", s.message()));
+    Event(StrCat("tablet ", record.location.tablet_id, ": ", target,
+                 " did not load it: ", s.message()));
     return;
   }
   probes_[target].serving[record.location.tablet_id] = kUnknownSize;
@@ -394,13 +420,15 @@ void Master::FixSplits(std::vector<TabletRecord>& records) {
   for (size_t i = 1; i < records.size(); ++i) {
     const TabletRecord& prev = records[i - 1];
     const TabletRecord& r = records[i];
-    if (prev.location.table != r.location.table || r.location.start_row > prev.location.start_row) continue;
+    if (prev.location.table != r.location.table || r.location.start_row > prev.location.start_row)
+      continue;
     RowFilter still = IdIs(prev.location.tablet_id);
     absl::StatusOr<bool> deleted = client_.CheckAndMutateRow(
-        kMetadataTable, RowKeyOf(prev.location.table, prev.location.end_row), still, {Mutation::DeleteRow()}, {});
+        kMetadataTable, RowKeyOf(prev.location.table, prev.location.end_row), still,
+        {Mutation::DeleteRow()}, {});
     if (deleted.ok() && *deleted) {
-      Event(StrCat("completed an interrupted merge: removed the row of ", prev.location.tablet_id, ", covered by ",
-                   r.location.tablet_id));
+      Event(StrCat("completed an interrupted merge: removed the row of ", prev.location.tablet_id,
+                   ", covered by ", r.location.tablet_id));
       records.erase(records.begin() + static_cast<long>(i - 1));
       --i;
     }
@@ -417,7 +445,9 @@ void Master::FixSplits(std::vector<TabletRecord>& records) {
       left.location.end_row = r.location.start_row;
       left.location.tablet_id = r.split_left;
       left.split_left.clear();
-      if (absl::Status s = CreateRecord(left, StrCat("split from its parent (completed by the master)")); !s.ok()) {
+      if (absl::Status s =
+              CreateRecord(left, StrCat("split from its parent (completed by the master)"));
+          !s.ok()) {
         Event(StrCat("completing the split of ", r.location.tablet_id, ": ", s.message()));
         continue;
       }
@@ -441,7 +471,8 @@ absl::Status Master::Pass() {
   // The root tablet: /<cell>/root, created with the first METADATA tablet
   // in a new cell.
   MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> root_file,
-                      Ask<std::optional<lock::FileInfo>>([&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
+                      Ask<std::optional<lock::FileInfo>>(
+                          [&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
   TabletRecord root;
   if (!root_file) {
     if (LeastLoaded().empty()) return absl::OkStatus();  // wait for a server
@@ -450,7 +481,8 @@ absl::Status Master::Pass() {
     root.location.tablet_id = kRootTabletId;
     root.is_new = true;
     MS_ASSIGN_OR_RETURN(bool created, Ask<bool>([&](auto cb) {
-                          lock_->Create(RootFile(options_.cell), EncodeRootFile(root), 0, std::move(cb));
+                          lock_->Create(RootFile(options_.cell), EncodeRootFile(root), 0,
+                                        std::move(cb));
                         }));
     if (!created) return absl::AbortedError("another master created the root tablet meanwhile");
     Event("new cell: created the root tablet");
@@ -460,8 +492,9 @@ absl::Status Master::Pass() {
   EnsureServed(root, schemas);
   if (!root.assigned() || !Reachable(root.location.server) ||
       !probes_[root.location.server].serving.contains(root.location.tablet_id)) {
-    return absl::UnavailableError(StrCat("the root tablet is not served yet",
-                                         root.assigned() ? StrCat(" (assigned to ", root.location.server, ")") : ""));
+    return absl::UnavailableError(
+        StrCat("the root tablet is not served yet",
+               root.assigned() ? StrCat(" (assigned to ", root.location.server, ")") : ""));
   }
 
   std::vector<TabletRecord> metas;
@@ -550,7 +583,8 @@ absl::Status Master::Pass() {
   return absl::OkStatus();
 }
 
-void Master::Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas,
+void Master::Balance(const std::vector<TabletRecord>& records,
+                     const std::map<std::string, TableSchema>& schemas,
                      const std::set<std::string>& keep) {
   if (options_.balance_margin <= 0) return;
   std::string most, least;
@@ -571,7 +605,8 @@ void Master::Balance(const std::vector<TabletRecord>& records, const std::map<st
     return;
   }
   for (const TabletRecord& r : records) {
-    if (r.location.server != most || !probes_[most].serving.contains(r.location.tablet_id)) continue;
+    if (r.location.server != most || !probes_[most].serving.contains(r.location.tablet_id))
+      continue;
     if (keep.contains(r.location.tablet_id)) continue;
     if (absl::Status s = Move(r, least, schemas); !s.ok()) {
       Event(StrCat("balancing: moving ", r.location.tablet_id, " to ", least, ": ", s.message()));
@@ -591,7 +626,8 @@ std::set<std::string> Master::MergeSmall(const std::vector<TabletRecord>& record
     auto it = p->second.serving.find(r.location.tablet_id);
     if (it == p->second.serving.end() || it->second >= kUnknownSize) return std::nullopt;
     auto seen = first_seen_.find(r.location.tablet_id);
-    if (seen == first_seen_.end() || now - seen->second < absl::ToInt64Microseconds(options_.merge_after)) {
+    if (seen == first_seen_.end() ||
+        now - seen->second < absl::ToInt64Microseconds(options_.merge_after)) {
       return std::nullopt;
     }
     return it->second;
@@ -602,7 +638,8 @@ std::set<std::string> Master::MergeSmall(const std::vector<TabletRecord>& record
   for (size_t i = 1; i < records.size(); ++i) {
     const TabletRecord& a = records[i - 1];
     const TabletRecord& b = records[i];
-    if (a.location.table != b.location.table || a.location.end_row != b.location.start_row) continue;
+    if (a.location.table != b.location.table || a.location.end_row != b.location.start_row)
+      continue;
     if (!a.split_left.empty() || !b.split_left.empty()) continue;
     const std::optional<uint64_t> sa = size_of(a), sb = size_of(b);
     if (!sa || !sb || *sa + *sb >= options_.merge_threshold_bytes) continue;
@@ -620,21 +657,24 @@ std::set<std::string> Master::MergeSmall(const std::vector<TabletRecord>& record
   if (a.location.server != b.location.server) {
     // Neighbours on one server first; the merge follows in a later pass.
     if (absl::Status s = Move(b, a.location.server, schemas); !s.ok()) {
-      Event(StrCat("merging: moving ", b.location.tablet_id, " to ", a.location.server, ": ", s.message()));
+      Event(StrCat("merging: moving ", b.location.tablet_id, " to ", a.location.server, ": ",
+                   s.message()));
     }
     return pairs;
   }
-  auto merged = client_.Server(a.location.server)->MergeTablets(a.location.tablet_id, b.location.tablet_id);
+  auto merged =
+      client_.Server(a.location.server)->MergeTablets(a.location.tablet_id, b.location.tablet_id);
   if (!merged.ok()) {
-    Event(StrCat("merging ", a.location.tablet_id, " and ", b.location.tablet_id, ": ", merged.status().message()));
+    Event(StrCat("merging ", a.location.tablet_id, " and ", b.location.tablet_id, ": ",
+                 merged.status().message()));
     return pairs;
   }
   Probe& p = probes_[a.location.server];
   p.serving.erase(a.location.tablet_id);
   p.serving.erase(b.location.tablet_id);
   p.serving[merged->id()] = kUnknownSize;
-  Event(StrCat("merged ", a.location.tablet_id, " and ", b.location.tablet_id, " (", first_size, " bytes) into ",
-               merged->id(), " on ", a.location.server));
+  Event(StrCat("merged ", a.location.tablet_id, " and ", b.location.tablet_id, " (", first_size,
+               " bytes) into ", merged->id(), " on ", a.location.server));
   return pairs;  // one merge per pass
 }
 
@@ -642,10 +682,12 @@ absl::Status Master::Move(TabletRecord record, const std::string& to,
                           const std::map<std::string, TableSchema>& schemas) {
   auto dest = probes_.find(to);
   if (dest == probes_.end() || !dest->second.reachable || dest->second.log.empty()) {
-    return absl::FailedPreconditionError(StrCat(to, " is not a live tablet server of cell ", options_.cell));
+    return absl::FailedPreconditionError(
+        StrCat(to, " is not a live tablet server of cell ", options_.cell));
   }
   auto schema = schemas.find(record.location.table);
-  if (schema == schemas.end()) return absl::NotFoundError(StrCat("no schema for table ", record.location.table));
+  if (schema == schemas.end())
+    return absl::NotFoundError(StrCat("no schema for table ", record.location.table));
   const std::string from = record.location.server;
   if (from == to) return absl::OkStatus();
   // Unload first (it flushes: the new server needs nothing of the old
@@ -658,7 +700,8 @@ absl::Status Master::Move(TabletRecord record, const std::string& to,
   TabletRecord next = record;
   next.location.server = to;
   next.log = dest->second.log;
-  MS_RETURN_IF_ERROR(WriteRecord(next, record.location.tablet_id, StrCat("moved from ", from, " to ", to)));
+  MS_RETURN_IF_ERROR(
+      WriteRecord(next, record.location.tablet_id, StrCat("moved from ", from, " to ", to)));
   MS_RETURN_IF_ERROR(Assign(to, next, schema->second));
   dest->second.serving[record.location.tablet_id] = kUnknownSize;
   Event(StrCat("tablet ", record.location.tablet_id, " moved from ", from, " to ", to));
@@ -711,10 +754,12 @@ void Master::CollectGarbage(const std::vector<TabletRecord>& records) {
 
 // ---- operations ----------------------------------------------------------------------------
 
-absl::Status Master::CreateTable(const TableSchema& schema, const std::vector<std::string>& initial_splits) {
+absl::Status Master::CreateTable(const TableSchema& schema,
+                                 const std::vector<std::string>& initial_splits) {
   MS_RETURN_IF_ERROR(CheckMaster());
   MS_RETURN_IF_ERROR(ValidateName(schema.name(), "table"));
-  if (schema.name() == kMetadataTable) return absl::InvalidArgumentError("table name METADATA is the cell's own");
+  if (schema.name() == kMetadataTable)
+    return absl::InvalidArgumentError("table name METADATA is the cell's own");
   MS_RETURN_IF_ERROR(CompiledSchema::Compile(schema).status());
   for (size_t i = 0; i < initial_splits.size(); ++i) {
     if (initial_splits[i].empty() || (i > 0 && initial_splits[i] <= initial_splits[i - 1])) {
@@ -724,12 +769,14 @@ absl::Status Master::CreateTable(const TableSchema& schema, const std::vector<st
   absl::MutexLock pass(&pass_mu_);
   absl::Status ready = Pass();
   if (!ready.ok() || !metadata_ready_) {
-    return absl::UnavailableError(StrCat("cell ", options_.cell, " is not ready: its METADATA is not served yet",
-                                         ready.ok() ? std::string() : StrCat(" (", ready.message(), ")"),
-                                         "; are its tablet servers up?"));
+    return absl::UnavailableError(
+        StrCat("cell ", options_.cell, " is not ready: its METADATA is not served yet",
+               ready.ok() ? std::string() : StrCat(" (", ready.message(), ")"),
+               "; are its tablet servers up?"));
   }
   MS_ASSIGN_OR_RETURN(bool created, Ask<bool>([&](auto cb) {
-                        lock_->Create(TableFile(options_.cell, schema.name()), EncodeTableFile(schema), 0, std::move(cb));
+                        lock_->Create(TableFile(options_.cell, schema.name()),
+                                      EncodeTableFile(schema), 0, std::move(cb));
                       }));
   if (!created) return absl::AlreadyExistsError(StrCat("table ", schema.name(), " already exists"));
   std::string start;
@@ -763,7 +810,8 @@ absl::Status Master::DeleteTable(const std::string& name) {
       (void)client_.Server(r.location.server)->UnloadTablet(r.location.tablet_id);
       servers.insert(r.location.server);
     }
-    MS_RETURN_IF_ERROR(client_.MutateRow(kMetadataTable, RowKeyOf(name, r.location.end_row), {Mutation::DeleteRow()}));
+    MS_RETURN_IF_ERROR(client_.MutateRow(kMetadataTable, RowKeyOf(name, r.location.end_row),
+                                         {Mutation::DeleteRow()}));
   }
   for (const std::string& s : servers) (void)client_.Server(s)->DeleteTable(name);
   Event(StrCat("deleted table ", name));
@@ -782,7 +830,8 @@ absl::Status Master::UpdateTable(const TableSchema& schema) {
   MS_ASSIGN_OR_RETURN(auto to, CompiledSchema::Compile(schema));
   MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*from, *to));
   MS_RETURN_IF_ERROR(Ask<int64_t>([&](auto cb) {
-                       lock_->Put(TableFile(options_.cell, schema.name()), EncodeTableFile(schema), 0, std::move(cb));
+                       lock_->Put(TableFile(options_.cell, schema.name()), EncodeTableFile(schema),
+                                  0, std::move(cb));
                      }).status());
   // Servers loading a tablet later get the new schema with it.
   MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets(schema.name()));
@@ -804,14 +853,18 @@ absl::StatusOr<std::vector<TableSchema>> Master::ListTables() {
   return out;
 }
 
-absl::StatusOr<std::vector<TabletEntry>> Master::SplitTablet(const std::string& tablet_id, const std::string& row) {
+absl::StatusOr<std::vector<TabletEntry>> Master::SplitTablet(const std::string& tablet_id,
+                                                             const std::string& row) {
   MS_RETURN_IF_ERROR(CheckMaster());
   MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets());
   for (const TabletRecord& r : records) {
     if (r.location.tablet_id != tablet_id) continue;
-    if (r.location.table == kMetadataTable && IsRoot(r)) return absl::InvalidArgumentError("the root tablet never splits");
-    if (!r.assigned()) return absl::UnavailableError(StrCat("tablet ", tablet_id, " is not assigned yet"));
-    MS_ASSIGN_OR_RETURN(std::vector<TabletEntry> children, client_.Server(r.location.server)->SplitTablet(tablet_id, row));
+    if (r.location.table == kMetadataTable && IsRoot(r))
+      return absl::InvalidArgumentError("the root tablet never splits");
+    if (!r.assigned())
+      return absl::UnavailableError(StrCat("tablet ", tablet_id, " is not assigned yet"));
+    MS_ASSIGN_OR_RETURN(std::vector<TabletEntry> children,
+                        client_.Server(r.location.server)->SplitTablet(tablet_id, row));
     Kick();
     return children;
   }

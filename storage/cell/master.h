@@ -88,7 +88,8 @@ class Master {
  public:
   // `lock` and `env` must outlive the master. `on_lost` runs once if the
   // master loses its lock after winning it.
-  Master(lock::LockService* lock, Env* env, MasterOptions options, std::function<void(const absl::Status&)> on_lost);
+  Master(lock::LockService* lock, Env* env, MasterOptions options,
+         std::function<void(const absl::Status&)> on_lost);
   ~Master();
 
   // Campaigns with `address` (this master's RPC address, written in the
@@ -101,7 +102,8 @@ class Master {
   // ---- operations (FailedPrecondition on a standby, naming the master) ----
   // A new table, one tablet per range between `initial_splits`.
   // AlreadyExists, InvalidArgument for a bad name/schema/splits.
-  absl::Status CreateTable(const TableSchema& schema, const std::vector<std::string>& initial_splits);
+  absl::Status CreateTable(const TableSchema& schema,
+                           const std::vector<std::string>& initial_splits);
   // Unloads and forgets the table's tablets; their directories go with the
   // next garbage collection. NotFound if absent.
   absl::Status DeleteTable(const std::string& name);
@@ -110,7 +112,8 @@ class Master {
   absl::StatusOr<std::vector<TableSchema>> ListTables();
   // Asks the tablet's server to split it (at the middle row if `row` is
   // empty).
-  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& tablet_id, const std::string& row);
+  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& tablet_id,
+                                                       const std::string& row);
   // Unloads the tablet from its server and assigns it to `server`.
   absl::Status MoveTablet(const std::string& tablet_id, const std::string& server);
   // A tablet server's report of a split it committed (a wake-up: the next
@@ -140,25 +143,29 @@ class Master {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // Writes `record` where it is recorded (the root file, or its METADATA
   // row if that still names `expected_id`). Aborted if METADATA changed.
-  absl::Status WriteRecord(const TabletRecord& record, const std::string& expected_id, const std::string& event);
+  absl::Status WriteRecord(const TabletRecord& record, const std::string& expected_id,
+                           const std::string& event);
   absl::Status CreateRecord(const TabletRecord& record, const std::string& event);
   absl::Status SplitLog(const std::string& log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   void FixSplits(std::vector<TabletRecord>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // Moves one tablet (not one of `keep`) from the busiest server.
-  void Balance(const std::vector<TabletRecord>& records, const std::map<std::string, TableSchema>& schemas,
-               const std::set<std::string>& keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  void Balance(const std::vector<TabletRecord>& records,
+               const std::map<std::string, TableSchema>& schemas, const std::set<std::string>& keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // Merges (or brings together) one pair of small neighbours; returns the
   // ids of every tablet in such a pair, which balancing leaves alone.
   std::set<std::string> MergeSmall(const std::vector<TabletRecord>& records,
                                    const std::map<std::string, TableSchema>& schemas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
-  absl::Status Move(TabletRecord record, const std::string& to, const std::map<std::string, TableSchema>& schemas)
+  absl::Status Move(TabletRecord record, const std::string& to,
+                    const std::map<std::string, TableSchema>& schemas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
-  void CollectGarbage(const std::vector<TabletRecord>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  void CollectGarbage(const std::vector<TabletRecord>& records)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   std::string LeastLoaded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // Tells `server` to serve `record` (with a timeout long enough to replay).
-  absl::Status Assign(const std::string& server, const TabletRecord& record, const TableSchema& schema)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  absl::Status Assign(const std::string& server, const TabletRecord& record,
+                      const TableSchema& schema) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   // Whether `server` answered this pass's probe.
   bool Reachable(const std::string& server) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   void Event(std::string text);
@@ -182,7 +189,8 @@ class Master {
   std::map<std::string, int64_t> fenced_until_ ABSL_GUARDED_BY(pass_mu_);
   std::map<std::string, int> assigned_this_pass_ ABSL_GUARDED_BY(pass_mu_);
   std::set<std::string> split_logs_ ABSL_GUARDED_BY(pass_mu_);
-  std::map<std::string, int64_t> first_seen_ ABSL_GUARDED_BY(pass_mu_);  // tablet id -> monotonic micros
+  std::map<std::string, int64_t> first_seen_
+      ABSL_GUARDED_BY(pass_mu_);  // tablet id -> monotonic micros
   int64_t passes_ ABSL_GUARDED_BY(pass_mu_) = 0;
   // The last pass read the root and every METADATA tablet.
   bool metadata_ready_ ABSL_GUARDED_BY(pass_mu_) = false;
@@ -209,12 +217,14 @@ class MasterClient {
  public:
   explicit MasterClient(std::string address, absl::Duration timeout = absl::Seconds(30));
   ~MasterClient();
-  absl::Status CreateTable(const TableSchema& schema, const std::vector<std::string>& initial_splits = {});
+  absl::Status CreateTable(const TableSchema& schema,
+                           const std::vector<std::string>& initial_splits = {});
   // `force`: even a table Megastore replicates (TableSchema.replicated).
   absl::Status DeleteTable(const std::string& name, bool force = false);
   absl::Status UpdateTable(const TableSchema& schema, bool force = false);
   absl::StatusOr<std::vector<TableSchema>> ListTables();
-  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& tablet_id, const std::string& row);
+  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& tablet_id,
+                                                       const std::string& row);
   absl::Status MoveTablet(const std::string& tablet_id, const std::string& server);
   absl::Status ReportSplit(const ReportSplitRequest& report);
   absl::StatusOr<CellState> State();
@@ -233,8 +243,9 @@ class MasterClient {
 // no longer names the parent (the master moved or recovered it); Unknown if
 // the first write's outcome cannot be learned (the server must then serve
 // neither the parent nor the children, and let the master decide).
-absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server, const std::string& log,
-                         const TabletEntry& parent, const std::vector<TabletEntry>& children);
+absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server,
+                         const std::string& log, const TabletEntry& parent,
+                         const std::vector<TabletEntry>& children);
 
 // The tablet server's side of a merge (TabletServerOptions::commit_merge):
 // one check-and-mutate of the right tablet's row (only if it still names
@@ -243,7 +254,8 @@ absl::Status CommitSplit(CellClient* client, Env* env, const std::string& server
 // tablet). Committed after the first write: a left row left behind is
 // found by the master (a row covered by the next one) and deleted. Unknown
 // if the first write's outcome cannot be learned.
-absl::Status CommitMerge(CellClient* client, Env* env, const std::string& server, const std::string& log,
-                         const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged);
+absl::Status CommitMerge(CellClient* client, Env* env, const std::string& server,
+                         const std::string& log, const TabletEntry& left, const TabletEntry& right,
+                         const TabletEntry& merged);
 
 }  // namespace megastore::storage::cell

@@ -159,9 +159,11 @@ TEST_F(CellTest, MovesAndSplitsOnRequestAndStaleCachesRecover) {
   auto t = client_->Tablets("t");
   ASSERT_TRUE(t.ok());
   const TabletRecord tablet = t->back();
-  const std::string other = servers_[0]->address == tablet.location.server ? servers_[1]->address : servers_[0]->address;
+  const std::string other =
+      servers_[0]->address == tablet.location.server ? servers_[1]->address : servers_[0]->address;
   ASSERT_TRUE(master.MoveTablet(tablet.location.tablet_id, other).ok());
-  EXPECT_TRUE(absl::IsFailedPrecondition(master.MoveTablet(tablet.location.tablet_id, "127.0.0.1:1")));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(master.MoveTablet(tablet.location.tablet_id, "127.0.0.1:1")));
   EXPECT_TRUE(absl::IsNotFound(master.MoveTablet("no-such-tablet", other)));
   const uint64_t retries = client_->stats().retries;
   EXPECT_EQ(ReadAll(*client_).size(), 100u);  // the stale entry is found out and looked up again
@@ -185,14 +187,17 @@ TEST_F(CellTest, TheMasterCompletesASplitWhoseServerStoppedHalfway) {
   WriteRows(0, 100);
   // Only the first METADATA write of the split happens (the server "died"
   // right after it): the right child owns the parent's row, marked.
-  commit_split_hook_ = [this](const std::string& server, const std::string& log, const TabletEntry& parent,
+  commit_split_hook_ = [this](const std::string& server, const std::string& log,
+                              const TabletEntry& parent,
                               const std::vector<TabletEntry>& children) -> absl::Status {
     TabletRecord right;
-    right.location = TabletLocation{"t", children[1].start_row(), children[1].end_row(), children[1].id(), server};
+    right.location = TabletLocation{"t", children[1].start_row(), children[1].end_row(),
+                                    children[1].id(), server};
     right.log = log;
     right.split_left = children[0].id();
-    auto ok = client_->CheckAndMutateRow(kMetadataTable, RowKeyOf("t", parent.end_row()), IdIs(parent.id()),
-                                         RecordMutations(right, "test: half a split", env_->NowMicros()), {});
+    auto ok = client_->CheckAndMutateRow(
+        kMetadataTable, RowKeyOf("t", parent.end_row()), IdIs(parent.id()),
+        RecordMutations(right, "test: half a split", env_->NowMicros()), {});
     return ok.ok() && *ok ? absl::OkStatus() : absl::InternalError("test split failed");
   };
   auto t = client_->Tablets("t");

@@ -27,15 +27,16 @@ struct ServerRegistration::Lost {
   }
 };
 
-ServerRegistration::ServerRegistration(lock::LockService* service, Env* env, std::string cell, std::string address,
-                                       absl::Duration ttl, std::function<void(const absl::Status&)> on_lost)
+ServerRegistration::ServerRegistration(lock::LockService* service, Env* env, std::string cell,
+                                       std::string address, absl::Duration ttl,
+                                       std::function<void(const absl::Status&)> on_lost)
     : service_(service),
       path_(ServersDir(cell) + address),
       address_(std::move(address)),
       lost_(std::make_shared<Lost>()) {
   lost_->on_lost = std::move(on_lost);
-  session_ = std::make_unique<lock::LockSession>(service, env, ttl,
-                                                 [lost = lost_](const absl::Status& why) { lost->Fire(why); });
+  session_ = std::make_unique<lock::LockSession>(
+      service, env, ttl, [lost = lost_](const absl::Status& why) { lost->Fire(why); });
 }
 
 ServerRegistration::~ServerRegistration() {
@@ -59,14 +60,17 @@ void ServerRegistration::Start(lock::LockService::Callback<absl::Status> done) {
     service_->Create(path_, address_, *id, [this, parked](absl::StatusOr<bool> created) {
       if (!created.ok()) return (*parked)(created.status());
       if (!*created)
-        return (*parked)(absl::AlreadyExistsError(
-            StrCat(path_, " exists: an earlier incarnation of this server still holds it; it goes when that "
-                          "session expires")));
+        return (*parked)(absl::AlreadyExistsError(StrCat(
+            path_,
+            " exists: an earlier incarnation of this server still holds it; it goes when that "
+            "session expires")));
       // Watch the file from the version just written: if anyone deletes
       // it, this server is out of the cell.
       service_->Get(path_, [this, parked](absl::StatusOr<std::optional<lock::FileInfo>> f) {
         if (!f.ok()) return (*parked)(f.status());
-        if (!f->has_value()) return (*parked)(absl::UnavailableError(StrCat(path_, " vanished right after it was created")));
+        if (!f->has_value())
+          return (*parked)(
+              absl::UnavailableError(StrCat(path_, " vanished right after it was created")));
         WatchFile((*f)->version);
         (*parked)(absl::OkStatus());
       });
@@ -80,7 +84,8 @@ void ServerRegistration::WatchFile(int64_t after) {
       path_, after,
       [weak, path = path_](const lock::WatchEvent& e) {
         if (e.path != path || e.type != lock::WatchEvent::Type::kDelete) return;
-        if (auto lost = weak.lock()) lost->Fire(absl::AbortedError(StrCat(path, " was deleted (by the master?)")));
+        if (auto lost = weak.lock())
+          lost->Fire(absl::AbortedError(StrCat(path, " was deleted (by the master?)")));
       },
       [this, weak](const absl::Status& why) {
         // The watch broke: look at the file itself, and watch again.
@@ -93,7 +98,8 @@ void ServerRegistration::WatchFile(int64_t after) {
         service_->Get(path_, [this, weak, why](absl::StatusOr<std::optional<lock::FileInfo>> f) {
           auto lost = weak.lock();
           if (lost == nullptr) return;
-          if (f.ok() && !f->has_value()) return lost->Fire(absl::AbortedError(StrCat(path_, " was deleted")));
+          if (f.ok() && !f->has_value())
+            return lost->Fire(absl::AbortedError(StrCat(path_, " was deleted")));
           if (!f.ok()) return;  // the session's own renewals decide now
           {
             absl::MutexLock lock(&lost->mu);
@@ -132,9 +138,10 @@ struct MasterElection::State : std::enable_shared_from_this<State> {
   // A new session, then a try for the lock.
   void Campaign() {
     std::weak_ptr<State> weak = shared_from_this();
-    auto session = std::make_unique<lock::LockSession>(service, env, ttl, [weak](const absl::Status& why) {
-      if (auto self = weak.lock()) self->SessionLost(why);
-    });
+    auto session =
+        std::make_unique<lock::LockSession>(service, env, ttl, [weak](const absl::Status& why) {
+          if (auto self = weak.lock()) self->SessionLost(why);
+        });
     lock::LockSession* s = session.get();
     {
       absl::MutexLock lock(&mu);
@@ -208,7 +215,8 @@ struct MasterElection::State : std::enable_shared_from_this<State> {
     service->List(lock_path, [weak](absl::StatusOr<lock::Listing> listing) {
       auto self = weak.lock();
       if (self == nullptr) return;
-      if (!listing.ok() || listing->files.empty()) return self->Try();  // gone already, or ask again
+      if (!listing.ok() || listing->files.empty())
+        return self->Try();  // gone already, or ask again
       {
         absl::MutexLock lock(&self->mu);
         self->current = listing->files.front().contents;
@@ -230,8 +238,9 @@ struct MasterElection::State : std::enable_shared_from_this<State> {
   }
 };
 
-MasterElection::MasterElection(lock::LockService* service, Env* env, std::string cell, std::string address,
-                               absl::Duration ttl, std::function<void()> on_elected,
+MasterElection::MasterElection(lock::LockService* service, Env* env, std::string cell,
+                               std::string address, absl::Duration ttl,
+                               std::function<void()> on_elected,
                                std::function<void(const absl::Status&)> on_lost)
     : state_(std::make_shared<State>()) {
   state_->service = service;
@@ -336,7 +345,8 @@ struct LiveServers::State : std::enable_shared_from_this<State> {
     {
       absl::MutexLock lock(&mu);
       if (stopped || generation != from_generation) return;
-      changed = e.type == lock::WatchEvent::Type::kPut ? servers.insert(server).second : servers.erase(server) > 0;
+      changed = e.type == lock::WatchEvent::Type::kPut ? servers.insert(server).second
+                                                       : servers.erase(server) > 0;
     }
     if (!changed) return;
     if (e.type == lock::WatchEvent::Type::kPut) {

@@ -59,8 +59,9 @@ class MasterElection {
  public:
   // `on_elected` runs when this candidate becomes the master; `on_lost` once
   // if it then loses the lock (it must stop acting as master: exit).
-  MasterElection(lock::LockService* service, Env* env, std::string cell, std::string address, absl::Duration ttl,
-                 std::function<void()> on_elected, std::function<void(const absl::Status&)> on_lost);
+  MasterElection(lock::LockService* service, Env* env, std::string cell, std::string address,
+                 absl::Duration ttl, std::function<void()> on_elected,
+                 std::function<void(const absl::Status&)> on_lost);
   ~MasterElection();
   // Starts campaigning: takes the lock if free, else waits for it to go.
   void Start();
@@ -80,7 +81,8 @@ class LiveServers {
   // joining.
   // `env` paces retries while the lock service is unreachable.
   LiveServers(lock::LockService* service, Env* env, std::string cell,
-              std::function<void(const std::string&)> on_join, std::function<void(const std::string&)> on_leave);
+              std::function<void(const std::string&)> on_join,
+              std::function<void(const std::string&)> on_leave);
   ~LiveServers();
   void Start();
   std::set<std::string> servers() const;

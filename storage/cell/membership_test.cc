@@ -27,7 +27,8 @@ class MembershipTest : public ::testing::Test {
 
   // Lets `d` pass in 100 ms steps (timers run at their deadlines).
   void Pass(absl::Duration d) {
-    for (absl::Duration t; t < d; t += absl::Milliseconds(100)) env_.Advance(absl::Milliseconds(100));
+    for (absl::Duration t; t < d; t += absl::Milliseconds(100))
+      env_.Advance(absl::Milliseconds(100));
   }
 
   absl::Status Register(ServerRegistration& r) {
@@ -46,13 +47,15 @@ class MembershipTest : public ::testing::Test {
 };
 
 TEST_F(MembershipTest, TheMasterSeesServersJoinAndLeave) {
-  LiveServers live(service_.get(), &env_, "c", [&](const std::string& s) { events_.push_back("+" + s); },
-                   [&](const std::string& s) { events_.push_back("-" + s); });
-  auto ts1 = std::make_unique<ServerRegistration>(service_.get(), &env_, "c", "ts1:1", kTtl,
-                                                  [](const absl::Status& s) { ADD_FAILURE() << s; });
+  LiveServers live(
+      service_.get(), &env_, "c", [&](const std::string& s) { events_.push_back("+" + s); },
+      [&](const std::string& s) { events_.push_back("-" + s); });
+  auto ts1 = std::make_unique<ServerRegistration>(
+      service_.get(), &env_, "c", "ts1:1", kTtl, [](const absl::Status& s) { ADD_FAILURE() << s; });
   ASSERT_TRUE(Register(*ts1).ok());
   live.Start();  // ts1 is there before the master looks
-  ServerRegistration ts2(service_.get(), &env_, "c", "ts2:1", kTtl, [](const absl::Status& s) { ADD_FAILURE() << s; });
+  ServerRegistration ts2(service_.get(), &env_, "c", "ts2:1", kTtl,
+                         [](const absl::Status& s) { ADD_FAILURE() << s; });
   ASSERT_TRUE(Register(ts2).ok());
   Pass(kTtl * 3);  // renewals keep both
   EXPECT_EQ(live.servers(), (std::set<std::string>{"ts1:1", "ts2:1"}));
@@ -61,7 +64,8 @@ TEST_F(MembershipTest, TheMasterSeesServersJoinAndLeave) {
   EXPECT_TRUE(ts2.registered());
 
   // A second server claiming ts2's address while ts2's session lives is refused.
-  ServerRegistration impostor(service_.get(), &env_, "c", "ts2:1", kTtl, [](const absl::Status&) {});
+  ServerRegistration impostor(service_.get(), &env_, "c", "ts2:1", kTtl,
+                              [](const absl::Status&) {});
   absl::Status s = Register(impostor);
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
 }
@@ -71,11 +75,13 @@ TEST_F(MembershipTest, TheMasterSeesServersJoinAndLeave) {
 // the master may give its tablets to someone else.
 TEST_F(MembershipTest, APartitionedServerStopsServingBeforeTheMasterSeesItGone) {
   int64_t stopped_at = 0, gone_at = 0;
-  LiveServers live(service_.get(), &env_, "c", [](const std::string&) {},
-                   [&](const std::string&) { gone_at = env_.MonotonicMicros(); });
+  LiveServers live(
+      service_.get(), &env_, "c", [](const std::string&) {},
+      [&](const std::string&) { gone_at = env_.MonotonicMicros(); });
   live.Start();
   lock::Partitionable link(service_.get());
-  ServerRegistration ts(&link, &env_, "c", "ts1:1", kTtl, [&](const absl::Status&) { stopped_at = env_.MonotonicMicros(); });
+  ServerRegistration ts(&link, &env_, "c", "ts1:1", kTtl,
+                        [&](const absl::Status&) { stopped_at = env_.MonotonicMicros(); });
   ASSERT_TRUE(Register(ts).ok());
   Pass(kTtl * 2);
   ASSERT_EQ(live.servers().size(), 1u);
@@ -93,8 +99,9 @@ TEST_F(MembershipTest, AStandbyMasterTakesOverWhenTheMasterGoes) {
       service_.get(), &env_, "c", "A", kTtl, [&] { elected.push_back("A"); },
       [](const absl::Status& s) { ADD_FAILURE() << s; });
   a->Start();
-  MasterElection b(service_.get(), &env_, "c", "B", kTtl, [&] { elected.push_back("B"); },
-                   [](const absl::Status& s) { ADD_FAILURE() << s; });
+  MasterElection b(
+      service_.get(), &env_, "c", "B", kTtl, [&] { elected.push_back("B"); },
+      [](const absl::Status& s) { ADD_FAILURE() << s; });
   b.Start();
   Pass(kTtl * 2);
   EXPECT_EQ(elected, (std::vector<std::string>{"A"}));
@@ -112,12 +119,15 @@ TEST_F(MembershipTest, AStandbyMasterTakesOverWhenTheMasterGoes) {
 TEST_F(MembershipTest, APartitionedMasterGivesUpBeforeTheStandbyTakesOver) {
   int64_t a_lost = 0, b_elected = 0;
   lock::Partitionable link(service_.get());
-  MasterElection a(&link, &env_, "c", "A", kTtl, [] {}, [&](const absl::Status&) { a_lost = env_.MonotonicMicros(); });
+  MasterElection a(
+      &link, &env_, "c", "A", kTtl, [] {},
+      [&](const absl::Status&) { a_lost = env_.MonotonicMicros(); });
   a.Start();
   Pass(absl::Milliseconds(100));
   ASSERT_TRUE(a.is_master());
-  MasterElection b(service_.get(), &env_, "c", "B", kTtl, [&] { b_elected = env_.MonotonicMicros(); },
-                   [](const absl::Status& s) { ADD_FAILURE() << s; });
+  MasterElection b(
+      service_.get(), &env_, "c", "B", kTtl, [&] { b_elected = env_.MonotonicMicros(); },
+      [](const absl::Status& s) { ADD_FAILURE() << s; });
   b.Start();
   Pass(kTtl);
   link.cut = true;

@@ -14,7 +14,9 @@ namespace {
 constexpr char kLoc[] = "loc";
 constexpr char kLog[] = "log";
 
-std::string PrefixOf(const std::string& table) { return table == kMetadataTable ? std::string() : table; }
+std::string PrefixOf(const std::string& table) {
+  return table == kMetadataTable ? std::string() : table;
+}
 
 }  // namespace
 
@@ -36,7 +38,9 @@ bool MaySplit(const TabletEntry& tablet) {
 
 std::string RootFile(const std::string& cell) { return StrCat("/", cell, "/root"); }
 std::string TablesDir(const std::string& cell) { return StrCat("/", cell, "/tables/"); }
-std::string TableFile(const std::string& cell, const std::string& table) { return TablesDir(cell) + table; }
+std::string TableFile(const std::string& cell, const std::string& table) {
+  return TablesDir(cell) + table;
+}
 
 std::string RowKeyOf(const std::string& table, const std::string& end_row) {
   return EncodeMetadataKey(PrefixOf(table), end_row);
@@ -82,7 +86,8 @@ absl::StatusOr<TabletRecord> RecordFromRow(const Row& row) {
   return r;
 }
 
-std::vector<Mutation> RecordMutations(const TabletRecord& record, const std::string& event, int64_t now_micros) {
+std::vector<Mutation> RecordMutations(const TabletRecord& record, const std::string& event,
+                                      int64_t now_micros) {
   std::vector<Mutation> m;
   auto set = [&](const char* q, const std::string& v) {
     // One version per column: the previous one goes with the write.
@@ -90,7 +95,8 @@ std::vector<Mutation> RecordMutations(const TabletRecord& record, const std::str
     if (!v.empty()) m.push_back(Mutation::SetCell(kLoc, q, v));
   };
   m.push_back(Mutation::DeleteCells(kLoc, "start"));
-  m.push_back(Mutation::SetCell(kLoc, "start", record.location.start_row));  // "" is a real start row
+  m.push_back(
+      Mutation::SetCell(kLoc, "start", record.location.start_row));  // "" is a real start row
   set("id", record.location.tablet_id);
   set("server", record.location.server);
   set("log", record.log);
@@ -115,8 +121,8 @@ RowFilter IdIs(const std::string& id) {
 }
 
 std::string EncodeRootFile(const TabletRecord& root) {
-  return StrCat("id=", root.location.tablet_id, "\nserver=", root.location.server, "\nlog=", root.log,
-                "\nnew=", root.is_new ? "1" : "0", "\n");
+  return StrCat("id=", root.location.tablet_id, "\nserver=", root.location.server,
+                "\nlog=", root.log, "\nnew=", root.is_new ? "1" : "0", "\n");
 }
 
 absl::StatusOr<TabletRecord> DecodeRootFile(const std::string& contents) {
@@ -127,13 +133,18 @@ absl::StatusOr<TabletRecord> DecodeRootFile(const std::string& contents) {
     const std::string_view line(piece.data(), piece.size());
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
-      return absl::DataLossError(StrCat("root tablet file: line \"", EscapeBytes(line), "\" is not key=value"));
+      return absl::DataLossError(
+          StrCat("root tablet file: line \"", EscapeBytes(line), "\" is not key=value"));
     }
     const std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "id") r.location.tablet_id = std::string(v);
-    else if (k == "server") r.location.server = std::string(v);
-    else if (k == "log") r.log = std::string(v);
-    else if (k == "new") r.is_new = v == "1";
+    if (k == "id")
+      r.location.tablet_id = std::string(v);
+    else if (k == "server")
+      r.location.server = std::string(v);
+    else if (k == "log")
+      r.log = std::string(v);
+    else if (k == "new")
+      r.is_new = v == "1";
   }
   if (r.location.tablet_id.empty()) return absl::DataLossError("root tablet file has no id");
   return r;
@@ -148,7 +159,8 @@ std::string EncodeTableFile(const TableSchema& schema) {
 absl::StatusOr<TableSchema> DecodeTableFile(const std::string& name, const std::string& contents) {
   TableSchema s;
   if (!google::protobuf::TextFormat::ParseFromString(contents, &s)) {
-    return absl::DataLossError(StrCat("the lock service's schema of table ", name, " does not parse"));
+    return absl::DataLossError(
+        StrCat("the lock service's schema of table ", name, " does not parse"));
   }
   return s;
 }

@@ -42,8 +42,8 @@ TableSchema MetadataSchema();
 // False for the root tablet (TabletServerOptions::may_split).
 bool MaySplit(const TabletEntry& tablet);
 
-std::string RootFile(const std::string& cell);    // "/<cell>/root"
-std::string TablesDir(const std::string& cell);   // "/<cell>/tables/"
+std::string RootFile(const std::string& cell);   // "/<cell>/root"
+std::string TablesDir(const std::string& cell);  // "/<cell>/tables/"
 std::string TableFile(const std::string& cell, const std::string& table);
 
 // A tablet as METADATA (or /<cell>/root) records it.
@@ -51,7 +51,7 @@ struct TabletRecord {
   TabletLocation location;  // table, start_row, end_row, tablet_id, server
   std::string log;          // the assigned server's commit log name
   bool is_new = false;
-  std::string split_left;   // a split in progress: the left child's id
+  std::string split_left;  // a split in progress: the left child's id
 
   bool assigned() const { return !location.server.empty(); }
 };
@@ -66,7 +66,8 @@ std::string SearchKeyOf(const std::string& table, const std::string& row);
 absl::StatusOr<TabletRecord> RecordFromRow(const Row& row);
 // The mutations writing `record`'s "loc" columns (and clearing those it
 // leaves empty), plus an event-log cell if `event` is not empty.
-std::vector<Mutation> RecordMutations(const TabletRecord& record, const std::string& event, int64_t now_micros);
+std::vector<Mutation> RecordMutations(const TabletRecord& record, const std::string& event,
+                                      int64_t now_micros);
 // A predicate matching a row whose loc:id is `id` (for check-and-mutate:
 // "only if METADATA still says this tablet").
 RowFilter IdIs(const std::string& id);

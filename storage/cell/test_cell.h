@@ -23,7 +23,6 @@
 
 namespace megastore::storage::cell {
 
-
 constexpr char kCell[] = "c1";
 constexpr absl::Duration kTtl = absl::Seconds(2);
 
@@ -91,7 +90,8 @@ class CellTest : public ::testing::Test {
       if (commit_split_hook_) return commit_split_hook_(raw->address, log, parent, children);
       return CommitSplit(raw->client.get(), env_, raw->address, log, parent, children);
     };
-    o.commit_merge = [this, raw, log = o.cell_log_name](const TabletEntry& left, const TabletEntry& right,
+    o.commit_merge = [this, raw, log = o.cell_log_name](const TabletEntry& left,
+                                                        const TabletEntry& right,
                                                         const TabletEntry& merged) {
       return CommitMerge(raw->client.get(), env_, raw->address, log, left, right, merged);
     };
@@ -104,8 +104,9 @@ class CellTest : public ::testing::Test {
     RegisterTabletService(s->tablets.get(), s->rpc.get(), s->metrics.get());
     EXPECT_TRUE(s->rpc->Start().ok());
     s->address = StrCat("127.0.0.1:", s->rpc->port());
-    s->registration = std::make_unique<ServerRegistration>(lock_.get(), env_, kCell, s->address, kTtl,
-                                                           [raw](const absl::Status&) { raw->lost = true; });
+    s->registration =
+        std::make_unique<ServerRegistration>(lock_.get(), env_, kCell, s->address, kTtl,
+                                             [raw](const absl::Status&) { raw->lost = true; });
     absl::Notification registered;
     absl::Status status;
     s->registration->Start([&](absl::Status st) {
@@ -154,7 +155,8 @@ class CellTest : public ::testing::Test {
     return s.ok();
   }
 
-  static bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(30)) {
+  static bool WaitFor(const std::function<bool()>& cond,
+                      absl::Duration timeout = absl::Seconds(30)) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       if (cond()) return true;
@@ -178,7 +180,9 @@ class CellTest : public ::testing::Test {
 
   void WriteRows(int from, int to, const std::string& value = "v") {
     for (int i = from; i < to; ++i) {
-      ASSERT_TRUE(client_->MutateRow("t", RowKey(i), {Mutation::SetCell("f", "q", StrCat(value, i))}).ok()) << i;
+      ASSERT_TRUE(
+          client_->MutateRow("t", RowKey(i), {Mutation::SetCell("f", "q", StrCat(value, i))}).ok())
+          << i;
     }
   }
 

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <map>
 
 #include "absl/synchronization/notification.h"
@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
   MS_RETURN_IF_ERROR(log->Recover());
   if (options.read_only) {
     absl::MutexLock lock(&log->mu_);
-    log->error_ = absl::FailedPreconditionError(StrCat("commit log ", options.dir, " is open read-only"));
+    log->error_ =
+        absl::FailedPreconditionError(StrCat("commit log ", options.dir, " is open read-only"));
     return log;
   }
   if (log->resume_lsn_ > log->last_lsn() + 1) {
@@ -160,8 +161,8 @@ absl::Status CommitLog::Recover() {
       if (is_last && next == std::string_view::npos && torn) {
         // A write the crash interrupted (never acknowledged): cut it off.
         recovery_note_ = StrCat("commit log: torn tail in ", seg.path, " at offset ", offset, " (",
-                                in.size() - offset, " bytes after the last good record, LSN ",
-                                last, "); truncated there");
+                                in.size() - offset, " bytes after the last good record, LSN ", last,
+                                "); truncated there");
         MS_LOG_WARN("{}", recovery_note_);
         if (::truncate(seg.path.c_str(), static_cast<off_t>(offset)) != 0) {
           return Errno("truncate", seg.path);
@@ -175,10 +176,11 @@ absl::Status CommitLog::Recover() {
         // segments at every later recovery and its LSN is never reused.
         next_lsn = last + 2;
         resume_lsn_ = next_lsn;
-        recovery_note_ = StrCat("commit log: corrupt record in ", seg.path, " at offset ", offset,
-                                " after LSN ", last,
-                                " (complete, but its checksum or LSN is wrong): kept for inspection; tablets "
-                                "that need LSN ", last + 1, " are not loaded; new records start at LSN ", next_lsn);
+        recovery_note_ = StrCat(
+            "commit log: corrupt record in ", seg.path, " at offset ", offset, " after LSN ", last,
+            " (complete, but its checksum or LSN is wrong): kept for inspection; tablets "
+            "that need LSN ",
+            last + 1, " are not loaded; new records start at LSN ", next_lsn);
       } else if (next != std::string_view::npos) {
         Record nr;
         size_t nn;
@@ -215,13 +217,16 @@ absl::Status CommitLog::AdvanceTo(uint64_t next_lsn) {
     }
     if (next_lsn <= last_lsn_ + 1) return absl::OkStatus();
     from = last_lsn_ + 1;
-    if (!segments_.empty() && segments_.back().first_lsn == from) empty_segment = segments_.back().path;
+    if (!segments_.empty() && segments_.back().first_lsn == from)
+      empty_segment = segments_.back().path;
   }
   const std::string marker =
       (std::filesystem::path(options_.dir) / StrCat("skipped-", from, "-", next_lsn - 1)).string();
-  MS_RETURN_IF_ERROR(WriteChecksummedFile(
-      marker, StrCat("LSNs ", from, " to ", next_lsn - 1, " were skipped: the log ended before tablets' redo "
-                     "points (it was moved or truncated), and the server was started with --accept-log-loss")));
+  MS_RETURN_IF_ERROR(
+      WriteChecksummedFile(marker, StrCat("LSNs ", from, " to ", next_lsn - 1,
+                                          " were skipped: the log ended before tablets' redo "
+                                          "points (it was moved or truncated), and the server was "
+                                          "started with --accept-log-loss")));
   MS_RETURN_IF_ERROR(StartSegment(next_lsn));  // nothing is pending: the writer is idle
   {
     absl::MutexLock lock(&mu_);
@@ -241,7 +246,8 @@ absl::Status CommitLog::AdvanceTo(uint64_t next_lsn) {
 }
 
 absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
-  const std::string path = (std::filesystem::path(options_.dir) / SegmentFileName(first_lsn)).string();
+  const std::string path =
+      (std::filesystem::path(options_.dir) / SegmentFileName(first_lsn)).string();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("create commit log segment", path);
   if (options_.sync) {
@@ -255,7 +261,8 @@ absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
   segment_size_ = 0;
   absl::MutexLock lock(&mu_);
   // An empty last segment (a crash right after creating it) has this name.
-  if (segments_.empty() || segments_.back().path != path) segments_.push_back(Segment{first_lsn, path});
+  if (segments_.empty() || segments_.back().path != path)
+    segments_.push_back(Segment{first_lsn, path});
   return absl::OkStatus();
 }
 
@@ -295,14 +302,14 @@ void CommitLog::WriterLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](CommitLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return !log->pending_.empty() || log->stopping_;
-          },
+          +[](CommitLog* log)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !log->pending_.empty() || log->stopping_; },
           this));
       if (pending_.empty()) return;  // stopping, and nothing left to write
       // Stopping on a full disk with only stand-ins left (no append waits):
       // drop them; nothing acknowledged is in them.
-      if (stopping_ && pending_callbacks_.empty() && stats_.no_space_failures > 0 && no_space_) return;
+      if (stopping_ && pending_callbacks_.empty() && stats_.no_space_failures > 0 && no_space_)
+        return;
       group.clear();
       group.swap(pending_);
       callbacks.swap(pending_callbacks_);
@@ -336,7 +343,8 @@ void CommitLog::WriterLoop() {
         ++stats_.syncs;
         stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
         size_t bucket = 0;
-        while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended) ++bucket;
+        while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
+          ++bucket;
         ++stats_.batch_histogram[bucket];
       } else if (error_.ok()) {
         error_ = status;
@@ -362,8 +370,8 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
         // at a whole record; if even that fails, the log's state is unknown.
         const off_t size = static_cast<off_t>(segment_size_);
         if (::ftruncate(fd_, size) != 0 || ::lseek(fd_, size, SEEK_SET) != size) {
-          return absl::InternalError(StrCat(s.message(), "; and cutting back the partial write failed: ",
-                                            std::strerror(errno)));
+          return absl::InternalError(StrCat(
+              s.message(), "; and cutting back the partial write failed: ", std::strerror(errno)));
         }
       }
       return s;
@@ -374,8 +382,8 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
   if (options_.sync && ::fdatasync(fd_) != 0) {
     // Whatever errno says, ENOSPC included: after a failed sync the state
     // of the written data is unknown, so it is never retried.
-    return absl::InternalError(StrCat("fdatasync commit log at LSN ", first_lsn, " ", options_.dir, ": ",
-                                      std::strerror(errno)));
+    return absl::InternalError(StrCat("fdatasync commit log at LSN ", first_lsn, " ", options_.dir,
+                                      ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -390,8 +398,9 @@ absl::Status CommitLog::Replay(uint64_t after_lsn,
       return absl::DataLossError(StrCat(
           "commit log ", gap.segment, " is damaged at offset ", gap.offset, " after LSN ",
           gap.last_good_lsn,
-          gap.next_good_lsn != 0 ? StrCat("; records before LSN ", gap.next_good_lsn, " are unreadable")
-                                 : std::string("; no readable record follows"),
+          gap.next_good_lsn != 0
+              ? StrCat("; records before LSN ", gap.next_good_lsn, " are unreadable")
+              : std::string("; no readable record follows"),
           ", and records after LSN ", after_lsn,
           " are needed. Restore the segment from a copy, or accept the loss by moving it aside "
           "(data in it will be gone)"));

@@ -3,15 +3,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/test_util.h"
 
 namespace megastore::storage::commitlog {
 namespace {
@@ -57,7 +56,8 @@ class CommitLogTest : public ::testing::Test {
 TEST_F(CommitLogTest, AppendsReplayInOrderAcrossReopen) {
   auto log = Open();
   for (int i = 0; i < 10; ++i) {
-    auto lsn = log->Append("t" + std::to_string(i % 3), std::string("payload\0", 8) + std::to_string(i));
+    auto lsn =
+        log->Append("t" + std::to_string(i % 3), std::string("payload\0", 8) + std::to_string(i));
     ASSERT_TRUE(lsn.ok());
     EXPECT_EQ(*lsn, static_cast<uint64_t>(i + 1));
   }
@@ -80,11 +80,12 @@ TEST_F(CommitLogTest, AsyncAppendsCallBackInLsnOrderAndCloseDrainsTheQueue) {
   {
     auto log = Open();
     for (int i = 0; i < 1000; ++i) {
-      auto lsn = log->AppendAsync("t", "record" + std::to_string(i), [&](absl::Status s, uint64_t lsn) {
-        EXPECT_TRUE(s.ok()) << s;
-        std::lock_guard<std::mutex> lock(mu);
-        called.push_back(lsn);
-      });
+      auto lsn =
+          log->AppendAsync("t", "record" + std::to_string(i), [&](absl::Status s, uint64_t lsn) {
+            EXPECT_TRUE(s.ok()) << s;
+            std::lock_guard<std::mutex> lock(mu);
+            called.push_back(lsn);
+          });
       ASSERT_TRUE(lsn.ok()) << lsn.status();
       returned.push_back(*lsn);
     }
@@ -103,11 +104,13 @@ TEST_F(CommitLogTest, AsyncCallbackRunsOnlyOnceItsRecordIsDurable) {
   auto log = Open();
   absl::Notification done;
   uint64_t syncs_seen = 0;
-  ASSERT_TRUE(log->AppendAsync("t", "x", [&](absl::Status s, uint64_t) {
-    EXPECT_TRUE(s.ok());
-    syncs_seen = log->stats().syncs;
-    done.Notify();
-  }).ok());
+  ASSERT_TRUE(log->AppendAsync("t", "x",
+                               [&](absl::Status s, uint64_t) {
+                                 EXPECT_TRUE(s.ok());
+                                 syncs_seen = log->stats().syncs;
+                                 done.Notify();
+                               })
+                  .ok());
   done.WaitForNotification();
   EXPECT_EQ(syncs_seen, 1u);
   EXPECT_EQ(ReplayAll(*log).size(), 1u);
@@ -216,7 +219,8 @@ TEST_F(CommitLogTest, ACompleteTailRecordWithABadChecksumIsCorruptionNotATornWri
   ASSERT_EQ(log->gaps().size(), 1u);
   EXPECT_EQ(log->gaps()[0].last_good_lsn, 4u);
   EXPECT_EQ(log->gaps()[0].next_good_lsn, 6u) << "the damaged record is LSN 5";
-  EXPECT_EQ(log->Replay(0, [](const Record&) { return absl::OkStatus(); }).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(log->Replay(0, [](const Record&) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kDataLoss);
   // New records never reuse the damaged record's LSN, and the damage is
   // still a gap after more restarts (it used to vanish on the second).
   EXPECT_EQ(*log->Append("t", "after"), 6u);
@@ -254,7 +258,8 @@ TEST_F(CommitLogTest, AdvancingPastAMissingRangeLeavesNoGapAndLsnsNeverGoBack) {
   log = Open();
   ASSERT_TRUE(log->AdvanceTo(100).ok());
   EXPECT_EQ(*log->Append("t", "hundred"), 100u);
-  EXPECT_EQ(log->AdvanceTo(200).code(), absl::StatusCode::kFailedPrecondition) << "only before appends";
+  EXPECT_EQ(log->AdvanceTo(200).code(), absl::StatusCode::kFailedPrecondition)
+      << "only before appends";
   log.reset();
   log = Open();
   EXPECT_TRUE(log->gaps().empty()) << "the skipped range is recorded";
@@ -266,7 +271,8 @@ TEST_F(CommitLogTest, AdvancingPastAMissingRangeLeavesNoGapAndLsnsNeverGoBack) {
 
 TEST_F(CommitLogTest, CorruptionBeforeTheTailRefusesReplayThatNeedsIt) {
   auto log = Open();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(log->Append("t", "record-number-" + std::to_string(i)).ok());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(log->Append("t", "record-number-" + std::to_string(i)).ok());
   log.reset();
   const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
   FlipByte(seg, std::filesystem::file_size(seg) / 2);  // some record in the middle

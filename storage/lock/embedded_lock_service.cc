@@ -17,9 +17,11 @@ namespace megastore::storage::lock {
 
 absl::Status CheckPath(const std::string& path) {
   if (path.empty() || path[0] != '/')
-    return absl::InvalidArgumentError(StrCat("lock service path \"", EscapeBytes(path), "\" does not start with /"));
+    return absl::InvalidArgumentError(
+        StrCat("lock service path \"", EscapeBytes(path), "\" does not start with /"));
   if (path.size() > 4096)
-    return absl::InvalidArgumentError(StrCat("lock service path of ", path.size(), " bytes is longer than 4096"));
+    return absl::InvalidArgumentError(
+        StrCat("lock service path of ", path.size(), " bytes is longer than 4096"));
   return absl::OkStatus();
 }
 
@@ -42,7 +44,8 @@ class EmbeddedLockService::EmbeddedWatch : public LockService::Watch {
   const uint64_t id_;
 };
 
-absl::StatusOr<std::unique_ptr<EmbeddedLockService>> EmbeddedLockService::Open(Env* env, std::string dir) {
+absl::StatusOr<std::unique_ptr<EmbeddedLockService>> EmbeddedLockService::Open(Env* env,
+                                                                               std::string dir) {
   std::unique_ptr<EmbeddedLockService> s(new EmbeddedLockService(env, std::move(dir)));
   s->guard_ = std::make_shared<TimerGuard>();
   {
@@ -64,17 +67,22 @@ absl::Status EmbeddedLockService::Load() {
   const std::string path = StrCat(dir_, "/", kStateFile);
   absl::StatusOr<std::string> read = ReadFileToString(path);
   if (absl::IsNotFound(read.status())) return absl::OkStatus();  // a new service
-  if (!read.ok()) return read.status();  // unreadable is not empty
+  if (!read.ok()) return read.status();                          // unreadable is not empty
   const std::string& data = *read;
   LockServiceState state;
-  if (data.size() < 4 || crc32c::Unmask(DecodeFixed32(data.data())) != crc32c::Value(std::string_view(data).substr(4)) ||
+  if (data.size() < 4 ||
+      crc32c::Unmask(DecodeFixed32(data.data())) !=
+          crc32c::Value(std::string_view(data).substr(4)) ||
       !state.ParseFromArray(data.data() + 4, static_cast<int>(data.size() - 4)))
-    return absl::DataLossError(StrCat(path, " is damaged (checksum or format): the lock service's files cannot be "
-                                      "trusted; restore it from a backup or remove it to start empty"));
+    return absl::DataLossError(
+        StrCat(path,
+               " is damaged (checksum or format): the lock service's files cannot be "
+               "trusted; restore it from a backup or remove it to start empty"));
   absl::MutexLock lock(&mu_);
   revision_ = state.revision();
   next_session_ = state.next_session();
-  for (const auto& f : state.files()) files_[f.path()] = FileInfo{f.path(), f.contents(), f.version(), 0};
+  for (const auto& f : state.files())
+    files_[f.path()] = FileInfo{f.path(), f.contents(), f.version(), 0};
   return absl::OkStatus();
 }
 
@@ -98,7 +106,8 @@ absl::Status EmbeddedLockService::SaveLocked() {
   return WriteFileAtomically(StrCat(dir_, "/", kStateFile), data);
 }
 
-int64_t EmbeddedLockService::PutLocked(const std::string& path, std::string contents, SessionId session) {
+int64_t EmbeddedLockService::PutLocked(const std::string& path, std::string contents,
+                                       SessionId session) {
   auto old = files_.find(path);
   if (old != files_.end() && old->second.session != 0 && old->second.session != session) {
     auto s = sessions_.find(old->second.session);
@@ -159,8 +168,10 @@ void EmbeddedLockService::ScheduleExpiry(SessionId, absl::Duration after) {
   });
 }
 
-void EmbeddedLockService::OpenSession(absl::Duration ttl, Callback<absl::StatusOr<SessionId>> done) {
-  if (ttl <= absl::ZeroDuration()) return done(absl::InvalidArgumentError("a session's ttl must be positive"));
+void EmbeddedLockService::OpenSession(absl::Duration ttl,
+                                      Callback<absl::StatusOr<SessionId>> done) {
+  if (ttl <= absl::ZeroDuration())
+    return done(absl::InvalidArgumentError("a session's ttl must be positive"));
   SessionId id;
   {
     absl::MutexLock lock(&mu_);
@@ -190,7 +201,8 @@ void EmbeddedLockService::KeepAlive(SessionId session, Callback<absl::Status> do
     }
   }
   Deliver();  // what the expiry deleted
-  if (!ttl.has_value()) return done(absl::NotFoundError(StrCat("lock service session ", session, " has ended")));
+  if (!ttl.has_value())
+    return done(absl::NotFoundError(StrCat("lock service session ", session, " has ended")));
   ScheduleExpiry(session, *ttl);
   done(absl::OkStatus());
 }
@@ -243,7 +255,8 @@ void EmbeddedLockService::Create(std::string path, std::string contents, Session
   done(std::move(result));
 }
 
-void EmbeddedLockService::Get(std::string path, Callback<absl::StatusOr<std::optional<FileInfo>>> done) {
+void EmbeddedLockService::Get(std::string path,
+                              Callback<absl::StatusOr<std::optional<FileInfo>>> done) {
   if (absl::Status st = CheckPath(path); !st.ok()) return done(st);
   std::optional<FileInfo> out;
   {
@@ -261,8 +274,8 @@ void EmbeddedLockService::List(std::string prefix, Callback<absl::StatusOr<Listi
   {
     absl::MutexLock lock(&mu_);
     ExpireLocked();
-    for (auto it = files_.lower_bound(prefix); it != files_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
-         ++it)
+    for (auto it = files_.lower_bound(prefix);
+         it != files_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
       out.files.push_back(it->second);
     out.revision = revision_;
   }
@@ -270,7 +283,8 @@ void EmbeddedLockService::List(std::string prefix, Callback<absl::StatusOr<Listi
   done(std::move(out));
 }
 
-void EmbeddedLockService::Delete(std::string path, int64_t if_version, Callback<absl::StatusOr<bool>> done) {
+void EmbeddedLockService::Delete(std::string path, int64_t if_version,
+                                 Callback<absl::StatusOr<bool>> done) {
   if (absl::Status st = CheckPath(path); !st.ok()) return done(st);
   absl::StatusOr<bool> result;
   {
@@ -305,12 +319,14 @@ std::unique_ptr<LockService::Watch> EmbeddedLockService::WatchPrefix(
       watchers_[id] = Watcher{prefix, std::move(on_event), revision_, false};
       // The changes since `after` it has not seen: to it alone, first.
       for (const WatchEvent& e : history_)
-        if (e.revision > after && e.path.compare(0, prefix.size(), prefix) == 0) pending_.push_back(Queued{e, id});
+        if (e.revision > after && e.path.compare(0, prefix.size(), prefix) == 0)
+          pending_.push_back(Queued{e, id});
     }
   }
   if (id == 0) {
-    on_error(absl::OutOfRangeError(StrCat("revision ", after, " is older than the lock service's history (from ",
-                                          oldest, "): list again and watch from the listing's revision")));
+    on_error(absl::OutOfRangeError(
+        StrCat("revision ", after, " is older than the lock service's history (from ", oldest,
+               "): list again and watch from the listing's revision")));
     return std::make_unique<EmbeddedWatch>(nullptr, 0);
   }
   Deliver();
@@ -344,7 +360,8 @@ void EmbeddedLockService::Deliver() {
       ids.push_back(q.only_watch);
     } else {
       for (const auto& [id, w] : watchers_)
-        if (q.event.revision > w.from && q.event.path.compare(0, w.prefix.size(), w.prefix) == 0) ids.push_back(id);
+        if (q.event.revision > w.from && q.event.path.compare(0, w.prefix.size(), w.prefix) == 0)
+          ids.push_back(id);
     }
     for (uint64_t id : ids) {
       auto it = watchers_.find(id);

@@ -31,8 +31,10 @@ class EmbeddedLockService : public LockService {
   void OpenSession(absl::Duration ttl, Callback<absl::StatusOr<SessionId>> done) override;
   void KeepAlive(SessionId session, Callback<absl::Status> done) override;
   void CloseSession(SessionId session, Callback<absl::Status> done) override;
-  void Put(std::string path, std::string contents, SessionId session, Callback<absl::StatusOr<int64_t>> done) override;
-  void Create(std::string path, std::string contents, SessionId session, Callback<absl::StatusOr<bool>> done) override;
+  void Put(std::string path, std::string contents, SessionId session,
+           Callback<absl::StatusOr<int64_t>> done) override;
+  void Create(std::string path, std::string contents, SessionId session,
+              Callback<absl::StatusOr<bool>> done) override;
   void Get(std::string path, Callback<absl::StatusOr<std::optional<FileInfo>>> done) override;
   void List(std::string prefix, Callback<absl::StatusOr<Listing>> done) override;
   void Delete(std::string path, int64_t if_version, Callback<absl::StatusOr<bool>> done) override;

@@ -1,19 +1,18 @@
 #include "storage/lock/etcd_lock_service.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
-
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/escaping.h"
 #include "base/logging.h"
@@ -83,7 +82,8 @@ absl::StatusOr<Struct> ParseJson(const std::string& text, const std::string& wha
   google::protobuf::util::JsonParseOptions o;
   o.ignore_unknown_fields = true;
   if (!google::protobuf::util::JsonStringToMessage(text, &s, o).ok())
-    return absl::InternalError(StrCat("etcd: unparsable reply to ", what, ": ", text.substr(0, 200)));
+    return absl::InternalError(
+        StrCat("etcd: unparsable reply to ", what, ": ", text.substr(0, 200)));
   return s;
 }
 
@@ -104,11 +104,13 @@ absl::Status Connect(asio::io_context& io, tcp::socket& socket, const std::strin
   auto results = resolver.resolve(endpoint.substr(0, colon), endpoint.substr(colon + 1), ec);
   if (ec) return absl::UnavailableError(StrCat("etcd ", endpoint, ": ", ec.message()));
   asio::connect(socket, results, ec);
-  if (ec) return absl::UnavailableError(StrCat("etcd ", endpoint, ": cannot connect: ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(StrCat("etcd ", endpoint, ": cannot connect: ", ec.message()));
   return absl::OkStatus();
 }
 
-bhttp::request<bhttp::string_body> Request(const std::string& endpoint, const std::string& path, std::string body) {
+bhttp::request<bhttp::string_body> Request(const std::string& endpoint, const std::string& path,
+                                           std::string body) {
   bhttp::request<bhttp::string_body> req{bhttp::verb::post, path, 11};
   req.set(bhttp::field::host, endpoint);
   req.set(bhttp::field::content_type, "application/json");
@@ -121,7 +123,8 @@ bhttp::request<bhttp::string_body> Request(const std::string& endpoint, const st
 absl::Status EtcdError(int http_status, const std::string& body, const std::string& what) {
   std::string message = body;
   if (absl::StatusOr<Struct> s = ParseJson(body, what); s.ok()) {
-    if (const Value* m = Field(*s, "message"); m != nullptr && m->has_string_value()) message = m->string_value();
+    if (const Value* m = Field(*s, "message"); m != nullptr && m->has_string_value())
+      message = m->string_value();
   }
   if (message.find("lease not found") != std::string::npos)
     return absl::NotFoundError(StrCat("lock service session has ended (etcd: ", message, ")"));
@@ -254,8 +257,10 @@ EtcdLockService::~EtcdLockService() {
 }
 
 void EtcdLockService::OpenSession(absl::Duration ttl, Callback<absl::StatusOr<SessionId>> done) {
-  if (ttl <= absl::ZeroDuration()) return done(absl::InvalidArgumentError("a session's ttl must be positive"));
-  const int64_t seconds = std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
+  if (ttl <= absl::ZeroDuration())
+    return done(absl::InvalidArgumentError("a session's ttl must be positive"));
+  const int64_t seconds =
+      std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
   auto impl = impl_;
   auto parked = std::make_shared<Callback<absl::StatusOr<SessionId>>>(std::move(done));
   impl->Run([impl, seconds, parked]() {
@@ -271,7 +276,8 @@ void EtcdLockService::KeepAlive(SessionId session, Callback<absl::Status> done) 
   auto impl = impl_;
   auto parked = std::make_shared<Callback<absl::Status>>(std::move(done));
   impl->Run([impl, session, parked]() {
-    absl::StatusOr<Struct> r = impl->Call("/v3/lease/keepalive", StrCat("{\"ID\":\"", session, "\"}"));
+    absl::StatusOr<Struct> r =
+        impl->Call("/v3/lease/keepalive", StrCat("{\"ID\":\"", session, "\"}"));
     if (!r.ok()) return (*parked)(r.status());
     const Struct* result = Object(*r, "result");
     // An ended lease is renewed to TTL 0.
@@ -296,8 +302,9 @@ void EtcdLockService::Put(std::string path, std::string contents, SessionId sess
   if (absl::Status st = CheckPath(path); !st.ok()) return done(st);
   auto impl = impl_;
   auto parked = std::make_shared<Callback<absl::StatusOr<int64_t>>>(std::move(done));
-  std::string body = StrCat("{\"key\":", Quote(B64(impl->Key(path))), ",\"value\":", Quote(B64(contents)),
-                            session != 0 ? StrCat(",\"lease\":\"", session, "\"") : "", "}");
+  std::string body =
+      StrCat("{\"key\":", Quote(B64(impl->Key(path))), ",\"value\":", Quote(B64(contents)),
+             session != 0 ? StrCat(",\"lease\":\"", session, "\"") : "", "}");
   impl->Run([impl, body = std::move(body), parked]() {
     absl::StatusOr<Struct> r = impl->Call("/v3/kv/put", body);
     if (!r.ok()) return (*parked)(r.status());
@@ -312,9 +319,10 @@ void EtcdLockService::Create(std::string path, std::string contents, SessionId s
   auto impl = impl_;
   auto parked = std::make_shared<Callback<absl::StatusOr<bool>>>(std::move(done));
   const std::string key = Quote(B64(impl->Key(path)));
-  std::string body = StrCat("{\"compare\":[{\"key\":", key, ",\"target\":\"CREATE\",\"create_revision\":\"0\"}],",
-                            "\"success\":[{\"request_put\":{\"key\":", key, ",\"value\":", Quote(B64(contents)),
-                            session != 0 ? StrCat(",\"lease\":\"", session, "\"") : "", "}}]}");
+  std::string body =
+      StrCat("{\"compare\":[{\"key\":", key, ",\"target\":\"CREATE\",\"create_revision\":\"0\"}],",
+             "\"success\":[{\"request_put\":{\"key\":", key, ",\"value\":", Quote(B64(contents)),
+             session != 0 ? StrCat(",\"lease\":\"", session, "\"") : "", "}}]}");
   impl->Run([impl, body = std::move(body), parked]() {
     absl::StatusOr<Struct> r = impl->Call("/v3/kv/txn", body);
     if (!r.ok()) return (*parked)(r.status());
@@ -323,10 +331,12 @@ void EtcdLockService::Create(std::string path, std::string contents, SessionId s
   });
 }
 
-void EtcdLockService::Get(std::string path, Callback<absl::StatusOr<std::optional<FileInfo>>> done) {
+void EtcdLockService::Get(std::string path,
+                          Callback<absl::StatusOr<std::optional<FileInfo>>> done) {
   if (absl::Status st = CheckPath(path); !st.ok()) return done(st);
   auto impl = impl_;
-  auto parked = std::make_shared<Callback<absl::StatusOr<std::optional<FileInfo>>>>(std::move(done));
+  auto parked =
+      std::make_shared<Callback<absl::StatusOr<std::optional<FileInfo>>>>(std::move(done));
   std::string body = StrCat("{\"key\":", Quote(B64(impl->Key(path))), "}");
   impl->Run([impl, body = std::move(body), parked]() {
     absl::StatusOr<Struct> r = impl->Call("/v3/kv/range", body);
@@ -353,16 +363,17 @@ void EtcdLockService::List(std::string prefix, Callback<absl::StatusOr<Listing>>
   });
 }
 
-void EtcdLockService::Delete(std::string path, int64_t if_version, Callback<absl::StatusOr<bool>> done) {
+void EtcdLockService::Delete(std::string path, int64_t if_version,
+                             Callback<absl::StatusOr<bool>> done) {
   if (absl::Status st = CheckPath(path); !st.ok()) return done(st);
   auto impl = impl_;
   auto parked = std::make_shared<Callback<absl::StatusOr<bool>>>(std::move(done));
   const std::string key = Quote(B64(impl->Key(path)));
-  std::string body =
-      if_version == 0
-          ? StrCat("{\"key\":", key, "}")
-          : StrCat("{\"compare\":[{\"key\":", key, ",\"target\":\"MOD\",\"mod_revision\":\"", if_version, "\"}],",
-                   "\"success\":[{\"request_delete_range\":{\"key\":", key, "}}]}");
+  std::string body = if_version == 0
+                         ? StrCat("{\"key\":", key, "}")
+                         : StrCat("{\"compare\":[{\"key\":", key,
+                                  ",\"target\":\"MOD\",\"mod_revision\":\"", if_version, "\"}],",
+                                  "\"success\":[{\"request_delete_range\":{\"key\":", key, "}}]}");
   impl->Run([impl, body = std::move(body), parked, conditional = if_version != 0]() {
     absl::StatusOr<Struct> r = impl->Call(conditional ? "/v3/kv/txn" : "/v3/kv/deleterange", body);
     if (!r.ok()) return (*parked)(r.status());
@@ -378,12 +389,12 @@ std::unique_ptr<LockService::Watch> EtcdLockService::WatchPrefix(
   auto w = std::make_shared<WatchState>();
   auto impl = impl_;
   const std::string key = impl->Key(prefix);
-  std::string body = StrCat("{\"create_request\":{\"key\":", Quote(B64(key.empty() ? std::string(1, '\0') : key)),
-                            ",\"range_end\":", Quote(B64(PrefixEnd(key))), ",\"start_revision\":\"", after + 1,
-                            "\"}}");
+  std::string body = StrCat(
+      "{\"create_request\":{\"key\":", Quote(B64(key.empty() ? std::string(1, '\0') : key)),
+      ",\"range_end\":", Quote(B64(PrefixEnd(key))), ",\"start_revision\":\"", after + 1, "\"}}");
   std::lock_guard<std::mutex> started(w->mu);  // w->thread is set before the thread looks at it
   w->thread = std::thread([impl, w, body = std::move(body), on_event = std::move(on_event),
-                            on_error = std::move(on_error)] {
+                           on_error = std::move(on_error)] {
     auto cancelled = [&w] {
       std::lock_guard<std::mutex> lock(w->mu);
       return w->cancelled;
@@ -393,7 +404,8 @@ std::unique_ptr<LockService::Watch> EtcdLockService::WatchPrefix(
     };
     asio::io_context io;
     tcp::socket socket(io);
-    if (impl->options.endpoints.empty()) return fail(absl::UnavailableError("no etcd endpoint configured"));
+    if (impl->options.endpoints.empty())
+      return fail(absl::UnavailableError("no etcd endpoint configured"));
     const std::string& endpoint = impl->options.endpoints.front();
     if (absl::Status s = Connect(io, socket, endpoint); !s.ok()) return fail(s);
     {
@@ -412,8 +424,8 @@ std::unique_ptr<LockService::Watch> EtcdLockService::WatchPrefix(
     // The stream: JSON objects, one per line, in chunks.
     std::string pending;
     bool stop = false;
-    std::function<size_t(uint64_t, boost::beast::string_view, boost::system::error_code&)> on_chunk =
-        [&](uint64_t, boost::beast::string_view data, boost::system::error_code&) {
+    std::function<size_t(uint64_t, boost::beast::string_view, boost::system::error_code&)>
+        on_chunk = [&](uint64_t, boost::beast::string_view data, boost::system::error_code&) {
           pending.append(data.data(), data.size());
           size_t nl;
           while (!stop && (nl = pending.find('\n')) != std::string::npos) {
@@ -428,9 +440,11 @@ std::unique_ptr<LockService::Watch> EtcdLockService::WatchPrefix(
             }
             const Struct* result = Object(*msg, "result");
             if (result == nullptr) continue;
-            if (Int(*result, "compact_revision") > 0 || (Field(*result, "canceled") != nullptr &&
-                                                          Field(*result, "canceled")->bool_value())) {
-              fail(absl::OutOfRangeError("etcd cancelled the watch (its revision was compacted): list again"));
+            if (Int(*result, "compact_revision") > 0 ||
+                (Field(*result, "canceled") != nullptr &&
+                 Field(*result, "canceled")->bool_value())) {
+              fail(absl::OutOfRangeError(
+                  "etcd cancelled the watch (its revision was compacted): list again"));
               stop = true;
               break;
             }
@@ -439,8 +453,9 @@ std::unique_ptr<LockService::Watch> EtcdLockService::WatchPrefix(
               if (kv == nullptr) continue;
               WatchEvent ev;
               const Value* type = Field(*e, "type");
-              ev.type = type != nullptr && type->string_value() == "DELETE" ? WatchEvent::Type::kDelete
-                                                                           : WatchEvent::Type::kPut;
+              ev.type = type != nullptr && type->string_value() == "DELETE"
+                            ? WatchEvent::Type::kDelete
+                            : WatchEvent::Type::kPut;
               FileInfo f = impl->File(*kv);
               ev.path = std::move(f.path);
               ev.contents = std::move(f.contents);
@@ -466,7 +481,8 @@ std::unique_ptr<LockService::Watch> EtcdLockService::WatchPrefix(
       }
       if (ec) break;
     }
-    if (!stop && !cancelled()) fail(absl::UnavailableError(StrCat("etcd watch ended: ", ec.message())));
+    if (!stop && !cancelled())
+      fail(absl::UnavailableError(StrCat("etcd watch ended: ", ec.message())));
     std::lock_guard<std::mutex> lock(w->mu);
     w->fd = -1;
   });

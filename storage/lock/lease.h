@@ -19,13 +19,15 @@ inline constexpr absl::Duration kLeaseMargin = absl::Milliseconds(5);
 
 // How long a lease of `lease` may be counted on by its holder, measured on
 // the holder's clock from when it sent the request that got it.
-inline absl::Duration HolderLease(absl::Duration lease, double max_clock_drift = kDefaultMaxClockDrift) {
+inline absl::Duration HolderLease(absl::Duration lease,
+                                  double max_clock_drift = kDefaultMaxClockDrift) {
   return lease * (1.0 - max_clock_drift) - kLeaseMargin;
 }
 
 // How long after a restart a lock service must stay quiet when its previous
 // incarnation granted leases of at most `longest`.
-inline absl::Duration QuietPeriod(absl::Duration longest, double max_clock_drift = kDefaultMaxClockDrift) {
+inline absl::Duration QuietPeriod(absl::Duration longest,
+                                  double max_clock_drift = kDefaultMaxClockDrift) {
   if (longest <= absl::ZeroDuration()) return absl::ZeroDuration();
   return longest * (1.0 + max_clock_drift) + kLeaseMargin;
 }

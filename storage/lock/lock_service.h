@@ -87,7 +87,8 @@ class LockService {
   virtual void List(std::string prefix, Callback<absl::StatusOr<Listing>> done) = 0;
   // Deletes `path`; with `if_version` != 0 only if that is its version.
   // True if a file was deleted.
-  virtual void Delete(std::string path, int64_t if_version, Callback<absl::StatusOr<bool>> done) = 0;
+  virtual void Delete(std::string path, int64_t if_version,
+                      Callback<absl::StatusOr<bool>> done) = 0;
 
   // Reports, in revision order, every change under `prefix` after revision
   // `after` (a List's revision, so nothing between the listing and the

@@ -19,7 +19,9 @@ void ToProto(const FileInfo& f, LsFile* p) {
   p->set_session(f.session);
 }
 
-FileInfo FromProto(const LsFile& p) { return FileInfo{p.path(), p.contents(), p.version(), p.session()}; }
+FileInfo FromProto(const LsFile& p) {
+  return FileInfo{p.path(), p.contents(), p.version(), p.session()};
+}
 
 // Answers a unary call with `reply` built by `fill` from a result.
 template <typename T>
@@ -34,7 +36,9 @@ LockService::Callback<absl::StatusOr<T>> Reply(std::shared_ptr<rpc::Responder> r
 }
 
 LockService::Callback<absl::Status> ReplyStatus(std::shared_ptr<rpc::Responder> responder) {
-  return [responder](absl::Status s) { responder->Finish(s, s.ok() ? LsReply().SerializeAsString() : ""); };
+  return [responder](absl::Status s) {
+    responder->Finish(s, s.ok() ? LsReply().SerializeAsString() : "");
+  };
 }
 
 // One ls.Watch stream: its watch, until it finishes (its time is up, the
@@ -86,7 +90,8 @@ LockServiceRpc::~LockServiceRpc() {
     for (auto& [raw, stream] : streams_->open) open.push_back(std::move(stream));
     streams_->open.clear();
   }
-  for (auto& s : open) s->Finish(absl::UnavailableError("the lock service is shutting down"), /*inline_cancel=*/true);
+  for (auto& s : open)
+    s->Finish(absl::UnavailableError("the lock service is shutting down"), /*inline_cancel=*/true);
 }
 
 void LockServiceRpc::Register(rpc::RpcServer* rpc) {
@@ -99,13 +104,15 @@ void LockServiceRpc::Register(rpc::RpcServer* rpc) {
                                           std::shared_ptr<rpc::Responder> responder) {
       LsRequest r;
       if (!r.ParseFromArray(body.data(), static_cast<int>(body.size())))
-        return responder->Finish(absl::InvalidArgumentError(StrCat("malformed ", method, " request")));
+        return responder->Finish(
+            absl::InvalidArgumentError(StrCat("malformed ", method, " request")));
       serve(r, std::move(responder));
     });
   };
   unary("ls.OpenSession", [service](LsRequest& r, std::shared_ptr<rpc::Responder> out) {
-    service->OpenSession(absl::Microseconds(r.ttl_micros()),
-                         Reply<SessionId>(out, [](SessionId& s, LsReply& reply) { reply.set_session(s); }));
+    service->OpenSession(
+        absl::Microseconds(r.ttl_micros()),
+        Reply<SessionId>(out, [](SessionId& s, LsReply& reply) { reply.set_session(s); }));
   });
   unary("ls.KeepAlive", [service](LsRequest& r, std::shared_ptr<rpc::Responder> out) {
     service->KeepAlive(r.session(), ReplyStatus(out));
@@ -118,13 +125,15 @@ void LockServiceRpc::Register(rpc::RpcServer* rpc) {
                  Reply<int64_t>(out, [](int64_t& v, LsReply& reply) { reply.set_version(v); }));
   });
   unary("ls.Create", [service](LsRequest& r, std::shared_ptr<rpc::Responder> out) {
-    service->Create(r.path(), r.contents(), r.session(),
-                    Reply<bool>(out, [](bool& created, LsReply& reply) { reply.set_done(created); }));
+    service->Create(
+        r.path(), r.contents(), r.session(),
+        Reply<bool>(out, [](bool& created, LsReply& reply) { reply.set_done(created); }));
   });
   unary("ls.Get", [service](LsRequest& r, std::shared_ptr<rpc::Responder> out) {
-    service->Get(r.path(), Reply<std::optional<FileInfo>>(out, [](std::optional<FileInfo>& f, LsReply& reply) {
-                   if (f.has_value()) ToProto(*f, reply.mutable_file());
-                 }));
+    service->Get(r.path(), Reply<std::optional<FileInfo>>(
+                               out, [](std::optional<FileInfo>& f, LsReply& reply) {
+                                 if (f.has_value()) ToProto(*f, reply.mutable_file());
+                               }));
   });
   unary("ls.List", [service](LsRequest& r, std::shared_ptr<rpc::Responder> out) {
     service->List(r.path(), Reply<Listing>(out, [](Listing& l, LsReply& reply) {
@@ -133,54 +142,58 @@ void LockServiceRpc::Register(rpc::RpcServer* rpc) {
                   }));
   });
   unary("ls.Delete", [service](LsRequest& r, std::shared_ptr<rpc::Responder> out) {
-    service->Delete(r.path(), r.if_version(),
-                    Reply<bool>(out, [](bool& deleted, LsReply& reply) { reply.set_done(deleted); }));
+    service->Delete(r.path(), r.if_version(), Reply<bool>(out, [](bool& deleted, LsReply& reply) {
+                      reply.set_done(deleted);
+                    }));
   });
-  rpc->Register("ls.Watch", [service, env, streams](const rpc::CallContext& ctx, std::string_view body,
-                                                    std::shared_ptr<rpc::Responder> responder) {
-    LsWatchRequest r;
-    if (!r.ParseFromArray(body.data(), static_cast<int>(body.size())))
-      return responder->Finish(absl::InvalidArgumentError("malformed ls.Watch request"));
-    auto stream = std::make_shared<Stream>();
-    stream->responder = responder;
-    {
-      absl::MutexLock lock(&streams->mu);
-      if (streams->closed) return responder->Finish(absl::UnavailableError("the lock service is shutting down"));
-      streams->open[stream.get()] = stream;
-    }
-    std::weak_ptr<Stream> weak = stream;
-    auto forget = [streams, raw = stream.get()] {
-      absl::MutexLock lock(&streams->mu);
-      streams->open.erase(raw);
-    };
-    auto watch = service->WatchPrefix(
-        r.prefix(), r.after(),
-        [responder](const WatchEvent& e) {
-          LsEvents events;
-          LsEvent* out = events.add_events();
-          out->set_deleted(e.type == WatchEvent::Type::kDelete);
-          out->set_path(e.path);
-          out->set_contents(e.contents);
-          out->set_revision(e.revision);
-          responder->Send(events.SerializeAsString());
-        },
-        [weak, forget](const absl::Status& s) {
-          if (auto st = weak.lock()) st->Finish(s, /*inline_cancel=*/false);
+  rpc->Register(
+      "ls.Watch", [service, env, streams](const rpc::CallContext& ctx, std::string_view body,
+                                          std::shared_ptr<rpc::Responder> responder) {
+        LsWatchRequest r;
+        if (!r.ParseFromArray(body.data(), static_cast<int>(body.size())))
+          return responder->Finish(absl::InvalidArgumentError("malformed ls.Watch request"));
+        auto stream = std::make_shared<Stream>();
+        stream->responder = responder;
+        {
+          absl::MutexLock lock(&streams->mu);
+          if (streams->closed)
+            return responder->Finish(absl::UnavailableError("the lock service is shutting down"));
+          streams->open[stream.get()] = stream;
+        }
+        std::weak_ptr<Stream> weak = stream;
+        auto forget = [streams, raw = stream.get()] {
+          absl::MutexLock lock(&streams->mu);
+          streams->open.erase(raw);
+        };
+        auto watch = service->WatchPrefix(
+            r.prefix(), r.after(),
+            [responder](const WatchEvent& e) {
+              LsEvents events;
+              LsEvent* out = events.add_events();
+              out->set_deleted(e.type == WatchEvent::Type::kDelete);
+              out->set_path(e.path);
+              out->set_contents(e.contents);
+              out->set_revision(e.revision);
+              responder->Send(events.SerializeAsString());
+            },
+            [weak, forget](const absl::Status& s) {
+              if (auto st = weak.lock()) st->Finish(s, /*inline_cancel=*/false);
+              forget();
+            });
+        {
+          absl::MutexLock lock(&stream->mu);
+          if (!stream->finished) stream->watch = std::move(watch);
+        }
+        // The stream ends a little before the caller's deadline, so its OK
+        // arrives in time. The timer holds it weakly: a stream the server
+        // ended is gone.
+        const absl::Duration length =
+            std::min(RemoteLockService::kWatchStream, ctx.timeout - absl::Seconds(1));
+        env->Schedule(std::max(length, absl::Milliseconds(100)), [weak, forget] {
+          if (auto st = weak.lock()) st->Finish(absl::OkStatus(), /*inline_cancel=*/true);
           forget();
         });
-    {
-      absl::MutexLock lock(&stream->mu);
-      if (!stream->finished) stream->watch = std::move(watch);
-    }
-    // The stream ends a little before the caller's deadline, so its OK
-    // arrives in time. The timer holds it weakly: a stream the server
-    // ended is gone.
-    const absl::Duration length = std::min(RemoteLockService::kWatchStream, ctx.timeout - absl::Seconds(1));
-    env->Schedule(std::max(length, absl::Milliseconds(100)), [weak, forget] {
-      if (auto st = weak.lock()) st->Finish(absl::OkStatus(), /*inline_cancel=*/true);
-      forget();
-    });
-  });
+      });
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -225,7 +238,8 @@ struct RemoteWatchState : std::enable_shared_from_this<RemoteWatchState> {
             absl::MutexLock lock(&self->mu);
             if (self->cancelled) return;
           }
-          if (final.ok() || absl::IsDeadlineExceeded(final.status()) || absl::IsUnavailable(final.status())) {
+          if (final.ok() || absl::IsDeadlineExceeded(final.status()) ||
+              absl::IsUnavailable(final.status())) {
             // The stream's time was up (resume now), or the connection
             // broke (resume after a pause, off the client's thread).
             if (final.ok()) return self->Stream();
@@ -239,10 +253,11 @@ struct RemoteWatchState : std::enable_shared_from_this<RemoteWatchState> {
         },
         [self](std::string_view message) {
           LsEvents events;
-          if (!events.ParseFromArray(message.data(), static_cast<int>(message.size()))) return false;
+          if (!events.ParseFromArray(message.data(), static_cast<int>(message.size())))
+            return false;
           for (const LsEvent& e : events.events()) {
-            WatchEvent ev{e.deleted() ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut, e.path(), e.contents(),
-                          e.revision()};
+            WatchEvent ev{e.deleted() ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut,
+                          e.path(), e.contents(), e.revision()};
             {
               absl::MutexLock lock(&self->mu);
               if (self->cancelled) return false;
@@ -274,7 +289,7 @@ struct RemoteWatchState : std::enable_shared_from_this<RemoteWatchState> {
       cancelled = true;
     }
     if (delivering == std::this_thread::get_id()) return;  // from its own callback
-    absl::MutexLock wait(&delivery);  // a callback in progress finishes first
+    absl::MutexLock wait(&delivery);                       // a callback in progress finishes first
   }
 };
 
@@ -297,13 +312,16 @@ RemoteLockService::~RemoteLockService() = default;
 
 void RemoteLockService::Unary(const std::string& method, const LsRequest& request,
                               absl::AnyInvocable<void(absl::StatusOr<LsReply>)> done) {
-  auto parked = std::make_shared<absl::AnyInvocable<void(absl::StatusOr<LsReply>)>>(std::move(done));
-  rpc_->CallAsync(method, request.SerializeAsString(), timeout_, [parked, method](absl::StatusOr<std::string> r) {
-    if (!r.ok()) return (*parked)(r.status());
-    LsReply reply;
-    if (!reply.ParseFromString(*r)) return (*parked)(absl::InternalError(StrCat("malformed ", method, " reply")));
-    (*parked)(std::move(reply));
-  });
+  auto parked =
+      std::make_shared<absl::AnyInvocable<void(absl::StatusOr<LsReply>)>>(std::move(done));
+  rpc_->CallAsync(method, request.SerializeAsString(), timeout_,
+                  [parked, method](absl::StatusOr<std::string> r) {
+                    if (!r.ok()) return (*parked)(r.status());
+                    LsReply reply;
+                    if (!reply.ParseFromString(*r))
+                      return (*parked)(absl::InternalError(StrCat("malformed ", method, " reply")));
+                    (*parked)(std::move(reply));
+                  });
 }
 
 void RemoteLockService::OpenSession(absl::Duration ttl, Callback<absl::StatusOr<SessionId>> done) {
@@ -318,7 +336,8 @@ void RemoteLockService::OpenSession(absl::Duration ttl, Callback<absl::StatusOr<
 void RemoteLockService::KeepAlive(SessionId session, Callback<absl::Status> done) {
   LsRequest r;
   r.set_session(session);
-  Unary("ls.KeepAlive", r, [done = std::move(done)](absl::StatusOr<LsReply> reply) mutable { done(reply.status()); });
+  Unary("ls.KeepAlive", r,
+        [done = std::move(done)](absl::StatusOr<LsReply> reply) mutable { done(reply.status()); });
 }
 
 void RemoteLockService::CloseSession(SessionId session, Callback<absl::Status> done) {
@@ -352,7 +371,8 @@ void RemoteLockService::Create(std::string path, std::string contents, SessionId
   });
 }
 
-void RemoteLockService::Get(std::string path, Callback<absl::StatusOr<std::optional<FileInfo>>> done) {
+void RemoteLockService::Get(std::string path,
+                            Callback<absl::StatusOr<std::optional<FileInfo>>> done) {
   LsRequest r;
   r.set_path(std::move(path));
   Unary("ls.Get", r, [done = std::move(done)](absl::StatusOr<LsReply> reply) mutable {
@@ -374,7 +394,8 @@ void RemoteLockService::List(std::string prefix, Callback<absl::StatusOr<Listing
   });
 }
 
-void RemoteLockService::Delete(std::string path, int64_t if_version, Callback<absl::StatusOr<bool>> done) {
+void RemoteLockService::Delete(std::string path, int64_t if_version,
+                               Callback<absl::StatusOr<bool>> done) {
   LsRequest r;
   r.set_path(std::move(path));
   r.set_if_version(if_version);

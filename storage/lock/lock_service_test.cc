@@ -80,10 +80,12 @@ class LockServiceTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *s : 0;
   }
-  absl::StatusOr<int64_t> Put(const std::string& path, const std::string& contents, SessionId session = 0) {
+  absl::StatusOr<int64_t> Put(const std::string& path, const std::string& contents,
+                              SessionId session = 0) {
     return Await<int64_t>([&](auto cb) { service_->Put(path, contents, session, std::move(cb)); });
   }
-  absl::StatusOr<bool> Create(const std::string& path, const std::string& contents, SessionId session) {
+  absl::StatusOr<bool> Create(const std::string& path, const std::string& contents,
+                              SessionId session) {
     return Await<bool>([&](auto cb) { service_->Create(path, contents, session, std::move(cb)); });
   }
   std::optional<FileInfo> Get(const std::string& path) {
@@ -205,7 +207,8 @@ TEST_P(LockServiceTest, AWatchReportsEveryChangeUnderItsPrefixInOrderFromAListin
       "/cell/servers/", before.revision,
       [&](const WatchEvent& e) {
         absl::MutexLock lock(&mu);
-        seen.push_back(StrCat(e.type == WatchEvent::Type::kPut ? "put " : "delete ", e.path, " ", e.contents));
+        seen.push_back(
+            StrCat(e.type == WatchEvent::Type::kPut ? "put " : "delete ", e.path, " ", e.contents));
         revisions.push_back(e.revision);
       },
       [&](const absl::Status& s) { ADD_FAILURE() << s; });
@@ -218,7 +221,8 @@ TEST_P(LockServiceTest, AWatchReportsEveryChangeUnderItsPrefixInOrderFromAListin
   const std::vector<std::string> want = {"put /cell/servers/b 2", "put /cell/servers/c 3",
                                          "delete /cell/servers/a ", "delete /cell/servers/c "};
   absl::MutexLock lock(&mu);
-  mu.AwaitWithTimeout(absl::Condition(+[](std::vector<std::string>* v) { return v->size() >= 4; }, &seen),
+  mu.AwaitWithTimeout(absl::Condition(
+                          +[](std::vector<std::string>* v) { return v->size() >= 4; }, &seen),
                       absl::Seconds(10));
   EXPECT_EQ(seen, want);
   EXPECT_TRUE(std::is_sorted(revisions.begin(), revisions.end()));
@@ -237,7 +241,8 @@ TEST_P(LockServiceTest, BadPathsAreRefused) {
   EXPECT_EQ(create.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Implementations, LockServiceTest, ::testing::Values("embedded", "remote", "etcd"),
+INSTANTIATE_TEST_SUITE_P(Implementations, LockServiceTest,
+                         ::testing::Values("embedded", "remote", "etcd"),
                          [](const auto& info) { return info.param; });
 
 TEST(EmbeddedLockServiceTest, PermanentFilesSurviveARestartAndSessionsDoNot) {
@@ -248,19 +253,25 @@ TEST(EmbeddedLockServiceTest, PermanentFilesSurviveARestartAndSessionsDoNot) {
   {
     auto s = EmbeddedLockService::Open(&env, dir.path());
     ASSERT_TRUE(s.ok());
-    version = *Await<int64_t>([&](auto cb) { (*s)->Put("/root-tablet", "ts1:7400", 0, std::move(cb)); });
-    old_session = *Await<SessionId>([&](auto cb) { (*s)->OpenSession(absl::Seconds(10), std::move(cb)); });
-    ASSERT_TRUE(*Await<bool>([&](auto cb) { (*s)->Create("/servers/ts1", "", old_session, std::move(cb)); }));
+    version =
+        *Await<int64_t>([&](auto cb) { (*s)->Put("/root-tablet", "ts1:7400", 0, std::move(cb)); });
+    old_session =
+        *Await<SessionId>([&](auto cb) { (*s)->OpenSession(absl::Seconds(10), std::move(cb)); });
+    ASSERT_TRUE(*Await<bool>(
+        [&](auto cb) { (*s)->Create("/servers/ts1", "", old_session, std::move(cb)); }));
   }
   auto s = EmbeddedLockService::Open(&env, dir.path());
   ASSERT_TRUE(s.ok());
-  auto root = Await<std::optional<FileInfo>>([&](auto cb) { (*s)->Get("/root-tablet", std::move(cb)); });
+  auto root =
+      Await<std::optional<FileInfo>>([&](auto cb) { (*s)->Get("/root-tablet", std::move(cb)); });
   ASSERT_TRUE(root.ok() && root->has_value());
   EXPECT_EQ((*root)->contents, "ts1:7400");
   EXPECT_EQ((*root)->version, version);
-  auto server = Await<std::optional<FileInfo>>([&](auto cb) { (*s)->Get("/servers/ts1", std::move(cb)); });
+  auto server =
+      Await<std::optional<FileInfo>>([&](auto cb) { (*s)->Get("/servers/ts1", std::move(cb)); });
   EXPECT_FALSE(server->has_value()) << "ephemeral files die with the process";
-  auto fresh = Await<SessionId>([&](auto cb) { (*s)->OpenSession(absl::Seconds(10), std::move(cb)); });
+  auto fresh =
+      Await<SessionId>([&](auto cb) { (*s)->OpenSession(absl::Seconds(10), std::move(cb)); });
   EXPECT_GT(*fresh, old_session) << "session ids are never reused";
   auto renewed = Await<bool>([&](auto cb) {
     (*s)->KeepAlive(old_session, [cb = std::move(cb)](absl::Status st) mutable {

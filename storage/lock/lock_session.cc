@@ -45,7 +45,8 @@ struct LockSession::State : std::enable_shared_from_this<State> {
       if (absl::IsNotFound(s)) return self->Lose(s);
       if (!s.ok()) return;  // the next tick retries, or finds the time up
       absl::MutexLock lock(&self->mu);
-      self->valid_until = std::max(self->valid_until, sent + absl::ToInt64Microseconds(HolderLease(self->ttl)));
+      self->valid_until =
+          std::max(self->valid_until, sent + absl::ToInt64Microseconds(HolderLease(self->ttl)));
     });
     // Renew again in a third of the ttl; and look at the time exactly when it
     // would run out, in case every renewal until then fails.
@@ -71,8 +72,8 @@ struct LockSession::State : std::enable_shared_from_this<State> {
       if (over || env->MonotonicMicros() < valid_until) return;
       session = id;
     }
-    Lose(absl::UnavailableError(
-        StrCat("lock service session ", session, " not renewed within its ", absl::FormatDuration(ttl))));
+    Lose(absl::UnavailableError(StrCat("lock service session ", session, " not renewed within its ",
+                                       absl::FormatDuration(ttl))));
   }
 };
 

@@ -26,7 +26,8 @@ class LockSession {
   // `ttl / 3`. `on_lost` runs once (on a timer or callback thread) when the
   // session can no longer be relied on: renewals failed for `ttl`, or the
   // service said it has ended.
-  LockSession(LockService* service, Env* env, absl::Duration ttl, std::function<void(const absl::Status&)> on_lost);
+  LockSession(LockService* service, Env* env, absl::Duration ttl,
+              std::function<void(const absl::Status&)> on_lost);
   ~LockSession();  // Close()
 
   // Opens the session and starts renewing; `done` gets its id.

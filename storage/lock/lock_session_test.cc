@@ -30,17 +30,20 @@ TEST_F(LockSessionTest, RenewalsKeepASessionAndItsFilesAlive) {
   LockSession session(link_.get(), &env_, absl::Seconds(3), [&](const absl::Status&) { ++lost; });
   auto id = Await<SessionId>([&](auto cb) { session.Start(std::move(cb)); });
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(*Await<bool>([&](auto cb) { service_->Create("/cell/servers/ts1", "", *id, std::move(cb)); }));
+  ASSERT_TRUE(*Await<bool>(
+      [&](auto cb) { service_->Create("/cell/servers/ts1", "", *id, std::move(cb)); }));
   for (int i = 0; i < 30; ++i) env_.Advance(absl::Milliseconds(500));  // five ttls
   EXPECT_TRUE(session.alive());
   EXPECT_EQ(lost, 0);
   EXPECT_GE(link_->keepalives, 10);
-  auto file = Await<std::optional<FileInfo>>([&](auto cb) { service_->Get("/cell/servers/ts1", std::move(cb)); });
+  auto file = Await<std::optional<FileInfo>>(
+      [&](auto cb) { service_->Get("/cell/servers/ts1", std::move(cb)); });
   EXPECT_TRUE(file->has_value());
 
   session.Close();
   EXPECT_FALSE(session.alive());
-  file = Await<std::optional<FileInfo>>([&](auto cb) { service_->Get("/cell/servers/ts1", std::move(cb)); });
+  file = Await<std::optional<FileInfo>>(
+      [&](auto cb) { service_->Get("/cell/servers/ts1", std::move(cb)); });
   EXPECT_FALSE(file->has_value()) << "closing the session removes its files";
 }
 
@@ -55,9 +58,11 @@ TEST_F(LockSessionTest, APartitionedHolderGivesUpBeforeTheServiceFreesItsLock) {
   });
   auto id = Await<SessionId>([&](auto cb) { session.Start(std::move(cb)); });
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(*Await<bool>([&](auto cb) { service_->Create("/cell/master", "me", *id, std::move(cb)); }));
+  ASSERT_TRUE(
+      *Await<bool>([&](auto cb) { service_->Create("/cell/master", "me", *id, std::move(cb)); }));
   auto watch = service_->WatchPrefix(
-      "/cell/master", Await<Listing>([&](auto cb) { service_->List("/cell/master", std::move(cb)); })->revision,
+      "/cell/master",
+      Await<Listing>([&](auto cb) { service_->List("/cell/master", std::move(cb)); })->revision,
       [&](const WatchEvent& e) {
         if (e.type == WatchEvent::Type::kDelete) freed_at = env_.MonotonicMicros();
       },
@@ -73,7 +78,8 @@ TEST_F(LockSessionTest, APartitionedHolderGivesUpBeforeTheServiceFreesItsLock) {
 
 TEST_F(LockSessionTest, ASessionTheServiceEndedIsLostAtTheNextRenewal) {
   absl::Status why;
-  LockSession session(link_.get(), &env_, absl::Seconds(3), [&](const absl::Status& s) { why = s; });
+  LockSession session(link_.get(), &env_, absl::Seconds(3),
+                      [&](const absl::Status& s) { why = s; });
   auto id = Await<SessionId>([&](auto cb) { session.Start(std::move(cb)); });
   ASSERT_TRUE(id.ok());
   // E.g. the master deleted a server it could not reach, or an operator.

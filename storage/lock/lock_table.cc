@@ -11,8 +11,7 @@
 
 namespace megastore::storage::lock {
 
-LockTable::LockTable(Env* env, LockTableOptions options)
-    : env_(env), options_(std::move(options)) {
+LockTable::LockTable(Env* env, LockTableOptions options) : env_(env), options_(std::move(options)) {
   if (options_.quiet_period > absl::ZeroDuration())
     quiet_until_ = env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.quiet_period);
 }
@@ -29,21 +28,24 @@ absl::StatusOr<std::unique_ptr<LockTable>> LockTable::Open(Env* env, LockTableOp
     if (data.ok()) {
       LockTableState state;
       if (data->size() < 4 ||
-          crc32c::Unmask(DecodeFixed32(data->data())) != crc32c::Value(std::string_view(*data).substr(4)) ||
+          crc32c::Unmask(DecodeFixed32(data->data())) !=
+              crc32c::Value(std::string_view(*data).substr(4)) ||
           !state.ParseFromString(data->substr(4)) || state.longest_lease_micros() < 0) {
-        return absl::DataLossError(StrCat(
-            "lock table state ", options.state_file,
-            " is damaged: the longest lease its last run granted is unknown, so it cannot know how long to "
-            "stay quiet. Wait longer than any coordinator lease, then remove the file"));
+        return absl::DataLossError(
+            StrCat("lock table state ", options.state_file,
+                   " is damaged: the longest lease its last run granted is unknown, so it cannot "
+                   "know how long to "
+                   "stay quiet. Wait longer than any coordinator lease, then remove the file"));
       }
       longest = state.longest_lease_micros();
-      options.quiet_period = std::max(options.quiet_period,
-                                      QuietPeriod(absl::Microseconds(longest), options.max_clock_drift));
+      options.quiet_period = std::max(
+          options.quiet_period, QuietPeriod(absl::Microseconds(longest), options.max_clock_drift));
     } else if (!absl::IsNotFound(data.status())) {
       return data.status();
     } else if (!options.new_directory) {
       // Granted by a run that kept no file (or lost it): assume the most.
-      options.quiet_period = std::max(options.quiet_period, QuietPeriod(options.max_lease, options.max_clock_drift));
+      options.quiet_period =
+          std::max(options.quiet_period, QuietPeriod(options.max_lease, options.max_clock_drift));
     }
   }
   std::unique_ptr<LockTable> t(new LockTable(env, std::move(options)));
@@ -101,9 +103,9 @@ LockTable::Holder LockTable::HolderLocked(std::string_view name) {
 absl::StatusOr<LockTable::Holder> LockTable::Acquire(std::string_view name, std::string_view owner,
                                                      absl::Duration lease) {
   if (lease <= absl::ZeroDuration() || lease > options_.max_lease)
-    return absl::InvalidArgumentError(StrCat("lock ", name, ": a lease of ", absl::FormatDuration(lease),
-                                             " is outside (0, ", absl::FormatDuration(options_.max_lease),
-                                             "], the longest this lock service grants"));
+    return absl::InvalidArgumentError(StrCat(
+        "lock ", name, ": a lease of ", absl::FormatDuration(lease), " is outside (0, ",
+        absl::FormatDuration(options_.max_lease), "], the longest this lock service grants"));
   absl::MutexLock lock(&mu_);
   Holder h = HolderLocked(name);
   if (h.quiet || (h.held && h.owner != owner)) return h;
@@ -158,7 +160,8 @@ void LockTable::Serve(std::string_view method, std::string request, Responder re
     return;
   }
   reply.set_held(h.held);
-  reply.set_holder(h.quiet ? "(unknown: the lock service restarted and waits out old leases)" : h.owner);
+  reply.set_holder(h.quiet ? "(unknown: the lock service restarted and waits out old leases)"
+                           : h.owner);
   reply.set_remaining_micros(absl::ToInt64Microseconds(h.remaining));
   respond(reply.SerializeAsString());
 }

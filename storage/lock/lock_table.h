@@ -69,7 +69,8 @@ class LockTable {
   // Grants (or renews) `name` to `owner` for `lease` from now if it is free,
   // expired or already `owner`'s. Returns the holder afterwards; an error if
   // the lease is longer than max_lease or the state file cannot be written.
-  absl::StatusOr<Holder> Acquire(std::string_view name, std::string_view owner, absl::Duration lease);
+  absl::StatusOr<Holder> Acquire(std::string_view name, std::string_view owner,
+                                 absl::Duration lease);
   Holder Query(std::string_view name);
   // Frees `name` if `owner` holds it.
   void Release(std::string_view name, std::string_view owner);

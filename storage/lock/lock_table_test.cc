@@ -130,8 +130,10 @@ TEST(LockTableTest, ADamagedStateFileIsReportedNotGuessed) {
 }
 
 TEST(LockTableTest, TheHolderCountsItsLeaseShorterThanTheTable) {
-  EXPECT_LT(HolderLease(absl::Seconds(2), kDefaultMaxClockDrift), absl::Seconds(2) * (1 - kDefaultMaxClockDrift));
-  EXPECT_GT(QuietPeriod(absl::Seconds(2), kDefaultMaxClockDrift), absl::Seconds(2) * (1 + kDefaultMaxClockDrift));
+  EXPECT_LT(HolderLease(absl::Seconds(2), kDefaultMaxClockDrift),
+            absl::Seconds(2) * (1 - kDefaultMaxClockDrift));
+  EXPECT_GT(QuietPeriod(absl::Seconds(2), kDefaultMaxClockDrift),
+            absl::Seconds(2) * (1 + kDefaultMaxClockDrift));
   EXPECT_EQ(QuietPeriod(absl::ZeroDuration(), kDefaultMaxClockDrift), absl::ZeroDuration());
 }
 

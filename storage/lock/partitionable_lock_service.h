@@ -30,11 +30,13 @@ class Partitionable : public LockService {
     if (cut) return done(Down());
     to_->CloseSession(s, std::move(done));
   }
-  void Put(std::string p, std::string c, SessionId s, Callback<absl::StatusOr<int64_t>> done) override {
+  void Put(std::string p, std::string c, SessionId s,
+           Callback<absl::StatusOr<int64_t>> done) override {
     if (cut) return done(Down());
     to_->Put(std::move(p), std::move(c), s, std::move(done));
   }
-  void Create(std::string p, std::string c, SessionId s, Callback<absl::StatusOr<bool>> done) override {
+  void Create(std::string p, std::string c, SessionId s,
+              Callback<absl::StatusOr<bool>> done) override {
     if (cut) return done(Down());
     to_->Create(std::move(p), std::move(c), s, std::move(done));
   }
@@ -50,7 +52,8 @@ class Partitionable : public LockService {
     if (cut) return done(Down());
     to_->Delete(std::move(p), v, std::move(done));
   }
-  std::unique_ptr<Watch> WatchPrefix(std::string p, int64_t after, std::function<void(const WatchEvent&)> on_event,
+  std::unique_ptr<Watch> WatchPrefix(std::string p, int64_t after,
+                                     std::function<void(const WatchEvent&)> on_event,
                                      std::function<void(const absl::Status&)> on_error) override {
     return to_->WatchPrefix(std::move(p), after, std::move(on_event), std::move(on_error));
   }

@@ -52,10 +52,9 @@ class TabletCompactionFilter : public rocksdb::CompactionFilter {
     }
     // Tombstones carry the time they were written (8 bytes; none before
     // timestamp_deletes existed).
-    const int64_t written =
-        parsed.kind != key_format::EntryKind::kCell && user_value.size() == 8
-            ? static_cast<int64_t>(DecodeFixed64(user_value.data()))
-            : 0;
+    const int64_t written = parsed.kind != key_format::EntryKind::kCell && user_value.size() == 8
+                                ? static_cast<int64_t>(DecodeFixed64(user_value.data()))
+                                : 0;
     return visibility_.Add(parsed, seq, written) == RowVisibility::Verdict::kGarbage
                ? Decision::kRemove
                : Decision::kKeep;

@@ -1,7 +1,7 @@
 #include "storage/tablet/data_model.h"
 
-#include "base/strings.h"
 #include "base/coding.h"
+#include "base/strings.h"
 
 namespace megastore::storage {
 
@@ -49,9 +49,9 @@ bool ByteRange::Contains(std::string_view s) const {
 absl::Status ByteRange::Validate(std::string_view what) const {
   if (!end) return absl::OkStatus();
   if (*end < start || (*end == start && !end_inclusive)) {
-    return absl::InvalidArgumentError(StrCat(
-        what, " is empty or inverted: start \"", EscapeBytes(start), "\", end \"",
-        EscapeBytes(*end), "\"", end_inclusive ? " (inclusive)" : " (exclusive)"));
+    return absl::InvalidArgumentError(
+        StrCat(what, " is empty or inverted: start \"", EscapeBytes(start), "\", end \"",
+               EscapeBytes(*end), "\"", end_inclusive ? " (inclusive)" : " (exclusive)"));
   }
   return absl::OkStatus();
 }

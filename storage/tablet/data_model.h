@@ -46,10 +46,10 @@ struct Row {
 // A change to one row. A MutateRow applies a list of them atomically.
 struct Mutation {
   enum class Type {
-    kSetCell,      // write `value` at (family, qualifier, timestamp)
-    kDeleteCells,  // delete cells of (family, qualifier) with timestamp in [start_ts, end_ts)
-    kDeleteFamily, // delete every cell of `family` in the row
-    kDeleteRow,    // delete every cell of the row
+    kSetCell,       // write `value` at (family, qualifier, timestamp)
+    kDeleteCells,   // delete cells of (family, qualifier) with timestamp in [start_ts, end_ts)
+    kDeleteFamily,  // delete every cell of `family` in the row
+    kDeleteRow,     // delete every cell of the row
   };
 
   Type type = Type::kSetCell;
@@ -129,8 +129,8 @@ struct RowFilter {
 
   enum class QualifierMatch { kAll, kExact, kPrefix, kRange };
   QualifierMatch qualifier_match = QualifierMatch::kAll;
-  std::string qualifier;       // kExact: the qualifier; kPrefix: the prefix
-  ByteRange qualifier_range;   // kRange
+  std::string qualifier;      // kExact: the qualifier; kPrefix: the prefix
+  ByteRange qualifier_range;  // kRange
 
   // Cell timestamps in [start, end); end == 0 means unbounded.
   int64_t timestamp_start = 0;

@@ -43,9 +43,7 @@ bool ConsumeAscendingTimestamp(std::string_view* in, int64_t* ts) {
 
 }  // namespace
 
-void AppendRowPrefix(std::string* dst, std::string_view row) {
-  AppendOrderedBytes(dst, row);
-}
+void AppendRowPrefix(std::string* dst, std::string_view row) { AppendOrderedBytes(dst, row); }
 
 std::string RowTombstoneKey(std::string_view row, int64_t t) {
   std::string k;
@@ -65,8 +63,7 @@ std::string FamilyTombstoneKey(std::string_view row, std::string_view family, in
 }
 
 std::string ColumnTombstoneKey(std::string_view row, std::string_view family,
-                               std::string_view qualifier, int64_t t, int64_t start,
-                               int64_t end) {
+                               std::string_view qualifier, int64_t t, int64_t start, int64_t end) {
   std::string k;
   AppendRowPrefix(&k, row);
   AppendFamily(&k, family);

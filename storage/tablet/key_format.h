@@ -50,8 +50,7 @@ void AppendRowPrefix(std::string* dst, std::string_view row);
 std::string RowTombstoneKey(std::string_view row, int64_t t);
 std::string FamilyTombstoneKey(std::string_view row, std::string_view family, int64_t t);
 std::string ColumnTombstoneKey(std::string_view row, std::string_view family,
-                               std::string_view qualifier, int64_t t, int64_t start,
-                               int64_t end);
+                               std::string_view qualifier, int64_t t, int64_t start, int64_t end);
 void AppendCellKey(std::string* dst, std::string_view row, std::string_view family,
                    std::string_view qualifier, int64_t ts);
 

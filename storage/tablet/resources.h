@@ -31,16 +31,16 @@ struct TabletResourcesOptions {
 
 // A snapshot of the counters, for /metrics.
 struct TabletStats {
-  uint64_t rows_read = 0;        // rows returned by reads
-  uint64_t cells_read = 0;       // cells returned by reads
-  uint64_t bytes_read = 0;       // value bytes returned by reads
-  uint64_t rows_mutated = 0;     // successful row mutations
-  uint64_t bytes_written = 0;    // key and value bytes written
+  uint64_t rows_read = 0;      // rows returned by reads
+  uint64_t cells_read = 0;     // cells returned by reads
+  uint64_t bytes_read = 0;     // value bytes returned by reads
+  uint64_t rows_mutated = 0;   // successful row mutations
+  uint64_t bytes_written = 0;  // key and value bytes written
   uint64_t row_cache_hits = 0;
   uint64_t row_cache_misses = 0;
   uint64_t block_cache_hits = 0;
   uint64_t block_cache_misses = 0;
-  uint64_t bloom_useful = 0;     // SSTable reads a bloom filter avoided
+  uint64_t bloom_useful = 0;  // SSTable reads a bloom filter avoided
   uint64_t major_compactions = 0;
   uint64_t splits = 0;
 };

@@ -22,7 +22,9 @@ class ProcessLogger : public rocksdb::Logger {
  public:
   ProcessLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
   using rocksdb::Logger::Logv;
-  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
   void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
     if (level < GetInfoLogLevel()) return;
     char buf[1024];
@@ -86,8 +88,8 @@ rocksdb::ColumnFamilyOptions LocalityGroupOptions(const LocalityGroup& group,
   switch (group.compression()) {
     case LocalityGroup::ZSTD: {
       o.compression = rocksdb::kZSTD;
-      const uint32_t dict = group.has_zstd_dictionary_bytes() ? group.zstd_dictionary_bytes()
-                                                              : 16 * 1024;
+      const uint32_t dict =
+          group.has_zstd_dictionary_bytes() ? group.zstd_dictionary_bytes() : 16 * 1024;
       o.compression_opts.max_dict_bytes = static_cast<int>(dict);
       o.compression_opts.zstd_max_train_bytes = static_cast<int>(dict * 100);
       // Bound the memory that dictionary training buffers per SSTable.
@@ -130,7 +132,8 @@ absl::Status FromRocksDB(const rocksdb::Status& s, std::string_view context) {
   const std::string msg = StrCat(context, ": ", s.ToString());
   // A full disk is a resource running out, not a bug: writes fail with it,
   // reads go on, and the engine resumes once space returns.
-  if (s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit) return absl::ResourceExhaustedError(msg);
+  if (s.IsNoSpace() || s.subcode() == rocksdb::Status::kSpaceLimit)
+    return absl::ResourceExhaustedError(msg);
   switch (s.code()) {
     case rocksdb::Status::kNotFound:
       return absl::NotFoundError(msg);

@@ -2,17 +2,16 @@
 
 #include <algorithm>
 
-#include "base/strings.h"
 #include "base/coding.h"
 #include "base/status.h"
+#include "base/strings.h"
 
 namespace megastore::storage {
 
 using key_format::EntryKind;
 using key_format::ParsedKey;
 
-RowBuilder::RowBuilder(const CompiledSchema* schema, const ReadOptions* options,
-                       int64_t now_micros)
+RowBuilder::RowBuilder(const CompiledSchema* schema, const ReadOptions* options, int64_t now_micros)
     : schema_(schema),
       filter_(options->filter),
       visibility_(schema, options->read_timestamp, now_micros) {}
@@ -58,10 +57,8 @@ absl::Status RowBuilder::Add(std::string_view key, std::string_view value) {
   ParsedKey parsed;
   uint64_t seq;
   std::string_view user_value;
-  if (!key_format::ParseKey(key, &parsed) ||
-      !key_format::ParseValue(value, &seq, &user_value)) {
-    return absl::DataLossError(
-        StrCat("corrupt tablet entry: key ", HexEncode(key.substr(0, 256))));
+  if (!key_format::ParseKey(key, &parsed) || !key_format::ParseValue(value, &seq, &user_value)) {
+    return absl::DataLossError(StrCat("corrupt tablet entry: key ", HexEncode(key.substr(0, 256))));
   }
   if (!have_key_) {
     if (!key_format::DecodeRow(parsed.row_prefix, &row_.key)) {
@@ -126,9 +123,8 @@ absl::Status ValidateFilter(const RowFilter& filter, const CompiledSchema& schem
   }
   if (filter.timestamp_start < 0 || filter.timestamp_end < 0 ||
       (filter.timestamp_end != 0 && filter.timestamp_end < filter.timestamp_start)) {
-    return absl::InvalidArgumentError(StrCat("filter timestamp range [",
-                                                   filter.timestamp_start, ", ",
-                                                   filter.timestamp_end, ") is malformed"));
+    return absl::InvalidArgumentError(StrCat("filter timestamp range [", filter.timestamp_start,
+                                             ", ", filter.timestamp_end, ") is malformed"));
   }
   if (filter.value_range) MS_RETURN_IF_ERROR(filter.value_range->Validate("filter value range"));
   if (filter.cells_per_column < 0) {

@@ -39,7 +39,7 @@ class RowBuilder {
   const RowFilter& filter_;
   RowVisibility visibility_;
   Row row_;
-  bool have_key_ = false;    // row_.key is set
+  bool have_key_ = false;  // row_.key is set
   int groups_with_cells_ = 0;
   bool group_has_cells_ = false;
   // Per-column filter state.

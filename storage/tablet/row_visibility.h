@@ -50,8 +50,8 @@ class RowVisibility {
 
  private:
   struct Mask {
-    uint64_t any = 0;      // highest seq of any tombstone in scope
-    uint64_t visible = 0;  // highest seq of a tombstone with T <= read_timestamp
+    uint64_t any = 0;        // highest seq of any tombstone in scope
+    uint64_t visible = 0;    // highest seq of a tombstone with T <= read_timestamp
     int64_t any_t = -1;      // highest T of any tombstone in scope
     uint64_t any_t_seq = 0;  // ... and the highest seq of those with that T
     int64_t visible_t = -1;  // highest T <= read_timestamp

@@ -1,10 +1,9 @@
 #include "storage/tablet/row_visibility.h"
 
-#include "storage/tablet/data_model.h"
-
 #include <deque>
 
 #include "gtest/gtest.h"
+#include "storage/tablet/data_model.h"
 
 namespace megastore::storage {
 namespace {
@@ -42,8 +41,8 @@ TEST_F(RowVisibilityTest, TombstoneMasksOnlyEarlierWritesAndOnlyFromItsTime) {
   RowVisibility at_latest(schema_.get(), kMaxTimestamp, 0);
   at_latest.StartRow();
   EXPECT_EQ(Add(at_latest, key_format::RowTombstoneKey("r", 100), 5), Verdict::kGarbage);
-  EXPECT_EQ(Add(at_latest, Cell("f", 50), 9), Verdict::kVisible);   // written after
-  EXPECT_EQ(Add(at_latest, Cell("f", 40), 3), Verdict::kGarbage);   // masked
+  EXPECT_EQ(Add(at_latest, Cell("f", 50), 9), Verdict::kVisible);  // written after
+  EXPECT_EQ(Add(at_latest, Cell("f", 40), 3), Verdict::kGarbage);  // masked
 
   RowVisibility below(schema_.get(), 99, 0);
   below.StartRow();

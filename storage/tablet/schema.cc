@@ -1,7 +1,7 @@
 #include "storage/tablet/schema.h"
 
-#include "base/strings.h"
 #include "base/coding.h"
+#include "base/strings.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace megastore::storage {
@@ -18,7 +18,8 @@ absl::Status ValidateName(std::string_view name, std::string_view what) {
   };
   if (!word(name[0])) return bad("must start with a letter, digit or '_'");
   for (char c : name) {
-    if (!word(c) && c != '-' && c != '.') return bad("only letters, digits, '_', '-' and '.' are allowed");
+    if (!word(c) && c != '-' && c != '.')
+      return bad("only letters, digits, '_', '-' and '.' are allowed");
   }
   return absl::OkStatus();
 }
@@ -36,8 +37,7 @@ absl::Status ValidateGroup(const LocalityGroup& g) {
         StrCat(what, ": bloom_bits_per_key ", g.bloom_bits_per_key(), " is above 64"));
   }
   if (g.has_zstd_dictionary_bytes() && g.zstd_dictionary_bytes() > 1024 * 1024) {
-    return absl::InvalidArgumentError(
-        StrCat(what, ": zstd_dictionary_bytes above 1 MiB"));
+    return absl::InvalidArgumentError(StrCat(what, ": zstd_dictionary_bytes above 1 MiB"));
   }
   return absl::OkStatus();
 }
@@ -71,9 +71,8 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(
     auto it = group_index.find(group);
     if (it == group_index.end()) {
       if (group != kDefaultLocalityGroup) {
-        return absl::InvalidArgumentError(StrCat("column family \"", f.name(),
-                                                       "\" names unknown locality group \"",
-                                                       group, "\""));
+        return absl::InvalidArgumentError(StrCat(
+            "column family \"", f.name(), "\" names unknown locality group \"", group, "\""));
       }
       LocalityGroup def;
       def.set_name(std::string(kDefaultLocalityGroup));
@@ -92,8 +91,8 @@ absl::StatusOr<std::shared_ptr<const CompiledSchema>> CompiledSchema::Compile(
     FamilyInfo info{f.name(), f.gc_rule(), it->second};
     info.timestamp_deletes = f.timestamp_deletes();
     if (info.timestamp_deletes) {
-      info.tombstone_grace_micros =
-          f.has_tombstone_grace_micros() ? f.tombstone_grace_micros() : kDefaultTombstoneGraceMicros;
+      info.tombstone_grace_micros = f.has_tombstone_grace_micros() ? f.tombstone_grace_micros()
+                                                                   : kDefaultTombstoneGraceMicros;
       out->max_tombstone_grace_ = std::max(out->max_tombstone_grace_, info.tombstone_grace_micros);
     }
     out->family_index_.emplace(f.name(), out->families_.size());
@@ -111,19 +110,20 @@ absl::Status CompiledSchema::CheckChange(const CompiledSchema& from, const Compi
   for (const FamilyInfo& f : from.families_) {
     const FamilyInfo* g = to.FindFamily(f.name);
     if (g == nullptr) {
-      return absl::FailedPreconditionError(StrCat(
-          "removing column family \"", f.name, "\" from an open tablet is not supported"));
+      return absl::FailedPreconditionError(
+          StrCat("removing column family \"", f.name, "\" from an open tablet is not supported"));
     }
     if (f.timestamp_deletes && !g->timestamp_deletes) {
-      return absl::FailedPreconditionError(StrCat(
-          "column family \"", f.name, "\" masks deletes by timestamp; turning that off would bring back "
-          "old writes that arrived after their delete"));
+      return absl::FailedPreconditionError(
+          StrCat("column family \"", f.name,
+                 "\" masks deletes by timestamp; turning that off would bring back "
+                 "old writes that arrived after their delete"));
     }
     if (from.groups_[f.locality_group].name() != to.groups_[g->locality_group].name()) {
-      return absl::FailedPreconditionError(StrCat(
-          "column family \"", f.name, "\" cannot move from locality group \"",
-          from.groups_[f.locality_group].name(), "\" to \"",
-          to.groups_[g->locality_group].name(), "\""));
+      return absl::FailedPreconditionError(StrCat("column family \"", f.name,
+                                                  "\" cannot move from locality group \"",
+                                                  from.groups_[f.locality_group].name(), "\" to \"",
+                                                  to.groups_[g->locality_group].name(), "\""));
     }
   }
   for (const LocalityGroup& g : from.groups_) {
@@ -132,8 +132,8 @@ absl::Status CompiledSchema::CheckChange(const CompiledSchema& from, const Compi
       if (h.name() == g.name()) next = &h;
     }
     if (next == nullptr) {
-      return absl::FailedPreconditionError(StrCat(
-          "removing locality group \"", g.name(), "\" from an open tablet is not supported"));
+      return absl::FailedPreconditionError(StrCat("removing locality group \"", g.name(),
+                                                  "\" from an open tablet is not supported"));
     }
     if (!google::protobuf::util::MessageDifferencer::Equals(g, *next)) {
       return absl::FailedPreconditionError(StrCat(

@@ -12,11 +12,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
-#include "base/strings.h"
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "rocksdb/db.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
@@ -56,14 +56,13 @@ std::string EncodeRowBound(std::string_view row) {
 
 std::string RangeString(std::string_view start, std::string_view end) {
   return StrCat("[\"", EscapeBytes(start), "\", ",
-                      end.empty() ? "end of table" : StrCat("\"", EscapeBytes(end), "\""),
-                      ")");
+                end.empty() ? "end of table" : StrCat("\"", EscapeBytes(end), "\""), ")");
 }
 
 absl::Status CheckTimestamp(int64_t ts, std::string_view what) {
   if (ts < kServerTimestamp) {
-    return absl::InvalidArgumentError(StrCat(
-        what, " ", ts, " is negative (use -1 for the server's time, or 0..2^63-1)"));
+    return absl::InvalidArgumentError(
+        StrCat(what, " ", ts, " is negative (use -1 for the server's time, or 0..2^63-1)"));
   }
   return absl::OkStatus();
 }
@@ -128,15 +127,16 @@ absl::StatusOr<std::unique_ptr<Tablet>> Tablet::Open(const TabletOptions& option
                                                      TabletResources* resources, Env* env) {
   if (options.path.empty()) return absl::InvalidArgumentError("tablet path is empty");
   if (!options.end_row.empty() && options.end_row <= options.start_row) {
-    return absl::InvalidArgumentError(StrCat(
-        "tablet range ", RangeString(options.start_row, options.end_row), " is empty"));
+    return absl::InvalidArgumentError(
+        StrCat("tablet range ", RangeString(options.start_row, options.end_row), " is empty"));
   }
   MS_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledSchema> compiled,
                       CompiledSchema::Compile(schema));
   std::error_code ec;
   std::filesystem::create_directories(options.path, ec);
   if (ec) {
-    return absl::InternalError(StrCat("cannot create tablet directory ", options.path, ": ", ec.message()));
+    return absl::InternalError(
+        StrCat("cannot create tablet directory ", options.path, ": ", ec.message()));
   }
   std::unique_ptr<Tablet> tablet(new Tablet(options, resources, env));
   MS_RETURN_IF_ERROR(tablet->OpenDB(std::move(compiled)));
@@ -195,17 +195,17 @@ absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
     const bool known = std::any_of(descriptors.begin(), descriptors.end(),
                                    [&](const auto& d) { return d.name == name; });
     if (!known) {
-      return absl::FailedPreconditionError(StrCat(
-          "tablet ", options_.path, " stores column family \"", name,
-          "\" that the schema does not declare (a locality group was removed?)"));
+      return absl::FailedPreconditionError(
+          StrCat("tablet ", options_.path, " stores column family \"", name,
+                 "\" that the schema does not declare (a locality group was removed?)"));
     }
   }
 
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  MS_RETURN_IF_ERROR(FromRocksDB(
-      rocksdb::DB::Open(db_options, options_.path, descriptors, &handles, &db),
-      StrCat("open tablet ", options_.path)));
+  MS_RETURN_IF_ERROR(
+      FromRocksDB(rocksdb::DB::Open(db_options, options_.path, descriptors, &handles, &db),
+                  StrCat("open tablet ", options_.path)));
   db_.reset(db);
   meta_cf_ = handles[0];
 
@@ -238,9 +238,8 @@ absl::Status Tablet::LoadOrStoreMeta() {
   }
   MS_RETURN_IF_ERROR(FromRocksDB(s, StrCat("read metadata of ", ctx)));
   if (format != kFormatVersion) {
-    return absl::FailedPreconditionError(
-        StrCat(ctx, " has storage format \"", EscapeBytes(format), "\"; this build reads \"",
-                     kFormatVersion, "\""));
+    return absl::FailedPreconditionError(StrCat(ctx, " has storage format \"", EscapeBytes(format),
+                                                "\"; this build reads \"", kFormatVersion, "\""));
   }
   std::string stored;
   MS_RETURN_IF_ERROR(FromRocksDB(db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaRangeKey, &stored),
@@ -251,9 +250,9 @@ absl::Status Tablet::LoadOrStoreMeta() {
     if (!ConsumeLengthPrefixed(&in, &start) || !ConsumeLengthPrefixed(&in, &end)) {
       return absl::DataLossError(StrCat(ctx, ": stored row range is corrupt"));
     }
-    return absl::FailedPreconditionError(
-        StrCat(ctx, " serves rows ", RangeString(start, end), ", not ",
-                     RangeString(options_.start_row, options_.end_row)));
+    return absl::FailedPreconditionError(StrCat(ctx, " serves rows ", RangeString(start, end),
+                                                ", not ",
+                                                RangeString(options_.start_row, options_.end_row)));
   }
   std::string redo;
   s = db_->Get(rocksdb::ReadOptions(), meta_cf_, kMetaRedoKey, &redo);
@@ -313,13 +312,12 @@ size_t Tablet::StripeOf(std::string_view row) const {
 absl::Status Tablet::ValidateRow(std::string_view row) const {
   if (row.empty()) return absl::InvalidArgumentError("row key must not be empty");
   if (row.size() > kMaxRowKeyBytes) {
-    return absl::InvalidArgumentError(StrCat("row key is ", row.size(),
-                                                   " bytes; the limit is ", kMaxRowKeyBytes));
+    return absl::InvalidArgumentError(
+        StrCat("row key is ", row.size(), " bytes; the limit is ", kMaxRowKeyBytes));
   }
   if (!ContainsRow(row)) {
-    return absl::OutOfRangeError(StrCat("row \"", EscapeBytes(row),
-                                              "\" is outside tablet range ",
-                                              RangeString(options_.start_row, options_.end_row)));
+    return absl::OutOfRangeError(StrCat("row \"", EscapeBytes(row), "\" is outside tablet range ",
+                                        RangeString(options_.start_row, options_.end_row)));
   }
   return absl::OkStatus();
 }
@@ -335,14 +333,14 @@ absl::Status Tablet::ValidateMutations(const CompiledSchema& schema,
       return error(StrCat("unknown column family \"", EscapeBytes(m.family), "\""));
     }
     if (m.qualifier.size() > kMaxQualifierBytes) {
-      return error(StrCat("qualifier is ", m.qualifier.size(), " bytes; the limit is ",
-                                kMaxQualifierBytes));
+      return error(
+          StrCat("qualifier is ", m.qualifier.size(), " bytes; the limit is ", kMaxQualifierBytes));
     }
     switch (m.type) {
       case Mutation::Type::kSetCell:
         if (m.value.size() > options_.max_value_bytes) {
           return error(StrCat("value is ", m.value.size(), " bytes; the limit is ",
-                                    options_.max_value_bytes));
+                              options_.max_value_bytes));
         }
         if (absl::Status s = CheckTimestamp(m.timestamp, "cell timestamp"); !s.ok()) {
           return error(ToStd(s.message()));
@@ -351,7 +349,7 @@ absl::Status Tablet::ValidateMutations(const CompiledSchema& schema,
       case Mutation::Type::kDeleteCells:
         if (m.start_ts < 0 || m.end_ts < 0 || (m.end_ts != 0 && m.end_ts <= m.start_ts)) {
           return error(StrCat("delete timestamp range [", m.start_ts, ", ", m.end_ts,
-                                    ") is malformed (end 0 means unbounded)"));
+                              ") is malformed (end 0 means unbounded)"));
         }
         break;
       case Mutation::Type::kDeleteFamily:
@@ -377,16 +375,19 @@ void Tablet::ResumeWrites() {
 
 absl::Status Tablet::ImportFrom(Tablet& source) {
   if (source.options_.start_row < options_.start_row ||
-      (!options_.end_row.empty() && (source.options_.end_row.empty() || source.options_.end_row > options_.end_row))) {
-    return absl::InvalidArgumentError(StrCat("tablet ", options_.path, " ", RangeString(options_.start_row, options_.end_row),
-                                             " does not cover ", source.options_.path, " ",
-                                             RangeString(source.options_.start_row, source.options_.end_row)));
+      (!options_.end_row.empty() &&
+       (source.options_.end_row.empty() || source.options_.end_row > options_.end_row))) {
+    return absl::InvalidArgumentError(
+        StrCat("tablet ", options_.path, " ", RangeString(options_.start_row, options_.end_row),
+               " does not cover ", source.options_.path, " ",
+               RangeString(source.options_.start_row, source.options_.end_row)));
   }
   // Only the source's own rows: its files may still hold a split parent's
   // other half, which this tablet must not inherit.
   std::string lower, upper;
   key_format::AppendRowPrefix(&lower, source.options_.start_row);
-  if (!source.options_.end_row.empty()) key_format::AppendRowPrefix(&upper, source.options_.end_row);
+  if (!source.options_.end_row.empty())
+    key_format::AppendRowPrefix(&upper, source.options_.end_row);
   const auto from = source.view();
   const auto to = view();
   constexpr size_t kBatchBytes = 4 << 20;
@@ -396,8 +397,9 @@ absl::Status Tablet::ImportFrom(Tablet& source) {
       if (t->name == g->name) target = t;
     }
     if (target == nullptr) {
-      return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " has no locality group ", g->name,
-                                                  " to import ", source.options_.path, " into"));
+      return absl::FailedPreconditionError(StrCat("tablet ", options_.path,
+                                                  " has no locality group ", g->name, " to import ",
+                                                  source.options_.path, " into"));
     }
     rocksdb::ReadOptions ro;
     rocksdb::Slice lower_slice(lower), upper_slice(upper);
@@ -410,18 +412,24 @@ absl::Status Tablet::ImportFrom(Tablet& source) {
     rocksdb::WriteOptions wo;
     wo.disableWAL = true;
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      MS_RETURN_IF_ERROR(FromRocksDB(batch.Put(target->cf, it->key(), it->value()), "build import batch"));
+      MS_RETURN_IF_ERROR(
+          FromRocksDB(batch.Put(target->cf, it->key(), it->value()), "build import batch"));
       if (batch.GetDataSize() >= kBatchBytes) {
-        MS_RETURN_IF_ERROR(FromRocksDB(db_->Write(wo, &batch), StrCat("import into ", options_.path)));
+        MS_RETURN_IF_ERROR(
+            FromRocksDB(db_->Write(wo, &batch), StrCat("import into ", options_.path)));
         batch.Clear();
       }
     }
-    MS_RETURN_IF_ERROR(FromRocksDB(it->status(), StrCat("read ", source.options_.path, " for a merge")));
-    if (batch.Count() > 0) MS_RETURN_IF_ERROR(FromRocksDB(db_->Write(wo, &batch), StrCat("import into ", options_.path)));
+    MS_RETURN_IF_ERROR(
+        FromRocksDB(it->status(), StrCat("read ", source.options_.path, " for a merge")));
+    if (batch.Count() > 0)
+      MS_RETURN_IF_ERROR(
+          FromRocksDB(db_->Write(wo, &batch), StrCat("import into ", options_.path)));
   }
   // Later writes must sort after everything imported.
   uint64_t mine = last_seq_.load();
-  while (mine < source.last_sequence() && !last_seq_.compare_exchange_weak(mine, source.last_sequence())) {
+  while (mine < source.last_sequence() &&
+         !last_seq_.compare_exchange_weak(mine, source.last_sequence())) {
   }
   MS_RETURN_IF_ERROR(AssignSequence(1).status());
   return Flush();
@@ -429,7 +437,8 @@ absl::Status Tablet::ImportFrom(Tablet& source) {
 
 absl::Status Tablet::CheckWritable() const {
   if (writes_stopped_.load()) {
-    return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " no longer accepts writes (unloaded)"));
+    return absl::FailedPreconditionError(
+        StrCat("tablet ", options_.path, " no longer accepts writes (unloaded)"));
   }
   if (split_.load()) {
     return absl::FailedPreconditionError(
@@ -785,13 +794,14 @@ absl::StatusOr<Row> Tablet::ReadModifyWriteRow(std::string_view row,
                                                absl::Span<const ReadModifyWriteRule> rules) {
   const auto v = view();
   MS_RETURN_IF_ERROR(ValidateRow(row));
-  if (rules.empty()) return absl::InvalidArgumentError("ReadModifyWriteRow needs at least one rule");
+  if (rules.empty())
+    return absl::InvalidArgumentError("ReadModifyWriteRow needs at least one rule");
   ReadOptions ro;
   ro.filter.cells_per_column = 1;
   for (size_t i = 0; i < rules.size(); ++i) {
     if (v->schema->FindFamily(rules[i].family) == nullptr) {
-      return absl::InvalidArgumentError(StrCat(
-          "rule ", i, ": unknown column family \"", EscapeBytes(rules[i].family), "\""));
+      return absl::InvalidArgumentError(
+          StrCat("rule ", i, ": unknown column family \"", EscapeBytes(rules[i].family), "\""));
     }
     if (rules[i].qualifier.size() > kMaxQualifierBytes) {
       return absl::InvalidArgumentError(StrCat("rule ", i, ": qualifier is too long"));
@@ -814,7 +824,8 @@ absl::StatusOr<Row> Tablet::ReadModifyWriteRow(std::string_view row,
   if (current) {
     for (Cell& c : current->cells) {
       auto column = std::make_pair(c.family, c.qualifier);
-      new_timestamp[column] = std::max(now, c.timestamp < kMaxTimestamp ? c.timestamp + 1 : kMaxTimestamp);
+      new_timestamp[column] =
+          std::max(now, c.timestamp < kMaxTimestamp ? c.timestamp + 1 : kMaxTimestamp);
       cells.emplace(std::move(column), std::move(c));
     }
   }
@@ -828,9 +839,9 @@ absl::StatusOr<Row> Tablet::ReadModifyWriteRow(std::string_view row,
     if (r.type == ReadModifyWriteRule::Type::kAppend) {
       new_value = old_value + r.append_value;
       if (new_value.size() > options_.max_value_bytes) {
-        return absl::InvalidArgumentError(StrCat(
-            "rule ", i, ": appending makes the value ", new_value.size(),
-            " bytes; the limit is ", options_.max_value_bytes));
+        return absl::InvalidArgumentError(StrCat("rule ", i, ": appending makes the value ",
+                                                 new_value.size(), " bytes; the limit is ",
+                                                 options_.max_value_bytes));
       }
     } else {
       int64_t old_number = 0;
@@ -847,8 +858,8 @@ absl::StatusOr<Row> Tablet::ReadModifyWriteRow(std::string_view row,
       }
       int64_t result;
       if (__builtin_add_overflow(old_number, r.increment, &result)) {
-        return absl::FailedPreconditionError(StrCat(
-            "rule ", i, ": incrementing ", old_number, " by ", r.increment, " overflows int64"));
+        return absl::FailedPreconditionError(StrCat("rule ", i, ": incrementing ", old_number,
+                                                    " by ", r.increment, " overflows int64"));
       }
       AppendOrderedUint64(&new_value, static_cast<uint64_t>(result));
     }
@@ -876,8 +887,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRow(std::string_view row,
   return ReadRowInternal(*v, row, options);
 }
 
-absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
-                                                           std::string_view row,
+absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view, std::string_view row,
                                                            const ReadOptions& options) {
   RowBuilder builder(view.schema.get(), &options, GcClock(*view.schema));
   builder.StartRow(row);
@@ -962,8 +972,10 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view,
       absl::MutexLock lock(&cache_locks_[stripe]);
       if (row_versions_[stripe].load() == version_before) {
         const size_t charge = fresh->bytes;
-        cache->Insert(cache_key, fresh.release(), charge,
-                      [](const rocksdb::Slice&, void* value) { delete static_cast<CachedRow*>(value); })
+        cache
+            ->Insert(
+                cache_key, fresh.release(), charge,
+                [](const rocksdb::Slice&, void* value) { delete static_cast<CachedRow*>(value); })
             .PermitUncheckedError();
       }
     }
@@ -1042,8 +1054,8 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
   if (rows.keys.empty() && rows.ranges.empty()) add_range(start_key_, end_key_);
   for (const std::string& k : rows.keys) {
     if (k.empty() || k.size() > kMaxRowKeyBytes) {
-      return absl::InvalidArgumentError(StrCat("row set key \"", EscapeBytes(k),
-                                                     "\" is empty or longer than 4 KiB"));
+      return absl::InvalidArgumentError(
+          StrCat("row set key \"", EscapeBytes(k), "\" is empty or longer than 4 KiB"));
     }
     std::string lower = EncodeRowBound(k);
     std::string upper = PrefixSuccessor(lower);
@@ -1100,8 +1112,8 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
         if (!upper.empty() && k >= upper) continue;
         const size_t len = key_format::RowPrefixLength(k);
         if (len == 0) {
-          return absl::DataLossError(StrCat("tablet ", options_.path,
-                                                  ": corrupt entry key ", HexEncode(k.substr(0, 256))));
+          return absl::DataLossError(StrCat("tablet ", options_.path, ": corrupt entry key ",
+                                            HexEncode(k.substr(0, 256))));
         }
         if (prefix.empty() || k.substr(0, len) < prefix) prefix.assign(k.substr(0, len));
       }
@@ -1140,10 +1152,10 @@ absl::Status Tablet::ReplayLogRecord(uint64_t lsn, std::string_view payload) {
   MS_ASSIGN_OR_RETURN(LogRecord record, DecodeLogRecord(payload));
   const auto v = view();
   if (!ContainsRow(record.row)) {
-    return absl::FailedPreconditionError(StrCat(
-        "commit log record ", lsn, " for tablet ", options_.log_id, " has row \"",
-        EscapeBytes(record.row), "\" outside its range ",
-        RangeString(options_.start_row, options_.end_row)));
+    return absl::FailedPreconditionError(StrCat("commit log record ", lsn, " for tablet ",
+                                                options_.log_id, " has row \"",
+                                                EscapeBytes(record.row), "\" outside its range ",
+                                                RangeString(options_.start_row, options_.end_row)));
   }
   MS_RETURN_IF_ERROR(ValidateMutations(*v->schema, record.mutations));
   const size_t stripe = StripeOf(record.row);
@@ -1161,7 +1173,8 @@ absl::Status Tablet::AdoptLog(std::string_view log_name) {
   {
     absl::MutexLock lock(&redo_mu_);
     if (!pending_floors_.empty()) {
-      return absl::FailedPreconditionError(StrCat("tablet ", options_.path, " has writes in flight"));
+      return absl::FailedPreconditionError(
+          StrCat("tablet ", options_.path, " has writes in flight"));
     }
     lsn = options_.log->last_lsn();
   }
@@ -1173,7 +1186,8 @@ absl::Status Tablet::AdoptLog(std::string_view log_name) {
                                  "build write batch"));
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
-  MS_RETURN_IF_ERROR(FromRocksDB(db_->Write(wo, &batch), StrCat("record the log of ", options_.path)));
+  MS_RETURN_IF_ERROR(
+      FromRocksDB(db_->Write(wo, &batch), StrCat("record the log of ", options_.path)));
   MS_RETURN_IF_ERROR(Flush());
   absl::MutexLock lock(&redo_mu_);
   recovered_redo_log_ = std::string(log_name);
@@ -1253,7 +1267,8 @@ absl::Status Tablet::CompactTablet() {
   // A major compaction must see all of a group's SSTables at once, so stop
   // automatic compactions and let running ones finish first.
   for (LocalityGroupHandle* g : v->groups) {
-    MS_RETURN_IF_ERROR(FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "true"}}), ctx));
+    MS_RETURN_IF_ERROR(
+        FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "true"}}), ctx));
   }
   absl::Status result;
   for (LocalityGroupHandle* g : v->groups) {
@@ -1287,7 +1302,8 @@ absl::Status Tablet::CompactTablet() {
     if (!result.ok()) break;
   }
   for (LocalityGroupHandle* g : v->groups) {
-    absl::Status s = FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "false"}}), ctx);
+    absl::Status s =
+        FromRocksDB(db_->SetOptions(g->cf, {{"disable_auto_compactions", "false"}}), ctx);
     if (result.ok()) result = s;
   }
   // Idle pooled iterators would pin the compacted-away SSTables on disk.
@@ -1312,9 +1328,8 @@ absl::Status StoreRange(const std::string& path, std::string_view start, std::st
                                  StrCat("list column families of ", path)));
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   for (const std::string& n : names) {
-    rocksdb::ColumnFamilyOptions o = n == rocksdb::kDefaultColumnFamilyName
-                                         ? MetaOptions()
-                                         : rocksdb::ColumnFamilyOptions();
+    rocksdb::ColumnFamilyOptions o =
+        n == rocksdb::kDefaultColumnFamilyName ? MetaOptions() : rocksdb::ColumnFamilyOptions();
     o.disable_auto_compactions = true;
     descriptors.emplace_back(n, o);
   }
@@ -1330,7 +1345,8 @@ absl::Status StoreRange(const std::string& path, std::string_view start, std::st
   wo.sync = true;
   rocksdb::WriteBatch batch;
   absl::Status s = FromRocksDB(batch.Put(handles[0], kMetaRangeKey, range), "build write batch");
-  if (s.ok()) s = FromRocksDB(batch.Put(handles[0], kMetaSplitFromKey, ancestry), "build write batch");
+  if (s.ok())
+    s = FromRocksDB(batch.Put(handles[0], kMetaSplitFromKey, ancestry), "build write batch");
   if (s.ok()) s = FromRocksDB(db->Write(wo, &batch), StrCat("record range of split child ", path));
   for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
   absl::Status close = FromRocksDB(db->Close(), StrCat("close split child ", path));
@@ -1348,8 +1364,9 @@ absl::StatusOr<StoredTablet> Tablet::ReadStored(const std::string& path) {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   // Read-only, the metadata family alone: no lock taken, nothing written.
-  MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::DB::OpenForReadOnly(db_options, path, descriptors, &handles, &raw),
-                                 StrCat("open ", ctx, " read-only")));
+  MS_RETURN_IF_ERROR(
+      FromRocksDB(rocksdb::DB::OpenForReadOnly(db_options, path, descriptors, &handles, &raw),
+                  StrCat("open ", ctx, " read-only")));
   std::unique_ptr<rocksdb::DB> db(raw);
   auto get = [&](const char* key, std::string* value) -> absl::StatusOr<bool> {
     rocksdb::Status s = db->Get(rocksdb::ReadOptions(), handles[0], key, value);
@@ -1363,12 +1380,14 @@ absl::StatusOr<StoredTablet> Tablet::ReadStored(const std::string& path) {
     MS_ASSIGN_OR_RETURN(bool has_format, get(kMetaFormatKey, &format));
     if (!has_format) return absl::DataLossError(StrCat(ctx, " has no metadata (not a tablet?)"));
     if (format != kFormatVersion) {
-      return absl::FailedPreconditionError(StrCat(ctx, " has storage format \"", EscapeBytes(format),
-                                                  "\"; this build reads \"", kFormatVersion, "\""));
+      return absl::FailedPreconditionError(StrCat(ctx, " has storage format \"",
+                                                  EscapeBytes(format), "\"; this build reads \"",
+                                                  kFormatVersion, "\""));
     }
     MS_ASSIGN_OR_RETURN(bool has_range, get(kMetaRangeKey, &range));
     std::string_view in = range, start, end;
-    if (!has_range || !ConsumeLengthPrefixed(&in, &start) || !ConsumeLengthPrefixed(&in, &end) || !in.empty())
+    if (!has_range || !ConsumeLengthPrefixed(&in, &start) || !ConsumeLengthPrefixed(&in, &end) ||
+        !in.empty())
       return absl::DataLossError(StrCat(ctx, ": stored row range is missing or corrupt"));
     out.start_row = std::string(start);
     out.end_row = std::string(end);
@@ -1391,9 +1410,9 @@ absl::StatusOr<StoredTablet> Tablet::ReadStored(const std::string& path) {
 absl::Status Tablet::Split(std::string_view split_row, const std::string& left_path,
                            const std::string& right_path) {
   if (split_row.empty() || split_row <= options_.start_row || !ContainsRow(split_row)) {
-    return absl::InvalidArgumentError(
-        StrCat("split row \"", EscapeBytes(split_row), "\" is not strictly inside tablet range ",
-                     RangeString(options_.start_row, options_.end_row)));
+    return absl::InvalidArgumentError(StrCat("split row \"", EscapeBytes(split_row),
+                                             "\" is not strictly inside tablet range ",
+                                             RangeString(options_.start_row, options_.end_row)));
   }
   for (const std::string& p : {left_path, right_path}) {
     std::error_code ec;
@@ -1416,11 +1435,12 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
   std::vector<std::string> ancestry{options_.log_id};
   ancestry.insert(ancestry.end(), ancestors_.begin(), ancestors_.end());
   rocksdb::Checkpoint* raw = nullptr;
-  MS_RETURN_IF_ERROR(FromRocksDB(rocksdb::Checkpoint::Create(db_.get(), &raw), "create checkpoint"));
+  MS_RETURN_IF_ERROR(
+      FromRocksDB(rocksdb::Checkpoint::Create(db_.get(), &raw), "create checkpoint"));
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
   const std::string split(split_row);
-  for (const auto& [path, start, end] :
-       {std::tuple{left_path, options_.start_row, split}, std::tuple{right_path, split, options_.end_row}}) {
+  for (const auto& [path, start, end] : {std::tuple{left_path, options_.start_row, split},
+                                         std::tuple{right_path, split, options_.end_row}}) {
     // Under another name until its metadata says what it is: a crash
     // never leaves a directory named as a child holding the parent's range.
     const std::string cutting = path + ".cutting";
@@ -1430,7 +1450,8 @@ absl::Status Tablet::Split(std::string_view split_row, const std::string& left_p
                                    StrCat("checkpoint tablet ", options_.path, " into ", cutting)));
     MS_RETURN_IF_ERROR(StoreRange(cutting, start, end, absl::StrJoin(ancestry, " ")));
     std::filesystem::rename(cutting, path, ec);
-    if (ec) return absl::InternalError(StrCat("rename ", cutting, " to ", path, ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(StrCat("rename ", cutting, " to ", path, ": ", ec.message()));
     MS_RETURN_IF_ERROR(SyncDir(std::filesystem::path(path).parent_path().string()));
   }
   split_.store(true);
@@ -1463,8 +1484,9 @@ absl::Status Tablet::InstallSchemaLocked(std::shared_ptr<const CompiledSchema> s
     if (found == nullptr) {
       rocksdb::ColumnFamilyOptions cf;
       auto handle = NewGroupHandle(g, &cf);
-      MS_RETURN_IF_ERROR(FromRocksDB(db_->CreateColumnFamily(cf, kGroupPrefix + g.name(), &handle->cf),
-                                     StrCat("create locality group ", g.name())));
+      MS_RETURN_IF_ERROR(
+          FromRocksDB(db_->CreateColumnFamily(cf, kGroupPrefix + g.name(), &handle->cf),
+                      StrCat("create locality group ", g.name())));
       found = handle.get();
       groups_.push_back(std::move(handle));
     }

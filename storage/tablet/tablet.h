@@ -152,8 +152,7 @@ class Tablet {
   // ---- reads ----------------------------------------------------------------
 
   // The row's cells selected by `options`, or nullopt if none.
-  absl::StatusOr<std::optional<Row>> ReadRow(std::string_view row,
-                                             const ReadOptions& options = {});
+  absl::StatusOr<std::optional<Row>> ReadRow(std::string_view row, const ReadOptions& options = {});
 
   // Calls `on_row` for each row of `rows` (clipped to this tablet) that has a
   // selected cell, in row order, until it returns false or
@@ -280,8 +279,7 @@ class Tablet {
   // row's stripe lock, and no asynchronous write of the stripe in flight
   // (AwaitStripeIdle).
   absl::Status ApplyLocked(const View& view, std::string_view row,
-                           absl::Span<const Mutation> mutations, int64_t timestamp,
-                           size_t stripe);
+                           absl::Span<const Mutation> mutations, int64_t timestamp, size_t stripe);
   // Applies without logging; `redo` is stored with the batch if given. No
   // other write of `row` may run concurrently: the caller holds the row's
   // stripe lock, or is the log's thread applying records in LSN order.
@@ -294,8 +292,7 @@ class Tablet {
   // The log's callback for an asynchronous write.
   void FinishAsyncWrite(AsyncWrite* write, absl::Status status);
   uint64_t LogWatermarkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(redo_mu_);
-  absl::StatusOr<std::optional<Row>> ReadRowInternal(const View& view,
-                                                     std::string_view row,
+  absl::StatusOr<std::optional<Row>> ReadRowInternal(const View& view, std::string_view row,
                                                      const ReadOptions& options);
   absl::Status CheckWritable() const;
   // The row `builder` assembled, counted in the statistics.

@@ -17,9 +17,9 @@
 #include "base/coding.h"
 #include "base/env.h"
 #include "base/random.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "storage/tablet/tablet.h"
-#include "base/test_util.h"
 
 namespace megastore::storage {
 namespace {
@@ -39,7 +39,7 @@ using ColumnKey = std::pair<std::string, std::string>;  // family, qualifier
 struct ModelRow {
   // (family, qualifier, ts) -> cell
   std::map<std::tuple<std::string, std::string, int64_t>, ModelCell> cells;
-  std::map<int64_t, uint64_t> row_tombstones;                          // T -> seq
+  std::map<int64_t, uint64_t> row_tombstones;                             // T -> seq
   std::map<std::pair<std::string, int64_t>, uint64_t> family_tombstones;  // (family, T) -> seq
   // (family, qualifier, T, start, end) -> seq
   std::map<std::tuple<std::string, std::string, int64_t, int64_t, int64_t>, uint64_t>
@@ -87,8 +87,9 @@ class Model {
     bool visible;
     bool garbage;
   };
-  std::map<std::tuple<std::string, std::string, int64_t>, Verdict> Classify(
-      const ModelRow& r, int64_t read_ts, int64_t now) const {
+  std::map<std::tuple<std::string, std::string, int64_t>, Verdict> Classify(const ModelRow& r,
+                                                                            int64_t read_ts,
+                                                                            int64_t now) const {
     std::map<std::tuple<std::string, std::string, int64_t>, Verdict> out;
     std::map<ColumnKey, int> rank;
     // Cells are in (family, qualifier, ts ascending) order; walk each column
@@ -179,8 +180,9 @@ class Model {
       ++n;
       if (f.value_range) {
         if (value < f.value_range->start) continue;
-        if (f.value_range->end && (value > *f.value_range->end ||
-                                   (value == *f.value_range->end && !f.value_range->end_inclusive))) {
+        if (f.value_range->end &&
+            (value > *f.value_range->end ||
+             (value == *f.value_range->end && !f.value_range->end_inclusive))) {
           continue;
         }
       }
@@ -289,24 +291,33 @@ void RunModel(uint64_t seed, int64_t ops) {
   bool did_split = false;
   int generation = 0;
 
-  const std::vector<std::string> rows = {"a", "b", "b\x01", std::string("c\0", 2),
-                                         std::string("c\0d", 3), "m", "\xff", "\xff\xff", "zz"};
+  const std::vector<std::string> rows = {
+      "a",    "b",        "b\x01", std::string("c\0", 2), std::string("c\0d", 3), "m",
+      "\xff", "\xff\xff", "zz"};
   const std::vector<std::string> families = {"a", "b", "c", "d"};
   const std::vector<std::string> qualifiers = {"", "q", "q2", std::string("\0", 1), "\xff", "r"};
   auto random_ts = [&]() -> int64_t {
     switch (rng.Uniform(6)) {
-      case 0: return 0;
-      case 1: return static_cast<int64_t>(rng.Uniform(20));
-      case 2: return kMaxTimestamp;
-      case 3: return env.NowMicros() - static_cast<int64_t>(rng.Uniform(8000));
-      default: return kServerTimestamp;
+      case 0:
+        return 0;
+      case 1:
+        return static_cast<int64_t>(rng.Uniform(20));
+      case 2:
+        return kMaxTimestamp;
+      case 3:
+        return env.NowMicros() - static_cast<int64_t>(rng.Uniform(8000));
+      default:
+        return kServerTimestamp;
     }
   };
   auto random_read_ts = [&]() -> int64_t {
     switch (rng.Uniform(5)) {
-      case 0: return static_cast<int64_t>(rng.Uniform(25));
-      case 1: return env.NowMicros() - static_cast<int64_t>(rng.Uniform(10000));
-      default: return kMaxTimestamp;
+      case 0:
+        return static_cast<int64_t>(rng.Uniform(25));
+      case 1:
+        return env.NowMicros() - static_cast<int64_t>(rng.Uniform(10000));
+      default:
+        return kMaxTimestamp;
     }
   };
   auto random_mutations = [&](size_t max) {
@@ -317,8 +328,8 @@ void RunModel(uint64_t seed, int64_t ops) {
       const std::string& q = qualifiers[rng.Uniform(qualifiers.size())];
       const uint64_t kind = rng.Uniform(20);
       if (kind < 14) {
-        ms.push_back(Mutation::SetCell(f, q, rng.OneIn(8) ? "" : "v" + std::to_string(rng.Uniform(1000)),
-                                       random_ts()));
+        ms.push_back(Mutation::SetCell(
+            f, q, rng.OneIn(8) ? "" : "v" + std::to_string(rng.Uniform(1000)), random_ts()));
       } else if (kind < 17) {
         const int64_t start = rng.OneIn(2) ? 0 : static_cast<int64_t>(rng.Uniform(15));
         const int64_t end = rng.OneIn(2) ? 0 : start + 1 + static_cast<int64_t>(rng.Uniform(15));
@@ -354,7 +365,8 @@ void RunModel(uint64_t seed, int64_t ops) {
     }
     if (rng.OneIn(6)) {
       f.timestamp_start = static_cast<int64_t>(rng.Uniform(10));
-      f.timestamp_end = rng.OneIn(2) ? 0 : f.timestamp_start + 1 + static_cast<int64_t>(rng.Uniform(1LL << 62));
+      f.timestamp_end =
+          rng.OneIn(2) ? 0 : f.timestamp_start + 1 + static_cast<int64_t>(rng.Uniform(1LL << 62));
     }
     if (rng.OneIn(6)) f.value_range = ByteRange{"v3", std::string("v7"), rng.OneIn(2)};
     if (rng.OneIn(4)) f.cells_per_column = 1 + static_cast<int32_t>(rng.Uniform(2));
@@ -398,16 +410,20 @@ void RunModel(uint64_t seed, int64_t ops) {
       RowSet set;
       set.ranges.push_back(RowRange{start, end});
       std::vector<Row> got;
-      ASSERT_TRUE(tablet->ReadRows(set, o, [&](Row& r) {
-                          got.push_back(std::move(r));
-                          return true;
-                        }).ok());
+      ASSERT_TRUE(tablet
+                      ->ReadRows(set, o,
+                                 [&](Row& r) {
+                                   got.push_back(std::move(r));
+                                   return true;
+                                 })
+                      .ok());
       std::string lo = std::max(start, tablet->start_row());
       std::string hi = end;
-      if (!tablet->end_row().empty() && (hi.empty() || hi > tablet->end_row())) hi = tablet->end_row();
+      if (!tablet->end_row().empty() && (hi.empty() || hi > tablet->end_row()))
+        hi = tablet->end_row();
       const auto want = (hi.empty() || lo < hi) ? model.Scan(lo, hi, o, now) : std::vector<Row>{};
-      ASSERT_EQ(DescribeRows(got), DescribeRows(want)) << "scan [" << EscapeBytes(start) << ", "
-                                                       << EscapeBytes(end) << ")";
+      ASSERT_EQ(DescribeRows(got), DescribeRows(want))
+          << "scan [" << EscapeBytes(start) << ", " << EscapeBytes(end) << ")";
     } else if (kind < 880) {
       if (!in_range(row)) continue;
       RowFilter predicate = random_filter();

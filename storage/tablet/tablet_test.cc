@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "base/coding.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "base/random.h"
 #include "base/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace megastore::storage {
 namespace {
@@ -125,8 +125,8 @@ TEST_F(TabletTest, CellsOfAColumnComeBackNewestFirst) {
   Set("r", "cf", "q", "v1", 10);
   Set("r", "cf", "q", "v3", 30);
   Set("r", "cf", "q", "v2", 20);
-  EXPECT_THAT(Cells("r"), ElementsAre(C("cf", "q", 30, "v3"), C("cf", "q", 20, "v2"),
-                                      C("cf", "q", 10, "v1")));
+  EXPECT_THAT(Cells("r"),
+              ElementsAre(C("cf", "q", 30, "v3"), C("cf", "q", 20, "v2"), C("cf", "q", 10, "v1")));
 }
 
 TEST_F(TabletTest, ServerAssignsTimestampFromItsClock) {
@@ -200,8 +200,8 @@ TEST_F(TabletTest, WritesAfterADeleteAreVisibleWhateverTheirTimestamp) {
   // An older timestamp written after the delete is not masked by it.
   Set("r", "cf", "q", "after-old-ts", 40);
   Set("r", "cf", "q", "after-new-ts", 200);
-  EXPECT_THAT(Cells("r"), ElementsAre(C("cf", "q", 200, "after-new-ts"),
-                                      C("cf", "q", 40, "after-old-ts")));
+  EXPECT_THAT(Cells("r"),
+              ElementsAre(C("cf", "q", 200, "after-new-ts"), C("cf", "q", 40, "after-old-ts")));
 }
 
 TableSchema WithTimestampDeletes(std::optional<int64_t> grace = std::nullopt) {
@@ -224,7 +224,8 @@ TEST_F(TabletTest, ALateOldWriteStaysDeletedInATimestampDeletesFamily) {
   EXPECT_TRUE(Cells("r").empty());
   ReadOptions below;
   below.read_timestamp = 150;
-  EXPECT_THAT(Cells("r", below), ElementsAre(C("mvcc", "v", 100, "old"), C("mvcc", "v", 50, "older")));
+  EXPECT_THAT(Cells("r", below),
+              ElementsAre(C("mvcc", "v", 100, "old"), C("mvcc", "v", 50, "older")));
   // Later versions are not masked, whenever they arrive.
   Set("r", "mvcc", "v", "new", 300);
   EXPECT_THAT(Cells("r"), ElementsAre(C("mvcc", "v", 300, "new")));
@@ -245,11 +246,19 @@ TEST_F(TabletTest, ALateOldWriteStaysDeletedInATimestampDeletesFamily) {
 
 TEST_F(TabletTest, InATimestampDeletesFamilyASetAfterADeleteAtTheSameTimestampWins) {
   Open({}, WithTimestampDeletes());
-  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("mvcc", "v", 0, 101),
-                                       Mutation::SetCell("mvcc", "v", "kept", 100)}, 100).ok());
+  ASSERT_TRUE(tablet_
+                  ->MutateRow("r",
+                              {Mutation::DeleteCells("mvcc", "v", 0, 101),
+                               Mutation::SetCell("mvcc", "v", "kept", 100)},
+                              100)
+                  .ok());
   EXPECT_THAT(Cells("r"), ElementsAre(C("mvcc", "v", 100, "kept")));
-  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::SetCell("mvcc", "v", "gone", 200),
-                                       Mutation::DeleteFamily("mvcc")}, 200).ok());
+  ASSERT_TRUE(
+      tablet_
+          ->MutateRow("r",
+                      {Mutation::SetCell("mvcc", "v", "gone", 200), Mutation::DeleteFamily("mvcc")},
+                      200)
+          .ok());
   EXPECT_TRUE(Cells("r").empty()) << "set, then delete, at one timestamp: deleted";
 }
 
@@ -276,15 +285,22 @@ TEST_F(TabletTest, TombstoneGraceNeedsTimestampDeletes) {
   s.mutable_families(0)->set_tombstone_grace_micros(5);
   auto t = Tablet::Open(TabletOptions{.path = dir_.path() + "/bad"}, s, resources_.get(), &env_);
   ASSERT_FALSE(t.ok());
-  EXPECT_THAT(std::string(t.status().message()), HasSubstr("tombstone_grace_micros needs timestamp_deletes"));
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("tombstone_grace_micros needs timestamp_deletes"));
 }
 
 TEST_F(TabletTest, MutationsOfOneRowApplyInOrder) {
-  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::SetCell("cf", "q", "x", 5),
-                                       Mutation::DeleteCells("cf", "q")}, 10).ok());
+  ASSERT_TRUE(
+      tablet_
+          ->MutateRow("r", {Mutation::SetCell("cf", "q", "x", 5), Mutation::DeleteCells("cf", "q")},
+                      10)
+          .ok());
   EXPECT_TRUE(Cells("r").empty());
-  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("cf", "q"),
-                                       Mutation::SetCell("cf", "q", "y", 5)}, 10).ok());
+  ASSERT_TRUE(
+      tablet_
+          ->MutateRow("r", {Mutation::DeleteCells("cf", "q"), Mutation::SetCell("cf", "q", "y", 5)},
+                      10)
+          .ok());
   EXPECT_THAT(Cells("r"), ElementsAre(C("cf", "q", 5, "y")));
 }
 
@@ -338,8 +354,9 @@ TEST_F(TabletTest, CheckAndMutateChoosesBranchByPredicate) {
   predicate.qualifier_match = RowFilter::QualifierMatch::kExact;
   predicate.qualifier = "flag";
   predicate.value_range = ByteRange{"on", std::string("on"), true};
-  auto matched = tablet_->CheckAndMutateRow("r", predicate, {Mutation::SetCell("cf", "t", "yes", 2)},
-                                            {Mutation::SetCell("cf", "f", "no", 2)});
+  auto matched =
+      tablet_->CheckAndMutateRow("r", predicate, {Mutation::SetCell("cf", "t", "yes", 2)},
+                                 {Mutation::SetCell("cf", "f", "no", 2)});
   ASSERT_TRUE(matched.ok());
   EXPECT_TRUE(*matched);
   predicate.value_range = ByteRange{"off", std::string("off"), true};
@@ -347,8 +364,8 @@ TEST_F(TabletTest, CheckAndMutateChoosesBranchByPredicate) {
                                        {Mutation::SetCell("cf", "f", "no", 3)});
   ASSERT_TRUE(matched.ok());
   EXPECT_FALSE(*matched);
-  EXPECT_THAT(Cells("r"), ElementsAre(C("cf", "f", 3, "no"), C("cf", "flag", 1, "on"),
-                                      C("cf", "t", 2, "yes")));
+  EXPECT_THAT(Cells("r"),
+              ElementsAre(C("cf", "f", 3, "no"), C("cf", "flag", 1, "on"), C("cf", "t", 2, "yes")));
 }
 
 TEST_F(TabletTest, ConcurrentCheckAndMutateIsLinearizable) {
@@ -370,9 +387,9 @@ TEST_F(TabletTest, ConcurrentCheckAndMutateIsLinearizable) {
         p.cells_per_column = 1;
         p.value_range = ByteRange{std::to_string(seen), std::to_string(seen), true};
         std::vector<Mutation> set = {Mutation::SetCell("cf", "n", std::to_string(seen + 1))};
-        absl::StatusOr<bool> ok =
-            seen == 0 ? tablet_->CheckAndMutateRow("counter", RowFilter{}, {}, set)
-                      : tablet_->CheckAndMutateRow("counter", p, set, {});
+        absl::StatusOr<bool> ok = seen == 0
+                                      ? tablet_->CheckAndMutateRow("counter", RowFilter{}, {}, set)
+                                      : tablet_->CheckAndMutateRow("counter", p, set, {});
         ASSERT_TRUE(ok.ok());
         // For seen == 0 the "false" branch is the successful one.
         if (seen == 0 ? !*ok : *ok) {
@@ -399,11 +416,12 @@ TEST_F(TabletTest, ReadModifyWriteAppendsAndIncrements) {
   ASSERT_TRUE(row.ok()) << row.status();
   std::string minus9;
   AppendOrderedUint64(&minus9, static_cast<uint64_t>(int64_t{-9}));
-  EXPECT_THAT(row->cells, ElementsAre(C("cf", "log", kStart + 1, "ab"), C("cf", "n", kStart + 1, minus9)));
+  EXPECT_THAT(row->cells,
+              ElementsAre(C("cf", "log", kStart + 1, "ab"), C("cf", "n", kStart + 1, minus9)));
   ReadOptions latest;
   latest.filter.cells_per_column = 1;
-  EXPECT_THAT(Cells("r", latest), ElementsAre(C("cf", "log", kStart + 1, "ab"),
-                                              C("cf", "n", kStart + 1, minus9)));
+  EXPECT_THAT(Cells("r", latest),
+              ElementsAre(C("cf", "log", kStart + 1, "ab"), C("cf", "n", kStart + 1, minus9)));
 }
 
 TEST_F(TabletTest, ReadModifyWriteStaysNewestWhenTheColumnHasFutureCells) {
@@ -419,8 +437,11 @@ TEST_F(TabletTest, ConcurrentIncrementsAreNotLost) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 250; ++i) {
-        ASSERT_TRUE(tablet_->ReadModifyWriteRow(
-            "c", {ReadModifyWriteRule{ReadModifyWriteRule::Type::kIncrement, "cf", "n", "", 1}}).ok());
+        ASSERT_TRUE(tablet_
+                        ->ReadModifyWriteRow(
+                            "c", {ReadModifyWriteRule{ReadModifyWriteRule::Type::kIncrement, "cf",
+                                                      "n", "", 1}})
+                        .ok());
       }
     });
   }
@@ -518,8 +539,9 @@ TEST_F(TabletTest, FiltersSelectFamiliesQualifiersTimestampsAndValues) {
   o = {};
   o.filter.cells_per_column = 1;
   o.filter.strip_value = true;
-  EXPECT_THAT(Cells("r", o), ElementsAre(C("cf", "apple", 10, ""), C("cf", "apricot", 20, ""),
-                                         C("cf", "banana", 40, ""), C("versions", "apple", 50, "")));
+  EXPECT_THAT(Cells("r", o),
+              ElementsAre(C("cf", "apple", 10, ""), C("cf", "apricot", 20, ""),
+                          C("cf", "banana", 40, ""), C("versions", "apple", 50, "")));
 }
 
 TEST_F(TabletTest, EdgeCasesBinaryKeysEmptyValuesExtremeTimestamps) {
@@ -572,7 +594,8 @@ TEST_F(TabletTest, BadInputIsRejectedWithAClearErrorAndNothingWritten) {
          absl::StatusCode::kInvalidArgument, "4097 bytes; the limit is 4096");
   expect(tablet_->MutateRow("", {Mutation::SetCell("cf", "q", "v")}),
          absl::StatusCode::kInvalidArgument, "must not be empty");
-  expect(tablet_->MutateRow("r", {Mutation::SetCell("cf", "q", std::string(kDefaultMaxValueBytes + 1, 'v'))}),
+  expect(tablet_->MutateRow(
+             "r", {Mutation::SetCell("cf", "q", std::string(kDefaultMaxValueBytes + 1, 'v'))}),
          absl::StatusCode::kInvalidArgument, "the limit is 10485760");
   expect(tablet_->MutateRow("r", {Mutation::SetCell("cf", "q", "v", -5)}),
          absl::StatusCode::kInvalidArgument, "is negative");
@@ -587,7 +610,8 @@ TEST_F(TabletTest, BadInputIsRejectedWithAClearErrorAndNothingWritten) {
   bad = {};
   bad.filter.timestamp_start = 10;
   bad.filter.timestamp_end = 5;
-  expect(tablet_->ReadRow("r", bad).status(), absl::StatusCode::kInvalidArgument, "timestamp range");
+  expect(tablet_->ReadRow("r", bad).status(), absl::StatusCode::kInvalidArgument,
+         "timestamp range");
   bad = {};
   bad.filter.qualifier_match = RowFilter::QualifierMatch::kRange;
   bad.filter.qualifier_range = ByteRange{"z", std::string("a"), false};
@@ -741,8 +765,10 @@ TEST_F(TabletTest, MajorCompactionLeavesNoDeletedOrExpiredDataOnDisk) {
   Set("r", "age", "q", "SECRET-EXPIRED-0123456789", kStart - 5000);
   Set("r", "aside", "q", "SECRET-ROW-DELETED-0123456789", 10);
   ASSERT_TRUE(tablet_->Flush().ok());
-  ASSERT_TRUE(tablet_->MutateRow("r", {Mutation::DeleteCells("cf", "q"),
-                                       Mutation::DeleteFamily("aside")}, 20).ok());
+  ASSERT_TRUE(
+      tablet_
+          ->MutateRow("r", {Mutation::DeleteCells("cf", "q"), Mutation::DeleteFamily("aside")}, 20)
+          .ok());
   ASSERT_TRUE(tablet_->Flush().ok());
   EXPECT_NE(ReadAllFiles(o.path).find("SECRET-DELETED"), std::string::npos);
 
@@ -750,7 +776,8 @@ TEST_F(TabletTest, MajorCompactionLeavesNoDeletedOrExpiredDataOnDisk) {
   const std::string files = ReadAllFiles(o.path);
   EXPECT_EQ(files.find("SECRET"), std::string::npos);
   EXPECT_NE(files.find("keep-3"), std::string::npos);
-  EXPECT_THAT(Cells("r"), ElementsAre(C("versions", "q", 3, "keep-3"), C("versions", "q", 2, "keep-2")));
+  EXPECT_THAT(Cells("r"),
+              ElementsAre(C("versions", "q", 3, "keep-3"), C("versions", "q", 2, "keep-2")));
   EXPECT_EQ(resources_->Stats().major_compactions, 1u);
 }
 
@@ -867,9 +894,9 @@ TEST_F(TabletTest, StatisticsCountReadsWritesAndBytes) {
 
 TEST_F(TabletTest, EveryCompressionAndInMemoryGroupWorks) {
   TableSchema s;
-  for (auto [name, c, mem] : {std::tuple{"z", LocalityGroup::ZSTD, false},
-                              std::tuple{"l", LocalityGroup::LZ4, true},
-                              std::tuple{"n", LocalityGroup::NONE, false}}) {
+  for (auto [name, c, mem] :
+       {std::tuple{"z", LocalityGroup::ZSTD, false}, std::tuple{"l", LocalityGroup::LZ4, true},
+        std::tuple{"n", LocalityGroup::NONE, false}}) {
     auto* lg = s.add_locality_groups();
     lg->set_name(name);
     lg->set_compression(c);
@@ -884,9 +911,11 @@ TEST_F(TabletTest, EveryCompressionAndInMemoryGroupWorks) {
   Open(o, s);
   for (int i = 0; i < 200; ++i) {
     const std::string row = "row" + std::to_string(i);
-    ASSERT_TRUE(tablet_->MutateRow(row, {Mutation::SetCell("fz", "q", std::string(100, 'z'), 1),
-                                         Mutation::SetCell("fl", "q", std::string(100, 'l'), 1),
-                                         Mutation::SetCell("fn", "q", std::string(100, 'n'), 1)}).ok());
+    ASSERT_TRUE(tablet_
+                    ->MutateRow(row, {Mutation::SetCell("fz", "q", std::string(100, 'z'), 1),
+                                      Mutation::SetCell("fl", "q", std::string(100, 'l'), 1),
+                                      Mutation::SetCell("fn", "q", std::string(100, 'n'), 1)})
+                    .ok());
   }
   ASSERT_TRUE(tablet_->CompactTablet().ok());
   EXPECT_EQ(Scan({}).size(), 200u);

@@ -23,7 +23,8 @@ TableSchema Schema() {
   return s;
 }
 
-TabletEntry Entry(const std::string& id, const std::string& start = "", const std::string& end = "") {
+TabletEntry Entry(const std::string& id, const std::string& start = "",
+                  const std::string& end = "") {
   TabletEntry e;
   e.set_table("t");
   e.set_id(id);
@@ -58,7 +59,8 @@ class CellModeTest : public ::testing::Test {
     std::string data;
     for (const auto& [lsn, row, value] : records) {
       std::string payload;
-      EncodeLogRecord(&payload, row, 1000 + static_cast<int64_t>(lsn), {Mutation::SetCell("cf", "q", value)});
+      EncodeLogRecord(&payload, row, 1000 + static_cast<int64_t>(lsn),
+                      {Mutation::SetCell("cf", "q", value)});
       commitlog::AppendRecord(&data, lsn, id, payload);
     }
     fs::create_directories(dir_.path() + "/recovered/" + id);
@@ -144,7 +146,8 @@ TEST_F(CellModeTest, AFailedSplitCommitLeavesTheParentServingAndWritable) {
   ASSERT_TRUE(opened.ok());
   auto& a = *opened;
   ASSERT_TRUE(a->AssignTablet(Entry("t-1"), Schema(), true).ok());
-  for (const char* r : {"a", "b", "c", "d"}) ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", r)}).ok());
+  for (const char* r : {"a", "b", "c", "d"})
+    ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", r)}).ok());
   EXPECT_TRUE(absl::IsUnavailable(a->SplitTablet("t-1", "").status()));
   EXPECT_TRUE(a->MutateRow("t", "e", {Mutation::SetCell("cf", "q", "e")}).ok());
   EXPECT_EQ(Value(*a, "e"), "e");
@@ -152,11 +155,15 @@ TEST_F(CellModeTest, AFailedSplitCommitLeavesTheParentServingAndWritable) {
   size_t dirs = 0;
   for (const auto& d : fs::directory_iterator(dir_.path() + "/tablets")) dirs += d.is_directory();
   EXPECT_EQ(dirs, 1u) << "the children's directories were removed";
-  ASSERT_TRUE(a->AssignTablet(Entry("t-root", "", ""), [] {
-    TableSchema s = Schema();
-    s.set_name("root");
-    return s;
-  }(), true).ok());
+  ASSERT_TRUE(a->AssignTablet(
+                   Entry("t-root", "", ""),
+                   [] {
+                     TableSchema s = Schema();
+                     s.set_name("root");
+                     return s;
+                   }(),
+                   true)
+                  .ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(a->SplitTablet("t-root", "x").status()));
 }
 
@@ -172,7 +179,8 @@ TEST_F(CellModeTest, ASplitOfUnknownOutcomeServesNeitherSideAndKeepsBoth) {
   ASSERT_TRUE(opened.ok());
   auto& a = *opened;
   ASSERT_TRUE(a->AssignTablet(Entry("t-1"), Schema(), true).ok());
-  for (const char* r : {"a", "b", "c", "d"}) ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", r)}).ok());
+  for (const char* r : {"a", "b", "c", "d"})
+    ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", r)}).ok());
   auto split = a->SplitTablet("t-1", "c");
   EXPECT_TRUE(absl::IsUnknown(split.status())) << split.status();
   EXPECT_TRUE(IsNotServing(a->ReadRow("t", "a").status())) << "the parent no longer serves";
@@ -200,7 +208,8 @@ TEST_F(CellModeTest, MergingNeighboursKeepsEveryRowVersionAndDeletion) {
   ASSERT_TRUE(a->AssignTablet(Entry("t-1", "", "m"), Schema(), true).ok());
   ASSERT_TRUE(a->AssignTablet(Entry("t-2", "m", ""), Schema(), true).ok());
   for (const char* r : {"a", "b", "c", "m", "n", "z"}) {
-    ASSERT_TRUE(a->MutateRow("t", r, {Mutation::SetCell("cf", "q", std::string("v") + r, 100)}).ok());
+    ASSERT_TRUE(
+        a->MutateRow("t", r, {Mutation::SetCell("cf", "q", std::string("v") + r, 100)}).ok());
   }
   ASSERT_TRUE(a->MutateRow("t", "b", {Mutation::DeleteRow()}, 200).ok());
   ASSERT_TRUE(a->MutateRow("t", "n", {Mutation::SetCell("cf", "q", "new-n", 300)}).ok());

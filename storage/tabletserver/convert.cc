@@ -102,7 +102,8 @@ void ToProto(const Row& r, RowProto* p) {
 Row FromProto(const RowProto& p) {
   Row r;
   r.key = p.key();
-  for (const CellProto& c : p.cells()) r.cells.push_back(Cell{c.family(), c.qualifier(), c.timestamp(), c.value()});
+  for (const CellProto& c : p.cells())
+    r.cells.push_back(Cell{c.family(), c.qualifier(), c.timestamp(), c.value()});
   return r;
 }
 
@@ -133,11 +134,13 @@ void ToProto(const absl::Status& s, StatusProto* p) {
 }
 
 absl::Status FromProto(const StatusProto& p) {
-  if (p.code() < 0 || p.code() > 16) return absl::InternalError(StrCat("unknown status code ", p.code()));
+  if (p.code() < 0 || p.code() > 16)
+    return absl::InternalError(StrCat("unknown status code ", p.code()));
   return absl::Status(static_cast<absl::StatusCode>(p.code()), p.message());
 }
 
-ReadRowsRequest ToReadRowsRequest(const std::string& table, const RowSet& rows, const ReadOptions& options) {
+ReadRowsRequest ToReadRowsRequest(const std::string& table, const RowSet& rows,
+                                  const ReadOptions& options) {
   ReadRowsRequest r;
   r.set_table(table);
   for (const std::string& k : rows.keys) r.add_keys(k);

@@ -29,6 +29,7 @@ void ToProto(const absl::Status& s, StatusProto* p);
 absl::Status FromProto(const StatusProto& p);
 
 // The request reading `rows` of `table` with `options`.
-ReadRowsRequest ToReadRowsRequest(const std::string& table, const RowSet& rows, const ReadOptions& options);
+ReadRowsRequest ToReadRowsRequest(const std::string& table, const RowSet& rows,
+                                  const ReadOptions& options);
 
 }  // namespace megastore::storage

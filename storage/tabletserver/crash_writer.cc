@@ -9,12 +9,11 @@
 // rows late0..late99 into the existing table "t".
 #include <unistd.h>
 
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <string>
 
 #include "absl/synchronization/blocking_counter.h"
-
 #include "storage/tabletserver/tablet_server.h"
 
 using megastore::storage::Mutation;
@@ -37,7 +36,10 @@ int main(int argc, char** argv) {
   }
   if (scenario == "late100") {
     for (int i = 0; i < 100; ++i) {
-      if (!(*server)->MutateRow("t", "late" + std::to_string(i), {Mutation::SetCell("cf", "q", "v")}).ok()) return 5;
+      if (!(*server)
+               ->MutateRow("t", "late" + std::to_string(i), {Mutation::SetCell("cf", "q", "v")})
+               .ok())
+        return 5;
     }
     ::_exit(0);
   }
@@ -67,7 +69,8 @@ int main(int argc, char** argv) {
     pending.Wait();
     if (failed) return 8;
     auto row = (*server)->ReadRow("t", "hot");
-    if (!row.ok() || !row->has_value() || (*row)->cells.size() != 1 || (*row)->cells[0].value != "v499") {
+    if (!row.ok() || !row->has_value() || (*row)->cells.size() != 1 ||
+        (*row)->cells[0].value != "v499") {
       return 9;
     }
     ::_exit(0);
@@ -76,10 +79,13 @@ int main(int argc, char** argv) {
   const std::string value = scenario == "big50" ? std::string(100, 'x') : "v";
   for (int i = 0; i < rows; ++i) {
     const std::string v = scenario == "rows200" ? "v" + std::to_string(i) : value;
-    if (!(*server)->MutateRow("t", "row" + std::to_string(i), {Mutation::SetCell("cf", "q", v)}).ok()) {
+    if (!(*server)
+             ->MutateRow("t", "row" + std::to_string(i), {Mutation::SetCell("cf", "q", v)})
+             .ok()) {
       return 5;
     }
   }
-  if (scenario == "rows200" && !(*server)->MutateRow("t", "row7", {Mutation::DeleteRow()}).ok()) return 6;
+  if (scenario == "rows200" && !(*server)->MutateRow("t", "row7", {Mutation::DeleteRow()}).ok())
+    return 6;
   ::_exit(0);
 }

@@ -29,11 +29,9 @@ std::string RowName(std::string_view row, bool is_end) {
 }
 
 // Whether `parts` cover [start, end) exactly once, in order.
-bool Tiles(std::vector<Found> parts, const std::string& start,
-           const std::string& end) {
-  std::sort(parts.begin(), parts.end(), [](const Found& a, const Found& b) {
-    return a.stored.start_row < b.stored.start_row;
-  });
+bool Tiles(std::vector<Found> parts, const std::string& start, const std::string& end) {
+  std::sort(parts.begin(), parts.end(),
+            [](const Found& a, const Found& b) { return a.stored.start_row < b.stored.start_row; });
   std::string at = start;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].stored.start_row != at) return false;
@@ -52,9 +50,7 @@ bool Tiles(std::vector<Found> parts, const std::string& start,
 // so it is a problem for the operator.
 class SplitTree {
  public:
-  SplitTree(const std::string& table,
-            const std::map<std::string, Found>& tablets)
-      : table_(table) {
+  SplitTree(const std::string& table, const std::map<std::string, Found>& tablets) : table_(table) {
     for (const auto& [id, f] : tablets) {
       std::string parent;
       for (const std::string& a : f.stored.ancestors) {
@@ -72,14 +68,12 @@ class SplitTree {
   bool Resolve(std::vector<Found>* serving, std::vector<std::string>* notes,
                std::vector<std::string>* problems) {
     bool ok = true;
-    for (const Found* root : children_[""])
-      ok = Cover(*root, serving, notes, problems) && ok;
+    for (const Found* root : children_[""]) ok = Cover(*root, serving, notes, problems) && ok;
     return ok;
   }
 
  private:
-  bool Cover(const Found& t, std::vector<Found>* out,
-             std::vector<std::string>* notes,
+  bool Cover(const Found& t, std::vector<Found>* out, std::vector<std::string>* notes,
              std::vector<std::string>* problems) {
     auto kids = children_.find(t.id);
     if (kids == children_.end()) {
@@ -88,15 +82,13 @@ class SplitTree {
     }
     std::vector<Found> cover;
     bool ok = true;
-    for (const Found* k : kids->second)
-      ok = Cover(*k, &cover, notes, problems) && ok;
+    for (const Found* k : kids->second) ok = Cover(*k, &cover, notes, problems) && ok;
     if (!ok) return false;
     std::vector<std::string> ids;
     for (const Found& c : cover) ids.push_back(c.id);
     if (!Tiles(cover, t.stored.start_row, t.stored.end_row)) {
       problems->push_back(StrCat("table ", table_, ": tablet ", t.id,
-                                 " and tablets split from it (",
-                                 absl::StrJoin(ids, ", "),
+                                 " and tablets split from it (", absl::StrJoin(ids, ", "),
                                  ") are here, but those do not cover its rows: "
                                  "a split that did not finish "
                                  "(move those out) or one whose other part is "
@@ -104,45 +96,41 @@ class SplitTree {
                                  t.id, " out)"));
       return false;
     }
-    notes->push_back(
-        StrCat("table ", table_, ": tablet ", t.id,
-               " left out: its rows are split among ", absl::StrJoin(ids, ", "),
-               " (the server moves its directory to leftovers/ at start)"));
+    notes->push_back(StrCat("table ", table_, ": tablet ", t.id,
+                            " left out: its rows are split among ", absl::StrJoin(ids, ", "),
+                            " (the server moves its directory to leftovers/ at start)"));
     out->insert(out->end(), cover.begin(), cover.end());
     return true;
   }
 
   const std::string table_;
-  std::map<std::string, std::vector<const Found*>>
-      children_;  // by parent id; "" for the roots
+  std::map<std::string, std::vector<const Found*>> children_;  // by parent id; "" for the roots
 };
 
 }  // namespace
 
-absl::StatusOr<RebuiltState> RebuildStateFromTablets(
-    const std::string& data_dir) {
+absl::StatusOr<RebuiltState> RebuildStateFromTablets(const std::string& data_dir) {
   const fs::path root(data_dir);
   std::error_code ec;
   if (fs::exists(root / "logs", ec) || fs::exists(root / "tablets", ec)) {
-    return absl::FailedPreconditionError(StrCat(
-        data_dir,
-        " is a cell's data root (logs/, tablets/): a cell keeps its tablets "
-        "in METADATA, not in state.pb"));
+    return absl::FailedPreconditionError(
+        StrCat(data_dir,
+               " is a cell's data root (logs/, tablets/): a cell keeps its tablets "
+               "in METADATA, not in state.pb"));
   }
   const fs::path tables_dir = root / "tables";
   if (!fs::is_directory(tables_dir, ec)) {
-    return absl::NotFoundError(StrCat(
-        tables_dir.string(), " does not exist: no tablets to rebuild from"));
+    return absl::NotFoundError(
+        StrCat(tables_dir.string(), " does not exist: no tablets to rebuild from"));
   }
   std::vector<fs::path> table_dirs;
-  for (auto it = fs::directory_iterator(tables_dir, ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(tables_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     std::error_code e2;
     if (it->is_directory(e2)) table_dirs.push_back(it->path());
   }
   if (ec)
-    return absl::InternalError(
-        StrCat("cannot list ", tables_dir.string(), ": ", ec.message()));
+    return absl::InternalError(StrCat("cannot list ", tables_dir.string(), ": ", ec.message()));
   std::sort(table_dirs.begin(), table_dirs.end());
 
   RebuiltState out;
@@ -150,16 +138,14 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
   for (const fs::path& dir : table_dirs) {
     const std::string name = dir.filename().string();
     if (!ValidateName(name, "table").ok()) {
-      problems.push_back(StrCat(dir.string(), ": not a table's directory (",
-                                name, " is no table name)"));
+      problems.push_back(
+          StrCat(dir.string(), ": not a table's directory (", name, " is no table name)"));
       continue;
     }
     TableSchema schema;
-    absl::StatusOr<std::string> kept =
-        ReadChecksummedFile((dir / "schema.pb").string(), 16 << 20);
+    absl::StatusOr<std::string> kept = ReadChecksummedFile((dir / "schema.pb").string(), 16 << 20);
     if (!kept.ok()) {
-      problems.push_back(StrCat("table ", name,
-                                ": its schema: ", kept.status().message(),
+      problems.push_back(StrCat("table ", name, ": its schema: ", kept.status().message(),
                                 absl::IsNotFound(kept.status())
                                     ? " (written by servers of this version; "
                                       "start the server once on its "
@@ -168,35 +154,29 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
       continue;
     }
     if (!schema.ParseFromString(*kept) || schema.name() != name) {
-      problems.push_back(StrCat("table ", name, ": ",
-                                (dir / "schema.pb").string(),
+      problems.push_back(StrCat("table ", name, ": ", (dir / "schema.pb").string(),
                                 " is not this table's schema"));
       continue;
     }
     std::map<std::string, Found> tablets;
     bool readable = true;
     std::vector<fs::path> dirs;
-    for (auto it = fs::directory_iterator(dir, ec);
-         !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
       std::error_code e2;
       if (it->is_directory(e2)) dirs.push_back(it->path());
     }
-    if (ec)
-      return absl::InternalError(
-          StrCat("cannot list ", dir.string(), ": ", ec.message()));
+    if (ec) return absl::InternalError(StrCat("cannot list ", dir.string(), ": ", ec.message()));
     for (const fs::path& tablet_dir : dirs) {
       const std::string id = tablet_dir.filename().string();
       if (!IsTabletId(name, id)) {
-        out.notes.push_back(StrCat("table ", name, ": ", tablet_dir.string(),
-                                   " left out: ", id,
+        out.notes.push_back(StrCat("table ", name, ": ", tablet_dir.string(), " left out: ", id,
                                    " is not a tablet id of this table"));
         continue;
       }
-      absl::StatusOr<StoredTablet> stored =
-          Tablet::ReadStored(tablet_dir.string());
+      absl::StatusOr<StoredTablet> stored = Tablet::ReadStored(tablet_dir.string());
       if (!stored.ok()) {
-        problems.push_back(
-            StrCat("table ", name, ": ", stored.status().message()));
+        problems.push_back(StrCat("table ", name, ": ", stored.status().message()));
         readable = false;
         continue;
       }
@@ -204,17 +184,14 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
     }
     if (!readable) continue;
     if (tablets.empty()) {
-      out.notes.push_back(
-          StrCat("table ", name, " left out: it has no tablet directories"));
+      out.notes.push_back(StrCat("table ", name, " left out: it has no tablet directories"));
       continue;
     }
     std::vector<Found> ordered;
-    if (!SplitTree(name, tablets).Resolve(&ordered, &out.notes, &problems))
-      continue;
-    std::sort(ordered.begin(), ordered.end(),
-              [](const Found& a, const Found& b) {
-                return a.stored.start_row < b.stored.start_row;
-              });
+    if (!SplitTree(name, tablets).Resolve(&ordered, &out.notes, &problems)) continue;
+    std::sort(ordered.begin(), ordered.end(), [](const Found& a, const Found& b) {
+      return a.stored.start_row < b.stored.start_row;
+    });
     std::string at;  // the first row not yet covered
     bool covered = true;
     for (size_t i = 0; i < ordered.size() && covered; ++i) {
@@ -225,23 +202,21 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
             f.stored.start_row < at
                 ? StrCat("tablet ", f.id, " overlaps the tablet before it at ",
                          RowName(f.stored.start_row, false))
-                : StrCat("no tablet holds the rows from ", RowName(at, false),
-                         " to ", RowName(f.stored.start_row, true),
-                         " (a tablet directory is missing)")));
+                : StrCat("no tablet holds the rows from ", RowName(at, false), " to ",
+                         RowName(f.stored.start_row, true), " (a tablet directory is missing)")));
         covered = false;
       }
       at = f.stored.end_row;
       if (covered && at.empty() && i + 1 < ordered.size()) {
         problems.push_back(StrCat("table ", name, ": tablet ", f.id,
-                                  " reaches the end of the table but ",
-                                  ordered[i + 1].id, " starts after it"));
+                                  " reaches the end of the table but ", ordered[i + 1].id,
+                                  " starts after it"));
         covered = false;
       }
     }
     if (covered && !at.empty()) {
-      problems.push_back(StrCat(
-          "table ", name, ": no tablet holds the rows from ",
-          RowName(at, false), " to the end (a tablet directory is missing)"));
+      problems.push_back(StrCat("table ", name, ": no tablet holds the rows from ",
+                                RowName(at, false), " to the end (a tablet directory is missing)"));
       covered = false;
     }
     if (!covered) continue;
@@ -258,10 +233,9 @@ absl::StatusOr<RebuiltState> RebuildStateFromTablets(
   }
   if (!problems.empty()) {
     return absl::FailedPreconditionError(
-        StrCat("cannot rebuild the state of ", data_dir, ":\n  ",
-               absl::StrJoin(problems, "\n  "),
-               "\nrestore what is named, or move those directories out of ",
-               tables_dir.string(), ", and run this again"));
+        StrCat("cannot rebuild the state of ", data_dir, ":\n  ", absl::StrJoin(problems, "\n  "),
+               "\nrestore what is named, or move those directories out of ", tables_dir.string(),
+               ", and run this again"));
   }
   return out;
 }

@@ -47,7 +47,8 @@ void RemoteBigtable::Read(std::string table, RowSet rows, const ReadOptions& opt
       [reading, address = address_](std::string_view message) {
         ReadRowsResponse chunk;
         if (!chunk.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
-          reading->parse_error = absl::InternalError(StrCat("malformed tablet.ReadRows response from ", address));
+          reading->parse_error =
+              absl::InternalError(StrCat("malformed tablet.ReadRows response from ", address));
           return false;
         }
         for (const RowProto& p : chunk.rows()) reading->rows.push_back(FromProto(p));
@@ -88,7 +89,8 @@ void RemoteBigtable::MutateRow(std::string table, std::string row, std::vector<M
 }
 
 void RemoteBigtable::CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
-                                       std::vector<Mutation> if_true, std::vector<Mutation> if_false,
+                                       std::vector<Mutation> if_true,
+                                       std::vector<Mutation> if_false,
                                        Callback<absl::StatusOr<bool>> done) {
   CheckAndMutateRowRequest r;
   r.set_force(true);
@@ -103,8 +105,8 @@ void RemoteBigtable::CheckAndMutateRow(std::string table, std::string row, RowFi
                    if (!reply.ok()) return (*parked)(reply.status());
                    CheckAndMutateRowResponse resp;
                    if (!resp.ParseFromString(*reply))
-                     return (*parked)(
-                         absl::InternalError(StrCat("malformed tablet.CheckAndMutateRow response from ", address)));
+                     return (*parked)(absl::InternalError(
+                         StrCat("malformed tablet.CheckAndMutateRow response from ", address)));
                    (*parked)(resp.predicate_matched());
                  });
 }

@@ -49,13 +49,15 @@ class RemoteBigtableTest : public ::testing::Test {
     return Wait<absl::Status>([&](auto cb) { bt.MutateRow("t", row, ms, ts, std::move(cb)); });
   }
   absl::StatusOr<std::optional<Row>> Read(BigtableClient& bt, std::string row, ReadOptions o = {}) {
-    return Wait<absl::StatusOr<std::optional<Row>>>([&](auto cb) { bt.ReadRow("t", row, o, std::move(cb)); });
+    return Wait<absl::StatusOr<std::optional<Row>>>(
+        [&](auto cb) { bt.ReadRow("t", row, o, std::move(cb)); });
   }
   absl::StatusOr<std::vector<Row>> Scan(BigtableClient& bt, RowRange range, ReadOptions o = {}) {
-    return Wait<absl::StatusOr<std::vector<Row>>>([&](auto cb) { bt.ReadRows("t", range, o, std::move(cb)); });
+    return Wait<absl::StatusOr<std::vector<Row>>>(
+        [&](auto cb) { bt.ReadRows("t", range, o, std::move(cb)); });
   }
-  absl::StatusOr<bool> Cas(BigtableClient& bt, std::string row, RowFilter p, std::vector<Mutation> yes,
-                           std::vector<Mutation> no) {
+  absl::StatusOr<bool> Cas(BigtableClient& bt, std::string row, RowFilter p,
+                           std::vector<Mutation> yes, std::vector<Mutation> no) {
     return Wait<absl::StatusOr<bool>>(
         [&](auto cb) { bt.CheckAndMutateRow("t", row, p, yes, no, std::move(cb)); });
   }
@@ -114,8 +116,9 @@ TEST_F(RemoteBigtableTest, AnswersWhatTheInProcessClientAnswers) {
 }
 
 TEST_F(RemoteBigtableTest, ErrorsKeepTheServersCodeAndMessage) {
-  absl::Status s = Wait<absl::Status>(
-      [&](auto cb) { remote_->MutateRow("nope", "r", {Mutation::SetCell("cf", "q", "v")}, 1, std::move(cb)); });
+  absl::Status s = Wait<absl::Status>([&](auto cb) {
+    remote_->MutateRow("nope", "r", {Mutation::SetCell("cf", "q", "v")}, 1, std::move(cb));
+  });
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("nope"));
   auto read = Wait<absl::StatusOr<std::optional<Row>>>(

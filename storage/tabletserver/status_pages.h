@@ -10,13 +10,14 @@
 namespace megastore::storage {
 
 struct StatusContext {
-  std::string listen;           // RPC address
-  std::string command_line;     // how the process was started
-  int64_t started_micros = 0;   // wall clock at start
+  std::string listen;          // RPC address
+  std::string command_line;    // how the process was started
+  int64_t started_micros = 0;  // wall clock at start
   int64_t now_micros = 0;
 };
 
 std::string StatusHtml(TabletServer& server, const rpc::RpcServer& rpc, const StatusContext& ctx);
-std::string MetricsText(TabletServer& server, const rpc::RpcServer& rpc, const ServiceMetrics& metrics);
+std::string MetricsText(TabletServer& server, const rpc::RpcServer& rpc,
+                        const ServiceMetrics& metrics);
 
 }  // namespace megastore::storage

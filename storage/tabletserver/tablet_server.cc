@@ -101,8 +101,9 @@ absl::Status TabletServer::Recover() {
     commitlog::CommitLogOptions log_options;
     log_options.dir = (fs::path(options_.data_dir) / "logs" / options_.cell_log_name).string();
     if (fs::exists(log_options.dir)) {
-      return absl::AlreadyExistsError(StrCat("commit log ", log_options.dir,
-                                             " exists: each tablet server incarnation needs a new log name"));
+      return absl::AlreadyExistsError(
+          StrCat("commit log ", log_options.dir,
+                 " exists: each tablet server incarnation needs a new log name"));
     }
     log_options.segment_bytes = options_.log_segment_bytes;
     log_options.sync = options_.sync_log;
@@ -127,7 +128,8 @@ absl::Status TabletServer::Recover() {
       absl::StatusOr<std::string> kept = ReadChecksummedFile((dir / kTableSchemaFile).string());
       if (kept.ok() && *kept == t.SerializeAsString()) continue;
       // Not fatal: only a rebuild of a lost state.pb needs it.
-      if (absl::Status s = SaveTableSchema(t); !s.ok()) MS_LOG_WARN("table {}: {}", t.name(), s.ToString());
+      if (absl::Status s = SaveTableSchema(t); !s.ok())
+        MS_LOG_WARN("table {}: {}", t.name(), s.ToString());
     }
   }
   commitlog::CommitLogOptions log_options;
@@ -148,8 +150,9 @@ absl::Status TabletServer::Recover() {
     if (!e.loaded()) continue;
     if (!fs::exists(OptionsFor(e).path)) {
       // Never recreated empty in its place: its rows would silently vanish.
-      const std::string why = StrCat("tablet ", e.id(), " of table ", e.table(), ": its directory ",
-                                     OptionsFor(e).path, " is missing; restore it, or unload the tablet");
+      const std::string why =
+          StrCat("tablet ", e.id(), " of table ", e.table(), ": its directory ", OptionsFor(e).path,
+                 " is missing; restore it, or unload the tablet");
       load_errors_[e.id()] = why;
       MS_LOG_ERROR("{}", why);
       continue;
@@ -169,10 +172,10 @@ absl::Status TabletServer::Recover() {
     std::string refusal;
     for (const commitlog::LogGap& gap : log_->gaps()) {
       if (gap.next_good_lsn == 0 || redo + 1 < gap.next_good_lsn) {
-        refusal = StrCat("commit log ", gap.segment, " is damaged at offset ", gap.offset,
-                         " after LSN ", gap.last_good_lsn, " and tablet ", e.id(),
-                         " needs records after LSN ", redo,
-                         "; restore the segment, or unload and rebuild the tablet");
+        refusal =
+            StrCat("commit log ", gap.segment, " is damaged at offset ", gap.offset, " after LSN ",
+                   gap.last_good_lsn, " and tablet ", e.id(), " needs records after LSN ", redo,
+                   "; restore the segment, or unload and rebuild the tablet");
       }
     }
     if (!refusal.empty()) {
@@ -191,8 +194,10 @@ absl::Status TabletServer::Recover() {
                " but these tablets were written through it: ", absl::StrJoin(behind_the_log, ", "),
                ". Writes acknowledged after their last flush are lost with it");
     if (!options_.accept_log_loss) {
-      return absl::DataLossError(StrCat(what, ". Restore the log, or start with --accept-log-loss to serve what the "
-                                             "tablets hold"));
+      return absl::DataLossError(
+          StrCat(what,
+                 ". Restore the log, or start with --accept-log-loss to serve what the "
+                 "tablets hold"));
     }
     MS_LOG_ERROR("{}; starting anyway (--accept-log-loss), new LSNs from {}", what, max_redo + 1);
     // Never again below a redo point: a write logged there would be
@@ -214,8 +219,8 @@ absl::Status TabletServer::Recover() {
       ++replayed;
       absl::Status s = it->second->ReplayLogRecord(r.lsn, r.payload);
       if (!s.ok()) {
-        return absl::DataLossError(StrCat("replaying LSN ", r.lsn, " into tablet ", it->first,
-                                          ": ", s.ToString()));
+        return absl::DataLossError(
+            StrCat("replaying LSN ", r.lsn, " into tablet ", it->first, ": ", s.ToString()));
       }
       return absl::OkStatus();
     }));
@@ -227,7 +232,8 @@ absl::Status TabletServer::Recover() {
 }
 
 bool IsTabletId(std::string_view table, std::string_view id) {
-  if (id.size() != table.size() + 17 || !id.starts_with(table) || id[table.size()] != '-') return false;
+  if (id.size() != table.size() + 17 || !id.starts_with(table) || id[table.size()] != '-')
+    return false;
   return std::all_of(id.end() - 16, id.end(), [](char c) { return absl::ascii_isxdigit(c); });
 }
 
@@ -242,14 +248,15 @@ void TabletServer::MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_
     std::error_code ec;
     fs::create_directories(aside_dir, ec);
     const fs::path to =
-        aside_dir / StrCat(env_->NowMicros() / 1000000, "-", dir.parent_path().filename().string(), "-",
-                           dir.filename().string());
+        aside_dir / StrCat(env_->NowMicros() / 1000000, "-", dir.parent_path().filename().string(),
+                           "-", dir.filename().string());
     if (!ec) fs::rename(dir, to, ec);
     if (ec) {
-      MS_LOG_WARN("{}: {}; could not move it to {}: {}", dir.string(), why, to.string(), ec.message());
+      MS_LOG_WARN("{}: {}; could not move it to {}: {}", dir.string(), why, to.string(),
+                  ec.message());
     } else {
-      MS_LOG_WARN("moved {} to {}: {} (delete it once satisfied nothing in it is needed)", dir.string(),
-                  to.string(), why);
+      MS_LOG_WARN("moved {} to {}: {} (delete it once satisfied nothing in it is needed)",
+                  dir.string(), to.string(), why);
     }
   };
   std::error_code ec;
@@ -267,9 +274,11 @@ void TabletServer::MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_
       continue;
     }
     std::vector<fs::path> dirs;
-    for (auto it = fs::directory_iterator(table_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    for (auto it = fs::directory_iterator(table_dir, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
       std::error_code e2;
-      if (it->is_directory(e2) && !listed.contains(it->path().filename().string())) dirs.push_back(it->path());
+      if (it->is_directory(e2) && !listed.contains(it->path().filename().string()))
+        dirs.push_back(it->path());
     }
     for (const fs::path& dir : dirs) {
       const std::string id = dir.filename().string();
@@ -293,11 +302,14 @@ void TabletServer::MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_
                     stored->ancestors.front());
         continue;
       }
-      if (ids_in_log.contains(id) || stored->redo_point > parent->second.tablet->recovered_redo_point()) {
-        MS_LOG_ERROR("{}: a split child of tablet {} that {} holds writes {} does not know; left alone (restore "
-                     "the newer {}?)",
-                     dir.string(), parent->first, ids_in_log.contains(id) ? "the commit log" : "its own data",
-                     kStateFile, kStateFile);
+      if (ids_in_log.contains(id) ||
+          stored->redo_point > parent->second.tablet->recovered_redo_point()) {
+        MS_LOG_ERROR(
+            "{}: a split child of tablet {} that {} holds writes {} does not know; left alone "
+            "(restore "
+            "the newer {}?)",
+            dir.string(), parent->first,
+            ids_in_log.contains(id) ? "the commit log" : "its own data", kStateFile, kStateFile);
         continue;
       }
       move_aside(dir, StrCat("a split of tablet ", parent->first, " that did not finish"));
@@ -307,8 +319,10 @@ void TabletServer::MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_
 
 absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::OpenTabletLocked(const TabletEntry& e) {
   const TableSchema* schema = FindTableLocked(e.table());
-  if (schema == nullptr) return absl::DataLossError(StrCat("tablet ", e.id(), " has no table ", e.table()));
-  MS_ASSIGN_OR_RETURN(std::unique_ptr<Tablet> t, Tablet::Open(OptionsFor(e), *schema, &resources_, env_));
+  if (schema == nullptr)
+    return absl::DataLossError(StrCat("tablet ", e.id(), " has no table ", e.table()));
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<Tablet> t,
+                      Tablet::Open(OptionsFor(e), *schema, &resources_, env_));
   return std::shared_ptr<Tablet>(std::move(t));
 }
 
@@ -335,13 +349,14 @@ absl::Status TabletServer::SaveTableSchema(const TableSchema& schema) const {
 
 absl::Status TabletServer::SaveStateLocked() {
   if (cell_mode()) return absl::OkStatus();  // METADATA is the truth
-  return WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), state_.SerializeAsString());
+  return WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(),
+                              state_.SerializeAsString());
 }
 
 absl::Status TabletServer::CommitStateLocked(TabletServerState next) {
   if (!cell_mode()) {
-    MS_RETURN_IF_ERROR(
-        WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(), next.SerializeAsString()));
+    MS_RETURN_IF_ERROR(WriteChecksummedFile((fs::path(options_.data_dir) / kStateFile).string(),
+                                            next.SerializeAsString()));
   }
   state_ = std::move(next);
   RefreshReplicatedLocked();
@@ -375,9 +390,11 @@ absl::Status TabletServer::LoadState() {
     absl::StatusOr<std::string> legacy = ReadFileToString(path);
     if (!legacy.ok()) return legacy.status();
     const std::string damaged = StrCat(path, " is damaged (it has no checksum header, and ");
-    if (!state_.ParseFromString(*legacy)) return absl::DataLossError(StrCat(damaged, "does not parse)"));
+    if (!state_.ParseFromString(*legacy))
+      return absl::DataLossError(StrCat(damaged, "does not parse)"));
     if (state_.SerializeAsString() != *legacy) {
-      return absl::DataLossError(StrCat(damaged, "is not as a server writes it: fields no state has)"));
+      return absl::DataLossError(
+          StrCat(damaged, "is not as a server writes it: fields no state has)"));
     }
     std::set<std::string> names;
     for (const TableSchema& t : state_.tables()) names.insert(t.name());
@@ -386,12 +403,14 @@ absl::Status TabletServer::LoadState() {
          !ec && it != fs::directory_iterator(); it.increment(ec)) {
       std::error_code e2;
       if (it->is_directory(e2) && !names.contains(it->path().filename().string()))
-        return absl::DataLossError(StrCat(damaged, "does not name table ", it->path().filename().string(),
+        return absl::DataLossError(StrCat(damaged, "does not name table ",
+                                          it->path().filename().string(),
                                           " whose directory is here)"));
     }
     for (const TabletEntry& e : state_.tablets()) {
       if (e.loaded() && !fs::is_directory(fs::path(options_.data_dir) / e.path(), ec))
-        return absl::DataLossError(StrCat(damaged, "names tablet ", e.id(), " whose directory is missing)"));
+        return absl::DataLossError(
+            StrCat(damaged, "names tablet ", e.id(), " whose directory is missing)"));
     }
     MS_LOG_WARN("{} had no checksum; rewritten with one", path);
     return SaveStateLocked();
@@ -409,14 +428,16 @@ absl::Status TabletServer::LoadState() {
       }
     }
     if (!found.empty()) {
-      return absl::DataLossError(StrCat(path, " is missing, but the directory holds data written under it (",
-                                        found, ", ...): refusing to start empty. Restore the file (it lists the "
-                                        "tables and tablets), or move the directory aside to start afresh"));
+      return absl::DataLossError(
+          StrCat(path, " is missing, but the directory holds data written under it (", found,
+                 ", ...): refusing to start empty. Restore the file (it lists the "
+                 "tables and tablets), or move the directory aside to start afresh"));
     }
     return SaveStateLocked();  // from now on, a missing file is damage
   }
   if (!data.ok()) return data.status();
-  if (!state_.ParseFromString(*data)) return absl::DataLossError(StrCat(path, " is damaged: unparsable"));
+  if (!state_.ParseFromString(*data))
+    return absl::DataLossError(StrCat(path, " is damaged: unparsable"));
   return absl::OkStatus();
 }
 
@@ -449,7 +470,8 @@ std::string TabletServer::NewTabletId(std::string_view table) {
 
 absl::Status TabletServer::CreateTable(const TableSchema& schema) {
   if (cell_mode()) {
-    return absl::FailedPreconditionError("this tablet server is in a cell: tables are created through the master");
+    return absl::FailedPreconditionError(
+        "this tablet server is in a cell: tables are created through the master");
   }
   MS_RETURN_IF_ERROR(ValidateName(schema.name(), "table"));
   MS_RETURN_IF_ERROR(CompiledSchema::Compile(schema).status());
@@ -474,7 +496,8 @@ absl::Status TabletServer::CreateTable(const TableSchema& schema) {
   };
   absl::Status s = SaveTableSchema(schema);
   absl::StatusOr<std::unique_ptr<Tablet>> t =
-      s.ok() ? Tablet::Open(OptionsFor(e), schema, &resources_, env_) : absl::StatusOr<std::unique_ptr<Tablet>>(s);
+      s.ok() ? Tablet::Open(OptionsFor(e), schema, &resources_, env_)
+             : absl::StatusOr<std::unique_ptr<Tablet>>(s);
   if (t.ok()) {
     TabletServerState next = state_;
     *next.add_tables() = schema;
@@ -494,7 +517,8 @@ absl::Status TabletServer::DeleteTable(std::string_view name) {
   std::vector<std::string> paths;
   {
     absl::MutexLock lock(&mu_);
-    if (FindTableLocked(name) == nullptr) return absl::NotFoundError(StrCat("table ", name, " does not exist"));
+    if (FindTableLocked(name) == nullptr)
+      return absl::NotFoundError(StrCat("table ", name, " does not exist"));
     TabletServerState next;
     for (const TableSchema& t : state_.tables()) {
       if (t.name() != name) *next.add_tables() = t;
@@ -541,7 +565,8 @@ absl::Status TabletServer::UpdateTable(const TableSchema& schema) {
   MS_ASSIGN_OR_RETURN(auto compiled, CompiledSchema::Compile(schema));
   absl::MutexLock lock(&mu_);
   const TableSchema* old = FindTableLocked(schema.name());
-  if (old == nullptr) return absl::NotFoundError(StrCat("table ", schema.name(), " does not exist"));
+  if (old == nullptr)
+    return absl::NotFoundError(StrCat("table ", schema.name(), " does not exist"));
   MS_ASSIGN_OR_RETURN(auto old_compiled, CompiledSchema::Compile(*old));
   MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*old_compiled, *compiled));
   // Recorded first: a tablet never stores data of a schema the next start
@@ -570,8 +595,10 @@ std::vector<TabletEntry> TabletServer::ListTablets(std::string_view table) const
   return out;
 }
 
-absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const TableSchema& schema, bool create) {
-  if (!cell_mode()) return absl::FailedPreconditionError("AssignTablet: this tablet server is not in a cell");
+absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const TableSchema& schema,
+                                        bool create) {
+  if (!cell_mode())
+    return absl::FailedPreconditionError("AssignTablet: this tablet server is not in a cell");
   MS_RETURN_IF_ERROR(ValidateName(assigned.id(), "tablet id"));
   MS_ASSIGN_OR_RETURN(auto compiled, CompiledSchema::Compile(schema));
   TabletEntry entry = assigned;
@@ -582,8 +609,10 @@ absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const Table
   {
     absl::MutexLock lock(&mu_);
     if (auto it = loaded_.find(entry.id()); it != loaded_.end()) {
-      if (it->second.entry.start_row() != entry.start_row() || it->second.entry.end_row() != entry.end_row()) {
-        return absl::FailedPreconditionError(StrCat("tablet ", entry.id(), " is served here with another row range"));
+      if (it->second.entry.start_row() != entry.start_row() ||
+          it->second.entry.end_row() != entry.end_row()) {
+        return absl::FailedPreconditionError(
+            StrCat("tablet ", entry.id(), " is served here with another row range"));
       }
       return absl::OkStatus();
     }
@@ -591,7 +620,8 @@ absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const Table
     // assignment racing it (the master seeing the child's METADATA row
     // first) would open it twice.
     if (creating_.count(entry.id())) {
-      return absl::UnavailableError(StrCat("tablet ", entry.id(), " is being created here by a split or merge"));
+      return absl::UnavailableError(
+          StrCat("tablet ", entry.id(), " is being created here by a split or merge"));
     }
     if (!assigning_.insert(entry.id()).second) {
       return absl::UnavailableError(StrCat("tablet ", entry.id(), " is being loaded"));
@@ -661,13 +691,14 @@ absl::Status TabletServer::RecoverAssigned(const TabletEntry& entry, Tablet* tab
         commitlog::Record r;
         size_t n = 0;
         if (commitlog::ParseRecord(in, &r, &n) != commitlog::ParseResult::kOk) {
-          return absl::DataLossError(StrCat("log piece ", f.path().string(), " is damaged at offset ",
-                                            data.size() - in.size()));
+          return absl::DataLossError(StrCat("log piece ", f.path().string(),
+                                            " is damaged at offset ", data.size() - in.size()));
         }
         in.remove_prefix(n);
         if (r.tablet_id != entry.id() || r.lsn <= redo) continue;
         if (absl::Status s = tablet->ReplayLogRecord(r.lsn, r.payload); !s.ok()) {
-          return absl::DataLossError(StrCat("replaying LSN ", r.lsn, " of ", f.path().string(), ": ", s.ToString()));
+          return absl::DataLossError(
+              StrCat("replaying LSN ", r.lsn, " of ", f.path().string(), ": ", s.ToString()));
         }
         ++replayed;
       }
@@ -676,12 +707,14 @@ absl::Status TabletServer::RecoverAssigned(const TabletEntry& entry, Tablet* tab
   MS_RETURN_IF_ERROR(tablet->AdoptLog(options_.cell_log_name));
   std::error_code ec;
   fs::remove_all(pieces, ec);
-  if (replayed > 0) MS_LOG_INFO("tablet {}: replayed {} records of a dead server's log", entry.id(), replayed);
+  if (replayed > 0)
+    MS_LOG_INFO("tablet {}: replayed {} records of a dead server's log", entry.id(), replayed);
   return absl::OkStatus();
 }
 
 absl::Status TabletServer::LoadTablet(std::string_view id) {
-  if (cell_mode()) return absl::FailedPreconditionError("in a cell the master assigns tablets (AssignTablet)");
+  if (cell_mode())
+    return absl::FailedPreconditionError("in a cell the master assigns tablets (AssignTablet)");
   absl::MutexLock lock(&mu_);
   TabletEntry* e = FindEntryLocked(id);
   if (e == nullptr) return absl::NotFoundError(StrCat("no tablet ", id));
@@ -779,9 +812,10 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
     if (it == loaded_.end()) return absl::NotFoundError(StrCat("tablet ", id, " is not loaded"));
     parent = it->second.entry;
     tablet = it->second.tablet;
-    if (split_row <= parent.start_row() || (!parent.end_row().empty() && split_row >= parent.end_row())) {
-      return absl::InvalidArgumentError(StrCat("split row \"", EscapeBytes(split_row), "\" is not inside tablet ",
-                                               id, "'s rows"));
+    if (split_row <= parent.start_row() ||
+        (!parent.end_row().empty() && split_row >= parent.end_row())) {
+      return absl::InvalidArgumentError(StrCat("split row \"", EscapeBytes(split_row),
+                                               "\" is not inside tablet ", id, "'s rows"));
     }
     if (options_.may_split && !options_.may_split(parent)) {
       return absl::FailedPreconditionError(StrCat("tablet ", id, " never splits"));
@@ -806,8 +840,9 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
   // wait for the children): the split flushes the parent, so its log
   // records are no longer needed, and committing it in METADATA may be a
   // write to this very server.
-  absl::Status committed = tablet->Split(split_row, (fs::path(options_.data_dir) / children[0].path()).string(),
-                                         (fs::path(options_.data_dir) / children[1].path()).string());
+  absl::Status committed =
+      tablet->Split(split_row, (fs::path(options_.data_dir) / children[0].path()).string(),
+                    (fs::path(options_.data_dir) / children[1].path()).string());
   const bool split_done = committed.ok();
   if (committed.ok() && options_.commit_split) committed = options_.commit_split(parent, children);
   absl::MutexLock lock(&mu_);
@@ -857,10 +892,12 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
     if (split_done && !committed.ok()) tablet->UndoSplit();
     if (!committed.ok()) {
       std::error_code ec;
-      for (const TabletEntry& c : children) fs::remove_all(fs::path(options_.data_dir) / c.path(), ec);
+      for (const TabletEntry& c : children)
+        fs::remove_all(fs::path(options_.data_dir) / c.path(), ec);
       return committed;
     }
-    return absl::AbortedError(StrCat("tablet ", id, " was unloaded while it split; the master assigns its children"));
+    return absl::AbortedError(
+        StrCat("tablet ", id, " was unloaded while it split; the master assigns its children"));
   }
   TabletServerState next;
   *next.mutable_tables() = state_.tables();
@@ -874,7 +911,8 @@ absl::StatusOr<std::vector<TabletEntry>> TabletServer::SplitTablet(std::string_v
     opened.clear();
     tablet->UndoSplit();
     std::error_code ec;
-    for (const TabletEntry& c : children) fs::remove_all(fs::path(options_.data_dir) / c.path(), ec);
+    for (const TabletEntry& c : children)
+      fs::remove_all(fs::path(options_.data_dir) / c.path(), ec);
     return s;
   }
   loaded_.erase(it);
@@ -908,28 +946,35 @@ absl::StatusOr<std::string> TabletServer::MiddleRow(Tablet& tablet) {
     return true;
   }));
   if (rows.size() < 2) {
-    return absl::FailedPreconditionError(StrCat("tablet ", tablet.path(), " has fewer than two rows: nothing to split"));
+    return absl::FailedPreconditionError(
+        StrCat("tablet ", tablet.path(), " has fewer than two rows: nothing to split"));
   }
   return rows[rows.size() / 2];
 }
 
-absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id, std::string_view right_id) {
-  if (!cell_mode()) return absl::FailedPreconditionError("MergeTablets: this tablet server is not in a cell");
+absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
+                                                       std::string_view right_id) {
+  if (!cell_mode())
+    return absl::FailedPreconditionError("MergeTablets: this tablet server is not in a cell");
   TabletEntry left, right, merged;
   std::shared_ptr<Tablet> l, r;
   {
     absl::MutexLock lock(&mu_);
     auto li = loaded_.find(std::string(left_id)), ri = loaded_.find(std::string(right_id));
     if (li == loaded_.end() || ri == loaded_.end()) {
-      return absl::NotFoundError(StrCat("tablet ", li == loaded_.end() ? left_id : right_id, " is not loaded"));
+      return absl::NotFoundError(
+          StrCat("tablet ", li == loaded_.end() ? left_id : right_id, " is not loaded"));
     }
     left = li->second.entry;
     right = ri->second.entry;
-    if (left.table() != right.table() || left.end_row().empty() || left.end_row() != right.start_row()) {
-      return absl::InvalidArgumentError(StrCat("tablets ", left_id, " and ", right_id, " are not neighbours"));
+    if (left.table() != right.table() || left.end_row().empty() ||
+        left.end_row() != right.start_row()) {
+      return absl::InvalidArgumentError(
+          StrCat("tablets ", left_id, " and ", right_id, " are not neighbours"));
     }
     if (assigning_.contains(left.id()) || assigning_.contains(right.id())) {
-      return absl::UnavailableError(StrCat("tablet ", left_id, " or ", right_id, " is being split or loaded"));
+      return absl::UnavailableError(
+          StrCat("tablet ", left_id, " or ", right_id, " is being split or loaded"));
     }
     assigning_.insert(left.id());
     assigning_.insert(right.id());
@@ -958,7 +1003,8 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
       const TableSchema* found = FindTableLocked(merged.table());
       if (found != nullptr) schema = *found;
     }
-    absl::StatusOr<std::unique_ptr<Tablet>> opened = Tablet::Open(OptionsFor(merged), schema, &resources_, env_);
+    absl::StatusOr<std::unique_ptr<Tablet>> opened =
+        Tablet::Open(OptionsFor(merged), schema, &resources_, env_);
     if (opened.ok()) {
       m = std::move(*opened);
     } else {
@@ -976,13 +1022,15 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
   if (absl::IsUnknown(s)) {
     // Maybe committed: serve none of the three; the master assigns what
     // METADATA names (the merged tablet's files are complete and flushed).
-    MS_LOG_ERROR("merge into {}: {}; {} and {} no longer served here", merged.id(), s.ToString(), left.id(), right.id());
+    MS_LOG_ERROR("merge into {}: {}; {} and {} no longer served here", merged.id(), s.ToString(),
+                 left.id(), right.id());
     m.reset();
     loaded_.erase(left.id());
     loaded_.erase(right.id());
     auto* entries = state_.mutable_tablets();
     for (int i = entries->size() - 1; i >= 0; --i) {
-      if (entries->Get(i).id() == left.id() || entries->Get(i).id() == right.id()) entries->DeleteSubrange(i, 1);
+      if (entries->Get(i).id() == left.id() || entries->Get(i).id() == right.id())
+        entries->DeleteSubrange(i, 1);
     }
     return s;
   }
@@ -996,7 +1044,8 @@ absl::StatusOr<TabletEntry> TabletServer::MergeTablets(std::string_view left_id,
   }
   auto* tablets = state_.mutable_tablets();
   for (int i = tablets->size() - 1; i >= 0; --i) {
-    if (tablets->Get(i).id() == left.id() || tablets->Get(i).id() == right.id()) tablets->DeleteSubrange(i, 1);
+    if (tablets->Get(i).id() == left.id() || tablets->Get(i).id() == right.id())
+      tablets->DeleteSubrange(i, 1);
   }
   loaded_.erase(left.id());
   loaded_.erase(right.id());
@@ -1030,7 +1079,8 @@ absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::Route(std::string_view tab
     return NotServingError("this server's lock-service session may have expired");
   }
   if (FindTableLocked(table) == nullptr) {
-    if (cell_mode()) return NotServingError(StrCat("no tablet of table ", table, " is served here"));
+    if (cell_mode())
+      return NotServingError(StrCat("no tablet of table ", table, " is served here"));
     return absl::NotFoundError(StrCat("table ", table, " does not exist"));
   }
   for (const auto& [id, l] : loaded_) {
@@ -1048,7 +1098,8 @@ absl::StatusOr<std::shared_ptr<Tablet>> TabletServer::Route(std::string_view tab
                                            err != load_errors_.end() ? ": " + err->second : ""));
     }
   }
-  return absl::UnavailableError(StrCat("no tablet of table ", table, " covers row \"", EscapeBytes(row), "\""));
+  return absl::UnavailableError(
+      StrCat("no tablet of table ", table, " covers row \"", EscapeBytes(row), "\""));
 }
 
 template <typename Fn>
@@ -1092,7 +1143,8 @@ absl::Status TabletServer::MutateRow(std::string_view table, std::string_view ro
 }
 
 absl::Status TabletServer::MutateRowAsync(std::string_view table,
-                                          std::unique_ptr<Tablet::RowWrite>& write, bool may_block) {
+                                          std::unique_ptr<Tablet::RowWrite>& write,
+                                          bool may_block) {
   for (int attempt = 0;; ++attempt) {
     MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, write->row, may_block));
     absl::Status s = t->MutateRowAsync(write, may_block);
@@ -1101,7 +1153,9 @@ absl::Status TabletServer::MutateRowAsync(std::string_view table,
     // the parent before the children are routed to, so give the routing a
     // moment (bounded) to catch up.
     if (s.ok() || !absl::IsFailedPrecondition(s) || t->accepts_writes()) return s;
-    if (attempt >= 1000) return cell_mode() ? NotServingError(StrCat("tablet ", t->path(), " is splitting or moving")) : s;
+    if (attempt >= 1000)
+      return cell_mode() ? NotServingError(StrCat("tablet ", t->path(), " is splitting or moving"))
+                         : s;
     if (attempt >= 3) std::this_thread::yield();
   }
 }
@@ -1188,7 +1242,8 @@ absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
       return NotServingError("this server's lock-service session may have expired");
     }
     if (cell_mode()) MS_RETURN_IF_ERROR(CheckServedLocked(table, rows));
-    if (FindTableLocked(table) == nullptr) return absl::NotFoundError(StrCat("table ", table, " does not exist"));
+    if (FindTableLocked(table) == nullptr)
+      return absl::NotFoundError(StrCat("table ", table, " does not exist"));
     for (const TabletEntry& e : state_.tablets()) {
       if (e.table() != table) continue;
       auto it = loaded_.find(e.id());
@@ -1232,8 +1287,9 @@ absl::Status TabletServer::CheckServedLocked(std::string_view table, const RowSe
   for (const auto& [id, l] : loaded_) {
     if (l.entry.table() == table) served.push_back(&l.entry);
   }
-  std::sort(served.begin(), served.end(),
-            [](const TabletEntry* a, const TabletEntry* b) { return a->start_row() < b->start_row(); });
+  std::sort(served.begin(), served.end(), [](const TabletEntry* a, const TabletEntry* b) {
+    return a->start_row() < b->start_row();
+  });
   auto covered = [&](const std::string& start, const std::string& end) {
     // Walks the served tablets from `start` while they are contiguous.
     std::string at = start;
@@ -1256,7 +1312,8 @@ absl::Status TabletServer::CheckServedLocked(std::string_view table, const RowSe
   }
   for (const std::string& k : rows.keys) {
     if (!covered(k, k + std::string(1, '\0'))) {
-      return NotServingError(StrCat("row \"", EscapeBytes(k), "\" of table ", table, " is not served here"));
+      return NotServingError(
+          StrCat("row \"", EscapeBytes(k), "\" of table ", table, " is not served here"));
     }
   }
   return absl::OkStatus();
@@ -1268,16 +1325,18 @@ absl::Status TabletServer::RunMaintenance() {
     {
       absl::MutexLock lock(&mu_);
       for (auto& [id, l] : loaded_) {
-      if (!options_.may_split || options_.may_split(l.entry)) big.emplace_back(id, l.tablet);
-    }
+        if (!options_.may_split || options_.may_split(l.entry)) big.emplace_back(id, l.tablet);
+      }
     }
     for (auto& [id, t] : big) {
       if (t->ApproximateSizeBytes() <= options_.split_threshold_bytes) continue;
       absl::StatusOr<std::vector<TabletEntry>> children = SplitTablet(id, "");
       if (children.ok()) {
-        MS_LOG_INFO("tablet {} passed {} bytes: split at \"{}\" into {} and {}", id, options_.split_threshold_bytes,
-                    EscapeBytes((*children)[1].start_row()), (*children)[0].id(), (*children)[1].id());
-      } else if (!absl::IsFailedPrecondition(children.status()) && !absl::IsNotFound(children.status())) {
+        MS_LOG_INFO("tablet {} passed {} bytes: split at \"{}\" into {} and {}", id,
+                    options_.split_threshold_bytes, EscapeBytes((*children)[1].start_row()),
+                    (*children)[0].id(), (*children)[1].id());
+      } else if (!absl::IsFailedPrecondition(children.status()) &&
+                 !absl::IsNotFound(children.status())) {
         // (NotFound: the master moved it away meanwhile.)
         MS_LOG_WARN("tablet {}: automatic split failed: {}", id, children.status().ToString());
       }

@@ -27,8 +27,8 @@
 
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,11 +85,13 @@ struct TabletServerOptions {
       commit_split;
   // Runs after a committed split, outside the server's locks (tells the
   // master; a lost notification is found by the master's next scan).
-  std::function<void(const TabletEntry& parent, const std::vector<TabletEntry>& children)> after_split;
+  std::function<void(const TabletEntry& parent, const std::vector<TabletEntry>& children)>
+      after_split;
   // Commits a merge in METADATA (MergeTablets) before the merged tablet
   // serves; an error undoes it (the two tablets serve again) — Unknown as
   // for commit_split.
-  std::function<absl::Status(const TabletEntry& left, const TabletEntry& right, const TabletEntry& merged)>
+  std::function<absl::Status(const TabletEntry& left, const TabletEntry& right,
+                             const TabletEntry& merged)>
       commit_merge;
 };
 
@@ -165,7 +167,8 @@ class TabletServer {
   // As the Tablet methods of the same names; NotFound for an unknown table,
   // Unavailable for a row whose tablet is not loaded.
   absl::Status MutateRow(std::string_view table, std::string_view row,
-                         absl::Span<const Mutation> mutations, int64_t timestamp = kServerTimestamp);
+                         absl::Span<const Mutation> mutations,
+                         int64_t timestamp = kServerTimestamp);
   std::vector<absl::Status> MutateRows(std::string_view table,
                                        absl::Span<const RowMutations> entries);
   // Asynchronous forms (see Tablet::MutateRowAsync): `write->done` runs on
@@ -220,7 +223,8 @@ class TabletServer {
   // directory, a split's parent whose children serve, the children of a
   // split that did not finish (only if they hold nothing newer than the
   // parent: no record in the log (`ids_in_log`), no later redo point).
-  void MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes tables/<name>/schema.pb (standalone mode).
   absl::Status SaveTableSchema(const TableSchema& schema) const;
   // Reads state.pb (checksummed); refuses a damaged one, or a missing one

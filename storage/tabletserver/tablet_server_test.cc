@@ -8,12 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <fstream>
-#include <atomic>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -22,9 +22,9 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "base/test_util.h"
-#include "storage/tablet/log_record.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/tablet/log_record.h"
 
 namespace megastore::storage {
 namespace {
@@ -111,7 +111,8 @@ TEST_F(TabletServerTest, ADamagedOrMissingStateFileIsRefusedNamingIt) {
     EXPECT_FALSE(s.ok()) << why;
     if (!s.ok()) {
       EXPECT_TRUE(absl::IsDataLoss(s.status())) << why << ": " << s.status();
-      EXPECT_NE(s.status().message().find("state.pb"), std::string_view::npos) << why << ": " << s.status();
+      EXPECT_NE(s.status().message().find("state.pb"), std::string_view::npos)
+          << why << ": " << s.status();
     }
   };
   for (size_t at : {size_t{2}, size_t{9}, good.size() / 2, good.size() - 1}) {
@@ -156,7 +157,8 @@ TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
     TableSchema other = Schema("u");
     ASSERT_TRUE(server->CreateTable(other).ok());
     for (int i = 0; i < 40; ++i) {
-      ASSERT_TRUE(server->MutateRow("t", StrCat("row", 10 + i), {Mutation::SetCell("cf", "q", "v")}).ok());
+      ASSERT_TRUE(
+          server->MutateRow("t", StrCat("row", 10 + i), {Mutation::SetCell("cf", "q", "v")}).ok());
     }
     ASSERT_TRUE(server->MutateRow("u", "x", {Mutation::SetCell("cf", "q", "in u")}).ok());
     // A copy of the parent as a crash after a split would leave it.
@@ -198,7 +200,8 @@ TEST_F(TabletServerTest, ALostStateFileIsRebuiltFromTheTablets) {
   ASSERT_TRUE(WriteChecksummedFile(data + "/state.pb", rebuilt->state.SerializeAsString()).ok());
   auto server = Open();
   ASSERT_NE(server, nullptr);
-  EXPECT_FALSE(std::filesystem::exists(data + "/tables/t/" + parent_id)) << "a finished split's parent goes at start";
+  EXPECT_FALSE(std::filesystem::exists(data + "/tables/t/" + parent_id))
+      << "a finished split's parent goes at start";
   EXPECT_FALSE(std::filesystem::exists(data + "/tables/t/" + right_id));
   for (int i = 0; i < 40; ++i) {
     const std::string row = StrCat("row", 10 + i);
@@ -295,7 +298,8 @@ TEST_F(TabletServerTest, RebuildingRefusesGapsAndNamesThem) {
   std::filesystem::remove(data + "/tables/u/schema.pb");
   absl::StatusOr<RebuiltState> rebuilt = RebuildStateFromTablets(data);
   ASSERT_FALSE(rebuilt.ok());
-  EXPECT_THAT(rebuilt.status().message(), HasSubstr("table t: no tablet holds the rows from \"m\" to the end"));
+  EXPECT_THAT(rebuilt.status().message(),
+              HasSubstr("table t: no tablet holds the rows from \"m\" to the end"));
   EXPECT_THAT(rebuilt.status().message(), HasSubstr("table u: its schema"));
   std::filesystem::rename(dir_.path() + "/right", data + "/tables/t/" + right);
   std::filesystem::remove_all(data + "/tables/u");
@@ -328,7 +332,8 @@ TEST_F(TabletServerTest, AMovedAsideLogIsDataLossAndAcceptingItLosesNoLaterWrite
   auto refused = TabletServer::Open(Options(), &env_);
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
-  EXPECT_NE(refused.status().message().find("redo point"), std::string_view::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("redo point"), std::string_view::npos)
+      << refused.status();
   InCrashingChild("late100");  // accept_log_loss, 100 writes, then a crash
   auto server = Open();
   ASSERT_NE(server, nullptr);
@@ -353,7 +358,8 @@ bool EnterOwnMountNamespace() {
   const uid_t uid = ::getuid();
   const gid_t gid = ::getgid();
   if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
-  return WriteProcSelf("setgroups", "deny") && WriteProcSelf("uid_map", "0 " + std::to_string(uid) + " 1") &&
+  return WriteProcSelf("setgroups", "deny") &&
+         WriteProcSelf("uid_map", "0 " + std::to_string(uid) + " 1") &&
          WriteProcSelf("gid_map", "0 " + std::to_string(gid) + " 1");
 }
 
@@ -421,7 +427,8 @@ void TabletServerTest::DiskFullScenario(const std::string& mnt) {
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
     std::ofstream f(filler, std::ios::binary);
     const std::string chunk(1 << 20, 'f');
-    for (uint64_t left = free_bytes - (3 << 20); left >= chunk.size(); left -= chunk.size()) f << chunk;
+    for (uint64_t left = free_bytes - (3 << 20); left >= chunk.size(); left -= chunk.size())
+      f << chunk;
   }
   std::map<std::string, std::string> acked;
   absl::Status first_error;
@@ -441,7 +448,9 @@ void TabletServerTest::DiskFullScenario(const std::string& mnt) {
   // More writes fail the same way; maintenance (flushes) fails without harm;
   // reads go on.
   for (int i = 0; i < 20; ++i) {
-    EXPECT_FALSE(server->MutateRow("t", "more" + std::to_string(i), {Mutation::SetCell("cf", "q", value)}).ok());
+    EXPECT_FALSE(
+        server->MutateRow("t", "more" + std::to_string(i), {Mutation::SetCell("cf", "q", value)})
+            .ok());
     (void)server->RunMaintenance();  // flushes fail on a full disk: harmless
   }
   for (const auto& [row, v] : acked) ASSERT_EQ(Value(*server, "t", row), v) << row;
@@ -470,7 +479,8 @@ uint64_t AllocatedBytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
     struct stat st;
-    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_blocks) * 512;
+    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<uint64_t>(st.st_blocks) * 512;
   }
   return total;
 }
@@ -547,7 +557,10 @@ TEST_F(TabletServerTest, TornLogTailIsCutAndEverythingBeforeItReplays) {
 
 TEST_F(TabletServerTest, TablesSplitsAndRoutingSurviveRestart) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   EXPECT_EQ(server->CreateTable(Schema()).code(), absl::StatusCode::kAlreadyExists);
   for (const std::string r : {"a", "f", "m", "x"}) {
     ASSERT_TRUE(server->MutateRow("t", r, {Mutation::SetCell("cf", "q", r)}).ok());
@@ -562,25 +575,34 @@ TEST_F(TabletServerTest, TablesSplitsAndRoutingSurviveRestart) {
   server = Open();
   EXPECT_EQ(server->ListTablets("t").size(), 2u);
   std::vector<std::string> keys;
-  ASSERT_TRUE(server->ReadRows("t", {}, {}, [&](Row& r) {
-                      keys.push_back(r.key);
-                      return true;
-                    }).ok());
+  ASSERT_TRUE(server
+                  ->ReadRows("t", {}, {},
+                             [&](Row& r) {
+                               keys.push_back(r.key);
+                               return true;
+                             })
+                  .ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "f", "m", "x", "z"}));
   ReadOptions limited;
   limited.rows_limit = 3;
   keys.clear();
-  ASSERT_TRUE(server->ReadRows("t", {}, limited, [&](Row& r) {
-                      keys.push_back(r.key);
-                      return true;
-                    }).ok());
+  ASSERT_TRUE(server
+                  ->ReadRows("t", {}, limited,
+                             [&](Row& r) {
+                               keys.push_back(r.key);
+                               return true;
+                             })
+                  .ok());
   EXPECT_EQ(keys.size(), 3u);
   EXPECT_EQ(server->ReadRow("nope", "a").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(TabletServerTest, SchemaChangesPersist) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   TableSchema s = Schema();
   auto* f = s.add_families();
   f->set_name("extra");
@@ -597,7 +619,10 @@ TEST_F(TabletServerTest, SchemaChangesPersist) {
 
 TEST_F(TabletServerTest, UnloadedTabletsAnswerUnavailableAndReloadIntact) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   ASSERT_TRUE(server->MutateRow("t", "r", {Mutation::SetCell("cf", "q", "v")}).ok());
   const std::string id = server->ListTablets("t")[0].id();
   ASSERT_TRUE(server->UnloadTablet(id).ok());
@@ -611,7 +636,10 @@ TEST_F(TabletServerTest, UnloadedTabletsAnswerUnavailableAndReloadIntact) {
 
 TEST_F(TabletServerTest, UnloadDuringWritesKeepsEveryAcknowledgedWrite) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   const std::string id = server->ListTablets("t")[0].id();
   std::atomic<bool> stop{false};
   std::mutex mu;
@@ -656,9 +684,15 @@ TEST_F(TabletServerTest, MaintenanceFlushesOldWritesAndDeletesSegments) {
   o.log_segment_bytes = 4096;
   o.flush_max_age = absl::ZeroDuration();
   auto server = Open(o);
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(server->MutateRow("t", "row" + std::to_string(i), {Mutation::SetCell("cf", "q", std::string(100, 'v'))}).ok());
+    ASSERT_TRUE(server
+                    ->MutateRow("t", "row" + std::to_string(i),
+                                {Mutation::SetCell("cf", "q", std::string(100, 'v'))})
+                    .ok());
   }
   const size_t before = LogSegments().size();
   EXPECT_GT(before, 3u);
@@ -671,14 +705,20 @@ TEST_F(TabletServerTest, MaintenanceFlushesOldWritesAndDeletesSegments) {
 
 TEST_F(TabletServerTest, DeleteTableRemovesItsData) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   ASSERT_TRUE(server->MutateRow("t", "r", {Mutation::SetCell("cf", "q", "v")}).ok());
   ASSERT_TRUE(server->DeleteTable("t").ok());
   EXPECT_EQ(server->ReadRow("t", "r").status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/data/tables/t"));
   EXPECT_EQ(server->DeleteTable("t").code(), absl::StatusCode::kNotFound);
   // Re-created, it starts empty even though the log still holds old records.
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   server.reset();
   server = Open();
   EXPECT_EQ(Value(*server, "t", "r"), "<none>");
@@ -686,13 +726,18 @@ TEST_F(TabletServerTest, DeleteTableRemovesItsData) {
 
 TEST_F(TabletServerTest, ConcurrentWritersShareLogSyncs) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
-        ASSERT_TRUE(server->MutateRow("t", "w" + std::to_string(t) + "-" + std::to_string(i),
-                                      {Mutation::SetCell("cf", "q", "v")}).ok());
+        ASSERT_TRUE(server
+                        ->MutateRow("t", "w" + std::to_string(t) + "-" + std::to_string(i),
+                                    {Mutation::SetCell("cf", "q", "v")})
+                        .ok());
       }
     });
   }
@@ -715,7 +760,10 @@ TEST_F(TabletServerTest, AsyncWritesToOneRowApplyInLogOrderLiveAndAfterReplay) {
 TEST_F(TabletServerTest, CheckAndMutateAmidAsyncWritesDecidesOnTheLogOrderState) {
   {
     auto server = Open();
-    { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+    {
+      absl::Status cs = server->CreateTable(Schema());
+      ASSERT_TRUE(cs.ok()) << cs;
+    }
     std::thread cams([&] {
       RowFilter has_q;
       has_q.qualifier_match = RowFilter::QualifierMatch::kExact;
@@ -769,7 +817,10 @@ TEST_F(TabletServerTest, CheckAndMutateAmidAsyncWritesDecidesOnTheLogOrderState)
 
 TEST_F(TabletServerTest, ReadModifyWriteAmidAsyncWritesOfTheSameRowLosesNothing) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   std::thread increments([&] {
     for (int i = 0; i < 200; ++i) {
       ReadModifyWriteRule rule;
@@ -810,13 +861,18 @@ TEST_F(TabletServerTest, ReadModifyWriteAmidAsyncWritesOfTheSameRowLosesNothing)
 // acknowledged write is lost.
 TEST_F(TabletServerTest, NonBlockingWritesRetriedBlockingLoseNothingDuringSplitsAndChecks) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   std::atomic<bool> stop{false};
   std::thread others([&] {
     RowFilter any;
     for (int i = 0; !stop; ++i) {
-      ASSERT_TRUE(server->CheckAndMutateRow("t", "k" + std::to_string(i % 50), any, {},
-                                            {Mutation::SetCell("cf", "c", "x")}).ok());
+      ASSERT_TRUE(server
+                      ->CheckAndMutateRow("t", "k" + std::to_string(i % 50), any, {},
+                                          {Mutation::SetCell("cf", "c", "x")})
+                      .ok());
       if (i % 40 == 39) {
         const auto tablets = server->ListTablets("t");
         for (const TabletEntry& e : tablets) {
@@ -861,7 +917,10 @@ TEST_F(TabletServerTest, NonBlockingWritesRetriedBlockingLoseNothingDuringSplits
 
 TEST_F(TabletServerTest, AsyncWritesRefusedUpFrontLeaveTheWriteToTheCaller) {
   auto server = Open();
-  { absl::Status cs = server->CreateTable(Schema()); ASSERT_TRUE(cs.ok()) << cs; }
+  {
+    absl::Status cs = server->CreateTable(Schema());
+    ASSERT_TRUE(cs.ok()) << cs;
+  }
   auto w = std::make_unique<Tablet::RowWrite>();
   w->row = "r";
   w->mutations = {Mutation::SetCell("nope", "q", "v")};

@@ -13,9 +13,9 @@ namespace megastore::storage {
 // ---- metrics ------------------------------------------------------------------------------
 
 const std::vector<int64_t>& ServiceMetrics::BucketBounds() {
-  static const std::vector<int64_t> bounds = {100,    250,    500,     1000,    2500,   5000,
-                                              10000,  25000,  50000,   100000,  250000, 500000,
-                                              1000000, 2500000, 10000000};
+  static const std::vector<int64_t> bounds = {100,    250,    500,     1000,    2500,
+                                              5000,   10000,  25000,   50000,   100000,
+                                              250000, 500000, 1000000, 2500000, 10000000};
   return bounds;
 }
 
@@ -36,11 +36,13 @@ std::string ServiceMetrics::PrometheusText() const {
   std::string out =
       "# HELP megastore_rpc_calls_total RPC calls served, by method.\n"
       "# TYPE megastore_rpc_calls_total counter\n";
-  for (const auto& [name, m] : methods_) out += StrCat("megastore_rpc_calls_total{method=\"", name, "\"} ", m.calls, "\n");
+  for (const auto& [name, m] : methods_)
+    out += StrCat("megastore_rpc_calls_total{method=\"", name, "\"} ", m.calls, "\n");
   out +=
       "# HELP megastore_rpc_errors_total RPC calls that returned an error, by method.\n"
       "# TYPE megastore_rpc_errors_total counter\n";
-  for (const auto& [name, m] : methods_) out += StrCat("megastore_rpc_errors_total{method=\"", name, "\"} ", m.errors, "\n");
+  for (const auto& [name, m] : methods_)
+    out += StrCat("megastore_rpc_errors_total{method=\"", name, "\"} ", m.errors, "\n");
   out +=
       "# HELP megastore_rpc_latency_seconds Time to serve an RPC, by method.\n"
       "# TYPE megastore_rpc_latency_seconds histogram\n";
@@ -49,7 +51,8 @@ std::string ServiceMetrics::PrometheusText() const {
       out += StrCat("megastore_rpc_latency_seconds_bucket{method=\"", name, "\",le=\"",
                     static_cast<double>(BucketBounds()[i]) / 1e6, "\"} ", m.buckets[i], "\n");
     }
-    out += StrCat("megastore_rpc_latency_seconds_bucket{method=\"", name, "\",le=\"+Inf\"} ", m.calls, "\n");
+    out += StrCat("megastore_rpc_latency_seconds_bucket{method=\"", name, "\",le=\"+Inf\"} ",
+                  m.calls, "\n");
     out += StrCat("megastore_rpc_latency_seconds_sum{method=\"", name, "\"} ",
                   static_cast<double>(m.sum_micros) / 1e6, "\n");
     out += StrCat("megastore_rpc_latency_seconds_count{method=\"", name, "\"} ", m.calls, "\n");
@@ -75,7 +78,8 @@ absl::Status GuardReplicated(const TabletServer& server, const std::string& tabl
   if (force || !server.IsReplicated(table)) return absl::OkStatus();
   return absl::FailedPreconditionError(
       StrCat("table ", table, " is replicated by Megastore: ", what,
-             " here would make this datacenter's copy differ from the others'. Use the client library or the "
+             " here would make this datacenter's copy differ from the others'. Use the client "
+             "library or the "
              "gateway; an admin who means it gives msadmin bt --force"));
 }
 
@@ -101,7 +105,9 @@ void Unary(rpc::RpcServer* rpc, ServiceMetrics* metrics, const std::string& meth
   });
 }
 
-absl::StatusOr<std::string> Serialize(const google::protobuf::Message& m) { return m.SerializeAsString(); }
+absl::StatusOr<std::string> Serialize(const google::protobuf::Message& m) {
+  return m.SerializeAsString();
+}
 
 absl::StatusOr<std::string> Done(const absl::Status& s) {
   if (!s.ok()) return s;
@@ -120,69 +126,85 @@ absl::StatusOr<ReadOptions> ReadOptionsFrom(const RowFilterProto& filter, bool h
 }  // namespace
 
 void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMetrics* metrics) {
-  Unary<SchemaRequest>(rpc, metrics, "tablet.CreateTable",
-                       [server](const SchemaRequest& r) { return Done(server->CreateTable(r.schema())); });
-  Unary<TableRequest>(rpc, metrics, "tablet.DeleteTable",
-                      [server](const TableRequest& r) -> absl::StatusOr<std::string> {
-                        MS_RETURN_IF_ERROR(GuardReplicated(*server, r.name(), r.force(), "deleting it"));
-                        return Done(server->DeleteTable(r.name()));
-                      });
+  Unary<SchemaRequest>(rpc, metrics, "tablet.CreateTable", [server](const SchemaRequest& r) {
+    return Done(server->CreateTable(r.schema()));
+  });
+  Unary<TableRequest>(
+      rpc, metrics, "tablet.DeleteTable",
+      [server](const TableRequest& r) -> absl::StatusOr<std::string> {
+        MS_RETURN_IF_ERROR(GuardReplicated(*server, r.name(), r.force(), "deleting it"));
+        return Done(server->DeleteTable(r.name()));
+      });
   Unary<Empty>(rpc, metrics, "tablet.ListTables", [server](const Empty&) {
     ListTablesResponse resp;
     for (TableSchema& t : server->ListTables()) *resp.add_tables() = std::move(t);
     return Serialize(resp);
   });
-  Unary<TableRequest>(rpc, metrics, "tablet.GetTable", [server](const TableRequest& r) -> absl::StatusOr<std::string> {
-    MS_ASSIGN_OR_RETURN(TableSchema t, server->GetTable(r.name()));
-    return Serialize(t);
-  });
-  Unary<SchemaRequest>(rpc, metrics, "tablet.UpdateTable", [server](const SchemaRequest& r) -> absl::StatusOr<std::string> {
-    MS_RETURN_IF_ERROR(GuardReplicated(*server, r.schema().name(), r.force() || r.schema().replicated(),
-                                       "changing its schema without keeping it replicated"));
-    return Done(server->UpdateTable(r.schema()));
-  });
-  Unary<ListTabletsRequest>(rpc, metrics, "tablet.ListTablets", [server](const ListTabletsRequest& r) {
-    ListTabletsResponse resp;
-    const auto errors = server->load_errors();
-    std::map<std::string, uint64_t> sizes;
-    for (const auto& t : server->Stats().per_tablet) sizes[t.entry.id()] = t.size_bytes;
-    for (const TabletEntry& e : server->ListTablets(r.table())) {
-      TabletInfo* info = resp.add_tablets();
-      *info->mutable_entry() = e;
-      info->set_size_bytes(sizes[e.id()]);
-      if (auto it = errors.find(e.id()); it != errors.end()) info->set_load_error(it->second);
-    }
-    resp.set_log_name(server->options().cell_log_name);
-    for (const std::string& id : server->CreatingTablets()) resp.add_creating(id);
-    return Serialize(resp);
-  });
-  Unary<AssignTabletRequest>(rpc, metrics, "tablet.AssignTablet", [server](const AssignTabletRequest& r) {
-    return Done(server->AssignTablet(r.entry(), r.schema(), r.create()));
-  });
+  Unary<TableRequest>(rpc, metrics, "tablet.GetTable",
+                      [server](const TableRequest& r) -> absl::StatusOr<std::string> {
+                        MS_ASSIGN_OR_RETURN(TableSchema t, server->GetTable(r.name()));
+                        return Serialize(t);
+                      });
+  Unary<SchemaRequest>(rpc, metrics, "tablet.UpdateTable",
+                       [server](const SchemaRequest& r) -> absl::StatusOr<std::string> {
+                         MS_RETURN_IF_ERROR(GuardReplicated(
+                             *server, r.schema().name(), r.force() || r.schema().replicated(),
+                             "changing its schema without keeping it replicated"));
+                         return Done(server->UpdateTable(r.schema()));
+                       });
+  Unary<ListTabletsRequest>(rpc, metrics, "tablet.ListTablets",
+                            [server](const ListTabletsRequest& r) {
+                              ListTabletsResponse resp;
+                              const auto errors = server->load_errors();
+                              std::map<std::string, uint64_t> sizes;
+                              for (const auto& t : server->Stats().per_tablet)
+                                sizes[t.entry.id()] = t.size_bytes;
+                              for (const TabletEntry& e : server->ListTablets(r.table())) {
+                                TabletInfo* info = resp.add_tablets();
+                                *info->mutable_entry() = e;
+                                info->set_size_bytes(sizes[e.id()]);
+                                if (auto it = errors.find(e.id()); it != errors.end())
+                                  info->set_load_error(it->second);
+                              }
+                              resp.set_log_name(server->options().cell_log_name);
+                              for (const std::string& id : server->CreatingTablets())
+                                resp.add_creating(id);
+                              return Serialize(resp);
+                            });
+  Unary<AssignTabletRequest>(rpc, metrics, "tablet.AssignTablet",
+                             [server](const AssignTabletRequest& r) {
+                               return Done(server->AssignTablet(r.entry(), r.schema(), r.create()));
+                             });
   Unary<MergeTabletsRequest>(rpc, metrics, "tablet.MergeTablets",
                              [server](const MergeTabletsRequest& r) -> absl::StatusOr<std::string> {
-                               MS_ASSIGN_OR_RETURN(TabletEntry merged, server->MergeTablets(r.left(), r.right()));
+                               MS_ASSIGN_OR_RETURN(TabletEntry merged,
+                                                   server->MergeTablets(r.left(), r.right()));
                                return Serialize(merged);
                              });
-  Unary<TabletRequest>(rpc, metrics, "tablet.LoadTablet",
-                       [server](const TabletRequest& r) { return Done(server->LoadTablet(r.id())); });
-  Unary<TabletRequest>(rpc, metrics, "tablet.UnloadTablet",
-                       [server](const TabletRequest& r) { return Done(server->UnloadTablet(r.id())); });
-  Unary<TabletRequest>(rpc, metrics, "tablet.CompactTablet",
-                       [server](const TabletRequest& r) { return Done(server->CompactTablet(r.id())); });
-  Unary<TabletRequest>(rpc, metrics, "tablet.SplitTablet", [server](const TabletRequest& r) -> absl::StatusOr<std::string> {
-    MS_ASSIGN_OR_RETURN(std::vector<TabletEntry> children, server->SplitTablet(r.id(), r.split_row()));
-    SplitTabletResponse resp;
-    for (TabletEntry& c : children) *resp.add_children() = std::move(c);
-    return Serialize(resp);
+  Unary<TabletRequest>(rpc, metrics, "tablet.LoadTablet", [server](const TabletRequest& r) {
+    return Done(server->LoadTablet(r.id()));
   });
+  Unary<TabletRequest>(rpc, metrics, "tablet.UnloadTablet", [server](const TabletRequest& r) {
+    return Done(server->UnloadTablet(r.id()));
+  });
+  Unary<TabletRequest>(rpc, metrics, "tablet.CompactTablet", [server](const TabletRequest& r) {
+    return Done(server->CompactTablet(r.id()));
+  });
+  Unary<TabletRequest>(rpc, metrics, "tablet.SplitTablet",
+                       [server](const TabletRequest& r) -> absl::StatusOr<std::string> {
+                         MS_ASSIGN_OR_RETURN(std::vector<TabletEntry> children,
+                                             server->SplitTablet(r.id(), r.split_row()));
+                         SplitTabletResponse resp;
+                         for (TabletEntry& c : children) *resp.add_children() = std::move(c);
+                         return Serialize(resp);
+                       });
 
   // Writes do not hold a thread through the commit log's sync: the log's
   // thread answers once the write is durable and applied. They are queued
   // right on the I/O thread unless that would wait for a lock (a split, a
   // check-and-mutate of the same rows); then a worker queues them.
-  auto mutate_row = [server, metrics](std::string_view body, std::shared_ptr<rpc::Responder>& responder,
-                                      bool may_block) {
+  auto mutate_row = [server, metrics](std::string_view body,
+                                      std::shared_ptr<rpc::Responder>& responder, bool may_block) {
     const int64_t start = NowMicros();
     auto fail = [&](const absl::Status& s) {
       metrics->Record("tablet.MutateRow", NowMicros() - start, false);
@@ -193,7 +215,8 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
       return fail(absl::InvalidArgumentError("malformed tablet.MutateRow request"));
     }
-    if (absl::Status s = GuardReplicated(*server, r.table(), r.force(), "a raw write"); !s.ok()) return fail(s);
+    if (absl::Status s = GuardReplicated(*server, r.table(), r.force(), "a raw write"); !s.ok())
+      return fail(s);
     auto write = std::make_unique<Tablet::RowWrite>();
     absl::StatusOr<std::vector<Mutation>> ms = FromProto(r.mutations());
     if (!ms.ok()) return fail(ms.status());
@@ -215,62 +238,70 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
   };
   rpc->RegisterInline(
       "tablet.MutateRow",
-      [mutate_row](const rpc::CallContext&, std::string_view body, std::shared_ptr<rpc::Responder>& responder) {
+      [mutate_row](const rpc::CallContext&, std::string_view body,
+                   std::shared_ptr<rpc::Responder>& responder) {
         return mutate_row(body, responder, false);
       },
-      [mutate_row](const rpc::CallContext&, std::string_view body, std::shared_ptr<rpc::Responder> responder) {
+      [mutate_row](const rpc::CallContext&, std::string_view body,
+                   std::shared_ptr<rpc::Responder> responder) {
         mutate_row(body, responder, true);
       });
-  rpc->Register("tablet.MutateRows", [server, metrics](const rpc::CallContext&, std::string_view body,
-                                                       std::shared_ptr<rpc::Responder> responder) {
-    const int64_t start = NowMicros();
-    auto fail = [&](const absl::Status& s) {
-      metrics->Record("tablet.MutateRows", NowMicros() - start, false);
-      responder->Finish(s);
-    };
-    MutateRowsRequest r;
-    if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
-      return fail(absl::InvalidArgumentError("malformed tablet.MutateRows request"));
-    }
-    if (absl::Status s = GuardReplicated(*server, r.table(), r.force(), "a raw write"); !s.ok()) return fail(s);
-    std::vector<RowMutations> entries;
-    for (auto& e : *r.mutable_entries()) {
-      absl::StatusOr<std::vector<Mutation>> ms = FromProto(e.mutations());
-      if (!ms.ok()) return fail(ms.status());
-      entries.push_back(RowMutations{std::move(*e.mutable_row()), std::move(*ms)});
-    }
-    server->MutateRowsAsync(r.table(), std::move(entries),
-                            [metrics, start, responder](std::vector<absl::Status> statuses) {
-                              MutateRowsResponse resp;
-                              for (const absl::Status& s : statuses) ToProto(s, resp.add_statuses());
-                              metrics->Record("tablet.MutateRows", NowMicros() - start, true);
-                              responder->Finish(absl::OkStatus(), resp.SerializeAsString());
-                            });
-  });
-  Unary<CheckAndMutateRowRequest>(rpc, metrics, "tablet.CheckAndMutateRow",
-                                  [server](const CheckAndMutateRowRequest& r) -> absl::StatusOr<std::string> {
-    MS_RETURN_IF_ERROR(GuardReplicated(*server, r.table(), r.force(), "a raw write"));
-    MS_ASSIGN_OR_RETURN(RowFilter predicate, FromProto(r.predicate()));
-    MS_ASSIGN_OR_RETURN(std::vector<Mutation> yes, FromProto(r.true_mutations()));
-    MS_ASSIGN_OR_RETURN(std::vector<Mutation> no, FromProto(r.false_mutations()));
-    MS_ASSIGN_OR_RETURN(bool matched, server->CheckAndMutateRow(r.table(), r.row(), predicate, yes, no));
-    CheckAndMutateRowResponse resp;
-    resp.set_predicate_matched(matched);
-    return Serialize(resp);
-  });
-  Unary<ReadModifyWriteRowRequest>(rpc, metrics, "tablet.ReadModifyWriteRow",
-                                   [server](const ReadModifyWriteRowRequest& r) -> absl::StatusOr<std::string> {
-    MS_RETURN_IF_ERROR(GuardReplicated(*server, r.table(), r.force(), "a raw write"));
-    std::vector<ReadModifyWriteRule> rules;
-    for (const auto& p : r.rules()) {
-      MS_ASSIGN_OR_RETURN(ReadModifyWriteRule rule, FromProto(p));
-      rules.push_back(std::move(rule));
-    }
-    MS_ASSIGN_OR_RETURN(Row row, server->ReadModifyWriteRow(r.table(), r.row(), rules));
-    ReadModifyWriteRowResponse resp;
-    ToProto(row, resp.mutable_row());
-    return Serialize(resp);
-  });
+  rpc->Register(
+      "tablet.MutateRows", [server, metrics](const rpc::CallContext&, std::string_view body,
+                                             std::shared_ptr<rpc::Responder> responder) {
+        const int64_t start = NowMicros();
+        auto fail = [&](const absl::Status& s) {
+          metrics->Record("tablet.MutateRows", NowMicros() - start, false);
+          responder->Finish(s);
+        };
+        MutateRowsRequest r;
+        if (!r.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+          return fail(absl::InvalidArgumentError("malformed tablet.MutateRows request"));
+        }
+        if (absl::Status s = GuardReplicated(*server, r.table(), r.force(), "a raw write"); !s.ok())
+          return fail(s);
+        std::vector<RowMutations> entries;
+        for (auto& e : *r.mutable_entries()) {
+          absl::StatusOr<std::vector<Mutation>> ms = FromProto(e.mutations());
+          if (!ms.ok()) return fail(ms.status());
+          entries.push_back(RowMutations{std::move(*e.mutable_row()), std::move(*ms)});
+        }
+        server->MutateRowsAsync(r.table(), std::move(entries),
+                                [metrics, start, responder](std::vector<absl::Status> statuses) {
+                                  MutateRowsResponse resp;
+                                  for (const absl::Status& s : statuses)
+                                    ToProto(s, resp.add_statuses());
+                                  metrics->Record("tablet.MutateRows", NowMicros() - start, true);
+                                  responder->Finish(absl::OkStatus(), resp.SerializeAsString());
+                                });
+      });
+  Unary<CheckAndMutateRowRequest>(
+      rpc, metrics, "tablet.CheckAndMutateRow",
+      [server](const CheckAndMutateRowRequest& r) -> absl::StatusOr<std::string> {
+        MS_RETURN_IF_ERROR(GuardReplicated(*server, r.table(), r.force(), "a raw write"));
+        MS_ASSIGN_OR_RETURN(RowFilter predicate, FromProto(r.predicate()));
+        MS_ASSIGN_OR_RETURN(std::vector<Mutation> yes, FromProto(r.true_mutations()));
+        MS_ASSIGN_OR_RETURN(std::vector<Mutation> no, FromProto(r.false_mutations()));
+        MS_ASSIGN_OR_RETURN(bool matched,
+                            server->CheckAndMutateRow(r.table(), r.row(), predicate, yes, no));
+        CheckAndMutateRowResponse resp;
+        resp.set_predicate_matched(matched);
+        return Serialize(resp);
+      });
+  Unary<ReadModifyWriteRowRequest>(
+      rpc, metrics, "tablet.ReadModifyWriteRow",
+      [server](const ReadModifyWriteRowRequest& r) -> absl::StatusOr<std::string> {
+        MS_RETURN_IF_ERROR(GuardReplicated(*server, r.table(), r.force(), "a raw write"));
+        std::vector<ReadModifyWriteRule> rules;
+        for (const auto& p : r.rules()) {
+          MS_ASSIGN_OR_RETURN(ReadModifyWriteRule rule, FromProto(p));
+          rules.push_back(std::move(rule));
+        }
+        MS_ASSIGN_OR_RETURN(Row row, server->ReadModifyWriteRow(r.table(), r.row(), rules));
+        ReadModifyWriteRowResponse resp;
+        ToProto(row, resp.mutable_row());
+        return Serialize(resp);
+      });
 
   rpc->Register("tablet.ReadRows", [server, metrics](const rpc::CallContext&, std::string_view body,
                                                      std::shared_ptr<rpc::Responder> responder) {
@@ -286,7 +317,8 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
     if (status.ok()) {
       RowSet set;
       set.keys.assign(r.keys().begin(), r.keys().end());
-      for (const RowRangeProto& range : r.ranges()) set.ranges.push_back(RowRange{range.start(), range.end()});
+      for (const RowRangeProto& range : r.ranges())
+        set.ranges.push_back(RowRange{range.start(), range.end()});
       // Rows go out in chunks of about 1 MiB.
       ReadRowsResponse chunk;
       size_t chunk_bytes = 0;
@@ -345,7 +377,8 @@ absl::Status TabletClient::DeleteTable(const std::string& name) {
 }
 
 absl::StatusOr<std::vector<TableSchema>> TabletClient::ListTables() {
-  MS_ASSIGN_OR_RETURN(ListTablesResponse resp, Call<ListTablesResponse>("tablet.ListTables", Empty()));
+  MS_ASSIGN_OR_RETURN(ListTablesResponse resp,
+                      Call<ListTablesResponse>("tablet.ListTables", Empty()));
   return std::vector<TableSchema>(resp.tables().begin(), resp.tables().end());
 }
 
@@ -362,16 +395,16 @@ absl::Status TabletClient::UpdateTable(const TableSchema& schema) {
   return Call<Empty>("tablet.UpdateTable", r).status();
 }
 
-absl::StatusOr<std::vector<TabletClient::TabletInfo>> TabletClient::ListTablets(const std::string& table,
-                                                                                std::string* log_name,
-                                                                                std::vector<std::string>* creating) {
+absl::StatusOr<std::vector<TabletClient::TabletInfo>> TabletClient::ListTablets(
+    const std::string& table, std::string* log_name, std::vector<std::string>* creating) {
   ListTabletsRequest r;
   r.set_table(table);
   MS_ASSIGN_OR_RETURN(ListTabletsResponse resp, Call<ListTabletsResponse>("tablet.ListTablets", r));
   if (log_name != nullptr) *log_name = resp.log_name();
   if (creating != nullptr) creating->assign(resp.creating().begin(), resp.creating().end());
   std::vector<TabletInfo> out;
-  for (const auto& t : resp.tablets()) out.push_back(TabletInfo{t.entry(), t.size_bytes(), t.load_error()});
+  for (const auto& t : resp.tablets())
+    out.push_back(TabletInfo{t.entry(), t.size_bytes(), t.load_error()});
   return out;
 }
 
@@ -381,7 +414,8 @@ absl::Status TabletClient::LoadTablet(const std::string& id) {
   return Call<Empty>("tablet.LoadTablet", r).status();
 }
 
-absl::Status TabletClient::AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create) {
+absl::Status TabletClient::AssignTablet(const TabletEntry& entry, const TableSchema& schema,
+                                        bool create) {
   AssignTabletRequest r;
   *r.mutable_entry() = entry;
   *r.mutable_schema() = schema;
@@ -389,7 +423,8 @@ absl::Status TabletClient::AssignTablet(const TabletEntry& entry, const TableSch
   return Call<Empty>("tablet.AssignTablet", r).status();
 }
 
-absl::StatusOr<TabletEntry> TabletClient::MergeTablets(const std::string& left, const std::string& right) {
+absl::StatusOr<TabletEntry> TabletClient::MergeTablets(const std::string& left,
+                                                       const std::string& right) {
   MergeTabletsRequest r;
   r.set_left(left);
   r.set_right(right);
@@ -429,8 +464,8 @@ absl::Status TabletClient::MutateRow(const std::string& table, const std::string
   return Call<Empty>("tablet.MutateRow", r).status();
 }
 
-absl::StatusOr<std::vector<absl::Status>> TabletClient::MutateRows(const std::string& table,
-                                                                   const std::vector<RowMutations>& entries) {
+absl::StatusOr<std::vector<absl::Status>> TabletClient::MutateRows(
+    const std::string& table, const std::vector<RowMutations>& entries) {
   MutateRowsRequest r;
   r.set_table(table);
   r.set_force(force_);
@@ -445,7 +480,8 @@ absl::StatusOr<std::vector<absl::Status>> TabletClient::MutateRows(const std::st
   return out;
 }
 
-absl::StatusOr<bool> TabletClient::CheckAndMutateRow(const std::string& table, const std::string& row,
+absl::StatusOr<bool> TabletClient::CheckAndMutateRow(const std::string& table,
+                                                     const std::string& row,
                                                      const RowFilter& predicate,
                                                      const std::vector<Mutation>& true_mutations,
                                                      const std::vector<Mutation>& false_mutations) {
@@ -461,8 +497,9 @@ absl::StatusOr<bool> TabletClient::CheckAndMutateRow(const std::string& table, c
   return resp.predicate_matched();
 }
 
-absl::StatusOr<Row> TabletClient::ReadModifyWriteRow(const std::string& table, const std::string& row,
-                                                     const std::vector<ReadModifyWriteRule>& rules) {
+absl::StatusOr<Row> TabletClient::ReadModifyWriteRow(
+    const std::string& table, const std::string& row,
+    const std::vector<ReadModifyWriteRule>& rules) {
   ReadModifyWriteRowRequest r;
   r.set_table(table);
   r.set_force(force_);
@@ -473,7 +510,8 @@ absl::StatusOr<Row> TabletClient::ReadModifyWriteRow(const std::string& table, c
   return FromProto(resp.row());
 }
 
-absl::StatusOr<std::optional<Row>> TabletClient::ReadRow(const std::string& table, const std::string& row,
+absl::StatusOr<std::optional<Row>> TabletClient::ReadRow(const std::string& table,
+                                                         const std::string& row,
                                                          const ReadOptions& options) {
   RowSet set;
   set.keys.push_back(row);
@@ -490,18 +528,19 @@ absl::Status TabletClient::ReadRows(const std::string& table, const RowSet& rows
                                     const std::function<bool(Row&)>& on_row) {
   const ReadRowsRequest r = ToReadRowsRequest(table, rows, options);
   absl::Status parse_error;
-  absl::Status s = rpc_.Stream("tablet.ReadRows", r.SerializeAsString(), timeout_, [&](std::string_view msg) {
-    ReadRowsResponse chunk;
-    if (!chunk.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) {
-      parse_error = absl::InternalError("malformed tablet.ReadRows response");
-      return false;
-    }
-    for (const RowProto& p : chunk.rows()) {
-      Row row = FromProto(p);
-      if (!on_row(row)) return false;
-    }
-    return true;
-  });
+  absl::Status s =
+      rpc_.Stream("tablet.ReadRows", r.SerializeAsString(), timeout_, [&](std::string_view msg) {
+        ReadRowsResponse chunk;
+        if (!chunk.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) {
+          parse_error = absl::InternalError("malformed tablet.ReadRows response");
+          return false;
+        }
+        for (const RowProto& p : chunk.rows()) {
+          Row row = FromProto(p);
+          if (!on_row(row)) return false;
+        }
+        return true;
+      });
   return parse_error.ok() ? s : parse_error;
 }
 

@@ -63,7 +63,8 @@ class TabletClient {
   };
   // With `log_name`, also the server's commit log name; with `creating`,
   // the tablets a split or merge is creating there (cell mode).
-  absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "", std::string* log_name = nullptr,
+  absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "",
+                                                      std::string* log_name = nullptr,
                                                       std::vector<std::string>* creating = nullptr);
   // Cell mode: the master's assignment (TabletServer::AssignTablet).
   absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
@@ -71,11 +72,13 @@ class TabletClient {
   absl::StatusOr<TabletEntry> MergeTablets(const std::string& left, const std::string& right);
   absl::Status LoadTablet(const std::string& id);
   absl::Status UnloadTablet(const std::string& id);
-  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& id, const std::string& row);
+  absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& id,
+                                                       const std::string& row);
   absl::Status CompactTablet(const std::string& id);
 
   absl::Status MutateRow(const std::string& table, const std::string& row,
-                         const std::vector<Mutation>& mutations, int64_t timestamp = kServerTimestamp);
+                         const std::vector<Mutation>& mutations,
+                         int64_t timestamp = kServerTimestamp);
   absl::StatusOr<std::vector<absl::Status>> MutateRows(const std::string& table,
                                                        const std::vector<RowMutations>& entries);
   absl::StatusOr<bool> CheckAndMutateRow(const std::string& table, const std::string& row,
@@ -92,7 +95,8 @@ class TabletClient {
 
  private:
   template <typename Response>
-  absl::StatusOr<Response> Call(const std::string& method, const google::protobuf::Message& request);
+  absl::StatusOr<Response> Call(const std::string& method,
+                                const google::protobuf::Message& request);
 
   rpc::RpcClient rpc_;
   absl::Duration timeout_;

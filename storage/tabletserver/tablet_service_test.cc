@@ -59,7 +59,8 @@ TEST_F(TabletServiceTest, EveryDataOperationWorksOverRpc) {
 
   RowFilter p;
   p.value_range = ByteRange{"v1", std::string("v1"), true};
-  auto matched = client_->CheckAndMutateRow("t", "r1", p, {Mutation::SetCell("cf", "ok", "yes")}, {});
+  auto matched =
+      client_->CheckAndMutateRow("t", "r1", p, {Mutation::SetCell("cf", "ok", "yes")}, {});
   ASSERT_TRUE(matched.ok());
   EXPECT_TRUE(*matched);
 
@@ -78,14 +79,20 @@ TEST_F(TabletServiceTest, EveryDataOperationWorksOverRpc) {
 TEST_F(TabletServiceTest, LargeScansStreamInChunks) {
   const std::string big(100 * 1024, 'x');
   for (int i = 0; i < 40; ++i) {
-    ASSERT_TRUE(client_->MutateRow("t", "row" + std::to_string(100 + i), {Mutation::SetCell("cf", "q", big)}).ok());
+    ASSERT_TRUE(
+        client_
+            ->MutateRow("t", "row" + std::to_string(100 + i), {Mutation::SetCell("cf", "q", big)})
+            .ok());
   }
   int rows = 0;
-  ASSERT_TRUE(client_->ReadRows("t", {}, {}, [&](Row& r) {
-                       EXPECT_EQ(r.cells[0].value.size(), big.size());
-                       ++rows;
-                       return true;
-                     }).ok());
+  ASSERT_TRUE(client_
+                  ->ReadRows("t", {}, {},
+                             [&](Row& r) {
+                               EXPECT_EQ(r.cells[0].value.size(), big.size());
+                               ++rows;
+                               return true;
+                             })
+                  .ok());
   EXPECT_EQ(rows, 40);
   rows = 0;
   ASSERT_TRUE(client_->ReadRows("t", {}, {}, [&](Row&) { return ++rows < 5; }).ok());
@@ -96,7 +103,8 @@ TEST_F(TabletServiceTest, ErrorsCarryTheirCodeAndMessage) {
   auto r = client_->ReadRow("missing", "r");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("table missing does not exist"));
-  absl::Status s = client_->MutateRow("t", std::string(5000, 'k'), {Mutation::SetCell("cf", "q", "v")});
+  absl::Status s =
+      client_->MutateRow("t", std::string(5000, 'k'), {Mutation::SetCell("cf", "q", "v")});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("the limit is 4096"));
   TableSchema dup;
@@ -120,7 +128,8 @@ TEST_F(TabletServiceTest, TabletAdministrationOverRpc) {
   auto tables = client_->ListTables();
   ASSERT_TRUE(tables.ok());
   EXPECT_EQ(tables->size(), 1u);
-  EXPECT_THAT(metrics_.PrometheusText(), HasSubstr("megastore_rpc_calls_total{method=\"tablet.MutateRow\"} 2"));
+  EXPECT_THAT(metrics_.PrometheusText(),
+              HasSubstr("megastore_rpc_calls_total{method=\"tablet.MutateRow\"} 2"));
 }
 
 }  // namespace

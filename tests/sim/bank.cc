@@ -55,7 +55,8 @@ Bank::Bank(Cluster* cluster, int clients, int ops) : cluster_(cluster), ops_(ops
   layout_ = std::make_unique<schema::Layout>(std::move(*layout));
   std::vector<int> data_dcs;
   for (size_t i = 0; i < cluster_->options().replicas.size(); ++i)
-    if (cluster_->options().replicas[i] != ReplicaType::kWitness) data_dcs.push_back(static_cast<int>(i));
+    if (cluster_->options().replicas[i] != ReplicaType::kWitness)
+      data_dcs.push_back(static_cast<int>(i));
   for (int i = 0; i < clients; ++i) {
     auto c = std::make_unique<Client>();
     c->index = i;
@@ -82,7 +83,8 @@ int64_t Bank::Field(const schema::Entity& e, std::string_view table, std::string
   return -1;
 }
 
-std::string Bank::StringField(const schema::Entity& e, std::string_view table, std::string_view field) const {
+std::string Bank::StringField(const schema::Entity& e, std::string_view table,
+                              std::string_view field) const {
   for (const auto& f : layout_->schema().FindTable(table)->fields()) {
     if (f.name() != field) continue;
     auto it = e.fields.find(f.number());
@@ -119,7 +121,9 @@ absl::StatusOr<txn::CommitInfo> Bank::RunNow(int client, int64_t branch, txn::Bo
   txn::Run(Ctx(client), "Branch", {branch}, o, std::move(body), [&](auto x) { r = std::move(x); });
   SimEnv& env = cluster_->env();
   env.RunUntil(env.now() + 120'000'000, [&] { return r.has_value(); });
-  if (!r) return absl::DeadlineExceededError(StrCat("bank: a transaction on branch ", branch, " never finished"));
+  if (!r)
+    return absl::DeadlineExceededError(
+        StrCat("bank: a transaction on branch ", branch, " never finished"));
   return std::move(*r);
 }
 
@@ -134,17 +138,21 @@ absl::Status Bank::Setup() {
     if (cluster_->type(static_cast<int>(i)) == ReplicaType::kWitness) continue;
     const std::string node = StrCat("bankcheck@", DcName(i));
     cluster_->net().AddNode(node, static_cast<int>(i));
-    checkers_[static_cast<int>(i)] = std::make_unique<GroupClient>(
-        &cluster_->env(), cluster_->net().TransportFor(node), cluster_->ClientOptions(static_cast<int>(i)));
+    checkers_[static_cast<int>(i)] =
+        std::make_unique<GroupClient>(&cluster_->env(), cluster_->net().TransportFor(node),
+                                      cluster_->ClientOptions(static_cast<int>(i)));
   }
   for (int64_t b = 1; b <= kBranches; ++b) {
-    absl::StatusOr<txn::CommitInfo> r =
-        RunNow(0, b, [this, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+    absl::StatusOr<txn::CommitInfo> r = RunNow(
+        0, b,
+        [this, b](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
           absl::Status s;
-          for (int64_t a = 0; s.ok() && a < kAccounts; ++a) s = t->Put("Account", Account(b, a, kInitial));
+          for (int64_t a = 0; s.ok() && a < kAccounts; ++a)
+            s = t->Put("Account", Account(b, a, kInitial));
           done(s);
         });
-    if (!r.ok()) return absl::InternalError(StrCat("bank: creating branch ", b, ": ", r.status().message()));
+    if (!r.ok())
+      return absl::InternalError(StrCat("bank: creating branch ", b, ": ", r.status().message()));
   }
   return absl::OkStatus();
 }
@@ -184,9 +192,12 @@ void Bank::Next(Client& c) {
   ops_done_.push_back(std::move(op));
   env.Schedule(absl::Microseconds(env.Uniform(20'000)), [this, &c, p] {
     switch (p->kind) {
-      case Op::Kind::kTwoPhase: return TwoPhase(c, p, 1);
-      case Op::Kind::kQueued: return Queued(c, p);
-      case Op::Kind::kCollect: return Collect(c, p);
+      case Op::Kind::kTwoPhase:
+        return TwoPhase(c, p, 1);
+      case Op::Kind::kQueued:
+        return Queued(c, p);
+      case Op::Kind::kCollect:
+        return Collect(c, p);
     }
   });
 }
@@ -203,7 +214,8 @@ void Bank::Finish(Client& c, Op* op, absl::Status s) {
     }
   }
   if (cluster_->env().tracing())
-    cluster_->env().Trace(StrCat("bank ", op->id, " ends: ", s.ok() ? "ok" : std::string(s.message())));
+    cluster_->env().Trace(
+        StrCat("bank ", op->id, " ends: ", s.ok() ? "ok" : std::string(s.message())));
   --c.left;
   Next(c);
 }
@@ -215,35 +227,47 @@ void Bank::TwoPhase(Client& c, Op* op, int attempt) {
   txn::Context ctx = Ctx(c.index);
   Transaction::Begin(ctx, "Branch", {op->from}, {}, [this, &c, op, attempt, done, ctx](auto a) {
     if (!a.ok()) return (*done)(a.status());
-    Transaction::Begin(ctx, "Branch", {op->to}, {}, [this, &c, op, attempt, done, ctx, a = *a](auto b) {
-      if (!b.ok()) return (*done)(b.status());
-      auto tb = *b;
-      a->Get("Account", {op->from, int64_t{0}}, [this, &c, op, attempt, done, ctx, a, tb](auto x) {
-        if (!x.ok() || !x->has_value()) return (*done)(x.ok() ? absl::NotFoundError("no account") : x.status());
-        tb->Get("Account", {op->to, int64_t{0}}, [this, &c, op, attempt, done, ctx, a, tb, x = **x](auto y) {
-          if (!y.ok() || !y->has_value()) return (*done)(y.ok() ? absl::NotFoundError("no account") : y.status());
-          const int64_t fb = Field(x, "Account", "balance");
-          if (fb < op->amount) {
-            op->outcome = Op::Outcome::kNothing;
-            return (*done)(absl::OkStatus());
-          }
-          const std::string rec = "t" + op->id;
-          absl::Status s = a->Put("Account", Account(op->from, 0, fb - op->amount));
-          if (s.ok()) s = a->Put("Xfer", Record(op->from, rec, -op->amount));
-          if (s.ok()) s = tb->Put("Account", Account(op->to, 0, Field(**y, "Account", "balance") + op->amount));
-          if (s.ok()) s = tb->Put("Xfer", Record(op->to, rec, op->amount));
-          if (!s.ok()) return (*done)(s);
-          txn::CommitAcross(ctx, {a, tb}, [this, &c, op, attempt, done](absl::StatusOr<txn::CommitInfo> r) {
-            if (absl::IsAborted(r.status()) && attempt < 10) {
-              SimEnv& env = cluster_->env();
-              env.Schedule(absl::Milliseconds(1 + env.Uniform(50)), [this, &c, op, attempt] { TwoPhase(c, op, attempt + 1); });
-              return;
-            }
-            (*done)(r.status());
-          });
+    Transaction::Begin(
+        ctx, "Branch", {op->to}, {}, [this, &c, op, attempt, done, ctx, a = *a](auto b) {
+          if (!b.ok()) return (*done)(b.status());
+          auto tb = *b;
+          a->Get(
+              "Account", {op->from, int64_t{0}}, [this, &c, op, attempt, done, ctx, a, tb](auto x) {
+                if (!x.ok() || !x->has_value())
+                  return (*done)(x.ok() ? absl::NotFoundError("no account") : x.status());
+                tb->Get("Account", {op->to, int64_t{0}},
+                        [this, &c, op, attempt, done, ctx, a, tb, x = **x](auto y) {
+                          if (!y.ok() || !y->has_value())
+                            return (*done)(y.ok() ? absl::NotFoundError("no account") : y.status());
+                          const int64_t fb = Field(x, "Account", "balance");
+                          if (fb < op->amount) {
+                            op->outcome = Op::Outcome::kNothing;
+                            return (*done)(absl::OkStatus());
+                          }
+                          const std::string rec = "t" + op->id;
+                          absl::Status s = a->Put("Account", Account(op->from, 0, fb - op->amount));
+                          if (s.ok()) s = a->Put("Xfer", Record(op->from, rec, -op->amount));
+                          if (s.ok())
+                            s = tb->Put(
+                                "Account",
+                                Account(op->to, 0, Field(**y, "Account", "balance") + op->amount));
+                          if (s.ok()) s = tb->Put("Xfer", Record(op->to, rec, op->amount));
+                          if (!s.ok()) return (*done)(s);
+                          txn::CommitAcross(
+                              ctx, {a, tb},
+                              [this, &c, op, attempt, done](absl::StatusOr<txn::CommitInfo> r) {
+                                if (absl::IsAborted(r.status()) && attempt < 10) {
+                                  SimEnv& env = cluster_->env();
+                                  env.Schedule(
+                                      absl::Milliseconds(1 + env.Uniform(50)),
+                                      [this, &c, op, attempt] { TwoPhase(c, op, attempt + 1); });
+                                  return;
+                                }
+                                (*done)(r.status());
+                              });
+                        });
+              });
         });
-      });
-    });
   });
 }
 
@@ -257,7 +281,8 @@ void Bank::Queued(Client& c, Op* op) {
       [this, op](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> body_done) {
         Done bd = Park(std::move(body_done));
         t->Get("Account", {op->from, int64_t{0}}, [this, op, t, bd](auto x) {
-          if (!x.ok() || !x->has_value()) return (*bd)(x.ok() ? absl::NotFoundError("no account") : x.status());
+          if (!x.ok() || !x->has_value())
+            return (*bd)(x.ok() ? absl::NotFoundError("no account") : x.status());
           const int64_t fb = Field(**x, "Account", "balance");
           if (fb < op->amount) {
             op->outcome = Op::Outcome::kNothing;
@@ -272,34 +297,42 @@ void Bank::Queued(Client& c, Op* op) {
       },
       [this, &c, op](absl::StatusOr<txn::CommitInfo> r) {
         if (!r.ok() || cluster_->env().Chance(0.5)) return Finish(c, op, r.status());
-        absl::StatusOr<std::string> root = layout_->GroupRow(*layout_->schema().FindTable("Branch"), {op->from});
-        txn::DeliverPending(Ctx(c.index), *root, [this, &c, op](absl::StatusOr<int>) { Finish(c, op, absl::OkStatus()); });
+        absl::StatusOr<std::string> root =
+            layout_->GroupRow(*layout_->schema().FindTable("Branch"), {op->from});
+        txn::DeliverPending(Ctx(c.index), *root, [this, &c, op](absl::StatusOr<int>) {
+          Finish(c, op, absl::OkStatus());
+        });
       });
 }
 
 // A transaction body that takes one credit from branch `b`'s queue into its
 // first account; `*took` says whether there was one (and it was taken).
 txn::Body Bank::CollectBody(int64_t b, std::shared_ptr<bool> took) {
-  return [this, b, took](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> body_done) {
+  return [this, b, took](std::shared_ptr<Transaction> t,
+                         absl::AnyInvocable<void(absl::Status)> body_done) {
     Done bd = Park(std::move(body_done));
     *took = false;
-    t->ReadQueue("credits", 1, [this, b, t, bd, took](absl::StatusOr<std::vector<txn::QueueMessage>> msgs) {
-      if (!msgs.ok()) return (*bd)(msgs.status());
-      if (msgs->empty()) return (*bd)(absl::OkStatus());
-      const txn::QueueMessage m = msgs->front();
-      const size_t colon = m.body.find(':');
-      if (colon == std::string::npos) return (*bd)(absl::DataLossError(StrCat("bad credit ", m.body)));
-      const std::string id = m.body.substr(0, colon);
-      const int64_t amount = std::atoll(m.body.c_str() + colon + 1);
-      t->Get("Account", {b, int64_t{0}}, [this, b, t, bd, m, id, amount, took](auto x) {
-        if (!x.ok() || !x->has_value()) return (*bd)(x.ok() ? absl::NotFoundError("no account") : x.status());
-        absl::Status s = t->Put("Account", Account(b, 0, Field(**x, "Account", "balance") + amount));
-        if (s.ok()) s = t->Put("Xfer", Record(b, "q" + id, amount));
-        if (s.ok()) s = t->Consume(m);
-        *took = s.ok();
-        (*bd)(s);
-      });
-    });
+    t->ReadQueue(
+        "credits", 1, [this, b, t, bd, took](absl::StatusOr<std::vector<txn::QueueMessage>> msgs) {
+          if (!msgs.ok()) return (*bd)(msgs.status());
+          if (msgs->empty()) return (*bd)(absl::OkStatus());
+          const txn::QueueMessage m = msgs->front();
+          const size_t colon = m.body.find(':');
+          if (colon == std::string::npos)
+            return (*bd)(absl::DataLossError(StrCat("bad credit ", m.body)));
+          const std::string id = m.body.substr(0, colon);
+          const int64_t amount = std::atoll(m.body.c_str() + colon + 1);
+          t->Get("Account", {b, int64_t{0}}, [this, b, t, bd, m, id, amount, took](auto x) {
+            if (!x.ok() || !x->has_value())
+              return (*bd)(x.ok() ? absl::NotFoundError("no account") : x.status());
+            absl::Status s =
+                t->Put("Account", Account(b, 0, Field(**x, "Account", "balance") + amount));
+            if (s.ok()) s = t->Put("Xfer", Record(b, "q" + id, amount));
+            if (s.ok()) s = t->Consume(m);
+            *took = s.ok();
+            (*bd)(s);
+          });
+        });
   };
 }
 
@@ -362,21 +395,25 @@ absl::Status Bank::SettleAndCheck() {
   };
   for (int64_t b = 1; b <= kBranches; ++b) {
     absl::StatusOr<txn::CommitInfo> r = RunNow(0, b, touch(b));
-    if (!r.ok()) return absl::InternalError(StrCat("bank: settling branch ", b, ": ", r.status().message()));
+    if (!r.ok())
+      return absl::InternalError(StrCat("bank: settling branch ", b, ": ", r.status().message()));
   }
   for (int sweep = 0; sweep < 2; ++sweep) {
     std::optional<absl::StatusOr<int>> delivered;
     txn::SweepQueues(Ctx(0), [&](auto r) { delivered = std::move(r); });
     env.RunUntil(env.now() + 120'000'000, [&] { return delivered.has_value(); });
     if (!delivered || !delivered->ok())
-      return absl::InternalError(StrCat("bank: sweeping the queues failed: ",
-                                        delivered ? delivered->status().message() : "never finished"));
+      return absl::InternalError(
+          StrCat("bank: sweeping the queues failed: ",
+                 delivered ? delivered->status().message() : "never finished"));
   }
   for (int64_t b = 1; b <= kBranches; ++b) {
     for (int i = 0; i < 1000; ++i) {
       auto took = std::make_shared<bool>(false);
       absl::StatusOr<txn::CommitInfo> r = RunNow(0, b, CollectBody(b, took));
-      if (!r.ok()) return absl::InternalError(StrCat("bank: collecting credits at branch ", b, ": ", r.status().message()));
+      if (!r.ok())
+        return absl::InternalError(
+            StrCat("bank: collecting credits at branch ", b, ": ", r.status().message()));
       if (!*took) break;
     }
   }
@@ -394,36 +431,43 @@ absl::Status Bank::SettleAndCheck() {
       if (v.balances.size() != static_cast<size_t>(kAccounts))
         return absl::InternalError(StrCat(where, v.balances.size(), " accounts, not ", kAccounts));
       for (const auto& [a, balance] : v.balances) {
-        if (balance < 0) return absl::InternalError(StrCat(where, "account ", a, " is overdrawn: ", balance));
+        if (balance < 0)
+          return absl::InternalError(StrCat(where, "account ", a, " is overdrawn: ", balance));
         total += balance;
       }
       if (v.indexed != v.balances.size() || !v.index_ordered)
         return absl::InternalError(StrCat(where, "the balance index lists ", v.indexed, " entries",
-                                          v.index_ordered ? "" : " out of order", " for ", v.balances.size(),
-                                          " accounts"));
+                                          v.index_ordered ? "" : " out of order", " for ",
+                                          v.balances.size(), " accounts"));
       views[b] = std::move(v);
     }
     if (total != kBranches * kAccounts * kInitial)
-      return absl::InternalError(StrCat("bank at ", DcName(i), ": the branches hold ", total, ", not ",
-                                        kBranches * kAccounts * kInitial,
-                                        " (money made or lost: a credit consumed twice or a transfer half done)"));
+      return absl::InternalError(
+          StrCat("bank at ", DcName(i), ": the branches hold ", total, ", not ",
+                 kBranches * kAccounts * kInitial,
+                 " (money made or lost: a credit consumed twice or a transfer half done)"));
     for (const auto& op : ops_done_) {
       if (op->kind == Op::Kind::kCollect) continue;
       const std::string rec = (op->kind == Op::Kind::kTwoPhase ? "t" : "q") + op->id;
       const bool debited = views[op->from].records.count(rec) > 0;
       const bool credited = views[op->to].records.count(rec) > 0;
-      const std::string what = StrCat("bank at ", DcName(i), ": ", op->kind == Op::Kind::kTwoPhase ? "two-phase" : "queued",
-                                      " transfer ", op->id, " of ", op->amount, " from branch ", op->from, " to ", op->to);
+      const std::string what = StrCat(
+          "bank at ", DcName(i), ": ", op->kind == Op::Kind::kTwoPhase ? "two-phase" : "queued",
+          " transfer ", op->id, " of ", op->amount, " from branch ", op->from, " to ", op->to);
       if (debited != credited)
-        return absl::InternalError(StrCat(what, debited ? " left the sender but never arrived" : " arrived but never left the sender",
-                                          op->kind == Op::Kind::kQueued ? " (a queued credit lost or consumed without its send)" : " (not all or nothing)"));
+        return absl::InternalError(StrCat(
+            what,
+            debited ? " left the sender but never arrived" : " arrived but never left the sender",
+            op->kind == Op::Kind::kQueued ? " (a queued credit lost or consumed without its send)"
+                                          : " (not all or nothing)"));
       if (op->outcome == Op::Outcome::kOk && !debited)
         return absl::InternalError(StrCat(what, " was acknowledged but is not there"));
       if ((op->outcome == Op::Outcome::kFailed || op->outcome == Op::Outcome::kNothing) && debited)
         return absl::InternalError(StrCat(what, " failed or moved nothing, but is there"));
-      if (debited && (views[op->from].records[rec] != -op->amount || views[op->to].records[rec] != op->amount))
-        return absl::InternalError(StrCat(what, ": the records say ", views[op->from].records[rec], " and ",
-                                          views[op->to].records[rec]));
+      if (debited &&
+          (views[op->from].records[rec] != -op->amount || views[op->to].records[rec] != op->amount))
+        return absl::InternalError(StrCat(what, ": the records say ", views[op->from].records[rec],
+                                          " and ", views[op->to].records[rec]));
     }
     if (!first) {
       first = std::move(views);
@@ -432,7 +476,8 @@ absl::Status Bank::SettleAndCheck() {
     for (const auto& [b, v] : *first) {
       const BranchView& w = views[b];
       if (v.balances != w.balances || v.records != w.records)
-        return absl::InternalError(StrCat("bank: replicas disagree on branch ", b, " (", DcName(i), ")"));
+        return absl::InternalError(
+            StrCat("bank: replicas disagree on branch ", b, " (", DcName(i), ")"));
     }
   }
   return absl::OkStatus();

@@ -68,9 +68,9 @@ class Bank {
   absl::StatusOr<txn::CommitInfo> RunNow(int client, int64_t branch, txn::Body body);
   // What replica `dc` holds for one branch.
   struct BranchView {
-    std::map<int64_t, int64_t> balances;  // account -> balance
+    std::map<int64_t, int64_t> balances;     // account -> balance
     std::map<std::string, int64_t> records;  // Xfer id -> amount
-    size_t indexed = 0;  // entries of the balance index
+    size_t indexed = 0;                      // entries of the balance index
     bool index_ordered = true;
   };
   absl::StatusOr<BranchView> Read(int dc, int64_t branch);
@@ -78,7 +78,8 @@ class Bank {
   schema::Entity Account(int64_t branch, int64_t id, int64_t balance) const;
   schema::Entity Record(int64_t branch, const std::string& id, int64_t amount) const;
   int64_t Field(const schema::Entity& e, std::string_view table, std::string_view field) const;
-  std::string StringField(const schema::Entity& e, std::string_view table, std::string_view field) const;
+  std::string StringField(const schema::Entity& e, std::string_view table,
+                          std::string_view field) const;
 
   Cluster* const cluster_;
   const int ops_;

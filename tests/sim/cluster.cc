@@ -23,7 +23,8 @@ std::string Row(int g, int k) { return StrCat("g", g, "/k", k); }
 
 // An entry setting the entity to `value` (named by it: each value is
 // written once), or deleting it if `del` (named by `value` all the same).
-replication::LogEntry WriteEntry(const std::string& row, const std::string& value, bool del = false) {
+replication::LogEntry WriteEntry(const std::string& row, const std::string& value,
+                                 bool del = false) {
   replication::LogEntry e;
   e.set_id(value);
   replication::RowChange* rc = e.add_changes();
@@ -52,7 +53,8 @@ class Clients {
   Clients(Cluster* cluster, std::vector<Event>* history) : c_(cluster), history_(history) {
     std::vector<int> data_dcs;
     for (size_t i = 0; i < c_->size(); ++i)
-      if (c_->type(static_cast<int>(i)) != ReplicaType::kWitness) data_dcs.push_back(static_cast<int>(i));
+      if (c_->type(static_cast<int>(i)) != ReplicaType::kWitness)
+        data_dcs.push_back(static_cast<int>(i));
     for (int i = 0; i < c_->options().clients; ++i) {
       auto cl = std::make_unique<Client>();
       cl->id = i;
@@ -192,7 +194,8 @@ class Clients {
     const SimOptions& o = c_->options();
     const int g = static_cast<int>(c_->env().Uniform(o.groups));
     const int k = static_cast<int>(c_->env().Uniform(o.keys));
-    const uint64_t pick = c_->env().Uniform(o.read_weight + o.write_weight + o.cas_weight + o.delete_weight);
+    const uint64_t pick =
+        c_->env().Uniform(o.read_weight + o.write_weight + o.cas_weight + o.delete_weight);
     Event e;
     e.key = Row(g, k);
     if (pick < static_cast<uint64_t>(o.read_weight)) {
@@ -202,15 +205,16 @@ class Clients {
       const ReadLevel level = levels[c_->env().Uniform(4)];
       e.level = replication::ToString(level);
       Invoke(cl, e);
-      cl.gc->ReadPosition(Group(g), level, Guard(cl, [this, &cl, g, k](absl::StatusOr<LogPosition> p) {
-        if (!p.ok()) return Complete(cl, Event::Type::kFail, std::nullopt, 0);
-        const LogPosition at = *p;
-        cl.gc->Read(Group(g), at, Row(g, k), kDataFamily,
-                    Guard(cl, [this, &cl, at](absl::StatusOr<replication::ReadReply> r) {
-                      if (!r.ok()) return Complete(cl, Event::Type::kFail, std::nullopt, 0);
-                      Complete(cl, Event::Type::kOk, ValueOf(*r), at.position);
-                    }));
-      }));
+      cl.gc->ReadPosition(
+          Group(g), level, Guard(cl, [this, &cl, g, k](absl::StatusOr<LogPosition> p) {
+            if (!p.ok()) return Complete(cl, Event::Type::kFail, std::nullopt, 0);
+            const LogPosition at = *p;
+            cl.gc->Read(Group(g), at, Row(g, k), kDataFamily,
+                        Guard(cl, [this, &cl, at](absl::StatusOr<replication::ReadReply> r) {
+                          if (!r.ok()) return Complete(cl, Event::Type::kFail, std::nullopt, 0);
+                          Complete(cl, Event::Type::kOk, ValueOf(*r), at.position);
+                        }));
+          }));
       return;
     }
     const bool del = pick >= static_cast<uint64_t>(o.read_weight + o.write_weight + o.cas_weight);
@@ -218,30 +222,34 @@ class Clients {
     e.f = del ? Event::Op::kDelete : cas ? Event::Op::kCas : Event::Op::kWrite;
     e.value = StrCat(del ? "d" : "c", cl.id, "-", ++cl.seq);
     // The transaction's read (not an operation of its own in the history).
-    cl.gc->ReadPosition(Group(g), ReadLevel::kCurrent, Guard(cl, [this, &cl, g, k, e, cas](
-                                                                      absl::StatusOr<LogPosition> p) mutable {
-      if (!p.ok()) return Next(cl);  // nothing invoked yet: try another
-      const LogPosition at = *p;
-      auto commit = [this, &cl, g, k, at](Event e) {
-        Invoke(cl, e);
-        cl.gc->Commit(Group(g), at,
-                      WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
-                      Guard(cl, [this, &cl](absl::StatusOr<replication::CommitResult> r) {
-                        if (r.ok()) return Complete(cl, Event::Type::kOk, std::nullopt, r->position);
-                        // The contract (group_client.h): Aborted and Unavailable
-                        // mean nothing was written; anything else is unknown.
-                        const bool failed = absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
-                        Complete(cl, failed ? Event::Type::kFail : Event::Type::kInfo, std::nullopt, 0);
-                      }));
-      };
-      if (!cas) return commit(e);
-      cl.gc->Read(Group(g), at, Row(g, k), kDataFamily,
-                  Guard(cl, [&cl, e, commit, this](absl::StatusOr<replication::ReadReply> r) mutable {
-                    if (!r.ok()) return Next(cl);
-                    e.expected = ValueOf(*r);
-                    commit(e);
-                  }));
-    }));
+    cl.gc->ReadPosition(
+        Group(g), ReadLevel::kCurrent,
+        Guard(cl, [this, &cl, g, k, e, cas](absl::StatusOr<LogPosition> p) mutable {
+          if (!p.ok()) return Next(cl);  // nothing invoked yet: try another
+          const LogPosition at = *p;
+          auto commit = [this, &cl, g, k, at](Event e) {
+            Invoke(cl, e);
+            cl.gc->Commit(Group(g), at, WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
+                          Guard(cl, [this, &cl](absl::StatusOr<replication::CommitResult> r) {
+                            if (r.ok())
+                              return Complete(cl, Event::Type::kOk, std::nullopt, r->position);
+                            // The contract (group_client.h): Aborted and Unavailable
+                            // mean nothing was written; anything else is unknown.
+                            const bool failed =
+                                absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
+                            Complete(cl, failed ? Event::Type::kFail : Event::Type::kInfo,
+                                     std::nullopt, 0);
+                          }));
+          };
+          if (!cas) return commit(e);
+          cl.gc->Read(
+              Group(g), at, Row(g, k), kDataFamily,
+              Guard(cl, [&cl, e, commit, this](absl::StatusOr<replication::ReadReply> r) mutable {
+                if (!r.ok()) return Next(cl);
+                e.expected = ValueOf(*r);
+                commit(e);
+              }));
+        }));
   }
 
   Cluster* const c_;
@@ -333,13 +341,15 @@ class Faults {
           to = dc;
           if (c_->coord(dc) != nullptr && env().Chance(0.7)) {
             const int64_t lease_ms = absl::ToInt64Milliseconds(c_->options().coordinator_lease);
-            c_->coord(dc)->PauseRenewals(absl::Milliseconds(lease_ms / 2 + static_cast<int64_t>(env().Uniform(2 * lease_ms))));
+            c_->coord(dc)->PauseRenewals(absl::Milliseconds(
+                lease_ms / 2 + static_cast<int64_t>(env().Uniform(2 * lease_ms))));
             env().Trace(StrCat("coordinator ", DcName(dc), " renewals paused"));
           }
           if (env().Chance(0.5)) {
             // ... and its disk is slow, so its readers' catch-ups take long.
             c_->bigtable(dc)->set_extra_latency(Between(20, 150));
-            After(Between(1000, 5000), [this, dc] { c_->bigtable(dc)->set_extra_latency(absl::ZeroDuration()); });
+            After(Between(1000, 5000),
+                  [this, dc] { c_->bigtable(dc)->set_extra_latency(absl::ZeroDuration()); });
           }
         }
         const double p = 0.3 + 0.7 * static_cast<double>(env().Uniform(101)) / 100.0;
@@ -467,23 +477,27 @@ absl::Status Converge(Cluster& c, std::map<std::string, GroupLog>* logs, SimStat
       std::optional<absl::Status> done;
       replication::StateRequest req;
       *req.mutable_group() = Group(g);
-      c.net().TransportFor("checker")->Call(
-          Cluster::ReplAddr(dc), "repl.State", req.SerializeAsString(), absl::Seconds(1),
-          [&](absl::StatusOr<std::string> r) {
-            replication::StateReply s;
-            if (r.ok() && s.ParseFromString(*r)) top = std::max(top, s.top());
-            done = r.status();
-          });
+      c.net().TransportFor("checker")->Call(Cluster::ReplAddr(dc), "repl.State",
+                                            req.SerializeAsString(), absl::Seconds(1),
+                                            [&](absl::StatusOr<std::string> r) {
+                                              replication::StateReply s;
+                                              if (r.ok() && s.ParseFromString(*r))
+                                                top = std::max(top, s.top());
+                                              done = r.status();
+                                            });
       c.env().RunUntil(c.env().now() + 2'000'000, [&] { return done.has_value(); });
     }
     for (int dc = 0; dc < n; ++dc) {
       std::optional<absl::StatusOr<LogPosition>> done;
       checker.CatchUp(Group(g), dc, top, [&](absl::StatusOr<LogPosition> p) { done = p; });
       c.env().RunUntil(c.env().now() + 30'000'000, [&] { return done.has_value(); });
-      if (!done) return absl::InternalError(StrCat("group g", g, ": catch-up of ", DcName(dc), " never finished"));
+      if (!done)
+        return absl::InternalError(
+            StrCat("group g", g, ": catch-up of ", DcName(dc), " never finished"));
       if (!done->ok())
-        return absl::InternalError(StrCat("group g", g, ": catch-up of ", DcName(dc),
-                                          " failed after the faults stopped: ", done->status().message()));
+        return absl::InternalError(
+            StrCat("group g", g, ": catch-up of ", DcName(dc),
+                   " failed after the faults stopped: ", done->status().message()));
     }
     // Every replica holds the same chosen value at every position.
     std::map<uint64_t, std::string> agreed;
@@ -509,7 +523,8 @@ absl::Status Converge(Cluster& c, std::map<std::string, GroupLog>* logs, SimStat
       rec.noop = e.noop();
       for (const auto& rc : e.changes())
         for (const auto& cc : rc.cells())
-          rec.writes[rc.row()] = cc.delete_cells() ? std::nullopt : std::optional<std::string>(cc.value());
+          rec.writes[rc.row()] =
+              cc.delete_cells() ? std::nullopt : std::optional<std::string>(cc.value());
     }
     stats->positions += top;
     // Every data replica ends with the same entity values: the log's.
@@ -523,9 +538,9 @@ absl::Status Converge(Cluster& c, std::map<std::string, GroupLog>* logs, SimStat
         if (c.type(dc) == ReplicaType::kWitness) continue;
         MS_ASSIGN_OR_RETURN(auto have, c.LatestValue(dc, Row(g, k)));
         if (have != want)
-          return absl::InternalError(StrCat("replica ", DcName(dc), " has ", have.value_or("nothing"),
-                                            " for ", Row(g, k), " but the log says ",
-                                            want.value_or("nothing")));
+          return absl::InternalError(StrCat("replica ", DcName(dc), " has ",
+                                            have.value_or("nothing"), " for ", Row(g, k),
+                                            " but the log says ", want.value_or("nothing")));
       }
     }
   }
@@ -539,8 +554,10 @@ SimResult RunSimulation(const SimOptions& options) {
   Cluster cluster(options);
   if (options.trace) cluster.env().set_trace(&result.trace);
   std::unique_ptr<Bank> bank;
-  if (options.bank_clients > 0) bank = std::make_unique<Bank>(&cluster, options.bank_clients, options.bank_ops);
-  if (absl::Status s = cluster.Open(bank ? bank->Tables() : std::vector<storage::TableSchema>{}); !s.ok()) {
+  if (options.bank_clients > 0)
+    bank = std::make_unique<Bank>(&cluster, options.bank_clients, options.bank_ops);
+  if (absl::Status s = cluster.Open(bank ? bank->Tables() : std::vector<storage::TableSchema>{});
+      !s.ok()) {
     result.status = s;
     return result;
   }
@@ -567,9 +584,9 @@ SimResult RunSimulation(const SimOptions& options) {
       invariant = held.status();
     } else if (*held < acked) {
       invariant = absl::InternalError(StrCat(
-          "the coordinator of ", DcName(dc), " answered \"valid\" for group ", root, " at ", env.now(),
-          "us, but its replica has accepted nothing after position ", *held, " while position ", acked,
-          " was acknowledged (a current read there would miss it)"));
+          "the coordinator of ", DcName(dc), " answered \"valid\" for group ", root, " at ",
+          env.now(), "us, but its replica has accepted nothing after position ", *held,
+          " while position ", acked, " was acknowledged (a current read there would miss it)"));
     }
   });
   const int64_t fault_end = env.now() + absl::ToInt64Microseconds(options.fault_period);
@@ -584,10 +601,9 @@ SimResult RunSimulation(const SimOptions& options) {
   const int64_t limit = env.now() + absl::ToInt64Microseconds(options.drain_limit);
   env.RunUntil(limit, all_done);
   if (!all_done()) {
-    result.status = absl::InternalError(StrCat("clients did not finish within ",
-                                               absl::FormatDuration(options.drain_limit),
-                                               " after the faults stopped:", clients.Stuck(),
-                                               bank ? bank->Stuck() : ""));
+    result.status = absl::InternalError(
+        StrCat("clients did not finish within ", absl::FormatDuration(options.drain_limit),
+               " after the faults stopped:", clients.Stuck(), bank ? bank->Stuck() : ""));
   }
   if (result.status.ok()) result.status = invariant;
   cluster.set_on_valid(nullptr);
@@ -623,7 +639,8 @@ struct Sample {
 
 std::string Line(const std::string& what, const Sample& s) {
   std::vector<double> v = s.ms;
-  if (v.empty()) return StrCat("| ", what, " | no successful operation (", s.errors, " errors) | | | |\n");
+  if (v.empty())
+    return StrCat("| ", what, " | no successful operation (", s.errors, " errors) | | | |\n");
   std::sort(v.begin(), v.end());
   const double median = v[v.size() / 2];
   const double p90 = v[std::min(v.size() - 1, v.size() * 9 / 10)];
@@ -676,26 +693,31 @@ std::string MeasureTopology(uint64_t seed, int ops, std::vector<ReplicaType> typ
   const std::string probe = "probe@A";
   // A transaction's read step, then its commit, timing only the commit.
   auto commit_at = [&](GroupClient& gc, int group) {
-    return [&gc, group, &seq, &c](std::function<void()> start_clock, std::function<void(bool)> done) {
-      std::optional<absl::StatusOr<LogPosition>> pos;
-      gc.ReadPosition(Group(group), ReadLevel::kCurrent, [&](absl::StatusOr<LogPosition> p) { pos = p; });
-      c.env().RunUntil(c.env().now() + 60'000'000, [&] { return pos.has_value(); });
-      if (!pos || !pos->ok()) return done(false);
-      start_clock();
-      gc.Commit(Group(group), **pos, WriteEntry(Row(group, 0), StrCat("m", ++seq)),
-                [done](absl::StatusOr<replication::CommitResult> r) { done(r.ok()); });
-    };
+    return
+        [&gc, group, &seq, &c](std::function<void()> start_clock, std::function<void(bool)> done) {
+          std::optional<absl::StatusOr<LogPosition>> pos;
+          gc.ReadPosition(Group(group), ReadLevel::kCurrent,
+                          [&](absl::StatusOr<LogPosition> p) { pos = p; });
+          c.env().RunUntil(c.env().now() + 60'000'000, [&] { return pos.has_value(); });
+          if (!pos || !pos->ok()) return done(false);
+          start_clock();
+          gc.Commit(Group(group), **pos, WriteEntry(Row(group, 0), StrCat("m", ++seq)),
+                    [done](absl::StatusOr<replication::CommitResult> r) { done(r.ok()); });
+        };
   };
   auto current_read_at = [&](GroupClient& gc, int group) {
     return [&gc, group](std::function<void()>, std::function<void(bool)> done) {
-      gc.ReadPosition(Group(group), ReadLevel::kCurrent, [&gc, group, done](absl::StatusOr<LogPosition> p) {
-        if (!p.ok()) return done(false);
-        gc.Read(Group(group), *p, Row(group, 0), kDataFamily,
-                [done](absl::StatusOr<replication::ReadReply> r) { done(r.ok()); });
-      });
+      gc.ReadPosition(Group(group), ReadLevel::kCurrent,
+                      [&gc, group, done](absl::StatusOr<LogPosition> p) {
+                        if (!p.ok()) return done(false);
+                        gc.Read(Group(group), *p, Row(group, 0), kDataFamily,
+                                [done](absl::StatusOr<replication::ReadReply> r) { done(r.ok()); });
+                      });
     };
   };
-  std::string out = StrCat("\n", title, "\n\n| operation at A | median ms | p90 ms | max ms | inter-datacenter messages per op |\n|---|---|---|---|---|\n");
+  std::string out = StrCat("\n", title,
+                           "\n\n| operation at A | median ms | p90 ms | max ms | inter-datacenter "
+                           "messages per op |\n|---|---|---|---|---|\n");
   // Warm up: the first write creates the group; the first read validates A.
   Measure(c, probe, 2, commit_at(a, 0));
   Measure(c, probe, 1, current_read_at(a, 0));
@@ -725,7 +747,8 @@ std::string MeasureTopology(uint64_t seed, int ops, std::vector<ReplicaType> typ
   if (c.size() > 2) {
     c.CrashRepl(2);
     if (c.type(2) == ReplicaType::kFull) c.CrashCoordinator(2);
-    out += Line("commit, C down (first ones wait out C's lock lease)", Measure(c, probe, ops, commit_at(a, 0)));
+    out += Line("commit, C down (first ones wait out C's lock lease)",
+                Measure(c, probe, ops, commit_at(a, 0)));
     out += Line("current read, C down", Measure(c, probe, ops, current_read_at(a, 0)));
   }
   return out;

@@ -17,9 +17,9 @@ namespace megastore::sim {
 struct SimOptions {
   uint64_t seed = 1;
   // Replica types, one per datacenter (named A, B, C, ...).
-  std::vector<replication::ReplicaType> replicas = {
-      replication::ReplicaType::kFull, replication::ReplicaType::kFull,
-      replication::ReplicaType::kFull};
+  std::vector<replication::ReplicaType> replicas = {replication::ReplicaType::kFull,
+                                                    replication::ReplicaType::kFull,
+                                                    replication::ReplicaType::kFull};
   // One-way latency between datacenters (ms); missing pairs use `default_wan`.
   // Defaults: A-B 10 ms, A-C 30 ms, B-C 25 ms.
   std::vector<std::vector<double>> latency_ms;
@@ -29,7 +29,7 @@ struct SimOptions {
 
   int clients = 4;  // spread over the datacenters with data
   int groups = 2;
-  int keys = 3;     // entities per group
+  int keys = 3;  // entities per group
   int ops_per_client = 25;
   // Which operations clients run (weights).
   int read_weight = 4, write_weight = 2, cas_weight = 2, delete_weight = 1;
@@ -66,7 +66,7 @@ struct SimStats {
   uint64_t messages = 0, dropped = 0, positions = 0;
   int faults = 0;
   int64_t virtual_micros = 0;
-  uint64_t valid_checks = 0;     // coordinator "valid" answers the invariant checked
+  uint64_t valid_checks = 0;  // coordinator "valid" answers the invariant checked
   uint64_t late_writes = 0, repeated_writes = 0;  // Bigtable writes made late or twice
 };
 

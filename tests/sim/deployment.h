@@ -58,18 +58,17 @@ inline std::string DcName(size_t i) { return std::string(1, static_cast<char>('A
 
 class Cluster {
  public:
-  explicit Cluster(const SimOptions& o)
-      : options_(o), env_(o.seed), net_(&env_, LatencyMatrix(o)) {
+  explicit Cluster(const SimOptions& o) : options_(o), env_(o.seed), net_(&env_, LatencyMatrix(o)) {
     if (options_.vary_timing) DrawTiming();
   }
 
   // Creates the tables (kTable and `extra`, each in every datacenter) and
   // starts every datacenter's servers.
   absl::Status Open(const std::vector<storage::TableSchema>& extra = {}) {
-    env_.Trace(StrCat("coordinator lease ", absl::FormatDuration(options_.coordinator_lease), ", renew every ",
-                      absl::FormatDuration(options_.renew_interval), ", RPC timeout ",
-                      absl::FormatDuration(options_.coordinator_rpc_timeout), ", clock drift up to ",
-                      options_.max_clock_drift));
+    env_.Trace(StrCat("coordinator lease ", absl::FormatDuration(options_.coordinator_lease),
+                      ", renew every ", absl::FormatDuration(options_.renew_interval),
+                      ", RPC timeout ", absl::FormatDuration(options_.coordinator_rpc_timeout),
+                      ", clock drift up to ", options_.max_clock_drift));
     storage::TabletServerOptions to;
     to.data_dir = dir_.path();
     to.sync_log = false;
@@ -95,12 +94,12 @@ class Cluster {
       dc->index = static_cast<int>(i);
       dc->name = DcName(i);
       dc->type = options_.replicas[i];
-      dc->bigtable = std::make_unique<SimBigtable>(&env_, inproc_.get(), dc->name + ".",
-                                                   Ms(options_.disk_ms));
+      dc->bigtable =
+          std::make_unique<SimBigtable>(&env_, inproc_.get(), dc->name + ".", Ms(options_.disk_ms));
       dc->coord_env = std::make_unique<ProcessEnv>(&env_, Drift());
       dc->lock_env = std::make_unique<ProcessEnv>(&env_, Drift());
-      env_.Trace(StrCat("clock rates at ", dc->name, ": coordinator ", dc->coord_env->drift(), ", lock service ",
-                        dc->lock_env->drift()));
+      env_.Trace(StrCat("clock rates at ", dc->name, ": coordinator ", dc->coord_env->drift(),
+                        ", lock service ", dc->lock_env->drift()));
       dc->locks = std::make_unique<storage::lock::LockTable>(dc->lock_env.get());
       dcs_.push_back(std::move(dc));
     }
@@ -182,7 +181,8 @@ class Cluster {
     net_.Restart(LockAddr(i));
     storage::lock::LockTableOptions o;
     o.max_clock_drift = options_.max_clock_drift;
-    o.quiet_period = storage::lock::QuietPeriod(options_.coordinator_lease, options_.max_clock_drift);
+    o.quiet_period =
+        storage::lock::QuietPeriod(options_.coordinator_lease, options_.max_clock_drift);
     dcs_[i]->locks = std::move(storage::lock::LockTable::Open(dcs_[i]->lock_env.get(), o)).value();
     ServeLocks(i);
     env_.Trace(StrCat("lock service ", DcName(i), " restarted and forgot its leases"));
@@ -206,8 +206,8 @@ class Cluster {
     ro.cluster = ClientOptions(i);
     ro.sweep_interval = absl::Seconds(1);
     ro.sweep_age = absl::Seconds(1);
-    dc.repl = std::make_unique<replication::ReplicationServer>(&env_, net_.TransportFor(ReplAddr(i)),
-                                                               dc.bigtable.get(), ro);
+    dc.repl = std::make_unique<replication::ReplicationServer>(
+        &env_, net_.TransportFor(ReplAddr(i)), dc.bigtable.get(), ro);
     replication::ReplicationServer* server = dc.repl.get();
     for (std::string_view m : replication::ReplicationServer::kMethods) {
       net_.SetHandler(ReplAddr(i), m, [server, m](std::string req, Responder respond) {
@@ -230,7 +230,8 @@ class Cluster {
     co.renew_interval = options_.renew_interval;
     co.rpc_timeout = options_.coordinator_rpc_timeout;
     co.max_clock_drift = options_.max_clock_drift;
-    dc.coord = std::make_unique<coordinator::Coordinator>(dc.coord_env.get(), net_.TransportFor(CoordAddr(i)), co);
+    dc.coord = std::make_unique<coordinator::Coordinator>(dc.coord_env.get(),
+                                                          net_.TransportFor(CoordAddr(i)), co);
     coordinator::Coordinator* c = dc.coord.get();
     for (std::string_view m : coordinator::Coordinator::kMethods) {
       net_.SetHandler(CoordAddr(i), m, [this, i, c, m](std::string req, Responder respond) {
@@ -238,10 +239,11 @@ class Cluster {
           // The invariant is checked at the moment of the answer.
           coordinator::CoordinatorRequest r;
           if (r.ParseFromString(req)) {
-            respond = [this, i, root = r.root(), respond = std::move(respond)](
-                          absl::StatusOr<std::string> reply) mutable {
+            respond = [this, i, root = r.root(),
+                       respond = std::move(respond)](absl::StatusOr<std::string> reply) mutable {
               coordinator::CoordinatorReply cr;
-              if (on_valid_ && reply.ok() && cr.ParseFromString(*reply) && cr.valid()) on_valid_(i, root);
+              if (on_valid_ && reply.ok() && cr.ParseFromString(*reply) && cr.valid())
+                on_valid_(i, root);
               respond(std::move(reply));
             };
           }
@@ -347,7 +349,8 @@ class Cluster {
       env_.Schedule(absl::Milliseconds(300 + env_.Uniform(1000)), [this, dc] { StartRepl(dc); });
     } else {
       CrashCoordinator(dc);
-      env_.Schedule(absl::Milliseconds(300 + env_.Uniform(1000)), [this, dc] { StartCoordinator(dc); });
+      env_.Schedule(absl::Milliseconds(300 + env_.Uniform(1000)),
+                    [this, dc] { StartCoordinator(dc); });
     }
     env_.Schedule(absl::Milliseconds(500 + env_.Uniform(1000)), [this] { Chaos(); });
   }
@@ -377,7 +380,8 @@ class Cluster {
   // arithmetic assumes).
   double Drift() {
     if (!options_.vary_timing || options_.max_clock_drift <= 0) return 0;
-    const double unit = static_cast<double>(env_.Uniform(2'000'001)) / 1'000'000.0 - 1.0;  // [-1, 1]
+    const double unit =
+        static_cast<double>(env_.Uniform(2'000'001)) / 1'000'000.0 - 1.0;  // [-1, 1]
     return unit * options_.max_clock_drift / 2;
   }
 

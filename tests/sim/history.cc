@@ -27,20 +27,28 @@ std::string OrNull(const std::optional<std::string>& v) { return v ? Quote(*v) :
 
 const char* Name(Event::Type t) {
   switch (t) {
-    case Event::Type::kInvoke: return "invoke";
-    case Event::Type::kOk: return "ok";
-    case Event::Type::kFail: return "fail";
-    case Event::Type::kInfo: return "info";
+    case Event::Type::kInvoke:
+      return "invoke";
+    case Event::Type::kOk:
+      return "ok";
+    case Event::Type::kFail:
+      return "fail";
+    case Event::Type::kInfo:
+      return "info";
   }
   return "?";
 }
 
 const char* Name(Event::Op f) {
   switch (f) {
-    case Event::Op::kRead: return "read";
-    case Event::Op::kWrite: return "write";
-    case Event::Op::kCas: return "cas";
-    case Event::Op::kDelete: return "delete";
+    case Event::Op::kRead:
+      return "read";
+    case Event::Op::kWrite:
+      return "write";
+    case Event::Op::kCas:
+      return "cas";
+    case Event::Op::kDelete:
+      return "delete";
   }
   return "?";
 }
@@ -66,9 +74,8 @@ std::string ToJson(const Event& e) {
   } else {
     value = OrNull(e.value);
   }
-  std::string out = StrCat("{\"process\":", e.process, ",\"type\":\"", Name(e.type),
-                           "\",\"f\":\"", Name(e.f), "\",\"key\":", Quote(e.key),
-                           ",\"value\":", value);
+  std::string out = StrCat("{\"process\":", e.process, ",\"type\":\"", Name(e.type), "\",\"f\":\"",
+                           Name(e.f), "\",\"key\":", Quote(e.key), ",\"value\":", value);
   if (e.f == Event::Op::kRead) out += StrCat(",\"level\":\"", e.level, "\"");
   out += StrCat(",\"time\":", e.time * 1000, "}");
   return out;
@@ -79,7 +86,7 @@ absl::Status CheckHistory(const std::vector<Event>& history,
   // The state of every key after each position, and where each value was written.
   struct GroupView {
     std::vector<std::map<std::string, std::string>> after;  // [position] -> key -> value
-    std::map<std::string, uint64_t> position_of;             // value -> position
+    std::map<std::string, uint64_t> position_of;            // value -> position
   };
   std::map<std::string, GroupView> views;
   std::map<std::string, std::set<std::string>> ever_written;  // key -> values
@@ -89,13 +96,14 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     uint64_t expect = 1;
     for (const auto& [pos, rec] : log) {
       if (pos != expect)
-        return absl::InternalError(StrCat("group ", group, ": log has a hole at position ", expect));
+        return absl::InternalError(
+            StrCat("group ", group, ": log has a hole at position ", expect));
       ++expect;
       std::map<std::string, std::string> state = v.after.back();
       if (!rec.noop && !v.position_of.emplace(rec.id, pos).second)
         return absl::InternalError(StrCat("group ", group, ": operation ", rec.id,
-                                          " is in the log twice (positions ",
-                                          v.position_of[rec.id], " and ", pos, ")"));
+                                          " is in the log twice (positions ", v.position_of[rec.id],
+                                          " and ", pos, ")"));
       for (const auto& [key, value] : rec.writes) {
         if (value) {
           state[key] = *value;
@@ -107,12 +115,13 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     }
   }
   for (const Event& e : history)
-    if (e.type == Event::Type::kInvoke && (e.f == Event::Op::kWrite || e.f == Event::Op::kCas) && e.value)
+    if (e.type == Event::Type::kInvoke && (e.f == Event::Op::kWrite || e.f == Event::Op::kCas) &&
+        e.value)
       ever_written[e.key].insert(*e.value);
 
-  std::map<int, const Event*> open;              // process -> its invoke
-  std::map<int, uint64_t> required;              // process -> min position for its current read
-  std::map<std::string, uint64_t> acked;         // group -> highest acknowledged position
+  std::map<int, const Event*> open;       // process -> its invoke
+  std::map<int, uint64_t> required;       // process -> min position for its current read
+  std::map<std::string, uint64_t> acked;  // group -> highest acknowledged position
   for (const Event& e : history) {
     const std::string group = SplitKey(e.key).first;
     auto vit = views.find(group);
@@ -127,8 +136,7 @@ absl::Status CheckHistory(const std::vector<Event>& history,
       continue;
     }
     auto oit = open.find(e.process);
-    if (oit == open.end())
-      return absl::InternalError(StrCat(Describe(e), ": completes nothing"));
+    if (oit == open.end()) return absl::InternalError(StrCat(Describe(e), ": completes nothing"));
     const Event& inv = *oit->second;
     open.erase(oit);
     if (e.type == Event::Type::kInfo) continue;
@@ -164,8 +172,8 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     if (e.type != Event::Type::kOk) continue;
     if (e.level == "inconsistent") {
       if (e.value && !ever_written[e.key].count(*e.value))
-        return absl::InternalError(StrCat(Describe(e), ": returned ", *e.value,
-                                          ", which no write wrote"));
+        return absl::InternalError(
+            StrCat(Describe(e), ": returned ", *e.value, ", which no write wrote"));
       continue;
     }
     if (e.position >= v.after.size())
@@ -182,8 +190,8 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     if (e.level == "current") {
       if (e.position < required[e.process])
         return absl::InternalError(StrCat(
-            Describe(e), ": read at position ", e.position, ", but position ",
-            required[e.process], " was acknowledged or read before the read began (stale read)"));
+            Describe(e), ": read at position ", e.position, ", but position ", required[e.process],
+            " was acknowledged or read before the read began (stale read)"));
       acked[group] = std::max(acked[group], e.position);
     }
   }

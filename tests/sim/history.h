@@ -17,11 +17,11 @@ struct Event {
   int process = 0;
   Type type = Type::kInvoke;
   Op f = Op::kRead;
-  std::string key;                     // "<group>/<entity>"
-  std::optional<std::string> value;    // read result / written value / cas new / delete's id
-  std::optional<std::string> expected; // cas
-  std::string level;                   // reads: current | snapshot | inconsistent
-  int64_t time = 0;                    // virtual micros
+  std::string key;                      // "<group>/<entity>"
+  std::optional<std::string> value;     // read result / written value / cas new / delete's id
+  std::optional<std::string> expected;  // cas
+  std::string level;                    // reads: current | snapshot | inconsistent
+  int64_t time = 0;                     // virtual micros
   // Not exported: the log position a read was served at, or a commit's.
   uint64_t position = 0;
 };

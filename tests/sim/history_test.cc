@@ -26,8 +26,8 @@ struct H {
     e.value = v;
     e.position = pos;
   }
-  void Read(int p, const std::string& key, const std::string& level,
-            std::optional<std::string> v, uint64_t pos) {
+  void Read(int p, const std::string& key, const std::string& level, std::optional<std::string> v,
+            uint64_t pos) {
     Add(p, Event::Type::kInvoke, Event::Op::kRead, key).level = level;
     Event& e = Add(p, Event::Type::kOk, Event::Op::kRead, key);
     e.level = level;
@@ -146,14 +146,16 @@ TEST(CheckHistoryTest, ADeleteIsCheckedLikeAWriteAndItsKeyReadsAsNothing) {
 
   H stale = h;
   stale.Read(1, "g/k", "current", "b", 3);
-  EXPECT_NE(CheckHistory(stale.events, log).message().find("where the log gives null"), std::string::npos)
+  EXPECT_NE(CheckHistory(stale.events, log).message().find("where the log gives null"),
+            std::string::npos)
       << "deleted data that comes back is caught";
   H wrong;
   wrong.Add(0, Event::Type::kInvoke, Event::Op::kDelete, "g/k").value = "d1";
   Event& bad = wrong.Add(0, Event::Type::kOk, Event::Op::kDelete, "g/k");
   bad.value = "d1";
   bad.position = 2;
-  EXPECT_NE(CheckHistory(wrong.events, log).message().find("the log has it at 3"), std::string::npos);
+  EXPECT_NE(CheckHistory(wrong.events, log).message().find("the log has it at 3"),
+            std::string::npos);
 }
 
 TEST(ToJsonTest, OneObjectPerEventInTheDocumentedShape) {
@@ -164,14 +166,16 @@ TEST(ToJsonTest, OneObjectPerEventInTheDocumentedShape) {
   e.key = "g1/k\"2";
   e.value = "new";
   e.time = 12;
-  EXPECT_EQ(ToJson(e),
-            R"({"process":3,"type":"ok","f":"cas","key":"g1/k\"2","value":[null,"new"],"time":12000})");
+  EXPECT_EQ(
+      ToJson(e),
+      R"({"process":3,"type":"ok","f":"cas","key":"g1/k\"2","value":[null,"new"],"time":12000})");
   Event r;
   r.type = Event::Type::kInvoke;
   r.key = "g/k";
   r.level = "snapshot";
-  EXPECT_EQ(ToJson(r),
-            R"({"process":0,"type":"invoke","f":"read","key":"g/k","value":null,"level":"snapshot","time":0})");
+  EXPECT_EQ(
+      ToJson(r),
+      R"({"process":0,"type":"invoke","f":"read","key":"g/k","value":null,"level":"snapshot","time":0})");
 }
 
 }  // namespace

@@ -37,12 +37,13 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
     return 1;
   }
   if (verbose)
-    std::cout << "seed " << o.seed << " ok: " << s.bank_ok << " bank operations done; " << s.ops_ok << " ok, " << s.ops_failed << " failed, "
-              << s.ops_unknown << " unknown; " << s.positions << " log positions; " << s.faults
-              << " faults; " << s.messages << " messages (" << s.dropped << " dropped); "
-              << s.late_writes << " late and " << s.repeated_writes << " repeated Bigtable writes; "
-              << s.valid_checks << " coordinator \"valid\" answers checked; "
-              << s.virtual_micros / 1000 << " ms virtual\n";
+    std::cout << "seed " << o.seed << " ok: " << s.bank_ok << " bank operations done; " << s.ops_ok
+              << " ok, " << s.ops_failed << " failed, " << s.ops_unknown << " unknown; "
+              << s.positions << " log positions; " << s.faults << " faults; " << s.messages
+              << " messages (" << s.dropped << " dropped); " << s.late_writes << " late and "
+              << s.repeated_writes << " repeated Bigtable writes; " << s.valid_checks
+              << " coordinator \"valid\" answers checked; " << s.virtual_micros / 1000
+              << " ms virtual\n";
   return 0;
 }
 
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
       "servers, app-server clients) in one thread on virtual time from a seed, injecting "
       "faults, then checks the history and the replicas. A failing seed replays exactly."};
   uint64_t seed = 0, first = 1;
-  int seeds = 0, clients = 4, groups = 2, ops = 25, measure_ops = 50, bank_clients = 2, bank_ops = 6;
+  int seeds = 0, clients = 4, groups = 2, ops = 25, measure_ops = 50, bank_clients = 2,
+      bank_ops = 6;
   bool trace = false, no_faults = false, measure = false, verbose = false, fixed_timing = false;
   std::string history, replicas = "full,full,full";
   app.add_option("--seed", seed, "Run this one seed (with --trace / --history)");
@@ -67,20 +69,28 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", replicas,
                  "Replica types, one per datacenter: full, witness or read-only")
       ->capture_default_str();
-  app.add_option("--clients", clients, "App-server clients")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--groups", groups, "Entity groups")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--ops", ops, "Operations per client")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--bank-clients", bank_clients,
-                 "App servers moving money between entity groups by two-phase commit and queues (0: none)")
+  app.add_option("--clients", clients, "App-server clients")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--groups", groups, "Entity groups")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ops", ops, "Operations per client")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--bank-clients", bank_clients,
+         "App servers moving money between entity groups by two-phase commit and queues (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--bank-ops", bank_ops, "Transfers or collections per bank app server")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-faults", no_faults, "Run without injected faults");
-  app.add_flag("--fixed-timing", fixed_timing,
-               "Keep the coordinators' lease (2 s), renew interval (400 ms) and RPC timeout (250 ms) "
-               "and run every clock at the same rate, instead of drawing them per seed");
+  app.add_flag(
+      "--fixed-timing", fixed_timing,
+      "Keep the coordinators' lease (2 s), renew interval (400 ms) and RPC timeout (250 ms) "
+      "and run every clock at the same rate, instead of drawing them per seed");
   app.add_flag("--measure", measure, "Print the latency measurements of docs/replication.md");
   app.add_option("--measure-ops", measure_ops, "Operations per measurement")->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "One line per seed");

@@ -140,11 +140,11 @@ void SimNetwork::Send(const std::string& from, uint64_t from_incarnation, std::s
   if (!Alive(from, from_incarnation)) return;  // a dead process sends nothing
   auto dst = nodes_.find(to);
   if (dst == nodes_.end()) {
-    env_->Schedule(absl::ZeroDuration(), [done = std::make_shared<Transport::ReplyCallback>(
-                                              std::move(done)),
-                                          to = std::string(to)] {
-      (*done)(absl::NotFoundError(StrCat("no node ", to)));
-    });
+    env_->Schedule(
+        absl::ZeroDuration(),
+        [done = std::make_shared<Transport::ReplyCallback>(std::move(done)), to = std::string(to)] {
+          (*done)(absl::NotFoundError(StrCat("no node ", to)));
+        });
     return;
   }
   const uint64_t id = next_call_++;
@@ -193,7 +193,8 @@ void SimNetwork::Send(const std::string& from, uint64_t from_incarnation, std::s
     if (auto m = method_loss_.find({method_name, dc}); m != method_loss_.end())
       method_loss = std::max(method_loss, m->second);
   for (int copy = 0; copy < copies; ++copy) {
-    if (blocked_.count({from_dc, to_dc}) || env_->Chance(faults_.loss) || env_->Chance(method_loss)) {
+    if (blocked_.count({from_dc, to_dc}) || env_->Chance(faults_.loss) ||
+        env_->Chance(method_loss)) {
       ++dropped_;
       if (env_->tracing()) env_->Trace(StrCat("drop #", id));
       continue;
@@ -243,8 +244,9 @@ void SimBigtable::Later(T result, Callback<T> done) {
 void SimBigtable::ReadRow(std::string table, std::string row, storage::ReadOptions options,
                           Callback<absl::StatusOr<std::optional<storage::Row>>> done) {
   absl::StatusOr<std::optional<storage::Row>> result = Outage();
-  if (!down_) inner_->ReadRow(prefix_ + table, std::move(row), std::move(options),
-                  [&](absl::StatusOr<std::optional<storage::Row>> r) { result = std::move(r); });
+  if (!down_)
+    inner_->ReadRow(prefix_ + table, std::move(row), std::move(options),
+                    [&](absl::StatusOr<std::optional<storage::Row>> r) { result = std::move(r); });
   Later(std::move(result), std::move(done));
 }
 
@@ -280,7 +282,9 @@ void SimBigtable::MutateRow(std::string table, std::string row,
     auto m = std::make_shared<std::vector<storage::Mutation>>(std::move(mutations));
     env_->Schedule(after, [this, full, row = std::move(row), m, timestamp, cb] {
       absl::Status result = Outage();
-      if (!down_) inner_->MutateRow(full, row, std::move(*m), timestamp, [&](absl::Status s) { result = std::move(s); });
+      if (!down_)
+        inner_->MutateRow(full, row, std::move(*m), timestamp,
+                          [&](absl::Status s) { result = std::move(s); });
       Later(std::move(result), std::move(*cb));
     });
     return;
@@ -297,9 +301,10 @@ void SimBigtable::CheckAndMutateRow(std::string table, std::string row,
                                     std::vector<storage::Mutation> if_false,
                                     Callback<absl::StatusOr<bool>> done) {
   absl::StatusOr<bool> result = Outage();
-  if (!down_) inner_->CheckAndMutateRow(prefix_ + table, std::move(row), std::move(predicate),
-                            std::move(if_true), std::move(if_false),
-                            [&](absl::StatusOr<bool> r) { result = std::move(r); });
+  if (!down_)
+    inner_->CheckAndMutateRow(prefix_ + table, std::move(row), std::move(predicate),
+                              std::move(if_true), std::move(if_false),
+                              [&](absl::StatusOr<bool> r) { result = std::move(r); });
   Later(std::move(result), std::move(done));
 }
 

@@ -76,7 +76,8 @@ class ProcessEnv : public Env {
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override {
     // `after` of this process's time, in the world's (rounded up: never early).
     const double world = static_cast<double>(absl::ToInt64Microseconds(after)) / (1.0 + drift_);
-    return world_->Schedule(absl::Microseconds(static_cast<int64_t>(std::ceil(world))), std::move(fn));
+    return world_->Schedule(absl::Microseconds(static_cast<int64_t>(std::ceil(world))),
+                            std::move(fn));
   }
   bool Cancel(TimerId id) override { return world_->Cancel(id); }
   uint64_t Random64() override { return world_->Random64(); }
@@ -96,9 +97,9 @@ class ProcessEnv : public Env {
 };
 
 struct LinkFaults {
-  double loss = 0;          // probability a message is dropped
-  double duplicate = 0;     // probability a request is delivered twice
-  absl::Duration jitter;    // extra delay, uniform in [0, jitter]
+  double loss = 0;        // probability a message is dropped
+  double duplicate = 0;   // probability a request is delivered twice
+  absl::Duration jitter;  // extra delay, uniform in [0, jitter]
 };
 
 class SimNetwork {
@@ -200,7 +201,8 @@ class SimBigtable : public storage::BigtableClient {
   // `max_replay_delay` later (a replay of a write whose reply was lost,
   // landing after the caller moved on; the cell client retries for up to a
   // minute). Conditional writes are never repeated.
-  void set_write_faults(double late, double twice, absl::Duration max_delay, absl::Duration max_replay_delay) {
+  void set_write_faults(double late, double twice, absl::Duration max_delay,
+                        absl::Duration max_replay_delay) {
     late_ = late;
     twice_ = twice;
     max_delay_ = max_delay;

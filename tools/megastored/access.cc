@@ -25,15 +25,13 @@ using google::protobuf::internal::WireFormatLite;
 // GroupRef.table (nested once).
 template <typename Fn>
 bool ForEachField1(std::string_view bytes, Fn&& fn) {
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const uint8_t*>(bytes.data()),
-      static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
   for (;;) {
     const uint32_t tag = in.ReadTag();
     if (tag == 0)  // the end, or bytes that are no tag
       return in.CurrentPosition() == static_cast<int>(bytes.size());
-    if (tag ==
-        WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+    if (tag == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
       uint32_t length = 0;
       if (!in.ReadVarint32(&length)) return false;
       const size_t at = static_cast<size_t>(in.CurrentPosition());
@@ -166,22 +164,22 @@ const char* KindName(Action::Kind kind) {
   return "?";
 }
 
-absl::StatusOr<Action> ActionOf(std::string_view method,
-                                std::string_view request) {
+absl::StatusOr<Action> ActionOf(std::string_view method, std::string_view request) {
   for (const MethodRule& rule : kRules) {
     if (rule.method != method) continue;
     Action a;
     a.kind = rule.kind;
-    const std::optional<std::string> table =
-        rule.table_depth > 0 ? TableOf(request, rule.table_depth) : std::optional<std::string>(std::string());
+    const std::optional<std::string> table = rule.table_depth > 0
+                                                 ? TableOf(request, rule.table_depth)
+                                                 : std::optional<std::string>(std::string());
     if (rule.table_depth > 0) {
       if (!table.has_value() || table->empty())
-        return absl::InvalidArgumentError(
-            StrCat(method, ": the request names no table"));
+        return absl::InvalidArgumentError(StrCat(method, ": the request names no table"));
       a.object = std::string(*table);
     }
     // A forced raw write goes around Paxos: the cluster's own, or an admin's.
-    if (a.kind == Action::kWrite && method.substr(0, 7) == "tablet." && Forced(request)) a.kind = Action::kReplica;
+    if (a.kind == Action::kWrite && method.substr(0, 7) == "tablet." && Forced(request))
+      a.kind = Action::kReplica;
     return a;
   }
   return Action{Action::kReplica, ""};
@@ -191,8 +189,7 @@ bool Covers(std::string_view grant_object, std::string_view table) {
   if (grant_object == "*" || grant_object == table) return true;
   // A schema covers its tables: "PhotoApp" covers "PhotoApp.PhotosByTag".
   return table.size() > grant_object.size() &&
-         table.substr(0, grant_object.size()) == grant_object &&
-         table[grant_object.size()] == '.';
+         table.substr(0, grant_object.size()) == grant_object && table[grant_object.size()] == '.';
 }
 
 absl::Status ValidatePolicy(const AccessPolicy& policy) {
@@ -201,28 +198,25 @@ absl::Status ValidatePolicy(const AccessPolicy& policy) {
   bool admin = false, replica = false;
   std::set<std::string> seen;
   for (const Member& m : policy.members()) {
-    if (m.principal().empty())
-      return absl::InvalidArgumentError("a member has no principal");
+    if (m.principal().empty()) return absl::InvalidArgumentError("a member has no principal");
     if (!seen.insert(m.principal()).second)
       return absl::InvalidArgumentError(
           StrCat("principal \"", m.principal(), "\" is listed twice"));
     for (const std::string& r : m.roles()) {
-      if (std::find(std::begin(kRoles), std::end(kRoles), r) ==
-          std::end(kRoles))
-        return absl::InvalidArgumentError(StrCat("principal \"", m.principal(),
-                                                 "\": unknown role \"", r,
-                                                 "\" (roles: admin, replica)"));
+      if (std::find(std::begin(kRoles), std::end(kRoles), r) == std::end(kRoles))
+        return absl::InvalidArgumentError(StrCat(
+            "principal \"", m.principal(), "\": unknown role \"", r, "\" (roles: admin, replica)"));
       admin |= r == "admin";
       replica |= r == "replica";
     }
     for (const Grant& g : m.grants()) {
       if (g.object().empty())
-        return absl::InvalidArgumentError(StrCat(
-            "principal \"", m.principal(), "\": a grant names no object"));
-      if (!g.read() && !g.write())
         return absl::InvalidArgumentError(
-            StrCat("principal \"", m.principal(), "\": the grant on \"",
-                   g.object(), "\" allows neither read nor write"));
+            StrCat("principal \"", m.principal(), "\": a grant names no object"));
+      if (!g.read() && !g.write())
+        return absl::InvalidArgumentError(StrCat("principal \"", m.principal(),
+                                                 "\": the grant on \"", g.object(),
+                                                 "\" allows neither read nor write"));
     }
   }
   if (!admin)
@@ -245,8 +239,7 @@ std::shared_ptr<const AccessPolicy> AccessControl::policy() const {
 bool AccessControl::Install(AccessPolicy policy) {
   auto installed = std::make_shared<const AccessPolicy>(std::move(policy));
   absl::MutexLock lock(&mu_);
-  if (policy_ != nullptr && policy_->version() >= installed->version())
-    return false;
+  if (policy_ != nullptr && policy_->version() >= installed->version()) return false;
   unknown_until_read_from_.clear();
   policy_ = std::move(installed);
   by_principal_.clear();
@@ -280,8 +273,10 @@ absl::Status AccessControl::AuthorizeAction(std::string_view principal, const Ac
   absl::MutexLock lock(&mu_);
   if (action.kind == Action::kAnyone) return absl::OkStatus();
   if (!unknown_until_read_from_.empty())
-    return absl::UnavailableError(StrCat("this process has not yet read the access policy from its datacenter's "
-                                         "lock role at ", unknown_until_read_from_, "; retry"));
+    return absl::UnavailableError(
+        StrCat("this process has not yet read the access policy from its datacenter's "
+               "lock role at ",
+               unknown_until_read_from_, "; retry"));
   if (policy_ == nullptr) return absl::OkStatus();
   auto it = by_principal_.find(principal);
   const Member* m = it == by_principal_.end() ? nullptr : it->second;
@@ -290,18 +285,22 @@ absl::Status AccessControl::AuthorizeAction(std::string_view principal, const Ac
     if (HasRole(*m, "replica") && action.kind != Action::kAdmin) return absl::OkStatus();
     if (action.kind == Action::kRead || action.kind == Action::kWrite)
       for (const Grant& g : m->grants())
-        if ((action.kind == Action::kRead ? g.read() : g.write()) && Covers(g.object(), action.object))
+        if ((action.kind == Action::kRead ? g.read() : g.write()) &&
+            Covers(g.object(), action.object))
           return absl::OkStatus();
   }
   ++refusals_[std::string(via)];
   const std::string who =
       principal.empty() ? "a caller without a certificate name" : StrCat("\"", principal, "\"");
-  const std::string what = action.kind == Action::kRead || action.kind == Action::kWrite
-                               ? StrCat(KindName(action.kind), " \"", action.object, "\" (", via, ")")
-                               : StrCat(KindName(action.kind), " ", via);
-  MS_LOG_WARN_LIMITED("access: refused: {} may not {} (from {})", who, what, peer.empty() ? "?" : peer);
-  return absl::PermissionDeniedError(StrCat(
-      who, " may not ", what, m == nullptr ? ": not in the access policy" : ": no role or grant allows it"));
+  const std::string what =
+      action.kind == Action::kRead || action.kind == Action::kWrite
+          ? StrCat(KindName(action.kind), " \"", action.object, "\" (", via, ")")
+          : StrCat(KindName(action.kind), " ", via);
+  MS_LOG_WARN_LIMITED("access: refused: {} may not {} (from {})", who, what,
+                      peer.empty() ? "?" : peer);
+  return absl::PermissionDeniedError(
+      StrCat(who, " may not ", what,
+             m == nullptr ? ": not in the access policy" : ": no role or grant allows it"));
 }
 
 std::map<std::string, uint64_t> AccessControl::Refusals() const {
@@ -309,8 +308,7 @@ std::map<std::string, uint64_t> AccessControl::Refusals() const {
   return {refusals_.begin(), refusals_.end()};
 }
 
-absl::StatusOr<std::optional<AccessPolicy>> LoadPolicyFile(
-    const std::string& path) {
+absl::StatusOr<std::optional<AccessPolicy>> LoadPolicyFile(const std::string& path) {
   absl::StatusOr<std::string> bytes = ReadChecksummedFile(path, 16 << 20);
   if (absl::IsNotFound(bytes.status())) return std::nullopt;
   if (!bytes.ok()) return bytes.status();
@@ -321,8 +319,7 @@ absl::StatusOr<std::optional<AccessPolicy>> LoadPolicyFile(
   return p;
 }
 
-absl::Status SavePolicyFile(const std::string& path,
-                            const AccessPolicy& policy) {
+absl::Status SavePolicyFile(const std::string& path, const AccessPolicy& policy) {
   return WriteChecksummedFile(path, policy.SerializeAsString());
 }
 

@@ -45,8 +45,7 @@ const char* KindName(Action::Kind kind);
 
 // The action of calling `method` with `request`; InvalidArgument if the
 // request does not name its table where it must.
-absl::StatusOr<Action> ActionOf(std::string_view method,
-                                std::string_view request);
+absl::StatusOr<Action> ActionOf(std::string_view method, std::string_view request);
 
 // InvalidArgument naming what is wrong: an unknown role, an empty principal
 // or object, a grant of nothing, a policy without an admin.
@@ -69,8 +68,7 @@ class AccessControl {
   // The same for an action done on behalf of `principal` by a front end
   // (the JSON gateway); `via` names it in the refusal and its count.
   absl::Status AuthorizeAction(std::string_view principal, const Action& action,
-                               std::string_view via,
-                               std::string_view peer = "");
+                               std::string_view via, std::string_view peer = "");
 
   // For a process that reads the policy from elsewhere: until the first
   // answer (Install, or NoPolicy), every call but the anyone's is refused
@@ -85,18 +83,14 @@ class AccessControl {
   mutable absl::Mutex mu_;
   std::shared_ptr<const AccessPolicy> policy_ ABSL_GUARDED_BY(mu_);
   // principal -> its member entry in policy_.
-  std::map<std::string, const Member*, std::less<>> by_principal_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, const Member*, std::less<>> by_principal_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> refusals_ ABSL_GUARDED_BY(mu_);
-  std::string unknown_until_read_from_
-      ABSL_GUARDED_BY(mu_);  // non-empty: not known yet
+  std::string unknown_until_read_from_ ABSL_GUARDED_BY(mu_);  // non-empty: not known yet
 };
 
 // The policy file of a lock role: checksummed, written atomically.
 // nullopt if there is none yet; DataLoss if it is damaged.
-absl::StatusOr<std::optional<AccessPolicy>> LoadPolicyFile(
-    const std::string& path);
-absl::Status SavePolicyFile(const std::string& path,
-                            const AccessPolicy& policy);
+absl::StatusOr<std::optional<AccessPolicy>> LoadPolicyFile(const std::string& path);
+absl::Status SavePolicyFile(const std::string& path, const AccessPolicy& policy);
 
 }  // namespace megastore::server

@@ -84,8 +84,7 @@ TEST(AccessTest, ActionsNameTheTableTheRequestCarries) {
   EXPECT_EQ(ActionOf("tablet.DeleteTable", "")->kind, Action::kAdmin);
   EXPECT_EQ(ActionOf("dc.Status", "")->kind, Action::kAnyone);
   // A request that names no table, or garbage, is refused by name.
-  EXPECT_THAT(ActionOf("repl.Paxos", "").status().message(),
-              HasSubstr("names no table"));
+  EXPECT_THAT(ActionOf("repl.Paxos", "").status().message(), HasSubstr("names no table"));
   EXPECT_FALSE(ActionOf("repl.Paxos", "\xff\xff\xff").ok());
   EXPECT_FALSE(ActionOf("tablet.MutateRow", std::string("\x0a\x7f"
                                                         "ab",
@@ -118,10 +117,13 @@ TEST(AccessTest, RepeatedFieldsAreReadAsTheHandlerReadsThem) {
   on.set_table("t");
   on.set_force(true);
   off.set_table("t");
-  const std::string unforced_after = on.SerializeAsString() + std::string("\x78\x00", 2);  // force = false
+  const std::string unforced_after =
+      on.SerializeAsString() + std::string("\x78\x00", 2);  // force = false
   ASSERT_TRUE(parsed.ParseFromString(unforced_after));
-  EXPECT_EQ(ActionOf("tablet.MutateRow", unforced_after)->kind, parsed.force() ? Action::kReplica : Action::kWrite);
-  EXPECT_EQ(ActionOf("tablet.MutateRow", off.SerializeAsString() + on.SerializeAsString())->kind, Action::kReplica);
+  EXPECT_EQ(ActionOf("tablet.MutateRow", unforced_after)->kind,
+            parsed.force() ? Action::kReplica : Action::kWrite);
+  EXPECT_EQ(ActionOf("tablet.MutateRow", off.SerializeAsString() + on.SerializeAsString())->kind,
+            Action::kReplica);
 }
 
 TEST(AccessTest, SchemasCoverTheirTables) {
@@ -140,39 +142,32 @@ TEST(AccessTest, EveryKindOfActionIsCheckedAndRefusalsSayWhoWhatAndWhere) {
 
   // The app: read PhotoApp, read and write "scratch".
   EXPECT_TRUE(ac.Authorize(As("app"), "repl.Read", Read("PhotoApp")).ok());
-  EXPECT_TRUE(
-      ac.Authorize(As("app"), "coord.Check", Check("PhotoApp.PhotosByTag"))
-          .ok());
+  EXPECT_TRUE(ac.Authorize(As("app"), "coord.Check", Check("PhotoApp.PhotosByTag")).ok());
   absl::Status s = ac.Authorize(As("app"), "repl.Paxos", Paxos("PhotoApp"));
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
-  EXPECT_THAT(s.message(),
-              HasSubstr("\"app\" may not write \"PhotoApp\" (repl.Paxos)"));
+  EXPECT_THAT(s.message(), HasSubstr("\"app\" may not write \"PhotoApp\" (repl.Paxos)"));
+  EXPECT_TRUE(ac.Authorize(As("app"), "tablet.MutateRow", Mutate("scratch")).ok());
   EXPECT_TRUE(
-      ac.Authorize(As("app"), "tablet.MutateRow", Mutate("scratch")).ok());
-  EXPECT_TRUE(absl::IsPermissionDenied(
-      ac.Authorize(As("app"), "tablet.MutateRow", Mutate("other"))));
+      absl::IsPermissionDenied(ac.Authorize(As("app"), "tablet.MutateRow", Mutate("other"))));
   // Paxos and lock messages from a non-replica.
   s = ac.Authorize(As("app"), "lock.Acquire", "");
   EXPECT_TRUE(absl::IsPermissionDenied(s));
   EXPECT_THAT(s.message(), HasSubstr("call the replica method lock.Acquire"));
   EXPECT_TRUE(absl::IsPermissionDenied(ac.Authorize(As("app"), "ls.Put", "")));
   // Admin methods: not for apps, not for replicas.
-  EXPECT_TRUE(
-      absl::IsPermissionDenied(ac.Authorize(As("app"), "dc.Replica", "")));
+  EXPECT_TRUE(absl::IsPermissionDenied(ac.Authorize(As("app"), "dc.Replica", "")));
   s = ac.Authorize(As("dc-A"), "tablet.DeleteTable", "");
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("\"dc-A\" may not call the admin method tablet.DeleteTable"));
+  EXPECT_THAT(s.message(), HasSubstr("\"dc-A\" may not call the admin method tablet.DeleteTable"));
   EXPECT_TRUE(ac.Authorize(As("dc-A"), "repl.Paxos", Paxos("PhotoApp")).ok());
   EXPECT_TRUE(ac.Authorize(As("dc-A"), "lock.Acquire", "").ok());
   EXPECT_TRUE(ac.Authorize(As("ops"), "tablet.DeleteTable", "").ok());
   // Strangers, and callers without a name.
   s = ac.Authorize(As("stranger"), "repl.Read", Read("PhotoApp"));
   EXPECT_THAT(s.message(), HasSubstr("not in the access policy"));
-  EXPECT_TRUE(absl::IsPermissionDenied(
-      ac.Authorize(As(""), "repl.Read", Read("PhotoApp"))));
+  EXPECT_TRUE(absl::IsPermissionDenied(ac.Authorize(As(""), "repl.Read", Read("PhotoApp"))));
   EXPECT_TRUE(ac.Authorize(As("stranger"), "dc.Status", "").ok());
-  EXPECT_TRUE(absl::IsPermissionDenied(ac.Authorize(As("app"), "acl.Get", ""))) << "the policy is not an app's";
+  EXPECT_TRUE(absl::IsPermissionDenied(ac.Authorize(As("app"), "acl.Get", "")))
+      << "the policy is not an app's";
   EXPECT_TRUE(ac.Authorize(As("dc-A"), "acl.Get", "").ok());
   EXPECT_EQ(ac.Refusals().at("repl.Paxos"), 1u);
   EXPECT_EQ(ac.Refusals().at("repl.Read"), 2u);
@@ -221,8 +216,7 @@ TEST(AccessTest, PoliciesThatWouldLockEveryoneOutAreRefused) {
   EXPECT_THAT(ValidatePolicy(p).message(), HasSubstr("unknown role \"root\""));
   p = Policy();
   p.mutable_members(2)->mutable_grants(0)->set_read(false);
-  EXPECT_THAT(ValidatePolicy(p).message(),
-              HasSubstr("allows neither read nor write"));
+  EXPECT_THAT(ValidatePolicy(p).message(), HasSubstr("allows neither read nor write"));
   p = Policy();
   *p.add_members() = p.members(0);
   EXPECT_THAT(ValidatePolicy(p).message(), HasSubstr("listed twice"));

@@ -1,12 +1,12 @@
 #include "tools/megastored/cluster.h"
 
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include "base/file.h"
 #include "base/status.h"
@@ -28,9 +28,12 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
 const char* TypeName(replication::ReplicaType t) {
   switch (t) {
-    case replication::ReplicaType::kWitness: return "witness";
-    case replication::ReplicaType::kReadOnly: return "read-only";
-    default: return "full";
+    case replication::ReplicaType::kWitness:
+      return "witness";
+    case replication::ReplicaType::kReadOnly:
+      return "read-only";
+    default:
+      return "full";
   }
 }
 
@@ -42,11 +45,16 @@ replication::ReplicaType TypeOf(const DatacenterConfig& dc) {
 
 const char* RoleName(Role role) {
   switch (role) {
-    case Role::kTablet: return "tablet";
-    case Role::kLock: return "lock";
-    case Role::kCoordinator: return "coordinator";
-    case Role::kReplication: return "replication";
-    case Role::kMaster: return "master";
+    case Role::kTablet:
+      return "tablet";
+    case Role::kLock:
+      return "lock";
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kReplication:
+      return "replication";
+    case Role::kMaster:
+      return "master";
   }
   return "?";
 }
@@ -60,14 +68,16 @@ absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view text) {
     const std::string_view name = text.substr(start, comma - start);
     start = comma + 1;
     bool known = false;
-    for (Role r : {Role::kTablet, Role::kLock, Role::kCoordinator, Role::kReplication, Role::kMaster}) {
+    for (Role r :
+         {Role::kTablet, Role::kLock, Role::kCoordinator, Role::kReplication, Role::kMaster}) {
       if (name != RoleName(r)) continue;
       known = true;
       if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
     }
     if (!known)
       return absl::InvalidArgumentError(
-          StrCat("unknown role \"", name, "\" (roles: tablet, lock, coordinator, replication, master, or all)"));
+          StrCat("unknown role \"", name,
+                 "\" (roles: tablet, lock, coordinator, replication, master, or all)"));
   }
   return out;
 }
@@ -76,11 +86,20 @@ const std::string& AddressOf(const DatacenterConfig& dc, Role role) {
   const RoleAddresses& r = dc.roles();
   const std::string* own = nullptr;
   switch (role) {
-    case Role::kTablet: own = &r.tablet(); break;
-    case Role::kLock: own = &r.lock(); break;
-    case Role::kCoordinator: own = &r.coordinator(); break;
-    case Role::kReplication: own = &r.replication(); break;
-    case Role::kMaster: break;
+    case Role::kTablet:
+      own = &r.tablet();
+      break;
+    case Role::kLock:
+      own = &r.lock();
+      break;
+    case Role::kCoordinator:
+      own = &r.coordinator();
+      break;
+    case Role::kReplication:
+      own = &r.replication();
+      break;
+    case Role::kMaster:
+      break;
   }
   if (own == nullptr) return dc.address();
   return own->empty() ? dc.address() : *own;
@@ -90,9 +109,11 @@ std::vector<std::pair<std::string, std::vector<Role>>> ProcessesOf(const Datacen
   std::vector<std::pair<std::string, std::vector<Role>>> out;
   for (Role role : kAllRoles) {
     if (role == Role::kCoordinator && TypeOf(dc) != replication::ReplicaType::kFull) continue;
-    if (role == Role::kTablet && !dc.bigtable_cell().name().empty()) continue;  // the cell's own processes
+    if (role == Role::kTablet && !dc.bigtable_cell().name().empty())
+      continue;  // the cell's own processes
     const std::string& address = AddressOf(dc, role);
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == address; });
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == address; });
     if (it == out.end()) it = out.insert(out.end(), {address, {}});
     it->second.push_back(role);
   }
@@ -113,44 +134,52 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
   if (!parser.ParseFromString(text, &config))
     return absl::InvalidArgumentError(StrCat(file, ":", errors.first));
   if (config.max_clock_skew_ms() > 3600'000)
-    return absl::InvalidArgumentError(StrCat(file, ": max_clock_skew_ms ", config.max_clock_skew_ms(),
-                                             " is more than an hour"));
-  if (config.datacenters().empty()) return absl::InvalidArgumentError(StrCat(file, ": no datacenters"));
+    return absl::InvalidArgumentError(
+        StrCat(file, ": max_clock_skew_ms ", config.max_clock_skew_ms(), " is more than an hour"));
+  if (config.datacenters().empty())
+    return absl::InvalidArgumentError(StrCat(file, ": no datacenters"));
   std::set<std::string> names;
   int full = 0;
   for (const DatacenterConfig& dc : config.datacenters()) {
-    if (dc.name().empty()) return absl::InvalidArgumentError(StrCat(file, ": a datacenter has no name"));
+    if (dc.name().empty())
+      return absl::InvalidArgumentError(StrCat(file, ": a datacenter has no name"));
     if (!names.insert(dc.name()).second)
-      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), " is named twice"));
+      return absl::InvalidArgumentError(
+          StrCat(file, ": datacenter ", dc.name(), " is named twice"));
     if (dc.has_bigtable_cell()) {
       const BigtableCell& cell = dc.bigtable_cell();
       if (cell.name().empty() || cell.lock_service().empty())
-        return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(),
-                                                 ": bigtable_cell needs both name and lock_service"));
+        return absl::InvalidArgumentError(StrCat(
+            file, ": datacenter ", dc.name(), ": bigtable_cell needs both name and lock_service"));
       if (local_mode)
-        return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(),
-                                                 ": bigtable_cell needs the cell's own processes; run it with "
-                                                 "--config --datacenter, not --local"));
+        return absl::InvalidArgumentError(
+            StrCat(file, ": datacenter ", dc.name(),
+                   ": bigtable_cell needs the cell's own processes; run it with "
+                   "--config --datacenter, not --local"));
     }
-    if (!dc.type().empty() && dc.type() != "full" && dc.type() != "witness" && dc.type() != "read-only")
-      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), ": type \"", dc.type(),
-                                               "\" is not full, witness or read-only"));
+    if (!dc.type().empty() && dc.type() != "full" && dc.type() != "witness" &&
+        dc.type() != "read-only")
+      return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), ": type \"",
+                                               dc.type(), "\" is not full, witness or read-only"));
     full += TypeOf(dc) == replication::ReplicaType::kFull ? 1 : 0;
     for (Role role : kAllRoles) {
       const std::string& address = AddressOf(dc, role);
-      const std::string what = StrCat(file, ": datacenter ", dc.name(), ": ",
-                                      address == dc.address() ? "address" : StrCat("roles.", RoleName(role)));
+      const std::string what =
+          StrCat(file, ": datacenter ", dc.name(), ": ",
+                 address == dc.address() ? "address" : StrCat("roles.", RoleName(role)));
       const size_t colon = address.rfind(':');
       if (address.empty())
-        return absl::InvalidArgumentError(StrCat(what, " is missing (HOST:PORT where the ", RoleName(role),
-                                                 " role listens)"));
+        return absl::InvalidArgumentError(
+            StrCat(what, " is missing (HOST:PORT where the ", RoleName(role), " role listens)"));
       if (colon == std::string::npos || colon == 0)
         return absl::InvalidArgumentError(StrCat(what, " \"", address, "\" is not HOST:PORT"));
       if (!local_mode && address.substr(colon + 1) == "0")
-        return absl::InvalidArgumentError(StrCat(what, ": port 0 only works in local mode (megastored --local)"));
-      if (local_mode && address != dc.address())
         return absl::InvalidArgumentError(
-            StrCat(what, ": megastored --local runs each datacenter in one place; roles { } is for separate processes"));
+            StrCat(what, ": port 0 only works in local mode (megastored --local)"));
+      if (local_mode && address != dc.address())
+        return absl::InvalidArgumentError(StrCat(what,
+                                                 ": megastored --local runs each datacenter in one "
+                                                 "place; roles { } is for separate processes"));
     }
   }
   if (full == 0) return absl::InvalidArgumentError(StrCat(file, ": no full replica"));
@@ -159,27 +188,31 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
   if (any_tls) {
     for (const DatacenterConfig& dc : config.datacenters()) {
       const tls::TlsFiles f = ServerTlsOf(config, dc);
-      for (const auto& [field, value] : {std::pair{"ca", f.ca}, std::pair{"cert", f.cert}, std::pair{"key", f.key}})
+      for (const auto& [field, value] :
+           {std::pair{"ca", f.ca}, std::pair{"cert", f.cert}, std::pair{"key", f.key}})
         if (value.empty())
-          return absl::InvalidArgumentError(StrCat(file, ": datacenter ", dc.name(), " has no tls.", field,
-                                                   " (TLS is on for every process once the config names it: set it "
-                                                   "in the datacenter's tls or the cluster's)"));
+          return absl::InvalidArgumentError(
+              StrCat(file, ": datacenter ", dc.name(), " has no tls.", field,
+                     " (TLS is on for every process once the config names it: set it "
+                     "in the datacenter's tls or the cluster's)"));
     }
   }
   if (config.has_client_tls()) {
     const tls::TlsFiles f = ClientTlsOf(config);
     if (f.ca.empty() || f.cert.empty() || f.key.empty())
-      return absl::InvalidArgumentError(
-          StrCat(file, ": client_tls needs cert and key, and a ca (its own or the cluster's tls.ca)"));
+      return absl::InvalidArgumentError(StrCat(
+          file, ": client_tls needs cert and key, and a ca (its own or the cluster's tls.ca)"));
   }
   for (const Link& l : config.links()) {
     for (const std::string& end : {l.a(), l.b()})
       if (!names.count(end))
-        return absl::InvalidArgumentError(StrCat(file, ": link ", l.a(), "-", l.b(), " names no datacenter ", end));
+        return absl::InvalidArgumentError(
+            StrCat(file, ": link ", l.a(), "-", l.b(), " names no datacenter ", end));
     // The emulated delay of one message: beyond ten seconds every request
     // would time out, so it is a mistake, not a WAN.
     if (l.one_way_ms() > 10'000)
-      return absl::InvalidArgumentError(StrCat(file, ": link ", l.a(), "-", l.b(), ": one_way_ms ", l.one_way_ms(),
+      return absl::InvalidArgumentError(StrCat(file, ": link ", l.a(), "-", l.b(), ": one_way_ms ",
+                                               l.one_way_ms(),
                                                " is more than 10000 (10 s one way)"));
   }
   return config;
@@ -190,9 +223,10 @@ absl::StatusOr<ClusterConfig> LoadClusterConfig(const std::string& path, bool lo
   // file given by mistake) is refused before it is read into memory.
   absl::StatusOr<std::string> text = ReadFileToString(path, 1 << 20);
   if (!text.ok()) {
-    return absl::Status(text.status().code(), StrCat("cannot read cluster config ", path, ": ",
-                                                     absl::IsNotFound(text.status()) ? "no such file"
-                                                                                     : text.status().message()));
+    return absl::Status(
+        text.status().code(),
+        StrCat("cannot read cluster config ", path, ": ",
+               absl::IsNotFound(text.status()) ? "no such file" : text.status().message()));
   }
   MS_ASSIGN_OR_RETURN(ClusterConfig config, ParseClusterConfig(*text, path, local_mode));
   // Relative TLS paths are the config directory's.
@@ -221,9 +255,12 @@ absl::StatusOr<ClusterConfig> LoadClusterConfigForClient(const std::string& path
 }
 
 tls::TlsFiles ServerTlsOf(const ClusterConfig& config, const DatacenterConfig& dc) {
-  auto pick = [](const std::string& own, const std::string& cluster) { return own.empty() ? cluster : own; };
+  auto pick = [](const std::string& own, const std::string& cluster) {
+    return own.empty() ? cluster : own;
+  };
   if (!config.has_tls() && !dc.has_tls()) return {};
-  return tls::TlsFiles{pick(dc.tls().ca(), config.tls().ca()), pick(dc.tls().cert(), config.tls().cert()),
+  return tls::TlsFiles{pick(dc.tls().ca(), config.tls().ca()),
+                       pick(dc.tls().cert(), config.tls().cert()),
                        pick(dc.tls().key(), config.tls().key())};
 }
 
@@ -247,13 +284,15 @@ std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config) {
     r.type = TypeOf(dc);
     r.replication = AddressOf(dc, Role::kReplication);
     r.lock_service = AddressOf(dc, Role::kLock);
-    if (r.type == replication::ReplicaType::kFull) r.coordinator = AddressOf(dc, Role::kCoordinator);
+    if (r.type == replication::ReplicaType::kFull)
+      r.coordinator = AddressOf(dc, Role::kCoordinator);
     out.push_back(std::move(r));
   }
   return out;
 }
 
-std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config) {
+std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(
+    const ClusterConfig& config) {
   std::map<std::pair<std::string, std::string>, absl::Duration> out;
   for (const Link& l : config.links()) {
     out[{l.a(), l.b()}] = absl::Milliseconds(l.one_way_ms());

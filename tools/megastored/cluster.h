@@ -43,7 +43,8 @@ const char* TypeName(replication::ReplicaType type);
 // kMaster is a Bigtable cell's master (megastored --cell); a --config
 // datacenter's roles ("all") are the other four.
 enum class Role { kTablet, kLock, kCoordinator, kReplication, kMaster };
-inline constexpr Role kAllRoles[] = {Role::kTablet, Role::kLock, Role::kCoordinator, Role::kReplication};
+inline constexpr Role kAllRoles[] = {Role::kTablet, Role::kLock, Role::kCoordinator,
+                                     Role::kReplication};
 const char* RoleName(Role role);
 // Parses "tablet,lock,..." (or "all"); InvalidArgument naming an unknown role.
 absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view text);

@@ -9,19 +9,19 @@
 
 #include "api/database.h"
 #include "api/gateway.h"
-#include "base/delayed_transport.h"
 #include "base/coding.h"
+#include "base/delayed_transport.h"
 #include "base/env.h"
 #include "base/file.h"
 #include "base/http/http_server.h"
 #include "base/logging.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/status.h"
-#include "storage/cell/cell_client.h"
 #include "base/strings.h"
 #include "base/tls/certs.h"
 #include "base/tls/context.h"
 #include "schema/compat.h"
+#include "storage/cell/cell_client.h"
 #include "tools/megastored/cluster.h"
 #include "tools/megastored/datacenter.h"
 #include "tools/megastored/signals.h"
@@ -47,9 +47,11 @@ const char* HttpScheme() { return tls::DefaultTls().enabled() ? "https" : "http"
 struct LocalCertificates {
   tls::TlsFiles server, client;
 };
-absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir, const ClusterConfig& config) {
+absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir,
+                                                          const ClusterConfig& config) {
   LocalCertificates out;
-  out.server = tls::TlsFiles{dir + "/ca.crt", dir + "/megastore-local.crt", dir + "/megastore-local.key"};
+  out.server =
+      tls::TlsFiles{dir + "/ca.crt", dir + "/megastore-local.crt", dir + "/megastore-local.key"};
   out.client = tls::TlsFiles{dir + "/ca.crt", dir + "/admin.crt", dir + "/admin.key"};
   if (!std::filesystem::exists(dir + "/ca.key")) {
     MS_RETURN_IF_ERROR(tls::CreateCa(dir, "megastore local CA (throwaway)"));
@@ -58,7 +60,8 @@ absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir
     server.hosts = {"127.0.0.1", "localhost", "::1"};
     for (const DatacenterConfig& dc : config.datacenters()) {
       const std::string host = dc.address().substr(0, dc.address().rfind(':'));
-      if (!host.empty() && std::find(server.hosts.begin(), server.hosts.end(), host) == server.hosts.end())
+      if (!host.empty() &&
+          std::find(server.hosts.begin(), server.hosts.end(), host) == server.hosts.end())
         server.hosts.push_back(host);
     }
     MS_RETURN_IF_ERROR(tls::IssueCertificate(dir, dir, "megastore-local", server));
@@ -75,12 +78,14 @@ absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir
 
 // Serves the status pages if --http asks for them, says "ready", and
 // waits for SIGINT/SIGTERM. False if the status server could not start.
-bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line, std::vector<Datacenter*> dcs,
-                      const ClusterConfig& config, Database* gateway_db, const Gateway* gateway) {
+bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line,
+                      std::vector<Datacenter*> dcs, const ClusterConfig& config,
+                      Database* gateway_db, const Gateway* gateway) {
   std::unique_ptr<http::HttpServer> status;
   if (!flags.http.empty()) {
     std::string bound;
-    status = ServeStatus(flags.http, StatusSources{command_line, std::move(dcs), config, gateway_db, gateway},
+    status = ServeStatus(flags.http,
+                         StatusSources{command_line, std::move(dcs), config, gateway_db, gateway},
                          &bound);
     if (status == nullptr) return false;
     std::printf("megastored: status at %s://%s/status\n", HttpScheme(), bound.c_str());
@@ -104,13 +109,15 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     bytes << in.rdbuf();
     schema::SchemaDescriptor d;
     if (!in || !d.ParseFromString(bytes.str()) || d.name().empty())
-      return BadFlags(StrCat("--schema=", path, ": not a schema descriptor (msc --out writes NAME.schema.pb)"));
+      return BadFlags(
+          StrCat("--schema=", path, ": not a schema descriptor (msc --out writes NAME.schema.pb)"));
     absl::StatusOr<schema::Layout> layout = schema::Layout::Create(d);
     if (!layout.ok()) return BadFlags(StrCat("--schema=", path, ": ", layout.status().message()));
     for (storage::TableSchema& t : txn::TablesFor(*layout)) tables.push_back(std::move(t));
     schemas.push_back(std::move(d));
   }
-  if (!flags.gateway.empty() && schemas.empty()) return BadFlags("--gateway needs --schema (the schema it serves)");
+  if (!flags.gateway.empty() && schemas.empty())
+    return BadFlags("--gateway needs --schema (the schema it serves)");
   if (!schemas.empty()) {
     storage::TableSchema t;
     t.set_name(kSchemaTable);
@@ -128,7 +135,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   // `tablets`: the TabletServer here, or the cell's client library.
   auto record = [&schemas](auto* tablets) -> absl::Status {
     for (const schema::SchemaDescriptor& d : schemas) {
-      MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row, tablets->ReadRow(kSchemaTable, d.name(), {}));
+      MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row,
+                          tablets->ReadRow(kSchemaTable, d.name(), {}));
       schema::SchemaDescriptor previous;
       if (row.has_value() && !row->cells.empty()) {
         if (!previous.ParseFromString(row->cells.front().value))
@@ -138,13 +146,15 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
           std::string why;
           for (const std::string& p : problems) why += StrCat("\n  ", p);
           return absl::FailedPreconditionError(
-              StrCat("--schema: ", d.name(), " differs incompatibly from the schema recorded in this cluster "
-                     "(make the change compatible, or create new tables):", why));
+              StrCat("--schema: ", d.name(),
+                     " differs incompatibly from the schema recorded in this cluster "
+                     "(make the change compatible, or create new tables):",
+                     why));
         }
       }
-      MS_RETURN_IF_ERROR(tablets->MutateRow(kSchemaTable, d.name(),
-                                            {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn,
-                                                                        d.SerializeAsString())}));
+      MS_RETURN_IF_ERROR(tablets->MutateRow(
+          kSchemaTable, d.name(),
+          {storage::Mutation::SetCell(kSchemaFamily, kSchemaColumn, d.SerializeAsString())}));
     }
     return absl::OkStatus();
   };
@@ -155,7 +165,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
 
   ClusterConfig config;
   if (!flags.config.empty()) {
-    absl::StatusOr<ClusterConfig> loaded = LoadClusterConfig(flags.config, /*local_mode=*/flags.local > 0);
+    absl::StatusOr<ClusterConfig> loaded =
+        LoadClusterConfig(flags.config, /*local_mode=*/flags.local > 0);
     if (!loaded.ok()) return BadFlags(std::string(loaded.status().message()));
     config = std::move(*loaded);
   } else {
@@ -164,13 +175,16 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
 
   if (flags.local == 0) {
     // One datacenter's roles, as the config describes it.
-    if (flags.datacenter.empty()) return BadFlags("--config without --local needs --datacenter=NAME");
+    if (flags.datacenter.empty())
+      return BadFlags("--config without --local needs --datacenter=NAME");
     int self = -1;
     for (int i = 0; i < config.datacenters_size(); ++i)
       if (config.datacenters(i).name() == flags.datacenter) self = i;
-    if (self < 0) return BadFlags(StrCat("--datacenter=", flags.datacenter, ": not in ", flags.config));
+    if (self < 0)
+      return BadFlags(StrCat("--datacenter=", flags.datacenter, ": not in ", flags.config));
     const DatacenterConfig& me = config.datacenters(self);
-    if (flags.no_tls) return BadFlags("--no-tls is for --local; a --config cluster's TLS is its config's tls");
+    if (flags.no_tls)
+      return BadFlags("--no-tls is for --local; a --config cluster's TLS is its config's tls");
     // The config's certificates, unless --tls-* named this process's own.
     if (!tls::DefaultTls().enabled()) {
       const tls::TlsFiles files = ServerTlsOf(config, me);
@@ -188,9 +202,10 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       const std::string keys = std::filesystem::weakly_canonical(flags.key_dir, ec).string();
       const std::string data = std::filesystem::weakly_canonical(flags.data, ec).string();
       if (!flags.data.empty() && (keys == data || keys.rfind(data + "/", 0) == 0))
-        return BadFlags(StrCat("--key-dir=", flags.key_dir, " is inside --data=", flags.data,
-                               ": keep the keys apart from the data they open (another directory, ideally another "
-                               "volume or owner)"));
+        return BadFlags(StrCat(
+            "--key-dir=", flags.key_dir, " is inside --data=", flags.data,
+            ": keep the keys apart from the data they open (another directory, ideally another "
+            "volume or owner)"));
       o.key_dir = flags.key_dir;
     }
     o.max_clock_skew = MaxClockSkewOf(config);
@@ -199,45 +214,55 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     if (flags.roles.empty()) {
       o.roles.clear();
       for (Role r : kAllRoles)
-        if (r != Role::kCoordinator || o.type == replication::ReplicaType::kFull) o.roles.push_back(r);
+        if (r != Role::kCoordinator || o.type == replication::ReplicaType::kFull)
+          o.roles.push_back(r);
     } else {
       absl::StatusOr<std::vector<Role>> roles = ParseRoles(flags.roles);
-      if (!roles.ok()) return BadFlags(StrCat("--roles=", flags.roles, ": ", roles.status().message()));
+      if (!roles.ok())
+        return BadFlags(StrCat("--roles=", flags.roles, ": ", roles.status().message()));
       o.roles = std::move(*roles);
       if (std::count(o.roles.begin(), o.roles.end(), Role::kMaster))
-        return BadFlags(StrCat("--roles=", flags.roles, ": the master role runs a Bigtable cell: "
-                               "megastored --roles=master --cell=C --lock-service=... (docs/cell.md)"));
-      if (std::count(o.roles.begin(), o.roles.end(), Role::kCoordinator) && o.type != replication::ReplicaType::kFull)
-        return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), " is a ",
-                               TypeName(o.type), " replica; only full replicas have a coordinator"));
+        return BadFlags(
+            StrCat("--roles=", flags.roles,
+                   ": the master role runs a Bigtable cell: "
+                   "megastored --roles=master --cell=C --lock-service=... (docs/cell.md)"));
+      if (std::count(o.roles.begin(), o.roles.end(), Role::kCoordinator) &&
+          o.type != replication::ReplicaType::kFull)
+        return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), " is a ", TypeName(o.type),
+                               " replica; only full replicas have a coordinator"));
     }
     // Every role run here listens on one address.
     o.listen = AddressOf(me, o.roles.front());
     for (Role r : o.roles)
       if (AddressOf(me, r) != o.listen)
-        return BadFlags(StrCat(flags.config, " puts ", me.name(), "'s ", RoleName(o.roles.front()), " role on ", o.listen,
-                               " and its ", RoleName(r), " role on ", AddressOf(me, r),
-                               ": run one megastored per address, each with --roles naming the roles there"));
+        return BadFlags(
+            StrCat(flags.config, " puts ", me.name(), "'s ", RoleName(o.roles.front()), " role on ",
+                   o.listen, " and its ", RoleName(r), " role on ", AddressOf(me, r),
+                   ": run one megastored per address, each with --roles naming the roles there"));
     o.tablet_address = AddressOf(me, Role::kTablet);
     o.lock_address = AddressOf(me, Role::kLock);
     const bool in_cell = !me.bigtable_cell().name().empty();
     if (in_cell) {
       if (me.bigtable_cell().lock_service().empty())
-        return BadFlags(StrCat(flags.config, ": ", me.name(), "'s bigtable_cell needs its lock_service"));
+        return BadFlags(
+            StrCat(flags.config, ": ", me.name(), "'s bigtable_cell needs its lock_service"));
       o.cell = me.bigtable_cell().name();
       o.cell_lock_service = me.bigtable_cell().lock_service();
       if (!flags.roles.empty() && std::count(o.roles.begin(), o.roles.end(), Role::kTablet))
-        return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), "'s Bigtable is cell ", o.cell,
-                               ": its tablet servers are megastored --cell processes"));
+        return BadFlags(StrCat("--roles=", flags.roles, ": ", me.name(), "'s Bigtable is cell ",
+                               o.cell, ": its tablet servers are megastored --cell processes"));
       std::erase(o.roles, Role::kTablet);
-      if (o.roles.empty()) return BadFlags(StrCat("--roles=", flags.roles, ": nothing left to run here"));
+      if (o.roles.empty())
+        return BadFlags(StrCat("--roles=", flags.roles, ": nothing left to run here"));
     }
     const bool has_tablet = std::count(o.roles.begin(), o.roles.end(), Role::kTablet) > 0;
     const bool has_replication = std::count(o.roles.begin(), o.roles.end(), Role::kReplication) > 0;
-    if (has_tablet && flags.data.empty()) return BadFlags("--data=DIR is required where the tablet role runs");
+    if (has_tablet && flags.data.empty())
+      return BadFlags("--data=DIR is required where the tablet role runs");
     if (!schemas.empty() && !has_tablet && !(in_cell && has_replication))
-      return BadFlags(in_cell ? "--schema creates tables: give it to the process running the replication role"
-                              : "--schema creates tables: give it to the process running the tablet role");
+      return BadFlags(
+          in_cell ? "--schema creates tables: give it to the process running the replication role"
+                  : "--schema creates tables: give it to the process running the tablet role");
     o.tables = tables;
     o.sync_log = flags.sync;
     // The config's links: this process delays its own outgoing messages.
@@ -250,7 +275,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     }
     absl::Status recorded = absl::OkStatus();
     if (has_tablet) recorded = record((*dc)->tablets());
-    if ((*dc)->cell_client() != nullptr && !schemas.empty()) recorded = record((*dc)->cell_client());
+    if ((*dc)->cell_client() != nullptr && !schemas.empty())
+      recorded = record((*dc)->cell_client());
     if (absl::Status s = recorded; !s.ok()) {
       (*dc)->Stop();
       return record_failed(s);
@@ -258,20 +284,24 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     (*dc)->StartReplication(ReplicasOf(config), self);
     std::string running;
     for (Role r : o.roles) running += StrCat(running.empty() ? "" : ",", RoleName(r));
-    std::printf("megastored: datacenter %s (%s) serving %s on %s (data %s)\n", o.name.c_str(), TypeName(o.type),
-                running.c_str(), (*dc)->address().c_str(), flags.data.c_str());
+    std::printf("megastored: datacenter %s (%s) serving %s on %s (data %s)\n", o.name.c_str(),
+                TypeName(o.type), running.c_str(), (*dc)->address().c_str(), flags.data.c_str());
     // The config's status address belongs to the datacenter's tablet-role
     // process (its replication process when the Bigtable is a cell).
     ClusterFlags serving = flags;
-    if (serving.http.empty() && (has_tablet || (in_cell && has_replication))) serving.http = me.http();
-    const bool served = ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr, nullptr);
+    if (serving.http.empty() && (has_tablet || (in_cell && has_replication)))
+      serving.http = me.http();
+    const bool served =
+        ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr, nullptr);
     (*dc)->Stop();
     return served ? 0 : 1;
   }
 
   // --local: the whole cluster in this process.
-  if (!flags.roles.empty()) return BadFlags("--roles needs --config and --datacenter (--local runs every role)");
-  if (flags.data.empty()) return BadFlags("--local needs --data=DIR (each datacenter keeps its data under it)");
+  if (!flags.roles.empty())
+    return BadFlags("--roles needs --config and --datacenter (--local runs every role)");
+  if (flags.data.empty())
+    return BadFlags("--local needs --data=DIR (each datacenter keeps its data under it)");
   if (config.datacenters_size() < 1) return BadFlags("--local needs at least one datacenter");
   if (!flags.config.empty() && config.datacenters_size() != flags.local)
     return BadFlags(StrCat("--local=", flags.local, " but ", flags.config, " describes ",
@@ -284,34 +314,40 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       const tls::TlsFiles files = ServerTlsOf(config, config.datacenters(0));
       for (const DatacenterConfig& dc : config.datacenters())
         if (ServerTlsOf(config, dc) != files)
-          return BadFlags(StrCat(flags.config, ": --local runs every datacenter in one process, with one "
+          return BadFlags(StrCat(flags.config,
+                                 ": --local runs every datacenter in one process, with one "
                                  "certificate: give them all the same tls"));
-      if (absl::Status s = tls::CheckTls(files); !s.ok()) return BadFlags(StrCat(flags.config, ": tls: ", s.message()));
+      if (absl::Status s = tls::CheckTls(files); !s.ok())
+        return BadFlags(StrCat(flags.config, ": tls: ", s.message()));
       tls::SetDefaultTls(files);
       client_tls = ClientTlsOf(config);
     } else {
-      if (absl::Status s = CreatePrivateDirectories(flags.data); !s.ok()) return BadFlags(std::string(s.message()));
+      if (absl::Status s = CreatePrivateDirectories(flags.data); !s.ok())
+        return BadFlags(std::string(s.message()));
       absl::StatusOr<LocalCertificates> made = EnsureLocalCertificates(flags.data + "/tls", config);
       if (!made.ok()) {
-        std::fprintf(stderr, "megastored: the local cluster's certificates in %s/tls: %s\n", flags.data.c_str(),
-                     std::string(made.status().message()).c_str());
+        std::fprintf(stderr, "megastored: the local cluster's certificates in %s/tls: %s\n",
+                     flags.data.c_str(), std::string(made.status().message()).c_str());
         return 1;
       }
       tls::SetDefaultTls(made->server);
       client_tls = made->client;
-      std::printf("megastored: TLS on, with throwaway certificates in %s/tls (CA ca.crt; tools: admin.crt, "
-                  "admin.key; --no-tls turns it off)\n",
-                  flags.data.c_str());
+      std::printf(
+          "megastored: TLS on, with throwaway certificates in %s/tls (CA ca.crt; tools: admin.crt, "
+          "admin.key; --no-tls turns it off)\n",
+          flags.data.c_str());
     }
   }
-  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync, flags.accept_log_loss,
-                                     flags.key_dir);
+  auto cluster = LocalCluster::Start(env, flags.data, config, tables, flags.sync,
+                                     flags.accept_log_loss, flags.key_dir);
   if (!cluster.ok()) {
-    std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
+    std::fprintf(stderr, "megastored: cannot start the local cluster: %s\n",
+                 cluster.status().ToString().c_str());
     return 1;
   }
   for (int i = 0; i < (*cluster)->size(); ++i) {
-    if (absl::Status s = record((*cluster)->datacenter(i).tablets()); !s.ok()) return record_failed(s);
+    if (absl::Status s = record((*cluster)->datacenter(i).tablets()); !s.ok())
+      return record_failed(s);
   }
   if (!(*cluster)->WaitUntilServing(absl::Seconds(15))) {
     std::fprintf(stderr, "megastored: the coordinators did not get their locks within 15 s\n");
@@ -323,7 +359,9 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     // Absolute paths: the files may live anywhere (--tls-*), and a
     // relative one would be read from the config's directory.
     auto set = [](TlsConfig* t, const tls::TlsFiles& f) {
-      auto absolute = [](const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); };
+      auto absolute = [](const std::string& p) {
+        return std::filesystem::absolute(p).lexically_normal().string();
+      };
       t->set_ca(absolute(f.ca));
       t->set_cert(absolute(f.cert));
       t->set_key(absolute(f.key));
@@ -333,12 +371,14 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     if (client_tls.enabled()) set(written.mutable_client_tls(), client_tls);
   }
   if (absl::Status s = WriteFileAtomically(
-          config_path, "# Written by megastored --local: the running cluster's addresses.\n" + ToText(written));
+          config_path,
+          "# Written by megastored --local: the running cluster's addresses.\n" + ToText(written));
       !s.ok()) {
     std::fprintf(stderr, "megastored: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::printf("megastored: local cluster of %d datacenters (data %s)\n", (*cluster)->size(), flags.data.c_str());
+  std::printf("megastored: local cluster of %d datacenters (data %s)\n", (*cluster)->size(),
+              flags.data.c_str());
   for (const DatacenterConfig& dc : (*cluster)->config().datacenters())
     std::printf("  %-4s %-9s %s\n", dc.name().c_str(), TypeName(TypeOf(dc)), dc.address().c_str());
   for (const Link& l : (*cluster)->config().links())
@@ -356,7 +396,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     for (const DatacenterConfig& dc : running.datacenters())
       if (local.empty() && TypeOf(dc) != replication::ReplicaType::kWitness) local = dc.name();
     gateway_rpc = std::make_unique<rpc::RpcTransport>();
-    gateway_wan = std::make_unique<DelayedTransport>(env, gateway_rpc.get(), OneWayFrom(running, local));
+    gateway_wan =
+        std::make_unique<DelayedTransport>(env, gateway_rpc.get(), OneWayFrom(running, local));
     DatabaseOptions d;
     d.replicas = (*cluster)->replicas();
     d.local = local;
@@ -365,7 +406,8 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     d.replication.max_clock_skew = MaxClockSkewOf(running);
     auto opened = Database::Open(d);
     if (!opened.ok()) {
-      std::fprintf(stderr, "megastored: the gateway's database: %s\n", opened.status().ToString().c_str());
+      std::fprintf(stderr, "megastored: the gateway's database: %s\n",
+                   opened.status().ToString().c_str());
       return 1;
     }
     db = std::move(*opened);
@@ -376,21 +418,26 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     // Read tokens are sealed under a secret kept with the data, so they
     // stay valid across restarts; gateways given the same file accept each
     // other's tokens.
-    const std::string secret_file =
-        flags.gateway_secret_file.empty() ? flags.data + "/gateway-token.key" : flags.gateway_secret_file;
-    absl::StatusOr<TokenMac> mac = flags.gateway_secret_file.empty() && flags.data.empty()
-                                       ? TokenMac::Random()
-                                       : TokenMac::FromFile(secret_file, /*create=*/flags.gateway_secret_file.empty());
+    const std::string secret_file = flags.gateway_secret_file.empty()
+                                        ? flags.data + "/gateway-token.key"
+                                        : flags.gateway_secret_file;
+    absl::StatusOr<TokenMac> mac =
+        flags.gateway_secret_file.empty() && flags.data.empty()
+            ? TokenMac::Random()
+            : TokenMac::FromFile(secret_file, /*create=*/flags.gateway_secret_file.empty());
     if (!mac.ok()) {
-      std::fprintf(stderr, "megastored: --gateway-secret-file: %s\n", std::string(mac.status().message()).c_str());
+      std::fprintf(stderr, "megastored: --gateway-secret-file: %s\n",
+                   std::string(mac.status().message()).c_str());
       return 2;
     }
     mac->set_key_period(absl::Minutes(flags.gateway_token_key_minutes));
     g.token_mac = std::make_shared<const TokenMac>(std::move(*mac));
     if (!flags.gateway_tokens_file.empty()) {
-      absl::StatusOr<std::map<std::string, std::string>> tokens = LoadGatewayTokens(flags.gateway_tokens_file);
+      absl::StatusOr<std::map<std::string, std::string>> tokens =
+          LoadGatewayTokens(flags.gateway_tokens_file);
       if (!tokens.ok()) {
-        std::fprintf(stderr, "megastored: --gateway-tokens-file: %s\n", std::string(tokens.status().message()).c_str());
+        std::fprintf(stderr, "megastored: --gateway-tokens-file: %s\n",
+                     std::string(tokens.status().message()).c_str());
         return 2;
       }
       g.tokens = std::move(*tokens);
@@ -403,21 +450,23 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       if ((*cluster)->datacenter(i).options().name == local) here = &(*cluster)->datacenter(i);
     if (here != nullptr && tls::DefaultTls().enabled())
       g.authorize = [here](const std::string& principal, bool write, const std::string& object) {
-        return here->access().AuthorizeAction(principal, Action{write ? Action::kWrite : Action::kRead, object},
-                                              write ? "gateway commit" : "gateway read");
+        return here->access().AuthorizeAction(
+            principal, Action{write ? Action::kWrite : Action::kRead, object},
+            write ? "gateway commit" : "gateway read");
       };
     gateway = std::make_unique<Gateway>(db.get(), g);
     if (absl::Status s = gateway->Start(); !s.ok()) {
       std::fprintf(stderr, "megastored: the gateway: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("megastored: JSON gateway at %s://%s:%d/v1/ (schema %s, datacenter %s)\n", HttpScheme(),
-                flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(), gateway->port(),
-                schemas.front().name().c_str(), local.c_str());
+    std::printf("megastored: JSON gateway at %s://%s:%d/v1/ (schema %s, datacenter %s)\n",
+                HttpScheme(), flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(),
+                gateway->port(), schemas.front().name().c_str(), local.c_str());
   }
   std::vector<Datacenter*> dcs;
   for (int i = 0; i < (*cluster)->size(); ++i) dcs.push_back(&(*cluster)->datacenter(i));
-  const bool served = ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), db.get(), gateway.get());
+  const bool served =
+      ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), db.get(), gateway.get());
   if (gateway) gateway->Stop();
   gateway.reset();
   db.reset();

@@ -9,20 +9,22 @@
 namespace megastore::server {
 
 struct ClusterFlags {
-  int local = 0;              // --local=N: N datacenters in this process
-  std::string config;         // --config=FILE
-  std::string datacenter;     // --datacenter=NAME (with --config, not --local)
-  std::string roles;          // --roles=...: which of its roles (default: all)
-  std::string data;           // --data=DIR
-  std::string key_dir;        // --key-dir=DIR: keys of encrypted schemas (--local: DATA/keys)
+  int local = 0;           // --local=N: N datacenters in this process
+  std::string config;      // --config=FILE
+  std::string datacenter;  // --datacenter=NAME (with --config, not --local)
+  std::string roles;       // --roles=...: which of its roles (default: all)
+  std::string data;        // --data=DIR
+  std::string key_dir;     // --key-dir=DIR: keys of encrypted schemas (--local: DATA/keys)
   std::vector<std::string> schemas;  // --schema=FILE.schema.pb: create its tables
-  std::string gateway;        // --gateway=HOST:PORT: the JSON gateway (local mode)
+  std::string gateway;               // --gateway=HOST:PORT: the JSON gateway (local mode)
   int gateway_max_json_depth = 32;   // --gateway-max-json-depth
   int64_t gateway_max_page = 1000;   // --gateway-max-page
-  std::string gateway_secret_file;   // --gateway-secret-file (default: DATA/gateway-token.key, created)
-  int64_t gateway_token_key_minutes = 60;  // --gateway-token-key-period: the read-token key rotates this often
-  std::string gateway_tokens_file;   // --gateway-tokens-file: bearer tokens and their principals
-  std::string http;           // --http=HOST:PORT: /status and /metrics
+  std::string
+      gateway_secret_file;  // --gateway-secret-file (default: DATA/gateway-token.key, created)
+  int64_t gateway_token_key_minutes =
+      60;  // --gateway-token-key-period: the read-token key rotates this often
+  std::string gateway_tokens_file;  // --gateway-tokens-file: bearer tokens and their principals
+  std::string http;                 // --http=HOST:PORT: /status and /metrics
   bool sync = true;
   bool accept_log_loss = false;  // --accept-log-loss
   bool no_tls = false;           // --no-tls: --local without its throwaway certificates

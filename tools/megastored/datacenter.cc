@@ -3,21 +3,22 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/time/clock.h"
 #include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
+#include "base/strings.h"
 #include "replication/at_rest.h"
-#include "absl/time/clock.h"
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
 #include "storage/cell/master.h"
 #include "storage/tabletserver/remote_bigtable.h"
 #include "tools/megastored/datacenter.pb.h"
-#include "base/strings.h"
 
 namespace megastore::server {
 
-Datacenter::Datacenter(Env* env, DatacenterOptions options) : env_(env), options_(std::move(options)) {}
+Datacenter::Datacenter(Env* env, DatacenterOptions options)
+    : env_(env), options_(std::move(options)) {}
 
 bool Datacenter::Runs(Role role) const {
   return std::find(options_.roles.begin(), options_.roles.end(), role) != options_.roles.end();
@@ -32,20 +33,25 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     co.renew_interval = options.coordinator_renew;
     MS_RETURN_IF_ERROR(co.Validate());
     if (co.lease > storage::lock::LockTableOptions{}.max_lease)
-      return absl::InvalidArgumentError(StrCat(
-          "coordinator lease ", absl::FormatDuration(co.lease), " is longer than a lock service grants (",
-          absl::FormatDuration(storage::lock::LockTableOptions{}.max_lease), ")"));
+      return absl::InvalidArgumentError(
+          StrCat("coordinator lease ", absl::FormatDuration(co.lease),
+                 " is longer than a lock service grants (",
+                 absl::FormatDuration(storage::lock::LockTableOptions{}.max_lease), ")"));
   }
   // Whether this datacenter's directory is new (nothing ran in it before):
   // decided before any role writes there.
   bool new_directory = true;
   {
     std::error_code ec;
-    new_directory = !std::filesystem::exists(options.data_dir, ec) || std::filesystem::is_empty(options.data_dir, ec);
+    new_directory = !std::filesystem::exists(options.data_dir, ec) ||
+                    std::filesystem::is_empty(options.data_dir, ec);
   }
-  if (options.data_dir.empty() && std::count(options.roles.begin(), options.roles.end(), Role::kLock))
-    return absl::InvalidArgumentError(StrCat(options.name, ": the lock role needs a data directory (--data): it keeps "
-                                             "coordinator-locks.state there, so a restart knows how long to wait"));
+  if (options.data_dir.empty() &&
+      std::count(options.roles.begin(), options.roles.end(), Role::kLock))
+    return absl::InvalidArgumentError(
+        StrCat(options.name,
+               ": the lock role needs a data directory (--data): it keeps "
+               "coordinator-locks.state there, so a restart knows how long to wait"));
   // Only full replicas have a coordinator.
   if (options.type != replication::ReplicaType::kFull)
     std::erase(options.roles, Role::kCoordinator);
@@ -63,14 +69,18 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     for (const storage::TableSchema& t : o.tables) {
       absl::Status s = absl::UnavailableError(StrCat("cell ", o.cell, " has no master"));
       for (int attempt = 0; attempt < 600; ++attempt) {
-        absl::StatusOr<std::string> master = storage::cell::FindMaster(dc->cell_lock_.get(), o.cell);
+        absl::StatusOr<std::string> master =
+            storage::cell::FindMaster(dc->cell_lock_.get(), o.cell);
         if (master.ok()) s = storage::cell::MasterClient(*master, absl::Seconds(30)).CreateTable(t);
         if (s.ok() || absl::IsAlreadyExists(s)) break;
-        if (!absl::IsUnavailable(s) && !absl::IsFailedPrecondition(s) && !absl::IsDeadlineExceeded(s)) return s;
+        if (!absl::IsUnavailable(s) && !absl::IsFailedPrecondition(s) &&
+            !absl::IsDeadlineExceeded(s))
+          return s;
         absl::SleepFor(absl::Milliseconds(100));
       }
       if (!s.ok() && !absl::IsAlreadyExists(s)) {
-        return absl::UnavailableError(StrCat("creating table ", t.name(), " in cell ", o.cell, ": ", s.message()));
+        return absl::UnavailableError(
+            StrCat("creating table ", t.name(), " in cell ", o.cell, ": ", s.message()));
       }
     }
     dc->bigtable_ = std::make_unique<storage::cell::CellBigtable>(dc->cell_client_.get());
@@ -96,7 +106,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       }
       for (const storage::ColumnFamily& want : t.families()) {
         for (storage::ColumnFamily& f : *stored->mutable_families()) {
-          if (f.name() != want.name() || !want.timestamp_deletes() || f.timestamp_deletes()) continue;
+          if (f.name() != want.name() || !want.timestamp_deletes() || f.timestamp_deletes())
+            continue;
           f.set_timestamp_deletes(true);
           changed = true;
         }
@@ -106,12 +117,15 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     dc->bigtable_ = std::make_unique<storage::InProcessBigtable>(dc->tablets_.get());
   } else if (dc->Runs(Role::kReplication)) {
     if (o.tablet_address.empty())
-      return absl::InvalidArgumentError(StrCat(o.name, ": the replication role without the tablet role needs the "
-                                               "tablet server's address"));
+      return absl::InvalidArgumentError(
+          StrCat(o.name,
+                 ": the replication role without the tablet role needs the "
+                 "tablet server's address"));
     dc->bigtable_ = std::make_unique<storage::RemoteBigtable>(o.tablet_address);
   }
   if (dc->Runs(Role::kReplication))
-    dc->encryption_ = std::make_unique<replication::AtRestEncryption>(env, dc->bigtable_.get(), o.key_dir);
+    dc->encryption_ =
+        std::make_unique<replication::AtRestEncryption>(env, dc->bigtable_.get(), o.key_dir);
   if (o.one_way) dc->delayed_ = std::make_unique<DelayedTransport>(env, &dc->transport_, o.one_way);
   rpc::ServerOptions so;
   so.listen = o.listen;
@@ -119,7 +133,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   Datacenter* d = dc.get();
   // The access policy binds principals, which only TLS gives.
   if (so.tls.enabled())
-    so.authorize = [d](const rpc::CallContext& ctx, std::string_view method, std::string_view request) {
+    so.authorize = [d](const rpc::CallContext& ctx, std::string_view method,
+                       std::string_view request) {
       return d->access_.Authorize(ctx, method, request);
     };
   dc->server_ = std::make_unique<rpc::RpcServer>(so);
@@ -136,9 +151,12 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     MS_RETURN_IF_ERROR(CreatePrivateDirectories(o.data_dir));
     MS_ASSIGN_OR_RETURN(dc->locks_, storage::lock::LockTable::Open(env, lo));
     if (dc->locks_->quiet_until() > env->MonotonicMicros())
-      MS_LOG_WARN("{}: lock role restarted; coordinator locks are neither granted nor reported free for {} "
-                  "(the longest lease its last run granted)",
-                  o.name, absl::FormatDuration(absl::Microseconds(dc->locks_->quiet_until() - env->MonotonicMicros())));
+      MS_LOG_WARN(
+          "{}: lock role restarted; coordinator locks are neither granted nor reported free for {} "
+          "(the longest lease its last run granted)",
+          o.name,
+          absl::FormatDuration(
+              absl::Microseconds(dc->locks_->quiet_until() - env->MonotonicMicros())));
     for (std::string_view m : storage::lock::LockTable::kMethods)
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         d->locks_->Serve(m, std::move(req), std::move(respond));
@@ -149,8 +167,10 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     MS_ASSIGN_OR_RETURN(std::optional<AccessPolicy> policy, LoadPolicyFile(policy_file));
     if (policy.has_value()) {
       if (!so.tls.enabled())
-        MS_LOG_WARN("{}: {} holds an access policy, but without TLS there are no principals: it is not enforced",
-                    o.name, policy_file);
+        MS_LOG_WARN(
+            "{}: {} holds an access policy, but without TLS there are no principals: it is not "
+            "enforced",
+            o.name, policy_file);
       dc->access_.Install(*std::move(policy));
     }
     rpc::Serve(*d->server_, "acl.Get", [d](std::string, Responder respond) {
@@ -159,17 +179,18 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     });
     rpc::Serve(*d->server_, "acl.Set", [d, policy_file](std::string req, Responder respond) {
       AccessPolicy p;
-      if (!p.ParseFromString(req)) return respond(absl::InvalidArgumentError("acl.Set: malformed policy"));
+      if (!p.ParseFromString(req))
+        return respond(absl::InvalidArgumentError("acl.Set: malformed policy"));
       if (absl::Status s = ValidatePolicy(p); !s.ok()) return respond(s);
       absl::MutexLock lock(&d->policy_mu_);
       std::shared_ptr<const AccessPolicy> current = d->access_.policy();
       if (current != nullptr && p.version() <= current->version())
-        return respond(absl::FailedPreconditionError(StrCat(d->options_.name, " holds policy version ",
-                                                            current->version(), "; a change must be newer (it is ",
-                                                            p.version(), ")")));
+        return respond(absl::FailedPreconditionError(
+            StrCat(d->options_.name, " holds policy version ", current->version(),
+                   "; a change must be newer (it is ", p.version(), ")")));
       if (absl::Status s = SavePolicyFile(policy_file, p); !s.ok()) return respond(s);
-      MS_LOG_INFO("{}: access policy version {} installed ({} members)", d->options_.name, p.version(),
-                  p.members_size());
+      MS_LOG_INFO("{}: access policy version {} installed ({} members)", d->options_.name,
+                  p.version(), p.members_size());
       d->access_.Install(std::move(p));
       respond(std::string());
     });
@@ -181,7 +202,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         coordinator::Coordinator* c = d->serving_coordinator_.load();
         if (c == nullptr)
-          return respond(absl::UnavailableError(StrCat("no coordinator runs at ", d->options_.name)));
+          return respond(
+              absl::UnavailableError(StrCat("no coordinator runs at ", d->options_.name)));
         c->Serve(m, std::move(req), std::move(respond));
       });
   if (d->Runs(Role::kReplication))
@@ -189,9 +211,11 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         replication::ReplicationServer* r = d->serving_replication_.load();
         if (d->replica_disabled_.load())
-          return respond(absl::UnavailableError(StrCat("the replica at ", d->options_.name, " is disabled by an operator")));
+          return respond(absl::UnavailableError(
+              StrCat("the replica at ", d->options_.name, " is disabled by an operator")));
         if (r == nullptr)
-          return respond(absl::UnavailableError(StrCat("replication at ", d->options_.name, " has not started")));
+          return respond(absl::UnavailableError(
+              StrCat("replication at ", d->options_.name, " has not started")));
         r->Serve(m, std::move(req), std::move(respond));
       });
   // Encryption at rest's keys (msadmin keys, msadmin group destroy-key).
@@ -206,8 +230,10 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     });
     rpc::Serve(*d->server_, "keys.Destroy", [d](std::string req, Responder respond) {
       replication::KeysDestroyRequest r;
-      if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("keys.Destroy: malformed request"));
-      absl::StatusOr<replication::KeysDestroyReply> reply = d->encryption_->Destroy(r.table(), r.root());
+      if (!r.ParseFromString(req))
+        return respond(absl::InvalidArgumentError("keys.Destroy: malformed request"));
+      absl::StatusOr<replication::KeysDestroyReply> reply =
+          d->encryption_->Destroy(r.table(), r.root());
       if (!reply.ok()) return respond(reply.status());
       respond(reply->SerializeAsString());
     });
@@ -216,7 +242,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   // server in another process).
   if (dc->tablets_ != nullptr) {
     dc->tablet_metrics_ = std::make_unique<storage::ServiceMetrics>();
-    storage::RegisterTabletService(dc->tablets_.get(), dc->server_.get(), dc->tablet_metrics_.get());
+    storage::RegisterTabletService(dc->tablets_.get(), dc->server_.get(),
+                                   dc->tablet_metrics_.get());
   }
   dc->started_micros_ = env->NowMicros();
   rpc::Serve(*d->server_, "dc.Status", [d](std::string, Responder respond) {
@@ -246,18 +273,21 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   });
   rpc::Serve(*d->server_, "dc.Replica", [d](std::string req, Responder respond) {
     SwitchRequest r;
-    if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("dc.Replica: malformed request"));
+    if (!r.ParseFromString(req))
+      return respond(absl::InvalidArgumentError("dc.Replica: malformed request"));
     d->SetReplicaEnabled(r.enable());
     respond(std::string());
   });
   rpc::Serve(*d->server_, "dc.Coordinator", [d](std::string req, Responder respond) {
     SwitchRequest r;
-    if (!r.ParseFromString(req)) return respond(absl::InvalidArgumentError("dc.Coordinator: malformed request"));
+    if (!r.ParseFromString(req))
+      return respond(absl::InvalidArgumentError("dc.Coordinator: malformed request"));
     if (d->options_.type != replication::ReplicaType::kFull)
-      return respond(absl::FailedPreconditionError(StrCat(d->options_.name, " is not a full replica: it has no coordinator")));
+      return respond(absl::FailedPreconditionError(
+          StrCat(d->options_.name, " is not a full replica: it has no coordinator")));
     if (!d->Runs(Role::kCoordinator))
-      return respond(absl::FailedPreconditionError(StrCat("the coordinator of ", d->options_.name,
-                                                          " does not run in this process")));
+      return respond(absl::FailedPreconditionError(
+          StrCat("the coordinator of ", d->options_.name, " does not run in this process")));
     d->SetCoordinatorEnabled(r.enable());
     respond(std::string());
   });
@@ -297,7 +327,8 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
   ro.cluster.local = self;
   ro.cluster.max_clock_skew = options_.max_clock_skew;
   ro.encryption = encryption_.get();
-  replication_ = std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
+  replication_ =
+      std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
   replication_->Start();
   serving_replication_ = replication_.get();
 }
@@ -324,10 +355,10 @@ void Datacenter::PollPolicy() {
                      [this, &answered](absl::StatusOr<std::string> reply) {
                        AccessPolicy p;
                        if (reply.ok() && reply->empty()) access_.NoPolicy();
-                       if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) && ValidatePolicy(p).ok() &&
-                           access_.Install(p))
-                         MS_LOG_INFO("{}: access policy version {} from the lock role at {}", options_.name,
-                                     p.version(), options_.lock_address);
+                       if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) &&
+                           ValidatePolicy(p).ok() && access_.Install(p))
+                         MS_LOG_INFO("{}: access policy version {} from the lock role at {}",
+                                     options_.name, p.version(), options_.lock_address);
                        answered.Notify();
                      });
     answered.WaitForNotification();
@@ -360,11 +391,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return Start(env, dir, std::move(config), std::move(tables), sync_log);
 }
 
-absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Env* env, const std::string& dir,
-                                                                  ClusterConfig config,
-                                                                  std::vector<storage::TableSchema> tables,
-                                                                  bool sync_log, bool accept_log_loss,
-                                                                  std::string key_dir) {
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    Env* env, const std::string& dir, ClusterConfig config,
+    std::vector<storage::TableSchema> tables, bool sync_log, bool accept_log_loss,
+    std::string key_dir) {
   if (key_dir.empty()) key_dir = StrCat(dir, "/keys");
   auto cluster = std::make_unique<LocalCluster>();
   // Which datacenter an address belongs to, filled as they start (the
@@ -423,6 +453,8 @@ bool LocalCluster::WaitUntilServing(absl::Duration timeout) {
   return true;
 }
 
-rpc::ServerStats Datacenter::rpc_stats() const { return server_ ? server_->stats() : rpc::ServerStats{}; }
+rpc::ServerStats Datacenter::rpc_stats() const {
+  return server_ ? server_->stats() : rpc::ServerStats{};
+}
 
 }  // namespace megastore::server

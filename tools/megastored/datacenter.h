@@ -1,9 +1,9 @@
 // One datacenter's Megastore servers in this process: a tablet server (its
 // Bigtable), the lock service, the coordinator and the replication server,
 // all served on one RPC port — or a subset of them (megastored --roles), the
-// replication server then reaching the datacenter's Bigtable over RPC. LocalCluster starts several on loopback — the
-// core of the embedded default (`megastored --local=3`, issue 7) and of
-// the end-to-end tests.
+// replication server then reaching the datacenter's Bigtable over RPC. LocalCluster starts several
+// on loopback — the core of the embedded default (`megastored --local=3`, issue 7) and of the
+// end-to-end tests.
 #pragma once
 
 #include <atomic>
@@ -133,7 +133,8 @@ class Datacenter {
   std::unique_ptr<storage::TabletServer> tablets_;
   std::unique_ptr<storage::lock::LockService> cell_lock_;
   std::unique_ptr<storage::cell::CellClient> cell_client_;
-  std::unique_ptr<storage::BigtableClient> bigtable_;  // destroyed before the cell client it may use
+  std::unique_ptr<storage::BigtableClient>
+      bigtable_;  // destroyed before the cell client it may use
   std::unique_ptr<replication::AtRestEncryption> encryption_;  // with the replication role
   std::unique_ptr<storage::lock::LockTable> locks_;
   rpc::RpcTransport transport_;
@@ -152,7 +153,7 @@ class Datacenter {
   std::atomic<bool> coordinator_disabled_{false};
   std::atomic<bool> replica_disabled_{false};
   AccessControl access_;
-  absl::Mutex policy_mu_;  // one acl.Set at a time (lock role)
+  absl::Mutex policy_mu_;      // one acl.Set at a time (lock role)
   std::thread policy_poller_;  // without the lock role
   absl::Notification stop_polling_;
   void PollPolicy();
@@ -167,11 +168,10 @@ class LocalCluster {
   // The datacenters of `config` (ports 0 are picked), each under
   // dir/NAME, with its links' delays emulated on their messages. Keys of
   // encrypted schemas go in key_dir/NAME (default: dir/keys/NAME).
-  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(Env* env, const std::string& dir,
-                                                             ClusterConfig config,
-                                                             std::vector<storage::TableSchema> tables,
-                                                             bool sync_log = true, bool accept_log_loss = false,
-                                                             std::string key_dir = "");
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      Env* env, const std::string& dir, ClusterConfig config,
+      std::vector<storage::TableSchema> tables, bool sync_log = true, bool accept_log_loss = false,
+      std::string key_dir = "");
   // The config with the addresses actually bound.
   const ClusterConfig& config() const { return config_; }
   int size() const { return static_cast<int>(datacenters_.size()); }

@@ -26,11 +26,12 @@ struct LatencyProber::State {
     if (!self->running) return;
     for (size_t i = 0; i < self->targets.size(); ++i) {
       const int64_t start = self->env->MonotonicMicros();
-      self->transport->Call(self->targets[i].address, "dc.Status", DatacenterStatusRequest().SerializeAsString(),
-                            absl::Seconds(2), [self, i, start](absl::StatusOr<std::string> reply) {
-                              self->Record(i, reply.status(),
-                                           static_cast<double>(self->env->MonotonicMicros() - start) / 1000.0);
-                            });
+      self->transport->Call(
+          self->targets[i].address, "dc.Status", DatacenterStatusRequest().SerializeAsString(),
+          absl::Seconds(2), [self, i, start](absl::StatusOr<std::string> reply) {
+            self->Record(i, reply.status(),
+                         static_cast<double>(self->env->MonotonicMicros() - start) / 1000.0);
+          });
     }
     std::weak_ptr<State> weak = self;
     self->timer = self->env->Schedule(self->interval, [weak] {
@@ -56,7 +57,8 @@ struct LatencyProber::State {
   }
 };
 
-LatencyProber::LatencyProber(Env* env, Transport* transport, std::vector<Target> targets, absl::Duration interval)
+LatencyProber::LatencyProber(Env* env, Transport* transport, std::vector<Target> targets,
+                             absl::Duration interval)
     : state_(std::make_shared<State>()) {
   state_->env = env;
   state_->transport = transport;

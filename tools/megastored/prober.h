@@ -24,8 +24,9 @@ class LatencyProber {
     std::string datacenter;
     uint64_t probes = 0, failures = 0;
     bool reachable = false;  // the last probe was answered
-    double last_ms = 0, min_ms = 0, average_ms = 0;  // average: exponentially weighted, over answered probes
-    std::string error;       // why the last probe failed
+    double last_ms = 0, min_ms = 0,
+           average_ms = 0;  // average: exponentially weighted, over answered probes
+    std::string error;      // why the last probe failed
   };
 
   // `env` and `transport` must outlive the prober's Stop().

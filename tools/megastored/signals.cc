@@ -29,8 +29,7 @@ int WaitForShutdown() {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig != SIGHUP) {
-      MS_LOG_INFO("megastored: {} received, shutting down",
-                  sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      MS_LOG_INFO("megastored: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       return sig;
     }
     if (tls::CertificatesInUse().empty()) {
@@ -40,8 +39,7 @@ int WaitForShutdown() {
           "megastored: SIGHUP received; TLS certificates reloaded (new "
           "connections use them)");
     } else {
-      MS_LOG_ERROR("megastored: SIGHUP received; TLS reload failed, {}",
-                   s.message());
+      MS_LOG_ERROR("megastored: SIGHUP received; TLS reload failed, {}", s.message());
     }
   }
 }

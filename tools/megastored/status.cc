@@ -8,8 +8,8 @@
 #include "base/coding.h"
 #include "base/env.h"
 #include "base/logging.h"
-#include "base/tls/context.h"
 #include "base/strings.h"
+#include "base/tls/context.h"
 #include "replication/at_rest.h"
 
 namespace megastore::server {
@@ -19,7 +19,9 @@ namespace {
 std::string Ms(double ms) { return fmt::format("{:.1f} ms", ms); }
 
 std::string Percent(uint64_t part, uint64_t whole) {
-  return whole == 0 ? std::string("—") : fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  return whole == 0 ? std::string("—")
+                    : fmt::format("{:.1f}%",
+                                  100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
 std::string RolesOf(const Datacenter& dc) {
@@ -46,75 +48,90 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
     uint64_t refused = 0;
     for (const auto& [method, n] : dc->access().Refusals()) refused += n;
     html += StrCat("<p>Access policy of ", dc->options().name, ": ",
-                   p == nullptr ? std::string("none (every caller with a certificate may call everything)")
-                                : StrCat("version ", p->version(), ", ", p->members_size(), " principals"),
+                   p == nullptr
+                       ? std::string("none (every caller with a certificate may call everything)")
+                       : StrCat("version ", p->version(), ", ", p->members_size(), " principals"),
                    "; ", refused, " calls refused</p>");
   }
-  html += "<h2>Datacenters in this process</h2><table border=1 cellpadding=4><tr><th>name<th>type<th>roles"
-          "<th>address<th>coordinator<th>epoch<th>tables</tr>";
+  html +=
+      "<h2>Datacenters in this process</h2><table border=1 "
+      "cellpadding=4><tr><th>name<th>type<th>roles"
+      "<th>address<th>coordinator<th>epoch<th>tables</tr>";
   for (Datacenter* dc : s.datacenters) {
     coordinator::Coordinator* c = dc->coordinator();
-    html += StrCat("<tr><td>", dc->options().name, "<td>", TypeName(dc->options().type), "<td>", RolesOf(*dc),
-                   "<td>", dc->address(), "<td>",
-                   c == nullptr ? "—" : (c->serving() ? "serving" : "NOT serving (no lock majority)"), "<td>",
-                   c == nullptr ? std::string("—") : std::to_string(c->epoch()), "<td>",
-                   dc->tablets() == nullptr ? std::string("—") : std::to_string(dc->tablets()->ListTables().size()),
-                   "</tr>");
+    html +=
+        StrCat("<tr><td>", dc->options().name, "<td>", TypeName(dc->options().type), "<td>",
+               RolesOf(*dc), "<td>", dc->address(), "<td>",
+               c == nullptr ? "—" : (c->serving() ? "serving" : "NOT serving (no lock majority)"),
+               "<td>", c == nullptr ? std::string("—") : std::to_string(c->epoch()), "<td>",
+               dc->tablets() == nullptr ? std::string("—")
+                                        : std::to_string(dc->tablets()->ListTables().size()),
+               "</tr>");
   }
   html += "</table>";
 
-  html += "<h2>Inter-datacenter round trips</h2><p>dc.Status every 2 s through the servers' own transport "
-          "(an emulated WAN included)</p><table border=1 cellpadding=4><tr><th>from<th>to<th>last<th>average"
-          "<th>min<th>probes<th>failed<th>state</tr>";
+  html +=
+      "<h2>Inter-datacenter round trips</h2><p>dc.Status every 2 s through the servers' own "
+      "transport "
+      "(an emulated WAN included)</p><table border=1 "
+      "cellpadding=4><tr><th>from<th>to<th>last<th>average"
+      "<th>min<th>probes<th>failed<th>state</tr>";
   for (Datacenter* dc : s.datacenters)
     for (const LatencyProber::Result& r : dc->Latencies())
-      html += StrCat("<tr><td>", dc->options().name, "<td>", r.datacenter, "<td>", Ms(r.last_ms), "<td>",
-                     Ms(r.average_ms), "<td>", Ms(r.min_ms), "<td>", r.probes, "<td>", r.failures, "<td>",
-                     r.probes == 0 ? "not probed yet" : r.reachable ? "reachable" : HtmlEscape(StrCat("DOWN: ", r.error)),
+      html += StrCat("<tr><td>", dc->options().name, "<td>", r.datacenter, "<td>", Ms(r.last_ms),
+                     "<td>", Ms(r.average_ms), "<td>", Ms(r.min_ms), "<td>", r.probes, "<td>",
+                     r.failures, "<td>",
+                     r.probes == 0 ? "not probed yet"
+                     : r.reachable ? "reachable"
+                                   : HtmlEscape(StrCat("DOWN: ", r.error)),
                      "</tr>");
   html += "</table>";
 
   for (Datacenter* dc : s.datacenters) {
     if (replication::ReplicationServer* r = dc->replication()) {
       const auto st = r->stats();
-      html += StrCat("<h2>Replication server of ", dc->options().name, "</h2><p>Paxos requests ", st.paxos,
-                     ", log entries accepted ", st.accepted, " (", st.log_bytes, " bytes; on the fast path ",
-                     Percent(st.fast_path, st.accepted), "), refused for a higher ballot (conflicts) ", st.rejected,
-                     ", reads ", st.reads, ", applies ", st.applies, ", sweeps ", st.sweeps,
-                     " finishing ", st.sweep_catchups, " incomplete writes</p>");
+      html += StrCat("<h2>Replication server of ", dc->options().name, "</h2><p>Paxos requests ",
+                     st.paxos, ", log entries accepted ", st.accepted, " (", st.log_bytes,
+                     " bytes; on the fast path ", Percent(st.fast_path, st.accepted),
+                     "), refused for a higher ballot (conflicts) ", st.rejected, ", reads ",
+                     st.reads, ", applies ", st.applies, ", sweeps ", st.sweeps, " finishing ",
+                     st.sweep_catchups, " incomplete writes</p>");
       for (bool by_conflicts : {false, true}) {
         const auto hot = r->HottestGroups(10, by_conflicts);
         if (hot.empty()) continue;
-        html += StrCat("<h3>Hottest entity groups by ", by_conflicts ? "conflicts" : "writes",
-                       "</h3><table border=1 cellpadding=4><tr><th>table<th>root row<th>writes<th>conflicts"
-                       "<th>log position</tr>");
+        html += StrCat(
+            "<h3>Hottest entity groups by ", by_conflicts ? "conflicts" : "writes",
+            "</h3><table border=1 cellpadding=4><tr><th>table<th>root row<th>writes<th>conflicts"
+            "<th>log position</tr>");
         for (const auto& g : hot)
-          html += StrCat("<tr><td>", HtmlEscape(g.group.table()), "<td><code>", HtmlEscape(EscapeBytes(g.group.root())),
-                         "</code><td>", g.writes, "<td>", g.conflicts, "<td>", g.position, "</tr>");
+          html += StrCat("<tr><td>", HtmlEscape(g.group.table()), "<td><code>",
+                         HtmlEscape(EscapeBytes(g.group.root())), "</code><td>", g.writes, "<td>",
+                         g.conflicts, "<td>", g.position, "</tr>");
         html += "</table>";
       }
     }
     if (coordinator::Coordinator* c = dc->coordinator()) {
       const auto st = c->stats();
-      html += StrCat("<h2>Coordinator of ", dc->options().name, "</h2><p>current-read checks ", st.checks,
-                     ", answered locally ", Percent(st.checks_valid, st.checks), "; invalidations from writers ",
-                     st.invalidations, ", validations after catch-up ", st.validations, "; groups up to date here ",
+      html += StrCat("<h2>Coordinator of ", dc->options().name, "</h2><p>current-read checks ",
+                     st.checks, ", answered locally ", Percent(st.checks_valid, st.checks),
+                     "; invalidations from writers ", st.invalidations,
+                     ", validations after catch-up ", st.validations, "; groups up to date here ",
                      st.valid_groups, " of ", st.groups, " known</p>");
     }
   }
 
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();
-    html += StrCat("<h2>Gateway client</h2><p>commits ", st.commits, ", on the fast path ", st.fast_path,
-                   ", conflicts ", st.conflicts, ", unknown outcomes ", st.unknown, ", retries ",
-                   s.gateway->retries(), ", catch-ups ", st.catchups, ", coordinator invalidations ",
-                   st.invalidations, "</p>");
+    html += StrCat("<h2>Gateway client</h2><p>commits ", st.commits, ", on the fast path ",
+                   st.fast_path, ", conflicts ", st.conflicts, ", unknown outcomes ", st.unknown,
+                   ", retries ", s.gateway->retries(), ", catch-ups ", st.catchups,
+                   ", coordinator invalidations ", st.invalidations, "</p>");
     for (bool by_conflicts : {false, true}) {
       const auto hot = s.gateway->context().client->HottestGroups(10, by_conflicts);
       if (hot.empty()) continue;
       html += StrCat("<h3>Its hottest entity groups by ", by_conflicts ? "conflicts" : "commits",
-                     "</h3><table border=1 cellpadding=4><tr><th>root row<th>", by_conflicts ? "conflicts" : "commits",
-                     "</tr>");
+                     "</h3><table border=1 cellpadding=4><tr><th>root row<th>",
+                     by_conflicts ? "conflicts" : "commits", "</tr>");
       for (const auto& [root, n] : hot)
         html += StrCat("<tr><td><code>", HtmlEscape(EscapeBytes(root)), "</code><td>", n, "</tr>");
       html += "</table>";
@@ -142,18 +159,20 @@ std::string MetricsText(const StatusSources& s) {
       out += StrCat("megastore_coordinator_serving{datacenter=\"", dc->options().name, "\"} ",
                     dc->coordinator()->serving() ? 1 : 0, "\n");
 
-  out += Family("megastore_datacenter_rtt_seconds", "gauge",
-                "Last measured round trip to another datacenter (dc.Status); absent until answered.");
+  out +=
+      Family("megastore_datacenter_rtt_seconds", "gauge",
+             "Last measured round trip to another datacenter (dc.Status); absent until answered.");
   for (Datacenter* dc : s.datacenters)
     for (const LatencyProber::Result& r : dc->Latencies())
       if (r.probes > r.failures)
-        out += fmt::format("megastore_datacenter_rtt_seconds{{from=\"{}\",to=\"{}\"}} {:.6f}\n", dc->options().name,
-                           r.datacenter, r.last_ms / 1000.0);
-  out += Family("megastore_datacenter_probe_failures_total", "counter", "Round-trip probes not answered.");
+        out += fmt::format("megastore_datacenter_rtt_seconds{{from=\"{}\",to=\"{}\"}} {:.6f}\n",
+                           dc->options().name, r.datacenter, r.last_ms / 1000.0);
+  out += Family("megastore_datacenter_probe_failures_total", "counter",
+                "Round-trip probes not answered.");
   for (Datacenter* dc : s.datacenters)
     for (const LatencyProber::Result& r : dc->Latencies())
-      out += StrCat("megastore_datacenter_probe_failures_total{from=\"", dc->options().name, "\",to=\"",
-                    r.datacenter, "\"} ", r.failures, "\n");
+      out += StrCat("megastore_datacenter_probe_failures_total{from=\"", dc->options().name,
+                    "\",to=\"", r.datacenter, "\"} ", r.failures, "\n");
 
   // The replication servers' counters, one family each.
   struct Counter {
@@ -168,19 +187,26 @@ std::string MetricsText(const StatusSources& s) {
        &replication::ReplicationServer::Stats::accepted},
       {"megastore_log_bytes_total", "Bytes of the log entries accepted by this replica.",
        &replication::ReplicationServer::Stats::log_bytes},
-      {"megastore_replication_fast_path_accepts_total", "Entries accepted at ballot 0 (the leader's fast path).",
+      {"megastore_replication_fast_path_accepts_total",
+       "Entries accepted at ballot 0 (the leader's fast path).",
        &replication::ReplicationServer::Stats::fast_path},
-      {"megastore_replication_conflicts_total", "Paxos requests refused for a higher ballot (competing writers).",
+      {"megastore_replication_conflicts_total",
+       "Paxos requests refused for a higher ballot (competing writers).",
        &replication::ReplicationServer::Stats::rejected},
-      {"megastore_replication_reads_total", "Reads and scans served.", &replication::ReplicationServer::Stats::reads},
-      {"megastore_replication_applies_total", "Apply requests served.", &replication::ReplicationServer::Stats::applies},
-      {"megastore_replication_sweep_catchups_total", "Incomplete writes the background sweep finished.",
+      {"megastore_replication_reads_total", "Reads and scans served.",
+       &replication::ReplicationServer::Stats::reads},
+      {"megastore_replication_applies_total", "Apply requests served.",
+       &replication::ReplicationServer::Stats::applies},
+      {"megastore_replication_sweep_catchups_total",
+       "Incomplete writes the background sweep finished.",
        &replication::ReplicationServer::Stats::sweep_catchups},
       {"megastore_replication_gap_votes_total",
-       "Votes on a position past this replica's top that another replica vouched for (it had missed some).",
+       "Votes on a position past this replica's top that another replica vouched for (it had "
+       "missed some).",
        &replication::ReplicationServer::Stats::gap_votes},
       {"megastore_replication_vouches_shed_total",
-       "Requests past this replica's top refused without asking the other replicas: too many such questions were "
+       "Requests past this replica's top refused without asking the other replicas: too many such "
+       "questions were "
        "in flight.",
        &replication::ReplicationServer::Stats::vouches_shed},
   };
@@ -188,34 +214,42 @@ std::string MetricsText(const StatusSources& s) {
     out += Family(c.name, "counter", c.help);
     for (Datacenter* dc : s.datacenters)
       if (dc->replication() != nullptr)
-        out += StrCat(c.name, "{datacenter=\"", dc->options().name, "\"} ", dc->replication()->stats().*c.field, "\n");
+        out += StrCat(c.name, "{datacenter=\"", dc->options().name, "\"} ",
+                      dc->replication()->stats().*c.field, "\n");
   }
-  out += Family("megastore_log_groups", "gauge", "Entity groups with Paxos traffic at this replica since it started.");
+  out += Family("megastore_log_groups", "gauge",
+                "Entity groups with Paxos traffic at this replica since it started.");
   for (Datacenter* dc : s.datacenters)
     if (dc->replication() != nullptr)
-      out += StrCat("megastore_log_groups{datacenter=\"", dc->options().name, "\"} ", dc->replication()->groups_seen(),
-                    "\n");
+      out += StrCat("megastore_log_groups{datacenter=\"", dc->options().name, "\"} ",
+                    dc->replication()->groups_seen(), "\n");
   // Encryption at rest: the key store's counts, once it is open.
   for (const bool destroyed : {false, true}) {
-    const char* name = destroyed ? "megastore_encryption_destroyed_group_keys" : "megastore_encryption_group_keys";
-    out += Family(name, "gauge",
-                  destroyed ? "Entity groups whose key this datacenter destroyed (crypto-shredded)."
-                            : "Entity groups of encrypted schemas with a key in this datacenter's key directory.");
+    const char* name =
+        destroyed ? "megastore_encryption_destroyed_group_keys" : "megastore_encryption_group_keys";
+    out += Family(
+        name, "gauge",
+        destroyed
+            ? "Entity groups whose key this datacenter destroyed (crypto-shredded)."
+            : "Entity groups of encrypted schemas with a key in this datacenter's key directory.");
     for (Datacenter* dc : s.datacenters) {
       if (dc->encryption() == nullptr) continue;
       const std::optional<replication::GroupKeyStore::Stats> keys = dc->encryption()->StoreStats();
       if (keys)
-        out += StrCat(name, "{datacenter=\"", dc->options().name, "\"} ", destroyed ? keys->destroyed : keys->groups,
-                      "\n");
+        out += StrCat(name, "{datacenter=\"", dc->options().name, "\"} ",
+                      destroyed ? keys->destroyed : keys->groups, "\n");
     }
   }
   for (bool paxos : {true, false}) {
-    const char* name = paxos ? "megastore_replication_paxos_seconds" : "megastore_replication_read_seconds";
+    const char* name =
+        paxos ? "megastore_replication_paxos_seconds" : "megastore_replication_read_seconds";
     out += Family(name, "histogram",
-                  paxos ? "Serving one Paxos request, Bigtable writes included." : "Serving one read or scan.");
+                  paxos ? "Serving one Paxos request, Bigtable writes included."
+                        : "Serving one read or scan.");
     for (Datacenter* dc : s.datacenters) {
       if (dc->replication() == nullptr) continue;
-      const LatencyHistogram& h = paxos ? dc->replication()->paxos_latency() : dc->replication()->read_latency();
+      const LatencyHistogram& h =
+          paxos ? dc->replication()->paxos_latency() : dc->replication()->read_latency();
       out += h.PrometheusSamples(name, StrCat("datacenter=\"", dc->options().name, "\""));
     }
   }
@@ -237,21 +271,25 @@ std::string MetricsText(const StatusSources& s) {
       {"megastore_coordinator_checks_total", "counter",
        "Current-read checks, by answer (valid: served without a majority read).",
        [](const CoordinatorStats& st, const std::string& labels) {
-         return StrCat("megastore_coordinator_checks_total{", labels, ",answer=\"valid\"} ", st.checks_valid, "\n",
-                       "megastore_coordinator_checks_total{", labels, ",answer=\"not_valid\"} ",
-                       st.checks - st.checks_valid, "\n");
+         return StrCat("megastore_coordinator_checks_total{", labels, ",answer=\"valid\"} ",
+                       st.checks_valid, "\n", "megastore_coordinator_checks_total{", labels,
+                       ",answer=\"not_valid\"} ", st.checks - st.checks_valid, "\n");
        }},
-      {"megastore_coordinator_invalidations_total", "counter", "Invalidations received from writers.",
+      {"megastore_coordinator_invalidations_total", "counter",
+       "Invalidations received from writers.",
        one("megastore_coordinator_invalidations_total", &CoordinatorStats::invalidations)},
-      {"megastore_coordinator_validations_total", "counter", "Groups validated after a reader's catch-up.",
+      {"megastore_coordinator_validations_total", "counter",
+       "Groups validated after a reader's catch-up.",
        one("megastore_coordinator_validations_total", &CoordinatorStats::validations)},
-      {"megastore_coordinator_valid_groups", "gauge", "Groups known to be up to date at this replica.",
+      {"megastore_coordinator_valid_groups", "gauge",
+       "Groups known to be up to date at this replica.",
        one("megastore_coordinator_valid_groups", &CoordinatorStats::valid_groups)},
   };
   std::vector<std::pair<std::string, CoordinatorStats>> coordinators;
   for (Datacenter* dc : s.datacenters)
     if (dc->coordinator() != nullptr)
-      coordinators.emplace_back(StrCat("datacenter=\"", dc->options().name, "\""), dc->coordinator()->stats());
+      coordinators.emplace_back(StrCat("datacenter=\"", dc->options().name, "\""),
+                                dc->coordinator()->stats());
   for (const CoordinatorCounter& c : kCoordinator) {
     out += Family(c.name, c.type, c.help);
     for (const auto& [labels, st] : coordinators) out += c.samples(st, labels);
@@ -262,13 +300,15 @@ std::string MetricsText(const StatusSources& s) {
     rpc_servers.emplace_back(StrCat("datacenter=\"", dc->options().name, "\""), dc->rpc_stats());
   }
   out += rpc::ServerStatsMetrics(rpc_servers);
-  out += Family("megastore_access_refusals_total", "counter",
-                "Calls refused PERMISSION_DENIED by the access policy, by method (docs/security.md).");
-  out += Family("megastore_access_policy_version", "gauge", "The access policy in force (0: none, everything allowed).");
+  out +=
+      Family("megastore_access_refusals_total", "counter",
+             "Calls refused PERMISSION_DENIED by the access policy, by method (docs/security.md).");
+  out += Family("megastore_access_policy_version", "gauge",
+                "The access policy in force (0: none, everything allowed).");
   for (Datacenter* dc : s.datacenters) {
     for (const auto& [method, n] : dc->access().Refusals())
-      out += StrCat("megastore_access_refusals_total{datacenter=\"", dc->options().name, "\",method=\"", method,
-                    "\"} ", n, "\n");
+      out += StrCat("megastore_access_refusals_total{datacenter=\"", dc->options().name,
+                    "\",method=\"", method, "\"} ", n, "\n");
     std::shared_ptr<const AccessPolicy> p = dc->access().policy();
     out += StrCat("megastore_access_policy_version{datacenter=\"", dc->options().name, "\"} ",
                   p == nullptr ? 0 : p->version(), "\n");
@@ -278,30 +318,35 @@ std::string MetricsText(const StatusSources& s) {
 
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();
-    out += Family("megastore_client_commits_total", "counter", "Commits by the gateway's client, by outcome.");
+    out += Family("megastore_client_commits_total", "counter",
+                  "Commits by the gateway's client, by outcome.");
     out += StrCat("megastore_client_commits_total{outcome=\"committed\"} ", st.commits, "\n",
                   "megastore_client_commits_total{outcome=\"conflict\"} ", st.conflicts, "\n",
                   "megastore_client_commits_total{outcome=\"unknown\"} ", st.unknown, "\n");
-    out += StrCat(Family("megastore_client_fast_path_commits_total", "counter",
-                         "Commits chosen by the leader's accept, one round trip."),
-                  "megastore_client_fast_path_commits_total ", st.fast_path, "\n",
-                  Family("megastore_client_retries_total", "counter", "Transactions retried after a conflict."),
-                  "megastore_client_retries_total ", s.gateway->retries(), "\n",
-                  Family("megastore_client_catchups_total", "counter", "Catch-ups before a current read."),
-                  "megastore_client_catchups_total ", st.catchups, "\n",
-                  Family("megastore_client_invalidations_total", "counter",
-                         "Coordinators invalidated by this client's commits."),
-                  "megastore_client_invalidations_total ", st.invalidations, "\n");
+    out += StrCat(
+        Family("megastore_client_fast_path_commits_total", "counter",
+               "Commits chosen by the leader's accept, one round trip."),
+        "megastore_client_fast_path_commits_total ", st.fast_path, "\n",
+        Family("megastore_client_retries_total", "counter",
+               "Transactions retried after a conflict."),
+        "megastore_client_retries_total ", s.gateway->retries(), "\n",
+        Family("megastore_client_catchups_total", "counter", "Catch-ups before a current read."),
+        "megastore_client_catchups_total ", st.catchups, "\n",
+        Family("megastore_client_invalidations_total", "counter",
+               "Coordinators invalidated by this client's commits."),
+        "megastore_client_invalidations_total ", st.invalidations, "\n");
     out += s.gateway->context().client->commit_latency().Prometheus(
         "megastore_client_commit_seconds", "Successful commits, from proposing to acknowledged.");
     out += s.gateway->context().client->read_latency().Prometheus(
-        "megastore_client_current_read_position_seconds", "Finding a group's position for a current read.");
+        "megastore_client_current_read_position_seconds",
+        "Finding a group's position for a current read.");
   }
   if (s.gateway_server != nullptr) out += GatewayStatsMetrics(s.gateway_server->stats());
   return out;
 }
 
-std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, StatusSources sources, std::string* bound) {
+std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, StatusSources sources,
+                                              std::string* bound) {
   auto server = std::make_unique<http::HttpServer>(listen);
   auto shared = std::make_shared<const StatusSources>(std::move(sources));
   const int64_t started = Env::Default()->NowMicros();

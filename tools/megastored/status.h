@@ -14,7 +14,7 @@
 namespace megastore {
 class Database;
 class Gateway;
-}
+}  // namespace megastore
 
 namespace megastore::server {
 
@@ -22,7 +22,7 @@ struct StatusSources {
   std::string command_line;
   std::vector<Datacenter*> datacenters;  // those running (some roles) here
   ClusterConfig config;
-  Database* gateway = nullptr;  // the JSON gateway's client, if any
+  Database* gateway = nullptr;              // the JSON gateway's client, if any
   const Gateway* gateway_server = nullptr;  // the JSON gateway, if any
 };
 
@@ -32,6 +32,7 @@ std::string MetricsText(const StatusSources& s);
 
 // Serves both on `listen`; sets `bound` to the address bound. Null (after
 // printing why) if it cannot listen.
-std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, StatusSources sources, std::string* bound);
+std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, StatusSources sources,
+                                              std::string* bound);
 
 }  // namespace megastore::server

@@ -16,26 +16,23 @@
 namespace megastore::tools {
 
 void AddAclCommand(CLI::App& app, AclState& state) {
-  CLI::App* acl = app.add_subcommand(
-      "acl",
-      "The access policy: who may read, write and administer what (enforced "
-      "over TLS; docs/security.md)");
+  CLI::App* acl =
+      app.add_subcommand("acl",
+                         "The access policy: who may read, write and administer what (enforced "
+                         "over TLS; docs/security.md)");
   acl->require_subcommand(1);
   auto common = [&state](CLI::App* c) {
     c->add_option("--config", state.config, "the cluster config")->required();
-    c->add_option("--timeout", state.timeout,
-                  "seconds to wait for each datacenter")
+    c->add_option("--timeout", state.timeout, "seconds to wait for each datacenter")
         ->capture_default_str();
   };
-  CLI::App* show =
-      acl->add_subcommand("show", "Print the policy each datacenter holds");
+  CLI::App* show = acl->add_subcommand("show", "Print the policy each datacenter holds");
   common(show);
   show->callback([&state] { state.verb = "show"; });
 
   auto change = [&state, &common](CLI::App* c) {
     common(c);
-    c->add_option("principal", state.principal, "a certificate's common name")
-        ->required();
+    c->add_option("principal", state.principal, "a certificate's common name")->required();
     c->add_option("--role", state.roles,
                   "admin (everything) or replica (the cluster's own "
                   "processes); repeatable");
@@ -45,20 +42,20 @@ void AddAclCommand(CLI::App& app, AclState& state) {
     c->add_option("--write", state.writes,
                   "write access to the same (not implying read); repeatable");
   };
-  CLI::App* grant = acl->add_subcommand(
-      "grant", "Give PRINCIPAL roles or grants (added to what it has)");
+  CLI::App* grant =
+      acl->add_subcommand("grant", "Give PRINCIPAL roles or grants (added to what it has)");
   change(grant);
   grant->callback([&state] { state.verb = "grant"; });
-  CLI::App* revoke =
-      acl->add_subcommand("revoke",
-                          "Take roles or grants from PRINCIPAL; with none "
-                          "named, remove PRINCIPAL from the policy");
+  CLI::App* revoke = acl->add_subcommand("revoke",
+                                         "Take roles or grants from PRINCIPAL; with none "
+                                         "named, remove PRINCIPAL from the policy");
   change(revoke);
   revoke->callback([&state] { state.verb = "revoke"; });
-  CLI::App* token = acl->add_subcommand(
-      "token",
-      "Make a bearer token for the JSON gateway that stands for PRINCIPAL: prints it once, and adds its SHA-256 "
-      "to --file (megastored --gateway-tokens-file; created owner-only)");
+  CLI::App* token =
+      acl->add_subcommand("token",
+                          "Make a bearer token for the JSON gateway that stands for PRINCIPAL: "
+                          "prints it once, and adds its SHA-256 "
+                          "to --file (megastored --gateway-tokens-file; created owner-only)");
   token->add_option("principal", state.principal, "who the token stands for")->required();
   token->add_option("--file", state.file, "the gateway's tokens file")->required();
   token->callback([&state] { state.verb = "token"; });
@@ -104,17 +101,14 @@ void Grant(Member& m, const std::string& object, bool read) {
 absl::Status Apply(const AclState& s, AccessPolicy& p) {
   if (s.verb == "grant") {
     if (s.roles.empty() && s.reads.empty() && s.writes.empty())
-      return absl::InvalidArgumentError(
-          "grant what? give --role, --read or --write");
+      return absl::InvalidArgumentError("grant what? give --role, --read or --write");
     Member* m = Find(p, s.principal);
     if (m == nullptr) {
       m = p.add_members();
       m->set_principal(s.principal);
     }
     for (const std::string& r : s.roles)
-      if (std::find(m->roles().begin(), m->roles().end(), r) ==
-          m->roles().end())
-        m->add_roles(r);
+      if (std::find(m->roles().begin(), m->roles().end(), r) == m->roles().end()) m->add_roles(r);
     for (const std::string& o : s.reads) Grant(*m, o, true);
     for (const std::string& o : s.writes) Grant(*m, o, false);
     return absl::OkStatus();
@@ -122,14 +116,11 @@ absl::Status Apply(const AclState& s, AccessPolicy& p) {
   // revoke
   Member* m = Find(p, s.principal);
   if (m == nullptr)
-    return absl::NotFoundError(
-        StrCat("\"", s.principal, "\" is not in the policy"));
+    return absl::NotFoundError(StrCat("\"", s.principal, "\" is not in the policy"));
   if (s.roles.empty() && s.reads.empty() && s.writes.empty()) {
     auto* members = p.mutable_members();
     members->erase(std::remove_if(members->begin(), members->end(),
-                                  [&](const Member& x) {
-                                    return x.principal() == s.principal;
-                                  }),
+                                  [&](const Member& x) { return x.principal() == s.principal; }),
                    members->end());
     return absl::OkStatus();
   }
@@ -137,16 +128,12 @@ absl::Status Apply(const AclState& s, AccessPolicy& p) {
   for (const std::string& r : s.roles)
     roles->erase(std::remove(roles->begin(), roles->end(), r), roles->end());
   for (server::Grant& g : *m->mutable_grants()) {
-    if (std::count(s.reads.begin(), s.reads.end(), g.object()))
-      g.set_read(false);
-    if (std::count(s.writes.begin(), s.writes.end(), g.object()))
-      g.set_write(false);
+    if (std::count(s.reads.begin(), s.reads.end(), g.object())) g.set_read(false);
+    if (std::count(s.writes.begin(), s.writes.end(), g.object())) g.set_write(false);
   }
   auto* grants = m->mutable_grants();
   grants->erase(std::remove_if(grants->begin(), grants->end(),
-                               [](const server::Grant& g) {
-                                 return !g.read() && !g.write();
-                               }),
+                               [](const server::Grant& g) { return !g.read() && !g.write(); }),
                 grants->end());
   return absl::OkStatus();
 }
@@ -157,15 +144,18 @@ int RunAcl(const AclState& s) {
   if (s.verb == "token") {
     if (s.principal.empty() || s.principal.find_first_of(" \t\r\n#") != std::string::npos ||
         s.principal.size() > 64) {
-      std::fprintf(stderr, "msadmin acl token: a principal is 1 to 64 bytes, without spaces or '#'\n");
+      std::fprintf(stderr,
+                   "msadmin acl token: a principal is 1 to 64 bytes, without spaces or '#'\n");
       return 2;
     }
     absl::StatusOr<std::string> existing = ReadFileToString(s.file, 16 << 20);
     if (!existing.ok() && !absl::IsNotFound(existing.status())) {
-      std::fprintf(stderr, "msadmin acl token: %s\n", std::string(existing.status().message()).c_str());
+      std::fprintf(stderr, "msadmin acl token: %s\n",
+                   std::string(existing.status().message()).c_str());
       return 1;
     }
-    std::string text = existing.ok() ? *existing : "# megastored --gateway-tokens-file: sha256:HEX PRINCIPAL\n";
+    std::string text =
+        existing.ok() ? *existing : "# megastored --gateway-tokens-file: sha256:HEX PRINCIPAL\n";
     if (!text.empty() && text.back() != '\n') text += '\n';
     const std::string token = RandomToken();
     text += StrCat("sha256:", Sha256Hex(token), " ", s.principal, "\n");
@@ -180,11 +170,9 @@ int RunAcl(const AclState& s) {
                  s.principal.c_str(), s.file.c_str());
     return 0;
   }
-  absl::StatusOr<server::ClusterConfig> config =
-      server::LoadClusterConfigForClient(s.config);
+  absl::StatusOr<server::ClusterConfig> config = server::LoadClusterConfigForClient(s.config);
   if (!config.ok()) {
-    std::fprintf(stderr, "msadmin acl: %s\n",
-                 std::string(config.status().message()).c_str());
+    std::fprintf(stderr, "msadmin acl: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
   rpc::RpcTransport transport;
@@ -197,11 +185,9 @@ int RunAcl(const AclState& s) {
   std::vector<Held> held;
   AccessPolicy newest;
   for (const server::DatacenterConfig& dc : config->datacenters()) {
-    Held h{dc.name(), server::AddressOf(dc, server::Role::kLock),
-           AccessPolicy()};
-    absl::StatusOr<std::string> raw = Await<std::string>([&](auto cb) {
-      transport.Call(h.address, "acl.Get", "", timeout, std::move(cb));
-    });
+    Held h{dc.name(), server::AddressOf(dc, server::Role::kLock), AccessPolicy()};
+    absl::StatusOr<std::string> raw = Await<std::string>(
+        [&](auto cb) { transport.Call(h.address, "acl.Get", "", timeout, std::move(cb)); });
     AccessPolicy p;
     if (!raw.ok())
       h.policy = raw.status();
@@ -209,8 +195,7 @@ int RunAcl(const AclState& s) {
       h.policy = absl::DataLossError("answered something that is not a policy");
     else
       h.policy = p;
-    if (h.policy.ok() && h.policy->version() > newest.version())
-      newest = *h.policy;
+    if (h.policy.ok() && h.policy->version() > newest.version()) newest = *h.policy;
     held.push_back(std::move(h));
   }
 
@@ -227,11 +212,10 @@ int RunAcl(const AclState& s) {
             "everything\n",
             h.name.c_str());
       } else {
-        std::printf("%s: version %llu%s\n", h.name.c_str(),
-                    static_cast<unsigned long long>(h.policy->version()),
-                    h.policy->version() < newest.version()
-                        ? " (OLDER than another datacenter's)"
-                        : "");
+        std::printf(
+            "%s: version %llu%s\n", h.name.c_str(),
+            static_cast<unsigned long long>(h.policy->version()),
+            h.policy->version() < newest.version() ? " (OLDER than another datacenter's)" : "");
       }
     }
     if (newest.version() > 0) std::printf("\n%s", Text(newest).c_str());
@@ -240,18 +224,19 @@ int RunAcl(const AclState& s) {
 
   for (const Held& h : held) {
     if (h.policy.ok()) continue;
-    std::fprintf(stderr,
-                 "msadmin acl %s: %s (%s) did not answer (%s): a change needs every datacenter, or versions "
-                 "would diverge\n",
-                 s.verb.c_str(), h.name.c_str(), h.address.c_str(), std::string(h.policy.status().message()).c_str());
+    std::fprintf(
+        stderr,
+        "msadmin acl %s: %s (%s) did not answer (%s): a change needs every datacenter, or versions "
+        "would diverge\n",
+        s.verb.c_str(), h.name.c_str(), h.address.c_str(),
+        std::string(h.policy.status().message()).c_str());
     return 1;
   }
   AccessPolicy next;
   if (s.verb == "set") {
     absl::StatusOr<std::string> text = ReadFileToString(s.file, 16 << 20);
     if (!text.ok()) {
-      std::fprintf(stderr, "msadmin acl set: %s\n",
-                   std::string(text.status().message()).c_str());
+      std::fprintf(stderr, "msadmin acl set: %s\n", std::string(text.status().message()).c_str());
       return 2;
     }
     if (!google::protobuf::TextFormat::ParseFromString(*text, &next)) {
@@ -271,15 +256,13 @@ int RunAcl(const AclState& s) {
   }
   next.set_version(newest.version() + 1);
   if (absl::Status st = server::ValidatePolicy(next); !st.ok()) {
-    std::fprintf(stderr, "msadmin acl %s: %s\n", s.verb.c_str(),
-                 std::string(st.message()).c_str());
+    std::fprintf(stderr, "msadmin acl %s: %s\n", s.verb.c_str(), std::string(st.message()).c_str());
     return 2;
   }
   int rc = 0;
   for (const Held& h : held) {
     absl::StatusOr<std::string> r = Await<std::string>([&](auto cb) {
-      transport.Call(h.address, "acl.Set", next.SerializeAsString(), timeout,
-                     std::move(cb));
+      transport.Call(h.address, "acl.Set", next.SerializeAsString(), timeout, std::move(cb));
     });
     if (r.ok()) {
       std::printf("%s: policy version %llu installed\n", h.name.c_str(),

@@ -17,8 +17,7 @@ struct AclState {
   std::vector<std::string> roles;   // grant, revoke: --role
   std::vector<std::string> reads;   // grant, revoke: --read=OBJECT
   std::vector<std::string> writes;  // grant, revoke: --write=OBJECT
-  std::string
-      file;  // set: a policy in protobuf text format; token: the tokens file
+  std::string file;                 // set: a policy in protobuf text format; token: the tokens file
   double timeout = 10;
 };
 

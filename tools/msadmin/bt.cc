@@ -37,11 +37,13 @@ class Bigtable {
   virtual absl::Status UpdateTable(const storage::TableSchema& schema) = 0;
   virtual absl::Status MutateRow(const std::string& table, const std::string& row,
                                  const std::vector<Mutation>& mutations) = 0;
-  virtual absl::StatusOr<std::optional<Row>> ReadRow(const std::string& table, const std::string& row,
+  virtual absl::StatusOr<std::optional<Row>> ReadRow(const std::string& table,
+                                                     const std::string& row,
                                                      const storage::ReadOptions& options) = 0;
   // At most one range in `rows` (none: the whole table).
   virtual absl::Status ReadRows(const std::string& table, const storage::RowSet& rows,
-                                const storage::ReadOptions& options, const std::function<bool(Row&)>& on_row) = 0;
+                                const storage::ReadOptions& options,
+                                const std::function<bool(Row&)>& on_row) = 0;
 };
 
 class OneServer : public Bigtable {
@@ -49,11 +51,19 @@ class OneServer : public Bigtable {
   OneServer(const std::string& address, absl::Duration timeout, bool force) : c_(address, timeout) {
     c_.set_force(force);
   }
-  absl::StatusOr<std::vector<storage::TableSchema>> ListTables() override { return c_.ListTables(); }
-  absl::StatusOr<storage::TableSchema> GetTable(const std::string& name) override { return c_.GetTable(name); }
-  absl::Status CreateTable(const storage::TableSchema& schema) override { return c_.CreateTable(schema); }
+  absl::StatusOr<std::vector<storage::TableSchema>> ListTables() override {
+    return c_.ListTables();
+  }
+  absl::StatusOr<storage::TableSchema> GetTable(const std::string& name) override {
+    return c_.GetTable(name);
+  }
+  absl::Status CreateTable(const storage::TableSchema& schema) override {
+    return c_.CreateTable(schema);
+  }
   absl::Status DeleteTable(const std::string& name) override { return c_.DeleteTable(name); }
-  absl::Status UpdateTable(const storage::TableSchema& schema) override { return c_.UpdateTable(schema); }
+  absl::Status UpdateTable(const storage::TableSchema& schema) override {
+    return c_.UpdateTable(schema);
+  }
   absl::Status MutateRow(const std::string& table, const std::string& row,
                          const std::vector<Mutation>& mutations) override {
     return c_.MutateRow(table, row, mutations);
@@ -62,7 +72,8 @@ class OneServer : public Bigtable {
                                              const storage::ReadOptions& options) override {
     return c_.ReadRow(table, row, options);
   }
-  absl::Status ReadRows(const std::string& table, const storage::RowSet& rows, const storage::ReadOptions& options,
+  absl::Status ReadRows(const std::string& table, const storage::RowSet& rows,
+                        const storage::ReadOptions& options,
                         const std::function<bool(Row&)>& on_row) override {
     return c_.ReadRows(table, rows, options, on_row);
   }
@@ -73,8 +84,8 @@ class OneServer : public Bigtable {
 
 class WholeCell : public Bigtable {
  public:
-  WholeCell(std::unique_ptr<storage::lock::LockService> lock, const std::string& cell, absl::Duration timeout,
-            bool force)
+  WholeCell(std::unique_ptr<storage::lock::LockService> lock, const std::string& cell,
+            absl::Duration timeout, bool force)
       : lock_(std::move(lock)),
         cell_(cell),
         timeout_(timeout),
@@ -111,9 +122,11 @@ class WholeCell : public Bigtable {
                                              const storage::ReadOptions& options) override {
     return client_.ReadRow(table, row, options);
   }
-  absl::Status ReadRows(const std::string& table, const storage::RowSet& rows, const storage::ReadOptions& options,
+  absl::Status ReadRows(const std::string& table, const storage::RowSet& rows,
+                        const storage::ReadOptions& options,
                         const std::function<bool(Row&)>& on_row) override {
-    return client_.ReadRows(table, rows.ranges.empty() ? storage::RowRange::All() : rows.ranges[0], options, on_row);
+    return client_.ReadRows(table, rows.ranges.empty() ? storage::RowRange::All() : rows.ranges[0],
+                            options, on_row);
   }
 
  private:
@@ -162,11 +175,12 @@ absl::StatusOr<Args> Split(const std::vector<std::string>& raw, size_t positiona
     }
     const size_t eq = s.find('=');
     const std::string key = s.substr(0, eq);
-    if (eq == std::string::npos || std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+    if (eq == std::string::npos ||
+        std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       std::string list;
       for (std::string_view k : allowed) list += StrCat(" ", k, "=");
       return UsageError(StrCat("unexpected argument \"", s, "\"",
-                                               list.empty() ? "" : StrCat("; allowed:", list)));
+                               list.empty() ? "" : StrCat("; allowed:", list)));
     }
     a.named[key] = s.substr(eq + 1);
   }
@@ -181,7 +195,8 @@ absl::StatusOr<absl::Duration> ParseAge(const std::string& text) {
   absl::Duration d;
   if (!text.empty() && text.back() == 'd') {
     int64_t days;
-    if (absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) && days > 0) return absl::Hours(24 * days);
+    if (absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) && days > 0)
+      return absl::Hours(24 * days);
   } else if (absl::ParseDuration(text, &d) && d > absl::ZeroDuration()) {
     return d;
   }
@@ -205,7 +220,8 @@ absl::StatusOr<storage::GcRule> ParseGcPolicy(const std::string& text) {
   }
   for (const std::string& t : terms) {
     const size_t eq = t.find('=');
-    const std::string key = t.substr(0, eq), value = eq == std::string::npos ? "" : t.substr(eq + 1);
+    const std::string key = t.substr(0, eq),
+                      value = eq == std::string::npos ? "" : t.substr(eq + 1);
     if (key == "maxversions") {
       int n;
       if (!absl::SimpleAtoi(value, &n) || n <= 0) {
@@ -217,8 +233,9 @@ absl::StatusOr<storage::GcRule> ParseGcPolicy(const std::string& text) {
       if (!d.ok()) return d.status();
       rule.set_max_age_micros(absl::ToInt64Microseconds(*d));
     } else {
-      return UsageError(StrCat(
-          "GC policy \"", text, "\" not understood; use maxversions=N, maxage=D, never, or two joined by \" or \" / \" and \""));
+      return UsageError(StrCat("GC policy \"", text,
+                               "\" not understood; use maxversions=N, maxage=D, never, or two "
+                               "joined by \" or \" / \" and \""));
     }
   }
   return rule;
@@ -227,7 +244,9 @@ absl::StatusOr<storage::GcRule> ParseGcPolicy(const std::string& text) {
 std::string FormatGcPolicy(const storage::GcRule& r) {
   std::vector<std::string> parts;
   if (r.max_versions() > 0) parts.push_back(StrCat("maxversions=", r.max_versions()));
-  if (r.max_age_micros() > 0) parts.push_back(StrCat("maxage=", absl::FormatDuration(absl::Microseconds(r.max_age_micros()))));
+  if (r.max_age_micros() > 0)
+    parts.push_back(
+        StrCat("maxage=", absl::FormatDuration(absl::Microseconds(r.max_age_micros()))));
   if (parts.empty()) return "<never>";
   if (parts.size() == 1) return parts[0];
   return StrCat(parts[0], r.mode() == storage::GcRule::INTERSECTION ? " and " : " or ", parts[1]);
@@ -283,12 +302,14 @@ absl::StatusOr<Columns> ParseColumns(const Args& a, storage::ReadOptions* o) {
     const std::string& s = it->second;
     while (start <= s.size()) {
       const size_t comma = s.find(',', start);
-      const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const std::string item =
+          s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (item.empty()) return UsageError(StrCat("columns=", s, " has an empty entry"));
       const size_t colon = item.find(':');
       cols.wanted.emplace_back(item.substr(0, colon),
-                               colon == std::string::npos ? std::nullopt
-                                                          : std::optional<std::string>(item.substr(colon + 1)));
+                               colon == std::string::npos
+                                   ? std::nullopt
+                                   : std::optional<std::string>(item.substr(colon + 1)));
       o->filter.families.push_back(item.substr(0, colon));
       if (comma == std::string::npos) break;
       start = comma + 1;
@@ -302,7 +323,8 @@ absl::StatusOr<Columns> ParseColumns(const Args& a, storage::ReadOptions* o) {
     }
   }
   if (auto c = a.named.find("cells-per-column"); c != a.named.end()) {
-    if (!absl::SimpleAtoi(c->second, &o->filter.cells_per_column) || o->filter.cells_per_column <= 0) {
+    if (!absl::SimpleAtoi(c->second, &o->filter.cells_per_column) ||
+        o->filter.cells_per_column <= 0) {
       return UsageError(StrCat("cells-per-column=", c->second, " is not a positive number"));
     }
   }
@@ -319,7 +341,8 @@ absl::Status Ls(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(raw[0]));
   std::printf("%-20s %s\n", "Family Name", "GC Policy");
   std::printf("%-20s %s\n", "-----------", "---------");
-  for (const auto& f : t.families()) std::printf("%-20s %s\n", f.name().c_str(), FormatGcPolicy(f.gc_rule()).c_str());
+  for (const auto& f : t.families())
+    std::printf("%-20s %s\n", f.name().c_str(), FormatGcPolicy(f.gc_rule()).c_str());
   return absl::OkStatus();
 }
 
@@ -335,7 +358,8 @@ absl::Status CreateTable(Bigtable& c, const std::vector<std::string>& raw) {
       // A comma inside a policy ("maxage=1d or maxversions=2") is not a separator;
       // families are name[:policy], so only split before something with a ':' or
       // a bare name.
-      std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      std::string item =
+          spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       const size_t colon = item.find(':');
       auto* f = schema.add_families();
       f->set_name(item.substr(0, colon));
@@ -359,7 +383,8 @@ absl::Status CreateFamily(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(a.positional[0]));
   for (const auto& f : t.families()) {
     if (f.name() == a.positional[1]) {
-      return absl::AlreadyExistsError(StrCat("family ", a.positional[1], " already exists in ", a.positional[0]));
+      return absl::AlreadyExistsError(
+          StrCat("family ", a.positional[1], " already exists in ", a.positional[0]));
     }
   }
   t.add_families()->set_name(a.positional[1]);
@@ -367,9 +392,11 @@ absl::Status CreateFamily(Bigtable& c, const std::vector<std::string>& raw) {
 }
 
 absl::Status SetGcPolicy(Bigtable& c, const std::vector<std::string>& raw) {
-  if (raw.size() < 3) return UsageError("usage: setgcpolicy TABLE FAMILY maxversions=N|maxage=D|never");
+  if (raw.size() < 3)
+    return UsageError("usage: setgcpolicy TABLE FAMILY maxversions=N|maxage=D|never");
   std::string policy = raw[2];
-  for (size_t i = 3; i < raw.size(); ++i) policy += " " + raw[i];  // "maxage=1d or maxversions=2" unquoted
+  for (size_t i = 3; i < raw.size(); ++i)
+    policy += " " + raw[i];  // "maxage=1d or maxversions=2" unquoted
   MS_ASSIGN_OR_RETURN(storage::GcRule rule, ParseGcPolicy(policy));
   MS_ASSIGN_OR_RETURN(storage::TableSchema t, c.GetTable(raw[0]));
   bool found = false;
@@ -384,7 +411,8 @@ absl::Status SetGcPolicy(Bigtable& c, const std::vector<std::string>& raw) {
 }
 
 absl::Status Set(Bigtable& c, const std::vector<std::string>& raw) {
-  if (raw.size() < 3) return UsageError("usage: set TABLE ROW family:qualifier=value[@timestamp] ...");
+  if (raw.size() < 3)
+    return UsageError("usage: set TABLE ROW family:qualifier=value[@timestamp] ...");
   std::vector<Mutation> mutations;
   for (size_t i = 2; i < raw.size(); ++i) {
     const std::string& s = raw[i];
@@ -401,7 +429,8 @@ absl::Status Set(Bigtable& c, const std::vector<std::string>& raw) {
         value.resize(at);
       }
     }
-    mutations.push_back(Mutation::SetCell(s.substr(0, colon), s.substr(colon + 1, eq - colon - 1), value, ts));
+    mutations.push_back(
+        Mutation::SetCell(s.substr(0, colon), s.substr(colon + 1, eq - colon - 1), value, ts));
   }
   return c.MutateRow(raw[0], raw[1], mutations);
 }
@@ -418,7 +447,8 @@ absl::Status Lookup(Bigtable& c, const std::vector<std::string>& raw) {
 }
 
 absl::Status Read(Bigtable& c, const std::vector<std::string>& raw) {
-  MS_ASSIGN_OR_RETURN(Args a, Split(raw, 1, {"start", "end", "prefix", "count", "columns", "cells-per-column"}));
+  MS_ASSIGN_OR_RETURN(
+      Args a, Split(raw, 1, {"start", "end", "prefix", "count", "columns", "cells-per-column"}));
   storage::ReadOptions o;
   MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
   storage::RowSet set;
@@ -468,7 +498,8 @@ absl::Status DeleteColumn(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 3, {}));
   const std::string& col = a.positional[2];
   const size_t colon = col.find(':');
-  if (colon == std::string::npos) return UsageError(StrCat("\"", col, "\" is not family:qualifier"));
+  if (colon == std::string::npos)
+    return UsageError(StrCat("\"", col, "\" is not family:qualifier"));
   return c.MutateRow(a.positional[0], a.positional[1],
                      {Mutation::DeleteCells(col.substr(0, colon), col.substr(colon + 1))});
 }
@@ -483,43 +514,50 @@ struct VerbInfo {
 const VerbInfo kVerbs[] = {
     {"ls", "ls [TABLE]", "List tables, or a table's families and GC policies", Ls},
     {"createtable", "createtable TABLE [families=f1[:POLICY],f2[:POLICY],...]",
-     "Create a table; POLICY is maxversions=N, maxage=D (7d, 12h, 30m), never, or two joined by ' or ' / ' and '",
+     "Create a table; POLICY is maxversions=N, maxage=D (7d, 12h, 30m), never, or two joined by ' "
+     "or ' / ' and '",
      CreateTable},
     {"deletetable", "deletetable TABLE", "Delete a table and all its data", DeleteTable},
     {"createfamily", "createfamily TABLE FAMILY", "Add a column family", CreateFamily},
-    {"setgcpolicy", "setgcpolicy TABLE FAMILY POLICY", "Set a family's GC policy (maxversions=N, maxage=D, never)",
-     SetGcPolicy},
+    {"setgcpolicy", "setgcpolicy TABLE FAMILY POLICY",
+     "Set a family's GC policy (maxversions=N, maxage=D, never)", SetGcPolicy},
     {"set", "set TABLE ROW family:qualifier=value[@timestamp] ...",
      "Write cells (timestamp in microseconds; default: server time)", Set},
-    {"lookup", "lookup TABLE ROW [columns=family[:qualifier],...] [cells-per-column=N]", "Read one row", Lookup},
-    {"read", "read TABLE [start=ROW] [end=ROW] [prefix=P] [count=N] [columns=...] [cells-per-column=N]",
+    {"lookup", "lookup TABLE ROW [columns=family[:qualifier],...] [cells-per-column=N]",
+     "Read one row", Lookup},
+    {"read",
+     "read TABLE [start=ROW] [end=ROW] [prefix=P] [count=N] [columns=...] [cells-per-column=N]",
      "Read rows in order", Read},
     {"count", "count TABLE", "Count the rows of a table", Count},
     {"deleterow", "deleterow TABLE ROW", "Delete a row", DeleteRow},
-    {"deletecolumn", "deletecolumn TABLE ROW family:qualifier", "Delete every cell of one column of a row",
-     DeleteColumn},
+    {"deletecolumn", "deletecolumn TABLE ROW family:qualifier",
+     "Delete every cell of one column of a row", DeleteColumn},
 };
 
 }  // namespace
 
 void AddBtCommand(CLI::App& app, BtState& state) {
   CLI::App* bt = app.add_subcommand(
-      "bt", "Bigtable data and tables on one tablet server or a whole cell, like Cloud Bigtable's cbt");
+      "bt",
+      "Bigtable data and tables on one tablet server or a whole cell, like Cloud Bigtable's cbt");
   bt->add_option("--server", state.server, "tablet server HOST:PORT");
   bt->add_option("--cell", state.cell, "instead of --server: a Bigtable cell (docs/cell.md) ...");
   bt->add_option("--lock-service", state.lock_service,
                  "... and its lock service (HOST:PORT, or etcd:HOST:PORT[,...])");
-  bt->add_option("--config", state.config, "instead of --server: a cluster config (docs/operations.md) ...");
+  bt->add_option("--config", state.config,
+                 "instead of --server: a cluster config (docs/operations.md) ...");
   bt->add_option("--datacenter", state.datacenter, "... and the datacenter whose Bigtable to use");
   bt->add_flag("--force", state.force,
-               "write to, delete or change a table Megastore replicates (refused otherwise: it would make this "
+               "write to, delete or change a table Megastore replicates (refused otherwise: it "
+               "would make this "
                "datacenter's copy differ; needs the admin role)");
   bt->add_option("--timeout", state.timeout, "seconds to wait for each call")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   bt->require_subcommand(1);
   for (const VerbInfo& v : kVerbs) {
-    CLI::App* sub = bt->add_subcommand(v.name, std::string(v.help) + "\nusage: msadmin bt --server=HOST:PORT " + v.usage);
+    CLI::App* sub = bt->add_subcommand(
+        v.name, std::string(v.help) + "\nusage: msadmin bt --server=HOST:PORT " + v.usage);
     sub->add_option("args", state.args, v.usage);
     sub->allow_extras(false);
     sub->callback([&state, &v] { state.verb = &v - kVerbs; });
@@ -532,12 +570,14 @@ int RunBt(const BtState& state) {
   std::string server = state.server;
   if (int(!server.empty()) + int(!state.config.empty()) + int(!state.cell.empty()) != 1) {
     std::fprintf(stderr,
-                 "msadmin bt: give one of --server=HOST:PORT, --config=FILE with --datacenter=NAME, or --cell=NAME "
+                 "msadmin bt: give one of --server=HOST:PORT, --config=FILE with "
+                 "--datacenter=NAME, or --cell=NAME "
                  "with --lock-service=...\n");
     return 2;
   }
   if (!state.cell.empty() && state.lock_service.empty()) {
-    std::fprintf(stderr, "msadmin bt: --cell=%s needs --lock-service=HOST:PORT|etcd:HOST:PORT\n", state.cell.c_str());
+    std::fprintf(stderr, "msadmin bt: --cell=%s needs --lock-service=HOST:PORT|etcd:HOST:PORT\n",
+                 state.cell.c_str());
     return 2;
   }
   if (!state.config.empty()) {
@@ -568,10 +608,12 @@ int RunBt(const BtState& state) {
   if (!state.cell.empty()) {
     auto lock = storage::cell::ConnectLockService(state.lock_service);
     if (!lock.ok()) {
-      std::fprintf(stderr, "msadmin bt: --lock-service: %s\n", std::string(lock.status().message()).c_str());
+      std::fprintf(stderr, "msadmin bt: --lock-service: %s\n",
+                   std::string(lock.status().message()).c_str());
       return 2;
     }
-    target = std::make_unique<WholeCell>(std::move(*lock), state.cell, absl::Seconds(state.timeout), state.force);
+    target = std::make_unique<WholeCell>(std::move(*lock), state.cell, absl::Seconds(state.timeout),
+                                         state.force);
   } else {
     target = std::make_unique<OneServer>(server, absl::Seconds(state.timeout), state.force);
   }

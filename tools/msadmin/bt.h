@@ -10,8 +10,8 @@ namespace megastore::tools {
 
 struct BtState {
   std::string server;
-  std::string config;      // or a cluster config and
-  std::string datacenter;  // the datacenter whose Bigtable to use
+  std::string config;        // or a cluster config and
+  std::string datacenter;    // the datacenter whose Bigtable to use
   std::string cell;          // or a cell by name and
   std::string lock_service;  // its lock service
   double timeout = 30;

@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "base/await.h"
-#include "base/strings.h"
 #include "base/coding.h"
+#include "base/strings.h"
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
 #include "storage/cell/master.h"
@@ -16,8 +16,10 @@ void AddCellCommand(CLI::App& app, CellState& state) {
   CLI::App* cell = app.add_subcommand("cell", "A Bigtable cell, as its lock service sees it");
   cell->require_subcommand(1);
   CLI::App* status = cell->add_subcommand("status", "The master and the registered tablet servers");
-  status->add_option("--lock-service", state.lock_service,
-                     "HOST:PORT of a megastored running the lock role, or etcd:HOST:PORT[,HOST:PORT...]")
+  status
+      ->add_option(
+          "--lock-service", state.lock_service,
+          "HOST:PORT of a megastored running the lock role, or etcd:HOST:PORT[,HOST:PORT...]")
       ->required();
   status->add_option("--cell", state.cell, "the cell's name")->required();
   status->add_flag("--json", state.json, "one JSON object");
@@ -34,7 +36,8 @@ int RunCell(const CellState& s) {
   auto servers = Await<storage::lock::Listing>(
       [&](auto cb) { (*service)->List(storage::cell::ServersDir(s.cell), std::move(cb)); });
   if (!master.ok() || !servers.ok()) {
-    std::fprintf(stderr, "msadmin cell status: cannot read the lock service %s: %s\n", s.lock_service.c_str(),
+    std::fprintf(stderr, "msadmin cell status: cannot read the lock service %s: %s\n",
+                 s.lock_service.c_str(),
                  std::string((master.ok() ? servers.status() : master.status()).message()).c_str());
     return 1;
   }
@@ -43,9 +46,10 @@ int RunCell(const CellState& s) {
     std::string list;
     for (const auto& f : servers->files)
       list += StrCat(list.empty() ? "" : ",", "\"", JsonEscape(f.path.substr(dir.size())), "\"");
-    std::printf("{\"cell\":\"%s\",\"master\":%s,\"tablet_servers\":[%s]}\n", JsonEscape(s.cell).c_str(),
-                master->has_value() ? StrCat("\"", JsonEscape((*master)->contents), "\"").c_str() : "null",
-                list.c_str());
+    std::printf(
+        "{\"cell\":\"%s\",\"master\":%s,\"tablet_servers\":[%s]}\n", JsonEscape(s.cell).c_str(),
+        master->has_value() ? StrCat("\"", JsonEscape((*master)->contents), "\"").c_str() : "null",
+        list.c_str());
     return 0;
   }
   std::printf("cell %s\n  master: %s\n  tablet servers: %zu\n", s.cell.c_str(),
@@ -58,10 +62,12 @@ int RunCell(const CellState& s) {
     auto state = storage::cell::MasterClient((*master)->contents, absl::Seconds(s.timeout)).State();
     if (state.ok()) {
       for (const auto& srv : state->servers())
-        per_server[srv.address()] = StrCat(srv.tablets(), " tablets", srv.reachable() ? "" : ", UNREACHABLE");
+        per_server[srv.address()] =
+            StrCat(srv.tablets(), " tablets", srv.reachable() ? "" : ", UNREACHABLE");
       events.assign(state->events().begin(), state->events().end());
     } else {
-      std::printf("  (the master did not answer: %s)\n", std::string(state.status().message()).c_str());
+      std::printf("  (the master did not answer: %s)\n",
+                  std::string(state.status().message()).c_str());
     }
   }
   for (const auto& f : servers->files) {
@@ -79,31 +85,37 @@ int RunCell(const CellState& s) {
 }
 
 void AddTabletCommand(CLI::App& app, CellState& state) {
-  CLI::App* tablet = app.add_subcommand("tablet", "A Bigtable cell's tablets: list, split, move (docs/cell.md)");
+  CLI::App* tablet =
+      app.add_subcommand("tablet", "A Bigtable cell's tablets: list, split, move (docs/cell.md)");
   tablet->require_subcommand(1);
   auto common = [&](CLI::App* sub) {
-    sub->add_option("--lock-service", state.lock_service,
-                    "HOST:PORT of a megastored running the lock role, or etcd:HOST:PORT[,HOST:PORT...]")
+    sub->add_option(
+           "--lock-service", state.lock_service,
+           "HOST:PORT of a megastored running the lock role, or etcd:HOST:PORT[,HOST:PORT...]")
         ->required();
     sub->add_option("--cell", state.cell, "the cell's name")->required();
     sub->add_option("--timeout", state.timeout, "seconds to wait for each call")
         ->check(CLI::Range(0.001, 86400.0))
         ->capture_default_str();
   };
-  CLI::App* ls = tablet->add_subcommand("ls", "Every tablet (METADATA's too) with its rows, server and size");
+  CLI::App* ls =
+      tablet->add_subcommand("ls", "Every tablet (METADATA's too) with its rows, server and size");
   common(ls);
   ls->add_option("--table", state.table, "only this table's tablets");
   ls->add_flag("--json", state.json, "one JSON object per line");
   ls->callback([&state] { state.verb = "ls"; });
-  CLI::App* split = tablet->add_subcommand("split", "Split a tablet (at ROW, or at its middle row)");
+  CLI::App* split =
+      tablet->add_subcommand("split", "Split a tablet (at ROW, or at its middle row)");
   common(split);
   split->add_option("tablet", state.tablet_id, "the tablet id (msadmin tablet ls)")->required();
   split->add_option("row", state.row, "the first row of the right half (default: the middle row)");
   split->callback([&state] { state.verb = "split"; });
-  CLI::App* move = tablet->add_subcommand("move", "Move a tablet to another tablet server of the cell");
+  CLI::App* move =
+      tablet->add_subcommand("move", "Move a tablet to another tablet server of the cell");
   common(move);
   move->add_option("tablet", state.tablet_id, "the tablet id (msadmin tablet ls)")->required();
-  move->add_option("server", state.server, "HOST:PORT of a live tablet server of the cell")->required();
+  move->add_option("server", state.server, "HOST:PORT of a live tablet server of the cell")
+      ->required();
   move->callback([&state] { state.verb = "move"; });
 }
 
@@ -115,7 +127,8 @@ int RunTablet(const CellState& s) {
   }
   const absl::Duration timeout = absl::Seconds(s.timeout);
   auto fail = [&](const absl::Status& st) {
-    std::fprintf(stderr, "msadmin tablet %s: %s\n", s.verb.c_str(), std::string(st.message()).c_str());
+    std::fprintf(stderr, "msadmin tablet %s: %s\n", s.verb.c_str(),
+                 std::string(st.message()).c_str());
     return 1;
   };
   if (s.verb == "ls") {
@@ -132,7 +145,9 @@ int RunTablet(const CellState& s) {
         for (const auto& t : state->tablets()) live[t.id()] = t;
       }
     }
-    if (!s.json) std::printf("%-10s %-28s %-18s %-18s %-22s %s\n", "TABLE", "TABLET", "START", "END", "SERVER", "BYTES");
+    if (!s.json)
+      std::printf("%-10s %-28s %-18s %-18s %-22s %s\n", "TABLE", "TABLET", "START", "END", "SERVER",
+                  "BYTES");
     for (const auto& t : *tablets) {
       const auto& l = t.location;
       if (!s.table.empty() && l.table != s.table) continue;
@@ -140,14 +155,17 @@ int RunTablet(const CellState& s) {
       const std::string bytes = it == live.end() ? "?" : std::to_string(it->second.size_bytes());
       const bool serving = it != live.end() && it->second.serving();
       if (s.json) {
-        std::printf("{\"table\":\"%s\",\"tablet\":\"%s\",\"start\":\"%s\",\"end\":\"%s\",\"server\":\"%s\","
-                    "\"serving\":%s,\"bytes\":%s}\n",
-                    JsonEscape(l.table).c_str(), JsonEscape(l.tablet_id).c_str(),
-                    JsonEscape(EscapeBytes(l.start_row, 1 << 20)).c_str(), JsonEscape(EscapeBytes(l.end_row, 1 << 20)).c_str(),
-                    JsonEscape(l.server).c_str(), serving ? "true" : "false", it == live.end() ? "null" : bytes.c_str());
+        std::printf(
+            "{\"table\":\"%s\",\"tablet\":\"%s\",\"start\":\"%s\",\"end\":\"%s\",\"server\":\"%s\","
+            "\"serving\":%s,\"bytes\":%s}\n",
+            JsonEscape(l.table).c_str(), JsonEscape(l.tablet_id).c_str(),
+            JsonEscape(EscapeBytes(l.start_row, 1 << 20)).c_str(),
+            JsonEscape(EscapeBytes(l.end_row, 1 << 20)).c_str(), JsonEscape(l.server).c_str(),
+            serving ? "true" : "false", it == live.end() ? "null" : bytes.c_str());
       } else {
         std::printf("%-10s %-28s %-18s %-18s %-22s %s\n", l.table.c_str(), l.tablet_id.c_str(),
-                    EscapeBytes(l.start_row, 16).c_str(), l.end_row.empty() ? "(end)" : EscapeBytes(l.end_row, 16).c_str(),
+                    EscapeBytes(l.start_row, 16).c_str(),
+                    l.end_row.empty() ? "(end)" : EscapeBytes(l.end_row, 16).c_str(),
                     l.server.empty() ? "(unassigned)" : l.server.c_str(), bytes.c_str());
       }
     }

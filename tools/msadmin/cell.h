@@ -6,9 +6,8 @@
 // through the master (docs/cell.md, docs/msadmin.md).
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace megastore::tools {
 

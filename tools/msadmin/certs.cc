@@ -9,51 +9,44 @@
 namespace megastore::tools {
 
 void AddCertsCommand(CLI::App& app, CertsState& state) {
-  CLI::App* certs = app.add_subcommand(
-      "certs", "A certificate authority for TLS between megastore's processes");
+  CLI::App* certs =
+      app.add_subcommand("certs", "A certificate authority for TLS between megastore's processes");
   certs->require_subcommand(1);
-  CLI::App* init = certs->add_subcommand(
-      "init",
-      "Make a CA in --dir: ca.key (keep it apart from the data, owner-only) "
-      "and ca.crt (give it to every "
-      "process)");
-  init->add_option("--dir", state.dir,
-                   "the CA's directory (created owner-only)")
-      ->required();
-  init->add_option("--name", state.name, "the CA's common name")
-      ->capture_default_str();
-  init->add_option("--days", state.days,
-                   "valid for this many days (default 3650)")
+  CLI::App* init =
+      certs->add_subcommand("init",
+                            "Make a CA in --dir: ca.key (keep it apart from the data, owner-only) "
+                            "and ca.crt (give it to every "
+                            "process)");
+  init->add_option("--dir", state.dir, "the CA's directory (created owner-only)")->required();
+  init->add_option("--name", state.name, "the CA's common name")->capture_default_str();
+  init->add_option("--days", state.days, "valid for this many days (default 3650)")
       ->check(CLI::Range(1, 36500));
   init->callback([&state] { state.verb = "init"; });
 
-  CLI::App* issue = certs->add_subcommand(
-      "issue",
-      "Issue NAME.crt and NAME.key under the CA in --dir: a certificate a "
-      "process, an operator's tool or "
-      "an application server presents (its common name is its principal)");
+  CLI::App* issue =
+      certs->add_subcommand("issue",
+                            "Issue NAME.crt and NAME.key under the CA in --dir: a certificate a "
+                            "process, an operator's tool or "
+                            "an application server presents (its common name is its principal)");
   issue->add_option("--dir", state.dir, "the CA's directory")->required();
   issue
       ->add_option("name", state.name,
                    "file name of the certificate and key (letters, digits, "
                    "'_', '-', '.')")
       ->required();
-  issue->add_option(
-      "--cn", state.common_name,
-      "the principal: the certificate's common name (default: NAME)");
+  issue->add_option("--cn", state.common_name,
+                    "the principal: the certificate's common name (default: NAME)");
   issue->add_option("--host", state.hosts,
                     "an IP address or DNS name it serves on (repeat for more)");
   issue->add_option("--out", state.out, "where to write them (default: --dir)");
-  issue
-      ->add_option("--days", state.days,
-                   "valid for this many days (default 825)")
+  issue->add_option("--days", state.days, "valid for this many days (default 825)")
       ->check(CLI::Range(1, 36500));
   issue->callback([&state] { state.verb = "issue"; });
 
-  CLI::App* show = certs->add_subcommand(
-      "show",
-      "Print who a certificate names, who issued it, where it serves "
-      "and until when");
+  CLI::App* show =
+      certs->add_subcommand("show",
+                            "Print who a certificate names, who issued it, where it serves "
+                            "and until when");
   show->add_option("files", state.files, "certificate files (PEM)")->required();
   show->callback([&state] { state.verb = "show"; });
 }
@@ -70,8 +63,7 @@ std::string Date(int64_t unix_seconds) {
 }
 
 int Fail(const char* verb, const absl::Status& s) {
-  std::fprintf(stderr, "msadmin certs %s: %s\n", verb,
-               std::string(s.message()).c_str());
+  std::fprintf(stderr, "msadmin certs %s: %s\n", verb, std::string(s.message()).c_str());
   return 1;
 }
 
@@ -80,9 +72,7 @@ int Fail(const char* verb, const absl::Status& s) {
 int RunCerts(const CertsState& s) {
   if (s.verb == "init") {
     const std::string name = s.name.empty() ? "megastore CA" : s.name;
-    if (absl::Status st =
-            tls::CreateCa(s.dir, name, s.days > 0 ? s.days : 3650);
-        !st.ok())
+    if (absl::Status st = tls::CreateCa(s.dir, name, s.days > 0 ? s.days : 3650); !st.ok())
       return Fail("init", st);
     std::printf(
         "CA \"%s\": %s/ca.crt (give it to every process), %s/ca.key "
@@ -97,13 +87,11 @@ int RunCerts(const CertsState& s) {
     r.hosts = s.hosts;
     if (s.days > 0) r.days = s.days;
     const std::string out = s.out.empty() ? s.dir : s.out;
-    if (absl::Status st = tls::IssueCertificate(s.dir, out, s.name, r);
-        !st.ok())
+    if (absl::Status st = tls::IssueCertificate(s.dir, out, s.name, r); !st.ok())
       return Fail("issue", st);
-    std::printf("%s/%s.crt and %s/%s.key (owner-only): principal \"%s\"%s%s\n",
-                out.c_str(), s.name.c_str(), out.c_str(), s.name.c_str(),
-                r.common_name.c_str(), r.hosts.empty() ? "" : ", serving on ",
-                absl::StrJoin(r.hosts, ", ").c_str());
+    std::printf("%s/%s.crt and %s/%s.key (owner-only): principal \"%s\"%s%s\n", out.c_str(),
+                s.name.c_str(), out.c_str(), s.name.c_str(), r.common_name.c_str(),
+                r.hosts.empty() ? "" : ", serving on ", absl::StrJoin(r.hosts, ", ").c_str());
     return 0;
   }
   if (s.verb == "show") {
@@ -117,11 +105,9 @@ int RunCerts(const CertsState& s) {
       std::printf(
           "%s\n  principal  %s\n  issued by  %s\n  valid      %s to %s\n  "
           "hosts      %s\n",
-          f.c_str(), info->subject_common_name.c_str(),
-          info->issuer_common_name.c_str(), Date(info->not_before_unix).c_str(),
-          Date(info->not_after_unix).c_str(),
-          info->hosts.empty() ? "(any)"
-                              : absl::StrJoin(info->hosts, ", ").c_str());
+          f.c_str(), info->subject_common_name.c_str(), info->issuer_common_name.c_str(),
+          Date(info->not_before_unix).c_str(), Date(info->not_after_unix).c_str(),
+          info->hosts.empty() ? "(any)" : absl::StrJoin(info->hosts, ", ").c_str());
     }
     return rc;
   }

@@ -23,7 +23,7 @@ struct ClusterState {
   std::string schema;      // group log: NAME.schema.pb, or a schema applied to the cluster by name
   std::string group;       // group log
   int64_t limit = 20;      // group log: the last N positions
-  bool force = false;      // replica disable: even without a remaining majority; group repair: --yes
+  bool force = false;  // replica disable: even without a remaining majority; group repair: --yes
 };
 
 void AddClusterCommands(CLI::App& app, ClusterState& state);

@@ -14,19 +14,17 @@ namespace megastore::tools {
 namespace fs = std::filesystem;
 
 void AddDatadirCommand(CLI::App& app, DatadirState& state) {
-  CLI::App* datadir = app.add_subcommand(
-      "datadir", "Offline repairs of a tablet server's data directory");
+  CLI::App* datadir =
+      app.add_subcommand("datadir", "Offline repairs of a tablet server's data directory");
   datadir->require_subcommand(1);
-  CLI::App* rebuild = datadir->add_subcommand(
-      "rebuild-state",
-      "Rebuild a lost or damaged DATA/state.pb (the tables and tablets a "
-      "standalone tablet server serves) from "
-      "the tables' schemas and the tablets' own metadata. Stop the server "
-      "first. Without --yes, only shows what "
-      "it would write");
-  rebuild
-      ->add_option("--data", state.data, "the tablet server's data directory")
-      ->required();
+  CLI::App* rebuild =
+      datadir->add_subcommand("rebuild-state",
+                              "Rebuild a lost or damaged DATA/state.pb (the tables and tablets a "
+                              "standalone tablet server serves) from "
+                              "the tables' schemas and the tablets' own metadata. Stop the server "
+                              "first. Without --yes, only shows what "
+                              "it would write");
+  rebuild->add_option("--data", state.data, "the tablet server's data directory")->required();
   rebuild->add_flag("--yes", state.yes,
                     "write it: a damaged state.pb is kept as "
                     "state.pb.damaged-SECONDS, the new one takes its place");
@@ -37,13 +35,8 @@ namespace {
 
 std::string RangeText(const storage::TabletEntry& e) {
   return StrCat(
-      "[",
-      e.start_row().empty() ? "start"
-                            : StrCat("\"", EscapeBytes(e.start_row()), "\""),
-      ", ",
-      e.end_row().empty() ? "end"
-                          : StrCat("\"", EscapeBytes(e.end_row()), "\""),
-      ")");
+      "[", e.start_row().empty() ? "start" : StrCat("\"", EscapeBytes(e.start_row()), "\""), ", ",
+      e.end_row().empty() ? "end" : StrCat("\"", EscapeBytes(e.end_row()), "\""), ")");
 }
 
 int RebuildState(const DatadirState& s) {
@@ -60,51 +53,42 @@ int RebuildState(const DatadirState& s) {
       return 1;
     }
   }
-  absl::StatusOr<storage::RebuiltState> rebuilt =
-      storage::RebuildStateFromTablets(s.data);
+  absl::StatusOr<storage::RebuiltState> rebuilt = storage::RebuildStateFromTablets(s.data);
   if (!rebuilt.ok()) {
     std::fprintf(stderr, "msadmin datadir rebuild-state: %s\n",
                  std::string(rebuilt.status().message()).c_str());
     return 1;
   }
   std::printf("%s: %s\n", path.c_str(),
-              absl::IsNotFound(current.status())
-                  ? "missing"
-                  : std::string(current.status().message()).c_str());
-  std::printf("rebuilt from the tablets: %d tables, %d tablets\n",
-              rebuilt->state.tables_size(), rebuilt->state.tablets_size());
+              absl::IsNotFound(current.status()) ? "missing"
+                                                 : std::string(current.status().message()).c_str());
+  std::printf("rebuilt from the tablets: %d tables, %d tablets\n", rebuilt->state.tables_size(),
+              rebuilt->state.tablets_size());
   for (const storage::TableSchema& t : rebuilt->state.tables()) {
     std::printf("  table %s\n", t.name().c_str());
     for (const storage::TabletEntry& e : rebuilt->state.tablets()) {
       if (e.table() == t.name())
-        std::printf("    tablet %s rows %s\n", e.id().c_str(),
-                    RangeText(e).c_str());
+        std::printf("    tablet %s rows %s\n", e.id().c_str(), RangeText(e).c_str());
     }
   }
-  for (const std::string& note : rebuilt->notes)
-    std::printf("  note: %s\n", note.c_str());
+  for (const std::string& note : rebuilt->notes) std::printf("  note: %s\n", note.c_str());
   if (!s.yes) {
     std::printf("nothing written; run again with --yes to write it\n");
     return 0;
   }
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    const std::string aside =
-        StrCat(path, ".damaged-", static_cast<long long>(std::time(nullptr)));
+    const std::string aside = StrCat(path, ".damaged-", static_cast<long long>(std::time(nullptr)));
     fs::rename(path, aside, ec);
     if (ec) {
-      std::fprintf(stderr,
-                   "msadmin datadir rebuild-state: cannot move %s aside: %s\n",
+      std::fprintf(stderr, "msadmin datadir rebuild-state: cannot move %s aside: %s\n",
                    path.c_str(), ec.message().c_str());
       return 1;
     }
     std::printf("kept the damaged file as %s\n", aside.c_str());
   }
-  if (absl::Status w =
-          WriteChecksummedFile(path, rebuilt->state.SerializeAsString());
-      !w.ok()) {
-    std::fprintf(stderr, "msadmin datadir rebuild-state: %s\n",
-                 std::string(w.message()).c_str());
+  if (absl::Status w = WriteChecksummedFile(path, rebuilt->state.SerializeAsString()); !w.ok()) {
+    std::fprintf(stderr, "msadmin datadir rebuild-state: %s\n", std::string(w.message()).c_str());
     return 1;
   }
   std::printf(

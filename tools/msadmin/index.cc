@@ -25,17 +25,23 @@ absl::StatusOr<std::vector<replication::ReplicaInfo>> ParseReplicas(const std::s
   std::vector<replication::ReplicaInfo> out;
   for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::vector<std::string> name_rest = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    std::vector<std::string> type_addr =
-        name_rest.size() == 2 ? absl::StrSplit(name_rest[1], absl::MaxSplits('@', 1)) : std::vector<std::string>{};
+    std::vector<std::string> type_addr = name_rest.size() == 2
+                                             ? absl::StrSplit(name_rest[1], absl::MaxSplits('@', 1))
+                                             : std::vector<std::string>{};
     if (type_addr.size() != 2 || name_rest[0].empty() || type_addr[1].empty())
-      return absl::InvalidArgumentError(StrCat("--replicas: '", item, "' is not NAME=TYPE@HOST:PORT"));
+      return absl::InvalidArgumentError(
+          StrCat("--replicas: '", item, "' is not NAME=TYPE@HOST:PORT"));
     replication::ReplicaInfo r;
     r.name = name_rest[0];
-    if (type_addr[0] == "full") r.type = replication::ReplicaType::kFull;
-    else if (type_addr[0] == "witness") r.type = replication::ReplicaType::kWitness;
-    else if (type_addr[0] == "read-only") r.type = replication::ReplicaType::kReadOnly;
-    else return absl::InvalidArgumentError(StrCat("--replicas: type '", type_addr[0], "' of ", r.name,
-                                                  " is not full, witness or read-only"));
+    if (type_addr[0] == "full")
+      r.type = replication::ReplicaType::kFull;
+    else if (type_addr[0] == "witness")
+      r.type = replication::ReplicaType::kWitness;
+    else if (type_addr[0] == "read-only")
+      r.type = replication::ReplicaType::kReadOnly;
+    else
+      return absl::InvalidArgumentError(StrCat("--replicas: type '", type_addr[0], "' of ", r.name,
+                                               " is not full, witness or read-only"));
     r.replication = r.lock_service = type_addr[1];
     if (r.type == replication::ReplicaType::kFull) r.coordinator = type_addr[1];
     out.push_back(std::move(r));
@@ -52,14 +58,18 @@ absl::StatusOr<std::pair<std::string, std::vector<schema::KeyValue>>> ParseGroup
     return absl::InvalidArgumentError(StrCat("group '", text, "' is not TABLE:KEY[,KEY...]"));
   const std::string table_name = text.substr(0, colon);
   const schema::TableDescriptor* table = sx.FindTable(table_name);
-  if (table == nullptr) return absl::NotFoundError(StrCat("group '", text, "': no table ", table_name));
+  if (table == nullptr)
+    return absl::NotFoundError(StrCat("group '", text, "': no table ", table_name));
   if (!table->entity_group_root())
-    return absl::InvalidArgumentError(StrCat("group '", text, "': ", table->name(), " is not an entity group root"));
+    return absl::InvalidArgumentError(
+        StrCat("group '", text, "': ", table->name(), " is not an entity group root"));
   google::protobuf::RepeatedPtrField<google::protobuf::Value> values;
   for (absl::string_view v : absl::StrSplit(text.substr(colon + 1), ',')) {
     google::protobuf::Value* j = values.Add();
-    if (v == "true" || v == "false") j->set_bool_value(v == "true");
-    else j->set_string_value(std::string(v));
+    if (v == "true" || v == "false")
+      j->set_bool_value(v == "true");
+    else
+      j->set_string_value(std::string(v));
   }
   absl::StatusOr<std::vector<schema::KeyValue>> key =
       schema::KeyFromJson(*table, table->primary_key(), values, StrCat("group '", text, "'"));
@@ -73,25 +83,35 @@ absl::StatusOr<std::pair<std::string, std::vector<schema::KeyValue>>> ParseGroup
 }  // namespace
 
 void AddIndexCommand(CLI::App& app, IndexState& state) {
-  CLI::App* index = app.add_subcommand(
-      "index", "Check that every entity has exactly its index entries and every entry a live entity; repair");
+  CLI::App* index = app.add_subcommand("index",
+                                       "Check that every entity has exactly its index entries and "
+                                       "every entry a live entity; repair");
   index->require_subcommand(1);
   for (const char* verb : {"check", "repair"}) {
     const bool repair = std::string(verb) == "repair";
     CLI::App* v = index->add_subcommand(
         verb, repair ? "Check, then fix what was found through the replicated log (every replica)"
                      : "Report every missing or orphan index entry of the given entity groups");
-    v->add_option("--config", state.config,
-                  "the cluster config (protobuf text; megastored --local writes DIR/cluster.textproto)");
-    v->add_option("--replicas", state.replicas,
-                  "instead of --config: every datacenter as NAME=TYPE@HOST:PORT (TYPE full, witness or "
-                  "read-only), comma-separated");
-    v->add_option("--local", state.local, "the datacenter to read from (a full or read-only replica)")->required();
-    v->add_option("--schema", state.schema, "the schema descriptor msc wrote (NAME.schema.pb)")->required();
-    v->add_option("--timeout", state.timeout, "seconds each step may take")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+    v->add_option(
+        "--config", state.config,
+        "the cluster config (protobuf text; megastored --local writes DIR/cluster.textproto)");
+    v->add_option(
+        "--replicas", state.replicas,
+        "instead of --config: every datacenter as NAME=TYPE@HOST:PORT (TYPE full, witness or "
+        "read-only), comma-separated");
+    v->add_option("--local", state.local,
+                  "the datacenter to read from (a full or read-only replica)")
+        ->required();
+    v->add_option("--schema", state.schema, "the schema descriptor msc wrote (NAME.schema.pb)")
+        ->required();
+    v->add_option("--timeout", state.timeout, "seconds each step may take")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->capture_default_str();
     v->add_flag("--json", state.json,
-                "print one JSON object: groups, entities, index_entries, problems, repaired (repair), consistent");
-    v->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...], e.g. User:7")->required();
+                "print one JSON object: groups, entities, index_entries, problems, repaired "
+                "(repair), consistent");
+    v->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...], e.g. User:7")
+        ->required();
     v->callback([&state, repair] { state.repair = repair; });
   }
 }
@@ -114,7 +134,8 @@ int RunIndex(const IndexState& state) {
   bytes << in.rdbuf();
   schema::SchemaDescriptor descriptor;
   if (!descriptor.ParseFromString(bytes.str()) || descriptor.name().empty())
-    return UsageError(StrCat(state.schema, " is not a schema descriptor (msc --out writes NAME.schema.pb)"));
+    return UsageError(
+        StrCat(state.schema, " is not a schema descriptor (msc --out writes NAME.schema.pb)"));
   const schema::SchemaIndex sx(descriptor);
   std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> groups;
   for (const std::string& g : state.groups) {
@@ -139,16 +160,20 @@ int RunIndex(const IndexState& state) {
   }
   if (state.json) {
     std::string problems;
-    for (const std::string& p : report->problems) problems += StrCat(problems.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
-    std::printf("{\"groups\":%zu,\"entities\":%lld,\"index_entries\":%lld,\"problems\":[%s],%s\"consistent\":%s}\n",
-                groups.size(), static_cast<long long>(report->entities), static_cast<long long>(report->entries),
-                problems.c_str(),
-                state.repair ? StrCat("\"repaired\":", report->repaired, ",").c_str() : "",
-                report->problems.empty() ? "true" : "false");
+    for (const std::string& p : report->problems)
+      problems += StrCat(problems.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
+    std::printf(
+        "{\"groups\":%zu,\"entities\":%lld,\"index_entries\":%lld,\"problems\":[%s],%"
+        "s\"consistent\":%s}\n",
+        groups.size(), static_cast<long long>(report->entities),
+        static_cast<long long>(report->entries), problems.c_str(),
+        state.repair ? StrCat("\"repaired\":", report->repaired, ",").c_str() : "",
+        report->problems.empty() ? "true" : "false");
     return report->problems.empty() ? 0 : 1;
   }
   for (const std::string& p : report->problems) std::printf("%s\n", p.c_str());
-  if (state.repair) std::printf("repaired %lld index entries\n", static_cast<long long>(report->repaired));
+  if (state.repair)
+    std::printf("repaired %lld index entries\n", static_cast<long long>(report->repaired));
   std::printf("%zu group(s): %lld entities, %lld index entries, %zu problem(s)%s\n", groups.size(),
               static_cast<long long>(report->entities), static_cast<long long>(report->entries),
               report->problems.size(), state.repair && !report->problems.empty() ? " left" : "");

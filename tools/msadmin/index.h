@@ -13,7 +13,7 @@ struct IndexState {
   std::string config;    // cluster config file (megastored --local writes DIR/cluster.textproto)
   std::string replicas;  // or NAME=TYPE@HOST:PORT,...
   std::string local;
-  std::string schema;    // path of NAME.schema.pb (msc --out)
+  std::string schema;               // path of NAME.schema.pb (msc --out)
   std::vector<std::string> groups;  // Table:key[,key...]
   double timeout = 30;
   bool repair = false;

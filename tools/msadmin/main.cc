@@ -15,7 +15,8 @@
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
-  CLI::App app{"msadmin: operate megastore (exit status: 0 ok, 1 the operation failed, 2 usage error)"};
+  CLI::App app{
+      "msadmin: operate megastore (exit status: 0 ok, 1 the operation failed, 2 usage error)"};
   app.require_subcommand(1);
   megastore::tools::BtState bt;
   megastore::tools::AddBtCommand(app, bt);

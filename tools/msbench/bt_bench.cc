@@ -16,9 +16,9 @@
 #include "base/strings.h"
 #include "rocksdb/db.h"
 #include "storage/tablet/rocksdb_options.h"
-#include "tools/msbench/stats.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "tools/msbench/stats.h"
 
 namespace megastore::tools {
 namespace {
@@ -48,7 +48,9 @@ int RunBtBench(const BtBenchOptions& o) {
   Env* env = Env::Default();
   std::string root = o.dir;
   const bool temp = root.empty();
-  if (temp) root = (std::filesystem::temp_directory_path() / StrCat("msbench-bt-", env->Random64())).string();
+  if (temp)
+    root =
+        (std::filesystem::temp_directory_path() / StrCat("msbench-bt-", env->Random64())).string();
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
 
@@ -82,15 +84,16 @@ int RunBtBench(const BtBenchOptions& o) {
     connections.push_back(std::make_unique<storage::TabletClient>(address));
   }
   std::vector<storage::TabletClient*> clients;
-  for (int i = 0; i < many; ++i) clients.push_back(connections[static_cast<size_t>(i) % connections.size()].get());
+  for (int i = 0; i < many; ++i)
+    clients.push_back(connections[static_cast<size_t>(i) % connections.size()].get());
   {
     storage::TableSchema schema;
     schema.set_name(kTable);
     schema.add_families()->set_name("f");
     absl::Status s = clients[0]->CreateTable(schema);
     if (!s.ok() && !absl::IsAlreadyExists(s)) {
-      std::fprintf(stderr, "msbench bt: cannot create table %s on %s: %s\n", kTable, address.c_str(),
-                   s.ToString().c_str());
+      std::fprintf(stderr, "msbench bt: cannot create table %s on %s: %s\n", kTable,
+                   address.c_str(), s.ToString().c_str());
       return 1;
     }
   }
@@ -104,7 +107,8 @@ int RunBtBench(const BtBenchOptions& o) {
     // Ours: synced writes over RPC from 1 and from `many` clients.
     auto write = [&](int t, uint64_t) {
       const uint64_t k = written.fetch_add(1);
-      return clients[static_cast<size_t>(t)]->MutateRow(kTable, Key(k), {Mutation::SetCell("f", "field0", value)});
+      return clients[static_cast<size_t>(t)]->MutateRow(kTable, Key(k),
+                                                        {Mutation::SetCell("f", "field0", value)});
     };
     auto w1 = Timed(1, o.seconds, env, write);
     auto wn = Timed(many, o.seconds, env, write);
@@ -135,21 +139,26 @@ int RunBtBench(const BtBenchOptions& o) {
 
     const uint64_t keys = written.load();
     auto get = Timed(many, o.seconds, env, [&](int t, uint64_t i) -> absl::Status {
-      const uint64_t k = (i * 2654435761u + static_cast<uint64_t>(t) * 40503u) % std::max<uint64_t>(keys, 1);
-      MS_ASSIGN_OR_RETURN(std::optional<Row> row, clients[static_cast<size_t>(t)]->ReadRow(kTable, Key(k)));
+      const uint64_t k =
+          (i * 2654435761u + static_cast<uint64_t>(t) * 40503u) % std::max<uint64_t>(keys, 1);
+      MS_ASSIGN_OR_RETURN(std::optional<Row> row,
+                          clients[static_cast<size_t>(t)]->ReadRow(kTable, Key(k)));
       (void)row;
       return absl::OkStatus();
     });
     auto scan = Timed(many, o.seconds, env, [&](int t, uint64_t i) -> absl::Status {
       storage::RowSet set;
-      set.ranges.push_back(storage::RowRange{Key((i * 7919u + static_cast<uint64_t>(t)) % std::max<uint64_t>(keys, 1)), ""});
+      set.ranges.push_back(storage::RowRange{
+          Key((i * 7919u + static_cast<uint64_t>(t)) % std::max<uint64_t>(keys, 1)), ""});
       storage::ReadOptions opts;
       opts.rows_limit = o.scan_length;
-      return clients[static_cast<size_t>(t)]->ReadRows(kTable, set, opts, [](Row&) { return true; });
+      return clients[static_cast<size_t>(t)]->ReadRows(kTable, set, opts,
+                                                       [](Row&) { return true; });
     });
     for (const auto* res : {&w1, &wn, &r1, &rn, &get, &scan}) {
       if (!res->ok()) {
-        std::fprintf(stderr, "msbench bt: run %d failed: %s\n", run, res->status().ToString().c_str());
+        std::fprintf(stderr, "msbench bt: run %d failed: %s\n", run,
+                     res->status().ToString().c_str());
         return 1;
       }
     }
@@ -174,27 +183,35 @@ int RunBtBench(const BtBenchOptions& o) {
     raw_ratios.push_back(r.write64[i] / r.raw_write64[i]);
   }
   if (o.json) {
-    std::printf("{\"op\":\"write_1_client\",\"ours_ops_per_s\":%.0f,\"rocksdb_ops_per_s\":%.0f,\"ratio\":%.3f}\n", w1, raw1, w1 / raw1);
-    std::printf("{\"op\":\"write_%d_clients\",\"ours_ops_per_s\":%.0f,\"rocksdb_ops_per_s\":%.0f,\"ratio\":%.3f,\"goal\":0.75}\n",
-                many, wn, rawn, Median(raw_ratios));
-    std::printf("{\"op\":\"group_commit_speedup\",\"ratio\":%.3f,\"goal\":3.0}\n", Median(group_ratios));
+    std::printf(
+        "{\"op\":\"write_1_client\",\"ours_ops_per_s\":%.0f,\"rocksdb_ops_per_s\":%.0f,\"ratio\":%."
+        "3f}\n",
+        w1, raw1, w1 / raw1);
+    std::printf(
+        "{\"op\":\"write_%d_clients\",\"ours_ops_per_s\":%.0f,\"rocksdb_ops_per_s\":%.0f,\"ratio\":"
+        "%.3f,\"goal\":0.75}\n",
+        many, wn, rawn, Median(raw_ratios));
+    std::printf("{\"op\":\"group_commit_speedup\",\"ratio\":%.3f,\"goal\":3.0}\n",
+                Median(group_ratios));
     std::printf("{\"op\":\"get_%d_clients\",\"ours_ops_per_s\":%.0f}\n", many, Median(r.get));
-    std::printf("{\"op\":\"scan_%d_clients\",\"ours_ops_per_s\":%.0f,\"rows_per_scan\":%lld}\n", many, Median(r.scan),
-                static_cast<long long>(o.scan_length));
+    std::printf("{\"op\":\"scan_%d_clients\",\"ours_ops_per_s\":%.0f,\"rows_per_scan\":%lld}\n",
+                many, Median(r.scan), static_cast<long long>(o.scan_length));
   } else {
     std::printf("msbench bt: server %s%s, %lld-byte values, %.1f s per phase, median of %d runs\n",
                 o.server.empty() ? "in-process (loopback RPC)" : o.server.c_str(),
                 rpc::DefaultTls().enabled() ? " over TLS" : "",
                 static_cast<long long>(o.value_size), o.seconds, o.runs);
     std::printf("%-28s %14s %16s %8s %6s\n", "op", "ours ops/s", "rocksdb ops/s", "ratio", "goal");
-    std::printf("%-28s %14.0f %16.0f %8.3f %6s\n", "synced write, 1 client", w1, raw1, w1 / raw1, "");
-    std::printf("%-28s %14.0f %16.0f %8.3f %6s\n", StrCat("synced write, ", many, " clients").c_str(), wn, rawn,
-                Median(raw_ratios), "0.75");
+    std::printf("%-28s %14.0f %16.0f %8.3f %6s\n", "synced write, 1 client", w1, raw1, w1 / raw1,
+                "");
+    std::printf("%-28s %14.0f %16.0f %8.3f %6s\n",
+                StrCat("synced write, ", many, " clients").c_str(), wn, rawn, Median(raw_ratios),
+                "0.75");
     std::printf("%-28s %14.3f %16s %8s %6s\n", StrCat("group commit: ", many, "/1 clients").c_str(),
                 Median(group_ratios), "", "", "3.0");
     std::printf("%-28s %14.0f\n", StrCat("point read, ", many, " clients").c_str(), Median(r.get));
-    std::printf("%-28s %14.0f   (%lld rows each)\n", StrCat("scan, ", many, " clients").c_str(), Median(r.scan),
-                static_cast<long long>(o.scan_length));
+    std::printf("%-28s %14.0f   (%lld rows each)\n", StrCat("scan, ", many, " clients").c_str(),
+                Median(r.scan), static_cast<long long>(o.scan_length));
   }
   return 0;
 }

@@ -17,8 +17,8 @@
 #include "base/env.h"
 #include "base/logging.h"
 #include "base/random.h"
-#include "base/status.h"
 #include "base/rpc/rpc.h"
+#include "base/status.h"
 #include "base/strings.h"
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
@@ -50,7 +50,8 @@ int FreePort() {
 class Process {
  public:
   ~Process() { Kill(SIGKILL); }
-  bool Start(const std::vector<std::string>& argv, const std::string& log, const std::string& ready) {
+  bool Start(const std::vector<std::string>& argv, const std::string& log,
+             const std::string& ready) {
     int out[2];
     if (::pipe(out) != 0) return false;
     pid_ = ::fork();
@@ -106,13 +107,14 @@ class Cell {
     std::filesystem::create_directories(dir_);
     const int lock_port = FreePort();
     lock_address_ = StrCat("127.0.0.1:", lock_port);
-    if (!lock_.Start({Megastored(), "--roles=lock", "--listen=" + lock_address_, "--data=" + dir_ + "/lock",
-                      "--log-level=warn"},
+    if (!lock_.Start({Megastored(), "--roles=lock", "--listen=" + lock_address_,
+                      "--data=" + dir_ + "/lock", "--log-level=warn"},
                      dir_ + "/lock.log", "lock service listening"))
       return "the lock service did not start";
     if (!master_.Start({Megastored(), "--roles=master", StrCat("--listen=127.0.0.1:", FreePort()),
-                        "--data=" + dir_ + "/root", StrCat("--cell=", kCell), "--lock-service=" + lock_address_,
-                        "--session-ttl=" + o_.session_ttl, "--balance-delay=0s", "--log-level=warn"},
+                        "--data=" + dir_ + "/root", StrCat("--cell=", kCell),
+                        "--lock-service=" + lock_address_, "--session-ttl=" + o_.session_ttl,
+                        "--balance-delay=0s", "--log-level=warn"},
                        dir_ + "/master.log", "campaigning"))
       return "the master did not start";
     for (int i = 0; i < servers; ++i) {
@@ -131,12 +133,18 @@ class Cell {
   std::string AddServer() {
     const std::string address = StrCat("127.0.0.1:", FreePort());
     auto p = std::make_unique<Process>();
-    std::vector<std::string> argv = {Megastored(), "--listen=" + address, "--data=" + dir_ + "/root",
-                                     StrCat("--cell=", kCell), "--lock-service=" + lock_address_,
-                                     "--session-ttl=" + o_.session_ttl, "--split-threshold-mb=100000",
-                                     "--flush-max-age=1h", "--log-level=warn"};
+    std::vector<std::string> argv = {Megastored(),
+                                     "--listen=" + address,
+                                     "--data=" + dir_ + "/root",
+                                     StrCat("--cell=", kCell),
+                                     "--lock-service=" + lock_address_,
+                                     "--session-ttl=" + o_.session_ttl,
+                                     "--split-threshold-mb=100000",
+                                     "--flush-max-age=1h",
+                                     "--log-level=warn"};
     if (!o_.sync) argv.push_back("--no-sync");
-    if (!p->Start(argv, dir_ + "/servers.log", "registered in cell")) return "a tablet server did not start";
+    if (!p->Start(argv, dir_ + "/servers.log", "registered in cell"))
+      return "a tablet server did not start";
     servers_[address] = std::move(p);
     return "";
   }
@@ -216,15 +224,18 @@ std::string RandomValue(Random& rng, int64_t size) {
 // of written keys, through `client` (a TabletClient or a CellClient: the
 // same calls); the median writes/s and reads/s.
 template <typename Client>
-absl::StatusOr<std::pair<double, double>> WritesThenReads(const CellBenchOptions& o, Client& client) {
+absl::StatusOr<std::pair<double, double>> WritesThenReads(const CellBenchOptions& o,
+                                                          Client& client) {
   std::vector<double> writes, reads;
   std::atomic<uint64_t> written{0};
   for (int run = 0; run < o.runs; ++run) {
     std::vector<Random> rngs;
-    for (int t = 0; t < o.clients; ++t) rngs.emplace_back(static_cast<uint64_t>(run * 1000 + t + 1));
+    for (int t = 0; t < o.clients; ++t)
+      rngs.emplace_back(static_cast<uint64_t>(run * 1000 + t + 1));
     auto w = Timed(o.clients, o.seconds, Env::Default(), [&](int t, uint64_t) {
-      return client.MutateRow(kTable, Key(written.fetch_add(1)),
-                              {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
+      return client.MutateRow(
+          kTable, Key(written.fetch_add(1)),
+          {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
     });
     if (!w.ok()) return absl::Status(w.status().code(), StrCat("writes: ", w.status().message()));
     writes.push_back(*w);
@@ -232,7 +243,8 @@ absl::StatusOr<std::pair<double, double>> WritesThenReads(const CellBenchOptions
       const uint64_t i = rngs[t].Next() % std::max<uint64_t>(1, written.load());
       auto row = client.ReadRow(kTable, Key(i));
       if (!row.ok()) return row.status();
-      if (!row->has_value()) return absl::DataLossError(StrCat("row ", Key(i), " written but not found"));
+      if (!row->has_value())
+        return absl::DataLossError(StrCat("row ", Key(i), " written but not found"));
       return absl::OkStatus();
     });
     if (!r.ok()) return absl::Status(r.status().code(), StrCat("reads: ", r.status().message()));
@@ -244,11 +256,13 @@ absl::StatusOr<std::pair<double, double>> WritesThenReads(const CellBenchOptions
 // One recovery: a cell of two servers, `mb` MiB of unflushed writes to a
 // one-tablet table, its server SIGKILLed; milliseconds until the tablet is
 // served elsewhere (every row checked). `split` gets the master's report.
-absl::StatusOr<double> RecoverOnce(const CellBenchOptions& o, const std::string& dir, double mb, std::string* split) {
+absl::StatusOr<double> RecoverOnce(const CellBenchOptions& o, const std::string& dir, double mb,
+                                   std::string* split) {
   Cell cell(o, dir);
   if (std::string e = cell.Start(2); !e.empty()) return absl::InternalError(e);
   if (absl::Status s = cell.CreateTable({}); !s.ok()) return s;
-  if (!cell.WaitBalanced(absl::Seconds(120))) return absl::InternalError("the tablets were not all served");
+  if (!cell.WaitBalanced(absl::Seconds(120)))
+    return absl::InternalError("the tablets were not all served");
   // Unflushed writes of the one user tablet (nothing flushes for an hour):
   // all of it stays in its server's commit log.
   const int64_t rows = static_cast<int64_t>(mb * 1024 * 1024) / std::max<int64_t>(1, o.value_size);
@@ -258,10 +272,12 @@ absl::StatusOr<double> RecoverOnce(const CellBenchOptions& o, const std::string&
   auto w = Timed(o.clients, 3600, Env::Default(), [&](int t, uint64_t) -> absl::Status {
     const int64_t i = next.fetch_add(1);
     if (i >= rows) return absl::CancelledError("done");
-    return cell.client().MutateRow(kTable, Key(static_cast<uint64_t>(i)),
-                                   {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
+    return cell.client().MutateRow(
+        kTable, Key(static_cast<uint64_t>(i)),
+        {storage::Mutation::SetCell("f", "v", RandomValue(rngs[t], o.value_size))});
   });
-  if (!w.ok() && !absl::IsCancelled(w.status())) return absl::InternalError(StrCat("loading: ", w.status().ToString()));
+  if (!w.ok() && !absl::IsCancelled(w.status()))
+    return absl::InternalError(StrCat("loading: ", w.status().ToString()));
   auto state = cell.State();
   if (!state.ok()) return state.status();
   std::string victim, tablet;
@@ -279,17 +295,21 @@ absl::StatusOr<double> RecoverOnce(const CellBenchOptions& o, const std::string&
     absl::SleepFor(absl::Milliseconds(20));
     auto s = cell.State();
     if (!s.ok()) continue;
-    for (const auto& t : s->tablets()) back |= t.id() == tablet && t.serving() && t.server() != victim;
+    for (const auto& t : s->tablets())
+      back |= t.id() == tablet && t.serving() && t.server() != victim;
     for (const auto& e : s->events()) {
       if (e.find("split commit log") != std::string::npos) split_event = e;
     }
   }
-  if (!back) return absl::InternalError(StrCat("tablet ", tablet, " was not served again within 300 s"));
+  if (!back)
+    return absl::InternalError(StrCat("tablet ", tablet, " was not served again within 300 s"));
   const double ms = absl::ToDoubleMilliseconds(absl::Now() - killed);
   // Everything is there.
   for (int64_t i = 0; i < rows; i += std::max<int64_t>(1, rows / 200)) {
     auto row = cell.client().ReadRow(kTable, Key(static_cast<uint64_t>(i)));
-    if (!row.ok() || !row->has_value()) return absl::InternalError(StrCat("after recovery, row ", Key(static_cast<uint64_t>(i)), " is missing"));
+    if (!row.ok() || !row->has_value())
+      return absl::InternalError(
+          StrCat("after recovery, row ", Key(static_cast<uint64_t>(i)), " is missing"));
   }
   const size_t colon = split_event.find(": ");
   *split = colon == std::string::npos ? split_event : split_event.substr(colon + 2);
@@ -302,7 +322,10 @@ int RunCellBench(const CellBenchOptions& o) {
   SetLogLevel("warn");
   std::string root = o.dir;
   const bool temp = root.empty();
-  if (temp) root = (std::filesystem::temp_directory_path() / StrCat("msbench-cell-", Env::Default()->Random64())).string();
+  if (temp)
+    root = (std::filesystem::temp_directory_path() /
+            StrCat("msbench-cell-", Env::Default()->Random64()))
+               .string();
   auto fail = [&](const std::string& what) {
     std::fprintf(stderr, "msbench cell: %s (logs under %s)\n", what.c_str(), root.c_str());
     return 1;
@@ -311,14 +334,17 @@ int RunCellBench(const CellBenchOptions& o) {
   for (int i = 1; i < o.tablets; ++i) {
     char buf[24];
     std::snprintf(buf, sizeof(buf), "user%016llx",
-                  static_cast<unsigned long long>((~0ULL / static_cast<uint64_t>(o.tablets)) * static_cast<uint64_t>(i)));
+                  static_cast<unsigned long long>((~0ULL / static_cast<uint64_t>(o.tablets)) *
+                                                  static_cast<uint64_t>(i)));
     splits.push_back(buf);
   }
   if (!o.json) {
-    std::printf("msbench cell: %d clients, %lld-byte values, %s, table split into %d tablets, %.1f s phases, "
-                "medians of %d runs\n",
-                o.clients, static_cast<long long>(o.value_size), o.sync ? "synced commit logs" : "unsynced",
-                o.tablets, o.seconds, o.runs);
+    std::printf(
+        "msbench cell: %d clients, %lld-byte values, %s, table split into %d tablets, %.1f s "
+        "phases, "
+        "medians of %d runs\n",
+        o.clients, static_cast<long long>(o.value_size), o.sync ? "synced commit logs" : "unsynced",
+        o.tablets, o.seconds, o.runs);
     std::printf("%-12s %14s %14s\n", "servers", "writes/s", "reads/s");
   }
   // The baseline: one standalone tablet server (no cell, no location
@@ -326,8 +352,8 @@ int RunCellBench(const CellBenchOptions& o) {
   {
     Process standalone;
     const std::string address = StrCat("127.0.0.1:", FreePort());
-    std::vector<std::string> argv = {Megastored(), "--listen=" + address, "--data=" + root + "/standalone",
-                                     "--log-level=warn"};
+    std::vector<std::string> argv = {Megastored(), "--listen=" + address,
+                                     "--data=" + root + "/standalone", "--log-level=warn"};
     if (!o.sync) argv.push_back("--no-sync");
     std::filesystem::create_directories(root);
     if (!standalone.Start(argv, root + "/standalone.log", "tablet server listening")) {
@@ -344,7 +370,8 @@ int RunCellBench(const CellBenchOptions& o) {
       if (!tablets.ok()) return fail(tablets.status().ToString());
       for (const auto& t : *tablets) {
         if (t.entry.start_row() < row && (t.entry.end_row().empty() || row < t.entry.end_row())) {
-          if (auto c = client.SplitTablet(t.entry.id(), row); !c.ok()) return fail(c.status().ToString());
+          if (auto c = client.SplitTablet(t.entry.id(), row); !c.ok())
+            return fail(c.status().ToString());
           break;
         }
       }
@@ -353,11 +380,14 @@ int RunCellBench(const CellBenchOptions& o) {
     if (!rates.ok()) return fail(StrCat("standalone: ", rates.status().message()));
     const auto [writes, reads] = *rates;
     if (o.json) {
-      std::printf("{\"servers\":\"standalone\",\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n",
-                  o.clients, writes, reads);
+      std::printf(
+          "{\"servers\":\"standalone\",\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}"
+          "\n",
+          o.clients, writes, reads);
     } else {
-      std::printf("%-12s %14.1f %14.1f   (one tablet server, no cell, the same tablets: the baseline)\n", "standalone",
-                  writes, reads);
+      std::printf(
+          "%-12s %14.1f %14.1f   (one tablet server, no cell, the same tablets: the baseline)\n",
+          "standalone", writes, reads);
     }
     std::fflush(stdout);
   }
@@ -370,8 +400,8 @@ int RunCellBench(const CellBenchOptions& o) {
     if (!rates.ok()) return fail(std::string(rates.status().message()));
     const auto [writes, reads] = *rates;
     if (o.json) {
-      std::printf("{\"servers\":%d,\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n", n, o.clients,
-                  writes, reads);
+      std::printf("{\"servers\":%d,\"clients\":%d,\"writes_per_s\":%.1f,\"reads_per_s\":%.1f}\n", n,
+                  o.clients, writes, reads);
     } else {
       std::printf("%-12d %14.1f %14.1f\n", n, writes, reads);
     }
@@ -379,7 +409,8 @@ int RunCellBench(const CellBenchOptions& o) {
   }
 
   if (!o.json && !o.recovery_mb.empty()) {
-    std::printf("\nrecovery of a SIGKILLed server's tablet (session ttl %s):\n", o.session_ttl.c_str());
+    std::printf("\nrecovery of a SIGKILLed server's tablet (session ttl %s):\n",
+                o.session_ttl.c_str());
     std::printf("%-12s %14s   %s\n", "log MiB", "recovery ms", "the master's log split");
   }
   absl::Duration ttl;
@@ -388,14 +419,15 @@ int RunCellBench(const CellBenchOptions& o) {
     std::vector<double> times;
     std::string split;
     for (int run = 0; run < o.runs; ++run) {
-      absl::StatusOr<double> ms = RecoverOnce(o, StrCat(root, "/recovery-", mb, "-", run), mb, &split);
+      absl::StatusOr<double> ms =
+          RecoverOnce(o, StrCat(root, "/recovery-", mb, "-", run), mb, &split);
       if (!ms.ok()) return fail(std::string(ms.status().message()));
       times.push_back(*ms);
     }
     const double ms = Median(times);
     if (o.json) {
-      std::printf("{\"log_mib\":%.1f,\"recovery_ms\":%.0f,\"ttl_ms\":%.0f,\"split\":\"%s\"}\n", mb, ms,
-                  absl::ToDoubleMilliseconds(ttl), JsonEscape(split).c_str());
+      std::printf("{\"log_mib\":%.1f,\"recovery_ms\":%.0f,\"ttl_ms\":%.0f,\"split\":\"%s\"}\n", mb,
+                  ms, absl::ToDoubleMilliseconds(ttl), JsonEscape(split).c_str());
     } else {
       std::printf("%-12.1f %14.0f   %s\n", mb, ms, split.c_str());
     }

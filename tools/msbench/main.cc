@@ -1,6 +1,5 @@
 // msbench: megastore's benchmarks. `msbench --help` lists them.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "base/cli.h"
@@ -19,7 +18,8 @@ int main(int argc, char** argv) {
   megastore::AddTlsFlags(app, tls, "the benchmark's");
   bool tls_compare = false;
   app.add_flag("--tls-compare", tls_compare,
-               "bt and txn: run the benchmark twice in this run, in plaintext and then over mutual TLS 1.3 with "
+               "bt and txn: run the benchmark twice in this run, in plaintext and then over mutual "
+               "TLS 1.3 with "
                "throwaway certificates, to compare them side by side");
 
   megastore::tools::TabletBenchOptions tablet;
@@ -27,17 +27,32 @@ int main(int argc, char** argv) {
       "tablet",
       "In-process puts, point gets and scans of one tablet vs raw RocksDB with equal options "
       "(unsynced writes, YCSB-style keys)");
-  t->add_option("--keys", tablet.keys, "records loaded by the put phase")->check(CLI::PositiveNumber)->capture_default_str();
-  t->add_option("--gets", tablet.gets, "point reads of random loaded keys")->check(CLI::PositiveNumber)->capture_default_str();
-  t->add_option("--scans", tablet.scans, "scans starting at random keys")->check(CLI::PositiveNumber)->capture_default_str();
-  t->add_option("--scan-length", tablet.scan_length, "each scan reads 1..N rows (uniform)")->check(CLI::PositiveNumber)->capture_default_str();
-  t->add_option("--value-size", tablet.value_size, "bytes per value")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
-  t->add_option("--runs", tablet.runs, "runs per side; the median is reported")->check(CLI::Range(1, 99))->capture_default_str();
-  t->add_option("--seed", tablet.seed, "random seed for keys and access order")->capture_default_str();
-  t->add_option("--dir", tablet.dir, "directory for the databases (default: a fresh temp dir, removed afterwards)");
+  t->add_option("--keys", tablet.keys, "records loaded by the put phase")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--gets", tablet.gets, "point reads of random loaded keys")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--scans", tablet.scans, "scans starting at random keys")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--scan-length", tablet.scan_length, "each scan reads 1..N rows (uniform)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--value-size", tablet.value_size, "bytes per value")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  t->add_option("--runs", tablet.runs, "runs per side; the median is reported")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
+  t->add_option("--seed", tablet.seed, "random seed for keys and access order")
+      ->capture_default_str();
+  t->add_option("--dir", tablet.dir,
+                "directory for the databases (default: a fresh temp dir, removed afterwards)");
   t->add_flag("--json", tablet.json, "print one JSON object per operation instead of a table");
   t->add_flag("--sealed", tablet.sealed,
-              "our side seals every value as an encrypted entity group's cell is (AES-256-GCM) and opens every "
+              "our side seals every value as an encrypted entity group's cell is (AES-256-GCM) and "
+              "opens every "
               "value it reads: the cost of encryption at rest per cell");
 
   megastore::tools::BtBenchOptions bt;
@@ -45,13 +60,27 @@ int main(int argc, char** argv) {
       "bt",
       "A tablet server over RPC: synced writes from 1 and N clients, point reads and scans; raw "
       "RocksDB with sync=true at the same concurrency in the same run");
-  b->add_option("--server", bt.server, "tablet server HOST:PORT (default: start one in this process)");
-  b->add_option("--clients", bt.clients, "concurrent clients for the many-client phases")->check(CLI::Range(1, 1024))->capture_default_str();
-  b->add_option("--connections", bt.connections, "RPC connections the concurrent clients share (round robin)")->check(CLI::Range(1, 1024))->capture_default_str();
-  b->add_option("--seconds", bt.seconds, "duration of each phase")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
-  b->add_option("--value-size", bt.value_size, "bytes per value")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
-  b->add_option("--scan-length", bt.scan_length, "rows per scan")->check(CLI::PositiveNumber)->capture_default_str();
-  b->add_option("--runs", bt.runs, "runs; the median is reported")->check(CLI::Range(1, 99))->capture_default_str();
+  b->add_option("--server", bt.server,
+                "tablet server HOST:PORT (default: start one in this process)");
+  b->add_option("--clients", bt.clients, "concurrent clients for the many-client phases")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  b->add_option("--connections", bt.connections,
+                "RPC connections the concurrent clients share (round robin)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  b->add_option("--seconds", bt.seconds, "duration of each phase")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  b->add_option("--value-size", bt.value_size, "bytes per value")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  b->add_option("--scan-length", bt.scan_length, "rows per scan")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  b->add_option("--runs", bt.runs, "runs; the median is reported")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
   b->add_option("--dir", bt.dir, "directory for the raw RocksDB (and the in-process server)");
   b->add_flag("--json", bt.json, "print one JSON object per operation");
 
@@ -61,41 +90,88 @@ int main(int argc, char** argv) {
       "Read-modify-write transactions through the client API on three datacenters in this "
       "process with emulated WAN latency: every (clients, groups) pair; throughput, p50/p99, "
       "conflict, retry and fast-path rates");
-  x->add_option("--clients", txn.clients, "concurrent clients (threads), a comma-separated list")->delimiter(',')->check(CLI::Range(1, 1024))->capture_default_str();
-  x->add_option("--groups", txn.groups, "entity groups the clients pick from uniformly, a list")->delimiter(',')->check(CLI::Range(int64_t{1}, int64_t{10'000'000}))->capture_default_str();
-  x->add_option("--seconds", txn.seconds, "duration of each (clients, groups) cell")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
-  x->add_option("--runs", txn.runs, "runs of the whole matrix; medians are reported")->check(CLI::Range(1, 99))->capture_default_str();
-  x->add_option("--replicas", txn.replicas, "replica type of datacenters A, B, C, ...: full, witness or read-only")->capture_default_str();
-  x->add_option("--wan", txn.wan, "one-way delays between datacenters, FROM-TO=DELAY,... ('none': loopback only)")->capture_default_str();
-  x->add_option("--at", txn.at, "datacenters the clients run in, round robin")->capture_default_str();
-  x->add_option("--value-size", txn.value_size, "bytes written per transaction")->check(CLI::Range(int64_t{0}, int64_t{1} << 20))->capture_default_str();
-  x->add_flag("--sync,!--no-sync", txn.sync, "fsync each tablet server's commit log on every write");
-  x->add_flag("--preload,!--no-preload", txn.preload, "commit once in every group before measuring (so each group has a leader)");
-  x->add_flag("--encrypted", txn.encrypted, "the schema is ENCRYPTED: every cell is sealed at rest (AES-256-GCM)");
+  x->add_option("--clients", txn.clients, "concurrent clients (threads), a comma-separated list")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  x->add_option("--groups", txn.groups, "entity groups the clients pick from uniformly, a list")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}))
+      ->capture_default_str();
+  x->add_option("--seconds", txn.seconds, "duration of each (clients, groups) cell")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  x->add_option("--runs", txn.runs, "runs of the whole matrix; medians are reported")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
+  x->add_option("--replicas", txn.replicas,
+                "replica type of datacenters A, B, C, ...: full, witness or read-only")
+      ->capture_default_str();
+  x->add_option("--wan", txn.wan,
+                "one-way delays between datacenters, FROM-TO=DELAY,... ('none': loopback only)")
+      ->capture_default_str();
+  x->add_option("--at", txn.at, "datacenters the clients run in, round robin")
+      ->capture_default_str();
+  x->add_option("--value-size", txn.value_size, "bytes written per transaction")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  x->add_flag("--sync,!--no-sync", txn.sync,
+              "fsync each tablet server's commit log on every write");
+  x->add_flag("--preload,!--no-preload", txn.preload,
+              "commit once in every group before measuring (so each group has a leader)");
+  x->add_flag("--encrypted", txn.encrypted,
+              "the schema is ENCRYPTED: every cell is sealed at rest (AES-256-GCM)");
   bool encrypt_compare = false;
   x->add_flag("--encrypt-compare", encrypt_compare,
-              "run the matrix twice in this run, with a plain and then an ENCRYPTED schema, to compare them");
-  x->add_flag("--advisory-lock", txn.advisory_lock, "each transaction takes its group's advisory lock first (the remedy for hot groups)");
+              "run the matrix twice in this run, with a plain and then an ENCRYPTED schema, to "
+              "compare them");
+  x->add_flag("--advisory-lock", txn.advisory_lock,
+              "each transaction takes its group's advisory lock first (the remedy for hot groups)");
   x->add_option("--seed", txn.seed, "random seed for the clients' choices")->capture_default_str();
-  x->add_option("--dir", txn.dir, "directory for the datacenters' data (default: a fresh temp dir, removed afterwards)");
+  x->add_option(
+      "--dir", txn.dir,
+      "directory for the datacenters' data (default: a fresh temp dir, removed afterwards)");
   x->add_flag("--json", txn.json, "print one JSON object per (clients, groups) cell");
 
   megastore::tools::CellBenchOptions cell;
-  CLI::App* c = app.add_subcommand(
-      "cell",
-      "A Bigtable cell of processes (lock service, master, N tablet servers on one data root) driven by the "
-      "client library: aggregate write/read throughput per number of tablet servers, then the time to recover "
-      "a SIGKILLed server's tablet against the amount of commit log to split");
-  c->add_option("--servers", cell.servers, "tablet server counts to measure, a comma-separated list")->delimiter(',')->check(CLI::Range(1, 64))->capture_default_str();
-  c->add_option("--clients", cell.clients, "concurrent client threads")->check(CLI::Range(1, 1024))->capture_default_str();
-  c->add_option("--seconds", cell.seconds, "duration of each write and read phase")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
-  c->add_option("--tablets", cell.tablets, "tablets the table is created split into")->check(CLI::Range(1, 4096))->capture_default_str();
-  c->add_option("--value-size", cell.value_size, "bytes per value")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
-  c->add_option("--runs", cell.runs, "runs per server count; medians are reported")->check(CLI::Range(1, 99))->capture_default_str();
-  c->add_option("--recovery-mb", cell.recovery_mb, "MiB of unflushed log to recover, a list (empty: skip)")->delimiter(',')->check(CLI::Range(0.0, 65536.0))->capture_default_str();
-  c->add_option("--session-ttl", cell.session_ttl, "the tablet servers' lock-service session ttl")->capture_default_str();
+  CLI::App* c =
+      app.add_subcommand("cell",
+                         "A Bigtable cell of processes (lock service, master, N tablet servers on "
+                         "one data root) driven by the "
+                         "client library: aggregate write/read throughput per number of tablet "
+                         "servers, then the time to recover "
+                         "a SIGKILLed server's tablet against the amount of commit log to split");
+  c->add_option("--servers", cell.servers,
+                "tablet server counts to measure, a comma-separated list")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  c->add_option("--clients", cell.clients, "concurrent client threads")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  c->add_option("--seconds", cell.seconds, "duration of each write and read phase")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  c->add_option("--tablets", cell.tablets, "tablets the table is created split into")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  c->add_option("--value-size", cell.value_size, "bytes per value")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  c->add_option("--runs", cell.runs, "runs per server count; medians are reported")
+      ->check(CLI::Range(1, 99))
+      ->capture_default_str();
+  c->add_option("--recovery-mb", cell.recovery_mb,
+                "MiB of unflushed log to recover, a list (empty: skip)")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 65536.0))
+      ->capture_default_str();
+  c->add_option("--session-ttl", cell.session_ttl, "the tablet servers' lock-service session ttl")
+      ->capture_default_str();
   c->add_flag("--sync,!--no-sync", cell.sync, "fsync the commit logs on every write");
-  c->add_option("--dir", cell.dir, "directory for the cells' data and logs (default: a fresh temp dir, removed afterwards)");
+  c->add_option(
+      "--dir", cell.dir,
+      "directory for the cells' data and logs (default: a fresh temp dir, removed afterwards)");
   c->add_flag("--json", cell.json, "print one JSON object per measurement");
 
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
@@ -111,7 +187,8 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<megastore::rpc::TlsFiles> made = megastore::tools::ThrowawayTls();
     if (!made.ok()) {
-      std::fprintf(stderr, "msbench: --tls-compare: %s\n", std::string(made.status().message()).c_str());
+      std::fprintf(stderr, "msbench: --tls-compare: %s\n",
+                   std::string(made.status().message()).c_str());
       return 1;
     }
     int rc = 0;

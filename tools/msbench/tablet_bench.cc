@@ -15,8 +15,8 @@
 #include "replication/cell_crypto.h"
 #include "rocksdb/db.h"
 #include "storage/tablet/rocksdb_options.h"
-#include "tools/msbench/stats.h"
 #include "storage/tablet/tablet.h"
+#include "tools/msbench/stats.h"
 
 namespace megastore::tools {
 namespace {
@@ -61,11 +61,13 @@ class Side {
 class TabletSide : public Side {
  public:
   // `sealed`: values are sealed as an encrypted group's cells are.
-  static absl::StatusOr<std::unique_ptr<TabletSide>> Open(const std::string& path, Env* env, bool sealed) {
+  static absl::StatusOr<std::unique_ptr<TabletSide>> Open(const std::string& path, Env* env,
+                                                          bool sealed) {
     auto side = std::unique_ptr<TabletSide>(new TabletSide());
     if (sealed) {
       MS_ASSIGN_OR_RETURN(side->cipher_,
-                          replication::GroupCipher::Create(crypto::RandomBytes(crypto::kKeyBytes), "usertable", "u"));
+                          replication::GroupCipher::Create(crypto::RandomBytes(crypto::kKeyBytes),
+                                                           "usertable", "u"));
     }
     storage::TableSchema schema;
     schema.set_name("usertable");
@@ -81,13 +83,15 @@ class TabletSide : public Side {
     options.path = path;
     MS_ASSIGN_OR_RETURN(side->tablet_,
                         storage::Tablet::Open(options, schema, &side->resources_, env));
-    side->mutation_ = Mutation::SetCell(kFamily, kQualifier, "", sealed ? kSealedTimestamp : storage::kServerTimestamp);
+    side->mutation_ = Mutation::SetCell(kFamily, kQualifier, "",
+                                        sealed ? kSealedTimestamp : storage::kServerTimestamp);
     return side;
   }
 
   absl::Status Put(const std::string& key, const std::string& value) override {
     if (cipher_ != nullptr) {
-      MS_ASSIGN_OR_RETURN(mutation_.value, cipher_->SealCell(key, kFamily, kQualifier, kSealedTimestamp, value));
+      MS_ASSIGN_OR_RETURN(mutation_.value,
+                          cipher_->SealCell(key, kFamily, kQualifier, kSealedTimestamp, value));
     } else {
       mutation_.value = value;
     }
@@ -143,10 +147,10 @@ class RocksDBSide : public Side {
   static absl::StatusOr<std::unique_ptr<RocksDBSide>> Open(const std::string& path) {
     auto side = std::unique_ptr<RocksDBSide>(new RocksDBSide());
     const storage::StorageTuning tuning;
-    rocksdb::Options options(storage::TabletDBOptions(&side->resources_, tuning),
-                             storage::LocalityGroupOptions(storage::LocalityGroup(),
-                                                           &side->resources_, tuning,
-                                                           storage::KeyFilter::kWholeKey));
+    rocksdb::Options options(
+        storage::TabletDBOptions(&side->resources_, tuning),
+        storage::LocalityGroupOptions(storage::LocalityGroup(), &side->resources_, tuning,
+                                      storage::KeyFilter::kWholeKey));
     rocksdb::DB* db = nullptr;
     MS_RETURN_IF_ERROR(storage::FromRocksDB(rocksdb::DB::Open(options, path, &db), "open rocksdb"));
     side->db_.reset(db);
@@ -222,10 +226,10 @@ absl::Status RunOnce(Side& ours, Side& raw, const TabletBenchOptions& o, Env* en
   std::vector<std::string> values;
   for (int i = 0; i < 64; ++i) values.push_back(RandomValue(rng, o.value_size));
 
-  MS_RETURN_IF_ERROR(Interleave(ours, raw, o.keys, env, &ours_result->put, &raw_result->put,
-                                [&](Side& side, int64_t i) {
-                                  return side.Put(YcsbKey(i), values[static_cast<size_t>(i) % values.size()]);
-                                }));
+  MS_RETURN_IF_ERROR(Interleave(
+      ours, raw, o.keys, env, &ours_result->put, &raw_result->put, [&](Side& side, int64_t i) {
+        return side.Put(YcsbKey(i), values[static_cast<size_t>(i) % values.size()]);
+      }));
   MS_RETURN_IF_ERROR(ours.Settle());
   MS_RETURN_IF_ERROR(raw.Settle());
 
@@ -234,16 +238,17 @@ absl::Status RunOnce(Side& ours, Side& raw, const TabletBenchOptions& o, Env* en
   Random access(o.seed + 1);
   for (int64_t& k : get_keys) k = static_cast<int64_t>(access.Uniform(o.keys));
   int64_t found[2] = {0, 0};
-  MS_RETURN_IF_ERROR(Interleave(ours, raw, o.gets, env, &ours_result->get, &raw_result->get,
-                                [&](Side& side, int64_t i) {
-                                  bool f = false;
-                                  MS_RETURN_IF_ERROR(side.Get(YcsbKey(get_keys[static_cast<size_t>(i)]), &f));
-                                  found[&side == &ours ? 0 : 1] += f;
-                                  return absl::OkStatus();
-                                }));
+  MS_RETURN_IF_ERROR(Interleave(
+      ours, raw, o.gets, env, &ours_result->get, &raw_result->get, [&](Side& side, int64_t i) {
+        bool f = false;
+        MS_RETURN_IF_ERROR(side.Get(YcsbKey(get_keys[static_cast<size_t>(i)]), &f));
+        found[&side == &ours ? 0 : 1] += f;
+        return absl::OkStatus();
+      }));
   for (int64_t f : found) {
     if (f != o.gets) {
-      return absl::InternalError(StrCat("only ", f, " of ", o.gets, " point reads found their row"));
+      return absl::InternalError(
+          StrCat("only ", f, " of ", o.gets, " point reads found their row"));
     }
   }
 
@@ -319,12 +324,13 @@ int RunTabletBench(const TabletBenchOptions& o) {
                         {"get", &RunResult::get, 0.8},
                         {"scan", &RunResult::scan, 0.8}};
   if (!o.json) {
-    std::printf("msbench tablet: %lld keys, %lld-byte values, %lld gets, %lld scans of 1..%lld rows, "
-                "median of %d runs%s\n",
-                static_cast<long long>(o.keys), static_cast<long long>(o.value_size),
-                static_cast<long long>(o.gets), static_cast<long long>(o.scans),
-                static_cast<long long>(o.scan_length), o.runs,
-                o.sealed ? "; ours seals every value (AES-256-GCM) and opens every value read" : "");
+    std::printf(
+        "msbench tablet: %lld keys, %lld-byte values, %lld gets, %lld scans of 1..%lld rows, "
+        "median of %d runs%s\n",
+        static_cast<long long>(o.keys), static_cast<long long>(o.value_size),
+        static_cast<long long>(o.gets), static_cast<long long>(o.scans),
+        static_cast<long long>(o.scan_length), o.runs,
+        o.sealed ? "; ours seals every value (AES-256-GCM) and opens every value read" : "");
     std::printf("%-5s %14s %16s %7s %6s\n", "op", "ours ops/s", "rocksdb ops/s", "ratio", "goal");
   }
   for (const Line& l : lines) {

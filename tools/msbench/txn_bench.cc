@@ -48,14 +48,14 @@ constexpr int64_t kItemsPerGroup = 10;
 struct Cell {
   int clients = 0;
   int64_t groups = 0;
-  double throughput = 0;        // committed transactions per second
+  double throughput = 0;          // committed transactions per second
   double p50_ms = 0, p99_ms = 0;  // a transaction from Begin to the end of Commit, retries included
-  double conflict_rate = 0;     // commit attempts that lost their position
-  double retries_per_txn = 0;   // Run's retries per committed transaction
-  double fast_path = 0;         // commits chosen by the leader's ballot-0 accept
-  double lock_missed = 0;       // advisory lock requests that went ahead without the lock
+  double conflict_rate = 0;       // commit attempts that lost their position
+  double retries_per_txn = 0;     // Run's retries per committed transaction
+  double fast_path = 0;           // commits chosen by the leader's ballot-0 accept
+  double lock_missed = 0;         // advisory lock requests that went ahead without the lock
   uint64_t committed = 0;
-  uint64_t errors = 0;          // transactions that failed (Unavailable, gave up, ...)
+  uint64_t errors = 0;  // transactions that failed (Unavailable, gave up, ...)
   std::string first_error;
 };
 
@@ -64,7 +64,8 @@ absl::Status ParseWan(const std::string& spec, server::ClusterConfig* config) {
   if (spec.empty() || spec == "none") return absl::OkStatus();
   for (absl::string_view link : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(link, '=');
-    std::vector<std::string> ends = kv.size() == 2 ? absl::StrSplit(kv[0], '-') : std::vector<std::string>{};
+    std::vector<std::string> ends =
+        kv.size() == 2 ? absl::StrSplit(kv[0], '-') : std::vector<std::string>{};
     absl::Duration d;
     if (ends.size() != 2 || !absl::ParseDuration(kv[1], &d) || d < absl::ZeroDuration())
       return absl::InvalidArgumentError(
@@ -80,10 +81,15 @@ absl::Status ParseWan(const std::string& spec, server::ClusterConfig* config) {
 absl::StatusOr<std::vector<replication::ReplicaType>> ParseTypes(const std::string& spec) {
   std::vector<replication::ReplicaType> out;
   for (absl::string_view t : absl::StrSplit(spec, ',')) {
-    if (t == "full") out.push_back(replication::ReplicaType::kFull);
-    else if (t == "witness") out.push_back(replication::ReplicaType::kWitness);
-    else if (t == "read-only") out.push_back(replication::ReplicaType::kReadOnly);
-    else return absl::InvalidArgumentError(StrCat("--replicas: '", t, "' is not full, witness or read-only"));
+    if (t == "full")
+      out.push_back(replication::ReplicaType::kFull);
+    else if (t == "witness")
+      out.push_back(replication::ReplicaType::kWitness);
+    else if (t == "read-only")
+      out.push_back(replication::ReplicaType::kReadOnly);
+    else
+      return absl::InvalidArgumentError(
+          StrCat("--replicas: '", t, "' is not full, witness or read-only"));
   }
   if (out.size() < 1 || out.size() > 26)
     return absl::InvalidArgumentError("--replicas: name 1 to 26 datacenters");
@@ -116,24 +122,28 @@ class Bench {
 
   // One read-modify-write transaction on group `g`.
   absl::StatusOr<CommitInfo> Transact(Database& db, int64_t g, int64_t item) {
-    return db.Run("Counter", {g}, [&](Transaction& t) -> absl::Status {
-      absl::StatusOr<std::optional<schema::Entity>> e = t.Get("Item", {g, item});
-      if (!e.ok()) return e.status();
-      const schema::TableDescriptor* table = db.layout().schema().FindTable("Item");
-      schema::Entity next;
-      int64_t value = 0;
-      if (e->has_value()) next = **e;
-      for (const auto& f : table->fields()) {
-        if (f.name() == "value" && e->has_value()) value = std::get<int64_t>((**e).fields.at(f.number()).at(0));
-      }
-      for (const auto& f : table->fields()) {
-        if (f.name() == "group_id") next.fields[f.number()] = {g};
-        if (f.name() == "id") next.fields[f.number()] = {item};
-        if (f.name() == "value") next.fields[f.number()] = {value + 1};
-        if (f.name() == "payload") next.fields[f.number()] = {payload_};
-      }
-      return t.Put("Item", std::move(next));
-    }, options_);
+    return db.Run(
+        "Counter", {g},
+        [&](Transaction& t) -> absl::Status {
+          absl::StatusOr<std::optional<schema::Entity>> e = t.Get("Item", {g, item});
+          if (!e.ok()) return e.status();
+          const schema::TableDescriptor* table = db.layout().schema().FindTable("Item");
+          schema::Entity next;
+          int64_t value = 0;
+          if (e->has_value()) next = **e;
+          for (const auto& f : table->fields()) {
+            if (f.name() == "value" && e->has_value())
+              value = std::get<int64_t>((**e).fields.at(f.number()).at(0));
+          }
+          for (const auto& f : table->fields()) {
+            if (f.name() == "group_id") next.fields[f.number()] = {g};
+            if (f.name() == "id") next.fields[f.number()] = {item};
+            if (f.name() == "value") next.fields[f.number()] = {value + 1};
+            if (f.name() == "payload") next.fields[f.number()] = {payload_};
+          }
+          return t.Put("Item", std::move(next));
+        },
+        options_);
   }
 
   // Commits once in each of the first `groups` groups, `threads` at a time.
@@ -143,7 +153,9 @@ class Bench {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
-        Database& db = *servers_[static_cast<size_t>(placement_[static_cast<size_t>(t) % placement_.size()])]->db;
+        Database& db =
+            *servers_[static_cast<size_t>(placement_[static_cast<size_t>(t) % placement_.size()])]
+                 ->db;
         for (int64_t g = next.fetch_add(1); g < groups; g = next.fetch_add(1)) {
           absl::StatusOr<CommitInfo> r = Transact(db, g, 0);
           if (!r.ok()) {
@@ -179,7 +191,9 @@ class Bench {
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
         Random rng(seed * 1000003 + static_cast<uint64_t>(c));
-        Database& db = *servers_[static_cast<size_t>(placement_[static_cast<size_t>(c) % placement_.size()])]->db;
+        Database& db =
+            *servers_[static_cast<size_t>(placement_[static_cast<size_t>(c) % placement_.size()])]
+                 ->db;
         while (!stop.load(std::memory_order_relaxed)) {
           const int64_t g = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(groups)));
           const int64_t item = static_cast<int64_t>(rng.Uniform(kItemsPerGroup));
@@ -189,7 +203,8 @@ class Bench {
           if (r.ok()) {
             latencies[static_cast<size_t>(c)].push_back(static_cast<double>(t1 - t0) / 1000.0);
           } else {
-            if (errors[static_cast<size_t>(c)]++ == 0) first_error[static_cast<size_t>(c)] = r.status().ToString();
+            if (errors[static_cast<size_t>(c)]++ == 0)
+              first_error[static_cast<size_t>(c)] = r.status().ToString();
             absl::SleepFor(absl::Milliseconds(10));  // do not spin on a failing cluster
           }
         }
@@ -221,7 +236,8 @@ class Bench {
     }
     retries -= retries_before;
     if (commits + conflicts > 0)
-      cell.conflict_rate = static_cast<double>(conflicts) / static_cast<double>(commits + conflicts);
+      cell.conflict_rate =
+          static_cast<double>(conflicts) / static_cast<double>(commits + conflicts);
     if (commits > 0) cell.fast_path = static_cast<double>(fast) / static_cast<double>(commits);
     if (locked + unlocked > 0)
       cell.lock_missed = static_cast<double>(unlocked) / static_cast<double>(locked + unlocked);
@@ -272,16 +288,18 @@ int RunTxnBench(const TxnBenchOptions& o) {
   for (const server::Link& l : cluster_config.links())
     for (const std::string& end : {l.a(), l.b()})
       if (std::find(names.begin(), names.end(), end) == names.end())
-        return fail(absl::InvalidArgumentError(
-            StrCat("--wan names datacenter ", end, "; --replicas has ", absl::StrJoin(names, ","))));
+        return fail(absl::InvalidArgumentError(StrCat(
+            "--wan names datacenter ", end, "; --replicas has ", absl::StrJoin(names, ","))));
   const auto wan = server::DelaysOf(cluster_config);
   std::vector<int> placement;
   for (absl::string_view dc : absl::StrSplit(o.at, ',', absl::SkipWhitespace())) {
     auto it = std::find(names.begin(), names.end(), dc);
     if (it == names.end())
-      return fail(absl::InvalidArgumentError(StrCat("--at: no datacenter ", dc, " (have ", absl::StrJoin(names, ","), ")")));
+      return fail(absl::InvalidArgumentError(
+          StrCat("--at: no datacenter ", dc, " (have ", absl::StrJoin(names, ","), ")")));
     if ((*types)[static_cast<size_t>(it - names.begin())] == replication::ReplicaType::kWitness)
-      return fail(absl::InvalidArgumentError(StrCat("--at: ", dc, " is a witness; app servers need a replica with data")));
+      return fail(absl::InvalidArgumentError(
+          StrCat("--at: ", dc, " is a witness; app servers need a replica with data")));
     placement.push_back(static_cast<int>(it - names.begin()));
   }
   if (placement.empty()) return fail(absl::InvalidArgumentError("--at names no datacenter"));
@@ -296,13 +314,16 @@ int RunTxnBench(const TxnBenchOptions& o) {
   Env* env = Env::Default();
   std::string root = o.dir;
   const bool temp = root.empty();
-  if (temp) root = (std::filesystem::temp_directory_path() / StrCat("msbench-txn-", env->Random64())).string();
+  if (temp)
+    root =
+        (std::filesystem::temp_directory_path() / StrCat("msbench-txn-", env->Random64())).string();
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   if (ec) return fail(absl::InternalError(StrCat("cannot create ", root, ": ", ec.message())));
   int rc = 0;
   {
-    auto cluster = server::LocalCluster::Start(env, root, cluster_config, txn::TablesFor(*layout), o.sync);
+    auto cluster =
+        server::LocalCluster::Start(env, root, cluster_config, txn::TablesFor(*layout), o.sync);
     if (!cluster.ok()) return fail(cluster.status());
     if (!(*cluster)->WaitUntilServing(absl::Seconds(10)))
       return fail(absl::UnavailableError("the coordinators did not get their locks within 10 s"));
@@ -314,11 +335,12 @@ int RunTxnBench(const TxnBenchOptions& o) {
       schemas.set_name(replication::kSchemaTable);
       schemas.add_families()->set_name(replication::kSchemaFamily);
       schemas.set_replicated(true);
-      if (absl::Status s = tablets->CreateTable(schemas); !s.ok() && !absl::IsAlreadyExists(s)) return fail(s);
-      if (absl::Status s = tablets->MutateRow(replication::kSchemaTable, compiled.descriptor.name(),
-                                              {storage::Mutation::SetCell(replication::kSchemaFamily,
-                                                                          replication::kSchemaColumn,
-                                                                          compiled.descriptor.SerializeAsString())});
+      if (absl::Status s = tablets->CreateTable(schemas); !s.ok() && !absl::IsAlreadyExists(s))
+        return fail(s);
+      if (absl::Status s = tablets->MutateRow(
+              replication::kSchemaTable, compiled.descriptor.name(),
+              {storage::Mutation::SetCell(replication::kSchemaFamily, replication::kSchemaColumn,
+                                          compiled.descriptor.SerializeAsString())});
           !s.ok())
         return fail(s);
     }
@@ -355,7 +377,8 @@ int RunTxnBench(const TxnBenchOptions& o) {
     for (int dc : placement) {
       double best = 0;
       for (size_t v = 0; v < names.size(); ++v) {
-        if (static_cast<int>(v) == dc || (*types)[v] == replication::ReplicaType::kReadOnly) continue;
+        if (static_cast<int>(v) == dc || (*types)[v] == replication::ReplicaType::kReadOnly)
+          continue;
         auto d = wan.find({names[static_cast<size_t>(dc)], names[v]});
         const double rtt = d == wan.end() ? 0 : 2 * absl::ToDoubleMilliseconds(d->second);
         if (best == 0 || rtt < best) best = rtt;
@@ -378,14 +401,16 @@ int RunTxnBench(const TxnBenchOptions& o) {
       }
     }
     if (rc == 0 && !o.json) {
-      std::printf("replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %s, %.1f s per cell, median of %d "
-                  "run(s)\n",
-                  o.replicas.c_str(), o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
-                  o.advisory_lock ? "advisory locks" : "no advisory locks",
-                  o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
+      std::printf(
+          "replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %s, %.1f s per cell, median "
+          "of %d "
+          "run(s)\n",
+          o.replicas.c_str(), o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
+          o.advisory_lock ? "advisory locks" : "no advisory locks",
+          o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
-      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s\n", "clients", "groups", "txn/s", "p50 ms",
-                  "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors");
+      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s\n", "clients", "groups", "txn/s",
+                  "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors");
     }
     std::map<std::pair<int, int64_t>, std::vector<Cell>> results;
     for (int run = 0; rc == 0 && run < o.runs; ++run)
@@ -418,10 +443,10 @@ int RunTxnBench(const TxnBenchOptions& o) {
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
               "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu}\n",
-              clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(), o.wan.c_str(),
-              o.sync ? "true" : "false", o.seconds, o.runs, tput, p50, p99, floor_ms, ratio, conflict,
-              retry, fast, o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
-              static_cast<unsigned long long>(errors));
+              clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(),
+              o.wan.c_str(), o.sync ? "true" : "false", o.seconds, o.runs, tput, p50, p99, floor_ms,
+              ratio, conflict, retry, fast, o.advisory_lock ? "true" : "false", missed,
+              o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors));
         } else {
           std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.1f%% %7llu\n", clients,
                       static_cast<long long>(groups), tput, p50, p99, ratio, 100 * conflict, retry,

@@ -14,19 +14,19 @@ namespace megastore::tools {
 struct TxnBenchOptions {
   std::vector<int> clients = {1, 16, 64};
   std::vector<int64_t> groups = {1, 10, 10000};
-  double seconds = 3;        // per cell
-  int runs = 3;              // the median of each figure is reported
-  std::string replicas = "full,full,witness";  // datacenters A, B, C
+  double seconds = 3;                              // per cell
+  int runs = 3;                                    // the median of each figure is reported
+  std::string replicas = "full,full,witness";      // datacenters A, B, C
   std::string wan = "A-B=10ms,A-C=30ms,B-C=25ms";  // one-way delays
-  std::string at = "A,B";    // where the clients run, round robin
-  int64_t value_size = 100;  // bytes written per transaction
-  bool sync = false;         // fsync each tablet server's commit log
-  bool preload = true;       // commit once in every group before measuring
-  bool advisory_lock = false;  // transactions take their group's advisory lock
-  bool encrypted = false;      // the schema is ENCRYPTED: every cell sealed at rest
+  std::string at = "A,B";                          // where the clients run, round robin
+  int64_t value_size = 100;                        // bytes written per transaction
+  bool sync = false;                               // fsync each tablet server's commit log
+  bool preload = true;                             // commit once in every group before measuring
+  bool advisory_lock = false;                      // transactions take their group's advisory lock
+  bool encrypted = false;  // the schema is ENCRYPTED: every cell sealed at rest
   uint64_t seed = 1;
   bool json = false;
-  std::string dir;           // data of the three datacenters (default: temp, removed)
+  std::string dir;  // data of the three datacenters (default: temp, removed)
 };
 
 int RunTxnBench(const TxnBenchOptions& options);

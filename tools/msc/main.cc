@@ -1,13 +1,13 @@
 // msc: the Megastore schema compiler. `msc --help` explains it.
+#include <google/protobuf/text_format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <google/protobuf/text_format.h>
 
 #include "base/cli.h"
 #include "base/init.h"
@@ -46,18 +46,23 @@ int main(int argc, char** argv) {
   std::string file, out_dir, include_prefix, previous;
   bool check = false, print = false;
   app.add_option("file", file, "the schema file (.msdl)")->required();
-  auto* out_opt = app.add_option("--out", out_dir, "directory for the compiled descriptor (created if missing)");
+  auto* out_opt = app.add_option("--out", out_dir,
+                                 "directory for the compiled descriptor (created if missing)");
   app.add_flag("--check", check, "only check the schema; write nothing")->excludes(out_opt);
-  app.add_option("--include-prefix", include_prefix,
-                 "with --out: path put before NAME.schema.h in the generated source's #include (e.g. gen/)");
-  app.add_option("--previous", previous,
-                 "the descriptor (.schema.pb or .schema.textproto) the data was written under; refuse\n"
-                 "changes it cannot be served with (docs/schema.md, Schema evolution)");
+  app.add_option(
+      "--include-prefix", include_prefix,
+      "with --out: path put before NAME.schema.h in the generated source's #include (e.g. gen/)");
+  app.add_option(
+      "--previous", previous,
+      "the descriptor (.schema.pb or .schema.textproto) the data was written under; refuse\n"
+      "changes it cannot be served with (docs/schema.md, Schema evolution)");
   app.add_flag("--print", print,
-               "print the compiled schema as canonical DDL on stdout (ALTERs applied, numbers explicit where needed)");
+               "print the compiled schema as canonical DDL on stdout (ALTERs applied, numbers "
+               "explicit where needed)");
   if (int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (!check && !print && out_dir.empty()) {
-    std::fprintf(stderr, "msc: give --out=DIR to write the descriptor, --check to only check, or --print\n");
+    std::fprintf(
+        stderr, "msc: give --out=DIR to write the descriptor, --check to only check, or --print\n");
     return 2;
   }
   std::ifstream in(file, std::ios::binary);
@@ -72,8 +77,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", megastore::schema::FormatDiagnostic(file, d).c_str());
   }
   if (!result.ok()) {
-    std::fprintf(stderr, "msc: %zu error%s in %s\n", result.errors.size(), result.errors.size() == 1 ? "" : "s",
-                 file.c_str());
+    std::fprintf(stderr, "msc: %zu error%s in %s\n", result.errors.size(),
+                 result.errors.size() == 1 ? "" : "s", file.c_str());
     return 1;
   }
   if (!previous.empty()) {
@@ -81,18 +86,22 @@ int main(int argc, char** argv) {
     std::stringstream pbuf;
     pbuf << pin.rdbuf();
     megastore::schema::SchemaDescriptor old;
-    const bool text = previous.size() >= 10 && previous.compare(previous.size() - 10, 10, ".textproto") == 0;
-    if (!pin || !(text ? google::protobuf::TextFormat::ParseFromString(pbuf.str(), &old) : old.ParseFromString(pbuf.str()))) {
+    const bool text =
+        previous.size() >= 10 && previous.compare(previous.size() - 10, 10, ".textproto") == 0;
+    if (!pin || !(text ? google::protobuf::TextFormat::ParseFromString(pbuf.str(), &old)
+                       : old.ParseFromString(pbuf.str()))) {
       std::fprintf(stderr, "msc: cannot read a schema descriptor from %s\n", previous.c_str());
       return 2;
     }
-    const std::vector<std::string> problems = megastore::schema::CheckCompatible(old, result.descriptor);
+    const std::vector<std::string> problems =
+        megastore::schema::CheckCompatible(old, result.descriptor);
     for (const std::string& p : problems) {
-      std::fprintf(stderr, "%s: error: incompatible with %s: %s\n", file.c_str(), previous.c_str(), p.c_str());
+      std::fprintf(stderr, "%s: error: incompatible with %s: %s\n", file.c_str(), previous.c_str(),
+                   p.c_str());
     }
     if (!problems.empty()) {
-      std::fprintf(stderr, "msc: %zu incompatible change%s in %s\n", problems.size(), problems.size() == 1 ? "" : "s",
-                   file.c_str());
+      std::fprintf(stderr, "msc: %zu incompatible change%s in %s\n", problems.size(),
+                   problems.size() == 1 ? "" : "s", file.c_str());
       return 1;
     }
   }
@@ -108,14 +117,17 @@ int main(int argc, char** argv) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(result.descriptor, &text);
   const auto dir = std::filesystem::path(out_dir);
-  const megastore::schema::GeneratedCode code = megastore::schema::GenerateCpp(result.descriptor, include_prefix);
+  const megastore::schema::GeneratedCode code =
+      megastore::schema::GenerateCpp(result.descriptor, include_prefix);
   if (!WriteFile(dir / (name + ".schema.pb"), result.descriptor.SerializeAsString()) ||
-      !WriteFile(dir / (name + ".schema.textproto"), text) || !WriteFile(dir / code.header_name, code.header) ||
+      !WriteFile(dir / (name + ".schema.textproto"), text) ||
+      !WriteFile(dir / code.header_name, code.header) ||
       !WriteFile(dir / code.source_name, code.source)) {
     std::fprintf(stderr, "msc: cannot write into %s\n", out_dir.c_str());
     return 2;
   }
-  std::printf("msc: %s: schema %s (%d tables, %d indexes) written to %s\n", file.c_str(), name.c_str(),
-              result.descriptor.tables_size(), result.descriptor.indexes_size(), out_dir.c_str());
+  std::printf("msc: %s: schema %s (%d tables, %d indexes) written to %s\n", file.c_str(),
+              name.c_str(), result.descriptor.tables_size(), result.descriptor.indexes_size(),
+              out_dir.c_str());
   return 0;
 }
