@@ -6,6 +6,7 @@
 #include "base/await.h"
 #include "base/coding.h"
 #include "base/logging.h"
+#include "base/retry.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -87,72 +88,42 @@ absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view ro
   return std::unique_ptr<Transaction>(new Transaction(std::move(*t)));
 }
 
-namespace {
-
-// A transaction deadline that covers every attempt of Run/RunAcross: the
-// time left goes into each attempt's options.
-class RunDeadline {
- public:
-  RunDeadline(Env* env, const TransactionOptions& options) : env_(env), total_(options.deadline) {
-    if (total_ > absl::ZeroDuration())
-      at_ = env->MonotonicMicros() + absl::ToInt64Microseconds(total_);
-  }
-  // Narrows `options` to the time left, or says it is gone.
-  absl::Status Narrow(TransactionOptions* options, int attempt) const {
-    if (at_ == 0) return absl::OkStatus();
-    const int64_t left = at_ - env_->MonotonicMicros();
-    if (left <= 0)
-      return absl::DeadlineExceededError(StrCat("transaction deadline (",
-                                                absl::FormatDuration(total_), ") passed after ",
-                                                attempt - 1, " attempt(s)"));
-    options->deadline = absl::Microseconds(left);
+absl::Status Database::PauseBeforeRetry(Retry& retry, absl::Duration total, absl::Status failure) {
+  if (retry.SleepBeforeRetry()) {
+    retries_.fetch_add(1);
     return absl::OkStatus();
   }
-  // The longest pause before a retry: the back-off, or what is left.
-  absl::Duration MaxPause(const TransactionOptions& options) const {
-    if (at_ == 0) return options.max_retry_backoff;
-    return std::min(options.max_retry_backoff,
-                    absl::Microseconds(std::max<int64_t>(0, at_ - env_->MonotonicMicros())));
-  }
-
- private:
-  Env* const env_;
-  const absl::Duration total_;
-  int64_t at_ = 0;
-};
-
-}  // namespace
-
-void Database::PauseBeforeRetry(absl::Duration max_pause) {
-  retries_.fetch_add(1);
-  const int64_t max = std::max<int64_t>(1, absl::ToInt64Microseconds(max_pause));
-  absl::SleepFor(absl::Microseconds(static_cast<int64_t>(env_->Random64() % max)));
+  // Out of attempts: the last failure says what happened. Out of time with
+  // attempts left: the deadline.
+  if (retry.attempts_left()) return txn::DeadlinePassed(total, retry.attempts());
+  return failure;
 }
 
 absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
                                          std::vector<schema::KeyValue> root_key, const Body& fn,
                                          TransactionOptions options) {
-  const RunDeadline deadline(env_, options);
-  absl::Status last;
-  for (int attempt = 1; attempt <= std::max(1, options.max_attempts); ++attempt) {
-    if (attempt > 1) PauseBeforeRetry(deadline.MaxPause(options));
-    if (absl::Status s = deadline.Narrow(&options, attempt); !s.ok()) return s;
+  const absl::Duration total = options.deadline;
+  Retry retry = txn::TransactionRetry(env_, options);
+  while (true) {
+    if (absl::Status s = txn::StartAttempt(retry, total, &options); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<Transaction>> t = Begin(root_table, root_key, options);
     if (!t.ok()) {
       // Nothing was proposed yet: transient failures are retried too.
-      last = t.status();
-      if (absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last)) continue;
-      return last;
+      const absl::Status& failed = t.status();
+      if (!absl::IsUnavailable(failed) && !absl::IsDeadlineExceeded(failed)) return failed;
+      MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, failed));
+      continue;
     }
     absl::Status body = fn(**t);
     if (!body.ok()) {
-      last = body;
-      if (absl::IsAborted(body)) continue;
-      return body;
+      if (!absl::IsAborted(body)) return body;
+      t->reset();  // its advisory lock goes back before the pause
+      MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, body));
+      continue;
     }
     absl::StatusOr<CommitInfo> info = (*t)->Commit();
     if (info.ok()) {
-      info->attempts = attempt;
+      info->attempts = retry.attempts();
       if ((*t)->txn_->sent_messages()) {
         // Deliver now; a failure leaves them in the outbox for DeliverQueues.
         txn::Context ctx{client_.get(), layout_.get()};
@@ -161,10 +132,11 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
       }
       return info;
     }
-    last = info.status();
-    if (!absl::IsAborted(last)) return last;  // an unknown outcome is not retried
+    // An unknown outcome is not retried.
+    if (!absl::IsAborted(info.status())) return info.status();
+    t->reset();
+    MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, info.status()));
   }
-  return last;
 }
 
 absl::StatusOr<txn::QueryResult> Database::GlobalIndexQuery(std::string_view index,
@@ -415,30 +387,35 @@ absl::StatusOr<Transaction*> MultiTransaction::In(std::string_view root_table,
 
 absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionOptions options) {
   txn::Context ctx = context();
-  const RunDeadline deadline(env_, options);
-  absl::Status last;
-  for (int attempt = 1; attempt <= std::max(1, options.max_attempts); ++attempt) {
-    if (attempt > 1) PauseBeforeRetry(deadline.MaxPause(options));
-    if (absl::Status s = deadline.Narrow(&options, attempt); !s.ok()) return s;
-    MultiTransaction multi(this, options);
-    last = fn(multi);
-    if (!last.ok()) {
-      if (absl::IsAborted(last) || absl::IsUnavailable(last) || absl::IsDeadlineExceeded(last))
-        continue;
-      return last;
+  const absl::Duration total = options.deadline;
+  Retry retry = txn::TransactionRetry(env_, options);
+  while (true) {
+    if (absl::Status s = txn::StartAttempt(retry, total, &options); !s.ok()) return s;
+    absl::Status failed;
+    {
+      // The attempt's parts (and their advisory locks) end with this block,
+      // before the pause.
+      MultiTransaction multi(this, options);
+      failed = fn(multi);
+      if (!failed.ok()) {
+        const bool transient = absl::IsAborted(failed) || absl::IsUnavailable(failed) ||
+                               absl::IsDeadlineExceeded(failed);
+        if (!transient) return failed;
+      } else {
+        std::vector<std::shared_ptr<txn::Transaction>> parts;
+        for (auto& [root, part] : multi.parts_) parts.push_back(part->txn_);
+        absl::StatusOr<CommitInfo> info = Await<CommitInfo>(
+            [&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
+        if (info.ok()) {
+          info->attempts = retry.attempts();
+          return info;
+        }
+        if (!absl::IsAborted(info.status())) return info.status();
+        failed = info.status();
+      }
     }
-    std::vector<std::shared_ptr<txn::Transaction>> parts;
-    for (auto& [root, part] : multi.parts_) parts.push_back(part->txn_);
-    absl::StatusOr<CommitInfo> info = Await<CommitInfo>(
-        [&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
-    if (info.ok()) {
-      info->attempts = attempt;
-      return info;
-    }
-    last = info.status();
-    if (!absl::IsAborted(last)) return last;
+    MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, failed));
   }
-  return last;
 }
 
 absl::StatusOr<int> Database::DeliverQueues(std::string_view root_table,

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/env.h"
+#include "base/retry.h"
 #include "base/transport.h"
 #include "replication/group_client.h"
 #include "schema/layout.h"
@@ -169,7 +170,10 @@ class Database {
   absl::StatusOr<IndexExamination> ExamineIndexes(
       const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups);
   // A random pause before a retried transaction (counted in retries()).
-  void PauseBeforeRetry(absl::Duration max_pause);
+  // After an attempt failed with `failure` (retryable): sleeps on the Env
+  // before the next attempt and returns OK, or returns what to report: the
+  // deadline passing, or `failure` if the attempts are used up.
+  absl::Status PauseBeforeRetry(Retry& retry, absl::Duration total, absl::Status failure);
 
   std::unique_ptr<Env> owned_env_;
   std::unique_ptr<Transport> owned_transport_;

@@ -7,7 +7,7 @@
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
-#include "tools/megastored/datacenter.h"
+#include "server/datacenter.h"
 
 namespace megastore {
 namespace {

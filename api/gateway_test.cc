@@ -14,7 +14,7 @@
 #include "base/token_mac.h"
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
-#include "tools/megastored/datacenter.h"
+#include "server/datacenter.h"
 
 namespace megastore {
 namespace {

@@ -9,7 +9,7 @@
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "schema/compiler.h"
-#include "tools/megastored/datacenter.h"
+#include "server/datacenter.h"
 
 namespace megastore {
 namespace {

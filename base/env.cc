@@ -1,7 +1,10 @@
 #include "base/env.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
+
+#include "absl/time/clock.h"
 
 namespace megastore {
 
@@ -61,6 +64,8 @@ int64_t RealEnv::NowMicros() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+void RealEnv::SleepFor(absl::Duration d) { absl::SleepFor(d); }
 
 int64_t RealEnv::MonotonicMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -136,6 +141,8 @@ uint64_t ManualEnv::Random64() {
   absl::MutexLock lock(&mu_);
   return rng_.Next();
 }
+
+void ManualEnv::SleepFor(absl::Duration d) { Advance(std::max(d, absl::ZeroDuration())); }
 
 void ManualEnv::Advance(absl::Duration d) {
   int64_t target;

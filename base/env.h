@@ -3,7 +3,7 @@
 // Components never call std::chrono::*::now(), sleep or std::random_device
 // themselves; they take an Env. RealEnv is the production adapter; ManualEnv
 // is a clock that moves only when a test says so, with timers that fire as it
-// moves. The simulator (tests/sim/) provides its own Env on virtual time.
+// moves. The simulator (sim/) provides its own Env on virtual time.
 #pragma once
 
 #include <condition_variable>
@@ -41,6 +41,12 @@ class Env {
   // cancelled, false if it already ran, is running, or is unknown.
   virtual bool Cancel(TimerId id) = 0;
 
+  // Blocks the caller for `d` of this Env's time: RealEnv sleeps; ManualEnv
+  // moves its clocks forward by `d` (running the timers that fall due); the
+  // simulator runs its other events until then. For blocking callers only
+  // (a timer callback schedules instead).
+  virtual void SleepFor(absl::Duration d) = 0;
+
   // A uniformly random 64-bit number from the Env's seeded source.
   // Thread-safe. Deterministic for a given seed and call order.
   virtual uint64_t Random64() = 0;
@@ -77,6 +83,7 @@ class RealEnv : public Env {
   int64_t MonotonicMicros() override;
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override;
   bool Cancel(TimerId id) override;
+  void SleepFor(absl::Duration d) override;
   uint64_t Random64() override;
   uint64_t seed() const override { return seed_; }
 
@@ -102,6 +109,8 @@ class ManualEnv : public Env {
   int64_t MonotonicMicros() override;
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override;
   bool Cancel(TimerId id) override;
+  // Advance(d).
+  void SleepFor(absl::Duration d) override;
   uint64_t Random64() override;
   uint64_t seed() const override { return seed_; }
 

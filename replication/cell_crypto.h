@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "base/crypto.h"
 #include "replication/replication.pb.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
 
 namespace megastore::replication {
 

@@ -17,6 +17,7 @@
 #include "replication/key_store.h"
 #include "replication/log_replica.h"
 #include "schema/schema.pb.h"
+#include "storage/tabletserver/in_process_bigtable.h"
 #include "storage/tabletserver/tablet_server.h"
 
 namespace megastore::replication {

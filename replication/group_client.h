@@ -22,6 +22,7 @@
 #include "base/histogram.h"
 #include "base/top_counts.h"
 #include "base/transport.h"
+#include "coordinator/coordinator_client.h"
 #include "replication/log_replica.h"
 #include "replication/replication.pb.h"
 
@@ -161,6 +162,8 @@ class GroupClient {
   const GroupClientOptions& options() const { return options_; }
   Env* env() const { return env_; }
   Transport* transport() const { return transport_; }
+  // Calls to coordinators, over transport().
+  coordinator::CoordinatorClient* coordinators() { return &coordinators_; }
   // What this client's Commits came to, since it was made.
   struct Stats {
     uint64_t commits = 0;        // our entry was chosen
@@ -188,6 +191,7 @@ class GroupClient {
   Env* const env_;
   Transport* const transport_;
   const GroupClientOptions options_;
+  coordinator::CoordinatorClient coordinators_{transport_};
   std::vector<int> voters_;
   // Replicas with a coordinator, where groups' advisory locks live.
   std::vector<int> lock_homes_;

@@ -26,7 +26,7 @@
 #include "replication/cell_crypto.h"
 #include "replication/replication.pb.h"
 #include "storage/client/bigtable_client.h"
-#include "storage/tablet/schema.pb.h"
+#include "storage/model/schema.pb.h"
 
 namespace megastore::replication {
 

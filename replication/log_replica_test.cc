@@ -4,6 +4,7 @@
 #include "base/coding.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
+#include "storage/tabletserver/in_process_bigtable.h"
 #include "storage/tabletserver/tablet_server.h"
 
 namespace megastore::replication {

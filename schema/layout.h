@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "schema/entity.h"
 #include "schema/key_codec.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
 
 namespace megastore::schema {
 

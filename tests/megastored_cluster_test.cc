@@ -20,9 +20,9 @@
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
 #include "schema/compiler.h"
+#include "server/cluster.h"
 #include "tests/https_client.h"
 #include "tests/subprocess.h"
-#include "tools/megastored/cluster.h"
 
 namespace megastore {
 namespace {

@@ -7,8 +7,8 @@
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
+#include "server/datacenter.h"
 #include "tests/subprocess.h"
-#include "tools/megastored/datacenter.h"
 
 namespace megastore {
 namespace {

@@ -12,7 +12,7 @@
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "replication/group_client.h"
-#include "tools/megastored/datacenter.h"
+#include "server/datacenter.h"
 
 namespace megastore::replication {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
-#include "tests/sim/deployment.h"
+#include "sim/deployment.h"
 #include "txn/transaction.h"
 
 namespace megastore::txn {

@@ -31,6 +31,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/retry.h"
 #include "replication/group_client.h"
 #include "schema/layout.h"
 
@@ -281,6 +282,17 @@ void CommitAcross(Context ctx, std::vector<std::shared_ptr<Transaction>> parts,
 // How old an undecided prepared transaction must be before another
 // transaction of its group may decide it aborted.
 inline constexpr absl::Duration kPreparedTimeout = absl::Seconds(5);
+
+// The attempts of one Run (here or the blocking API's): options.max_attempts
+// of them, a random pause of up to options.max_retry_backoff before each
+// retry, all within options.deadline if set.
+Retry TransactionRetry(Env* env, const TransactionOptions& options);
+// Starts the next attempt with `options` narrowed to the time left, or
+// returns DeadlinePassed.
+absl::Status StartAttempt(Retry& retry, absl::Duration total, TransactionOptions* options);
+// DeadlineExceeded: the transaction deadline `total` passed after
+// `attempts` attempts.
+absl::Status DeadlinePassed(absl::Duration total, int attempts);
 
 // Runs `body` in a transaction on the group whose root row is `root`,
 // committing it and retrying conflicts and transient failures (20 tries).

@@ -1,10 +1,10 @@
-// Transactions on the simulated three-datacenter deployment (tests/sim/):
+// Transactions on the simulated three-datacenter deployment (sim/):
 // the API's rules, then bank transfers under faults.
 #include "txn/transaction.h"
 
 #include "gtest/gtest.h"
 #include "schema/compiler.h"
-#include "tests/sim/deployment.h"
+#include "sim/deployment.h"
 
 namespace megastore::txn {
 namespace {

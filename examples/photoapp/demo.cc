@@ -21,7 +21,7 @@
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
 #include "photoapp/PhotoApp.schema.h"
-#include "tools/megastored/cluster.h"
+#include "server/cluster.h"
 
 namespace {
 

@@ -174,15 +174,30 @@ absl::StatusOr<std::vector<TabletRecord>> CellClient::Tablets(const std::string&
   return out;
 }
 
-bool CellClient::Backoff(int64_t deadline, absl::Duration* delay) {
+namespace {
+
+// Stale locations and moving tablets: 20 ms, doubling to 500 ms, until
+// options().retry_for has passed (a pause that would end past it is not
+// taken).
+RetryPolicy StalePolicy() {
+  RetryPolicy p;
+  p.initial_backoff = absl::Milliseconds(20);
+  p.multiplier = 2;
+  p.max_backoff = absl::Milliseconds(500);
+  p.jitter = false;
+  p.shorten_at_deadline = false;
+  return p;
+}
+
+}  // namespace
+
+bool CellClient::Backoff(Retry& retry) {
   if (cancelled_) return false;
-  if (env_->MonotonicMicros() + absl::ToInt64Microseconds(*delay) > deadline) return false;
-  retries_.fetch_add(1, std::memory_order_relaxed);
-  // A plain sleep, not an Env timer: this client is a real network adapter
+  // Env::SleepFor, not an Env timer: this client is a real network adapter
   // (like the RPC client under it), and a caller on the Env's timer thread
   // would otherwise wait for itself.
-  absl::SleepFor(*delay);
-  *delay = std::min(*delay * 2, absl::Milliseconds(500));
+  if (!retry.SleepBeforeRetry()) return false;
+  retries_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -190,12 +205,12 @@ template <typename Fn>
 auto CellClient::OnTablet(const std::string& table, const std::string& row, bool retry_unavailable,
                           Fn fn)
     -> decltype(fn(*static_cast<TabletClient*>(nullptr), TabletLocation{})) {
-  const int64_t deadline = env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.retry_for);
-  absl::Duration delay = absl::Milliseconds(20);
+  Retry retry(env_, StalePolicy(),
+              env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.retry_for));
   while (true) {
     absl::StatusOr<TabletLocation> loc = Locate(table, row);
     if (!loc.ok()) {
-      if (absl::IsUnavailable(loc.status()) && Backoff(deadline, &delay)) continue;
+      if (absl::IsUnavailable(loc.status()) && Backoff(retry)) continue;
       return loc.status();
     }
     auto result = fn(*Server(loc->server), *loc);
@@ -203,7 +218,7 @@ auto CellClient::OnTablet(const std::string& table, const std::string& row, bool
     if (s.ok() || !Stale(s)) return result;
     cache_.Invalidate(table, row);
     if (!retry_unavailable && !IsNotServing(s) && !NeverSent(s)) return result;
-    if (!Backoff(deadline, &delay)) return result;
+    if (!Backoff(retry)) return result;
   }
 }
 

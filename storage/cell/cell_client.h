@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
+#include "base/retry.h"
 #include "storage/cell/location_cache.h"
 #include "storage/cell/metadata.h"
 #include "storage/client/bigtable_client.h"
@@ -117,7 +118,9 @@ class CellClient {
   template <typename Fn>
   auto OnTablet(const std::string& table, const std::string& row, bool retry_unavailable, Fn fn)
       -> decltype(fn(*static_cast<TabletClient*>(nullptr), TabletLocation{}));
-  bool Backoff(int64_t deadline, absl::Duration* delay);
+  // Sleeps before the next try of an operation; false if it is out of time
+  // or cancelled.
+  bool Backoff(Retry& retry);
 
   lock::LockService* const lock_;
   Env* const env_;

@@ -125,6 +125,9 @@ class Master {
   absl::Status ReconcileNow();
 
  private:
+  // The size recorded for a tablet assigned during this pass, until the
+  // next probe measures it: "unknown", never small enough to merge.
+  static constexpr uint64_t kUnknownSize = UINT64_MAX / 4;
   struct Probe {
     bool reachable = false;
     std::string log;

@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "storage/cell/location_cache.h"
-#include "storage/tablet/data_model.h"
-#include "storage/tablet/schema.pb.h"
+#include "storage/model/data_model.h"
+#include "storage/model/schema.pb.h"
 #include "storage/tabletserver/tabletserver.pb.h"
 
 namespace megastore::storage::cell {

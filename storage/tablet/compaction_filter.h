@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/env.h"
 #include "rocksdb/compaction_filter.h"
-#include "storage/tablet/schema.h"
+#include "storage/model/schema.h"
 
 namespace megastore::storage {
 

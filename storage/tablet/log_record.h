@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
 
 namespace megastore::storage {
 

@@ -8,8 +8,8 @@
 #include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/status.h"
+#include "storage/model/schema.pb.h"
 #include "storage/tablet/resources.h"
-#include "storage/tablet/schema.pb.h"
 
 namespace megastore::storage {
 

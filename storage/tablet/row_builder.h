@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
 #include "storage/tablet/row_visibility.h"
 
 namespace megastore::storage {

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "storage/model/schema.h"
 #include "storage/tablet/key_format.h"
-#include "storage/tablet/schema.h"
 
 namespace megastore::storage {
 

@@ -3,7 +3,7 @@
 #include <deque>
 
 #include "gtest/gtest.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
 
 namespace megastore::storage {
 namespace {

@@ -33,10 +33,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "base/env.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
+#include "storage/model/schema.h"
 #include "storage/tablet/resources.h"
 #include "storage/tablet/rocksdb_options.h"
-#include "storage/tablet/schema.h"
 #include "storage/tablet/tablet_log.h"
 
 namespace rocksdb {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "storage/tablet/data_model.h"
+#include "storage/model/data_model.h"
 #include "storage/tabletserver/tablet_service.pb.h"
 
 namespace megastore::storage {

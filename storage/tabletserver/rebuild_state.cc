@@ -9,7 +9,7 @@
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/strings.h"
-#include "storage/tablet/schema.h"
+#include "storage/model/schema.h"
 #include "storage/tabletserver/tablet_server.h"
 
 namespace megastore::storage {

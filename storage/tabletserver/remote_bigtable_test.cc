@@ -4,6 +4,7 @@
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/tabletserver/in_process_bigtable.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_service.h"
 

@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/rpc/rpc.h"
-#include "storage/tablet/data_model.h"
-#include "storage/tablet/schema.pb.h"
+#include "storage/model/data_model.h"
+#include "storage/model/schema.pb.h"
 #include "storage/tabletserver/tabletserver.pb.h"
 
 namespace megastore::storage {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/http/http_server.h"
-#include "tools/megastored/cluster.h"
-#include "tools/megastored/datacenter.h"
+#include "server/cluster.h"
+#include "server/datacenter.h"
 
 namespace megastore {
 class Database;

@@ -10,8 +10,8 @@
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
 #include "base/token_mac.h"
-#include "tools/megastored/access.h"
-#include "tools/megastored/cluster.h"
+#include "server/access.h"
+#include "server/cluster.h"
 
 namespace megastore::tools {
 

@@ -13,11 +13,11 @@
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "server/cluster.h"
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
 #include "storage/cell/master.h"
 #include "storage/tabletserver/tablet_service.h"
-#include "tools/megastored/cluster.h"
 
 namespace megastore::tools {
 namespace {

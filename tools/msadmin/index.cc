@@ -8,7 +8,7 @@
 #include "api/database.h"
 #include "base/strings.h"
 #include "schema/entity_json.h"
-#include "tools/megastored/cluster.h"
+#include "server/cluster.h"
 
 namespace megastore::tools {
 

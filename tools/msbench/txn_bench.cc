@@ -21,8 +21,8 @@
 #include "base/strings.h"
 #include "replication/schema_table.h"
 #include "schema/compiler.h"
+#include "server/datacenter.h"
 #include "storage/tabletserver/tablet_server.h"
-#include "tools/megastored/datacenter.h"
 #include "tools/msbench/stats.h"
 
 namespace megastore::tools {

@@ -1,0 +1,276 @@
+// Reading (docs/replication.md, "Reading"): the position a read stands at,
+// and the reads themselves.
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "base/gather.h"
+#include "base/strings.h"
+#include "replication/client_calls.h"
+
+namespace megastore::replication {
+
+using internal::Callback;
+using internal::CallProto;
+using internal::CallRetrying;
+using internal::CoordinatorGroup;
+using internal::DeadlineFrom;
+using internal::FromApplied;
+
+namespace {
+
+// A current read's position. It asks the local coordinator (Check) and reads
+// the local log state at once. If the group is valid here, it settles any
+// position accepted but not applied locally and reads here: no message
+// leaves the datacenter. Otherwise it asks a majority of voters for the
+// highest position they know, catches the local replica up to it, and
+// tells the local coordinator so (Validate with the epoch Check reported).
+class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
+ public:
+  ReadPositionOp(GroupClient* c, GroupRef group, int64_t deadline, Callback<LogPosition> done)
+      : c_(c),
+        group_(std::move(group)),
+        local_(c->options().local),
+        deadline_(deadline),
+        done_(std::move(done)) {}
+
+  void Start() {
+    const ReplicaInfo& info = c_->options().replicas[local_];
+    if (info.type == ReplicaType::kFull) {
+      c_->coordinators()->Check(
+          info.coordinator, CoordinatorGroup(group_),
+          internal::RequestTimeout(c_, c_->options().coordinator_timeout, deadline_),
+          internal::Guarded<coordinator::CoordinatorReply>(
+              c_, [self = shared_from_this()](absl::StatusOr<coordinator::CoordinatorReply> r) {
+                self->OnLocal(std::move(r), std::nullopt);
+              }));
+    } else {
+      OnLocal(absl::FailedPreconditionError("no coordinator at this replica"), std::nullopt);
+    }
+    StateRequest req;
+    *req.mutable_group() = group_;
+    CallProto<StateReply>(
+        c_, info.replication, "repl.State", req,
+        [self = shared_from_this()](absl::StatusOr<StateReply> r) {
+          self->OnLocal(std::nullopt, std::move(r));
+        },
+        std::nullopt, deadline_);
+  }
+
+ private:
+  // Records the coordinator's answer or the local state; decides once both
+  // are in.
+  void OnLocal(std::optional<absl::StatusOr<coordinator::CoordinatorReply>> check,
+               std::optional<absl::StatusOr<StateReply>> state) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (check) check_ = std::move(check);
+      if (state) state_ = std::move(state);
+      if (!check_ || !state_) return;
+      check = std::move(check_);
+      state = std::move(state_);
+      check_.reset();
+      state_.reset();
+    }
+    Decide(std::move(*check), std::move(*state));
+  }
+
+  void Decide(absl::StatusOr<coordinator::CoordinatorReply> check,
+              absl::StatusOr<StateReply> state) {
+    if (check.ok() && check->valid() && state.ok()) {
+      // Up to date here: settle any position accepted locally but not yet
+      // applied, then read locally.
+      const uint64_t top = std::max(state->top(), state->applied().position());
+      if (top <= state->applied().position()) return Finish(FromApplied(state->applied(), local_));
+      return c_->CatchUp(
+          group_, local_, top,
+          [self = shared_from_this()](absl::StatusOr<LogPosition> p) {
+            self->Finish(std::move(p));
+          },
+          deadline_);
+    }
+    // Not known to be up to date: the highest position a majority knows.
+    if (check.ok()) epoch_ = check->epoch();
+    const std::vector<int>& voters = c_->voters();
+    const size_t n = voters.size();
+    auto gather = std::make_shared<Gather<StateReply>>(
+        n, n / 2 + 1, [self = shared_from_this()](Gather<StateReply>::Results results) {
+          self->OnMajority(std::move(results));
+        });
+    StateRequest req;
+    *req.mutable_group() = group_;
+    for (size_t i = 0; i < n; ++i)
+      CallProto<StateReply>(c_, c_->options().replicas[voters[i]].replication, "repl.State", req,
+                            gather->Slot(i), std::nullopt, deadline_);
+  }
+
+  void OnMajority(Gather<StateReply>::Results results) {
+    const size_t voters = c_->voters().size();
+    const size_t majority = voters / 2 + 1;
+    size_t ok = 0;
+    uint64_t target = 0;
+    std::optional<absl::Status> denied;
+    size_t denials = 0;
+    for (auto& r : results) {
+      if (r && absl::IsPermissionDenied(r->status())) {
+        denied = r->status();
+        ++denials;
+      }
+      if (!r || !r->ok()) continue;
+      ++ok;
+      target = std::max({target, (*r)->top(), (*r)->applied().position()});
+    }
+    // Refused by a majority's access policy: no retry helps. (One stale
+    // policy while another replica is down is only unavailability.)
+    if (ok < majority && denials >= majority) return Finish(*denied);
+    if (ok < majority)
+      return Finish(absl::UnavailableError(
+          StrCat("current read: only ", ok, " of ", voters,
+                 " voting replicas answered; a majority is needed to find the latest position")));
+    c_->CatchUp(
+        group_, local_, target,
+        [self = shared_from_this()](absl::StatusOr<LogPosition> p) {
+          self->OnCaughtUp(std::move(p));
+        },
+        deadline_);
+  }
+
+  void OnCaughtUp(absl::StatusOr<LogPosition> p) {
+    const ReplicaInfo& info = c_->options().replicas[local_];
+    if (p.ok() && epoch_ && info.type == ReplicaType::kFull) {
+      // Fire and forget: a lost Validate only costs the next read a majority.
+      c_->coordinators()->Validate(info.coordinator, CoordinatorGroup(group_), p->position, *epoch_,
+                                   internal::RequestTimeout(c_, std::nullopt, 0),
+                                   [](absl::StatusOr<coordinator::CoordinatorReply>) {});
+    }
+    Finish(std::move(p));
+  }
+
+  void Finish(absl::StatusOr<LogPosition> p) {
+    if (done_) std::exchange(done_, nullptr)(std::move(p));
+  }
+
+  GroupClient* const c_;
+  const GroupRef group_;
+  const int local_;
+  const int64_t deadline_;
+  absl::Mutex mu_;
+  std::optional<absl::StatusOr<coordinator::CoordinatorReply>> check_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<StateReply>> state_ ABSL_GUARDED_BY(mu_);
+  // Set once, by Decide, before the majority read starts.
+  std::optional<uint64_t> epoch_;
+  Callback<LogPosition> done_;  // used by the one path that finishes
+};
+
+}  // namespace
+
+void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                               int64_t deadline_in) {
+  const int64_t deadline = DeadlineFrom(this, deadline_in);
+  const int local = options_.local;
+  if (level != ReadLevel::kCurrent) {
+    StateRequest req;
+    *req.mutable_group() = std::move(group);
+    CallRetrying<StateReply>(
+        this, options_.replicas[local].replication, "repl.State", req, deadline,
+        [local, level, done = std::move(done)](absl::StatusOr<StateReply> s) mutable {
+          if (!s.ok()) return done(s.status());
+          LogPosition p = FromApplied(s->applied(), local);
+          p.latest = level == ReadLevel::kInconsistent;
+          done(p);
+        });
+    return;
+  }
+  auto timed = [this, started = env_->MonotonicMicros(),
+                done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+    if (p.ok()) read_latency_.Observe(env_->MonotonicMicros() - started);
+    done(std::move(p));
+  };
+  std::make_shared<ReadPositionOp>(this, std::move(group), deadline, std::move(timed))->Start();
+}
+
+void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
+                       Callback<ReadReply> done, int64_t deadline) {
+  ReadRequest req;
+  *req.mutable_group() = std::move(group);
+  req.set_row(std::move(row));
+  req.set_family(std::move(family));
+  req.set_timestamp(at.timestamp);
+  req.set_latest(at.latest);
+  CallRetrying<ReadReply>(this, options_.replicas[at.replica].replication, "repl.Read", req,
+                          DeadlineFrom(this, deadline), std::move(done));
+}
+
+void GroupClient::Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
+                       std::string family, int64_t limit, Callback<ScanReply> done,
+                       int64_t deadline) {
+  ScanRequest req;
+  *req.mutable_group() = std::move(group);
+  req.set_start(std::move(start));
+  req.set_end(std::move(end));
+  req.set_family(std::move(family));
+  req.set_timestamp(at.timestamp);
+  req.set_latest(at.latest);
+  req.set_limit(limit);
+  CallRetrying<ScanReply>(this, options_.replicas[at.replica].replication, "repl.Scan", req,
+                          DeadlineFrom(this, deadline), std::move(done));
+}
+
+void GroupClient::ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
+                            Callback<ScanReply> done, int64_t deadline) {
+  ScanIndexRequest req;
+  req.set_table(std::move(table));
+  req.set_start(std::move(start));
+  req.set_end(std::move(end));
+  req.set_limit(limit);
+  CallRetrying<ScanReply>(this, options_.replicas[options_.local].replication, "repl.ScanIndex",
+                          req, DeadlineFrom(this, deadline), std::move(done));
+}
+
+void GroupClient::SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done,
+                                     int64_t deadline) {
+  struct Poll {
+    absl::Mutex mu;
+    size_t outstanding ABSL_GUARDED_BY(mu) = 0;
+    Callback<bool> done ABSL_GUARDED_BY(mu);
+  };
+  auto poll = std::make_shared<Poll>();
+  std::vector<int> others;
+  for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
+    if (i != options_.local) others.push_back(i);
+  {
+    absl::MutexLock lock(&poll->mu);
+    poll->outstanding = others.size();
+    poll->done = std::move(done);
+  }
+  if (others.empty()) {
+    Callback<bool> d;
+    {
+      absl::MutexLock lock(&poll->mu);
+      d = std::move(poll->done);
+    }
+    return d(false);
+  }
+  StateRequest req;
+  *req.mutable_group() = std::move(group);
+  deadline = DeadlineFrom(this, deadline);
+  for (int i : others) {
+    CallProto<StateReply>(
+        this, options_.replicas[i].replication, "repl.State", req,
+        [poll, position](absl::StatusOr<StateReply> r) {
+          const bool reached = r.ok() && std::max(r->top(), r->applied().position()) >= position;
+          Callback<bool> d;
+          {
+            absl::MutexLock lock(&poll->mu);
+            --poll->outstanding;
+            if (!poll->done || (!reached && poll->outstanding > 0)) return;
+            d = std::move(poll->done);
+            poll->done = nullptr;
+          }
+          d(reached);
+        },
+        std::nullopt, deadline);
+  }
+}
+
+}  // namespace megastore::replication

@@ -1,0 +1,102 @@
+// Internal to the replication client library: the steps of a write
+// (docs/replication.md, "Writing"), each in the file named after it:
+//
+//   1. accept at the leader      write_accept.cc   DecidePosition
+//   2. accept at the others      write_accept.cc   DecidePosition
+//   3. fallback (prepare, accept) write_accept.cc  DecidePosition
+//   4. invalidate                write_invalidate.cc  MakeVisible
+//   5. apply                     write_apply.cc    ApplyEverywhere
+//
+// GroupClient::Commit (commit.cc) runs them for a writer's entry, and
+// catch-up (catch_up.cc) for a position nobody knows the value of.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "replication/client_calls.h"
+
+namespace megastore::replication::internal {
+
+// Replicas that accept the chosen value after it was chosen (their replies
+// were still on the way): each such accept spares that replica's
+// coordinator the invalidation.
+class LateAccepts {
+ public:
+  void Add(int replica) {
+    std::vector<std::function<void()>> fire;
+    {
+      absl::MutexLock lock(&mu_);
+      accepted_.insert(replica);
+      auto it = waiters_.find(replica);
+      if (it == waiters_.end()) return;
+      fire = std::move(it->second);
+      waiters_.erase(it);
+    }
+    for (auto& f : fire) f();
+  }
+  // Runs `fn` once `replica` has accepted (at once if it has).
+  void OnAccept(int replica, std::function<void()> fn) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!accepted_.count(replica)) {
+        waiters_[replica].push_back(std::move(fn));
+        return;
+      }
+    }
+    fn();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::set<int> accepted_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<std::function<void()>>> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Chosen {
+  std::string value;
+  std::set<int> accepted_by;  // replica indices; empty if `learned`
+  bool learned = false;       // a replica already knew the value
+  bool fast = false;          // chosen by the leader's ballot-0 accept (no prepare)
+  std::shared_ptr<LateAccepts> late = std::make_shared<LateAccepts>();
+};
+
+// Steps 1-3: decides log `position` of the group. Proposes `value` with a
+// ballot-0 accept at the leader nominated by the previous entry
+// (`leader_voter`, an acceptor id; none: no fast path) and at the other
+// voters, falling back to Prepare and Accept at higher ballots until some
+// value is chosen or `deadline` passes. The chosen value may be another
+// writer's (or one a replica already learned).
+void DecidePosition(GroupClient* c, GroupRef group, uint64_t position, std::string value,
+                    std::optional<int> leader_voter, int64_t deadline, Callback<Chosen> done);
+
+// Step 4: makes the value chosen at `position` safe to read: invalidates
+// the coordinator of every full replica that did not accept it (unless it
+// was learned from a replica, whose copy is only ever written after this
+// step). Each invalidation races that replica's own late accept; either
+// settles it. OK once every such replica is settled; an error if one could
+// not be by `deadline`.
+void MakeVisible(GroupClient* c, const GroupRef& group, uint64_t position, const Chosen& chosen,
+                 int64_t deadline, absl::AnyInvocable<void(absl::Status)> done);
+
+// Step 5: sends the chosen `value` of `position` to every replica to apply,
+// and reports how the apply at `wait_replica` went (at once if it is -1).
+// The other replicas apply behind; any later read applies what is missing.
+void ApplyEverywhere(GroupClient* c, const GroupRef& group, uint64_t position,
+                     const std::string& value, int wait_replica,
+                     absl::AnyInvocable<void(absl::Status)> done);
+
+// Steps 4 and 5 for a chosen value. `done(visible, applied)`: whether step 4
+// succeeded (if not, nothing was applied), and how the apply at
+// `wait_replica` went.
+using CompleteCallback = absl::AnyInvocable<void(absl::Status visible, absl::Status applied)>;
+void Complete(GroupClient* c, GroupRef group, uint64_t position, Chosen chosen, int wait_replica,
+              int64_t deadline, CompleteCallback done);
+
+}  // namespace megastore::replication::internal

@@ -1,0 +1,162 @@
+// mssim: the deterministic simulator (docs/replication.md, "The simulator").
+//
+//   mssim --seeds=N [--first=S]        run N seeds; stop at the first failure
+//   mssim --seed=S [--trace] [--history=FILE]   one run, replayable exactly
+//   mssim --measure                     latency figures for docs/replication.md
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "base/cli.h"
+#include "base/init.h"
+#include "base/strings.h"
+#include "sim/cluster.h"
+
+namespace {
+
+using megastore::StrCat;
+using megastore::sim::SimOptions;
+using megastore::sim::SimResult;
+
+int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
+  SimResult r = megastore::sim::RunSimulation(o);
+  for (const std::string& line : r.trace) std::cout << line << "\n";
+  if (!history_path.empty()) {
+    std::ofstream out(history_path);
+    for (const auto& e : r.history) out << megastore::sim::ToJson(e) << "\n";
+    if (!out) {
+      std::cerr << "mssim: cannot write " << history_path << "\n";
+      return 1;
+    }
+  }
+  const auto& s = r.stats;
+  if (!r.status.ok()) {
+    std::cerr << "mssim: seed " << o.seed << " FAILED: " << r.status.message() << "\n"
+              << "replay: mssim --seed=" << o.seed << " --trace\n";
+    return 1;
+  }
+  if (verbose)
+    std::cout << "seed " << o.seed << " ok: " << s.bank_ok << " bank operations done; " << s.ops_ok
+              << " ok, " << s.ops_failed << " failed, " << s.ops_unknown << " unknown; "
+              << s.positions << " log positions; " << s.faults << " faults; " << s.messages
+              << " messages (" << s.dropped << " dropped); " << s.late_writes << " late and "
+              << s.repeated_writes << " repeated Bigtable writes; " << s.valid_checks
+              << " coordinator \"valid\" answers checked; " << s.virtual_micros / 1000
+              << " ms virtual\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  megastore::InitProcess();
+  CLI::App app{
+      "mssim: runs whole Megastore deployments (datacenters, coordinators, replication "
+      "servers, app-server clients) in one thread on virtual time from a seed, injecting "
+      "faults, then checks the history and the replicas. A failing seed replays exactly."};
+  uint64_t seed = 0, first = 1;
+  int seeds = 0, clients = 4, groups = 2, ops = 25, measure_ops = 50, bank_clients = 2,
+      bank_ops = 6;
+  bool trace = false, no_faults = false, measure = false, verbose = false, fixed_timing = false;
+  std::string history, replicas = "full,full,full";
+  app.add_option("--seed", seed, "Run this one seed (with --trace / --history)");
+  app.add_option("--seeds", seeds, "Run this many seeds, stopping at the first failure")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--first", first, "The first seed of --seeds")->capture_default_str();
+  app.add_flag("--trace", trace, "Print every message, fault and history event of the run");
+  app.add_option("--history", history, "Write the client history to FILE as JSON lines");
+  app.add_option("--replicas", replicas,
+                 "Replica types, one per datacenter: full, witness or read-only")
+      ->capture_default_str();
+  app.add_option("--clients", clients, "App-server clients")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--groups", groups, "Entity groups")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ops", ops, "Operations per client")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--bank-clients", bank_clients,
+         "App servers moving money between entity groups by two-phase commit and queues (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bank-ops", bank_ops, "Transfers or collections per bank app server")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-faults", no_faults, "Run without injected faults");
+  app.add_flag(
+      "--fixed-timing", fixed_timing,
+      "Keep the coordinators' lease (2 s), renew interval (400 ms) and RPC timeout (250 ms) "
+      "and run every clock at the same rate, instead of drawing them per seed");
+  app.add_flag("--measure", measure, "Print the latency measurements of docs/replication.md");
+  app.add_option("--measure-ops", measure_ops, "Operations per measurement")->capture_default_str();
+  app.add_flag("-v,--verbose", verbose, "One line per seed");
+  if (int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+
+  SimOptions o;
+  o.replicas.clear();
+  std::vector<std::string> types;
+  for (size_t start = 0;;) {
+    const size_t comma = replicas.find(',', start);
+    types.push_back(replicas.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  for (const std::string& t : types) {
+    if (t == "full") {
+      o.replicas.push_back(megastore::replication::ReplicaType::kFull);
+    } else if (t == "witness") {
+      o.replicas.push_back(megastore::replication::ReplicaType::kWitness);
+    } else if (t == "read-only") {
+      o.replicas.push_back(megastore::replication::ReplicaType::kReadOnly);
+    } else {
+      std::cerr << "mssim: --replicas: unknown replica type '" << t
+                << "' (expected full, witness or read-only)\n";
+      return 2;
+    }
+  }
+  int voters = 0;
+  for (auto t : o.replicas) voters += megastore::replication::Votes(t) ? 1 : 0;
+  if (voters < 1 || o.replicas.size() > 26) {
+    std::cerr << "mssim: --replicas: need at least one voting replica and at most 26\n";
+    return 2;
+  }
+  o.clients = clients;
+  o.groups = groups;
+  o.ops_per_client = ops;
+  o.faults = !no_faults;
+  o.vary_timing = !fixed_timing;
+  o.bank_clients = bank_clients;
+  o.bank_ops = bank_ops;
+
+  if (measure) {
+    std::cout << megastore::sim::RunMeasurements(seed == 0 ? 1 : seed, measure_ops);
+    return 0;
+  }
+  if (seeds == 0 && seed == 0) {
+    std::cerr << "mssim: say --seeds=N or --seed=S (see --help)\n";
+    return 2;
+  }
+  if (seeds == 0) {
+    o.seed = seed;
+    o.trace = trace;
+    return RunOne(o, history, true);
+  }
+  if (trace || !history.empty()) {
+    std::cerr << "mssim: --trace and --history go with --seed=S (one run)\n";
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < seeds; ++i) {
+    o.seed = first + i;
+    if (RunOne(o, "", verbose) != 0) return 1;
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "mssim: " << seeds << " seeds passed (" << first << ".." << first + seeds - 1
+            << ") in " << StrCat(fmt::format("{:.1f}", secs)) << " s\n";
+  return 0;
+}

@@ -1,0 +1,311 @@
+#include "sim/world.h"
+
+#include "base/strings.h"
+
+namespace megastore::sim {
+
+// ---- SimEnv ---------------------------------------------------------------------
+
+SimEnv::SimEnv(uint64_t seed) : seed_(seed), rng_(seed) {}
+
+Env::TimerId SimEnv::Schedule(absl::Duration after, std::function<void()> fn) {
+  const int64_t d = std::max<int64_t>(0, absl::ToInt64Microseconds(after));
+  return timers_.Add(now_ + d, std::move(fn));
+}
+
+bool SimEnv::Cancel(TimerId id) { return timers_.Cancel(id); }
+
+bool SimEnv::RunUntil(int64_t until, const std::function<bool()>& stop) {
+  while (true) {
+    if (stop && stop()) return false;
+    const int64_t next = timers_.NextDeadline();
+    if (next > until) break;
+    now_ = std::max(now_, next);
+    std::function<void()> fn;
+    if (timers_.PopDue(now_, &fn)) fn();
+  }
+  now_ = std::max(now_, until);
+  return true;
+}
+
+void SimEnv::Trace(std::string_view text) {
+  if (trace_ != nullptr) trace_->push_back(StrCat(now_, " ", text));
+}
+
+// ---- SimNetwork -------------------------------------------------------------------
+
+class SimNetwork::Endpoint : public Transport {
+ public:
+  Endpoint(SimNetwork* net, std::string address, uint64_t incarnation)
+      : net_(net), address_(std::move(address)), incarnation_(incarnation) {}
+
+  void Call(std::string_view to, std::string_view method, std::string request,
+            absl::Duration timeout, ReplyCallback done) override {
+    net_->Send(address_, incarnation_, to, method, std::move(request), timeout, std::move(done));
+  }
+
+  const std::string& address() const { return address_; }
+  uint64_t incarnation() const { return incarnation_; }
+
+ private:
+  SimNetwork* const net_;
+  const std::string address_;
+  const uint64_t incarnation_;
+};
+
+SimNetwork::SimNetwork(SimEnv* env, std::vector<std::vector<absl::Duration>> latency)
+    : env_(env), latency_(std::move(latency)) {}
+
+SimNetwork::~SimNetwork() = default;
+
+void SimNetwork::AddNode(const std::string& address, int dc) { nodes_[address].dc = dc; }
+
+void SimNetwork::SetHandler(const std::string& address, std::string_view method, Handler handler) {
+  nodes_.at(address).handlers[std::string(method)] = std::move(handler);
+}
+
+void SimNetwork::Crash(const std::string& address) {
+  Node& n = nodes_.at(address);
+  n.up = false;
+  ++n.incarnation;
+  n.handlers.clear();
+  env_->Trace(StrCat("crash ", address));
+}
+
+void SimNetwork::Restart(const std::string& address) {
+  Node& n = nodes_.at(address);
+  if (n.up) return;
+  n.up = true;
+  ++n.incarnation;
+  env_->Trace(StrCat("restart ", address));
+}
+
+bool SimNetwork::up(const std::string& address) const { return nodes_.at(address).up; }
+
+bool SimNetwork::Alive(const std::string& address, uint64_t incarnation) const {
+  auto it = nodes_.find(address);
+  return it != nodes_.end() && it->second.up && it->second.incarnation == incarnation;
+}
+
+Transport* SimNetwork::TransportFor(const std::string& address) {
+  const Node& n = nodes_.at(address);
+  endpoints_.push_back(std::make_unique<Endpoint>(this, address, n.incarnation));
+  return endpoints_.back().get();
+}
+
+void SimNetwork::Block(int from, int to, bool blocked) {
+  if (blocked) {
+    blocked_.insert({from, to});
+  } else {
+    blocked_.erase({from, to});
+  }
+  env_->Trace(StrCat(blocked ? "block " : "unblock ", from, "->", to));
+}
+
+void SimNetwork::HealAll() {
+  blocked_.clear();
+  slow_.clear();
+  faults_ = LinkFaults{};
+  env_->Trace("heal");
+}
+
+void SimNetwork::set_method_loss(const std::string& method, double p, int to_dc) {
+  if (p <= 0) {
+    method_loss_.erase({method, to_dc});
+  } else {
+    method_loss_[{method, to_dc}] = p;
+  }
+  env_->Trace(StrCat("loss of ", method, to_dc < 0 ? "" : StrCat(" to dc", to_dc), " ", p));
+}
+
+void SimNetwork::ClearMethodLoss() { method_loss_.clear(); }
+
+void SimNetwork::SetSlow(int dc, absl::Duration extra) {
+  slow_[dc] = extra;
+  env_->Trace(StrCat("slow dc", dc, " +", absl::FormatDuration(extra)));
+}
+
+absl::Duration SimNetwork::Delay(int from_dc, int to_dc) {
+  absl::Duration d = latency_[from_dc][to_dc];
+  if (faults_.jitter > absl::ZeroDuration())
+    d += absl::Microseconds(env_->Uniform(absl::ToInt64Microseconds(faults_.jitter) + 1));
+  if (auto it = slow_.find(from_dc); it != slow_.end()) d += it->second;
+  if (auto it = slow_.find(to_dc); it != slow_.end() && to_dc != from_dc) d += it->second;
+  return d;
+}
+
+void SimNetwork::Send(const std::string& from, uint64_t from_incarnation, std::string_view to,
+                      std::string_view method, std::string request, absl::Duration timeout,
+                      Transport::ReplyCallback done) {
+  if (!Alive(from, from_incarnation)) return;  // a dead process sends nothing
+  auto dst = nodes_.find(to);
+  if (dst == nodes_.end()) {
+    env_->Schedule(
+        absl::ZeroDuration(),
+        [done = std::make_shared<Transport::ReplyCallback>(std::move(done)), to = std::string(to)] {
+          (*done)(absl::NotFoundError(StrCat("no node ", to)));
+        });
+    return;
+  }
+  const uint64_t id = next_call_++;
+  const int from_dc = nodes_.at(from).dc, to_dc = dst->second.dc;
+  const std::string to_address(to), method_name(method);
+  ++sent_;
+  if (from_dc != to_dc) remote_of_[from] += 2;  // the request and its reply
+  struct Call {
+    bool finished = false;
+    Transport::ReplyCallback done;
+  };
+  auto call = std::make_shared<Call>();
+  call->done = std::move(done);
+  if (env_->tracing()) env_->Trace(StrCat("send #", id, " ", from, " -> ", to, " ", method));
+
+  // The caller's timeout.
+  env_->Schedule(timeout, [this, call, from, from_incarnation, id] {
+    if (call->finished || !Alive(from, from_incarnation)) return;
+    call->finished = true;
+    if (env_->tracing()) env_->Trace(StrCat("timeout #", id));
+    auto done = std::move(call->done);
+    done(absl::DeadlineExceededError("request timed out"));
+  });
+
+  auto reply = [this, call, from, from_incarnation, to_address, from_dc, to_dc,
+                id](absl::StatusOr<std::string> r) {
+    if (blocked_.count({to_dc, from_dc}) || env_->Chance(faults_.loss)) {
+      ++dropped_;
+      if (env_->tracing()) env_->Trace(StrCat("drop reply #", id));
+      return;
+    }
+    auto shared = std::make_shared<absl::StatusOr<std::string>>(std::move(r));
+    env_->Schedule(Delay(to_dc, from_dc), [this, call, from, from_incarnation, id, shared] {
+      if (call->finished || !Alive(from, from_incarnation)) return;
+      call->finished = true;
+      if (env_->tracing()) env_->Trace(StrCat("reply #", id, shared->ok() ? " ok" : " error"));
+      auto done = std::move(call->done);
+      done(std::move(*shared));
+    });
+  };
+
+  const int copies = env_->Chance(faults_.duplicate) ? 2 : 1;
+  auto body = std::make_shared<std::string>(std::move(request));
+  double method_loss = 0;
+  for (int dc : {-1, to_dc})
+    if (auto m = method_loss_.find({method_name, dc}); m != method_loss_.end())
+      method_loss = std::max(method_loss, m->second);
+  for (int copy = 0; copy < copies; ++copy) {
+    if (blocked_.count({from_dc, to_dc}) || env_->Chance(faults_.loss) ||
+        env_->Chance(method_loss)) {
+      ++dropped_;
+      if (env_->tracing()) env_->Trace(StrCat("drop #", id));
+      continue;
+    }
+    env_->Schedule(Delay(from_dc, to_dc), [this, to_address, method_name, body, reply, id] {
+      auto it = nodes_.find(to_address);
+      if (it == nodes_.end() || !it->second.up) {
+        ++dropped_;
+        return;
+      }
+      const uint64_t incarnation = it->second.incarnation;
+      auto h = it->second.handlers.find(method_name);
+      if (env_->tracing()) env_->Trace(StrCat("deliver #", id));
+      if (h == it->second.handlers.end()) {
+        reply(absl::UnimplementedError(StrCat(to_address, " does not serve ", method_name)));
+        return;
+      }
+      Handler handler = h->second;  // the handler may crash its own node
+      handler(*body, [this, to_address, incarnation, reply](absl::StatusOr<std::string> r) {
+        if (!Alive(to_address, incarnation)) return;  // answered by a dead incarnation
+        reply(std::move(r));
+      });
+    });
+  }
+}
+
+// ---- SimBigtable -------------------------------------------------------------------
+
+SimBigtable::SimBigtable(SimEnv* env, storage::BigtableClient* inner, std::string prefix,
+                         absl::Duration disk_latency)
+    : env_(env), inner_(inner), prefix_(std::move(prefix)), disk_(disk_latency) {}
+
+absl::Status SimBigtable::Outage() const {
+  return absl::UnavailableError(StrCat("the tablet server of ", prefix_, "* is down"));
+}
+
+template <typename T>
+void SimBigtable::Later(T result, Callback<T> done) {
+  ++ops_;
+  const absl::Duration d =
+      disk_ / 2 + absl::Microseconds(env_->Uniform(absl::ToInt64Microseconds(disk_) + 1)) + extra_;
+  auto r = std::make_shared<T>(std::move(result));
+  auto cb = std::make_shared<Callback<T>>(std::move(done));
+  env_->Schedule(d, [r, cb] { (*cb)(std::move(*r)); });
+}
+
+void SimBigtable::ReadRow(std::string table, std::string row, storage::ReadOptions options,
+                          Callback<absl::StatusOr<std::optional<storage::Row>>> done) {
+  absl::StatusOr<std::optional<storage::Row>> result = Outage();
+  if (!down_)
+    inner_->ReadRow(prefix_ + table, std::move(row), std::move(options),
+                    [&](absl::StatusOr<std::optional<storage::Row>> r) { result = std::move(r); });
+  Later(std::move(result), std::move(done));
+}
+
+void SimBigtable::ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
+                           Callback<absl::StatusOr<std::vector<storage::Row>>> done) {
+  absl::StatusOr<std::vector<storage::Row>> result = Outage();
+  if (!down_)
+    inner_->ReadRows(prefix_ + table, std::move(range), std::move(options),
+                     [&](absl::StatusOr<std::vector<storage::Row>> r) { result = std::move(r); });
+  Later(std::move(result), std::move(done));
+}
+
+void SimBigtable::MutateRow(std::string table, std::string row,
+                            std::vector<storage::Mutation> mutations, int64_t timestamp,
+                            Callback<absl::Status> done) {
+  if (down_) return Later(Outage(), std::move(done));
+  const std::string full = prefix_ + table;
+  if (env_->Chance(twice_)) {
+    // The replay: the same write again, later, whatever happened meanwhile.
+    ++repeated_writes_;
+    const absl::Duration after =
+        absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_replay_delay_) + 1));
+    env_->Schedule(after, [this, full, row, mutations, timestamp] {
+      if (env_->tracing()) env_->Trace(StrCat("bigtable ", prefix_, " repeats a write of ", row));
+      if (!down_) inner_->MutateRow(full, row, mutations, timestamp, [](absl::Status) {});
+    });
+  }
+  if (env_->Chance(late_)) {
+    ++late_writes_;
+    const absl::Duration after =
+        absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_delay_) + 1));
+    auto cb = std::make_shared<Callback<absl::Status>>(std::move(done));
+    auto m = std::make_shared<std::vector<storage::Mutation>>(std::move(mutations));
+    env_->Schedule(after, [this, full, row = std::move(row), m, timestamp, cb] {
+      absl::Status result = Outage();
+      if (!down_)
+        inner_->MutateRow(full, row, std::move(*m), timestamp,
+                          [&](absl::Status s) { result = std::move(s); });
+      Later(std::move(result), std::move(*cb));
+    });
+    return;
+  }
+  absl::Status result;
+  inner_->MutateRow(full, std::move(row), std::move(mutations), timestamp,
+                    [&](absl::Status s) { result = std::move(s); });
+  Later(std::move(result), std::move(done));
+}
+
+void SimBigtable::CheckAndMutateRow(std::string table, std::string row,
+                                    storage::RowFilter predicate,
+                                    std::vector<storage::Mutation> if_true,
+                                    std::vector<storage::Mutation> if_false,
+                                    Callback<absl::StatusOr<bool>> done) {
+  absl::StatusOr<bool> result = Outage();
+  if (!down_)
+    inner_->CheckAndMutateRow(prefix_ + table, std::move(row), std::move(predicate),
+                              std::move(if_true), std::move(if_false),
+                              [&](absl::StatusOr<bool> r) { result = std::move(r); });
+  Later(std::move(result), std::move(done));
+}
+
+}  // namespace megastore::sim

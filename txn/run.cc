@@ -1,0 +1,138 @@
+// Run and RunAtRow: a transaction body run to a commit, retried on
+// conflicts and transient failures.
+#include "base/coding.h"
+#include "base/retry.h"
+#include "base/status.h"
+#include "base/strings.h"
+#include "txn/internal.h"
+#include "txn/transaction.h"
+
+namespace megastore::txn {
+
+Retry TransactionRetry(Env* env, const TransactionOptions& options) {
+  const int64_t deadline =
+      options.deadline > absl::ZeroDuration()
+          ? env->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline)
+          : 0;
+  return Retry(env,
+               RetryPolicy::Jittered(options.max_retry_backoff, std::max(1, options.max_attempts)),
+               deadline);
+}
+
+absl::Status DeadlinePassed(absl::Duration total, int attempts) {
+  return absl::DeadlineExceededError(StrCat("transaction deadline (", absl::FormatDuration(total),
+                                            ") passed after ", attempts, " attempt(s)"));
+}
+
+absl::Status StartAttempt(Retry& retry, absl::Duration total, TransactionOptions* options) {
+  // Even a first attempt needs time left: options->deadline 0 would mean "none".
+  if (retry.Expired() || !retry.StartAttempt()) return DeadlinePassed(total, retry.attempts());
+  if (retry.deadline() != 0) options->deadline = retry.Left();
+  return absl::OkStatus();
+}
+
+void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> done) {
+  struct Attempt : std::enable_shared_from_this<Attempt> {
+    explicit Attempt(Env* env) : retry(env, RetryPolicy::Jittered(absl::Milliseconds(50), 20)) {}
+    Context ctx;
+    std::string root;
+    Body body;
+    Callback<CommitInfo> finished;
+    megastore::Retry retry;
+    void Go() {
+      retry.StartAttempt();  // the policy has no deadline: Retry allows it
+      auto self = shared_from_this();
+      Transaction::BeginAtRow(ctx, root, {},
+                              [self](absl::StatusOr<std::shared_ptr<Transaction>> t) {
+                                if (!t.ok()) return self->Retry(t.status());
+                                auto txn = *t;
+                                self->body(txn, [self, txn](absl::Status s) {
+                                  if (!s.ok()) return self->Retry(s);
+                                  txn->Commit([self](absl::StatusOr<CommitInfo> info) {
+                                    if (info.ok() || !absl::IsAborted(info.status()))
+                                      return self->finished(std::move(info));
+                                    self->Retry(info.status());
+                                  });
+                                });
+                              });
+    }
+    void Retry(absl::Status s) {
+      const bool transient =
+          absl::IsAborted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+      if (!transient || !retry.ScheduleRetry([self = shared_from_this()] { self->Go(); }))
+        return finished(s);
+    }
+  };
+  auto a = std::make_shared<Attempt>(ctx.client->env());
+  a->ctx = ctx;
+  a->root = std::move(root);
+  a->body = std::move(body);
+  a->finished = std::move(done);
+  a->Go();
+}
+
+namespace {
+
+struct RunOp : std::enable_shared_from_this<RunOp> {
+  RunOp(Context ctx, TransactionOptions options)
+      : ctx(ctx), options(options), retry(TransactionRetry(ctx.client->env(), options)) {}
+  Context ctx;
+  std::string root_table;
+  std::vector<KeyValue> root_key;
+  const TransactionOptions options;
+  Body body;
+  Callback<CommitInfo> done;
+  megastore::Retry retry;
+
+  void Attempt() {
+    auto self = shared_from_this();
+    TransactionOptions this_try = options;
+    if (absl::Status s = StartAttempt(retry, options.deadline, &this_try); !s.ok())
+      return Finish(s, false);
+    Transaction::Begin(ctx, root_table, root_key, this_try,
+                       [self](absl::StatusOr<std::shared_ptr<Transaction>> txn) {
+                         if (!txn.ok()) {
+                           // Nothing was proposed: a transient failure is
+                           // as safe to retry as a conflict.
+                           const bool transient = absl::IsUnavailable(txn.status()) ||
+                                                  absl::IsDeadlineExceeded(txn.status());
+                           return self->Finish(txn.status(), transient);
+                         }
+                         auto t = *txn;
+                         self->body(t, [self, t](absl::Status s) {
+                           if (!s.ok()) return self->Finish(s, false);  // the application's own
+                           t->Commit([self](absl::StatusOr<CommitInfo> info) {
+                             if (info.ok()) info->attempts = self->retry.attempts();
+                             // After Commit only a conflict is certain not
+                             // to have committed.
+                             const bool retry = absl::IsAborted(info.status());
+                             self->Finish(std::move(info), retry);
+                           });
+                         });
+                       });
+  }
+
+  void Finish(absl::StatusOr<CommitInfo> result, bool retryable) {
+    if (!result.ok() && retryable) {
+      if (retry.ScheduleRetry([self = shared_from_this()] { self->Attempt(); })) return;
+      // Out of attempts: the last failure says what happened. Out of time
+      // with attempts left: the deadline.
+      if (retry.attempts_left()) result = DeadlinePassed(options.deadline, retry.attempts());
+    }
+    if (done) std::exchange(done, nullptr)(std::move(result));
+  }
+};
+
+}  // namespace
+
+void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
+         TransactionOptions options, Body body, Callback<CommitInfo> done) {
+  auto op = std::make_shared<RunOp>(ctx, options);
+  op->root_table = std::move(root_table);
+  op->root_key = std::move(root_key);
+  op->body = std::move(body);
+  op->done = std::move(done);
+  op->Attempt();
+}
+
+}  // namespace megastore::txn
