@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+#include "base/buggify.h"
 #include "base/logging.h"
 #include "base/strings.h"
 #include "coordinator/coordinator.pb.h"
@@ -7,6 +8,9 @@
 #include "storage/lock/lock_table.h"
 
 namespace megastore::coordinator {
+
+MS_FAULT_POINT(kCheckSaysInvalid, "coordinator: Check answers \"not valid\" for a valid group");
+MS_FAULT_POINT(kValidateRefused, "coordinator: a reader's Validate is refused");
 
 namespace {
 
@@ -187,7 +191,10 @@ void Coordinator::Serve(std::string_view method, std::string request, Responder 
     reply.set_epoch(epoch_);
     if (method == "coord.Check") {
       auto it = groups_.find(GroupKey(req));
-      reply.set_valid(serving && it != groups_.end() && it->second.valid);
+      // A coordinator may always answer "not known to be up to date": the
+      // reader then asks a majority.
+      reply.set_valid(serving && it != groups_.end() && it->second.valid &&
+                      !kCheckSaysInvalid.Fire());
       counts_.checks++;
       if (reply.valid()) counts_.checks_valid++;
     } else if (method == "coord.Invalidate") {
@@ -199,7 +206,8 @@ void Coordinator::Serve(std::string_view method, std::string request, Responder 
     } else if (method == "coord.Validate") {
       auto it = groups_.find(GroupKey(req));
       const uint64_t invalidated = it == groups_.end() ? 0 : it->second.invalidated;
-      if (serving && req.epoch() == epoch_ && invalidated <= req.position()) {
+      if (serving && req.epoch() == epoch_ && invalidated <= req.position() &&
+          !kValidateRefused.Fire()) {
         GroupState& g = groups_[GroupKey(req)];
         g.valid = true;
         reply.set_applied(true);

@@ -6,11 +6,15 @@
 #include <map>
 #include <memory>
 
+#include "base/buggify.h"
 #include "base/gather.h"
 #include "base/strings.h"
 #include "replication/write_steps.h"
 
 namespace megastore::replication {
+
+MS_FAULT_POINT(kDecideKnownPosition,
+               "catch-up: decides a position by Paxos although a replica knows its value");
 
 using internal::Callback;
 using internal::CallProto;
@@ -81,7 +85,7 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
       return Fetch();
     }
     auto it = known.find(next);
-    if (it != known.end()) {
+    if (it != known.end() && !kDecideKnownPosition.Fire()) {
       ApplyRequest req;
       *req.mutable_group() = group;
       req.set_position(next);

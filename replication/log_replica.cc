@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "base/buggify.h"
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -20,6 +21,9 @@
 #include "schema/layout.h"
 
 namespace megastore::replication {
+
+MS_FAULT_POINT(kPaxosStepFails,
+               "log replica: an acceptor step fails before it touches storage (a lost request)");
 
 using log_internal::CheckSealedEntry;
 using log_internal::DecodeRecord;
@@ -200,6 +204,8 @@ void LogReplica::SealingOf(const GroupRef& group, bool create, Callback<Sealing>
 
 void LogReplica::Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<PaxosReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (kPaxosStepFails.Fire())
+    return done(absl::UnavailableError("injected fault: the acceptor step failed before storage"));
   if (request.position() == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
   if (type_ == ReplicaType::kReadOnly)
     return done(absl::FailedPreconditionError("a read-only replica does not vote"));

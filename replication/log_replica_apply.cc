@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "base/buggify.h"
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -17,6 +18,9 @@
 #include "schema/layout.h"
 
 namespace megastore::replication {
+
+MS_FAULT_POINT(kApplyFails, "log replica: an apply fails before it writes anything");
+MS_FAULT_POINT(kStateFails, "log replica: reading a group's log state fails");
 
 using log_internal::CheckSealedEntry;
 using log_internal::Corrupt;
@@ -37,6 +41,8 @@ using storage::RowFilter;
 
 void LogReplica::State(GroupRef group, Callback<StateReply> done) {
   if (absl::Status s = CheckGroup(group); !s.ok()) return done(s);
+  if (kStateFails.Fire())
+    return done(absl::UnavailableError("injected fault: the log state could not be read"));
   const std::string table = group.table(), root = group.root();
   bigtable_->ReadRow(table, root, LogRead(RowFilter::QualifierMatch::kPrefix, kSummaryPrefix),
                      [group = std::move(group),
@@ -94,6 +100,8 @@ void LogReplica::ReadLogSealed(ReadLogRequest request, Sealing sealing,
 
 void LogReplica::Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (kApplyFails.Fire())
+    return done(absl::UnavailableError("injected fault: the apply failed before storage"));
   if (request.position() == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
   LogEntry entry;
   if (!entry.ParseFromString(request.value()))

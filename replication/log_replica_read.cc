@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "base/buggify.h"
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -17,6 +18,8 @@
 #include "schema/layout.h"
 
 namespace megastore::replication {
+
+MS_FAULT_POINT(kReplicaReadFails, "log replica: a read of a group's row fails");
 
 using log_internal::NoKeyForData;
 using log_internal::ReadCipher;
@@ -53,6 +56,8 @@ bool InGroup(const GroupRef& group, std::string_view row) {
 
 void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (kReplicaReadFails.Fire())
+    return done(absl::UnavailableError("injected fault: the read failed"));
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
   const GroupRef group = request.group();

@@ -3,11 +3,14 @@
 // over the transport with round timers and backoff.
 #include <algorithm>
 
+#include "base/buggify.h"
 #include "base/strings.h"
 #include "paxos/paxos.h"
 #include "replication/write_steps.h"
 
 namespace megastore::replication::internal {
+
+MS_FAULT_POINT(kSkipFastPath, "writer: skips the leader's fast path and prepares at once");
 
 namespace {
 
@@ -25,7 +28,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
         position_(position),
         deadline_(deadline),
         proposer_(paxos::ProposerOptions{static_cast<int>(c->voters().size()), ProposerId(c),
-                                         leader_voter},
+                                         kSkipFastPath.Fire() ? std::nullopt : leader_voter},
                   std::move(value)),
         done_(std::move(done)) {}
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "base/buggify.h"
 #include "sim/bank.h"
 #include "sim/deployment.h"
 
@@ -594,6 +595,13 @@ SimResult RunSimulation(const SimOptions& options) {
   clients.Start();
   if (bank) bank->Start();
   if (options.faults) {
+    // Off again however this run ends (the next seed enables its own).
+    struct FaultPoints {
+      explicit FaultPoints(const SimOptions& o) {
+        if (o.buggify) buggify::Enable(o.seed);
+      }
+      ~FaultPoints() { buggify::Disable(); }
+    } fault_points(options);
     faults.Start(fault_end);
     env.RunUntil(fault_end, all_done);
   }

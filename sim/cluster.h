@@ -51,6 +51,9 @@ struct SimOptions {
   double max_clock_drift = 1e-3;
 
   bool faults = true;
+  // The fault points in production code (base/buggify.h), enabled with the
+  // seed while the faults run.
+  bool buggify = true;
   absl::Duration fault_period = absl::Seconds(15);
   double loss = 0.03, duplicate = 0.03;
   absl::Duration jitter = absl::Milliseconds(4);

@@ -3,11 +3,13 @@
 //   mssim --seeds=N [--first=S]        run N seeds; stop at the first failure
 //   mssim --seed=S [--trace] [--history=FILE]   one run, replayable exactly
 //   mssim --measure                     latency figures for docs/replication.md
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
+#include "base/buggify.h"
 #include "base/cli.h"
 #include "base/init.h"
 #include "base/strings.h"
@@ -45,6 +47,24 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
               << " coordinator \"valid\" answers checked; " << s.virtual_micros / 1000
               << " ms virtual\n";
   return 0;
+}
+
+// How many of the fault points linked into mssim fired in these runs; with
+// `verbose`, each point's counts.
+void PrintFaultPoints(bool verbose) {
+  const std::vector<megastore::buggify::PointStats> points = megastore::buggify::Stats();
+  size_t fired = 0;
+  for (const auto& p : points) fired += p.fired > 0 ? 1 : 0;
+  std::cout << "mssim: fault points: " << fired << " of " << points.size() << " fired";
+  std::string never;
+  for (const auto& p : points)
+    if (p.fired == 0) never += StrCat(never.empty() ? "" : ", ", p.name);
+  if (!never.empty()) std::cout << " (never: " << never << ")";
+  std::cout << "\n";
+  if (!verbose) return;
+  for (const auto& p : points)
+    std::cout << "  " << p.name << ": fired " << p.fired << " of " << p.evaluated << " -- "
+              << p.what << "\n";
 }
 
 }  // namespace
@@ -87,6 +107,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-faults", no_faults, "Run without injected faults");
+  bool no_buggify = false;
+  app.add_flag("--no-buggify", no_buggify,
+               "Keep the fault points in the servers' code (base/buggify.h) off; network and "
+               "process faults still run");
   app.add_flag(
       "--fixed-timing", fixed_timing,
       "Keep the coordinators' lease (2 s), renew interval (400 ms) and RPC timeout (250 ms) "
@@ -128,6 +152,7 @@ int main(int argc, char** argv) {
   o.groups = groups;
   o.ops_per_client = ops;
   o.faults = !no_faults;
+  o.buggify = !no_buggify;
   o.vary_timing = !fixed_timing;
   o.bank_clients = bank_clients;
   o.bank_ops = bank_ops;
@@ -143,7 +168,9 @@ int main(int argc, char** argv) {
   if (seeds == 0) {
     o.seed = seed;
     o.trace = trace;
-    return RunOne(o, history, true);
+    const int rc = RunOne(o, history, true);
+    if (rc == 0) PrintFaultPoints(verbose);
+    return rc;
   }
   if (trace || !history.empty()) {
     std::cerr << "mssim: --trace and --history go with --seed=S (one run)\n";
@@ -157,6 +184,8 @@ int main(int argc, char** argv) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "mssim: " << seeds << " seeds passed (" << first << ".." << first + seeds - 1
-            << ") in " << StrCat(fmt::format("{:.1f}", secs)) << " s\n";
+            << ") in " << StrCat(fmt::format("{:.1f}", secs)) << " s ("
+            << fmt::format("{:.2f}", seeds / std::max(secs, 1e-9)) << " seeds/s)\n";
+  PrintFaultPoints(verbose);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "base/buggify.h"
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/logging.h"
@@ -23,6 +24,11 @@
 #include "storage/tabletserver/tablet_server_internal.h"
 
 namespace megastore::storage {
+
+MS_FAULT_POINT(kTabletWriteFails, "tablet server: a row write fails before it is made");
+MS_FAULT_POINT(kTabletCheckAndMutateFails,
+               "tablet server: a check-and-mutate fails before it is made");
+MS_FAULT_POINT(kTabletReadFails, "tablet server: a row read fails");
 
 namespace {
 
@@ -92,6 +98,8 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
 
 absl::Status TabletServer::MutateRow(std::string_view table, std::string_view row,
                                      absl::Span<const Mutation> mutations, int64_t timestamp) {
+  if (kTabletWriteFails.Fire())
+    return absl::UnavailableError("injected fault: the write was not made");
   // The asynchronous path, waited for: one routing-and-retry loop for both.
   absl::Status result;
   absl::Notification finished;
@@ -181,6 +189,8 @@ absl::StatusOr<bool> TabletServer::CheckAndMutateRow(std::string_view table, std
                                                      const RowFilter& predicate,
                                                      absl::Span<const Mutation> true_mutations,
                                                      absl::Span<const Mutation> false_mutations) {
+  if (kTabletCheckAndMutateFails.Fire())
+    return absl::UnavailableError("injected fault: the check-and-mutate was not made");
   return WithTablet(table, row, [&](Tablet* t) {
     return t->CheckAndMutateRow(row, predicate, true_mutations, false_mutations);
   });
@@ -194,6 +204,7 @@ absl::StatusOr<Row> TabletServer::ReadModifyWriteRow(std::string_view table, std
 absl::StatusOr<std::optional<Row>> TabletServer::ReadRow(std::string_view table,
                                                          std::string_view row,
                                                          const ReadOptions& options) {
+  if (kTabletReadFails.Fire()) return absl::UnavailableError("injected fault: the read failed");
   MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, row));
   return t->ReadRow(row, options);
 }
