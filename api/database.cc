@@ -72,7 +72,7 @@ Database::~Database() {
 
 absl::StatusOr<int> Database::SweepQueues() {
   txn::Context ctx{client_.get(), layout_.get()};
-  return Await<int>([&](auto cb) { txn::SweepQueues(ctx, std::move(cb)); });
+  return Await<int>(env_, [&](auto cb) { txn::SweepQueues(ctx, std::move(cb)); });
 }
 
 absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view root_table,
@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view ro
                                                              TransactionOptions options) {
   txn::Context ctx{client_.get(), layout_.get()};
   absl::StatusOr<std::shared_ptr<txn::Transaction>> t =
-      Await<std::shared_ptr<txn::Transaction>>([&](auto cb) {
+      Await<std::shared_ptr<txn::Transaction>>(env_, [&](auto cb) {
         txn::Transaction::Begin(ctx, std::string(root_table), std::move(root_key), options,
                                 std::move(cb));
       });
@@ -128,7 +128,7 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
         // Deliver now; a failure leaves them in the outbox for DeliverQueues.
         txn::Context ctx{client_.get(), layout_.get()};
         const std::string source = (*t)->txn_->group().root();
-        (void)Await<int>([&](auto cb) { txn::DeliverPending(ctx, source, std::move(cb)); });
+        (void)Await<int>(env_, [&](auto cb) { txn::DeliverPending(ctx, source, std::move(cb)); });
       }
       return info;
     }
@@ -144,7 +144,7 @@ absl::StatusOr<txn::QueryResult> Database::GlobalIndexQuery(std::string_view ind
                                                             QueryOptions options,
                                                             replication::ReadLevel level) {
   txn::Context ctx{client_.get(), layout_.get()};
-  return Await<txn::QueryResult>([&](auto cb) {
+  return Await<txn::QueryResult>(env_, [&](auto cb) {
     txn::GlobalIndexQuery(ctx, std::string(index), std::move(values), std::move(options), level,
                           std::move(cb));
   });
@@ -271,7 +271,7 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
       absl::StatusOr<storage::RowRange> range = layout_->LocalIndexRange(x, group.root(), {});
       if (!range.ok()) return range.status();
       absl::StatusOr<std::vector<Found>> actual = scan_all([&](const std::string& from) {
-        return Await<replication::ScanReply>([&](auto cb) {
+        return Await<replication::ScanReply>(env_, [&](auto cb) {
           client_->Scan(group, at, from.empty() ? range->start : from, range->end,
                         schema::kIndexFamily, 0, std::move(cb));
         });
@@ -298,7 +298,7 @@ absl::StatusOr<Database::IndexExamination> Database::ExamineIndexes(
     const std::string bt_table = layout_->GlobalIndexTable(x);
     absl::StatusOr<std::vector<Found>> actual = scan_all([&](const std::string& from) {
       return Await<replication::ScanReply>(
-          [&](auto cb) { client_->ScanIndex(bt_table, from, "", 0, std::move(cb)); });
+          env_, [&](auto cb) { client_->ScanIndex(bt_table, from, "", 0, std::move(cb)); });
     });
     if (!actual.ok()) return actual.status();
     std::map<std::string, Expected>& want = expected_global[x.name()];
@@ -350,7 +350,7 @@ absl::StatusOr<Database::IndexReport> Database::RepairIndexes(
       auto t = std::make_shared<txn::Transaction>(ctx, TransactionOptions{}, g.group, g.at);
       for (const schema::BigtableWrite& w : g.fixes) MS_RETURN_IF_ERROR(t->AddRepair(w));
       absl::StatusOr<CommitInfo> info =
-          Await<CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });
+          Await<CommitInfo>(env_, [&](auto cb) { t->Commit(std::move(cb)); });
       if (info.ok()) {
         repaired += static_cast<int64_t>(g.fixes.size());
       } else if (!absl::IsAborted(info.status())) {
@@ -405,7 +405,7 @@ absl::StatusOr<CommitInfo> Database::RunAcross(const MultiBody& fn, TransactionO
         std::vector<std::shared_ptr<txn::Transaction>> parts;
         for (auto& [root, part] : multi.parts_) parts.push_back(part->txn_);
         absl::StatusOr<CommitInfo> info = Await<CommitInfo>(
-            [&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
+            env_, [&](auto cb) { txn::CommitAcross(ctx, std::move(parts), std::move(cb)); });
         if (info.ok()) {
           info->attempts = retry.attempts();
           return info;
@@ -425,19 +425,19 @@ absl::StatusOr<int> Database::DeliverQueues(std::string_view root_table,
   absl::StatusOr<std::string> root = layout_->GroupRow(*table, root_key);
   if (!root.ok()) return root.status();
   txn::Context ctx{client_.get(), layout_.get()};
-  return Await<int>([&](auto cb) { txn::DeliverPending(ctx, *root, std::move(cb)); });
+  return Await<int>(env_, [&](auto cb) { txn::DeliverPending(ctx, *root, std::move(cb)); });
 }
 
 absl::StatusOr<std::vector<txn::QueueMessage>> Transaction::ReadQueue(std::string_view queue,
                                                                       int64_t limit) {
   return Await<std::vector<txn::QueueMessage>>(
-      [&](auto cb) { txn_->ReadQueue(std::string(queue), limit, std::move(cb)); });
+      env(), [&](auto cb) { txn_->ReadQueue(std::string(queue), limit, std::move(cb)); });
 }
 
 absl::StatusOr<std::optional<schema::Entity>> Transaction::Get(std::string_view table,
                                                                std::vector<schema::KeyValue> key) {
   return Await<std::optional<schema::Entity>>(
-      [&](auto cb) { txn_->Get(std::string(table), std::move(key), std::move(cb)); });
+      env(), [&](auto cb) { txn_->Get(std::string(table), std::move(key), std::move(cb)); });
 }
 
 absl::Status Transaction::Put(std::string_view table, schema::Entity entity) {
@@ -451,7 +451,7 @@ absl::Status Transaction::Delete(std::string_view table, std::vector<schema::Key
 absl::StatusOr<txn::QueryResult> Transaction::Query(std::string_view table,
                                                     std::vector<schema::KeyValue> key_prefix,
                                                     QueryOptions options) {
-  return Await<txn::QueryResult>([&](auto cb) {
+  return Await<txn::QueryResult>(env(), [&](auto cb) {
     txn_->Query(std::string(table), std::move(key_prefix), std::move(options), std::move(cb));
   });
 }
@@ -459,7 +459,7 @@ absl::StatusOr<txn::QueryResult> Transaction::Query(std::string_view table,
 absl::StatusOr<txn::QueryResult> Transaction::IndexQuery(std::string_view index,
                                                          std::vector<schema::KeyValue> values,
                                                          QueryOptions options) {
-  return Await<txn::QueryResult>([&](auto cb) {
+  return Await<txn::QueryResult>(env(), [&](auto cb) {
     txn_->IndexQuery(std::string(index), std::move(values), std::move(options), std::move(cb));
   });
 }
@@ -467,11 +467,11 @@ absl::StatusOr<txn::QueryResult> Transaction::IndexQuery(std::string_view index,
 absl::StatusOr<std::vector<schema::Entity>> Transaction::IndexIntersect(
     std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> conditions) {
   return Await<std::vector<schema::Entity>>(
-      [&](auto cb) { txn_->IndexIntersect(std::move(conditions), std::move(cb)); });
+      env(), [&](auto cb) { txn_->IndexIntersect(std::move(conditions), std::move(cb)); });
 }
 
 absl::StatusOr<CommitInfo> Transaction::Commit() {
-  return Await<CommitInfo>([&](auto cb) { txn_->Commit(std::move(cb)); });
+  return Await<CommitInfo>(env(), [&](auto cb) { txn_->Commit(std::move(cb)); });
 }
 
 }  // namespace megastore

@@ -52,7 +52,10 @@ struct DatabaseOptions {
   replication::GroupClientOptions replication;
   // Where requests go; nullptr: TCP (RPC) to the replicas' addresses.
   Transport* transport = nullptr;
-  // Clock, timers and randomness; nullptr: the real ones.
+  // Clock, timers, randomness, and how blocking calls wait and pause
+  // (Env::Wait, Env::SleepFor); nullptr: the real ones. A simulator's Env
+  // runs the simulation while a call waits (set queue_sweep_interval to 0
+  // there: the sweeper is a thread on real time).
   Env* env = nullptr;
   // How often a background thread sweeps the queues (SweepQueues), so
   // messages whose sender died before delivering them still arrive. Zero:
@@ -161,6 +164,8 @@ class Database {
       const std::vector<std::pair<std::string, std::vector<schema::KeyValue>>>& groups);
 
   const schema::Layout& layout() const { return *layout_; }
+  // Where its time, pauses and blocking waits come from (DatabaseOptions::env).
+  Env* env() const { return env_; }
   // Conflicts retried by Run so far.
   uint64_t retries() const { return retries_.load(); }
 
@@ -251,6 +256,7 @@ class Transaction {
  private:
   friend class Database;
   explicit Transaction(std::shared_ptr<txn::Transaction> txn) : txn_(std::move(txn)) {}
+  Env* env() const { return txn_->env(); }
 
   std::shared_ptr<txn::Transaction> txn_;
 };

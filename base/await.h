@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "base/env.h"
 
 namespace megastore {
 
@@ -22,6 +23,21 @@ absl::StatusOr<T> Await(Fn fn) {
     done.Notify();
   });
   done.WaitForNotification();
+  return std::move(*out);
+}
+
+// Await, waiting through `env` (Env::Wait): in the simulator the wait runs
+// the simulation until the callback comes, so blocking callers work on its
+// one thread too.
+template <typename T, typename Fn>
+absl::StatusOr<T> Await(Env* env, Fn fn) {
+  absl::Notification done;
+  std::optional<absl::StatusOr<T>> out;
+  fn([&](absl::StatusOr<T> r) {
+    out = std::move(r);
+    done.Notify();
+  });
+  env->Wait(done);
   return std::move(*out);
 }
 

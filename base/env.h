@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/random.h"
 
@@ -46,6 +47,10 @@ class Env {
   // simulator runs its other events until then. For blocking callers only
   // (a timer callback schedules instead).
   virtual void SleepFor(absl::Duration d) = 0;
+  // Blocks the caller until `done` is notified. The simulator runs its
+  // other events meanwhile (the notifier is one of them), so a blocking API
+  // works on its one thread; real and manual Envs just wait.
+  virtual void Wait(absl::Notification& done) { done.WaitForNotification(); }
 
   // A uniformly random 64-bit number from the Env's seeded source.
   // Thread-safe. Deterministic for a given seed and call order.

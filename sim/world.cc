@@ -1,5 +1,6 @@
 #include "sim/world.h"
 
+#include "base/logging.h"
 #include "base/strings.h"
 
 namespace megastore::sim {
@@ -10,7 +11,7 @@ SimEnv::SimEnv(uint64_t seed) : seed_(seed), rng_(seed) {}
 
 Env::TimerId SimEnv::Schedule(absl::Duration after, std::function<void()> fn) {
   const int64_t d = std::max<int64_t>(0, absl::ToInt64Microseconds(after));
-  return timers_.Add(now_ + d, std::move(fn));
+  return timers_.Add(now() + d, std::move(fn));
 }
 
 bool SimEnv::Cancel(TimerId id) { return timers_.Cancel(id); }
@@ -20,16 +21,28 @@ bool SimEnv::RunUntil(int64_t until, const std::function<bool()>& stop) {
     if (stop && stop()) return false;
     const int64_t next = timers_.NextDeadline();
     if (next > until) break;
-    now_ = std::max(now_, next);
+    now_.store(std::max(now(), next), std::memory_order_relaxed);
     std::function<void()> fn;
-    if (timers_.PopDue(now_, &fn)) fn();
+    if (timers_.PopDue(now(), &fn)) fn();
   }
-  now_ = std::max(now_, until);
+  now_.store(std::max(now(), until), std::memory_order_relaxed);
   return true;
 }
 
+void SimEnv::Wait(absl::Notification& done) {
+  while (!done.HasBeenNotified()) {
+    std::function<void()> fn;
+    const int64_t next = timers_.NextDeadline();
+    MS_CHECK(next != INT64_MAX,
+             "a blocking wait on the simulator's thread with nothing left to run: the awaited "
+             "callback can never come");
+    now_.store(std::max(now(), next), std::memory_order_relaxed);
+    if (timers_.PopDue(now(), &fn)) fn();
+  }
+}
+
 void SimEnv::Trace(std::string_view text) {
-  if (trace_ != nullptr) trace_->push_back(StrCat(now_, " ", text));
+  if (trace_ != nullptr) trace_->push_back(StrCat(now(), " ", text));
 }
 
 // ---- SimNetwork -------------------------------------------------------------------

@@ -12,6 +12,7 @@
 //               keeps its data through crashes of the servers using it.
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -32,15 +33,22 @@ class SimEnv : public Env {
  public:
   explicit SimEnv(uint64_t seed);
 
-  int64_t NowMicros() override { return kEpochMicros + now_; }
-  int64_t MonotonicMicros() override { return now_; }
+  // The clocks may be read from other threads (the tablet server's
+  // compaction filters run on RocksDB's); everything else is the
+  // simulator's one thread.
+  int64_t NowMicros() override { return kEpochMicros + now(); }
+  int64_t MonotonicMicros() override { return now(); }
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override;
   bool Cancel(TimerId id) override;
   // Runs the other events until `d` from now (a blocking caller on the
   // simulator's thread).
   void SleepFor(absl::Duration d) override {
-    RunUntil(now_ + std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
+    RunUntil(now() + std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
   }
+  // Runs events until `done` is notified (a blocking caller on the
+  // simulator's thread); an idle simulation that cannot notify it is a bug
+  // in the caller, reported by a crash rather than a hang.
+  void Wait(absl::Notification& done) override;
   uint64_t Random64() override { return rng_.Next(); }
   uint64_t seed() const override { return seed_; }
 
@@ -48,7 +56,7 @@ class SimEnv : public Env {
   // or `stop` returns true (checked between timers). Returns false if
   // `stop` ended it.
   bool RunUntil(int64_t until, const std::function<bool()>& stop = nullptr);
-  int64_t now() const { return now_; }
+  int64_t now() const { return now_.load(std::memory_order_relaxed); }
   // Uniform in [0, n).
   uint64_t Uniform(uint64_t n) { return n == 0 ? 0 : rng_.Uniform(n); }
   bool Chance(double p) { return p > 0 && rng_.NextDouble() < p; }
@@ -63,7 +71,7 @@ class SimEnv : public Env {
  private:
   const uint64_t seed_;
   Random rng_;
-  int64_t now_ = 0;
+  std::atomic<int64_t> now_{0};
   TimerQueue timers_;
   std::vector<std::string>* trace_ = nullptr;
 };
@@ -85,6 +93,7 @@ class ProcessEnv : public Env {
                             std::move(fn));
   }
   bool Cancel(TimerId id) override { return world_->Cancel(id); }
+  void Wait(absl::Notification& done) override { world_->Wait(done); }
   void SleepFor(absl::Duration d) override {
     const double world = static_cast<double>(absl::ToInt64Microseconds(d)) / (1.0 + drift_);
     world_->SleepFor(absl::Microseconds(static_cast<int64_t>(std::ceil(world))));

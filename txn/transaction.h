@@ -178,6 +178,8 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   const replication::LogPosition& position() const { return position_; }
   const replication::GroupRef& group() const { return group_; }
+  // Where the transaction's time comes from (its client's Env).
+  Env* env() const { return ctx_.client->env(); }
 
   // `deadline`: env MonotonicMicros by which every step must end (0: none).
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
