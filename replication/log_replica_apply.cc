@@ -20,7 +20,9 @@
 namespace megastore::replication {
 
 MS_FAULT_POINT(kApplyFails, "log replica: an apply fails before it writes anything");
-MS_FAULT_POINT(kStateFails, "log replica: reading a group's log state fails");
+MS_FAULT_POINT(kStateFails,
+               "log replica: reading a group's log state fails (inside an apply, possibly after "
+               "some of its idempotent writes)");
 
 using log_internal::CheckSealedEntry;
 using log_internal::Corrupt;

@@ -74,6 +74,8 @@ class Cluster {
     storage::TabletServerOptions to;
     to.data_dir = dir_.path();
     to.sync_log = false;
+    // Off: the maintenance thread would use the simulation's Env (timers,
+    // randomness) from a thread of its own.
     to.maintenance_interval = absl::ZeroDuration();
     to.resources.block_cache_bytes = 8 << 20;
     to.resources.in_memory_cache_bytes = 1 << 20;

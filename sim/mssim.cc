@@ -49,9 +49,9 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
   return 0;
 }
 
-// How many of the fault points linked into mssim fired in these runs; with
-// `verbose`, each point's counts.
-void PrintFaultPoints(bool verbose) {
+// Prints how many of the fault points linked into mssim fired in these runs
+// (with `verbose`, each point's counts) and returns that number.
+size_t PrintFaultPoints(bool verbose) {
   const std::vector<megastore::buggify::PointStats> points = megastore::buggify::Stats();
   size_t fired = 0;
   for (const auto& p : points) fired += p.fired > 0 ? 1 : 0;
@@ -61,10 +61,12 @@ void PrintFaultPoints(bool verbose) {
     if (p.fired == 0) never += StrCat(never.empty() ? "" : ", ", p.name);
   if (!never.empty()) std::cout << " (never: " << never << ")";
   std::cout << "\n";
-  if (!verbose) return;
-  for (const auto& p : points)
-    std::cout << "  " << p.name << ": fired " << p.fired << " of " << p.evaluated << " -- "
-              << p.what << "\n";
+  if (verbose) {
+    for (const auto& p : points)
+      std::cout << "  " << p.name << ": fired " << p.fired << " of " << p.evaluated << " -- "
+                << p.what << "\n";
+  }
+  return fired;
 }
 
 }  // namespace
@@ -107,10 +109,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-faults", no_faults, "Run without injected faults");
-  bool no_buggify = false;
+  bool no_buggify = false, require_fault_points = false;
   app.add_flag("--no-buggify", no_buggify,
                "Keep the fault points in the servers' code (base/buggify.h) off; network and "
                "process faults still run");
+  app.add_flag("--require-fault-points", require_fault_points,
+               "Exit 1 if no fault point fired in these runs (CI: the fault points are live)");
   app.add_flag(
       "--fixed-timing", fixed_timing,
       "Keep the coordinators' lease (2 s), renew interval (400 ms) and RPC timeout (250 ms) "
@@ -169,8 +173,12 @@ int main(int argc, char** argv) {
     o.seed = seed;
     o.trace = trace;
     const int rc = RunOne(o, history, true);
-    if (rc == 0) PrintFaultPoints(verbose);
-    return rc;
+    if (rc != 0) return rc;
+    if (PrintFaultPoints(verbose) == 0 && require_fault_points) {
+      std::cerr << "mssim: no fault point fired (--require-fault-points)\n";
+      return 1;
+    }
+    return 0;
   }
   if (trace || !history.empty()) {
     std::cerr << "mssim: --trace and --history go with --seed=S (one run)\n";
@@ -186,6 +194,9 @@ int main(int argc, char** argv) {
   std::cout << "mssim: " << seeds << " seeds passed (" << first << ".." << first + seeds - 1
             << ") in " << StrCat(fmt::format("{:.1f}", secs)) << " s ("
             << fmt::format("{:.2f}", seeds / std::max(secs, 1e-9)) << " seeds/s)\n";
-  PrintFaultPoints(verbose);
+  if (PrintFaultPoints(verbose) == 0 && require_fault_points) {
+    std::cerr << "mssim: no fault point fired (--require-fault-points)\n";
+    return 1;
+  }
   return 0;
 }

@@ -23,13 +23,18 @@ bool SimEnv::RunUntil(int64_t until, const std::function<bool()>& stop) {
     if (next > until) break;
     now_.store(std::max(now(), next), std::memory_order_relaxed);
     std::function<void()> fn;
-    if (timers_.PopDue(now(), &fn)) fn();
+    if (timers_.PopDue(now(), &fn)) {
+      ++event_depth_;
+      fn();
+      --event_depth_;
+    }
   }
   now_.store(std::max(now(), until), std::memory_order_relaxed);
   return true;
 }
 
 void SimEnv::Wait(absl::Notification& done) {
+  MS_CHECK(event_depth_ == 0, "Env::Wait from inside a simulator event (use a callback there)");
   while (!done.HasBeenNotified()) {
     std::function<void()> fn;
     const int64_t next = timers_.NextDeadline();
@@ -37,7 +42,11 @@ void SimEnv::Wait(absl::Notification& done) {
              "a blocking wait on the simulator's thread with nothing left to run: the awaited "
              "callback can never come");
     now_.store(std::max(now(), next), std::memory_order_relaxed);
-    if (timers_.PopDue(now(), &fn)) fn();
+    if (timers_.PopDue(now(), &fn)) {
+      ++event_depth_;
+      fn();
+      --event_depth_;
+    }
   }
 }
 

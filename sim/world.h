@@ -45,9 +45,11 @@ class SimEnv : public Env {
   void SleepFor(absl::Duration d) override {
     RunUntil(now() + std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
   }
-  // Runs events until `done` is notified (a blocking caller on the
-  // simulator's thread); an idle simulation that cannot notify it is a bug
-  // in the caller, reported by a crash rather than a hang.
+  // Runs events until `done` is notified: a blocking caller on the
+  // simulator's thread, never one inside an event (checked: the outer run's
+  // limits would be ignored). Virtual time advances until the callback
+  // comes; the caller's deadlines bound that. With no event left at all it
+  // stops the process: the callback can never come.
   void Wait(absl::Notification& done) override;
   uint64_t Random64() override { return rng_.Next(); }
   uint64_t seed() const override { return seed_; }
@@ -72,6 +74,7 @@ class SimEnv : public Env {
   const uint64_t seed_;
   Random rng_;
   std::atomic<int64_t> now_{0};
+  int event_depth_ = 0;  // events running (RunUntil and Wait nest)
   TimerQueue timers_;
   std::vector<std::string>* trace_ = nullptr;
 };
