@@ -45,7 +45,36 @@ TEST(BuggifyTest, ASeedReplaysTheSameFaults) {
     Disable();
     return fired;
   };
-  for (uint64_t seed = 1; seed <= 20; ++seed) EXPECT_EQ(run(seed), run(seed)) << seed;
+  bool any_fired = false;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const std::string once = run(seed);
+    EXPECT_EQ(once, run(seed)) << seed;
+    any_fired |= once.find_first_of("ab") != std::string::npos;
+  }
+  EXPECT_TRUE(any_fired);  // the comparison above compared something
+}
+
+TEST(BuggifyTest, SuspendKeepsEveryPointQuietAndUncounted) {
+  uint64_t seed = 1;
+  while (true) {  // a seed where A is active
+    Enable(seed, 1.0);
+    if (kTestPointA.Fire()) break;
+    ++seed;
+  }
+  ResetCounts();
+  {
+    Suspend quiet;
+    EXPECT_FALSE(Enabled());
+    EXPECT_EQ(Count(kTestPointA, 100), 0);
+  }
+  EXPECT_TRUE(Enabled());
+  EXPECT_TRUE(kTestPointA.Fire());
+  Disable();
+  for (const PointStats& s : Stats()) {
+    if (s.name == "kTestPointA") {
+      EXPECT_EQ(s.evaluated, 1u);  // the one Fire() after the Suspend ended
+    }
+  }
 }
 
 TEST(BuggifyTest, CountsWhatWasAskedAndWhatFired) {
