@@ -268,12 +268,8 @@ class Cluster {
   // How far replica `dc` has a group's log: the highest position it has
   // accepted a value for, learned or applied (a mere promise does not count).
   absl::StatusOr<uint64_t> HighestHeld(int dc, const std::string& root) {
-    buggify::Suspend checker;  // the checker's read is not under test
-    storage::ReadOptions o;
-    o.filter.families = {replication::kLogFamily};
-    o.filter.cells_per_column = 1;
     MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row,
-                        tablets_->ReadRow(StrCat(DcName(dc), ".", kTable), root, o));
+                        CheckerRead(dc, root, replication::kLogFamily));
     uint64_t held = 0;
     if (!row) return held;
     for (const storage::Cell& c : row->cells) {
@@ -315,12 +311,8 @@ class Cluster {
   // Reads replica `dc`'s copy of a group's log straight from its Bigtable.
   absl::StatusOr<std::map<uint64_t, std::string>> LearnedLog(int dc, const std::string& root,
                                                              uint64_t* applied) {
-    buggify::Suspend checker;  // the checker's read is not under test
-    storage::ReadOptions o;
-    o.filter.families = {replication::kLogFamily};
-    o.filter.cells_per_column = 1;
     MS_ASSIGN_OR_RETURN(std::optional<storage::Row> row,
-                        tablets_->ReadRow(StrCat(DcName(dc), ".", kTable), root, o));
+                        CheckerRead(dc, root, replication::kLogFamily));
     std::map<uint64_t, std::string> out;
     *applied = 0;
     if (!row) return out;
@@ -341,17 +333,24 @@ class Cluster {
 
   // The latest value of an entity at replica `dc`.
   absl::StatusOr<std::optional<std::string>> LatestValue(int dc, const std::string& row) {
-    buggify::Suspend checker;  // the checker's read is not under test
-    storage::ReadOptions o;
-    o.filter.families = {kDataFamily};
-    o.filter.cells_per_column = 1;
-    MS_ASSIGN_OR_RETURN(std::optional<storage::Row> r,
-                        tablets_->ReadRow(StrCat(DcName(dc), ".", kTable), row, o));
+    MS_ASSIGN_OR_RETURN(std::optional<storage::Row> r, CheckerRead(dc, row, kDataFamily));
     if (!r || r->cells.empty()) return std::optional<std::string>();
     return std::optional<std::string>(r->cells[0].value);
   }
 
  private:
+  // The checkers' read of one row of replica `dc`, straight from its
+  // Bigtable: the newest cell of each column of `family`. Fault points stay
+  // quiet for it (the checker is not under test).
+  absl::StatusOr<std::optional<storage::Row>> CheckerRead(int dc, const std::string& row,
+                                                          std::string family) {
+    buggify::Suspend checker;
+    storage::ReadOptions o;
+    o.filter.families = {std::move(family)};
+    o.filter.cells_per_column = 1;
+    return tablets_->ReadRow(StrCat(DcName(dc), ".", kTable), row, o);
+  }
+
   void Chaos() {
     if (env_.now() >= chaos_until_) return;
     const int dc = static_cast<int>(env_.Uniform(size()));

@@ -205,26 +205,17 @@ megastore::storage::TabletServerOptions TabletOptions(
 // master lock, so a standby takes over.
 std::unique_ptr<megastore::storage::cell::Master> MakeMaster(
     const Flags& f, const Plan& p, Env* env, megastore::storage::lock::LockService* service) {
-  const std::string& cell = f.cell;
-  const std::string& data = f.data;
-  const absl::Duration session_ttl = p.session_ttl;
-  const absl::Duration server_timeout = p.server_timeout;
-  const absl::Duration gc_grace = p.gc_grace;
-  const absl::Duration balance_delay = p.balance_delay;
-  const absl::Duration merge_after = p.merge_after;
-  const int balance_margin = f.balance_margin;
-  const double merge_threshold_mb = f.merge_threshold_mb;
   megastore::storage::cell::MasterOptions o;
-  o.cell = cell;
-  o.data_root = data;
-  o.session_ttl = session_ttl;
-  o.server_ttl = session_ttl;
-  o.server_timeout = server_timeout;
-  o.balance_margin = balance_margin;
-  o.gc_grace = gc_grace;
-  o.balance_delay = balance_delay;
-  o.merge_threshold_bytes = static_cast<uint64_t>(merge_threshold_mb * 1024 * 1024);
-  o.merge_after = merge_after;
+  o.cell = f.cell;
+  o.data_root = f.data;
+  o.session_ttl = p.session_ttl;
+  o.server_ttl = p.session_ttl;
+  o.server_timeout = p.server_timeout;
+  o.balance_margin = f.balance_margin;
+  o.gc_grace = p.gc_grace;
+  o.balance_delay = p.balance_delay;
+  o.merge_threshold_bytes = static_cast<uint64_t>(f.merge_threshold_mb * 1024 * 1024);
+  o.merge_after = p.merge_after;
   return std::make_unique<megastore::storage::cell::Master>(
       service, env, o, [](const absl::Status& why) {
         MS_LOG_ERROR("megastored: the master lost its lock ({}): exiting so a standby takes over",
