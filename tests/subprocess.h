@@ -12,6 +12,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,19 +59,38 @@ inline std::string Http(int port, const std::string& method, const std::string& 
   return resp;
 }
 
-// A port on 127.0.0.1 that was free a moment ago.
+// A port on 127.0.0.1 that was free a moment ago. It is drawn at random
+// from below the kernel's ephemeral range (ip_local_port_range), so an
+// outgoing connection of a test running beside this one cannot take it
+// between now and the server's bind, and never twice in one process.
 inline int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
+  static std::mutex mu;
+  static std::set<int> given;
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  int low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  if (low < 12000 || low > 65535) low = 32768;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = 10000 + static_cast<int>(rng() % static_cast<unsigned>(low - 10000));
+    if (given.count(port) != 0) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (free) {
+      given.insert(port);
+      return port;
+    }
+  }
+  return 0;
 }
 
 // A child process whose stdout the test reads line by line.
@@ -135,6 +157,18 @@ class Subprocess {
     if (out_ >= 0) ::close(out_);
     out_ = -1;
     return status;
+  }
+
+  // True once the child has exited (reaped here, its pipe closed; Wait()
+  // then returns 0).
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = -1;
+    if (out_ >= 0) ::close(out_);
+    out_ = -1;
+    return true;
   }
 
   pid_t pid() const { return pid_; }
