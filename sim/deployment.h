@@ -83,9 +83,10 @@ class Cluster {
     to.resources.background_threads = 1;
     to.tuning.write_buffer_bytes = 4 << 20;
     // The tablet server's clock (server timestamps, GC ages, flush ages) is
-    // the simulation's: a seed's data replays exactly. Its commit log still
-    // writes on its own thread (every append is waited for, so no ordering
-    // depends on it) and RocksDB compacts on its own.
+    // the simulation's, and its commit log writes in the writer's own call:
+    // a seed's data replays exactly. Only RocksDB's flushes and compactions
+    // run on threads of their own; they change no result.
+    to.inline_commit_log = true;
     MS_ASSIGN_OR_RETURN(tablets_, storage::TabletServer::Open(to, &env_));
     inproc_ = std::make_unique<storage::InProcessBigtable>(tablets_.get());
     for (size_t i = 0; i < options_.replicas.size(); ++i) {

@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
     log->last_lsn_ = log->resume_lsn_ - 1;
   }
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
-  log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
+  if (!options.inline_writes) log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
   return log;
 }
 
@@ -266,17 +266,49 @@ absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
   return absl::OkStatus();
 }
 
+namespace {
+// The inline log whose callbacks this thread is running, if any: an append
+// from one of them is left to the write loop already running.
+thread_local const void* inline_writer = nullptr;
+}  // namespace
+
 absl::StatusOr<uint64_t> CommitLog::AppendAsync(std::string_view tablet_id,
                                                 std::string_view payload, AppendCallback done) {
-  absl::MutexLock lock(&mu_);
-  if (!error_.ok()) return error_;
-  if (stopping_) return absl::CancelledError("commit log is closing");
-  const uint64_t lsn = ++last_lsn_;
-  if (pending_.empty()) pending_first_lsn_ = lsn;
-  AppendRecord(&pending_, lsn, tablet_id, payload);
-  ++pending_records_;
-  pending_callbacks_.emplace_back(lsn, std::move(done));
+  uint64_t lsn;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    if (stopping_) return absl::CancelledError("commit log is closing");
+    lsn = ++last_lsn_;
+    if (pending_.empty()) pending_first_lsn_ = lsn;
+    AppendRecord(&pending_, lsn, tablet_id, payload);
+    ++pending_records_;
+    pending_callbacks_.emplace_back(lsn, std::move(done));
+  }
+  if (options_.inline_writes && inline_writer != this) WriteInline();
   return lsn;
+}
+
+bool CommitLog::HasPendingCallbacks() const {
+  absl::MutexLock lock(&mu_);
+  return !pending_callbacks_.empty();
+}
+
+void CommitLog::WriteInline() {
+  absl::MutexLock write(&write_mu_);
+  const void* outer = inline_writer;
+  inline_writer = this;
+  // Another thread's records may go out in this call's group, or ours in
+  // theirs: both are durable before either call returns.
+  for (;;) {
+    const GroupResult r = WritePending();
+    if (r == GroupResult::kWritten) continue;
+    // A full disk failed the group; appends its callbacks made meanwhile
+    // are failed (or written) by another round rather than left behind.
+    if (r == GroupResult::kNoSpace && HasPendingCallbacks()) continue;
+    break;
+  }
+  inline_writer = outer;
 }
 
 absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::string_view payload) {
@@ -293,12 +325,7 @@ absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::stri
 }
 
 void CommitLog::WriterLoop() {
-  std::string group;
-  std::vector<std::pair<uint64_t, AppendCallback>> callbacks;
   for (;;) {
-    uint64_t first;
-    size_t records;  // in the group: its appends' and stand-ins for earlier ones
-    absl::Status status;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -310,52 +337,70 @@ void CommitLog::WriterLoop() {
       // drop them; nothing acknowledged is in them.
       if (stopping_ && pending_callbacks_.empty() && stats_.no_space_failures > 0 && no_space_)
         return;
-      group.clear();
-      group.swap(pending_);
-      callbacks.swap(pending_callbacks_);
-      first = pending_first_lsn_;
-      records = pending_records_;
-      pending_records_ = 0;
-      status = error_;
     }
-    // Everything that queued up while the last group was being synced goes
-    // out as one write and one fdatasync.
-    if (status.ok() && segment_size_ >= options_.segment_bytes) status = StartSegment(first);
-    if (status.ok()) status = WriteGroup(group, first);
-    const bool no_space = absl::IsResourceExhausted(status);
+    GroupResult result;
     {
-      absl::MutexLock lock(&mu_);
-      if (no_space) {
-        // The disk is full; nothing of the group is on disk (WriteGroup
-        // cut back what it wrote). Its appends fail, and stand-ins for its
-        // LSNs go out first once space returns; the log keeps working.
-        MS_LOG_WARN_LIMITED("commit log: {}; writes fail until space returns", status.message());
-        pending_.insert(0, StandIns(first, records));
-        pending_first_lsn_ = first;
-        pending_records_ += records;
-        ++stats_.no_space_failures;
-        no_space_ = true;
-      } else if (status.ok()) {
-        no_space_ = false;
-        const uint64_t appended = callbacks.size();
-        stats_.records += appended;
-        stats_.bytes += group.size();
-        ++stats_.syncs;
-        stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
-        size_t bucket = 0;
-        while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
-          ++bucket;
-        ++stats_.batch_histogram[bucket];
-      } else if (error_.ok()) {
-        error_ = status;
-        MS_LOG_ERROR("commit log: {}", status.ToString());
-      }
+      absl::MutexLock write(&write_mu_);
+      result = WritePending();
     }
-    // Only the callbacks of real records: stand-ins have none.
-    for (auto& [lsn, done] : callbacks) done(status, lsn);
-    callbacks.clear();
-    if (no_space) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // not a busy retry
+    if (result == GroupResult::kNoSpace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // not a busy retry
   }
+}
+
+CommitLog::GroupResult CommitLog::WritePending() {
+  std::string group;
+  std::vector<std::pair<uint64_t, AppendCallback>> callbacks;
+  uint64_t first;
+  size_t records;  // in the group: its appends' and stand-ins for earlier ones
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pending_.empty()) return GroupResult::kNothing;
+    group.swap(pending_);
+    callbacks.swap(pending_callbacks_);
+    first = pending_first_lsn_;
+    records = pending_records_;
+    pending_records_ = 0;
+    status = error_;
+  }
+  // Everything that queued up while the last group was being synced goes
+  // out as one write and one fdatasync.
+  if (status.ok() && segment_size_ >= options_.segment_bytes) status = StartSegment(first);
+  if (status.ok()) status = WriteGroup(group, first);
+  const bool no_space = absl::IsResourceExhausted(status);
+  {
+    absl::MutexLock lock(&mu_);
+    if (no_space) {
+      // The disk is full; nothing of the group is on disk (WriteGroup cut
+      // back what it wrote). Its appends fail, and stand-ins for its LSNs
+      // go out first once space returns; the log keeps working.
+      MS_LOG_WARN_LIMITED("commit log: {}; writes fail until space returns", status.message());
+      pending_.insert(0, StandIns(first, records));
+      pending_first_lsn_ = first;
+      pending_records_ += records;
+      ++stats_.no_space_failures;
+      no_space_ = true;
+    } else if (status.ok()) {
+      no_space_ = false;
+      const uint64_t appended = callbacks.size();
+      stats_.records += appended;
+      stats_.bytes += group.size();
+      ++stats_.syncs;
+      stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
+      size_t bucket = 0;
+      while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
+        ++bucket;
+      ++stats_.batch_histogram[bucket];
+    } else if (error_.ok()) {
+      error_ = status;
+      MS_LOG_ERROR("commit log: {}", status.ToString());
+    }
+  }
+  // Only the callbacks of real records: stand-ins have none.
+  for (auto& [lsn, done] : callbacks) done(status, lsn);
+  if (no_space) return GroupResult::kNoSpace;
+  return status.ok() ? GroupResult::kWritten : GroupResult::kFailed;
 }
 
 absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) {

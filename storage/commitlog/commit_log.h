@@ -5,7 +5,8 @@
 // wait (Append) or leave a callback (AppendAsync); everything that arrives
 // while the writer is busy goes out as the next group: one write() and one
 // fdatasync() (group commit). Callbacks run on the writer thread, in LSN
-// order, once their record is durable. Each record carries an LSN (log
+// order, once their record is durable. (With inline_writes there is no
+// writer thread: the appender writes, as described there.) Each record carries an LSN (log
 // sequence number), the id of the tablet it belongs to and an opaque payload
 // (the tablet's mutation).
 //
@@ -47,6 +48,15 @@ struct CommitLogOptions {
   uint64_t segment_bytes = 64 << 20;
   // fdatasync before acknowledging (turn off only in benchmarks of the rest).
   bool sync = true;
+  // No writer thread: each append writes (and syncs) its group in the
+  // appender's own call, and the callbacks run there, before AppendAsync
+  // returns. An append from inside a callback is queued and written by the
+  // same call before it returns. For the deterministic simulator, where
+  // nothing may run on a thread of its own; appenders on several threads
+  // still get group commit and LSN-ordered callbacks. As with the writer
+  // thread, a callback must never wait for another append: that append is
+  // written only after the callback returns.
+  bool inline_writes = false;
   // Recover and Replay only (the master splitting a dead server's log): no
   // segment is started, appends fail with FailedPrecondition. A torn tail
   // is still cut off, as the server's own recovery would.
@@ -137,11 +147,19 @@ class CommitLog {
 
   explicit CommitLog(const CommitLogOptions& options);
   absl::Status Recover();
-  // Creates the segment that appends go to next. Only the writer thread (or
+  // Creates the segment that appends go to next. Only WritePending (or
   // Open) calls it; takes mu_ briefly.
   absl::Status StartSegment(uint64_t first_lsn) ABSL_LOCKS_EXCLUDED(mu_);
-  // Writes and syncs one group of records; only the writer thread calls it.
+  // Writes and syncs one group of records; only WritePending calls it.
   absl::Status WriteGroup(const std::string& data, uint64_t first_lsn);
+  enum class GroupResult { kNothing, kWritten, kFailed, kNoSpace };
+  // Takes everything pending as one group, writes and syncs it, and runs
+  // its callbacks. Called with write_mu_ held: by the writer thread, or by
+  // the appender itself with inline_writes.
+  GroupResult WritePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // With inline_writes: writes until nothing an append waits for is pending.
+  void WriteInline() ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  bool HasPendingCallbacks() const ABSL_LOCKS_EXCLUDED(mu_);
   // The writer thread: writes pending groups until stopping_ and drained.
   void WriterLoop();
 
@@ -165,9 +183,11 @@ class CommitLog {
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   CommitLogStats stats_ ABSL_GUARDED_BY(mu_);
 
-  // Owned by the writer thread (by Open before it starts).
-  int fd_ = -1;
-  uint64_t segment_size_ = 0;
+  // Held while a group is written and its callbacks run: the files belong
+  // to whoever holds it (the writer thread, or inline appenders).
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  int fd_ = -1;                // guarded by write_mu_ (Open sets it before anyone else runs)
+  uint64_t segment_size_ = 0;  // likewise
   std::thread writer_;
 };
 

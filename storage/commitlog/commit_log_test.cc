@@ -74,6 +74,49 @@ TEST_F(CommitLogTest, AppendsReplayInOrderAcrossReopen) {
   EXPECT_EQ(*log->Append("t", "x"), 11u);
 }
 
+TEST_F(CommitLogTest, InlineWritesAreDurableAndCalledBackBeforeAppendReturns) {
+  CommitLogOptions o;
+  o.dir = dir_.path() + "/inline";
+  o.inline_writes = true;
+  o.segment_bytes = 256;  // segments roll over inline too
+  auto log = CommitLog::Open(o);
+  ASSERT_TRUE(log.ok()) << log.status();
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<uint64_t> called;
+  for (int i = 0; i < 20; ++i) {
+    bool done = false;
+    absl::StatusOr<uint64_t> lsn =
+        (*log)->AppendAsync("t", "payload-" + std::to_string(i), [&](absl::Status s, uint64_t l) {
+          EXPECT_TRUE(s.ok()) << s;
+          EXPECT_EQ(std::this_thread::get_id(), me);  // no thread of the log's own
+          called.push_back(l);
+          // An append from a callback is written by the same call.
+          if (l == 5) {
+            absl::StatusOr<uint64_t> nested =
+                (*log)->AppendAsync("t", "nested", [&](absl::Status s2, uint64_t l2) {
+                  EXPECT_TRUE(s2.ok());
+                  called.push_back(l2);
+                });
+            EXPECT_TRUE(nested.ok());
+          }
+          done = true;
+        });
+    ASSERT_TRUE(lsn.ok()) << lsn.status();
+    EXPECT_TRUE(done) << "the callback ran before AppendAsync returned";
+  }
+  ASSERT_TRUE((*log)->Append("t", "last").ok());
+  ASSERT_EQ(called.size(), 21u);
+  for (size_t i = 0; i < called.size(); ++i) EXPECT_EQ(called[i], i + 1);  // LSN order
+  EXPECT_GT((*log)->stats().segments, 1u);
+  log->reset();
+  auto log2 = CommitLog::Open(o);
+  ASSERT_TRUE(log2.ok());
+  const std::vector<Seen> all = ReplayAll(**log2);
+  ASSERT_EQ(all.size(), 22u);
+  EXPECT_EQ(all[5].payload, "nested");
+  EXPECT_EQ(all.back().payload, "last");
+}
+
 TEST_F(CommitLogTest, AsyncAppendsCallBackInLsnOrderAndCloseDrainsTheQueue) {
   std::vector<uint64_t> returned, called;
   std::mutex mu;

@@ -48,6 +48,9 @@ struct TabletServerOptions {
   uint64_t log_segment_bytes = 64 << 20;
   // fdatasync the commit log before acknowledging writes.
   bool sync_log = true;
+  // The commit log writes in each writer's own call instead of on a thread
+  // of its own (CommitLogOptions::inline_writes): the simulator's choice.
+  bool inline_commit_log = false;
   // Minor compaction by age: flush a tablet whose oldest unflushed write is
   // older than this.
   absl::Duration flush_max_age = absl::Seconds(60);
