@@ -1,8 +1,10 @@
 // Paxos for one log position, as pure state machines (no I/O, no clocks):
-// messages in, messages out. The driver (the client library's commit path,
-// the replication server) persists acceptor state before sending replies,
-// delivers messages, and decides when a stalled proposer retries (after a
-// random backoff drawn from its own Random).
+// a message in, one Ready out. A Ready says what to persist, what to send
+// and what to report, in that order; its messages cannot be taken before
+// the persist was acknowledged (Ready::Persisted). The drivers (the client
+// library's commit path, the replication server) do the I/O, deliver the
+// messages and decide when a stalled proposer retries: the Ready says how
+// long a wait the refusal calls for, the driver draws the random backoff.
 //
 // Megastore's fast path: the value chosen at position p names the leader of
 // p+1. A writer first sends Accept with ballot 0 to that leader; the leader
@@ -43,6 +45,9 @@ struct Message {
   // kPromise: what the acceptor had accepted, if anything.
   std::optional<Ballot> accepted_ballot;
   std::string accepted_value;
+  // Any reply: the acceptor already knows the position's chosen value (its
+  // replica learned it), so it changed nothing and answers with that value.
+  std::optional<std::string> learned;
 
   std::string ToString() const;
 };
@@ -56,12 +61,70 @@ struct AcceptorState {
   friend bool operator==(const AcceptorState&, const AcceptorState&) = default;
 };
 
+// What the proposer reports to its driver.
+struct Decision {
+  std::string value;                 // the position's chosen value (maybe another writer's)
+  std::set<AcceptorId> accepted_by;  // acceptors known to hold it; empty if `learned`
+  bool fast = false;                 // chosen at ballot 0, the leader's fast path
+  bool learned = false;              // an acceptor already knew it (no majority seen here)
+};
+
+// How long a refused proposer should wait before Retry().
+enum class Wait {
+  kBackoff,  // a random backoff
+  // Its fast-path accept lost to another writer's value at ballot 0: that
+  // writer is most likely finishing the position, and preparing at once
+  // would preempt its accepts. Wait about a round trip more (the winner's
+  // accepts), then a backoff; the next round mostly just learns the outcome.
+  kWinnerFirst,
+};
+
+struct Report {
+  std::optional<Decision> decided;  // the position is decided (reported once)
+  std::optional<Wait> stalled;      // the round was refused (reported once per round)
+  // An acceptor accepted the chosen value after the majority did (its reply
+  // was still on the way): it holds the value too.
+  std::optional<AcceptorId> late_accept;
+};
+
+// One step's output. Persist first, then send, then report.
+class Ready {
+ public:
+  Ready() = default;
+  Ready(Ready&&) = default;
+  Ready& operator=(Ready&&) = default;
+
+  // The acceptor state to make durable (atomically) before any message of
+  // this Ready leaves; none if nothing changed.
+  const std::optional<AcceptorState>& persist() const { return persist_; }
+  // Acknowledges that persist() is durable.
+  void Persisted() { persisted_ = true; }
+  // The messages to send. Checked: a Ready with a persist() hands out its
+  // messages only after Persisted().
+  std::vector<Message> TakeMessages();
+  // For tests and traces: the messages without taking them.
+  const std::vector<Message>& messages() const { return messages_; }
+  const Report& report() const { return report_; }
+
+ private:
+  friend class Proposer;
+  friend Ready HandleRequest(const AcceptorState&, const Message&,
+                             const std::optional<std::string>&);
+  std::optional<AcceptorState> persist_;
+  bool persisted_ = false;
+  std::vector<Message> messages_;
+  Report report_;
+};
+
 // Handles a kPrepare or kAccept addressed to the acceptor holding `state`:
-// updates `state` (persist it before sending the reply) and returns the
-// reply. Prepare(b) is granted if b > promised. Accept(b, v) is granted if
-// b >= promised, except that a ballot-0 accept is refused when a different
-// value was already accepted at ballot 0 (ballot 0 has one owner).
-Message HandleRequest(AcceptorState& state, const Message& request);
+// the reply, after the new state if it changed. Prepare(b) is granted if
+// b > promised. Accept(b, v) is granted if b >= promised, except that a
+// ballot-0 accept is refused when a different value was already accepted at
+// ballot 0 (ballot 0 has one owner). `learned`: the value the acceptor's
+// replica knows was chosen here, if any; then the reply tells it (the
+// learned short-cut) and nothing changes.
+Ready HandleRequest(const AcceptorState& state, const Message& request,
+                    const std::optional<std::string>& learned = std::nullopt);
 
 struct ProposerOptions {
   int acceptors = 3;
@@ -83,13 +146,15 @@ class Proposer {
   Proposer(ProposerOptions options, std::string value);
 
   // The first messages: the fast path's Accept to the leader, or Prepares.
-  std::vector<Message> Start();
+  Ready Start();
   // A reply from an acceptor. Replies to older ballots, duplicates and
-  // replies after the value is chosen are ignored. Returns what to send.
-  std::vector<Message> Step(const Message& reply);
+  // misrouted replies change nothing. A reply telling a learned value
+  // decides the position whatever its ballot. After the decision, an accept
+  // of the chosen value is reported as a late accept.
+  Ready Step(const Message& reply);
   // A new round with a ballot above every ballot seen (from kStalled, or
-  // on a timeout in any state but kChosen). Returns the Prepares.
-  std::vector<Message> Retry();
+  // on a timeout in any state but kChosen). Its Prepares; none once chosen.
+  Ready Retry();
 
   State state() const { return state_; }
   const Ballot& ballot() const { return ballot_; }
@@ -107,7 +172,8 @@ class Proposer {
  private:
   int majority() const { return options_.acceptors / 2 + 1; }
   std::vector<Message> AcceptAll(const std::set<AcceptorId>& skip);
-  void Stall(const Message& reply);
+  void Stall(const Message& reply, Ready& ready);
+  void Decide(std::string value, bool learned, Ready& ready);
 
   const ProposerOptions options_;
   const std::string value_;
@@ -119,6 +185,7 @@ class Proposer {
   std::optional<Ballot> best_accepted_;  // highest accepted ballot among promises
   std::set<AcceptorId> accepted_by_;
   std::string chosen_value_;
+  bool learned_ = false;
 };
 
 const char* ToString(Proposer::State state);

@@ -36,9 +36,9 @@ using log_internal::NoKeyForData;
 using log_internal::OpenLearned;
 using log_internal::ParsePositionColumn;
 using log_internal::PositionPrefix;
+using log_internal::TakeReply;
 using log_internal::ToMessage;
 using log_internal::TopCell;
-using log_internal::ToReply;
 using storage::Mutation;
 using storage::Row;
 using storage::RowFilter;
@@ -249,9 +249,9 @@ void LogReplica::PaxosSealed(std::shared_ptr<PaxosRequest> req, uint64_t known_e
   // the top with its position), and one CheckAndMutateRow conditioned on
   // the top writes the acceptor state. Otherwise the general
   // read-then-write path decides, bounds included.
-  paxos::AcceptorState state;
-  const PaxosReply reply = ToReply(paxos::HandleRequest(state, ToMessage(*req)));
-  absl::StatusOr<std::string> record = EncodeRecord(state, *sealing, pos);
+  paxos::Ready ready = paxos::HandleRequest(paxos::AcceptorState{}, ToMessage(*req));
+  MS_CHECK(ready.persist().has_value(), "a ballot-0 accept on an empty position changes it");
+  absl::StatusOr<std::string> record = EncodeRecord(*ready.persist(), *sealing, pos);
   if (!record.ok()) return done(record.status());
   RowFilter top_is_previous = LogRead(RowFilter::QualifierMatch::kExact, kTopColumn).filter;
   std::string previous;
@@ -260,10 +260,13 @@ void LogReplica::PaxosSealed(std::shared_ptr<PaxosRequest> req, uint64_t known_e
   bigtable_->CheckAndMutateRow(
       req->group().table(), req->group().root(), std::move(top_is_previous),
       {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), std::move(*record), 0), TopCell(pos)}, {},
-      [this, req, known_elsewhere, reply, sealing,
+      [this, req, known_elsewhere, ready = std::move(ready), sealing,
        done = std::move(done)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return done(matched.status());
-        if (*matched) return done(std::move(reply));
+        if (*matched) {
+          ready.Persisted();
+          return done(TakeReply(ready));
+        }
         PaxosAttempt(req, known_elsewhere, 0, std::move(sealing), std::move(done));
       });
 }
@@ -283,10 +286,9 @@ void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, uint64_t known_
             if (c.qualifier == LearnedColumn(pos)) {
               absl::StatusOr<std::string> value = OpenLearned(req->group(), *sealing, pos, c.value);
               if (!value.ok()) return done(value.status());
-              PaxosReply learned;
-              learned.set_learned(true);
-              learned.set_learned_value(std::move(*value));
-              return done(std::move(learned));
+              paxos::Ready ready =
+                  paxos::HandleRequest(paxos::AcceptorState{}, ToMessage(*req), std::move(*value));
+              return done(TakeReply(ready));
             }
             if (c.qualifier == AcceptorColumn(pos)) stored = c.value;
           }
@@ -317,12 +319,10 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt,
     if (!decoded.ok()) return done(decoded.status());
     state = std::move(*decoded);
   }
-  const paxos::AcceptorState before = state;
-  const paxos::Message r = paxos::HandleRequest(state, ToMessage(*req));
-  PaxosReply reply = ToReply(r);
-  if (state == before) return done(std::move(reply));
+  paxos::Ready ready = paxos::HandleRequest(state, ToMessage(*req));
+  if (!ready.persist()) return done(TakeReply(ready));
 
-  absl::StatusOr<std::string> next = EncodeRecord(state, *sealing, pos);
+  absl::StatusOr<std::string> next = EncodeRecord(*ready.persist(), *sealing, pos);
   if (!next.ok()) return done(next.status());
   std::vector<Mutation> write = {
       Mutation::SetCell(kLogFamily, AcceptorColumn(pos), std::move(*next), 0), TopCell(pos)};
@@ -339,10 +339,13 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt,
   bigtable_->CheckAndMutateRow(
       req->group().table(), req->group().root(), std::move(pred), std::move(if_true),
       std::move(if_false),
-      [this, req, attempt, expect, sealing = std::move(sealing), reply = std::move(reply),
+      [this, req, attempt, expect, sealing = std::move(sealing), ready = std::move(ready),
        done = std::move(done)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return done(matched.status());
-        if (*matched == expect) return done(std::move(reply));
+        if (*matched == expect) {
+          ready.Persisted();
+          return done(TakeReply(ready));
+        }
         if (attempt + 1 >= kMaxStepAttempts)
           return done(absl::AbortedError(StrCat("acceptor state of position ", req->position(),
                                                 " kept changing under this step; try again")));

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "base/coding.h"
+#include "base/logging.h"
 #include "base/strings.h"
 #include "paxos/paxos.h"
 #include "replication/log_replica.h"
@@ -62,6 +63,11 @@ inline AcceptorRecord ToRecord(const paxos::AcceptorState& state) {
 
 inline PaxosReply ToReply(const paxos::Message& m) {
   PaxosReply reply;
+  if (m.learned) {
+    reply.set_learned(true);
+    reply.set_learned_value(*m.learned);
+    return reply;
+  }
   reply.set_ok(m.ok);
   ToProto(m.promised, reply.mutable_promised());
   if (m.accepted_ballot) {
@@ -69,6 +75,14 @@ inline PaxosReply ToReply(const paxos::Message& m) {
     reply.set_accepted_value(m.accepted_value);
   }
   return reply;
+}
+
+// The one reply of an acceptor's Ready (persisted first if it had a state
+// to persist: Ready::TakeMessages checks).
+inline PaxosReply TakeReply(paxos::Ready& ready) {
+  std::vector<paxos::Message> out = ready.TakeMessages();
+  MS_CHECK(out.size() == 1, "an acceptor step answers with one reply, not {}", out.size());
+  return ToReply(out[0]);
 }
 
 inline paxos::Message ToMessage(const PaxosRequest& req) {

@@ -1,6 +1,7 @@
 // Steps 1-3 of a write (write_steps.h): deciding one log position with the
-// voting replicas. paxos::Proposer decides what to send; this drives it
-// over the transport with round timers and backoff.
+// voting replicas. paxos::Proposer decides what to send and reports the
+// decision, late accepts and how long a refused round waits; this drives
+// it over the transport with round timers and backoff.
 #include <algorithm>
 
 #include "base/buggify.h"
@@ -38,8 +39,9 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     bool fast = false;
     {
       absl::MutexLock lock(&mu_);
-      out = proposer_.Start();
+      out = proposer_.Start().TakeMessages();  // a proposer persists nothing
       round = ++round_;
+      round_started_ = c_->env()->MonotonicMicros();
       fast = proposer_.state() == paxos::Proposer::State::kFastAccept;
     }
     // A leader that does not answer soon is given up on sooner than a round.
@@ -112,71 +114,59 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       }
       return;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      answered_ = true;
-    }
-    if (r->learned()) {
-      Chosen chosen;
-      chosen.value = r->learned_value();
-      chosen.learned = true;
-      return Finish(std::move(chosen));
-    }
     paxos::Message m;
     m.type = request.type == paxos::Message::Type::kAccept ? paxos::Message::Type::kAccepted
                                                            : paxos::Message::Type::kPromise;
     m.acceptor = request.acceptor;
     m.proposer = request.proposer;
     m.ballot = request.ballot;
+    if (r->learned()) m.learned = r->learned_value();
     m.ok = r->ok();
     m.promised = paxos::Ballot{r->promised().round(), r->promised().proposer()};
     if (r->has_accepted()) {
       m.accepted_ballot = paxos::Ballot{r->accepted().round(), r->accepted().proposer()};
       m.accepted_value = r->accepted_value();
     }
-    std::vector<paxos::Message> out;
-    std::optional<Chosen> chosen;
-    bool stalled = false, late = false;
+    paxos::Ready ready;
+    bool retry = false;
+    absl::Duration round_took;
     {
       absl::MutexLock lock(&mu_);
-      if (finished_) {
-        // An accept of the chosen value that arrived after the majority.
-        late = chosen_ballot_ && m.type == paxos::Message::Type::kAccepted && m.ok &&
-               m.ballot == *chosen_ballot_;
-      } else {
-        out = proposer_.Step(m);
-        if (proposer_.chosen()) {
-          chosen_ballot_ = proposer_.ballot();
-          chosen.emplace();
-          chosen->late = late_;
-          chosen->value = proposer_.chosen_value();
-          chosen->fast = proposer_.ballot().round == 0;
-          for (paxos::AcceptorId a : proposer_.accepted_by())
-            chosen->accepted_by.insert(c_->voters()[a]);
-        } else if (proposer_.state() == paxos::Proposer::State::kStalled && round == round_ &&
-                   retry_armed_ != round_) {
-          retry_armed_ = round_;
-          stalled = true;
-        }
+      answered_ = true;
+      // After a failure was reported nothing more is sent; after the
+      // decision, the proposer still reports late accepts.
+      if (finished_ && !proposer_.chosen()) return;
+      ready = proposer_.Step(m);
+      if (ready.report().stalled && retry_armed_ != round_) {
+        retry_armed_ = round_;
+        retry = true;
+        round_took = absl::Microseconds(c_->env()->MonotonicMicros() - round_started_);
       }
     }
-    if (late) return late_->Add(c_->voters()[request.acceptor]);
-    if (chosen) return Finish(std::move(*chosen));
-    if (stalled) {
-      // Refused on the fast path because the leader took another writer's
-      // value at ballot 0: that writer is most likely finishing the
-      // position. Preparing at once would preempt its accepts (with many
-      // writers on one group, everyone's, round after round); wait long
-      // enough for it to finish, and the next round mostly just learns the
-      // outcome from the replicas.
-      const bool lost_fast_path = request.type == paxos::Message::Type::kAccept &&
-                                  request.ballot == paxos::Ballot{} && m.accepted_ballot &&
-                                  *m.accepted_ballot == paxos::Ballot{} &&
-                                  m.accepted_value != request.value;
-      ScheduleRetry(
-          round, lost_fast_path ? c_->options().leader_timeout + Backoff(round) : Backoff(round));
+    const paxos::Report& report = ready.report();
+    if (report.late_accept) late_->Add(c_->voters()[*report.late_accept]);
+    if (report.decided) {
+      Chosen chosen;
+      chosen.late = late_;
+      chosen.value = report.decided->value;
+      chosen.learned = report.decided->learned;
+      chosen.fast = report.decided->fast;
+      for (paxos::AcceptorId a : report.decided->accepted_by)
+        chosen.accepted_by.insert(c_->voters()[a]);
+      return Finish(std::move(chosen));
     }
-    Send(std::move(out), round);
+    if (retry) {
+      // The winner of the fast path needs about one more round trip (its
+      // accepts at the other voters) after its leader's answer: wait as
+      // long as this refused round took, at most the leader's timeout, so
+      // a prepare does not preempt those accepts.
+      const absl::Duration winner =
+          *report.stalled == paxos::Wait::kWinnerFirst
+              ? std::min(std::max(round_took, absl::ZeroDuration()), c_->options().leader_timeout)
+              : absl::ZeroDuration();
+      ScheduleRetry(round, winner + Backoff(round));
+    }
+    Send(ready.TakeMessages(), round);
   }
 
   void ArmRoundTimer(uint64_t round, std::optional<absl::Duration> limit = std::nullopt) {
@@ -215,12 +205,14 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     uint64_t next = 0;
     {
       absl::MutexLock lock(&mu_);
-      if (finished_ || round != round_) return;
+      // Decided meanwhile (its Finish is on the way): not a lost deadline.
+      if (finished_ || round != round_ || proposer_.chosen()) return;
       if (Expired(c_, deadline_)) {
         finished_ = true;
       } else {
-        out = proposer_.Retry();
+        out = proposer_.Retry().TakeMessages();
         next = ++round_;
+        round_started_ = c_->env()->MonotonicMicros();
         beyond_top_.clear();  // refusals count within one round
         out_of_space_.clear();
         denied_.clear();
@@ -253,9 +245,9 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   absl::Mutex mu_;
   paxos::Proposer proposer_ ABSL_GUARDED_BY(mu_);
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t round_started_ ABSL_GUARDED_BY(mu_) = 0;  // Env monotonic micros
   uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<paxos::Ballot> chosen_ballot_ ABSL_GUARDED_BY(mu_);
   std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);  // acceptors that refused the position as too far
   std::set<int> out_of_space_ ABSL_GUARDED_BY(mu_);  // ... or for a full disk
   std::set<int> denied_ ABSL_GUARDED_BY(mu_);        // ... or by their access policy
