@@ -6,6 +6,7 @@
 #include "base/buggify.h"
 #include "sim/bank.h"
 #include "sim/deployment.h"
+#include "sim/log_invariants.h"
 
 namespace megastore::sim {
 
@@ -590,8 +591,22 @@ SimResult RunSimulation(const SimOptions& options) {
           " while position ", acked, " was acknowledged (a current read there would miss it)"));
     }
   });
+  // The log's Paxos invariants, at every write of any replica's log.
+  std::vector<bool> votes;
+  for (ReplicaType t : options.replicas) votes.push_back(replication::Votes(t));
+  LogInvariants log_invariants(std::move(votes));
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    const int dc = static_cast<int>(i);
+    cluster.bigtable(dc)->set_write_observer(
+        [&, dc](const std::string& table, const std::string& row,
+                const std::vector<storage::Mutation>& applied) {
+          log_invariants.Observe(dc, table, row, applied, env.now());
+        });
+  }
   const int64_t fault_end = env.now() + absl::ToInt64Microseconds(options.fault_period);
-  auto all_done = [&] { return clients.AllDone() && (!bank || bank->AllDone()); };
+  // A broken invariant ends the run at once: what follows it is noise.
+  auto broken = [&] { return !invariant.ok() || !log_invariants.status().ok(); };
+  auto all_done = [&] { return broken() || (clients.AllDone() && (!bank || bank->AllDone())); };
   clients.Start();
   if (bank) bank->Start();
   if (options.faults) {
@@ -607,8 +622,9 @@ SimResult RunSimulation(const SimOptions& options) {
   }
   faults.Heal();
   const int64_t limit = env.now() + absl::ToInt64Microseconds(options.drain_limit);
-  env.RunUntil(limit, all_done);
-  if (!all_done()) {
+  if (!broken()) env.RunUntil(limit, all_done);
+  if (result.status.ok()) result.status = log_invariants.status();
+  if (result.status.ok() && !all_done()) {
     result.status = absl::InternalError(
         StrCat("clients did not finish within ", absl::FormatDuration(options.drain_limit),
                " after the faults stopped:", clients.Stuck(), bank ? bank->Stuck() : ""));
@@ -617,6 +633,8 @@ SimResult RunSimulation(const SimOptions& options) {
   cluster.set_on_valid(nullptr);
   std::map<std::string, GroupLog> logs;
   if (result.status.ok()) result.status = Converge(cluster, &logs, &result.stats);
+  if (result.status.ok()) result.status = log_invariants.status();  // catch-up wrote too
+  result.stats.log_checks = log_invariants.checks();
   if (result.status.ok()) result.status = CheckHistory(result.history, logs);
   if (result.status.ok() && bank) result.status = bank->SettleAndCheck();
   if (bank) result.stats.bank_ok = bank->transfers_ok();
@@ -632,6 +650,8 @@ SimResult RunSimulation(const SimOptions& options) {
   result.stats.messages = cluster.net().messages_sent();
   result.stats.dropped = cluster.net().messages_dropped();
   result.stats.virtual_micros = env.now();
+  for (size_t i = 0; i < cluster.size(); ++i)
+    cluster.bigtable(static_cast<int>(i))->set_write_observer(nullptr);
   return result;
 }
 

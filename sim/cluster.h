@@ -70,6 +70,7 @@ struct SimStats {
   int faults = 0;
   int64_t virtual_micros = 0;
   uint64_t valid_checks = 0;  // coordinator "valid" answers the invariant checked
+  uint64_t log_checks = 0;    // log cells the step invariants checked as they were written
   uint64_t late_writes = 0, repeated_writes = 0;  // Bigtable writes made late or twice
 };
 

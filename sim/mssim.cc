@@ -44,8 +44,8 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
               << s.positions << " log positions; " << s.faults << " faults; " << s.messages
               << " messages (" << s.dropped << " dropped); " << s.late_writes << " late and "
               << s.repeated_writes << " repeated Bigtable writes; " << s.valid_checks
-              << " coordinator \"valid\" answers checked; " << s.virtual_micros / 1000
-              << " ms virtual\n";
+              << " coordinator \"valid\" answers and " << s.log_checks << " log writes checked; "
+              << s.virtual_micros / 1000 << " ms virtual\n";
   return 0;
 }
 

@@ -281,19 +281,29 @@ void SimBigtable::ReadRows(std::string table, storage::RowRange range, storage::
   Later(std::move(result), std::move(done));
 }
 
+absl::Status SimBigtable::Write(const std::string& table, const std::string& row,
+                                std::vector<storage::Mutation> mutations, int64_t timestamp) {
+  std::optional<std::vector<storage::Mutation>> seen;
+  if (observer_) seen = mutations;
+  absl::Status result;
+  inner_->MutateRow(prefix_ + table, row, std::move(mutations), timestamp,
+                    [&](absl::Status s) { result = std::move(s); });
+  if (result.ok() && seen) observer_(table, row, *seen);
+  return result;
+}
+
 void SimBigtable::MutateRow(std::string table, std::string row,
                             std::vector<storage::Mutation> mutations, int64_t timestamp,
                             Callback<absl::Status> done) {
   if (down_) return Later(Outage(), std::move(done));
-  const std::string full = prefix_ + table;
   if (env_->Chance(twice_)) {
     // The replay: the same write again, later, whatever happened meanwhile.
     ++repeated_writes_;
     const absl::Duration after =
         absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_replay_delay_) + 1));
-    env_->Schedule(after, [this, full, row, mutations, timestamp] {
+    env_->Schedule(after, [this, table, row, mutations, timestamp] {
       if (env_->tracing()) env_->Trace(StrCat("bigtable ", prefix_, " repeats a write of ", row));
-      if (!down_) inner_->MutateRow(full, row, mutations, timestamp, [](absl::Status) {});
+      if (!down_) (void)Write(table, row, mutations, timestamp);
     });
   }
   if (env_->Chance(late_)) {
@@ -302,18 +312,13 @@ void SimBigtable::MutateRow(std::string table, std::string row,
         absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_delay_) + 1));
     auto cb = std::make_shared<Callback<absl::Status>>(std::move(done));
     auto m = std::make_shared<std::vector<storage::Mutation>>(std::move(mutations));
-    env_->Schedule(after, [this, full, row = std::move(row), m, timestamp, cb] {
-      absl::Status result = Outage();
-      if (!down_)
-        inner_->MutateRow(full, row, std::move(*m), timestamp,
-                          [&](absl::Status s) { result = std::move(s); });
+    env_->Schedule(after, [this, table = std::move(table), row = std::move(row), m, timestamp, cb] {
+      absl::Status result = down_ ? Outage() : Write(table, row, std::move(*m), timestamp);
       Later(std::move(result), std::move(*cb));
     });
     return;
   }
-  absl::Status result;
-  inner_->MutateRow(full, std::move(row), std::move(mutations), timestamp,
-                    [&](absl::Status s) { result = std::move(s); });
+  absl::Status result = Write(table, row, std::move(mutations), timestamp);
   Later(std::move(result), std::move(done));
 }
 
@@ -323,10 +328,14 @@ void SimBigtable::CheckAndMutateRow(std::string table, std::string row,
                                     std::vector<storage::Mutation> if_false,
                                     Callback<absl::StatusOr<bool>> done) {
   absl::StatusOr<bool> result = Outage();
-  if (!down_)
-    inner_->CheckAndMutateRow(prefix_ + table, std::move(row), std::move(predicate),
-                              std::move(if_true), std::move(if_false),
+  if (!down_) {
+    std::optional<std::pair<std::vector<storage::Mutation>, std::vector<storage::Mutation>>> seen;
+    if (observer_) seen.emplace(if_true, if_false);
+    inner_->CheckAndMutateRow(prefix_ + table, row, std::move(predicate), std::move(if_true),
+                              std::move(if_false),
                               [&](absl::StatusOr<bool> r) { result = std::move(r); });
+    if (result.ok() && seen) observer_(table, row, *result ? seen->first : seen->second);
+  }
   Later(std::move(result), std::move(done));
 }
 

@@ -229,6 +229,13 @@ class SimBigtable : public storage::BigtableClient {
     max_delay_ = max_delay;
     max_replay_delay_ = max_replay_delay;
   }
+  // Called with every write as it is applied to the datacenter's tables
+  // (table without the datacenter prefix): the simulator's step invariants
+  // watch the log through it. Late and repeated writes are seen when they land.
+  using WriteObserver = std::function<void(const std::string& table, const std::string& row,
+                                           const std::vector<storage::Mutation>& applied)>;
+  void set_write_observer(WriteObserver fn) { observer_ = std::move(fn); }
+
   uint64_t late_writes() const { return late_writes_; }
   uint64_t repeated_writes() const { return repeated_writes_; }
   bool down() const { return down_; }
@@ -238,6 +245,9 @@ class SimBigtable : public storage::BigtableClient {
   template <typename T>
   void Later(T result, Callback<T> done);
   absl::Status Outage() const;
+  // One MutateRow on the inner Bigtable, shown to the observer if applied.
+  absl::Status Write(const std::string& table, const std::string& row,
+                     std::vector<storage::Mutation> mutations, int64_t timestamp);
 
   SimEnv* const env_;
   storage::BigtableClient* const inner_;
@@ -249,6 +259,7 @@ class SimBigtable : public storage::BigtableClient {
   double late_ = 0, twice_ = 0;
   absl::Duration max_delay_, max_replay_delay_;
   uint64_t late_writes_ = 0, repeated_writes_ = 0;
+  WriteObserver observer_;
 };
 
 }  // namespace megastore::sim
