@@ -36,6 +36,24 @@ int64_t TimerQueue::NextDeadline() const {
   return timers_.empty() ? INT64_MAX : timers_.begin()->first.first;
 }
 
+namespace {
+class StdThread : public Env::Thread {
+ public:
+  explicit StdThread(std::function<void()> fn) : thread_(std::move(fn)) {}
+  ~StdThread() override { Join(); }
+  void Join() override {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::thread thread_;
+};
+}  // namespace
+
+std::unique_ptr<Env::Thread> Env::StartThread(std::string /*name*/, std::function<void()> fn) {
+  return std::make_unique<StdThread>(std::move(fn));
+}
+
 Env* Env::Default() {
   static Env* env = new RealEnv();
   return env;

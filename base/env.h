@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -51,6 +52,28 @@ class Env {
   // other events meanwhile (the notifier is one of them), so a blocking API
   // works on its one thread; real and manual Envs just wait.
   virtual void Wait(absl::Notification& done) { done.WaitForNotification(); }
+  // Wait for at most `timeout` of this Env's time; whether `done` was
+  // notified.
+  virtual bool WaitFor(absl::Notification& done, absl::Duration timeout) {
+    return done.WaitForNotificationWithTimeout(timeout);
+  }
+
+  // A thread of this Env's. Real and manual Envs start a std::thread; the
+  // simulator runs `fn` as one of its tasks, taking turns with everything
+  // else on its one timeline (sim/world.h). Join() waits for `fn` to end
+  // (the simulator runs meanwhile); the destructor joins.
+  class Thread {
+   public:
+    virtual ~Thread() = default;
+    virtual void Join() = 0;
+  };
+  virtual std::unique_ptr<Thread> StartThread(std::string name, std::function<void()> fn);
+
+  // Locks `mu` for a caller that may hold it across waits of this Env's
+  // (Wait, SleepFor): in the simulator a task holding it may be parked, so
+  // another task waiting for it must park too rather than block its thread.
+  // Real and manual Envs just lock. Use EnvMutexLock.
+  virtual void LockBlocking(absl::Mutex& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) { mu.Lock(); }
 
   // A uniformly random 64-bit number from the Env's seeded source.
   // Thread-safe. Deterministic for a given seed and call order.
@@ -59,6 +82,20 @@ class Env {
 
   // The process-wide real Env (never destroyed).
   static Env* Default();
+};
+
+// A scoped Env::LockBlocking.
+class ABSL_SCOPED_LOCKABLE EnvMutexLock {
+ public:
+  EnvMutexLock(Env* env, absl::Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    env->LockBlocking(*mu);
+  }
+  ~EnvMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  EnvMutexLock(const EnvMutexLock&) = delete;
+  EnvMutexLock& operator=(const EnvMutexLock&) = delete;
+
+ private:
+  absl::Mutex* const mu_;
 };
 
 // Shared timer bookkeeping for RealEnv and ManualEnv.

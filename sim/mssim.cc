@@ -1,6 +1,7 @@
 // mssim: the deterministic simulator (docs/replication.md, "The simulator").
 //
-//   mssim --seeds=N [--first=S]        run N seeds; stop at the first failure
+//   mssim --seeds=N [--first=S]        run N seeds (the deployment and the
+//                                       Bigtable cell); stop at the first failure
 //   mssim --seed=S [--trace] [--history=FILE]   one run, replayable exactly
 //   mssim --measure                     latency figures for docs/replication.md
 #include <algorithm>
@@ -12,7 +13,9 @@
 #include "base/buggify.h"
 #include "base/cli.h"
 #include "base/init.h"
+#include "base/logging.h"
 #include "base/strings.h"
+#include "sim/cell_sim.h"
 #include "sim/cluster.h"
 
 namespace {
@@ -69,14 +72,36 @@ size_t PrintFaultPoints(bool verbose) {
   return fired;
 }
 
+// The Bigtable cell's run for seed `seed`.
+int RunCell(const megastore::sim::CellSimOptions& o, bool verbose) {
+  megastore::sim::CellSimResult r = megastore::sim::RunCellSimulation(o);
+  for (const std::string& line : r.trace) std::cout << line << "\n";
+  if (!r.status.ok()) {
+    std::cerr << "mssim: cell seed " << o.seed << " FAILED: " << r.status.message() << "\n"
+              << "replay: mssim --seed=" << o.seed << " --cell-only --trace\n";
+    return 1;
+  }
+  const auto& s = r.stats;
+  if (verbose)
+    std::cout << "cell seed " << o.seed << " ok: " << s.ops_ok << " ok, " << s.ops_failed
+              << " failed, " << s.ops_unknown << " unknown; " << s.reads_checked
+              << " reads checked; " << s.server_kills << " server and " << s.master_kills
+              << " master kills, " << s.splits << " splits, " << s.moves << " moves; " << s.tablets
+              << " tablets at rest; " << s.owner_checks << " single-owner checks; " << s.messages
+              << " messages (" << s.dropped << " dropped); " << s.virtual_micros / 1000
+              << " ms virtual\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
   CLI::App app{
       "mssim: runs whole Megastore deployments (datacenters, coordinators, replication "
-      "servers, app-server clients) in one thread on virtual time from a seed, injecting "
-      "faults, then checks the history and the replicas. A failing seed replays exactly."};
+      "servers, app-server clients) and a Bigtable cell (lock service, masters, tablet servers "
+      "in cell mode, clients) in one thread on virtual time from a seed, injecting faults, "
+      "then checks the history, the replicas and the cell. A failing seed replays exactly."};
   uint64_t seed = 0, first = 1;
   int seeds = 0, clients = 4, groups = 2, ops = 25, measure_ops = 50, bank_clients = 2,
       bank_ops = 6;
@@ -122,7 +147,23 @@ int main(int argc, char** argv) {
   app.add_flag("--measure", measure, "Print the latency measurements of docs/replication.md");
   app.add_option("--measure-ops", measure_ops, "Operations per measurement")->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "One line per seed");
+  bool no_cell = false, cell_only = false;
+  int cell_ops = 30;
+  app.add_flag("--no-cell", no_cell, "Run only the Megastore deployment of each seed");
+  app.add_flag("--cell-only", cell_only, "Run only the Bigtable cell of each seed");
+  app.add_option("--cell-ops", cell_ops, "Operations per client of the cell's run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level,
+                 "Server log level: trace, debug, info, warn, error or off (the masters' and "
+                 "tablet servers' own logs; the simulator's report is separate)")
+      ->capture_default_str();
   if (int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
+  if (!megastore::SetLogLevel(log_level)) {
+    std::cerr << "mssim: --log-level: unknown level '" << log_level << "'\n";
+    return 2;
+  }
 
   SimOptions o;
   o.replicas.clear();
@@ -160,6 +201,26 @@ int main(int argc, char** argv) {
   o.vary_timing = !fixed_timing;
   o.bank_clients = bank_clients;
   o.bank_ops = bank_ops;
+  if (no_cell && cell_only) {
+    std::cerr << "mssim: --no-cell and --cell-only exclude each other\n";
+    return 2;
+  }
+  megastore::sim::CellSimOptions co;
+  co.faults = !no_faults;
+  co.buggify = !no_buggify;
+  co.ops_per_client = cell_ops;
+  // One seed's runs: the deployment, then the cell.
+  auto run_seed = [&](uint64_t s, bool verbose_seed) {
+    if (!cell_only) {
+      o.seed = s;
+      if (RunOne(o, history, verbose_seed) != 0) return 1;
+    }
+    if (!no_cell) {
+      co.seed = s;
+      if (RunCell(co, verbose_seed) != 0) return 1;
+    }
+    return 0;
+  };
 
   if (measure) {
     std::cout << megastore::sim::RunMeasurements(seed == 0 ? 1 : seed, measure_ops);
@@ -170,9 +231,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (seeds == 0) {
-    o.seed = seed;
     o.trace = trace;
-    const int rc = RunOne(o, history, true);
+    co.trace = trace && cell_only;
+    if (trace && !cell_only) no_cell = true;  // one trace at a time: --cell-only traces the cell
+    const int rc = run_seed(seed, true);
     if (rc != 0) return rc;
     if (PrintFaultPoints(verbose) == 0 && require_fault_points) {
       std::cerr << "mssim: no fault point fired (--require-fault-points)\n";
@@ -185,9 +247,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto start = std::chrono::steady_clock::now();
+  history.clear();
   for (int i = 0; i < seeds; ++i) {
-    o.seed = first + i;
-    if (RunOne(o, "", verbose) != 0) return 1;
+    if (run_seed(first + static_cast<uint64_t>(i), verbose) != 0) return 1;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,5 +1,12 @@
 #include "sim/world.h"
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
 #include "base/logging.h"
 #include "base/strings.h"
 
@@ -7,17 +14,175 @@ namespace megastore::sim {
 
 // ---- SimEnv ---------------------------------------------------------------------
 
+// One task: its thread runs only while `running` (the turn is its).
+struct SimEnv::Task {
+  std::string name;
+  std::function<void()> fn;
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool running = false;  // guarded by mu
+  bool done = false;     // guarded by mu; also read by the simulator's thread between turns
+  // While parked: whether it can go on (read by the simulator's thread).
+  std::function<bool()> ready = [] { return true; };
+};
+
+// The task this thread runs, if it is one.
+thread_local SimEnv::Task* SimEnv::current_task_ = nullptr;
+
+namespace {
+std::atomic<size_t> leaked{0};
+}  // namespace
+
+class SimEnv::TaskThread : public Env::Thread {
+ public:
+  TaskThread(SimEnv* env, std::shared_ptr<Task> task) : env_(env), task_(std::move(task)) {}
+  ~TaskThread() override { Join(); }
+  void Join() override {
+    if (!task_->thread.joinable()) return;
+    MS_CHECK(current_task_ != task_.get(), "task {} joins itself", task_->name);
+    Task* t = task_.get();
+    auto finished = [t] {
+      std::lock_guard<std::mutex> lock(t->mu);
+      return t->done;
+    };
+    if (current_task_ != nullptr) {
+      env_->Park(finished);
+    } else {
+      env_->RunTill(finished);
+    }
+    task_->thread.join();
+  }
+
+ private:
+  SimEnv* const env_;
+  const std::shared_ptr<Task> task_;
+};
+
 SimEnv::SimEnv(uint64_t seed) : seed_(seed), rng_(seed) {}
 
+SimEnv::~SimEnv() {
+  for (const std::shared_ptr<Task>& t : tasks_) {
+    if (t->thread.joinable()) {
+      t->thread.detach();  // parked for good; it keeps its Task alive
+      ++leaked;
+    }
+  }
+}
+
+size_t SimEnv::leaked_tasks() { return leaked.load(); }
+
+bool SimEnv::OnTask() const { return current_task_ != nullptr; }
+
+std::vector<std::string> SimEnv::UnfinishedTasks() const {
+  std::vector<std::string> out;
+  for (const std::shared_ptr<Task>& t : tasks_) {
+    std::lock_guard<std::mutex> lock(t->mu);
+    if (!t->done) out.push_back(t->name);
+  }
+  return out;
+}
+
 Env::TimerId SimEnv::Schedule(absl::Duration after, std::function<void()> fn) {
-  const int64_t d = std::max<int64_t>(0, absl::ToInt64Microseconds(after));
+  int64_t d = std::max<int64_t>(0, absl::ToInt64Microseconds(after));
+  d = std::min(d, INT64_MAX / 2 - now());  // "never" stays in the future
   return timers_.Add(now() + d, std::move(fn));
 }
 
 bool SimEnv::Cancel(TimerId id) { return timers_.Cancel(id); }
 
+std::unique_ptr<Env::Thread> SimEnv::StartThread(std::string name, std::function<void()> fn) {
+  auto task = std::make_shared<Task>();
+  task->name = std::move(name);
+  task->fn = std::move(fn);
+  Task* t = task.get();
+  task->thread = std::thread([task] {
+    {
+      std::unique_lock<std::mutex> lock(task->mu);
+      task->cv.wait(lock, [&] { return task->running; });
+    }
+    current_task_ = task.get();
+    task->fn();
+    task->fn = nullptr;
+    current_task_ = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(task->mu);
+      task->done = true;
+      task->running = false;
+    }
+    task->cv.notify_all();
+  });
+  tasks_.push_back(task);
+  if (tracing()) Trace(StrCat("task ", t->name, " started"));
+  if (tasks_.size() > kMaxTasks) {
+    // Each task is a thread: a leak would end in thread exhaustion. Name it.
+    std::map<std::string, int> by_name;
+    for (const auto& other : tasks_) ++by_name[other->name];
+    std::string top;
+    for (const auto& [name, n] : by_name)
+      if (n > 10) top += StrCat(" [", name, "] x", n);
+    MS_CHECK(false, "more than {} simulator tasks at once:{}", kMaxTasks, top);
+  }
+  return std::make_unique<TaskThread>(this, std::move(task));
+}
+
+bool SimEnv::RunReadyTasks() {
+  bool any = false;
+  for (bool progress = true; progress;) {
+    progress = false;
+    // Tasks started by a resumed task are resumed in this pass too.
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      std::shared_ptr<Task> t = tasks_[i];
+      {
+        std::lock_guard<std::mutex> lock(t->mu);
+        if (t->done) continue;
+      }
+      if (!t->ready()) continue;
+      {
+        std::lock_guard<std::mutex> lock(t->mu);
+        t->running = true;
+      }
+      t->cv.notify_all();
+      {
+        // A task that blocks outside the Env (a mutex a parked task holds,
+        // a real sleep) would hang the simulation: name it instead.
+        std::unique_lock<std::mutex> lock(t->mu);
+        MS_CHECK(t->cv.wait_for(lock, std::chrono::seconds(120), [&] { return !t->running; }),
+                 "simulator task \"{}\" has not given the turn back for 120 s of real time: it "
+                 "blocks outside the Env (a lock held by a parked task, or real I/O)",
+                 t->name);
+      }
+      progress = any = true;
+    }
+    // Finished tasks leave the list (their handles still join them).
+    tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(),
+                                [](const std::shared_ptr<Task>& t) {
+                                  std::lock_guard<std::mutex> lock(t->mu);
+                                  return t->done;
+                                }),
+                 tasks_.end());
+  }
+  return any;
+}
+
+void SimEnv::Park(const std::function<bool()>& ready) {
+  Task* t = current_task_;
+  MS_CHECK(t != nullptr, "Park outside a task");
+  {
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->ready = ready;
+    t->running = false;
+  }
+  t->cv.notify_all();
+  std::unique_lock<std::mutex> lock(t->mu);
+  t->cv.wait(lock, [&] { return t->running; });
+  t->ready = [] { return true; };
+}
+
 bool SimEnv::RunUntil(int64_t until, const std::function<bool()>& stop) {
+  MS_CHECK(!OnTask(), "RunUntil from a task (tasks wait through the Env)");
   while (true) {
+    RunReadyTasks();
     if (stop && stop()) return false;
     const int64_t next = timers_.NextDeadline();
     if (next > until) break;
@@ -33,9 +198,10 @@ bool SimEnv::RunUntil(int64_t until, const std::function<bool()>& stop) {
   return true;
 }
 
-void SimEnv::Wait(absl::Notification& done) {
-  MS_CHECK(event_depth_ == 0, "Env::Wait from inside a simulator event (use a callback there)");
-  while (!done.HasBeenNotified()) {
+void SimEnv::RunTill(const std::function<bool()>& ready) {
+  while (!ready()) {
+    if (RunReadyTasks()) continue;
+    if (ready()) return;
     std::function<void()> fn;
     const int64_t next = timers_.NextDeadline();
     MS_CHECK(next != INT64_MAX,
@@ -48,6 +214,46 @@ void SimEnv::Wait(absl::Notification& done) {
       --event_depth_;
     }
   }
+}
+
+void SimEnv::Wait(absl::Notification& done) {
+  if (OnTask()) return Park([&done] { return done.HasBeenNotified(); });
+  MS_CHECK(event_depth_ == 0, "Env::Wait from inside a simulator event (use a callback there)");
+  RunTill([&done] { return done.HasBeenNotified(); });
+}
+
+bool SimEnv::WaitFor(absl::Notification& done, absl::Duration timeout) {
+  auto expired = std::make_shared<bool>(false);
+  const TimerId timer = Schedule(timeout, [expired] { *expired = true; });
+  if (OnTask()) {
+    Park([&done, expired] { return done.HasBeenNotified() || *expired; });
+  } else {
+    MS_CHECK(event_depth_ == 0, "Env::WaitFor from inside a simulator event");
+    RunTill([&done, expired] { return done.HasBeenNotified() || *expired; });
+  }
+  Cancel(timer);
+  return done.HasBeenNotified();
+}
+
+void SimEnv::SleepFor(absl::Duration d) {
+  const int64_t until = now() + std::max<int64_t>(0, absl::ToInt64Microseconds(d));
+  if (!OnTask()) {
+    RunUntil(until);
+    return;
+  }
+  auto woke = std::make_shared<bool>(false);
+  Schedule(absl::Microseconds(until - now()), [woke] { *woke = true; });
+  Park([woke] { return *woke; });
+}
+
+void SimEnv::LockBlocking(absl::Mutex& mu) {
+  if (OnTask()) {
+    // The holder may be parked: take turns until it lets go.
+    while (!mu.TryLock()) SleepFor(absl::Microseconds(50));
+    return;
+  }
+  MS_CHECK(mu.TryLock(),
+           "the simulator's thread would block on a mutex a parked task holds (lock it in a task)");
 }
 
 void SimEnv::Trace(std::string_view text) {

@@ -29,9 +29,20 @@
 
 namespace megastore::sim {
 
+// Tasks: blocking code (a master's reconcile loop, a client making
+// blocking calls, an RPC handler that waits) runs as a task, on a thread of
+// its own that runs only while the simulator hands it the turn. Exactly one
+// of the simulator's thread and its tasks runs at any moment, and tasks are
+// resumed in the order they were started, so a seed still replays exactly.
+// A task's Wait, WaitFor, SleepFor and LockBlocking park it and give the
+// turn back; the simulator resumes it, between events, once what it waits
+// for has happened. Events always run on the simulator's thread.
 class SimEnv : public Env {
  public:
   explicit SimEnv(uint64_t seed);
+  // A task that never finished stays parked, its thread detached (and
+  // counted in leaked_tasks()): a run's checkers should have reported it.
+  ~SimEnv() override;
 
   // The clocks may be read from other threads (the tablet server's
   // compaction filters run on RocksDB's); everything else is the
@@ -41,16 +52,17 @@ class SimEnv : public Env {
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override;
   bool Cancel(TimerId id) override;
   // Runs the other events until `d` from now (a blocking caller on the
-  // simulator's thread).
-  void SleepFor(absl::Duration d) override {
-    RunUntil(now() + std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
-  }
+  // simulator's thread); parks a task until then.
+  void SleepFor(absl::Duration d) override;
   // Runs events until `done` is notified: a blocking caller on the
   // simulator's thread, never one inside an event (checked: the outer run's
   // limits would be ignored). Virtual time advances until the callback
   // comes; the caller's deadlines bound that. With no event left at all it
   // stops the process: the callback can never come.
   void Wait(absl::Notification& done) override;
+  bool WaitFor(absl::Notification& done, absl::Duration timeout) override;
+  std::unique_ptr<Thread> StartThread(std::string name, std::function<void()> fn) override;
+  void LockBlocking(absl::Mutex& mu) override ABSL_NO_THREAD_SAFETY_ANALYSIS;
   uint64_t Random64() override { return rng_.Next(); }
   uint64_t seed() const override { return seed_; }
 
@@ -70,13 +82,32 @@ class SimEnv : public Env {
 
   static constexpr int64_t kEpochMicros = 1'700'000'000'000'000;
 
+  // The names of tasks started and not finished.
+  std::vector<std::string> UnfinishedTasks() const;
+  static size_t leaked_tasks();
+
  private:
+  static constexpr size_t kMaxTasks = 2000;  // started and not finished
+  struct Task;
+  class TaskThread;
+  static thread_local Task* current_task_;
+  // Resumes, one at a time and in start order, every parked task that can
+  // go on, until none can. Whether any ran.
+  bool RunReadyTasks();
+  // Gives the turn back from the task running on this thread until
+  // `ready` holds (checked by the simulator's thread between events).
+  void Park(const std::function<bool()>& ready);
+  // Waits on the simulator's thread until `ready`: runs tasks and events.
+  void RunTill(const std::function<bool()>& ready);
+  bool OnTask() const;
+
   const uint64_t seed_;
   Random rng_;
   std::atomic<int64_t> now_{0};
   int event_depth_ = 0;  // events running (RunUntil and Wait nest)
   TimerQueue timers_;
   std::vector<std::string>* trace_ = nullptr;
+  std::vector<std::shared_ptr<Task>> tasks_;  // started and not yet finished, in start order
 };
 
 // One process's view of the simulator's clock: the same timers and
@@ -90,17 +121,20 @@ class ProcessEnv : public Env {
   int64_t NowMicros() override { return SimEnv::kEpochMicros + Local(world_->now()) + offset_; }
   int64_t MonotonicMicros() override { return Local(world_->now()); }
   TimerId Schedule(absl::Duration after, std::function<void()> fn) override {
-    // `after` of this process's time, in the world's (rounded up: never early).
-    const double world = static_cast<double>(absl::ToInt64Microseconds(after)) / (1.0 + drift_);
-    return world_->Schedule(absl::Microseconds(static_cast<int64_t>(std::ceil(world))),
-                            std::move(fn));
+    return world_->Schedule(World(after), std::move(fn));
   }
   bool Cancel(TimerId id) override { return world_->Cancel(id); }
   void Wait(absl::Notification& done) override { world_->Wait(done); }
-  void SleepFor(absl::Duration d) override {
-    const double world = static_cast<double>(absl::ToInt64Microseconds(d)) / (1.0 + drift_);
-    world_->SleepFor(absl::Microseconds(static_cast<int64_t>(std::ceil(world))));
+  bool WaitFor(absl::Notification& done, absl::Duration timeout) override {
+    return world_->WaitFor(done, World(timeout));
   }
+  std::unique_ptr<Thread> StartThread(std::string name, std::function<void()> fn) override {
+    return world_->StartThread(std::move(name), std::move(fn));
+  }
+  void LockBlocking(absl::Mutex& mu) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    world_->LockBlocking(mu);
+  }
+  void SleepFor(absl::Duration d) override { world_->SleepFor(World(d)); }
   uint64_t Random64() override { return world_->Random64(); }
   uint64_t seed() const override { return world_->seed(); }
 
@@ -109,6 +143,12 @@ class ProcessEnv : public Env {
   double drift() const { return drift_; }
 
  private:
+  // `d` of this process's time, in the world's (rounded up: never early).
+  absl::Duration World(absl::Duration d) const {
+    if (d == absl::InfiniteDuration()) return d;
+    const double world = static_cast<double>(absl::ToInt64Microseconds(d)) / (1.0 + drift_);
+    return absl::Microseconds(static_cast<int64_t>(std::ceil(world)));
+  }
   int64_t Local(int64_t world_micros) const {
     return static_cast<int64_t>(static_cast<double>(world_micros) * (1.0 + drift_));
   }

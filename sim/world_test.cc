@@ -1,5 +1,7 @@
 #include "sim/world.h"
 
+#include "absl/synchronization/notification.h"
+#include "base/strings.h"
 #include "gtest/gtest.h"
 
 namespace megastore::sim {
@@ -137,6 +139,107 @@ TEST(SimNetworkTest, LossIsDrawnFromTheSeed) {
   EXPECT_EQ(run(5), run(5));
   EXPECT_NE(run(5), run(6));
   EXPECT_NE(run(5).find('x'), std::string::npos);
+}
+
+// ---- tasks ----------------------------------------------------------------------
+
+// Three tasks that sleep random virtual times, write a shared log and
+// wait for one another: the log is the same for the same seed.
+std::vector<std::string> TaskRun(uint64_t seed) {
+  SimEnv env(seed);
+  std::vector<std::string> log;
+  absl::Notification go;
+  std::vector<std::unique_ptr<Env::Thread>> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.push_back(env.StartThread(StrCat("t", i), [&env, &log, &go, i] {
+      env.Wait(go);  // all three park until an event lets them go
+      for (int k = 0; k < 4; ++k) {
+        env.SleepFor(absl::Microseconds(1 + env.Uniform(1000)));
+        log.push_back(StrCat("t", i, "@", env.now()));
+      }
+    }));
+  }
+  env.Schedule(absl::Milliseconds(1), [&] { go.Notify(); });
+  for (auto& t : threads) t->Join();  // the main thread runs the world meanwhile
+  EXPECT_TRUE(env.UnfinishedTasks().empty());
+  return log;
+}
+
+TEST(SimEnvTaskTest, TasksTakeTurnsOnVirtualTimeAndReplayExactly) {
+  const std::vector<std::string> a = TaskRun(5), b = TaskRun(5), c = TaskRun(6);
+  ASSERT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  // Nothing ran before the go event at 1 ms.
+  for (const std::string& line : a)
+    EXPECT_GE(std::stoll(line.substr(line.find('@') + 1)), 1000) << line;
+}
+
+TEST(SimEnvTaskTest, WaitForTimesOutOnVirtualTimeOrReturnsWhenNotified) {
+  SimEnv env(1);
+  absl::Notification never, soon;
+  bool timed_out = false, notified = false;
+  int64_t timed_out_at = 0;
+  auto a = env.StartThread("a", [&] {
+    timed_out = !env.WaitFor(never, absl::Milliseconds(30));
+    timed_out_at = env.now();
+  });
+  auto b = env.StartThread("b", [&] { notified = env.WaitFor(soon, absl::Seconds(10)); });
+  env.Schedule(absl::Milliseconds(5), [&] { soon.Notify(); });
+  env.RunUntil(100'000);
+  EXPECT_TRUE(timed_out);
+  EXPECT_EQ(timed_out_at, 30'000);
+  EXPECT_TRUE(notified);
+  EXPECT_TRUE(env.UnfinishedTasks().empty());
+}
+
+TEST(SimEnvTaskTest, AMutexHeldAcrossAParkIsWaitedForByParkingToo) {
+  SimEnv env(1);
+  absl::Mutex mu;
+  std::vector<std::string> order;
+  auto holder = env.StartThread("holder", [&] {
+    EnvMutexLock lock(&env, &mu);
+    order.push_back("holder has it");
+    env.SleepFor(absl::Milliseconds(10));  // parked, still holding it
+    order.push_back("holder lets go");
+  });
+  auto waiter = env.StartThread("waiter", [&] {
+    env.SleepFor(absl::Milliseconds(1));
+    EnvMutexLock lock(&env, &mu);
+    order.push_back(StrCat("waiter has it at ", env.now() / 1000, " ms"));
+  });
+  env.RunUntil(50'000);
+  EXPECT_EQ(order, (std::vector<std::string>{"holder has it", "holder lets go",
+                                             "waiter has it at 10 ms"}));
+}
+
+TEST(SimEnvTaskTest, ATaskCanStartAndJoinAnother) {
+  SimEnv env(1);
+  int result = 0;
+  auto outer = env.StartThread("outer", [&] {
+    auto inner = env.StartThread("inner", [&] {
+      env.SleepFor(absl::Milliseconds(3));
+      result = 42;
+    });
+    inner->Join();  // parks the outer task
+    result += 1;
+  });
+  env.RunUntil(10'000);
+  EXPECT_EQ(result, 43);
+  EXPECT_TRUE(env.UnfinishedTasks().empty());
+}
+
+TEST(SimEnvTaskTest, AStuckTaskIsReportedAndLeftParked) {
+  const size_t before = SimEnv::leaked_tasks();
+  {
+    SimEnv env(1);
+    absl::Notification never;
+    auto stuck = env.StartThread("stuck", [&] { env.Wait(never); });
+    env.RunUntil(1'000);
+    EXPECT_EQ(env.UnfinishedTasks(), (std::vector<std::string>{"stuck"}));
+    (void)stuck.release();  // its handle would join forever
+  }
+  EXPECT_EQ(SimEnv::leaked_tasks(), before + 1);
 }
 
 }  // namespace

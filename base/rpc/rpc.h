@@ -137,7 +137,20 @@ struct ServerStats {
 // sample per server, labelled with its `labels` (`datacenter="A"`, or empty).
 std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerStats>>& servers);
 
-class RpcServer {
+// Where a server's methods are registered: an RpcServer, or the
+// simulator's node (sim/sim_rpc.h).
+class MethodRegistry {
+ public:
+  virtual ~MethodRegistry() = default;
+  // Registers `handler` for `method` (before serving starts).
+  virtual void Register(std::string method, Handler handler) = 0;
+  // A method that tries `inline_handler` first and falls back to `handler`
+  // when it declines.
+  virtual void RegisterInline(std::string method, InlineHandler inline_handler,
+                              Handler handler) = 0;
+};
+
+class RpcServer : public MethodRegistry {
  public:
   explicit RpcServer(ServerOptions options);
   ~RpcServer();  // Stop()s
@@ -145,10 +158,10 @@ class RpcServer {
   RpcServer& operator=(const RpcServer&) = delete;
 
   // Registers `handler` for `method`; before Start().
-  void Register(std::string method, Handler handler);
+  void Register(std::string method, Handler handler) override;
   // Registers a method that tries `inline_handler` first and falls back to
   // `handler` on a worker when it declines; before Start().
-  void RegisterInline(std::string method, InlineHandler inline_handler, Handler handler);
+  void RegisterInline(std::string method, InlineHandler inline_handler, Handler handler) override;
   // Binds and starts serving. InvalidArgument for a bad address,
   // Unavailable if it cannot bind.
   absl::Status Start();
@@ -169,7 +182,26 @@ struct ClientOptions {
   TlsFiles tls = DefaultTls();
 };
 
-class RpcClient {
+// The blocking client side of RPC, as the storage clients use it: unary
+// calls and server streams to one server. RpcClient is the TCP one; the
+// simulator has its own (sim/sim_rpc.h).
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Called for each streamed message; return false to stop the call.
+  using OnMessage = std::function<bool(std::string_view message)>;
+  virtual absl::StatusOr<std::string> Call(std::string_view method, std::string request,
+                                           absl::Duration timeout) = 0;
+  virtual absl::Status Stream(std::string_view method, std::string request, absl::Duration timeout,
+                              const OnMessage& on_message) = 0;
+};
+
+// Makes the channel to a server address ("host:port").
+using Connector = std::function<std::shared_ptr<Channel>(const std::string& address)>;
+// The TCP connector: an RpcClient with the default options.
+std::shared_ptr<Channel> Connect(const std::string& address);
+
+class RpcClient : public Channel {
  public:
   explicit RpcClient(ClientOptions options);
   ~RpcClient();  // fails pending calls with Cancelled
@@ -177,8 +209,6 @@ class RpcClient {
   RpcClient& operator=(const RpcClient&) = delete;
 
   using Done = std::function<void(absl::StatusOr<std::string> response)>;
-  // Called for each streamed message; return false to stop the call.
-  using OnMessage = std::function<bool(std::string_view message)>;
 
   // Starts a call; `done` runs once, on the client's thread, with the final
   // response or: DeadlineExceeded after `timeout`, Unavailable if the server
@@ -188,9 +218,9 @@ class RpcClient {
 
   // Blocking forms. Not to be called from a callback of this client.
   absl::StatusOr<std::string> Call(std::string_view method, std::string request,
-                                   absl::Duration timeout);
+                                   absl::Duration timeout) override;
   absl::Status Stream(std::string_view method, std::string request, absl::Duration timeout,
-                      const OnMessage& on_message);
+                      const OnMessage& on_message) override;
 
  private:
   struct Impl;

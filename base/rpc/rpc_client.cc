@@ -357,6 +357,12 @@ RpcClient::~RpcClient() {
   impl_->thread.join();
 }
 
+std::shared_ptr<Channel> Connect(const std::string& address) {
+  ClientOptions o;
+  o.server = address;
+  return std::make_shared<RpcClient>(std::move(o));
+}
+
 void RpcClient::CallAsync(std::string_view method, std::string request, absl::Duration timeout,
                           Done done, OnMessage on_message) {
   const uint64_t id = impl_->next_id.fetch_add(1);

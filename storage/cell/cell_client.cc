@@ -42,7 +42,9 @@ std::shared_ptr<TabletClient> CellClient::Server(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<TabletClient>& c = servers_[address];
   if (c == nullptr) {
-    c = std::make_shared<TabletClient>(address, options_.rpc_timeout);
+    c = options_.connect
+            ? std::make_shared<TabletClient>(options_.connect(address), options_.rpc_timeout)
+            : std::make_shared<TabletClient>(address, options_.rpc_timeout);
     c->set_force(options_.force_replicated);
   }
   return c;
@@ -55,8 +57,9 @@ CellClientStats CellClient::stats() const {
 
 absl::StatusOr<TabletRecord> CellClient::ReadRoot() {
   MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> f,
-                      Await<std::optional<lock::FileInfo>>(
-                          [&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
+                      Await<std::optional<lock::FileInfo>>(env_, [&](auto cb) {
+                        lock_->Get(RootFile(options_.cell), std::move(cb));
+                      }));
   if (!f)
     return absl::UnavailableError(
         StrCat("cell ", options_.cell, " has no root tablet yet (no master has started it)"));

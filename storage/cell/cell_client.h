@@ -47,6 +47,9 @@ struct CellClientOptions {
   // Raw writes to replicated tables go through (TabletClient::set_force):
   // for a replication server, whose writes they are, not for tools.
   bool force_replicated = false;
+  // How to reach a tablet server; unset: TCP (rpc::Connect). The
+  // simulator's network is the other.
+  rpc::Connector connect;
 };
 
 struct CellClientStats {

@@ -35,9 +35,10 @@ bool IsRoot(const TabletRecord& r) {
   return r.location.table == kMetadataTable && r.location.end_row == kRootEndRow;
 }
 
+// A lock-service call, waited for through the master's Env.
 template <typename T, typename Fn>
-absl::StatusOr<T> Ask(Fn fn) {
-  return Await<T>(std::move(fn));
+absl::StatusOr<T> Ask(Env* env, Fn fn) {
+  return Await<T>(env, std::move(fn));
 }
 
 }  // namespace
@@ -52,14 +53,15 @@ Master::Master(lock::LockService* lock, Env* env, MasterOptions options,
       // a replicated one its own service has already let through.
       client_(lock, env,
               CellClientOptions{options_.cell, options_.rpc_timeout, absl::Seconds(2), 64,
-                                /*force_replicated=*/true}) {}
+                                /*force_replicated=*/true, options_.connect}) {}
 
 Master::~Master() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    if (wake_ && !wake_->HasBeenNotified()) wake_->Notify();
   }
-  if (loop_.joinable()) loop_.join();
+  if (loop_) loop_->Join();
   live_.reset();
   election_.reset();
 }
@@ -86,7 +88,7 @@ void Master::Start(const std::string& address) {
             });
         live_->Start();
         elected_at_ = env_->MonotonicMicros();
-        loop_ = std::thread([this] { Loop(); });
+        loop_ = env_->StartThread(StrCat("master ", address_, " reconcile"), [this] { Loop(); });
       },
       [this](const absl::Status& why) {
         {
@@ -97,6 +99,12 @@ void Master::Start(const std::string& address) {
         on_lost_(why);
       });
   election_->Start();
+}
+
+std::unique_ptr<TabletClient> Master::Connect(const std::string& server,
+                                              absl::Duration timeout) const {
+  if (options_.connect) return std::make_unique<TabletClient>(options_.connect(server), timeout);
+  return std::make_unique<TabletClient>(server, timeout);
 }
 
 bool Master::is_master() const {
@@ -134,19 +142,28 @@ void Master::Event(std::string text) {
 void Master::Kick() {
   absl::MutexLock lock(&mu_);
   kicked_ = true;
+  if (wake_ && !wake_->HasBeenNotified()) wake_->Notify();
 }
 
 void Master::Loop() {
   while (true) {
+    std::shared_ptr<absl::Notification> wake;
     {
       absl::MutexLock lock(&mu_);
-      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || kicked_; };
-      mu_.AwaitWithTimeout(absl::Condition(&woken), options_.reconcile_interval);
+      if (stopping_) return;
+      if (!kicked_) wake = wake_ = std::make_shared<absl::Notification>();
+    }
+    // Until kicked, stopped or the interval is over (through the Env: the
+    // simulator runs meanwhile).
+    if (wake) env_->WaitFor(*wake, options_.reconcile_interval);
+    {
+      absl::MutexLock lock(&mu_);
+      wake_.reset();
       if (stopping_) return;
       kicked_ = false;
     }
     if (!is_master()) continue;
-    absl::MutexLock pass(&pass_mu_);
+    EnvMutexLock pass(env_, &pass_mu_);
     if (absl::Status s = Pass(); !s.ok())
       MS_LOG_WARN("master {}: reconcile: {}", options_.cell, s.ToString());
   }
@@ -154,7 +171,7 @@ void Master::Loop() {
 
 absl::Status Master::ReconcileNow() {
   MS_RETURN_IF_ERROR(CheckMaster());
-  absl::MutexLock pass(&pass_mu_);
+  EnvMutexLock pass(env_, &pass_mu_);
   return Pass();
 }
 
@@ -165,7 +182,7 @@ std::string Master::NewTabletId(const std::string& table) {
 }
 
 absl::StatusOr<std::map<std::string, TableSchema>> Master::ReadSchemas() {
-  MS_ASSIGN_OR_RETURN(lock::Listing listing, Ask<lock::Listing>([&](auto cb) {
+  MS_ASSIGN_OR_RETURN(lock::Listing listing, Ask<lock::Listing>(env_, [&](auto cb) {
                         lock_->List(TablesDir(options_.cell), std::move(cb));
                       }));
   std::map<std::string, TableSchema> out;
@@ -192,7 +209,7 @@ void Master::ProbeServers() {
     if (p.last_ok == 0) p.last_ok = now;
     std::string log;
     std::unique_ptr<TabletClient>& prober = probe_clients_[s];
-    if (prober == nullptr) prober = std::make_unique<TabletClient>(s, options_.probe_timeout);
+    if (prober == nullptr) prober = Connect(s, options_.probe_timeout);
     absl::StatusOr<std::vector<TabletClient::TabletInfo>> listed = prober->ListTablets("", &log);
     if (listed.ok()) {
       p.reachable = true;
@@ -211,10 +228,10 @@ void Master::ProbeServers() {
     // wait server_ttl more, by when either has surely happened.
     const std::string path = ServersDir(options_.cell) + s;
     absl::StatusOr<std::optional<lock::FileInfo>> f =
-        Ask<std::optional<lock::FileInfo>>([&](auto cb) { lock_->Get(path, std::move(cb)); });
+        Ask<std::optional<lock::FileInfo>>(env_, [&](auto cb) { lock_->Get(path, std::move(cb)); });
     if (!f.ok() || !f->has_value()) continue;
     absl::StatusOr<bool> deleted =
-        Ask<bool>([&](auto cb) { lock_->Delete(path, (*f)->version, std::move(cb)); });
+        Ask<bool>(env_, [&](auto cb) { lock_->Delete(path, (*f)->version, std::move(cb)); });
     if (deleted.ok() && *deleted) {
       fenced_until_[s] = now + absl::ToInt64Microseconds(options_.server_ttl + absl::Seconds(1));
       Event(StrCat("server ", s, " unreachable for ", absl::FormatDuration(options_.server_timeout),
@@ -226,7 +243,7 @@ void Master::ProbeServers() {
 absl::Status Master::Assign(const std::string& server, const TabletRecord& record,
                             const TableSchema& schema) {
   std::unique_ptr<TabletClient>& c = assign_clients_[server];
-  if (c == nullptr) c = std::make_unique<TabletClient>(server, options_.assign_timeout);
+  if (c == nullptr) c = Connect(server, options_.assign_timeout);
   return c->AssignTablet(EntryOf(record), schema, record.is_new);
 }
 
@@ -252,9 +269,11 @@ std::string Master::LeastLoaded() {
 absl::Status Master::WriteRecord(const TabletRecord& record, const std::string& expected_id,
                                  const std::string& event) {
   if (IsRoot(record)) {
-    return Ask<int64_t>([&](auto cb) {
-             lock_->Put(RootFile(options_.cell), EncodeRootFile(record), 0, std::move(cb));
-           })
+    return Ask<int64_t>(env_,
+                        [&](auto cb) {
+                          lock_->Put(RootFile(options_.cell), EncodeRootFile(record), 0,
+                                     std::move(cb));
+                        })
         .status();
   }
   absl::StatusOr<bool> matched;
@@ -468,8 +487,9 @@ absl::Status Master::Pass() {
   // The root tablet: /<cell>/root, created with the first METADATA tablet
   // in a new cell.
   MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> root_file,
-                      Ask<std::optional<lock::FileInfo>>(
-                          [&](auto cb) { lock_->Get(RootFile(options_.cell), std::move(cb)); }));
+                      Ask<std::optional<lock::FileInfo>>(env_, [&](auto cb) {
+                        lock_->Get(RootFile(options_.cell), std::move(cb));
+                      }));
   TabletRecord root;
   if (!root_file) {
     if (LeastLoaded().empty()) return absl::OkStatus();  // wait for a server
@@ -477,7 +497,7 @@ absl::Status Master::Pass() {
     root.location.end_row = kRootEndRow;
     root.location.tablet_id = kRootTabletId;
     root.is_new = true;
-    MS_ASSIGN_OR_RETURN(bool created, Ask<bool>([&](auto cb) {
+    MS_ASSIGN_OR_RETURN(bool created, Ask<bool>(env_, [&](auto cb) {
                           lock_->Create(RootFile(options_.cell), EncodeRootFile(root), 0,
                                         std::move(cb));
                         }));
@@ -594,7 +614,7 @@ absl::Status Master::CreateTable(const TableSchema& schema,
       return absl::InvalidArgumentError("initial splits must be non-empty rows in ascending order");
     }
   }
-  absl::MutexLock pass(&pass_mu_);
+  EnvMutexLock pass(env_, &pass_mu_);
   absl::Status ready = Pass();
   if (!ready.ok() || !metadata_ready_) {
     return absl::UnavailableError(
@@ -602,7 +622,7 @@ absl::Status Master::CreateTable(const TableSchema& schema,
                ready.ok() ? std::string() : StrCat(" (", ready.message(), ")"),
                "; are its tablet servers up?"));
   }
-  MS_ASSIGN_OR_RETURN(bool created, Ask<bool>([&](auto cb) {
+  MS_ASSIGN_OR_RETURN(bool created, Ask<bool>(env_, [&](auto cb) {
                         lock_->Create(TableFile(options_.cell, schema.name()),
                                       EncodeTableFile(schema), 0, std::move(cb));
                       }));
@@ -625,8 +645,8 @@ absl::Status Master::CreateTable(const TableSchema& schema,
 absl::Status Master::DeleteTable(const std::string& name) {
   MS_RETURN_IF_ERROR(CheckMaster());
   if (name == kMetadataTable) return absl::InvalidArgumentError("METADATA cannot be deleted");
-  absl::MutexLock pass(&pass_mu_);
-  MS_ASSIGN_OR_RETURN(bool deleted, Ask<bool>([&](auto cb) {
+  EnvMutexLock pass(env_, &pass_mu_);
+  MS_ASSIGN_OR_RETURN(bool deleted, Ask<bool>(env_, [&](auto cb) {
                         lock_->Delete(TableFile(options_.cell, name), 0, std::move(cb));
                       }));
   if (!deleted) return absl::NotFoundError(StrCat("table ", name, " does not exist"));
@@ -648,7 +668,7 @@ absl::Status Master::DeleteTable(const std::string& name) {
 
 absl::Status Master::UpdateTable(const TableSchema& schema) {
   MS_RETURN_IF_ERROR(CheckMaster());
-  absl::MutexLock pass(&pass_mu_);
+  EnvMutexLock pass(env_, &pass_mu_);
   MS_ASSIGN_OR_RETURN(auto schemas, ReadSchemas());
   auto old = schemas.find(schema.name());
   if (old == schemas.end() || schema.name() == kMetadataTable) {
@@ -657,7 +677,7 @@ absl::Status Master::UpdateTable(const TableSchema& schema) {
   MS_ASSIGN_OR_RETURN(auto from, CompiledSchema::Compile(old->second));
   MS_ASSIGN_OR_RETURN(auto to, CompiledSchema::Compile(schema));
   MS_RETURN_IF_ERROR(CompiledSchema::CheckChange(*from, *to));
-  MS_RETURN_IF_ERROR(Ask<int64_t>([&](auto cb) {
+  MS_RETURN_IF_ERROR(Ask<int64_t>(env_, [&](auto cb) {
                        lock_->Put(TableFile(options_.cell, schema.name()), EncodeTableFile(schema),
                                   0, std::move(cb));
                      }).status());
@@ -701,7 +721,7 @@ absl::StatusOr<std::vector<TabletEntry>> Master::SplitTablet(const std::string& 
 
 absl::Status Master::MoveTablet(const std::string& tablet_id, const std::string& server) {
   MS_RETURN_IF_ERROR(CheckMaster());
-  absl::MutexLock pass(&pass_mu_);
+  EnvMutexLock pass(env_, &pass_mu_);
   ProbeServers();
   MS_ASSIGN_OR_RETURN(auto schemas, ReadSchemas());
   MS_ASSIGN_OR_RETURN(std::vector<TabletRecord> records, client_.Tablets());

@@ -36,11 +36,11 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "storage/cell/cell.pb.h"
@@ -82,6 +82,8 @@ struct MasterOptions {
   // The per-pass probe of each server: short, so a hung server does not
   // hold up the pass.
   absl::Duration probe_timeout = absl::Seconds(1);
+  // How to reach tablet servers; unset: TCP (rpc::Connect).
+  rpc::Connector connect;
 };
 
 class Master {
@@ -139,6 +141,7 @@ class Master {
   void Loop();
   void Kick();
   absl::Status Pass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+  std::unique_ptr<TabletClient> Connect(const std::string& server, absl::Duration timeout) const;
   void ProbeServers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
   absl::StatusOr<std::map<std::string, TableSchema>> ReadSchemas();
   // Makes `record` served; returns its (possibly new) record.
@@ -205,20 +208,26 @@ class Master {
   CellState state_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> events_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> recent_ ABSL_GUARDED_BY(mu_);  // event text -> when last told
-  std::thread loop_;
+  // Set while the loop waits between passes: Kick() and the destructor
+  // wake it early.
+  std::shared_ptr<absl::Notification> wake_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Env::Thread> loop_;  // the reconcile loop, an Env thread
 };
 
 // Registers "master.*" on `rpc`, served by `master`.
-void RegisterMasterService(Master* master, rpc::RpcServer* rpc);
+void RegisterMasterService(Master* master, rpc::MethodRegistry* rpc);
 
 // The cell's current master's address, from the lock service; Unavailable
 // if none holds the lock.
-absl::StatusOr<std::string> FindMaster(lock::LockService* lock, const std::string& cell);
+// Waits through `env` (none: the real one).
+absl::StatusOr<std::string> FindMaster(lock::LockService* lock, const std::string& cell,
+                                       Env* env = nullptr);
 
 // A typed client of the master (msadmin, tablet servers' split reports).
 class MasterClient {
  public:
   explicit MasterClient(std::string address, absl::Duration timeout = absl::Seconds(30));
+  MasterClient(std::shared_ptr<rpc::Channel> channel, absl::Duration timeout);
   ~MasterClient();
   absl::Status CreateTable(const TableSchema& schema,
                            const std::vector<std::string>& initial_splits = {});

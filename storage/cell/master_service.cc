@@ -10,7 +10,7 @@ namespace megastore::storage::cell {
 namespace {
 
 template <typename Req>
-void Serve(rpc::RpcServer* rpc, const std::string& method,
+void Serve(rpc::MethodRegistry* rpc, const std::string& method,
            std::function<absl::StatusOr<std::string>(const Req&)> fn) {
   rpc->Register(method, [method, fn](const rpc::CallContext&, std::string_view body,
                                      std::shared_ptr<rpc::Responder> responder) {
@@ -35,7 +35,7 @@ absl::StatusOr<std::string> Empty(const absl::Status& s) {
 
 }  // namespace
 
-void RegisterMasterService(Master* master, rpc::RpcServer* rpc) {
+void RegisterMasterService(Master* master, rpc::MethodRegistry* rpc) {
   Serve<CreateTableRequest>(rpc, "master.CreateTable", [master](const CreateTableRequest& r) {
     return Empty(
         master->CreateTable(r.schema(), {r.initial_splits().begin(), r.initial_splits().end()}));
@@ -96,32 +96,36 @@ void RegisterMasterService(Master* master, rpc::RpcServer* rpc) {
                      });
 }
 
-absl::StatusOr<std::string> FindMaster(lock::LockService* lock, const std::string& cell) {
-  MS_ASSIGN_OR_RETURN(std::optional<lock::FileInfo> f,
-                      Await<std::optional<lock::FileInfo>>(
-                          [&](auto cb) { lock->Get(MasterLock(cell), std::move(cb)); }));
+absl::StatusOr<std::string> FindMaster(lock::LockService* lock, const std::string& cell, Env* env) {
+  MS_ASSIGN_OR_RETURN(
+      std::optional<lock::FileInfo> f,
+      Await<std::optional<lock::FileInfo>>(env != nullptr ? env : Env::Default(), [&](auto cb) {
+        lock->Get(MasterLock(cell), std::move(cb));
+      }));
   if (!f || f->contents.empty())
     return absl::UnavailableError(StrCat("cell ", cell, " has no master now"));
   return f->contents;
 }
 
 struct MasterClient::Impl {
-  Impl(std::string address, absl::Duration timeout)
-      : rpc(rpc::ClientOptions{std::move(address)}), timeout(timeout) {}
+  Impl(std::shared_ptr<rpc::Channel> channel, absl::Duration timeout)
+      : rpc(std::move(channel)), timeout(timeout) {}
   template <typename Resp>
   absl::StatusOr<Resp> Call(const std::string& method, const google::protobuf::Message& req) {
-    MS_ASSIGN_OR_RETURN(std::string body, rpc.Call(method, req.SerializeAsString(), timeout));
+    MS_ASSIGN_OR_RETURN(std::string body, rpc->Call(method, req.SerializeAsString(), timeout));
     Resp resp;
     if (!resp.ParseFromString(body))
       return absl::DataLossError(StrCat("malformed ", method, " response"));
     return resp;
   }
-  rpc::RpcClient rpc;
+  std::shared_ptr<rpc::Channel> rpc;
   absl::Duration timeout;
 };
 
 MasterClient::MasterClient(std::string address, absl::Duration timeout)
-    : impl_(std::make_unique<Impl>(std::move(address), timeout)) {}
+    : impl_(std::make_unique<Impl>(rpc::Connect(address), timeout)) {}
+MasterClient::MasterClient(std::shared_ptr<rpc::Channel> channel, absl::Duration timeout)
+    : impl_(std::make_unique<Impl>(std::move(channel), timeout)) {}
 MasterClient::~MasterClient() = default;
 
 absl::Status MasterClient::CreateTable(const TableSchema& schema,

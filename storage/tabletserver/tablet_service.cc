@@ -85,7 +85,7 @@ absl::Status GuardReplicated(const TabletServer& server, const std::string& tabl
 
 // Registers a unary method: parse Req, run fn, serialize its response.
 template <typename Req, typename Fn>
-void Unary(rpc::RpcServer* rpc, ServiceMetrics* metrics, const std::string& method, Fn fn) {
+void Unary(rpc::MethodRegistry* rpc, ServiceMetrics* metrics, const std::string& method, Fn fn) {
   rpc->Register(method, [metrics, method, fn](const rpc::CallContext&, std::string_view body,
                                               std::shared_ptr<rpc::Responder> responder) {
     const int64_t start = NowMicros();
@@ -125,7 +125,8 @@ absl::StatusOr<ReadOptions> ReadOptionsFrom(const RowFilterProto& filter, bool h
 
 }  // namespace
 
-void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMetrics* metrics) {
+void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
+                           ServiceMetrics* metrics) {
   Unary<SchemaRequest>(rpc, metrics, "tablet.CreateTable", [server](const SchemaRequest& r) {
     return Done(server->CreateTable(r.schema()));
   });
@@ -341,21 +342,16 @@ void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMet
 
 // ---- client ---------------------------------------------------------------------------------
 
-namespace {
-rpc::ClientOptions ClientOptionsFor(std::string address) {
-  rpc::ClientOptions o;
-  o.server = std::move(address);
-  return o;
-}
-}  // namespace
-
 TabletClient::TabletClient(std::string address, absl::Duration timeout)
-    : rpc_(ClientOptionsFor(std::move(address))), timeout_(timeout) {}
+    : rpc_(rpc::Connect(address)), timeout_(timeout) {}
+
+TabletClient::TabletClient(std::shared_ptr<rpc::Channel> channel, absl::Duration timeout)
+    : rpc_(std::move(channel)), timeout_(timeout) {}
 
 template <typename Response>
 absl::StatusOr<Response> TabletClient::Call(const std::string& method,
                                             const google::protobuf::Message& request) {
-  MS_ASSIGN_OR_RETURN(std::string body, rpc_.Call(method, request.SerializeAsString(), timeout_));
+  MS_ASSIGN_OR_RETURN(std::string body, rpc_->Call(method, request.SerializeAsString(), timeout_));
   Response response;
   if (!response.ParseFromString(body)) {
     return absl::InternalError(StrCat("malformed response to ", method));
@@ -529,7 +525,7 @@ absl::Status TabletClient::ReadRows(const std::string& table, const RowSet& rows
   const ReadRowsRequest r = ToReadRowsRequest(table, rows, options);
   absl::Status parse_error;
   absl::Status s =
-      rpc_.Stream("tablet.ReadRows", r.SerializeAsString(), timeout_, [&](std::string_view msg) {
+      rpc_->Stream("tablet.ReadRows", r.SerializeAsString(), timeout_, [&](std::string_view msg) {
         ReadRowsResponse chunk;
         if (!chunk.ParseFromArray(msg.data(), static_cast<int>(msg.size()))) {
           parse_error = absl::InternalError("malformed tablet.ReadRows response");

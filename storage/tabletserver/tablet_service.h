@@ -39,13 +39,15 @@ class ServiceMetrics {
 
 // Registers every "tablet.*" method on `rpc`, served by `server`. Both must
 // outlive the RPC server's running handlers.
-void RegisterTabletService(TabletServer* server, rpc::RpcServer* rpc, ServiceMetrics* metrics);
+void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc, ServiceMetrics* metrics);
 
 // A typed client of one tablet server. Thread-safe. Errors are the server's
 // statuses, or the RPC layer's (Unavailable, DeadlineExceeded).
 class TabletClient {
  public:
   explicit TabletClient(std::string address, absl::Duration timeout = absl::Seconds(30));
+  // Over a channel of the caller's (the simulator's network, a test's).
+  TabletClient(std::shared_ptr<rpc::Channel> channel, absl::Duration timeout);
   // Writes to, deletes and changes of replicated tables (TableSchema
   // .replicated) go through: Megastore's own, or an admin's who means it.
   void set_force(bool force) { force_ = force; }
@@ -98,7 +100,7 @@ class TabletClient {
   absl::StatusOr<Response> Call(const std::string& method,
                                 const google::protobuf::Message& request);
 
-  rpc::RpcClient rpc_;
+  std::shared_ptr<rpc::Channel> rpc_;
   absl::Duration timeout_;
   bool force_ = false;
 };
