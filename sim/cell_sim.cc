@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "base/buggify.h"
@@ -63,11 +64,12 @@ class CellWorld {
     root_ = StrCat(dir_.path(), "/cell");
   }
 
-  ~CellWorld() { Teardown(); }
+  ~CellWorld() { (void)Teardown(); }
 
   void Run(CellSimResult* result) {
     if (o_.trace) env_.set_trace(&result->trace);
     result->status = RunAll(&result->stats);
+    if (absl::Status s = Teardown(); result->status.ok()) result->status = s;
     result->stats.messages = net_.messages_sent();
     result->stats.dropped = net_.messages_dropped();
     result->stats.virtual_micros = env_.now();
@@ -125,7 +127,8 @@ class CellWorld {
 
     // The table, pre-split in four, created through the elected master.
     absl::Status created = absl::UnavailableError("not created");
-    auto admin = env_.StartThread("admin create", [&] {
+    std::vector<Spawned> admin;
+    admin.push_back(Spawn("admin create", [&] {
       for (int attempt = 0; attempt < 100 && !created.ok(); ++attempt) {
         env_.SleepFor(absl::Milliseconds(200));
         std::unique_ptr<storage::cell::MasterClient> m = AdminToMaster();
@@ -137,18 +140,13 @@ class CellWorld {
             m->CreateTable(schema, {Key(o_.keys / 4), Key(o_.keys / 2), Key(3 * o_.keys / 4)});
         if (absl::IsAlreadyExists(created)) created = absl::OkStatus();
       }
-    });
-    admin->Join();
+    }));
+    if (!Finish(admin, absl::Seconds(60))) return Fail("creating the table never finished");
     if (!created.ok()) return Fail(StrCat("the table could not be created: ", created.ToString()));
 
     keys_.assign(static_cast<size_t>(o_.keys), KeyState{});
-    std::vector<std::unique_ptr<Env::Thread>> clients;
-    int running = o_.clients;
     for (int i = 0; i < o_.clients; ++i) {
-      clients.push_back(env_.StartThread(StrCat("client c", i), [this, i, &running, stats] {
-        ClientLoop(i, stats);
-        --running;
-      }));
+      clients_.push_back(Spawn(StrCat("client c", i), [this, i, stats] { ClientLoop(i, stats); }));
     }
     const int64_t fault_end = env_.now() + absl::ToInt64Microseconds(o_.fault_period);
     ScheduleOwnerCheck(stats);
@@ -159,7 +157,10 @@ class CellWorld {
         }
         ~FaultPoints() { buggify::Disable(); }
       } fault_points(o_);
-      net_.set_faults(LinkFaults{0.01, 0.01, absl::Milliseconds(2)});
+      // Lost messages and reordering; no duplicated requests: the cell's
+      // RPC runs over TCP, which never delivers a request twice (its
+      // clients do not retry what may have happened).
+      net_.set_faults(LinkFaults{0.01, 0, absl::Milliseconds(2)});
       ScheduleFault(fault_end, stats);
       env_.RunUntil(fault_end, [&] { return !status_.ok(); });
       net_.HealAll();
@@ -172,19 +173,46 @@ class CellWorld {
     for (auto& m : masters_) {
       if (!m->up && !m->restarting) RestartMaster(*m);
     }
-    const int64_t limit = env_.now() + absl::ToInt64Microseconds(o_.drain_limit);
-    env_.RunUntil(limit, [&] { return running == 0 || !status_.ok(); });
-    if (!status_.ok()) return status_;
-    if (running > 0) {
-      std::string stuck;
-      for (const std::string& t : env_.UnfinishedTasks()) stuck += StrCat(" [", t, "]");
-      return Fail(StrCat(running, " clients did not finish within ",
-                         absl::FormatDuration(o_.drain_limit),
-                         " after the faults stopped; tasks still running:", stuck));
+    if (!Finish(clients_, o_.drain_limit) && status_.ok()) {
+      return Fail(StrCat("clients did not finish within ", absl::FormatDuration(o_.drain_limit),
+                         " after the faults stopped; tasks still running:", Running()));
     }
-    for (auto& c : clients) c->Join();
+    if (!status_.ok()) return status_;
     MS_RETURN_IF_ERROR(CheckAtRest(stats));
     return status_;
+  }
+
+  // A task whose end can be waited for with a bound.
+  struct Spawned {
+    std::unique_ptr<Env::Thread> thread;
+    std::shared_ptr<bool> done;
+  };
+  Spawned Spawn(std::string name, std::function<void()> fn) {
+    auto done = std::make_shared<bool>(false);
+    return Spawned{env_.StartThread(std::move(name),
+                                    [fn = std::move(fn), done] {
+                                      fn();
+                                      *done = true;
+                                    }),
+                   done};
+  }
+  // Runs the simulation until every one of `tasks` ended (then joins them)
+  // or `limit` of virtual time passed, or a violation; whether they ended.
+  bool Finish(std::vector<Spawned>& tasks, absl::Duration limit) {
+    auto ended = [&] {
+      return std::all_of(tasks.begin(), tasks.end(), [](const Spawned& t) { return *t.done; });
+    };
+    env_.RunUntil(env_.now() + absl::ToInt64Microseconds(limit),
+                  [&] { return ended() || !status_.ok(); });
+    if (!ended()) return false;
+    for (Spawned& t : tasks) t.thread->Join();
+    tasks.clear();
+    return true;
+  }
+  std::string Running() const {
+    std::string out;
+    for (const std::string& t : env_.UnfinishedTasks()) out += StrCat(" [", t, "]");
+    return out;
   }
 
   // Records the first violation (with the virtual time).
@@ -229,15 +257,17 @@ class CellWorld {
     Server* raw = &s;
     to.lease_valid = [raw] { return raw->lease_valid(); };
     const std::string log = to.cell_log_name;
-    to.commit_split = [this, raw, log](const TabletEntry& parent,
-                                       const std::vector<TabletEntry>& children) {
-      return storage::cell::CommitSplit(raw->client.get(), raw->env.get(), raw->address, log,
-                                        parent, children);
+    // This incarnation's client and clock (a zombie's outlive its tasks).
+    CellClient* const client = s.client.get();
+    ProcessEnv* const penv = s.env.get();
+    to.commit_split = [client, penv, address = s.address, log](
+                          const TabletEntry& parent, const std::vector<TabletEntry>& children) {
+      return storage::cell::CommitSplit(client, penv, address, log, parent, children);
     };
-    to.commit_merge = [raw, log](const TabletEntry& left, const TabletEntry& right,
-                                 const TabletEntry& merged) {
-      return storage::cell::CommitMerge(raw->client.get(), raw->env.get(), raw->address, log, left,
-                                        right, merged);
+    to.commit_merge = [client, penv, address = s.address, log](const TabletEntry& left,
+                                                               const TabletEntry& right,
+                                                               const TabletEntry& merged) {
+      return storage::cell::CommitMerge(client, penv, address, log, left, right, merged);
     };
     absl::StatusOr<std::unique_ptr<storage::TabletServer>> opened =
         storage::TabletServer::Open(to, s.env.get());
@@ -294,9 +324,12 @@ class CellWorld {
     zombie->registry = std::move(s.registry);
     zombie->registration = std::move(s.registration);
     Server* raw = &s;
-    reapers_.push_back(env_.StartThread(StrCat("reap ", s.address), [this, zombie, raw] {
+    reapers_.push_back(Spawn(StrCat("reap ", s.address), [this, zombie, raw] {
       zombie->registry->Drain();
       zombie->registration.reset();
+      // A crash: the memtables are lost; the next owners recover their
+      // writes from this incarnation's commit log.
+      zombie->tablets->CrashOnClose();
       zombie->tablets.reset();
       zombie->registry.reset();
       zombie->client.reset();
@@ -307,7 +340,7 @@ class CellWorld {
 
   void Restart(Server& s) {
     s.restarting = false;
-    if (s.up || !status_.ok()) return;
+    if (s.up || !status_.ok() || stopping_) return;
     StartServer(s);
   }
 
@@ -357,7 +390,7 @@ class CellWorld {
     zombie->master = std::move(m.master);
     zombie->registry = std::move(m.registry);
     MasterProc* raw = &m;
-    reapers_.push_back(env_.StartThread(StrCat("reap ", m.address), [this, zombie, raw] {
+    reapers_.push_back(Spawn(StrCat("reap ", m.address), [this, zombie, raw] {
       zombie->registry->Drain();
       zombie->master.reset();  // joins its reconcile loop
       zombie->registry.reset();
@@ -368,19 +401,27 @@ class CellWorld {
 
   void RestartMaster(MasterProc& m) {
     m.restarting = false;
-    if (m.up || !status_.ok()) return;
+    if (m.up || !status_.ok() || stopping_) return;
     StartMaster(m);
   }
 
-  void Teardown() {
-    for (auto& a : admin_) a->Join();
-    admin_.clear();
+  // Stops every process (as crashes) and waits for the reapers, with a
+  // bound; a failed run gives up on its stuck tasks instead of waiting.
+  absl::Status Teardown() {
+    if (torn_down_) return absl::OkStatus();
+    torn_down_ = true;
+    absl::Status result;
+    if (!status_.ok()) env_.AbandonTasks();
+    if (status_.ok() && !Finish(admin_, absl::Seconds(60)))
+      result = absl::InternalError(StrCat("operator requests never finished:", Running()));
+    faults_over_ = true;
+    stopping_ = true;  // no restarts from here on
     for (auto& s : servers_) Kill(*s);
     for (auto& m : masters_) KillMaster(*m);
-    faults_over_ = true;
-    status_ = absl::CancelledError("tearing down");  // no restarts
-    for (auto& r : reapers_) r->Join();
-    reapers_.clear();
+    if (!Finish(reapers_, absl::Seconds(60)) && result.ok())
+      result = absl::InternalError(StrCat("killed processes never finished closing:", Running()));
+    if (!result.ok()) env_.AbandonTasks();
+    return result;
   }
 
   // ---- workload -------------------------------------------------------------------
@@ -426,8 +467,10 @@ class CellWorld {
         ++stats->ops_ok;
         CheckRead(k, lower, SeqOf(*r), "read", stats);
       } else {
+        // Every client's keys: tasks take turns, so what any client had
+        // acknowledged before the scan began is a lower bound.
         std::map<int, int64_t> lower;
-        for (int m : mine) lower[m] = keys_[static_cast<size_t>(m)].acked;
+        for (int m = 0; m < o_.keys; ++m) lower[m] = keys_[static_cast<size_t>(m)].acked;
         std::map<int, int64_t> seen;
         absl::Status s = client.ReadRows(kTable, RowRange::All(), latest, [&](Row& row) {
           int key = 0;
@@ -442,7 +485,8 @@ class CellWorld {
           continue;
         }
         ++stats->ops_ok;
-        for (int m : mine) CheckRead(m, lower[m], seen.count(m) ? seen[m] : 0, "scan", stats);
+        for (const auto& [m, bound] : lower)
+          CheckRead(m, bound, seen.count(m) ? seen[m] : 0, "scan", stats);
       }
     }
   }
@@ -498,7 +542,7 @@ class CellWorld {
     } else {
       // A forced split or move, as an operator would ask the master.
       const bool split = dice < 80;
-      admin_.push_back(env_.StartThread(split ? "admin split" : "admin move", [this, split, stats] {
+      admin_.push_back(Spawn(split ? "admin split" : "admin move", [this, split, stats] {
         std::unique_ptr<storage::cell::MasterClient> m = AdminToMaster();
         if (m == nullptr) return;
         CellClientOptions co;
@@ -572,67 +616,67 @@ class CellWorld {
     }
   }
 
-  // At rest: METADATA tiles the table, every tablet is served where it
-  // says, and every key holds its last acknowledged write or a later one.
+  // What is wrong with the cell's placement, or "": METADATA must tile the
+  // table from "" to "" with no gap, overlap or unfinished split, every
+  // tablet must be served where it says, and no server whose lease holds
+  // may serve a tablet of the table METADATA does not place there.
+  std::string PlacementProblem(CellClient& client, int* tablet_count) {
+    absl::StatusOr<std::vector<storage::cell::TabletRecord>> tablets = client.Tablets(kTable);
+    if (!tablets.ok()) return StrCat("METADATA unreadable: ", tablets.status().ToString());
+    // Only the table's own tablets (the answer may begin with METADATA's).
+    std::erase_if(*tablets,
+                  [](const storage::cell::TabletRecord& t) { return t.location.table != kTable; });
+    std::set<std::pair<std::string, std::string>> placed;  // (server, tablet id)
+    std::string expect_start;
+    for (const storage::cell::TabletRecord& t : *tablets) {
+      const storage::cell::TabletLocation& l = t.location;
+      if (l.start_row != expect_start)
+        return StrCat("METADATA leaves a gap or overlap before tablet ", l.tablet_id,
+                      " (starts at \"", l.start_row, "\", expected \"", expect_start, "\")");
+      if (!t.split_left.empty()) return StrCat("tablet ", l.tablet_id, " is still mid-split");
+      if (!Serves(l.server, l.tablet_id))
+        return StrCat("METADATA places tablet ", l.tablet_id, " at ",
+                      l.server.empty() ? std::string("no server") : l.server,
+                      ", which does not serve it", Holders(l.tablet_id));
+      placed.emplace(l.server, l.tablet_id);
+      expect_start = l.end_row;
+    }
+    if (!expect_start.empty()) return StrCat("METADATA ends the table at \"", expect_start, "\"");
+    for (auto& s : servers_) {
+      if (!s->up || !s->lease_valid()) continue;
+      for (const TabletEntry& e : s->tablets->ListTablets(kTable)) {
+        if (e.loaded() && !placed.count({s->address, e.id()}))
+          return StrCat(s->address, " serves tablet ", e.id(), " [", e.start_row(), ", ",
+                        e.end_row(), "), which METADATA does not place there");
+      }
+    }
+    *tablet_count = static_cast<int>(tablets->size());
+    return "";
+  }
+
+  // At rest (faults healed, clients done): the placement settles (within a
+  // minute of virtual time), then every key holds its last acknowledged
+  // write or a later one.
   absl::Status CheckAtRest(CellSimStats* stats) {
     absl::Status result;
-    auto checker = env_.StartThread("checker", [&] {
+    std::vector<Spawned> checker;
+    checker.push_back(Spawn("checker", [&] {
       CellClientOptions co;
       co.cell = kCellName;
       co.rpc_timeout = absl::Seconds(2);
       co.retry_for = absl::Seconds(60);
       co.connect = SimConnector(&net_, &env_, "admin");
       CellClient client(lock_.get(), &env_, co);
-      // Wait for the master to have placed every tablet.
-      absl::StatusOr<std::vector<storage::cell::TabletRecord>> tablets;
+      std::string problem;
       for (int i = 0; i < 300; ++i) {
-        tablets = client.Tablets(kTable);
-        if (tablets.ok()) {
-          // Only the table's own tablets (the answer may begin with METADATA's).
-          std::erase_if(*tablets, [](const storage::cell::TabletRecord& t) {
-            return t.location.table != kTable;
-          });
-        }
-        bool placed = tablets.ok();
-        if (placed) {
-          for (const auto& t : *tablets)
-            placed &= t.assigned() && Serves(t.location.server, t.location.tablet_id);
-        }
-        if (placed) break;
+        problem = PlacementProblem(client, &stats->tablets);
+        if (problem.empty()) break;
         env_.SleepFor(absl::Milliseconds(200));
       }
-      if (!tablets.ok()) {
-        result = absl::InternalError(
-            StrCat("METADATA unreadable at rest: ", tablets.status().ToString()));
+      if (!problem.empty()) {
+        result = absl::InternalError(StrCat("at rest, after a minute: ", problem));
         return;
       }
-      std::string expect_start;
-      for (size_t i = 0; i < tablets->size(); ++i) {
-        const storage::cell::TabletLocation& l = (*tablets)[i].location;
-        if (l.start_row != expect_start) {
-          result = absl::InternalError(StrCat("METADATA leaves a gap or overlap before tablet ",
-                                              l.tablet_id, " (starts at \"", l.start_row,
-                                              "\", expected \"", expect_start, "\")"));
-          return;
-        }
-        if (!(*tablets)[i].split_left.empty()) {
-          result =
-              absl::InternalError(StrCat("tablet ", l.tablet_id, " is still mid-split at rest"));
-          return;
-        }
-        if (!Serves(l.server, l.tablet_id)) {
-          result =
-              absl::InternalError(StrCat("METADATA places tablet ", l.tablet_id, " at ", l.server,
-                                         ", which does not serve it", Holders(l.tablet_id)));
-          return;
-        }
-        expect_start = l.end_row;
-      }
-      if (!expect_start.empty()) {
-        result = absl::InternalError(StrCat("METADATA ends the table at \"", expect_start, "\""));
-        return;
-      }
-      stats->tablets = static_cast<int>(tablets->size());
       ReadOptions latest;
       latest.filter.cells_per_column = 1;
       for (int k = 0; k < o_.keys; ++k) {
@@ -651,11 +695,11 @@ class CellWorld {
           return;
         }
       }
-    });
-    checker->Join();
+    }));
+    if (!Finish(checker, absl::Minutes(5)) && result.ok())
+      result = absl::InternalError("the checker at rest never finished");
     if (!result.ok()) {
-      std::string running;
-      for (const std::string& t : env_.UnfinishedTasks()) running += StrCat(" [", t, "]");
+      const std::string running = Running();
       if (!running.empty())
         result = absl::InternalError(StrCat(result.message(), "; tasks still running:", running));
     }
@@ -699,8 +743,10 @@ class CellWorld {
   std::vector<std::unique_ptr<Server>> servers_;
   std::vector<std::unique_ptr<MasterProc>> masters_;
   std::vector<KeyState> keys_;
-  std::vector<std::unique_ptr<Env::Thread>> reapers_, admin_;
+  std::vector<Spawned> clients_, reapers_, admin_;
   bool faults_over_ = false;
+  bool stopping_ = false;
+  bool torn_down_ = false;
   int logs_started_ = 0;  // each incarnation gets a log name of its own
   absl::Status status_;
 };

@@ -46,11 +46,13 @@ class SimEnv::TaskThread : public Env::Thread {
       std::lock_guard<std::mutex> lock(t->mu);
       return t->done;
     };
+    if (env_->abandoned_ && !finished()) return;  // detached when the SimEnv goes
     if (current_task_ != nullptr) {
       env_->Park(finished);
     } else {
       env_->RunTill(finished);
     }
+    if (!finished()) return;  // abandoned meanwhile
     task_->thread.join();
   }
 
@@ -199,9 +201,12 @@ bool SimEnv::RunUntil(int64_t until, const std::function<bool()>& stop) {
 }
 
 void SimEnv::RunTill(const std::function<bool()>& ready) {
-  while (!ready()) {
+  while (!ready() && !abandoned_) {
     if (RunReadyTasks()) continue;
     if (ready()) return;
+    MS_CHECK(event_depth_ == 0,
+             "a blocking wait (a task's Join) inside a simulator event would run the simulation "
+             "nested");
     std::function<void()> fn;
     const int64_t next = timers_.NextDeadline();
     MS_CHECK(next != INT64_MAX,
@@ -217,12 +222,14 @@ void SimEnv::RunTill(const std::function<bool()>& ready) {
 }
 
 void SimEnv::Wait(absl::Notification& done) {
+  if (done.HasBeenNotified()) return;  // answered at once (an inline callback)
   if (OnTask()) return Park([&done] { return done.HasBeenNotified(); });
   MS_CHECK(event_depth_ == 0, "Env::Wait from inside a simulator event (use a callback there)");
   RunTill([&done] { return done.HasBeenNotified(); });
 }
 
 bool SimEnv::WaitFor(absl::Notification& done, absl::Duration timeout) {
+  if (done.HasBeenNotified()) return true;
   auto expired = std::make_shared<bool>(false);
   const TimerId timer = Schedule(timeout, [expired] { *expired = true; });
   if (OnTask()) {
@@ -248,8 +255,13 @@ void SimEnv::SleepFor(absl::Duration d) {
 
 void SimEnv::LockBlocking(absl::Mutex& mu) {
   if (OnTask()) {
-    // The holder may be parked: take turns until it lets go.
-    while (!mu.TryLock()) SleepFor(absl::Microseconds(50));
+    // The holder may be parked: take turns until it lets go, looking again
+    // after 50 us, then less and less often (at most every 10 ms).
+    absl::Duration pause = absl::Microseconds(50);
+    while (!mu.TryLock()) {
+      SleepFor(pause);
+      pause = std::min(pause * 2, absl::Milliseconds(10));
+    }
     return;
   }
   MS_CHECK(mu.TryLock(),
@@ -308,7 +320,10 @@ void SimNetwork::Restart(const std::string& address) {
   env_->Trace(StrCat("restart ", address));
 }
 
-bool SimNetwork::up(const std::string& address) const { return nodes_.at(address).up; }
+bool SimNetwork::up(const std::string& address) const {
+  auto it = nodes_.find(address);
+  return it != nodes_.end() && it->second.up;
+}
 
 bool SimNetwork::Alive(const std::string& address, uint64_t incarnation) const {
   auto it = nodes_.find(address);

@@ -84,6 +84,10 @@ class SimEnv : public Env {
 
   // The names of tasks started and not finished.
   std::vector<std::string> UnfinishedTasks() const;
+  // Gives up on the unfinished tasks (a run that already failed): joining
+  // one returns at once, and they stay parked until the SimEnv goes (then
+  // detached). Without it, tearing down a failed run could wait forever.
+  void AbandonTasks() { abandoned_ = true; }
   static size_t leaked_tasks();
 
  private:
@@ -108,6 +112,7 @@ class SimEnv : public Env {
   TimerQueue timers_;
   std::vector<std::string>* trace_ = nullptr;
   std::vector<std::shared_ptr<Task>> tasks_;  // started and not yet finished, in start order
+  bool abandoned_ = false;
 };
 
 // One process's view of the simulator's clock: the same timers and

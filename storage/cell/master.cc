@@ -244,7 +244,9 @@ absl::Status Master::Assign(const std::string& server, const TabletRecord& recor
                             const TableSchema& schema) {
   std::unique_ptr<TabletClient>& c = assign_clients_[server];
   if (c == nullptr) c = Connect(server, options_.assign_timeout);
-  return c->AssignTablet(EntryOf(record), schema, record.is_new);
+  // For the incarnation METADATA names: a restarted server at the same
+  // address refuses it, and the next pass recovers the tablet elsewhere.
+  return c->AssignTablet(EntryOf(record), schema, record.is_new, record.log);
 }
 
 bool Master::Reachable(const std::string& server) {

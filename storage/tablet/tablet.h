@@ -190,6 +190,11 @@ class Tablet {
   // Undoes StopWrites (a merge that could not be committed).
   void ResumeWrites();
 
+  // For crash simulation: closing drops the memtables instead of flushing
+  // them, as a crash loses them. What they held is in the commit log past
+  // the tablet's redo point, so the next owner recovers it from there.
+  void DropMemtablesOnClose();
+
   // For merging neighbours: copies every stored entry of `source`'s rows —
   // cells and tombstones, all versions, exactly as stored, so reads as of
   // any time see what they saw in `source` — into this tablet, which must

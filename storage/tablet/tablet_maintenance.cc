@@ -99,6 +99,12 @@ absl::Status Tablet::ImportFrom(Tablet& source) {
   return Flush();
 }
 
+void Tablet::DropMemtablesOnClose() {
+  const rocksdb::Status s = db_->SetDBOptions({{"avoid_flush_during_shutdown", "true"}});
+  if (!s.ok())
+    MS_LOG_WARN("tablet {}: cannot skip the flush at close: {}", options_.path, s.ToString());
+}
+
 absl::Status Tablet::Flush() {
   const auto v = view();
   std::vector<rocksdb::ColumnFamilyHandle*> cfs{meta_cf_};

@@ -93,6 +93,18 @@ TEST_F(CellModeTest, AnAssignedTabletReplaysTheDeadServersPieceAndIgnoresOlderLo
   EXPECT_TRUE(absl::IsFailedPrecondition(b->AssignTablet(Entry("t-1", "", "m"), Schema(), false)));
 }
 
+TEST_F(CellModeTest, AnAssignmentForAnEarlierIncarnationIsRefused) {
+  // The master recorded the tablet for the server at this address when its
+  // log was "ts-old"; the restarted server (log "ts-new") must not load it,
+  // or it would serve rows the master then gives to another server.
+  auto s = Open("ts-new");
+  absl::Status refused = s->AssignTablet(Entry("t-1"), Schema(), true, "ts-old");
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("ts-old"), std::string::npos) << refused;
+  EXPECT_TRUE(s->ListTablets("t").empty());
+  EXPECT_TRUE(s->AssignTablet(Entry("t-1"), Schema(), true, "ts-new").ok());
+}
+
 TEST_F(CellModeTest, RowsNotServedHereAnswerNotServing) {
   auto a = Open("a-1");
   EXPECT_TRUE(IsNotServing(a->ReadRow("t", "r").status())) << "no tablet of t at all";

@@ -344,6 +344,13 @@ absl::Status TabletServer::UpdateTable(const TableSchema& schema) {
   return absl::OkStatus();
 }
 
+void TabletServer::CrashOnClose() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, l] : loaded_) {
+    if (l.tablet) l.tablet->DropMemtablesOnClose();
+  }
+}
+
 std::vector<TabletEntry> TabletServer::ListTablets(std::string_view table) const {
   absl::MutexLock lock(&mu_);
   std::vector<TabletEntry> out;

@@ -144,13 +144,21 @@ class TabletServer {
   // directory is DataLoss), replays the pieces of dead servers' logs the
   // master split for it (recovered/<id>/), then adopts this server's log.
   // OK if it is already served with the same range; FailedPrecondition
-  // outside cell mode.
-  absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
+  // outside cell mode, or if `for_log` is set and is not this server's
+  // commit log: the master recorded the assignment for an earlier
+  // incarnation at this address, and this one must not serve it (the
+  // master would hand the tablet to another server while this one kept it).
+  absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create,
+                            const std::string& for_log = "");
   bool cell_mode() const { return !options_.cell_log_name.empty(); }
   // Ids of tablets whose directories a split or merge is creating right now
   // (not in METADATA yet): the master's garbage collection leaves them.
   std::vector<std::string> CreatingTablets() const;
   std::vector<TabletEntry> ListTablets(std::string_view table = {}) const;
+  // For crash simulation: closing the server (its destructor) drops every
+  // tablet's memtables instead of flushing them, as a crash would; the
+  // commit log holds their writes (Tablet::DropMemtablesOnClose).
+  void CrashOnClose();
   absl::Status LoadTablet(std::string_view id);
   // Flushes and closes the tablet; it stays on disk, unserved.
   absl::Status UnloadTablet(std::string_view id);

@@ -257,9 +257,14 @@ void TabletServer::MoveLeftoversAsideLocked(const std::set<std::string>& ids_in_
 }
 
 absl::Status TabletServer::AssignTablet(const TabletEntry& assigned, const TableSchema& schema,
-                                        bool create) {
+                                        bool create, const std::string& for_log) {
   if (!cell_mode())
     return absl::FailedPreconditionError("AssignTablet: this tablet server is not in a cell");
+  if (!for_log.empty() && for_log != options_.cell_log_name) {
+    return absl::FailedPreconditionError(
+        StrCat("AssignTablet: tablet ", assigned.id(), " was assigned to the incarnation with log ",
+               for_log, "; this server's log is ", options_.cell_log_name));
+  }
   MS_RETURN_IF_ERROR(ValidateName(assigned.id(), "tablet id"));
   MS_ASSIGN_OR_RETURN(auto compiled, CompiledSchema::Compile(schema));
   TabletEntry entry = assigned;

@@ -172,10 +172,10 @@ void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
                                 resp.add_creating(id);
                               return Serialize(resp);
                             });
-  Unary<AssignTabletRequest>(rpc, metrics, "tablet.AssignTablet",
-                             [server](const AssignTabletRequest& r) {
-                               return Done(server->AssignTablet(r.entry(), r.schema(), r.create()));
-                             });
+  Unary<AssignTabletRequest>(
+      rpc, metrics, "tablet.AssignTablet", [server](const AssignTabletRequest& r) {
+        return Done(server->AssignTablet(r.entry(), r.schema(), r.create(), r.for_log()));
+      });
   Unary<MergeTabletsRequest>(rpc, metrics, "tablet.MergeTablets",
                              [server](const MergeTabletsRequest& r) -> absl::StatusOr<std::string> {
                                MS_ASSIGN_OR_RETURN(TabletEntry merged,
@@ -411,11 +411,12 @@ absl::Status TabletClient::LoadTablet(const std::string& id) {
 }
 
 absl::Status TabletClient::AssignTablet(const TabletEntry& entry, const TableSchema& schema,
-                                        bool create) {
+                                        bool create, const std::string& for_log) {
   AssignTabletRequest r;
   *r.mutable_entry() = entry;
   *r.mutable_schema() = schema;
   r.set_create(create);
+  r.set_for_log(for_log);
   return Call<Empty>("tablet.AssignTablet", r).status();
 }
 

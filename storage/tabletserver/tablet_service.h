@@ -68,8 +68,10 @@ class TabletClient {
   absl::StatusOr<std::vector<TabletInfo>> ListTablets(const std::string& table = "",
                                                       std::string* log_name = nullptr,
                                                       std::vector<std::string>* creating = nullptr);
-  // Cell mode: the master's assignment (TabletServer::AssignTablet).
-  absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create);
+  // Cell mode: the master's assignment (TabletServer::AssignTablet), for
+  // the incarnation whose commit log is `for_log` ("" for any).
+  absl::Status AssignTablet(const TabletEntry& entry, const TableSchema& schema, bool create,
+                            const std::string& for_log = "");
   // Cell mode: TabletServer::MergeTablets.
   absl::StatusOr<TabletEntry> MergeTablets(const std::string& left, const std::string& right);
   absl::Status LoadTablet(const std::string& id);
