@@ -52,8 +52,9 @@ class Env {
   // other events meanwhile (the notifier is one of them), so a blocking API
   // works on its one thread; real and manual Envs just wait.
   virtual void Wait(absl::Notification& done) { done.WaitForNotification(); }
-  // Wait for at most `timeout` of this Env's time; whether `done` was
-  // notified.
+  // Wait for at most `timeout` (virtual time in the simulator, real time
+  // otherwise — ManualEnv's clock does not move while a caller waits);
+  // whether `done` was notified.
   virtual bool WaitFor(absl::Notification& done, absl::Duration timeout) {
     return done.WaitForNotificationWithTimeout(timeout);
   }

@@ -451,6 +451,9 @@ class CellWorld {
         const int64_t seq = ++ks.attempted;
         absl::Status s = client.MutateRow(kTable, Key(k),
                                           {Mutation::SetCell(kFamily, "v", StrCat(seq), seq)}, seq);
+        if (env_.tracing())
+          env_.Trace(
+              StrCat("c", i, " write ", Key(k), "#", seq, ": ", s.ok() ? "ok" : s.ToString()));
         if (s.ok()) {
           ks.acked = std::max(ks.acked, seq);
           ++stats->ops_ok;
@@ -465,7 +468,8 @@ class CellWorld {
           continue;
         }
         ++stats->ops_ok;
-        CheckRead(k, lower, SeqOf(*r), "read", stats);
+        if (env_.tracing()) env_.Trace(StrCat("c", i, " read ", Key(k), ": #", SeqOf(*r)));
+        CheckRead(k, lower, SeqOf(*r), "read", stats, client);
       } else {
         // Every client's keys: tasks take turns, so what any client had
         // acknowledged before the scan began is a lower bound.
@@ -485,23 +489,36 @@ class CellWorld {
           continue;
         }
         ++stats->ops_ok;
+        if (env_.tracing()) {
+          std::string seen_text;
+          for (const auto& [m, seq] : seen) seen_text += StrCat(" ", Key(m), "#", seq);
+          env_.Trace(StrCat("c", i, " scan:", seen_text));
+        }
         for (const auto& [m, bound] : lower)
-          CheckRead(m, bound, seen.count(m) ? seen[m] : 0, "scan", stats);
+          CheckRead(m, bound, seen.count(m) ? seen[m] : 0, "scan", stats, client);
+        if (!status_.ok())
+          status_ =
+              absl::InternalError(StrCat(status_.message(), "; METADATA now:", Placement(client)));
       }
     }
   }
 
   // A read of key `k` that started after write `lower` was acknowledged
   // saw write `seq`: never older, never one nobody sent.
-  void CheckRead(int k, int64_t lower, int64_t seq, const char* how, CellSimStats* stats) {
+  void CheckRead(int k, int64_t lower, int64_t seq, const char* how, CellSimStats* stats,
+                 CellClient& client) {
     ++stats->reads_checked;
     const KeyState& ks = keys_[static_cast<size_t>(k)];
+    std::string problem;
     if (seq < lower) {
-      Violation(StrCat("a ", how, " of ", Key(k), " returned write ", seq, " after write ", lower,
-                       " was acknowledged (an acknowledged write was lost)"));
+      problem = StrCat("a ", how, " of ", Key(k), " returned write ", seq, " after write ", lower,
+                       " was acknowledged (an acknowledged write was lost)");
     } else if (seq > ks.attempted) {
-      Violation(StrCat("a ", how, " of ", Key(k), " returned write ", seq, ", which nobody sent"));
+      problem = StrCat("a ", how, " of ", Key(k), " returned write ", seq, ", which nobody sent");
     }
+    if (problem.empty() || !status_.ok()) return;
+    const int64_t at = env_.now();
+    Violation(StrCat(problem, " at ", at, "us; METADATA after it:", Placement(client)));
   }
 
   // ---- faults ---------------------------------------------------------------------
@@ -720,6 +737,21 @@ class CellWorld {
       for (const auto& [id, error] : s->tablets->load_errors()) {
         if (id == tablet_id) out += StrCat("; ", s->address, " could not load it: ", error);
       }
+    }
+    return out;
+  }
+
+  // METADATA's records of the table, for a violation's report.
+  std::string Placement(CellClient& client) {
+    buggify::Suspend quiet;
+    absl::StatusOr<std::vector<storage::cell::TabletRecord>> tablets = client.Tablets(kTable);
+    if (!tablets.ok()) return StrCat(" unreadable (", tablets.status().message(), ")");
+    std::string out;
+    for (const auto& t : *tablets) {
+      if (t.location.table != kTable) continue;
+      out += StrCat(" [", t.location.start_row, ", ", t.location.end_row, ") ",
+                    t.location.tablet_id, "@", t.location.server.empty() ? "-" : t.location.server,
+                    t.split_left.empty() ? "" : StrCat(" split_left=", t.split_left));
     }
     return out;
   }

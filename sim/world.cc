@@ -25,6 +25,11 @@ struct SimEnv::Task {
   bool done = false;     // guarded by mu; also read by the simulator's thread between turns
   // While parked: whether it can go on (read by the simulator's thread).
   std::function<bool()> ready = [] { return true; };
+  // An abandoned task that finished later is never joined; its Task may
+  // even go with its own thread's last reference.
+  ~Task() {
+    if (thread.joinable()) thread.detach();
+  }
 };
 
 // The task this thread runs, if it is one.

@@ -123,6 +123,18 @@ absl::Status Master::Move(TabletRecord record, const std::string& to,
     return absl::NotFoundError(StrCat("no schema for table ", record.location.table));
   const std::string from = record.location.server;
   if (from == to) return absl::OkStatus();
+  if (!from.empty() && !record.log.empty()) {
+    // The server at `from` must be the incarnation METADATA recorded: a
+    // restarted one answers the unload with NotFound, while the tablet's
+    // unflushed writes are in the dead incarnation's log, which only the
+    // recovery of the next pass replays.
+    auto source = probes_.find(from);
+    if (source == probes_.end() || source->second.log != record.log) {
+      return absl::FailedPreconditionError(
+          StrCat("tablet ", record.location.tablet_id, " was served by an earlier incarnation of ",
+                 from, " (log ", record.log, "); it is recovered from that log, not moved"));
+    }
+  }
   // Unload first (it flushes: the new server needs nothing of the old
   // log), then record, then load.
   if (!from.empty()) {
