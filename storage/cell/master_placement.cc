@@ -138,7 +138,9 @@ absl::Status Master::Move(TabletRecord record, const std::string& to,
   // Unload first (it flushes: the new server needs nothing of the old
   // log), then record, then load.
   if (!from.empty()) {
-    absl::Status s = client_.Server(from)->UnloadTablet(record.location.tablet_id);
+    // Naming the incarnation: one restarted since the probe refuses
+    // instead of answering "not loaded".
+    absl::Status s = client_.Server(from)->UnloadTablet(record.location.tablet_id, record.log);
     if (!s.ok() && !absl::IsNotFound(s)) return s;
     probes_[from].serving.erase(record.location.tablet_id);
   }

@@ -103,6 +103,11 @@ TEST_F(CellModeTest, AnAssignmentForAnEarlierIncarnationIsRefused) {
   EXPECT_NE(refused.message().find("ts-old"), std::string::npos) << refused;
   EXPECT_TRUE(s->ListTablets("t").empty());
   EXPECT_TRUE(s->AssignTablet(Entry("t-1"), Schema(), true, "ts-new").ok());
+  // Likewise an unload meant for the earlier incarnation: refused, not
+  // "not loaded" (which would say nothing was left to flush).
+  EXPECT_TRUE(absl::IsFailedPrecondition(s->UnloadTablet("t-2", "ts-old")));
+  EXPECT_TRUE(absl::IsNotFound(s->UnloadTablet("t-2", "ts-new")));
+  EXPECT_TRUE(s->UnloadTablet("t-1", "ts-new").ok());
 }
 
 TEST_F(CellModeTest, RowsNotServedHereAnswerNotServing) {

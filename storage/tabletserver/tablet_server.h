@@ -161,7 +161,11 @@ class TabletServer {
   void CrashOnClose();
   absl::Status LoadTablet(std::string_view id);
   // Flushes and closes the tablet; it stays on disk, unserved.
-  absl::Status UnloadTablet(std::string_view id);
+  // `for_log` set and not this server's commit log: FailedPrecondition (the
+  // caller means an earlier incarnation at this address, whose unflushed
+  // writes only the recovery of its log brings back; "not loaded" here
+  // would wrongly say there is nothing left to flush).
+  absl::Status UnloadTablet(std::string_view id, std::string_view for_log = {});
   // Splits a loaded tablet at `split_row`; returns the children's entries.
   // In cell mode the split is committed through options.commit_split first.
   // An empty `split_row` picks the middle row.

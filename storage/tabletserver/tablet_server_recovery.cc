@@ -412,7 +412,12 @@ absl::Status TabletServer::LoadTablet(std::string_view id) {
   return absl::OkStatus();
 }
 
-absl::Status TabletServer::UnloadTablet(std::string_view id) {
+absl::Status TabletServer::UnloadTablet(std::string_view id, std::string_view for_log) {
+  if (!for_log.empty() && for_log != options_.cell_log_name) {
+    return absl::FailedPreconditionError(StrCat("UnloadTablet: tablet ", id,
+                                                " was served by the incarnation with log ", for_log,
+                                                "; this server's log is ", options_.cell_log_name));
+  }
   std::shared_ptr<Tablet> t;
   TabletEntry entry;
   {

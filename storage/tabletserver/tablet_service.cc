@@ -186,7 +186,7 @@ void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
     return Done(server->LoadTablet(r.id()));
   });
   Unary<TabletRequest>(rpc, metrics, "tablet.UnloadTablet", [server](const TabletRequest& r) {
-    return Done(server->UnloadTablet(r.id()));
+    return Done(server->UnloadTablet(r.id(), r.for_log()));
   });
   Unary<TabletRequest>(rpc, metrics, "tablet.CompactTablet", [server](const TabletRequest& r) {
     return Done(server->CompactTablet(r.id()));
@@ -428,9 +428,10 @@ absl::StatusOr<TabletEntry> TabletClient::MergeTablets(const std::string& left,
   return Call<TabletEntry>("tablet.MergeTablets", r);
 }
 
-absl::Status TabletClient::UnloadTablet(const std::string& id) {
+absl::Status TabletClient::UnloadTablet(const std::string& id, const std::string& for_log) {
   TabletRequest r;
   r.set_id(id);
+  r.set_for_log(for_log);
   return Call<Empty>("tablet.UnloadTablet", r).status();
 }
 

@@ -75,7 +75,8 @@ class TabletClient {
   // Cell mode: TabletServer::MergeTablets.
   absl::StatusOr<TabletEntry> MergeTablets(const std::string& left, const std::string& right);
   absl::Status LoadTablet(const std::string& id);
-  absl::Status UnloadTablet(const std::string& id);
+  // `for_log`: the incarnation meant (TabletServer::UnloadTablet); "" any.
+  absl::Status UnloadTablet(const std::string& id, const std::string& for_log = "");
   absl::StatusOr<std::vector<TabletEntry>> SplitTablet(const std::string& id,
                                                        const std::string& row);
   absl::Status CompactTablet(const std::string& id);
