@@ -28,7 +28,7 @@ namespace megastore::storage {
 MS_FAULT_POINT(kTabletWriteFails, "tablet server: a row write fails before it is made");
 MS_FAULT_POINT(kTabletCheckAndMutateFails,
                "tablet server: a check-and-mutate fails before it is made");
-MS_FAULT_POINT(kTabletReadFails, "tablet server: a row read fails");
+MS_FAULT_POINT(kTabletReadFails, "tablet server: a row or range read fails before it starts");
 
 namespace {
 
@@ -98,8 +98,6 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
 
 absl::Status TabletServer::MutateRow(std::string_view table, std::string_view row,
                                      absl::Span<const Mutation> mutations, int64_t timestamp) {
-  if (kTabletWriteFails.Fire())
-    return absl::UnavailableError("injected fault: the write was not made");
   // The asynchronous path, waited for: one routing-and-retry loop for both.
   absl::Status result;
   absl::Notification finished;
@@ -119,6 +117,9 @@ absl::Status TabletServer::MutateRow(std::string_view table, std::string_view ro
 absl::Status TabletServer::MutateRowAsync(std::string_view table,
                                           std::unique_ptr<Tablet::RowWrite>& write,
                                           bool may_block) {
+  // Every write path (the in-process one, RPC's, batches) comes through here.
+  if (kTabletWriteFails.Fire())
+    return absl::UnavailableError("injected fault: the write was not made");
   for (int attempt = 0;; ++attempt) {
     MS_ASSIGN_OR_RETURN(std::shared_ptr<Tablet> t, Route(table, write->row, may_block));
     absl::Status s = t->MutateRowAsync(write, may_block);
@@ -212,6 +213,7 @@ absl::StatusOr<std::optional<Row>> TabletServer::ReadRow(std::string_view table,
 absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
                                     const ReadOptions& options,
                                     const std::function<bool(Row&)>& on_row) {
+  if (kTabletReadFails.Fire()) return absl::UnavailableError("injected fault: the read failed");
   std::vector<std::pair<TabletEntry, std::shared_ptr<Tablet>>> tablets;
   {
     absl::MutexLock lock(&mu_);
