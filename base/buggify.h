@@ -79,6 +79,18 @@ void Enable(uint64_t seed, double fire_probability = 0.05);
 void Disable();
 bool Enabled();
 
+// Enables the fault points for a run while it lives (if `on`), and turns
+// them off again however the run ends.
+class ScopedEnable {
+ public:
+  ScopedEnable(bool on, uint64_t seed) {
+    if (on) Enable(seed);
+  }
+  ~ScopedEnable() { Disable(); }
+  ScopedEnable(const ScopedEnable&) = delete;
+  ScopedEnable& operator=(const ScopedEnable&) = delete;
+};
+
 // Keeps every fault point quiet while it lives (and its Fire() calls
 // uncounted): for a simulator's checkers, which read storage through the
 // same code but are not the system under test. Single-threaded use only

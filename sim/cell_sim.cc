@@ -151,12 +151,7 @@ class CellWorld {
     const int64_t fault_end = env_.now() + absl::ToInt64Microseconds(o_.fault_period);
     ScheduleOwnerCheck(stats);
     if (o_.faults) {
-      struct FaultPoints {
-        explicit FaultPoints(const CellSimOptions& o) {
-          if (o.buggify) buggify::Enable(o.seed);
-        }
-        ~FaultPoints() { buggify::Disable(); }
-      } fault_points(o_);
+      buggify::ScopedEnable fault_points(o_.buggify, o_.seed);
       // Lost messages and reordering; no duplicated requests: the cell's
       // RPC runs over TCP, which never delivers a request twice (its
       // clients do not retry what may have happened).

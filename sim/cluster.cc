@@ -611,12 +611,7 @@ SimResult RunSimulation(const SimOptions& options) {
   if (bank) bank->Start();
   if (options.faults) {
     // Off again however this run ends (the next seed enables its own).
-    struct FaultPoints {
-      explicit FaultPoints(const SimOptions& o) {
-        if (o.buggify) buggify::Enable(o.seed);
-      }
-      ~FaultPoints() { buggify::Disable(); }
-    } fault_points(options);
+    buggify::ScopedEnable fault_points(options.buggify, options.seed);
     faults.Start(fault_end);
     env.RunUntil(fault_end, all_done);
   }
