@@ -3,6 +3,7 @@
 // deciding unknown positions with a no-op entry (the write's steps, which
 // adopt any value that may already be chosen).
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 
@@ -39,6 +40,12 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
   std::map<uint64_t, std::string> known;  // chosen values found in some replica's log
   uint64_t next = 0;                      // the next position to apply
   uint64_t chunk_end = 0;
+  uint64_t cleaned_elsewhere = 0;  // the furthest any replica's log was cleaned up
+  bool snapshot_taken = false;
+  std::atomic<uint64_t>* snapshots = nullptr;  // GroupClient::Stats::snapshot_catchups
+  // The snapshot being copied: the source replica and its applied record.
+  int source = -1;
+  AppliedRecord snapshot;
 
   void Begin() {
     StateRequest req;
@@ -67,6 +74,7 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
             if (!r || !r->ok()) continue;
             for (int i = 0; i < (*r)->positions_size(); ++i)
               self->known.emplace((*r)->positions(i), (*r)->values(i));
+            self->cleaned_elsewhere = std::max(self->cleaned_elsewhere, (*r)->cleaned());
           }
           self->Step();
         });
@@ -85,6 +93,15 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
       return Fetch();
     }
     auto it = known.find(next);
+    if (it == known.end() && next <= cleaned_elsewhere) {
+      // Nobody's log has this position any more (every replica applied it
+      // and cleaned it up): copy another replica's data instead.
+      if (snapshot_taken)
+        return Fail(absl::FailedPreconditionError(
+            StrCat("catch-up of ", c->options().replicas[replica].name, " needs position ", next,
+                   ", which another replica's log no longer has, even after a copy of its data")));
+      return Snapshot();
+    }
     if (it != known.end() && !kDecideKnownPosition.Fire()) {
       ApplyRequest req;
       *req.mutable_group() = group;
@@ -113,6 +130,119 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
                    });
   }
 
+  // ---- catch-up from a snapshot (docs/replication.md, "Cleaning up the
+  // log"): the rows of the data replica that applied the most, as of its
+  // applied position, made the target's; then its log from there on.
+  const std::string& Node(int i) const { return c->options().replicas[i].replication; }
+
+  void Snapshot() {
+    snapshot_taken = true;
+    snapshots->fetch_add(1, std::memory_order_relaxed);
+    StateRequest req;
+    *req.mutable_group() = group;
+    const size_t n = c->options().replicas.size();
+    auto gather = std::make_shared<Gather<StateReply>>(
+        n, n, [self = shared_from_this()](Gather<StateReply>::Results results) {
+          const auto& replicas = self->c->options().replicas;
+          for (size_t i = 0; i < results.size(); ++i) {
+            const auto& r = results[i];
+            if (static_cast<int>(i) == self->replica || replicas[i].type == ReplicaType::kWitness)
+              continue;
+            if (!r || !r->ok()) continue;
+            if (self->source < 0 || (*r)->applied().position() > self->snapshot.position()) {
+              self->source = static_cast<int>(i);
+              self->snapshot = (*r)->applied();
+            }
+          }
+          if (self->source < 0 || self->snapshot.position() < self->next)
+            return self->Fail(absl::UnavailableError(
+                StrCat("catch-up of ", replicas[self->replica].name, " needs position ", self->next,
+                       ", cleaned up from the other replicas' logs, and no replica with data that "
+                       "applied it answered")));
+          if (replicas[self->replica].type == ReplicaType::kWitness) return self->FinishCopy();
+          self->CopyPage("");
+        });
+    for (size_t i = 0; i < n; ++i)
+      CallProto<StateReply>(c, Node(i), "repl.State", req, gather->Slot(i), std::nullopt, deadline);
+  }
+
+  // Pass one: every row of the source, installed at the target.
+  void CopyPage(std::string after) {
+    SnapshotRowsRequest req;
+    *req.mutable_group() = group;
+    req.set_timestamp(snapshot.timestamp());
+    req.set_after(std::move(after));
+    CallRetrying<SnapshotRowsReply>(
+        c, Node(source), "repl.SnapshotRows", req, deadline,
+        [self = shared_from_this()](absl::StatusOr<SnapshotRowsReply> page) mutable {
+          if (!page.ok()) return self->Fail(page.status());
+          std::string next_page = page->after();
+          self->Install(std::move(*page->mutable_rows()),
+                        [self, next_page = std::move(next_page)]() mutable {
+                          if (next_page.empty()) return self->ListPage("");
+                          self->CopyPage(std::move(next_page));
+                        });
+        });
+  }
+
+  // Pass two: every row the target has, as the source has it (rows the
+  // source does not have come back empty: the target deletes them).
+  void ListPage(std::string after) {
+    SnapshotRowsRequest req;
+    *req.mutable_group() = group;
+    req.set_latest(true);
+    req.set_keys_only(true);
+    req.set_after(std::move(after));
+    CallRetrying<SnapshotRowsReply>(
+        c, Node(replica), "repl.SnapshotRows", req, deadline,
+        [self = shared_from_this()](absl::StatusOr<SnapshotRowsReply> listed) mutable {
+          if (!listed.ok()) return self->Fail(listed.status());
+          std::string next_page = listed->after();
+          auto then = [self, next_page]() mutable {
+            if (next_page.empty()) return self->FinishCopy();
+            self->ListPage(std::move(next_page));
+          };
+          if (listed->rows_size() == 0) return then();
+          SnapshotRowsRequest ask;
+          *ask.mutable_group() = self->group;
+          ask.set_timestamp(self->snapshot.timestamp());
+          for (const SnapshotRow& r : listed->rows()) ask.add_keys(r.key());
+          CallRetrying<SnapshotRowsReply>(
+              self->c, self->Node(self->source), "repl.SnapshotRows", ask, self->deadline,
+              [self, then = std::move(then)](absl::StatusOr<SnapshotRowsReply> rows) mutable {
+                if (!rows.ok()) return self->Fail(rows.status());
+                self->Install(std::move(*rows->mutable_rows()), std::move(then));
+              });
+        });
+  }
+
+  void Install(google::protobuf::RepeatedPtrField<SnapshotRow> rows,
+               absl::AnyInvocable<void()> then) {
+    if (rows.empty()) return then();
+    InstallRowsRequest req;
+    *req.mutable_group() = group;
+    req.set_timestamp(snapshot.timestamp());
+    *req.mutable_rows() = std::move(rows);
+    CallRetrying<InstallRowsReply>(c, Node(replica), "repl.InstallRows", req, deadline,
+                                   [self = shared_from_this(), then = std::move(then)](
+                                       absl::StatusOr<InstallRowsReply> r) mutable {
+                                     if (!r.ok()) return self->Fail(r.status());
+                                     then();
+                                   });
+  }
+
+  void FinishCopy() {
+    FinishSnapshotRequest req;
+    *req.mutable_group() = group;
+    *req.mutable_applied() = snapshot;
+    CallRetrying<StateReply>(c, Node(replica), "repl.FinishSnapshot", req, deadline,
+                             [self = shared_from_this()](absl::StatusOr<StateReply> s) {
+                               if (!s.ok()) return self->Fail(s.status());
+                               self->known.clear();
+                               self->Begin();  // the log from the snapshot on
+                             });
+  }
+
   void Done(LogPosition p) {
     if (done) std::exchange(done, nullptr)(std::move(p));
   }
@@ -131,6 +261,7 @@ void GroupClient::CatchUp(GroupRef group, int replica, uint64_t target, Callback
   op->group = std::move(group);
   op->replica = replica;
   op->target = target;
+  op->snapshots = &stats_.snapshot_catchups;
   op->deadline = DeadlineFrom(this, deadline);
   op->done = std::move(done);
   op->Begin();

@@ -68,6 +68,7 @@ GroupClient::Stats GroupClient::stats() const {
   s.locks_missed = stats_.locks_missed.load();
   s.catchups = stats_.catchups.load();
   s.invalidations = stats_.invalidations.load();
+  s.snapshot_catchups = stats_.snapshot_catchups.load();
   return s;
 }
 

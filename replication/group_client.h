@@ -166,14 +166,16 @@ class GroupClient {
   coordinator::CoordinatorClient* coordinators() { return &coordinators_; }
   // What this client's Commits came to, since it was made.
   struct Stats {
-    uint64_t commits = 0;        // our entry was chosen
-    uint64_t fast_path = 0;      // ... by the leader's ballot-0 accept, one round trip
-    uint64_t conflicts = 0;      // another writer's entry took the position (Aborted)
-    uint64_t unknown = 0;        // no value chosen in time (outcome unknown)
-    uint64_t locks_granted = 0;  // advisory locks taken
-    uint64_t locks_missed = 0;   // advisory lock requests that went ahead without it
-    uint64_t catchups = 0;       // catch-ups of a replica (reads that found it behind, sweeps)
-    uint64_t invalidations = 0;  // coordinators invalidated after a commit they missed
+    uint64_t commits = 0;            // our entry was chosen
+    uint64_t fast_path = 0;          // ... by the leader's ballot-0 accept, one round trip
+    uint64_t conflicts = 0;          // another writer's entry took the position (Aborted)
+    uint64_t unknown = 0;            // no value chosen in time (outcome unknown)
+    uint64_t locks_granted = 0;      // advisory locks taken
+    uint64_t locks_missed = 0;       // advisory lock requests that went ahead without it
+    uint64_t catchups = 0;           // catch-ups of a replica (reads that found it behind, sweeps)
+    uint64_t invalidations = 0;      // coordinators invalidated after a commit they missed
+    uint64_t snapshot_catchups = 0;  // catch-ups that copied another replica's data (the
+                                     // positions needed were cleaned up everywhere)
   };
   Stats stats() const;
   // Latency of successful commits and of current-level ReadPositions.
@@ -199,7 +201,7 @@ class GroupClient {
   struct Counters {
     std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, unknown{0};
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
-    std::atomic<uint64_t> catchups{0}, invalidations{0};
+    std::atomic<uint64_t> catchups{0}, invalidations{0}, snapshot_catchups{0};
   };
   LatencyHistogram commit_latency_, read_latency_;
   TopCounts<2> group_counts_;  // by root row: commits, conflicts

@@ -143,6 +143,18 @@ absl::Status BeyondTop(const GroupRef& group, uint64_t position, uint64_t top) {
              " is beyond one past the highest position this replica knows (", top, ")"));
 }
 
+bool IsCleanedUp(const absl::Status& s) {
+  return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "was cleaned up");
+}
+
+absl::Status CleanedUp(const GroupRef& group, uint64_t position, uint64_t cleaned) {
+  return absl::FailedPreconditionError(
+      StrCat("entity group ", EscapeBytes(group.root()), ": position ", position,
+             " was cleaned up from this replica's log (applied everywhere; the log here starts "
+             "at position ",
+             cleaned + 1, ")"));
+}
+
 absl::Status LogReplica::CheckTimestamp(const GroupRef& group, uint64_t position,
                                         int64_t timestamp) const {
   if (env_ == nullptr) return absl::OkStatus();
@@ -293,16 +305,19 @@ void LogReplica::PaxosAttempt(std::shared_ptr<PaxosRequest> req, uint64_t known_
             if (c.qualifier == AcceptorColumn(pos)) stored = c.value;
           }
         }
-        if (stored || pos == 1 || pos <= known_elsewhere + 1) {
+        if (stored) {
           return PaxosStep(req, attempt, std::move(stored), std::move(sealing), std::move(done));
         }
-        // Nothing stored for this position: it must be at most one past
-        // the highest position known here.
-        State(req->group(), [this, req, attempt, pos, sealing = std::move(sealing),
+        // Nothing stored for this position: it must not be one cleaned up
+        // (whose promises are gone with its cells), and it must be at most
+        // one past the highest position known here.
+        State(req->group(), [this, req, attempt, pos, known_elsewhere, sealing = std::move(sealing),
                              done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
           if (!state.ok()) return done(state.status());
+          if (pos <= state->cleaned()) return done(CleanedUp(req->group(), pos, state->cleaned()));
           const uint64_t top = std::max(state->top(), state->applied().position());
-          if (pos > top + 1) return done(BeyondTop(req->group(), pos, top));
+          if (pos > top + 1 && pos != 1 && pos > known_elsewhere + 1)
+            return done(BeyondTop(req->group(), pos, top));
           PaxosStep(req, attempt, std::nullopt, std::move(sealing), std::move(done));
         });
       });

@@ -127,6 +127,34 @@ class LogReplica {
 
   static constexpr uint64_t kMaxReadLog = 256;
 
+  // ---- log clean-up (docs/replication.md, "Cleaning up the log") ----------
+
+  // Removes the log cells of positions up to `through` (never above this
+  // replica's applied position), at most kMaxClean positions per call
+  // (`more` then says to call again). The cleaned mark is written with the
+  // removal, atomically, so a Paxos request for a removed position is
+  // refused (IsCleanedUp) rather than finding an empty acceptor. Reports
+  // what is left of the log when it is done.
+  void Clean(GroupRef group, uint64_t through, Callback<CleanReply> done);
+  static constexpr uint64_t kMaxClean = 1000;
+  // The commit timestamp of the entry chosen at `position`, if this replica
+  // knows it (NotFound if not; 0 for a no-op).
+  void EntryTimestamp(GroupRef group, uint64_t position, Callback<int64_t> done);
+  // Records that a backup covers the group's log through `position`
+  // (never moves back).
+  void MarkBackup(GroupRef group, uint64_t position, Callback<StateReply> done);
+
+  // ---- catch-up from a snapshot ---------------------------------------------
+
+  // See SnapshotRowsRequest. At most kMaxSnapshotRows rows per call.
+  void SnapshotRows(SnapshotRowsRequest request, Callback<SnapshotRowsReply> done);
+  static constexpr int kMaxSnapshotRows = 256;
+  // See InstallRowsRequest (full and read-only replicas).
+  void InstallRows(InstallRowsRequest request, Callback<InstallRowsReply> done);
+  // See FinishSnapshotRequest. Also removes what this replica's log held
+  // at or below the position.
+  void FinishSnapshot(FinishSnapshotRequest request, Callback<StateReply> done);
+
  private:
   using Sealing = std::shared_ptr<const GroupSealing>;
   // The group's sealing (unencrypted without an `encryption`).
@@ -144,6 +172,16 @@ class LogReplica {
   void ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sealing sealing,
                    Callback<ApplyReply> done);
   void ScanSealed(ScanRequest request, Sealing sealing, Callback<ScanReply> done);
+  void SnapshotSealed(SnapshotRowsRequest request, Sealing sealing,
+                      Callback<SnapshotRowsReply> done);
+  void InstallSealed(InstallRowsRequest request, Sealing sealing, Callback<InstallRowsReply> done);
+  // Removes the log cells of positions [from, to] (the caller bounds the
+  // range); `done` with the count of positions and bytes removed.
+  void RemoveLogCells(GroupRef group, uint64_t from, uint64_t to,
+                      std::vector<storage::Mutation> with,
+                      absl::AnyInvocable<void(absl::StatusOr<std::pair<uint64_t, uint64_t>>)> done);
+  // Bytes of the log cells above `cleaned` (CleanReply.kept_bytes).
+  void MeasureLog(GroupRef group, uint64_t cleaned, Callback<uint64_t> done);
   // InvalidArgument if `timestamp` is beyond this replica's clock plus the
   // allowed skew.
   absl::Status CheckTimestamp(const GroupRef& group, uint64_t position, int64_t timestamp) const;
@@ -161,6 +199,9 @@ class LogReplica {
 
 // True for the OutOfRange refusal of a position beyond a replica's top.
 bool IsBeyondTop(const absl::Status& s);
+// True for the FailedPrecondition refusal of a position whose log was
+// cleaned up at the replica.
+bool IsCleanedUp(const absl::Status& s);
 
 // Validates a request's group reference (InvalidArgument naming the problem).
 absl::Status CheckGroup(const GroupRef& group);

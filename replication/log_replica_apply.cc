@@ -67,7 +67,20 @@ void LogReplica::ReadLog(ReadLogRequest request, Callback<ReadLogReply> done) {
             [this, request = std::move(request),
              done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
               if (!sealing.ok()) return done(sealing.status());
-              ReadLogSealed(std::move(request), std::move(*sealing), std::move(done));
+              const GroupRef group = request.group();
+              ReadLogSealed(
+                  std::move(request), std::move(*sealing),
+                  [this, group, done = std::move(done)](absl::StatusOr<ReadLogReply> log) mutable {
+                    if (!log.ok()) return done(log.status());
+                    // Where this log starts, for a catch-up that finds the
+                    // positions it wants gone.
+                    State(group, [log = std::move(*log), done = std::move(done)](
+                                     absl::StatusOr<StateReply> state) mutable {
+                      if (!state.ok()) return done(state.status());
+                      log.set_cleaned(state->cleaned());
+                      done(std::move(log));
+                    });
+                  });
             });
 }
 

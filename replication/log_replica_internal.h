@@ -3,9 +3,11 @@
 // encrypted groups' log cells.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "base/coding.h"
 #include "base/logging.h"
@@ -26,6 +28,8 @@ static_assert(std::string_view(kLogFamily) == schema::kLogFamily,
 
 inline constexpr char kAppliedColumn[] = "S:applied";
 inline constexpr char kTopColumn[] = "S:top";
+inline constexpr char kCleanedColumn[] = "S:cleaned";
+inline constexpr char kBackupColumn[] = "S:backup";
 inline constexpr char kSummaryPrefix[] = "S:";
 // A changed acceptor cell is retried this often before the step gives up
 // (each retry means another writer stepped the same position meanwhile).
@@ -102,11 +106,14 @@ inline ReadOptions LogRead(RowFilter::QualifierMatch match, std::string qualifie
   return o;
 }
 
-inline Mutation TopCell(uint64_t position) {
+// A summary cell holding a position, written at the position as its
+// timestamp so that it never goes backwards.
+inline Mutation PositionCell(const char* column, uint64_t position) {
   std::string v;
   AppendOrderedUint64(&v, position);
-  return Mutation::SetCell(kLogFamily, kTopColumn, v, static_cast<int64_t>(position));
+  return Mutation::SetCell(kLogFamily, column, v, static_cast<int64_t>(position));
 }
+inline Mutation TopCell(uint64_t position) { return PositionCell(kTopColumn, position); }
 
 inline absl::Status Corrupt(const GroupRef& group, std::string_view what) {
   return absl::DataLossError(
@@ -122,11 +129,15 @@ inline absl::Status ParseSummary(const GroupRef& group, const std::optional<Row>
     if (c.qualifier == kAppliedColumn) {
       if (!out->mutable_applied()->ParseFromString(c.value))
         return Corrupt(group, "unreadable applied record");
-    } else if (c.qualifier == kTopColumn) {
+    } else if (c.qualifier == kTopColumn || c.qualifier == kCleanedColumn ||
+               c.qualifier == kBackupColumn) {
       std::string_view v = c.value;
-      uint64_t top = 0;
-      if (!ConsumeOrderedUint64(&v, &top)) return Corrupt(group, "unreadable top position");
-      out->set_top(top);
+      uint64_t position = 0;
+      if (!ConsumeOrderedUint64(&v, &position) || !v.empty())
+        return Corrupt(group, StrCat("unreadable position in summary cell ", c.qualifier));
+      if (c.qualifier == kTopColumn) out->set_top(position);
+      if (c.qualifier == kCleanedColumn) out->set_cleaned(position);
+      if (c.qualifier == kBackupColumn) out->set_backed_up(position);
     }
   }
   return absl::OkStatus();
@@ -229,6 +240,30 @@ inline absl::Status CheckSealedEntry(const GroupRef& group, const LogEntry& entr
   return absl::OkStatus();
 }
 
+// An encrypted group's stored row, opened in place: its plaintext key and
+// cells (ordered as a plaintext row's are).
+inline absl::Status OpenRow(const GroupCipher& cipher, storage::Row* row) {
+  std::string key;
+  for (storage::Cell& c : row->cells) {
+    MS_ASSIGN_OR_RETURN(GroupCipher::Opened opened,
+                        cipher.OpenCell(row->key, c.family, c.qualifier, c.timestamp, c.value));
+    if (key.empty()) key = std::move(opened.row);
+    c.qualifier = std::move(opened.qualifier);
+    c.value = std::move(opened.value);
+  }
+  if (!key.empty()) row->key = std::move(key);
+  std::stable_sort(row->cells.begin(), row->cells.end(),
+                   [](const storage::Cell& a, const storage::Cell& b) {
+                     return std::tie(a.family, a.qualifier) < std::tie(b.family, b.qualifier);
+                   });
+  return absl::OkStatus();
+}
+
+inline bool InGroup(const GroupRef& group, std::string_view row) {
+  return row.size() >= group.root().size() &&
+         row.compare(0, group.root().size(), group.root()) == 0;
+}
+
 }  // namespace megastore::replication::log_internal
 
 namespace megastore::replication {
@@ -236,6 +271,9 @@ namespace megastore::replication {
 // OutOfRange: `position` is more than one past `top`, the highest position
 // this replica knows of the group (IsBeyondTop recognizes it).
 absl::Status BeyondTop(const GroupRef& group, uint64_t position, uint64_t top);
+// FailedPrecondition: `position` is at or below `cleaned`, gone from this
+// replica's log (IsCleanedUp recognizes it).
+absl::Status CleanedUp(const GroupRef& group, uint64_t position, uint64_t cleaned);
 
 // InvalidArgument if `entry` writes the log's own family, or a table that
 // is not its group's schema's (`method` and `position` name the request).

@@ -26,33 +26,8 @@ using log_internal::ReadCipher;
 using storage::ReadOptions;
 using storage::Row;
 
-namespace {
-
-// An encrypted group's stored row, opened in place: its plaintext key and
-// cells (ordered as a plaintext row's are).
-absl::Status OpenRow(const GroupCipher& cipher, Row* row) {
-  std::string key;
-  for (storage::Cell& c : row->cells) {
-    MS_ASSIGN_OR_RETURN(GroupCipher::Opened opened,
-                        cipher.OpenCell(row->key, c.family, c.qualifier, c.timestamp, c.value));
-    if (key.empty()) key = std::move(opened.row);
-    c.qualifier = std::move(opened.qualifier);
-    c.value = std::move(opened.value);
-  }
-  if (!key.empty()) row->key = std::move(key);
-  std::stable_sort(row->cells.begin(), row->cells.end(),
-                   [](const storage::Cell& a, const storage::Cell& b) {
-                     return std::tie(a.family, a.qualifier) < std::tie(b.family, b.qualifier);
-                   });
-  return absl::OkStatus();
-}
-
-bool InGroup(const GroupRef& group, std::string_view row) {
-  return row.size() >= group.root().size() &&
-         row.compare(0, group.root().size(), group.root()) == 0;
-}
-
-}  // namespace
+using log_internal::InGroup;
+using log_internal::OpenRow;
 
 void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);

@@ -24,14 +24,16 @@ auto Answer(Responder respond) {
   };
 }
 
-std::string Key(const GroupRef& g) {
+std::string Key(const GroupRef& g) { return GroupKey(g); }
+
+}  // namespace
+
+std::string GroupKey(const GroupRef& g) {
   std::string k = g.table();
   k.push_back('\0');
   k += g.root();
   return k;
 }
-
-}  // namespace
 
 ReplicationServer::ReplicationServer(Env* env, Transport* transport,
                                      storage::BigtableClient* bigtable,
@@ -86,6 +88,18 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   s.sweep_catchups = counters_.sweep_catchups.load();
   s.gap_votes = counters_.gap_votes.load();
   s.vouches_shed = counters_.vouches_shed.load();
+  s.cleanup_sweeps = counters_.cleanup_sweeps.load();
+  s.groups_cleaned = counters_.groups_cleaned.load();
+  s.positions_removed = counters_.positions_removed.load();
+  s.bytes_reclaimed = counters_.bytes_reclaimed.load();
+  s.cleanup_blocked = counters_.cleanup_blocked.load();
+  s.largest_log_bytes = counters_.largest_log_bytes.load();
+  s.largest_log_positions = counters_.largest_log_positions.load();
+  s.kept_log_bytes = counters_.kept_log_bytes.load();
+  {
+    absl::MutexLock lock(&mu_);
+    s.cleanup_pending = cleanup_due_.size();
+  }
   return s;
 }
 
@@ -130,6 +144,7 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     PaxosRequest req;
     if (!Parse(method, request, &req, respond)) return;
     Note(req.group());
+    if (req.accept()) NoteForCleanup(req.group());
     PaxosCount count{Key(req.group()), req.accept(),       req.ballot().round() == 0,
                      req.position(),   req.value().size(), env_->MonotonicMicros()};
     auto answer = [this, count = std::move(count),
@@ -163,6 +178,7 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     ApplyRequest req;
     if (!Parse(method, request, &req, respond)) return;
     counters_.applies++;
+    NoteForCleanup(req.group());
     const ApplyRequest copy = req;
     replica_.Apply(std::move(req), [this, copy, answer = Answer<ApplyReply>(std::move(respond))](
                                        absl::StatusOr<ApplyReply> r) mutable {
@@ -178,6 +194,35 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
                  replica_.Apply(copy, copy.position() - 1, std::move(answer));
                });
     });
+  } else if (method == "repl.SnapshotRows") {
+    SnapshotRowsRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.SnapshotRows(std::move(req), Timed<SnapshotRowsReply>(std::move(respond)));
+  } else if (method == "repl.InstallRows") {
+    InstallRowsRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.InstallRows(std::move(req), Answer<InstallRowsReply>(std::move(respond)));
+  } else if (method == "repl.FinishSnapshot") {
+    FinishSnapshotRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    // Only to a position another replica applied: a forged one would make
+    // this replica skip entries it never saw.
+    const uint64_t pos = req.applied().position();
+    const GroupRef group = req.group();  // `req` moves into the callback
+    AskVouch(group, pos,
+             [this, req = std::move(req), pos,
+              answer = Answer<StateReply>(std::move(respond))](bool reached) mutable {
+               if (!reached)
+                 return answer(absl::FailedPreconditionError(
+                     StrCat("repl.FinishSnapshot: no other replica says the group reached "
+                            "position ",
+                            pos)));
+               replica_.FinishSnapshot(std::move(req), std::move(answer));
+             });
+  } else if (method == "repl.MarkBackup") {
+    MarkBackupRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.MarkBackup(req.group(), req.position(), Answer<StateReply>(std::move(respond)));
   } else if (method == "repl.Truncate") {
     TruncateRequest req;
     if (!Parse(method, request, &req, respond)) return;
@@ -212,6 +257,8 @@ void ReplicationServer::Start() {
   if (running_) return;
   running_ = true;
   timer_ = env_->Schedule(options_.sweep_interval, [this] { Tick(); });
+  if (options_.cleanup.enabled)
+    cleanup_timer_ = env_->Schedule(options_.cleanup.interval, [this] { CleanupTick(); });
 }
 
 void ReplicationServer::Stop() {
@@ -219,6 +266,8 @@ void ReplicationServer::Stop() {
   running_ = false;
   if (timer_ != 0) env_->Cancel(timer_);
   timer_ = 0;
+  if (cleanup_timer_ != 0) env_->Cancel(cleanup_timer_);
+  cleanup_timer_ = 0;
 }
 
 void ReplicationServer::Tick() {

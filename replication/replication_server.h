@@ -11,6 +11,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
@@ -23,6 +24,22 @@
 
 namespace megastore::replication {
 
+// Log clean-up (docs/replication.md, "Cleaning up the log"): which
+// positions a replica removes from its groups' logs, and how often it looks.
+struct LogCleanupOptions {
+  bool enabled = true;
+  // Remove only positions a backup of the group covers (msadmin backup):
+  // the log is what a restore to a point in time replays.
+  bool require_backup = true;
+  // Always keep at least the last `keep_positions` positions, and every
+  // position younger than `keep_age` unless more than `max_positions`
+  // would be kept (then the age yields).
+  uint64_t keep_positions = 1000;
+  absl::Duration keep_age = absl::Minutes(10);
+  uint64_t max_positions = 20000;
+  absl::Duration interval = absl::Seconds(30);
+};
+
 struct ReplicationServerOptions {
   // The group's replicas, with `local` naming this server's datacenter.
   GroupClientOptions cluster;
@@ -32,7 +49,11 @@ struct ReplicationServerOptions {
   // Encryption at rest (replication/at_rest.h); must outlive the server.
   // nullptr: nothing is encrypted.
   GroupEncryption* encryption = nullptr;
+  LogCleanupOptions cleanup;
 };
+
+// A group's key in the server's maps: table, NUL, root row.
+std::string GroupKey(const GroupRef& group);
 
 class ReplicationServer {
  public:
@@ -44,15 +65,19 @@ class ReplicationServer {
   // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read, repl.Scan,
   // repl.ScanIndex.
   void Serve(std::string_view method, std::string request, Responder respond);
-  static constexpr std::string_view kMethods[] = {"repl.Paxos",     "repl.State",   "repl.ReadLog",
-                                                  "repl.Apply",     "repl.Read",    "repl.Scan",
-                                                  "repl.ScanIndex", "repl.Truncate"};
+  static constexpr std::string_view kMethods[] = {
+      "repl.Paxos",        "repl.State",       "repl.ReadLog",        "repl.Apply",
+      "repl.Read",         "repl.Scan",        "repl.ScanIndex",      "repl.Truncate",
+      "repl.SnapshotRows", "repl.InstallRows", "repl.FinishSnapshot", "repl.MarkBackup"};
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();
   void Stop();
   // One sweep now; `done` runs when every catch-up it started has finished.
   void Sweep(absl::AnyInvocable<void()> done = nullptr);
+  // One log clean-up sweep now over the groups written since the last one
+  // (and those whose clean-up is still due); `done` when it has finished.
+  void CleanupSweep(absl::AnyInvocable<void()> done = nullptr);
 
   // What it has served since it started (status pages, /metrics).
   struct Stats {
@@ -69,6 +94,16 @@ class ReplicationServer {
         0;  // votes on a position past this replica's top, another replica vouching
     uint64_t vouches_shed =
         0;  // such requests refused without asking, kMaxVouchesInFlight being out
+    // Log clean-up.
+    uint64_t cleanup_sweeps = 0;
+    uint64_t groups_cleaned = 0;         // groups whose log lost positions
+    uint64_t positions_removed = 0;      // log positions removed
+    uint64_t bytes_reclaimed = 0;        // ... and the bytes of their cells
+    uint64_t cleanup_blocked = 0;        // group clean-ups held back (a replica silent, no backup)
+    uint64_t cleanup_pending = 0;        // groups waiting for their clean-up (gauge)
+    uint64_t largest_log_bytes = 0;      // the largest group log seen by the last sweep (gauge)
+    uint64_t largest_log_positions = 0;  // ... and the most positions one kept (gauge)
+    uint64_t kept_log_bytes = 0;         // log bytes of the groups the last sweep looked at (gauge)
   };
   Stats stats() const;
   const LatencyHistogram& paxos_latency() const { return paxos_latency_; }
@@ -99,6 +134,26 @@ class ReplicationServer {
   static constexpr int kMaxVouchesInFlight = 256;
   void AskVouch(const GroupRef& group, uint64_t position, absl::AnyInvocable<void(bool)> done);
   void Tick();
+  void CleanupTick();
+  // Notes `group` for the next clean-up sweep.
+  void NoteForCleanup(const GroupRef& group);
+  static constexpr size_t kMaxCleanupGroups = 100000;
+  // Cleans one group's log as far as the rules allow; `done(still_due)`.
+  void CleanGroup(const GroupRef& group, absl::AnyInvocable<void(bool)> done);
+  // The highest position `group` may be cleaned through here, given every
+  // replica's state (nullopt: held back).
+  std::optional<uint64_t> CleanLimit(const std::vector<std::optional<StateReply>>& states) const;
+  // Cleans `group` through `through` (as far as kMaxCleanCallsPerSweep steps
+  // go); `done(still_due || more left)`.
+  void Clean(const GroupRef& group, uint64_t through, bool still_due,
+             absl::AnyInvocable<void(bool)> done);
+  static constexpr int kMaxCleanCallsPerSweep = 20;
+  // One group's log as a clean-up left it (for the sweep's gauges).
+  void ReportLog(uint64_t positions, uint64_t bytes);
+  // The clean-up bound lowered to keep every entry younger than keep_age
+  // (binary search of entry timestamps in (cleaned, limit]).
+  void AgeLimit(const GroupRef& group, uint64_t cleaned, uint64_t limit, uint64_t floor,
+                absl::AnyInvocable<void(uint64_t)> done);
 
   template <typename Reply>
   absl::AnyInvocable<void(absl::StatusOr<Reply>)> Timed(Responder respond);
@@ -118,15 +173,25 @@ class ReplicationServer {
   LogReplica replica_;
   GroupClient client_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool sweeping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+  Env::TimerId cleanup_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cleaning_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, GroupRef> cleanup_due_ ABSL_GUARDED_BY(mu_);
+  struct SweepLog {
+    uint64_t largest_bytes = 0, largest_positions = 0, kept_bytes = 0;
+  };
+  SweepLog sweep_log_ ABSL_GUARDED_BY(mu_);  // the clean-up sweep under way
 
   struct Counters {
     std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0},
         applies{0}, sweeps{0}, sweep_catchups{0}, gap_votes{0}, vouches_shed{0};
+    std::atomic<uint64_t> cleanup_sweeps{0}, groups_cleaned{0}, positions_removed{0},
+        bytes_reclaimed{0}, cleanup_blocked{0}, largest_log_bytes{0}, largest_log_positions{0},
+        kept_log_bytes{0};
   };
   std::atomic<int> vouches_in_flight_{0};
   Counters counters_;

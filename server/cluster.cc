@@ -125,6 +125,18 @@ absl::Duration MaxClockSkewOf(const ClusterConfig& config) {
                                          : absl::Milliseconds(config.max_clock_skew_ms());
 }
 
+replication::LogCleanupOptions LogCleanupOf(const ClusterConfig& config) {
+  const LogCleanupConfig& c = config.log_cleanup();
+  replication::LogCleanupOptions o;
+  o.enabled = !c.disabled();
+  o.require_backup = !c.without_backup();
+  if (c.keep_positions() != 0) o.keep_positions = c.keep_positions();
+  if (c.has_keep_age_seconds()) o.keep_age = absl::Seconds(c.keep_age_seconds());
+  if (c.max_positions() != 0) o.max_positions = c.max_positions();
+  if (c.interval_seconds() != 0) o.interval = absl::Seconds(c.interval_seconds());
+  return o;
+}
+
 absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::string_view file,
                                                  bool local_mode) {
   ClusterConfig config;
@@ -136,6 +148,21 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
   if (config.max_clock_skew_ms() > 3600'000)
     return absl::InvalidArgumentError(
         StrCat(file, ": max_clock_skew_ms ", config.max_clock_skew_ms(), " is more than an hour"));
+  {
+    const replication::LogCleanupOptions cleanup = LogCleanupOf(config);
+    if (cleanup.keep_positions > cleanup.max_positions)
+      return absl::InvalidArgumentError(StrCat(
+          file, ": log_cleanup keeps ", cleanup.keep_positions,
+          " positions (keep_positions), more than its max_positions ", cleanup.max_positions));
+    if (cleanup.max_positions > 100'000'000)
+      return absl::InvalidArgumentError(
+          StrCat(file, ": log_cleanup max_positions ", cleanup.max_positions,
+                 " is more than 100000000 (a root row that large is what clean-up prevents)"));
+    if (config.log_cleanup().interval_seconds() > 86400)
+      return absl::InvalidArgumentError(StrCat(file, ": log_cleanup interval_seconds ",
+                                               config.log_cleanup().interval_seconds(),
+                                               " is more than a day"));
+  }
   if (config.datacenters().empty())
     return absl::InvalidArgumentError(StrCat(file, ": no datacenters"));
   std::set<std::string> names;

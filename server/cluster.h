@@ -11,6 +11,7 @@
 #include "base/delayed_transport.h"
 #include "base/tls/context.h"
 #include "replication/group_client.h"
+#include "replication/replication_server.h"
 #include "replication/schema_table.h"
 #include "server/cluster.pb.h"
 
@@ -59,6 +60,9 @@ std::vector<replication::ReplicaInfo> ReplicasOf(const ClusterConfig& config);
 // The clock skew a replica tolerates in a log entry's timestamp
 // (max_clock_skew_ms, or the default).
 absl::Duration MaxClockSkewOf(const ClusterConfig& config);
+// The log clean-up rules of the cluster's replication servers
+// (log_cleanup, with its defaults).
+replication::LogCleanupOptions LogCleanupOf(const ClusterConfig& config);
 // One-way delays by (from, to) datacenter name.
 std::map<std::pair<std::string, std::string>, absl::Duration> DelaysOf(const ClusterConfig& config);
 // The emulated WAN as seen from datacenter `here`: the delay of a message

@@ -328,6 +328,7 @@ void Datacenter::StartReplication(const std::vector<replication::ReplicaInfo>& r
   ro.cluster.local = self;
   ro.cluster.max_clock_skew = options_.max_clock_skew;
   ro.encryption = encryption_.get();
+  ro.cleanup = options_.log_cleanup;
   replication_ =
       std::make_unique<replication::ReplicationServer>(env_, outbound(), bigtable_.get(), ro);
   replication_->Start();
@@ -419,6 +420,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     o.coordinator_lease = absl::Seconds(3);
     o.coordinator_renew = absl::Milliseconds(300);
     o.max_clock_skew = MaxClockSkewOf(config);
+    o.log_cleanup = LogCleanupOf(config);
     if (!delays.empty()) {
       o.one_way = [book, delays, here = c.name()](std::string_view to) {
         absl::MutexLock lock(&book->mu);

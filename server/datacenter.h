@@ -66,6 +66,8 @@ struct DatacenterOptions {
   int rpc_workers = 8;
   // How far ahead of this clock a log entry's timestamp may be.
   absl::Duration max_clock_skew = replication::kDefaultMaxClockSkew;
+  // The replication server's log clean-up.
+  replication::LogCleanupOptions log_cleanup;
   // Without the lock role: where the datacenter's lock role listens; the
   // access policy is read from there every `policy_poll`.
   std::string lock_address;

@@ -1,9 +1,12 @@
+// Long file: the simulated clients, faults, convergence checker and measurements share
+// this file's helpers (Group, Row, WriteEntry); the measurements are the next to move out.
 #include "sim/cluster.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "base/buggify.h"
+#include "sim/backup_marks.h"
 #include "sim/bank.h"
 #include "sim/deployment.h"
 #include "sim/log_invariants.h"
@@ -278,6 +281,9 @@ class Faults {
     ScheduleNext();
   }
 
+  // Called when a fault wipes a read-only replica's data.
+  void set_on_wipe(std::function<void(int)> fn) { on_wipe_ = std::move(fn); }
+
   // Ends every fault: links heal, everything crashed restarts.
   void Heal() {
     healed_ = true;
@@ -329,6 +335,17 @@ class Faults {
   void Inject() {
     ++*count_;
     const int n = static_cast<int>(c_->size());
+    if (on_wipe_) {
+      // Topologies with a read-only replica: now and then it loses its data
+      // (only a replica that does not vote may: a voter would forget its
+      // promises) and comes back by catch-up, from a snapshot once the
+      // others cleaned up their logs.
+      for (int i = 0; i < n; ++i) {
+        if (c_->type(i) != ReplicaType::kReadOnly || !env().Chance(0.08)) continue;
+        on_wipe_(i);
+        return;
+      }
+    }
     const int dc = static_cast<int>(env().Uniform(n));
     switch (env().Uniform(13)) {
       case 9: {  // one kind of message is lost, often or always, to one datacenter or all
@@ -455,12 +472,14 @@ class Faults {
   int* const count_;
   int64_t until_ = 0;
   bool healed_ = false;
+  std::function<void(int)> on_wipe_;
 };
 
 // ---- convergence and the checkers ---------------------------------------------------------
 
 // Catches every replica up to the highest position any knows, then compares.
-absl::Status Converge(Cluster& c, std::map<std::string, GroupLog>* logs, SimStats* stats) {
+absl::Status Converge(Cluster& c, const LogInvariants& learned,
+                      std::map<std::string, GroupLog>* logs, SimStats* stats) {
   const SimOptions& o = c.options();
   const int n = static_cast<int>(c.size());
   c.net().AddNode("checker", 0);
@@ -501,8 +520,13 @@ absl::Status Converge(Cluster& c, std::map<std::string, GroupLog>* logs, SimStat
             StrCat("group g", g, ": catch-up of ", DcName(dc),
                    " failed after the faults stopped: ", done->status().message()));
     }
-    // Every replica holds the same chosen value at every position.
-    std::map<uint64_t, std::string> agreed;
+    // Every replica holds the same chosen value at every position, the one
+    // it was learned as (clean-up removed the oldest from the replicas).
+    std::map<uint64_t, std::string> agreed = learned.LearnedLog(kTable, root);
+    for (uint64_t pos = 1; pos <= top; ++pos)
+      if (!agreed.count(pos))
+        return absl::InternalError(
+            StrCat("group g", g, ": position ", pos, " was never learned by any replica"));
     for (int dc = 0; dc < n; ++dc) {
       uint64_t applied = 0;
       MS_ASSIGN_OR_RETURN(auto log, c.LearnedLog(dc, root, &applied));
@@ -571,6 +595,7 @@ SimResult RunSimulation(const SimOptions& options) {
   }
   Clients clients(&cluster, &result.history);
   Faults faults(&cluster, &clients, &result.stats.faults);
+  BackupMarks backups(&cluster);
   SimEnv& env = cluster.env();
   // The coordinator invariant, at every "valid": the replica has accepted,
   // learned or applied every position acknowledged so far (the reader
@@ -603,6 +628,15 @@ SimResult RunSimulation(const SimOptions& options) {
           log_invariants.Observe(dc, table, row, applied, env.now());
         });
   }
+  if (options.log_cleanup) {
+    backups.Start();
+    if (options.wipe_read_only)
+      faults.set_on_wipe([&](int dc) {
+        if (absl::Status s = cluster.WipeTable(dc); !s.ok() && invariant.ok()) invariant = s;
+        log_invariants.Forget(dc, kTable);
+        ++result.stats.wipes;
+      });
+  }
   const int64_t fault_end = env.now() + absl::ToInt64Microseconds(options.fault_period);
   // A broken invariant ends the run at once: what follows it is noise.
   auto broken = [&] { return !invariant.ok() || !log_invariants.status().ok(); };
@@ -627,7 +661,10 @@ SimResult RunSimulation(const SimOptions& options) {
   if (result.status.ok()) result.status = invariant;
   cluster.set_on_valid(nullptr);
   std::map<std::string, GroupLog> logs;
-  if (result.status.ok()) result.status = Converge(cluster, &logs, &result.stats);
+  backups.Stop();
+  if (result.status.ok()) result.status = Converge(cluster, log_invariants, &logs, &result.stats);
+  result.stats.positions_cleaned = cluster.PositionsCleaned();
+  result.stats.snapshot_catchups = log_invariants.snapshots();
   if (result.status.ok()) result.status = log_invariants.status();  // catch-up wrote too
   result.stats.log_checks = log_invariants.checks();
   if (result.status.ok()) result.status = CheckHistory(result.history, logs);

@@ -60,6 +60,17 @@ struct SimOptions {
   // After the faults stop, how long clients may still take to finish.
   absl::Duration drain_limit = absl::Seconds(120);
 
+  // Log clean-up at every replica (docs/replication.md, "Cleaning up the
+  // log"), with a short tail so that it runs often; backups are marked
+  // every few seconds at one replica after another. A witness that falls
+  // behind the others' clean-up catches up from a snapshot.
+  bool log_cleanup = true;
+  // With a read-only replica, a fault wipes its copy of the data now and
+  // then: it comes back by a catch-up from a snapshot of another replica's
+  // data. Off by default: a snapshot read below the installed snapshot
+  // there still finds too little (under investigation).
+  bool wipe_read_only = false;
+
   bool trace = false;
 };
 
@@ -72,6 +83,9 @@ struct SimStats {
   uint64_t valid_checks = 0;  // coordinator "valid" answers the invariant checked
   uint64_t log_checks = 0;    // log cells the step invariants checked as they were written
   uint64_t late_writes = 0, repeated_writes = 0;  // Bigtable writes made late or twice
+  uint64_t positions_cleaned = 0;  // log positions clean-up removed, summed over replicas
+  uint64_t snapshot_catchups = 0;  // catch-ups that copied another replica's data
+  int wipes = 0;                   // read-only replicas' data wiped
 };
 
 struct SimResult {

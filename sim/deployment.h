@@ -215,6 +215,12 @@ class Cluster {
     ro.cluster = ClientOptions(i);
     ro.sweep_interval = absl::Seconds(1);
     ro.sweep_age = absl::Seconds(1);
+    ro.cleanup.enabled = options_.log_cleanup;
+    ro.cleanup.require_backup = true;
+    ro.cleanup.keep_positions = 2;
+    ro.cleanup.keep_age = absl::Seconds(1);
+    ro.cleanup.max_positions = 6;
+    ro.cleanup.interval = absl::Milliseconds(700);
     dc.repl = std::make_unique<replication::ReplicationServer>(
         &env_, net_.TransportFor(ReplAddr(i)), dc.bigtable.get(), ro);
     replication::ReplicationServer* server = dc.repl.get();
@@ -302,6 +308,30 @@ class Cluster {
     net_.Crash(CoordAddr(i));
     dc.coord->Stop();
     graveyard_coord_.push_back(std::move(dc.coord));
+  }
+
+  // Datacenter i loses its copy of the key-value table: the table is
+  // dropped and made again empty, as a replaced disk would leave it (no
+  // tombstones). Its log goes with it, so only a replica that does not
+  // vote may lose it (a voter would forget its promises).
+  absl::Status WipeTable(int i) {
+    if (replication::Votes(dcs_[i]->type))
+      return absl::InvalidArgumentError("a voting replica's log must not be wiped");
+    const std::string name = StrCat(DcName(i), ".", kTable);
+    MS_ASSIGN_OR_RETURN(storage::TableSchema schema, tablets_->GetTable(name));
+    MS_RETURN_IF_ERROR(tablets_->DeleteTable(name));
+    MS_RETURN_IF_ERROR(tablets_->CreateTable(schema));
+    env_.Trace(StrCat("datacenter ", DcName(i), " lost its copy of ", kTable));
+    return absl::OkStatus();
+  }
+
+  // Every replica's replication servers that ran, the crashed ones too.
+  uint64_t PositionsCleaned() const {
+    uint64_t n = 0;
+    for (const auto& dc : dcs_)
+      if (dc->repl) n += dc->repl->stats().positions_removed;
+    for (const auto& r : graveyard_repl_) n += r->stats().positions_removed;
+    return n;
   }
 
   bool repl_up(int i) const { return dcs_[i]->repl != nullptr; }

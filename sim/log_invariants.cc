@@ -35,6 +35,25 @@ void LogInvariants::Fail(std::string message) {
 
 void LogInvariants::Observe(int dc, const std::string& table, const std::string& row,
                             const std::vector<storage::Mutation>& applied, int64_t now_us) {
+  // The cleaned mark lands with the removal it allows (one row mutation),
+  // and with the applied record when a catch-up installed a snapshot.
+  bool cleaned = false, applied_record = false;
+  for (const storage::Mutation& m : applied) {
+    if (m.type == storage::Mutation::Type::kSetCell && m.family == replication::kLogFamily) {
+      cleaned |= m.qualifier == "S:cleaned";
+      applied_record |= m.qualifier == "S:applied";
+    }
+  }
+  if (cleaned && applied_record) ++snapshots_;
+  for (const storage::Mutation& m : applied) {
+    if (m.type != storage::Mutation::Type::kSetCell || m.family != replication::kLogFamily ||
+        m.qualifier != "S:cleaned" || m.value.size() != 8)
+      continue;
+    uint64_t through = 0;
+    for (char ch : m.value) through = (through << 8) | static_cast<uint8_t>(ch);
+    uint64_t& c = cleaned_[{dc, table, row}];
+    c = std::max(c, through);
+  }
   for (const storage::Mutation& m : applied) {
     if (m.type != storage::Mutation::Type::kSetCell || m.family != replication::kLogFamily)
       continue;
@@ -45,6 +64,9 @@ void LogInvariants::Observe(int dc, const std::string& table, const std::string&
     Position& p = positions_[{table, row, pos}];
     const std::string where = StrCat("group ", EscapeBytes(row), " of ", table, " position ", pos);
     if (kind == 'a') {
+      if (auto c = cleaned_.find({dc, table, row}); c != cleaned_.end() && pos <= c->second)
+        Fail(StrCat(where, ": replica ", Dc(dc), " took an acceptor step at ", now_us,
+                    "us after its log was cleaned up through position ", c->second));
       replication::AcceptorRecord r;
       if (!r.ParseFromString(m.value)) {
         Fail(StrCat(where, ": replica ", Dc(dc), " wrote an unreadable acceptor record"));
@@ -102,6 +124,28 @@ void LogInvariants::Learned(int dc, const std::string& where, Position& p, const
     if (learned != value)
       return Fail(StrCat(where, ": replicas ", Dc(other), " and ", Dc(dc),
                          " learned different values (the second at ", now_us, "us)"));
+  }
+}
+
+std::map<uint64_t, std::string> LogInvariants::LearnedLog(const std::string& table,
+                                                          const std::string& root) const {
+  std::map<uint64_t, std::string> out;
+  for (auto it = positions_.lower_bound({table, root, 0});
+       it != positions_.end() && std::get<0>(it->first) == table && std::get<1>(it->first) == root;
+       ++it) {
+    if (!it->second.learned.empty())
+      out[std::get<2>(it->first)] = it->second.learned.begin()->second;
+  }
+  return out;
+}
+
+void LogInvariants::Forget(int dc, const std::string& table) {
+  for (auto it = cleaned_.begin(); it != cleaned_.end();) {
+    if (std::get<0>(it->first) == dc && std::get<1>(it->first) == table) {
+      it = cleaned_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 

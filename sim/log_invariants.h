@@ -40,10 +40,19 @@ class LogInvariants {
   void Observe(int dc, const std::string& table, const std::string& row,
                const std::vector<storage::Mutation>& applied, int64_t now_us);
 
+  // The value each position of a group's log was learned as, anywhere:
+  // what the log holds although clean-up removed it from the replicas.
+  std::map<uint64_t, std::string> LearnedLog(const std::string& table,
+                                             const std::string& root) const;
+  // Datacenter `dc` lost its copy of `table` (its log restarts empty).
+  void Forget(int dc, const std::string& table);
+
   // OK, or the first violation seen.
   const absl::Status& status() const { return status_; }
   // Log cells checked so far.
   uint64_t checks() const { return checks_; }
+  // Snapshots installed by catch-ups (their summary writes seen).
+  uint64_t snapshots() const { return snapshots_; }
 
  private:
   struct Position {
@@ -64,8 +73,12 @@ class LogInvariants {
   const size_t majority_;
   // (table, group root row, position) -> what was seen of it.
   std::map<std::tuple<std::string, std::string, uint64_t>, Position> positions_;
+  // (datacenter, table, group root row) -> the position its log was
+  // cleaned up through: it must never take an acceptor step at or below it.
+  std::map<std::tuple<int, std::string, std::string>, uint64_t> cleaned_;
   absl::Status status_;
   uint64_t checks_ = 0;
+  uint64_t snapshots_ = 0;
 };
 
 }  // namespace megastore::sim

@@ -48,6 +48,8 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
               << " messages (" << s.dropped << " dropped); " << s.late_writes << " late and "
               << s.repeated_writes << " repeated Bigtable writes; " << s.valid_checks
               << " coordinator \"valid\" answers and " << s.log_checks << " log writes checked; "
+              << s.positions_cleaned << " log positions cleaned up, " << s.wipes
+              << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
               << s.virtual_micros / 1000 << " ms virtual\n";
   return 0;
 }

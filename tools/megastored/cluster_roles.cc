@@ -209,6 +209,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       o.key_dir = flags.key_dir;
     }
     o.max_clock_skew = MaxClockSkewOf(config);
+    o.log_cleanup = LogCleanupOf(config);
     o.accept_log_loss = flags.accept_log_loss;
     o.type = TypeOf(me);
     if (flags.roles.empty()) {

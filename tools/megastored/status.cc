@@ -96,6 +96,13 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
                      "), refused for a higher ballot (conflicts) ", st.rejected, ", reads ",
                      st.reads, ", applies ", st.applies, ", sweeps ", st.sweeps, " finishing ",
                      st.sweep_catchups, " incomplete writes</p>");
+      html += StrCat("<p>Log clean-up: ", st.cleanup_sweeps, " sweeps, ", st.groups_cleaned,
+                     " group clean-ups removing ", st.positions_removed, " positions (",
+                     st.bytes_reclaimed, " bytes), ", st.cleanup_blocked,
+                     " held back (a replica silent or no backup covering them), ",
+                     st.cleanup_pending, " groups due. Last sweep: largest log ",
+                     st.largest_log_bytes, " bytes, most positions kept ", st.largest_log_positions,
+                     ", all logs it saw ", st.kept_log_bytes, " bytes</p>");
       for (bool by_conflicts : {false, true}) {
         const auto hot = r->HottestGroups(10, by_conflicts);
         if (hot.empty()) continue;
@@ -210,13 +217,42 @@ std::string MetricsText(const StatusSources& s) {
        "in flight.",
        &replication::ReplicationServer::Stats::vouches_shed},
   };
-  for (const Counter& c : kReplication) {
-    out += Family(c.name, "counter", c.help);
+  static const Counter kCleanup[] = {
+      {"megastore_log_cleanup_sweeps_total", "Log clean-up sweeps run.",
+       &replication::ReplicationServer::Stats::cleanup_sweeps},
+      {"megastore_log_cleanup_groups_total", "Group logs that a clean-up shortened.",
+       &replication::ReplicationServer::Stats::groups_cleaned},
+      {"megastore_log_cleanup_positions_total", "Log positions removed by clean-up.",
+       &replication::ReplicationServer::Stats::positions_removed},
+      {"megastore_log_cleanup_reclaimed_bytes_total",
+       "Bytes of root-row log cells removed by clean-up.",
+       &replication::ReplicationServer::Stats::bytes_reclaimed},
+      {"megastore_log_cleanup_blocked_total",
+       "Group clean-ups held back: a replica did not answer, or no backup covers the positions.",
+       &replication::ReplicationServer::Stats::cleanup_blocked},
+  };
+  static const Counter kCleanupGauges[] = {
+      {"megastore_log_cleanup_pending_groups", "Groups waiting for a clean-up sweep.",
+       &replication::ReplicationServer::Stats::cleanup_pending},
+      {"megastore_log_root_row_max_bytes",
+       "The largest group log (root-row log cells) the last clean-up sweep saw.",
+       &replication::ReplicationServer::Stats::largest_log_bytes},
+      {"megastore_log_root_row_max_positions",
+       "The most log positions a group kept, as the last clean-up sweep saw.",
+       &replication::ReplicationServer::Stats::largest_log_positions},
+      {"megastore_log_kept_bytes", "Log bytes of the groups the last clean-up sweep looked at.",
+       &replication::ReplicationServer::Stats::kept_log_bytes},
+  };
+  auto emit = [&](const Counter& c, const char* type) {
+    out += Family(c.name, type, c.help);
     for (Datacenter* dc : s.datacenters)
       if (dc->replication() != nullptr)
         out += StrCat(c.name, "{datacenter=\"", dc->options().name, "\"} ",
                       dc->replication()->stats().*c.field, "\n");
-  }
+  };
+  for (const Counter& c : kReplication) emit(c, "counter");
+  for (const Counter& c : kCleanup) emit(c, "counter");
+  for (const Counter& c : kCleanupGauges) emit(c, "gauge");
   out += Family("megastore_log_groups", "gauge",
                 "Entity groups with Paxos traffic at this replica since it started.");
   for (Datacenter* dc : s.datacenters)

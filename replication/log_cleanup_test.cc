@@ -1,0 +1,350 @@
+// Log clean-up and catch-up from a snapshot at one replica
+// (LogReplica::Clean, SnapshotRows, InstallRows, FinishSnapshot).
+#include <map>
+
+#include "base/await.h"
+#include "base/logging.h"
+#include "base/strings.h"
+#include "base/test_util.h"
+#include "gtest/gtest.h"
+#include "replication/log_replica.h"
+#include "storage/tabletserver/in_process_bigtable.h"
+#include "storage/tabletserver/tablet_server.h"
+
+namespace megastore::replication {
+namespace {
+
+// One datacenter's Bigtable: a tablet server with the group's table.
+struct Store {
+  TestDir dir;
+  std::unique_ptr<storage::TabletServer> server;
+  std::unique_ptr<storage::InProcessBigtable> bigtable;
+
+  Store() {
+    storage::TabletServerOptions o;
+    o.data_dir = dir.path();
+    o.sync_log = false;
+    o.maintenance_interval = absl::ZeroDuration();
+    auto s = storage::TabletServer::Open(o, Env::Default());
+    MS_CHECK(s.ok(), "{}", s.status().ToString());
+    server = std::move(*s);
+    storage::TableSchema schema;
+    schema.set_name("t");
+    *schema.add_families() = LogFamilySchema();
+    *schema.add_families() = DataFamilySchema("e");
+    MS_CHECK(server->CreateTable(schema).ok(), "create table");
+    bigtable = std::make_unique<storage::InProcessBigtable>(server.get());
+  }
+};
+
+GroupRef Group() {
+  GroupRef g;
+  g.set_table("t");
+  g.set_root("root");
+  return g;
+}
+
+// Position `pos`'s entry: sets `row`'s column v (or deletes it if value is
+// empty) at timestamp 100 * pos.
+LogEntry Entry(uint64_t pos, const std::string& row, const std::string& value) {
+  LogEntry e;
+  e.set_id(StrCat("w", pos));
+  e.set_timestamp(100 * static_cast<int64_t>(pos));
+  e.set_next_leader(0);
+  RowChange* rc = e.add_changes();
+  rc->set_row(row);
+  CellChange* cc = rc->add_cells();
+  cc->set_family("e");
+  cc->set_qualifier("v");
+  if (value.empty()) {
+    cc->set_delete_cells(true);
+  } else {
+    cc->set_value(value);
+  }
+  return e;
+}
+
+absl::StatusOr<ApplyReply> Apply(LogReplica& r, uint64_t pos, const LogEntry& e) {
+  ApplyRequest req;
+  *req.mutable_group() = Group();
+  req.set_position(pos);
+  req.set_value(e.SerializeAsString());
+  return Await<ApplyReply>([&](auto cb) { r.Apply(req, std::move(cb)); });
+}
+
+absl::StatusOr<StateReply> State(LogReplica& r) {
+  return Await<StateReply>([&](auto cb) { r.State(Group(), std::move(cb)); });
+}
+
+absl::StatusOr<CleanReply> Clean(LogReplica& r, uint64_t through) {
+  return Await<CleanReply>([&](auto cb) { r.Clean(Group(), through, std::move(cb)); });
+}
+
+absl::StatusOr<PaxosReply> Prepare(LogReplica& r, uint64_t pos) {
+  PaxosRequest req;
+  *req.mutable_group() = Group();
+  req.set_position(pos);
+  req.mutable_ballot()->set_round(9);
+  req.mutable_ballot()->set_proposer(9);
+  return Await<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); });
+}
+
+// Every row of the group with its column v as of `ts`, through SnapshotRows.
+std::map<std::string, std::string> Rows(LogReplica& r, int64_t ts) {
+  std::map<std::string, std::string> out;
+  std::string after;
+  do {
+    SnapshotRowsRequest req;
+    *req.mutable_group() = Group();
+    req.set_timestamp(ts);
+    req.set_after(after);
+    absl::StatusOr<SnapshotRowsReply> page =
+        Await<SnapshotRowsReply>([&](auto cb) { r.SnapshotRows(req, std::move(cb)); });
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) break;
+    for (const SnapshotRow& row : page->rows())
+      for (const SnapshotCell& c : row.cells()) out[row.key()] = c.value();
+    after = page->after();
+  } while (!after.empty());
+  return out;
+}
+
+TEST(LogCleanupTest, CleanRemovesAppliedPositionsOnlyAndRefusesThemAfterwards) {
+  Store store;
+  LogReplica r(store.bigtable.get(), ReplicaType::kFull);
+  for (uint64_t p = 1; p <= 10; ++p)
+    ASSERT_TRUE(Apply(r, p, Entry(p, "root/a", StrCat("v", p))).ok());
+  // Position 11 is accepted here but not chosen yet.
+  PaxosRequest accept;
+  *accept.mutable_group() = Group();
+  accept.set_position(11);
+  accept.set_accept(true);
+  accept.set_value(Entry(11, "root/a", "v11").SerializeAsString());
+  ASSERT_TRUE(Await<PaxosReply>([&](auto cb) { r.Paxos(accept, std::move(cb)); })->ok());
+
+  absl::StatusOr<CleanReply> c = Clean(r, 50);  // beyond applied: stops at 10
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cleaned(), 10u);
+  EXPECT_EQ(c->removed_positions(), 10u);
+  EXPECT_GT(c->removed_bytes(), 0u);
+  EXPECT_EQ(c->kept_positions(), 1u);
+  EXPECT_GT(c->kept_bytes(), 0u) << "position 11's acceptor state stays";
+  EXPECT_FALSE(c->more());
+
+  absl::StatusOr<StateReply> s = State(r);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->cleaned(), 10u);
+  EXPECT_EQ(s->applied().position(), 10u);
+
+  // A Paxos step on a cleaned position would find it empty: refused.
+  absl::StatusOr<PaxosReply> p = Prepare(r, 4);
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(IsCleanedUp(p.status())) << p.status();
+  EXPECT_TRUE(Prepare(r, 11).ok()) << "positions above the cleaned one still vote";
+
+  ReadLogRequest rl;
+  *rl.mutable_group() = Group();
+  rl.set_from(1);
+  rl.set_to(12);
+  absl::StatusOr<ReadLogReply> log =
+      Await<ReadLogReply>([&](auto cb) { r.ReadLog(rl, std::move(cb)); });
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(log->positions_size(), 0) << "position 11 is not learned here";
+  EXPECT_EQ(log->cleaned(), 10u);
+
+  // The data is untouched, and the log goes on.
+  EXPECT_EQ(Rows(r, 1000)["root/a"], "v10");
+  ASSERT_TRUE(Apply(r, 11, Entry(11, "root/a", "v11")).ok());
+  EXPECT_EQ(State(r)->applied().position(), 11u);
+  // Cleaning never goes back.
+  c = Clean(r, 3);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->cleaned(), 10u);
+  EXPECT_EQ(c->removed_positions(), 0u);
+}
+
+TEST(LogCleanupTest, CleanGoesInBoundedSteps) {
+  Store store;
+  LogReplica r(store.bigtable.get(), ReplicaType::kFull);
+  const uint64_t n = LogReplica::kMaxClean + 20;
+  for (uint64_t p = 1; p <= n; ++p) ASSERT_TRUE(Apply(r, p, Entry(p, "root/a", "x")).ok());
+  absl::StatusOr<CleanReply> c = Clean(r, n);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->more());
+  EXPECT_EQ(c->cleaned(), LogReplica::kMaxClean);
+  c = Clean(r, n);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->more());
+  EXPECT_EQ(c->cleaned(), n);
+  EXPECT_EQ(c->kept_positions(), 0u);
+  EXPECT_EQ(c->kept_bytes(), 0u);
+}
+
+TEST(LogCleanupTest, EntryTimestampAndBackupMark) {
+  Store store;
+  LogReplica r(store.bigtable.get(), ReplicaType::kFull);
+  ASSERT_TRUE(Apply(r, 1, Entry(1, "root/a", "x")).ok());
+  absl::StatusOr<int64_t> ts =
+      Await<int64_t>([&](auto cb) { r.EntryTimestamp(Group(), 1, std::move(cb)); });
+  ASSERT_TRUE(ts.ok());
+  EXPECT_EQ(*ts, 100);
+  ts = Await<int64_t>([&](auto cb) { r.EntryTimestamp(Group(), 2, std::move(cb)); });
+  EXPECT_TRUE(absl::IsNotFound(ts.status()));
+  ASSERT_TRUE(Await<StateReply>([&](auto cb) { r.MarkBackup(Group(), 7, std::move(cb)); }).ok());
+  absl::StatusOr<StateReply> s =
+      Await<StateReply>([&](auto cb) { r.MarkBackup(Group(), 5, std::move(cb)); });
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->backed_up(), 7u) << "the backup mark never moves back";
+}
+
+// The catch-up a GroupClient runs, by hand: pass one copies the source's
+// rows, pass two reconciles the rows only the target has.
+void CopySnapshot(LogReplica& from, LogReplica& to, const AppliedRecord& at) {
+  std::string after;
+  do {
+    SnapshotRowsRequest req;
+    *req.mutable_group() = Group();
+    req.set_timestamp(at.timestamp());
+    req.set_after(after);
+    absl::StatusOr<SnapshotRowsReply> page =
+        Await<SnapshotRowsReply>([&](auto cb) { from.SnapshotRows(req, std::move(cb)); });
+    ASSERT_TRUE(page.ok()) << page.status();
+    InstallRowsRequest install;
+    *install.mutable_group() = Group();
+    install.set_timestamp(at.timestamp());
+    *install.mutable_rows() = page->rows();
+    ASSERT_TRUE(
+        Await<InstallRowsReply>([&](auto cb) { to.InstallRows(install, std::move(cb)); }).ok());
+    after = page->after();
+  } while (!after.empty());
+  do {
+    SnapshotRowsRequest list;
+    *list.mutable_group() = Group();
+    list.set_latest(true);
+    list.set_keys_only(true);
+    list.set_after(after);
+    absl::StatusOr<SnapshotRowsReply> keys =
+        Await<SnapshotRowsReply>([&](auto cb) { to.SnapshotRows(list, std::move(cb)); });
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    SnapshotRowsRequest ask;
+    *ask.mutable_group() = Group();
+    ask.set_timestamp(at.timestamp());
+    for (const SnapshotRow& r : keys->rows()) {
+      EXPECT_EQ(r.cells_size(), 0) << "keys only";
+      ask.add_keys(r.key());
+    }
+    if (ask.keys_size() > 0) {
+      absl::StatusOr<SnapshotRowsReply> rows =
+          Await<SnapshotRowsReply>([&](auto cb) { from.SnapshotRows(ask, std::move(cb)); });
+      ASSERT_TRUE(rows.ok()) << rows.status();
+      InstallRowsRequest install;
+      *install.mutable_group() = Group();
+      install.set_timestamp(at.timestamp());
+      *install.mutable_rows() = rows->rows();
+      ASSERT_TRUE(
+          Await<InstallRowsReply>([&](auto cb) { to.InstallRows(install, std::move(cb)); }).ok());
+    }
+    after = keys->after();
+  } while (!after.empty());
+  FinishSnapshotRequest finish;
+  *finish.mutable_group() = Group();
+  *finish.mutable_applied() = at;
+  ASSERT_TRUE(Await<StateReply>([&](auto cb) { to.FinishSnapshot(finish, std::move(cb)); }).ok());
+}
+
+TEST(LogCleanupTest, ASnapshotCatchUpYieldsTheSameRowsAsTheLog) {
+  Store a_store, b_store, c_store;
+  LogReplica a(a_store.bigtable.get(), ReplicaType::kFull);
+  LogReplica b(b_store.bigtable.get(), ReplicaType::kFull);
+  LogReplica c(c_store.bigtable.get(), ReplicaType::kFull);
+  // More rows than one snapshot page, sets, overwrites and deletes.
+  std::vector<LogEntry> entries;
+  const int rows = LogReplica::kMaxSnapshotRows + 40;
+  for (int i = 0; i < rows; ++i)
+    entries.push_back(Entry(entries.size() + 1, StrCat("root/r", 1000 + i), StrCat("a", i)));
+  for (int i = 0; i < rows; i += 3)
+    entries.push_back(Entry(entries.size() + 1, StrCat("root/r", 1000 + i), ""));
+  for (int i = 0; i < rows; i += 5)
+    entries.push_back(Entry(entries.size() + 1, StrCat("root/r", 1000 + i), StrCat("b", i)));
+  entries.push_back(Entry(entries.size() + 1, "root", "root's own data"));
+  const uint64_t n = entries.size();
+  const uint64_t lag = 150;  // b applied this far, then missed the rest
+  for (uint64_t p = 1; p <= n; ++p) {
+    ASSERT_TRUE(Apply(a, p, entries[p - 1]).ok());
+    ASSERT_TRUE(Apply(c, p, entries[p - 1]).ok());
+    if (p <= lag) {
+      ASSERT_TRUE(Apply(b, p, entries[p - 1]).ok());
+    }
+  }
+  // b has rows the later positions deleted: the copy's second pass must
+  // delete them.
+  ASSERT_TRUE(Clean(a, n).ok());
+  const AppliedRecord at = State(a)->applied();
+  ASSERT_EQ(at.position(), n);
+
+  CopySnapshot(a, b, at);
+  absl::StatusOr<StateReply> s = State(b);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->applied().position(), n);
+  EXPECT_EQ(s->cleaned(), n);
+  EXPECT_EQ(s->top(), n);
+  EXPECT_EQ(Rows(b, at.timestamp()), Rows(c, at.timestamp()))
+      << "the copy equals a replica that applied the whole log";
+  EXPECT_EQ(Rows(b, at.timestamp()).size(), Rows(c, at.timestamp()).size());
+  // b's old log at or below n is gone, and its Paxos refuses those positions.
+  absl::StatusOr<PaxosReply> p = Prepare(b, 3);
+  EXPECT_TRUE(IsCleanedUp(p.status())) << p.status();
+  // b follows the log from there.
+  const LogEntry next = Entry(n + 1, "root/r1000", "after");
+  ASSERT_TRUE(Apply(b, n + 1, next).ok());
+  ASSERT_TRUE(Apply(c, n + 1, next).ok());
+  EXPECT_EQ(Rows(b, 100 * (n + 1)), Rows(c, 100 * (n + 1)));
+  // Copying again changes nothing (every step is idempotent).
+  CopySnapshot(a, b, at);
+  EXPECT_EQ(Rows(b, 100 * (n + 1)), Rows(c, 100 * (n + 1)));
+}
+
+TEST(LogCleanupTest, HostileSnapshotRequestsAreRefused) {
+  Store store;
+  LogReplica r(store.bigtable.get(), ReplicaType::kFull);
+  ASSERT_TRUE(Apply(r, 1, Entry(1, "root/a", "x")).ok());
+  auto install = [&](InstallRowsRequest req) {
+    return Await<InstallRowsReply>([&](auto cb) { r.InstallRows(req, std::move(cb)); }).status();
+  };
+  InstallRowsRequest req;
+  *req.mutable_group() = Group();
+  req.set_timestamp(500);
+  SnapshotRow* row = req.add_rows();
+  row->set_key("other/x");
+  EXPECT_TRUE(absl::IsInvalidArgument(install(req))) << "a row outside the group";
+  row->set_key("root/x");
+  SnapshotCell* cell = row->add_cells();
+  cell->set_family("p");
+  cell->set_qualifier("S:applied");
+  EXPECT_TRUE(absl::IsInvalidArgument(install(req))) << "the log family";
+  cell->set_family("e");
+  cell->set_timestamp(900);
+  EXPECT_TRUE(absl::IsInvalidArgument(install(req))) << "a cell after the snapshot";
+  cell->set_timestamp(400);
+  EXPECT_TRUE(install(req).ok());
+
+  SnapshotRowsRequest snap;
+  *snap.mutable_group() = Group();
+  snap.set_timestamp(500);
+  snap.set_after("zzz");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Await<SnapshotRowsReply>([&](auto cb) { r.SnapshotRows(snap, std::move(cb)); }).status()))
+      << "a cursor outside the group";
+  snap.clear_after();
+  for (int i = 0; i <= LogReplica::kMaxSnapshotRows; ++i) snap.add_keys("root/k");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Await<SnapshotRowsReply>([&](auto cb) { r.SnapshotRows(snap, std::move(cb)); }).status()))
+      << "too many keys";
+
+  LogReplica witness(store.bigtable.get(), ReplicaType::kWitness);
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      Await<InstallRowsReply>([&](auto cb) { witness.InstallRows(req, std::move(cb)); }).status()));
+}
+
+}  // namespace
+}  // namespace megastore::replication
