@@ -186,6 +186,13 @@ absl::Status CheckSnapshotKey(const GroupRef& group, std::string_view key, std::
   return absl::OkStatus();
 }
 
+// Whether `row` has cells other than the log's (the root row may hold only
+// its log).
+bool HasData(const Row& row) {
+  return std::any_of(row.cells.begin(), row.cells.end(),
+                     [](const storage::Cell& c) { return c.family != kLogFamily; });
+}
+
 // `row` without its log cells, opened if `cipher`, as a SnapshotRow.
 absl::StatusOr<SnapshotRow> ToSnapshotRow(Row row, const GroupCipher* cipher, bool keys_only) {
   std::erase_if(row.cells, [](const storage::Cell& c) { return c.family == kLogFamily; });
@@ -275,13 +282,7 @@ void LogReplica::SnapshotSealed(SnapshotRowsRequest request, Sealing sealing,
   auto convert = [group, sealing, cipher, must_be_empty, keys_only](
                      std::vector<Row> rows, SnapshotRowsReply* reply) -> absl::Status {
     for (Row& r : rows) {
-      const bool has_data = std::any_of(r.cells.begin(), r.cells.end(),
-                                        [](const auto& c) { return c.family != kLogFamily; });
-      if (has_data && must_be_empty) return NoKeyForData(group);
-      if (!has_data && r.cells.size() > 0) {
-        // The root row with only its log: no data of its own.
-        r.cells.clear();
-      }
+      if (must_be_empty && HasData(r)) return NoKeyForData(group);
       MS_ASSIGN_OR_RETURN(SnapshotRow out, ToSnapshotRow(std::move(r), cipher, keys_only));
       *reply->add_rows() = std::move(out);
     }
@@ -331,10 +332,7 @@ void LogReplica::SnapshotSealed(SnapshotRowsRequest request, Sealing sealing,
         SnapshotRowsReply reply;
         const bool full = static_cast<int>(rows->size()) >= kMaxSnapshotRows;
         std::string last = rows->empty() ? "" : rows->back().key;
-        std::erase_if(*rows, [](const Row& r) {
-          return std::none_of(r.cells.begin(), r.cells.end(),
-                              [](const auto& c) { return c.family != kLogFamily; });
-        });
+        std::erase_if(*rows, [](const Row& r) { return !HasData(r); });
         if (absl::Status s = convert(std::move(*rows), &reply); !s.ok()) return done(s);
         if (full) reply.set_after(std::move(last));
         done(std::move(reply));

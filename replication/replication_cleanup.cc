@@ -46,6 +46,8 @@ namespace {
 struct CleanupRun {
   std::vector<GroupRef> groups;
   size_t next = 0;
+  // The logs this sweep saw (for the gauges).
+  uint64_t largest_bytes = 0, largest_positions = 0, kept_bytes = 0;
   absl::AnyInvocable<void()> done;
 };
 
@@ -58,7 +60,6 @@ void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
     absl::MutexLock lock(&mu_);
     for (auto& [key, group] : cleanup_due_) run->groups.push_back(group);
     cleanup_due_.clear();
-    sweep_log_ = SweepLog();
   }
   counters_.cleanup_sweeps++;
   // One group at a time: clean-up is background work.
@@ -67,18 +68,20 @@ void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
     std::shared_ptr<CleanupRun> run;
     void operator()() {
       if (run->next >= run->groups.size()) {
-        {
-          absl::MutexLock lock(&self->mu_);
-          self->counters_.largest_log_bytes = self->sweep_log_.largest_bytes;
-          self->counters_.largest_log_positions = self->sweep_log_.largest_positions;
-          self->counters_.kept_log_bytes = self->sweep_log_.kept_bytes;
-        }
+        self->counters_.largest_log_bytes = run->largest_bytes;
+        self->counters_.largest_log_positions = run->largest_positions;
+        self->counters_.kept_log_bytes = run->kept_bytes;
         if (run->done) std::exchange(run->done, nullptr)();
         return;
       }
       const GroupRef group = run->groups[run->next++];
-      self->CleanGroup(group, [self = self, run = run, group](bool still_due) {
-        if (still_due) {
+      self->CleanGroup(group, [self = self, run = run, group](CleanOutcome outcome) {
+        if (outcome.log) {
+          run->largest_bytes = std::max(run->largest_bytes, outcome.log->kept_bytes());
+          run->largest_positions = std::max(run->largest_positions, outcome.log->kept_positions());
+          run->kept_bytes += outcome.log->kept_bytes();
+        }
+        if (outcome.still_due) {
           absl::MutexLock lock(&self->mu_);
           if (self->cleanup_due_.size() < kMaxCleanupGroups)
             self->cleanup_due_.try_emplace(GroupKey(group), group);
@@ -154,7 +157,8 @@ void ReplicationServer::AgeLimit(const GroupRef& group, uint64_t cleaned, uint64
       std::make_shared<Search>(Search{this, group, lo, limit, old_enough, std::move(done)}));
 }
 
-void ReplicationServer::CleanGroup(const GroupRef& group, absl::AnyInvocable<void(bool)> done) {
+void ReplicationServer::CleanGroup(const GroupRef& group,
+                                   absl::AnyInvocable<void(CleanOutcome)> done) {
   const auto& replicas = options_.cluster.replicas;
   const int local = options_.cluster.local;
   const size_t n = replicas.size();
@@ -164,14 +168,14 @@ void ReplicationServer::CleanGroup(const GroupRef& group, absl::AnyInvocable<voi
         std::vector<std::optional<StateReply>> states(results.size());
         for (size_t i = 0; i < results.size(); ++i)
           if (results[i] && results[i]->ok()) states[i] = std::move(**results[i]);
-        if (!states[local]) return done(true);
+        if (!states[local]) return done(CleanOutcome());
         const StateReply here = *states[local];
         const uint64_t applied = here.applied().position();
         const LogCleanupOptions& o = options_.cleanup;
         std::optional<uint64_t> limit = CleanLimit(states);
         if (!limit) {
           counters_.cleanup_blocked++;
-          return done(true);
+          return done(CleanOutcome());
         }
         const uint64_t tail = applied > o.keep_positions ? applied - o.keep_positions : 0;
         uint64_t through = std::min({*limit, applied, tail});
@@ -200,15 +204,8 @@ void ReplicationServer::CleanGroup(const GroupRef& group, absl::AnyInvocable<voi
   }
 }
 
-void ReplicationServer::ReportLog(uint64_t positions, uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  sweep_log_.largest_bytes = std::max(sweep_log_.largest_bytes, bytes);
-  sweep_log_.largest_positions = std::max(sweep_log_.largest_positions, positions);
-  sweep_log_.kept_bytes += bytes;
-}
-
 void ReplicationServer::Clean(const GroupRef& group, uint64_t through, bool still_due,
-                              absl::AnyInvocable<void(bool)> done) {
+                              absl::AnyInvocable<void(CleanOutcome)> done) {
   struct Loop {
     ReplicationServer* self;
     GroupRef group;
@@ -216,7 +213,7 @@ void ReplicationServer::Clean(const GroupRef& group, uint64_t through, bool stil
     bool still_due;
     int calls = 0;
     bool removed_any = false;
-    absl::AnyInvocable<void(bool)> done;
+    absl::AnyInvocable<void(CleanOutcome)> done;
     static void Step(std::shared_ptr<Loop> l) {
       l->self->replica_.Clean(l->group, l->through, [l](absl::StatusOr<CleanReply> r) mutable {
         ReplicationServer* self = l->self;
@@ -230,7 +227,7 @@ void ReplicationServer::Clean(const GroupRef& group, uint64_t through, bool stil
             MS_LOG_WARN_LIMITED("replication: cleaning up the log of entity group {}: {}",
                                 EscapeBytes(l->group.root()), r.status().ToString());
           }
-          return l->done(true);
+          return l->done(CleanOutcome());
         }
         if (r->removed_positions() > 0) l->removed_any = true;
         self->counters_.positions_removed += r->removed_positions();
@@ -238,8 +235,10 @@ void ReplicationServer::Clean(const GroupRef& group, uint64_t through, bool stil
         // A bounded amount of work per group per sweep; the rest next time.
         if (r->more() && ++l->calls < kMaxCleanCallsPerSweep) return Step(std::move(l));
         if (l->removed_any) self->counters_.groups_cleaned++;
-        if (!r->more()) self->ReportLog(r->kept_positions(), r->kept_bytes());
-        l->done(l->still_due || r->more());
+        CleanOutcome outcome;
+        outcome.still_due = l->still_due || r->more();
+        if (!r->more()) outcome.log = std::move(*r);
+        l->done(std::move(outcome));
       });
     }
   };

@@ -24,8 +24,6 @@ auto Answer(Responder respond) {
   };
 }
 
-std::string Key(const GroupRef& g) { return GroupKey(g); }
-
 }  // namespace
 
 std::string GroupKey(const GroupRef& g) {
@@ -145,8 +143,8 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     if (!Parse(method, request, &req, respond)) return;
     Note(req.group());
     if (req.accept()) NoteForCleanup(req.group());
-    PaxosCount count{Key(req.group()), req.accept(),       req.ballot().round() == 0,
-                     req.position(),   req.value().size(), env_->MonotonicMicros()};
+    PaxosCount count{GroupKey(req.group()), req.accept(),       req.ballot().round() == 0,
+                     req.position(),        req.value().size(), env_->MonotonicMicros()};
     auto answer = [this, count = std::move(count),
                    respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
       CountPaxos(count, r);
@@ -246,7 +244,7 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
 
 void ReplicationServer::Note(const GroupRef& group, uint64_t behind) {
   absl::MutexLock lock(&mu_);
-  Seen& s = seen_[Key(group)];
+  Seen& s = seen_[GroupKey(group)];
   s.group = group;
   s.last = env_->MonotonicMicros();
   s.behind = std::max(s.behind, behind);
@@ -320,7 +318,7 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
             // Complete here: forget it until new traffic arrives.
             {
               absl::MutexLock lock(&mu_);
-              auto it = seen_.find(Key(group));
+              auto it = seen_.find(GroupKey(group));
               const int64_t cutoff =
                   env_->MonotonicMicros() - absl::ToInt64Microseconds(options_.sweep_age);
               if (it != seen_.end() && it->second.last <= cutoff) seen_.erase(it);
@@ -342,7 +340,7 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
                                        if (reached.ok() && *reached) return catch_up(behind);
                                        {
                                          absl::MutexLock lock(&mu_);
-                                         if (auto it = seen_.find(Key(group));
+                                         if (auto it = seen_.find(GroupKey(group));
                                              it != seen_.end() && it->second.behind == behind) {
                                            it->second.behind = 0;  // unvouched: forgotten
                                          }

@@ -138,18 +138,23 @@ class ReplicationServer {
   // Notes `group` for the next clean-up sweep.
   void NoteForCleanup(const GroupRef& group);
   static constexpr size_t kMaxCleanupGroups = 100000;
-  // Cleans one group's log as far as the rules allow; `done(still_due)`.
-  void CleanGroup(const GroupRef& group, absl::AnyInvocable<void(bool)> done);
+  // What cleaning one group came to: whether it is still due (held back,
+  // or more left than one sweep does), and its log as the last step left it
+  // (when that step finished).
+  struct CleanOutcome {
+    bool still_due = true;
+    std::optional<CleanReply> log;
+  };
+  // Cleans one group's log as far as the rules allow.
+  void CleanGroup(const GroupRef& group, absl::AnyInvocable<void(CleanOutcome)> done);
   // The highest position `group` may be cleaned through here, given every
   // replica's state (nullopt: held back).
   std::optional<uint64_t> CleanLimit(const std::vector<std::optional<StateReply>>& states) const;
-  // Cleans `group` through `through` (as far as kMaxCleanCallsPerSweep steps
-  // go); `done(still_due || more left)`.
+  // Cleans `group` through `through`, as far as kMaxCleanCallsPerSweep
+  // steps go (`still_due`: held back by a rule meanwhile).
   void Clean(const GroupRef& group, uint64_t through, bool still_due,
-             absl::AnyInvocable<void(bool)> done);
+             absl::AnyInvocable<void(CleanOutcome)> done);
   static constexpr int kMaxCleanCallsPerSweep = 20;
-  // One group's log as a clean-up left it (for the sweep's gauges).
-  void ReportLog(uint64_t positions, uint64_t bytes);
   // The clean-up bound lowered to keep every entry younger than keep_age
   // (binary search of entry timestamps in (cleaned, limit]).
   void AgeLimit(const GroupRef& group, uint64_t cleaned, uint64_t limit, uint64_t floor,
@@ -181,10 +186,6 @@ class ReplicationServer {
   Env::TimerId cleanup_timer_ ABSL_GUARDED_BY(mu_) = 0;
   bool cleaning_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, GroupRef> cleanup_due_ ABSL_GUARDED_BY(mu_);
-  struct SweepLog {
-    uint64_t largest_bytes = 0, largest_positions = 0, kept_bytes = 0;
-  };
-  SweepLog sweep_log_ ABSL_GUARDED_BY(mu_);  // the clean-up sweep under way
 
   struct Counters {
     std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0},
