@@ -41,11 +41,15 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
   uint64_t next = 0;                      // the next position to apply
   uint64_t chunk_end = 0;
   uint64_t cleaned_elsewhere = 0;  // the furthest any replica's log was cleaned up
-  bool snapshot_taken = false;
+  int snapshots_taken = 0;
+  // Copies one catch-up may start: another catch-up of the same replica
+  // beginning its own install makes ours unfinishable, and we start over.
+  static constexpr int kMaxSnapshots = 3;
   std::atomic<uint64_t>* snapshots = nullptr;  // GroupClient::Stats::snapshot_catchups
   // The snapshot being copied: the source replica and its applied record.
   int source = -1;
   AppliedRecord snapshot;
+  std::string install_id;  // InstallRowsRequest.install_id
 
   void Begin() {
     StateRequest req;
@@ -96,10 +100,11 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
     if (it == known.end() && next <= cleaned_elsewhere) {
       // Nobody's log has this position any more (every replica applied it
       // and cleaned it up): copy another replica's data instead.
-      if (snapshot_taken)
+      if (snapshots_taken >= kMaxSnapshots)
         return Fail(absl::FailedPreconditionError(
             StrCat("catch-up of ", c->options().replicas[replica].name, " needs position ", next,
-                   ", which another replica's log no longer has, even after a copy of its data")));
+                   ", which no replica's log has any more, and ", kMaxSnapshots,
+                   " copies of another replica's data did not get it there")));
       return Snapshot();
     }
     if (it != known.end() && !kDecideKnownPosition.Fire()) {
@@ -136,7 +141,9 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
   const std::string& Node(int i) const { return c->options().replicas[i].replication; }
 
   void Snapshot() {
-    snapshot_taken = true;
+    ++snapshots_taken;
+    source = -1;
+    snapshot.Clear();
     snapshots->fetch_add(1, std::memory_order_relaxed);
     StateRequest req;
     *req.mutable_group() = group;
@@ -159,11 +166,28 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
                 StrCat("catch-up of ", replicas[self->replica].name, " needs position ", self->next,
                        ", cleaned up from the other replicas' logs, and no replica with data that "
                        "applied it answered")));
-          if (replicas[self->replica].type == ReplicaType::kWitness) return self->FinishCopy();
-          self->CopyPage("");
+          self->BeginInstall();
         });
     for (size_t i = 0; i < n; ++i)
       CallProto<StateReply>(c, Node(i), "repl.State", req, gather->Slot(i), std::nullopt, deadline);
+  }
+
+  // Records the install at the target (FinishSnapshot checks the record is
+  // still there), then copies, or for a witness finishes at once.
+  void BeginInstall() {
+    install_id = fmt::format("{:016x}{:016x}", c->env()->Random64(), c->env()->Random64());
+    InstallRowsRequest req;
+    *req.mutable_group() = group;
+    req.set_begin(true);
+    req.set_install_id(install_id);
+    CallRetrying<InstallRowsReply>(
+        c, Node(replica), "repl.InstallRows", req, deadline,
+        [self = shared_from_this()](absl::StatusOr<InstallRowsReply> r) mutable {
+          if (!r.ok()) return self->Fail(r.status());
+          if (self->c->options().replicas[self->replica].type == ReplicaType::kWitness)
+            return self->FinishCopy();
+          self->CopyPage("");
+        });
   }
 
   // Pass one: every row of the source, installed at the target.
@@ -235,9 +259,13 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
     FinishSnapshotRequest req;
     *req.mutable_group() = group;
     *req.mutable_applied() = snapshot;
+    req.set_install_id(install_id);
     CallRetrying<StateReply>(c, Node(replica), "repl.FinishSnapshot", req, deadline,
                              [self = shared_from_this()](absl::StatusOr<StateReply> s) {
-                               if (!s.ok()) return self->Fail(s.status());
+                               // Refused: another install began meanwhile (or
+                               // the target lost its data); look again.
+                               if (!s.ok() && !absl::IsFailedPrecondition(s.status()))
+                                 return self->Fail(s.status());
                                self->known.clear();
                                self->Begin();  // the log from the snapshot on
                              });

@@ -199,7 +199,25 @@ TEST(LogCleanupTest, EntryTimestampAndBackupMark) {
 
 // The catch-up a GroupClient runs, by hand: pass one copies the source's
 // rows, pass two reconciles the rows only the target has.
+absl::Status BeginInstall(LogReplica& to, const std::string& id) {
+  InstallRowsRequest begin;
+  *begin.mutable_group() = Group();
+  begin.set_begin(true);
+  begin.set_install_id(id);
+  return Await<InstallRowsReply>([&](auto cb) { to.InstallRows(begin, std::move(cb)); }).status();
+}
+
+absl::StatusOr<StateReply> FinishSnapshot(LogReplica& to, const AppliedRecord& at,
+                                          const std::string& id) {
+  FinishSnapshotRequest finish;
+  *finish.mutable_group() = Group();
+  *finish.mutable_applied() = at;
+  finish.set_install_id(id);
+  return Await<StateReply>([&](auto cb) { to.FinishSnapshot(finish, std::move(cb)); });
+}
+
 void CopySnapshot(LogReplica& from, LogReplica& to, const AppliedRecord& at) {
+  ASSERT_TRUE(BeginInstall(to, "copy").ok());
   std::string after;
   do {
     SnapshotRowsRequest req;
@@ -246,10 +264,12 @@ void CopySnapshot(LogReplica& from, LogReplica& to, const AppliedRecord& at) {
     }
     after = keys->after();
   } while (!after.empty());
-  FinishSnapshotRequest finish;
-  *finish.mutable_group() = Group();
-  *finish.mutable_applied() = at;
-  ASSERT_TRUE(Await<StateReply>([&](auto cb) { to.FinishSnapshot(finish, std::move(cb)); }).ok());
+  absl::StatusOr<StateReply> finished = FinishSnapshot(to, at, "copy");
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  // A repeat (its first reply lost) finds the work done.
+  finished = FinishSnapshot(to, at, "copy");
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  EXPECT_GE(finished->applied().position(), at.position());
 }
 
 TEST(LogCleanupTest, ASnapshotCatchUpYieldsTheSameRowsAsTheLog) {
@@ -302,6 +322,25 @@ TEST(LogCleanupTest, ASnapshotCatchUpYieldsTheSameRowsAsTheLog) {
   // Copying again changes nothing (every step is idempotent).
   CopySnapshot(a, b, at);
   EXPECT_EQ(Rows(b, 100 * (n + 1)), Rows(c, 100 * (n + 1)));
+}
+
+TEST(LogCleanupTest, AnInstallWhoseRecordIsGoneCannotBeFinished) {
+  Store a_store, b_store;
+  LogReplica a(a_store.bigtable.get(), ReplicaType::kFull);
+  LogReplica b(b_store.bigtable.get(), ReplicaType::kFull);
+  for (uint64_t p = 1; p <= 5; ++p) ASSERT_TRUE(Apply(a, p, Entry(p, "root/a", "x")).ok());
+  const AppliedRecord at = State(a)->applied();
+  ASSERT_TRUE(BeginInstall(b, "first").ok());
+  // The rows would be copied here; then b's data is lost (its root row
+  // with it), or another install begins: either way this one cannot finish.
+  ASSERT_TRUE(BeginInstall(b, "second").ok());
+  absl::StatusOr<StateReply> s = FinishSnapshot(b, at, "first");
+  EXPECT_TRUE(absl::IsFailedPrecondition(s.status())) << s.status();
+  EXPECT_EQ(State(b)->applied().position(), 0u) << "nothing recorded as applied";
+  s = FinishSnapshot(b, at, "");
+  EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+  EXPECT_TRUE(FinishSnapshot(b, at, "second").ok());
+  EXPECT_EQ(State(b)->applied().position(), 5u);
 }
 
 TEST(LogCleanupTest, HostileSnapshotRequestsAreRefused) {

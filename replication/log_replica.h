@@ -175,6 +175,11 @@ class LogReplica {
   void SnapshotSealed(SnapshotRowsRequest request, Sealing sealing,
                       Callback<SnapshotRowsReply> done);
   void InstallSealed(InstallRowsRequest request, Sealing sealing, Callback<InstallRowsReply> done);
+  // `done`, made to wait for a check that this replica holds `position`
+  // of `group` (applied it, and has history that far back): Aborted if not.
+  // The check runs alongside the read it guards. Position 0: no check.
+  template <typename T>
+  Callback<T> HoldingPosition(const GroupRef& group, uint64_t position, Callback<T> done);
   // Removes the log cells of positions [from, to] (the caller bounds the
   // range); `done` with the count of positions and bytes removed.
   void RemoveLogCells(GroupRef group, uint64_t from, uint64_t to,

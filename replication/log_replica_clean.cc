@@ -23,6 +23,8 @@ using log_internal::InGroup;
 using log_internal::kAppliedColumn;
 using log_internal::kBackupColumn;
 using log_internal::kCleanedColumn;
+using log_internal::kInstallColumn;
+using log_internal::kSnapshotColumn;
 using log_internal::kSummaryPrefix;
 using log_internal::LogRead;
 using log_internal::NoKeyForData;
@@ -437,8 +439,22 @@ struct RowInstall : std::enable_shared_from_this<RowInstall> {
 }  // namespace
 
 void LogReplica::InstallRows(InstallRowsRequest request, Callback<InstallRowsReply> done) {
-  const GroupRef& group = request.group();
+  const GroupRef group = request.group();  // a copy: `request` moves below
   if (absl::Status s = CheckGroup(group); !s.ok()) return done(s);
+  if (request.begin()) {
+    if (request.install_id().empty() || request.install_id().size() > 64 || request.rows_size() > 0)
+      return done(absl::InvalidArgumentError(
+          "repl.InstallRows: a begin carries an install id of 1 to 64 bytes and no rows"));
+    const std::string table = group.table(), root = group.root();
+    return bigtable_->MutateRow(table, root,
+                                {Mutation::SetCell(kLogFamily, kInstallColumn, request.install_id(),
+                                                   storage::kServerTimestamp)},
+                                storage::kServerTimestamp,
+                                [done = std::move(done)](absl::Status s) mutable {
+                                  if (!s.ok()) return done(s);
+                                  done(InstallRowsReply());
+                                });
+  }
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
   if (request.timestamp() <= 0)
@@ -494,7 +510,9 @@ void LogReplica::FinishSnapshot(FinishSnapshotRequest request, Callback<StateRep
   const AppliedRecord applied = request.applied();
   const uint64_t pos = applied.position();
   if (pos == 0) return done(absl::InvalidArgumentError("repl.FinishSnapshot: no position"));
-  State(group, [this, group, applied, pos,
+  if (request.install_id().empty())
+    return done(absl::InvalidArgumentError("repl.FinishSnapshot: no install id"));
+  State(group, [this, group, applied, pos, id = request.install_id(),
                 done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
     // What the old log held at or below the snapshot's position goes; the
@@ -504,11 +522,30 @@ void LogReplica::FinishSnapshot(FinishSnapshotRequest request, Callback<StateRep
     std::vector<Mutation> summary = {
         Mutation::SetCell(kLogFamily, kAppliedColumn, applied.SerializeAsString(),
                           static_cast<int64_t>(pos)),
-        TopCell(pos), PositionCell(kCleanedColumn, pos)};
-    bigtable_->MutateRow(
-        group.table(), group.root(), std::move(summary), storage::kServerTimestamp,
-        [this, group, from, old_end, done = std::move(done)](absl::Status s) mutable {
-          if (!s.ok()) return done(s);
+        TopCell(pos), PositionCell(kCleanedColumn, pos), PositionCell(kSnapshotColumn, pos),
+        Mutation::DeleteCells(kLogFamily, kInstallColumn, 0, 0)};
+    // Only while this install's record is there: rows installed and then
+    // lost (the data wiped) must not be recorded as applied.
+    RowFilter ours = LogRead(RowFilter::QualifierMatch::kExact, kInstallColumn).filter;
+    ours.value_range = storage::ByteRange{id, id, true};
+    bigtable_->CheckAndMutateRow(
+        group.table(), group.root(), std::move(ours), std::move(summary), {},
+        [this, group, pos, from, old_end,
+         done = std::move(done)](absl::StatusOr<bool> matched) mutable {
+          if (!matched.ok()) return done(matched.status());
+          if (!*matched) {
+            // A repeat of a finish that went through, or another install
+            // that got this far: nothing to do. Otherwise the rows are gone.
+            return State(group, [group, pos,
+                                 done = std::move(done)](absl::StatusOr<StateReply> now) mutable {
+              if (!now.ok()) return done(now.status());
+              if (now->applied().position() >= pos) return done(std::move(*now));
+              done(absl::FailedPreconditionError(
+                  StrCat("repl.FinishSnapshot: entity group ", EscapeBytes(group.root()),
+                         ": this install's record is gone from the replica (its data was lost or "
+                         "another install began); copy the snapshot again")));
+            });
+          }
           struct Sweep {
             LogReplica* self;
             GroupRef group;

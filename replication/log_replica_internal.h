@@ -30,6 +30,8 @@ inline constexpr char kAppliedColumn[] = "S:applied";
 inline constexpr char kTopColumn[] = "S:top";
 inline constexpr char kCleanedColumn[] = "S:cleaned";
 inline constexpr char kBackupColumn[] = "S:backup";
+inline constexpr char kInstallColumn[] = "S:install";    // an install under way (its id)
+inline constexpr char kSnapshotColumn[] = "S:snapshot";  // caught up from a snapshot at
 inline constexpr char kSummaryPrefix[] = "S:";
 // A changed acceptor cell is retried this often before the step gives up
 // (each retry means another writer stepped the same position meanwhile).
@@ -130,7 +132,7 @@ inline absl::Status ParseSummary(const GroupRef& group, const std::optional<Row>
       if (!out->mutable_applied()->ParseFromString(c.value))
         return Corrupt(group, "unreadable applied record");
     } else if (c.qualifier == kTopColumn || c.qualifier == kCleanedColumn ||
-               c.qualifier == kBackupColumn) {
+               c.qualifier == kBackupColumn || c.qualifier == kSnapshotColumn) {
       std::string_view v = c.value;
       uint64_t position = 0;
       if (!ConsumeOrderedUint64(&v, &position) || !v.empty())
@@ -138,6 +140,7 @@ inline absl::Status ParseSummary(const GroupRef& group, const std::optional<Row>
       if (c.qualifier == kTopColumn) out->set_top(position);
       if (c.qualifier == kCleanedColumn) out->set_cleaned(position);
       if (c.qualifier == kBackupColumn) out->set_backed_up(position);
+      if (c.qualifier == kSnapshotColumn) out->set_snapshot(position);
     }
   }
   return absl::OkStatus();

@@ -29,6 +29,64 @@ using storage::Row;
 using log_internal::InGroup;
 using log_internal::OpenRow;
 
+template <typename T>
+LogReplica::Callback<T> LogReplica::HoldingPosition(const GroupRef& group, uint64_t position,
+                                                    Callback<T> done) {
+  if (position == 0) return done;
+  struct Join {
+    absl::Mutex mu;
+    std::optional<absl::Status> held ABSL_GUARDED_BY(mu);
+    std::optional<absl::StatusOr<T>> result ABSL_GUARDED_BY(mu);
+    Callback<T> done ABSL_GUARDED_BY(mu);
+    // Runs `done` once both are in (outside the lock).
+    void Maybe() {
+      absl::StatusOr<T> out = absl::UnknownError("");
+      Callback<T> run;
+      {
+        absl::MutexLock lock(&mu);
+        if (!held || !result || !done) return;
+        out = held->ok() ? std::move(*result) : absl::StatusOr<T>(*held);
+        run = std::exchange(done, nullptr);
+      }
+      run(std::move(out));
+    }
+  };
+  auto join = std::make_shared<Join>();
+  {
+    absl::MutexLock lock(&join->mu);
+    join->done = std::move(done);
+  }
+  State(group, [join, group, position](absl::StatusOr<StateReply> state) {
+    absl::Status held;
+    if (!state.ok()) {
+      held = state.status();
+    } else if (state->applied().position() < position) {
+      held = absl::AbortedError(StrCat("entity group ", EscapeBytes(group.root()),
+                                       ": this replica has applied position ",
+                                       state->applied().position(), ", not ", position,
+                                       " (it lost its data?); read again from a new position"));
+    } else if (position < state->snapshot()) {
+      held = absl::AbortedError(StrCat("entity group ", EscapeBytes(group.root()),
+                                       ": this replica has no history before position ",
+                                       state->snapshot(),
+                                       " (it was caught up from a snapshot "
+                                       "there); read again from a new position"));
+    }
+    {
+      absl::MutexLock lock(&join->mu);
+      join->held = std::move(held);
+    }
+    join->Maybe();
+  });
+  return [join](absl::StatusOr<T> r) {
+    {
+      absl::MutexLock lock(&join->mu);
+      join->result = std::move(r);
+    }
+    join->Maybe();
+  };
+}
+
 void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
   if (kReplicaReadFails.Fire())
@@ -36,6 +94,8 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
   const GroupRef group = request.group();
+  if (!request.latest())
+    done = HoldingPosition<ReadReply>(group, request.position(), std::move(done));
   SealingOf(
       group, false,
       [this, request = std::move(request),
@@ -130,6 +190,8 @@ void LogReplica::Scan(ScanRequest request, Callback<ScanReply> done) {
     return done(absl::InvalidArgumentError(
         "repl.Scan: the range must be non-empty and inside the entity group's rows"));
   const GroupRef group = request.group();
+  if (!request.latest())
+    done = HoldingPosition<ScanReply>(group, request.position(), std::move(done));
   SealingOf(group, false,
             [this, request = std::move(request),
              done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {

@@ -197,6 +197,7 @@ void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, s
   req.set_family(std::move(family));
   req.set_timestamp(at.timestamp);
   req.set_latest(at.latest);
+  req.set_position(at.position);
   CallRetrying<ReadReply>(this, options_.replicas[at.replica].replication, "repl.Read", req,
                           DeadlineFrom(this, deadline), std::move(done));
 }
@@ -211,6 +212,7 @@ void GroupClient::Scan(GroupRef group, const LogPosition& at, std::string start,
   req.set_family(std::move(family));
   req.set_timestamp(at.timestamp);
   req.set_latest(at.latest);
+  req.set_position(at.position);
   req.set_limit(limit);
   CallRetrying<ScanReply>(this, options_.replicas[at.replica].replication, "repl.Scan", req,
                           DeadlineFrom(this, deadline), std::move(done));

@@ -336,13 +336,19 @@ class Faults {
     ++*count_;
     const int n = static_cast<int>(c_->size());
     if (on_wipe_) {
-      // Topologies with a read-only replica: now and then it loses its data
-      // (only a replica that does not vote may: a voter would forget its
-      // promises) and comes back by catch-up, from a snapshot once the
-      // others cleaned up their logs.
+      // Topologies with a read-only replica: now and then its disk is
+      // replaced (only a replica that does not vote may lose its log: a
+      // voter would forget its promises) and it comes back by catch-up,
+      // from a snapshot once the others cleaned up their logs.
       for (int i = 0; i < n; ++i) {
         if (c_->type(i) != ReplicaType::kReadOnly || !env().Chance(0.08)) continue;
-        on_wipe_(i);
+        // As a disk is replaced: the tablet server goes down, comes back
+        // with the table empty.
+        c_->bigtable(i)->set_down(true);
+        After(Between(200, 1000), [this, i] {
+          on_wipe_(i);
+          After(Between(100, 500), [this, i] { c_->bigtable(i)->set_down(false); });
+        });
         return;
       }
     }

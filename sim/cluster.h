@@ -65,11 +65,11 @@ struct SimOptions {
   // every few seconds at one replica after another. A witness that falls
   // behind the others' clean-up catches up from a snapshot.
   bool log_cleanup = true;
-  // With a read-only replica, a fault wipes its copy of the data now and
-  // then: it comes back by a catch-up from a snapshot of another replica's
-  // data. Off by default: a snapshot read below the installed snapshot
-  // there still finds too little (under investigation).
-  bool wipe_read_only = false;
+  // With a read-only replica, a fault replaces its disk now and then (its
+  // tablet server down, back with the table empty): it comes back by a
+  // catch-up, from a snapshot of another replica's data once the others
+  // cleaned up their logs.
+  bool wipe_read_only = true;
 
   bool trace = false;
 };

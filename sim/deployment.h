@@ -321,6 +321,9 @@ class Cluster {
     MS_ASSIGN_OR_RETURN(storage::TableSchema schema, tablets_->GetTable(name));
     MS_RETURN_IF_ERROR(tablets_->DeleteTable(name));
     MS_RETURN_IF_ERROR(tablets_->CreateTable(schema));
+    // Writes still queued for the old disk are lost with it (a late one
+    // would put an applied record from before the loss over the empty table).
+    dcs_[i]->bigtable->DropQueuedWrites();
     env_.Trace(StrCat("datacenter ", DcName(i), " lost its copy of ", kTable));
     return absl::OkStatus();
   }

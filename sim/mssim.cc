@@ -136,6 +136,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-faults", no_faults, "Run without injected faults");
+  bool no_wipe = false;
+  app.add_flag("--no-wipe", no_wipe,
+               "Never replace a read-only replica's disk (by default a fault now and then does: "
+               "the replica comes back by a catch-up from a snapshot of another's data)");
   bool no_buggify = false, require_fault_points = false;
   app.add_flag("--no-buggify", no_buggify,
                "Keep the fault points in the servers' code (base/buggify.h) off; network and "
@@ -199,6 +203,7 @@ int main(int argc, char** argv) {
   o.groups = groups;
   o.ops_per_client = ops;
   o.faults = !no_faults;
+  o.wipe_read_only = !no_wipe;
   o.buggify = !no_buggify;
   o.vary_timing = !fixed_timing;
   o.bank_clients = bank_clients;

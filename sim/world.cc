@@ -527,7 +527,8 @@ void SimBigtable::MutateRow(std::string table, std::string row,
     ++repeated_writes_;
     const absl::Duration after =
         absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_replay_delay_) + 1));
-    env_->Schedule(after, [this, table, row, mutations, timestamp] {
+    env_->Schedule(after, [this, table, row, mutations, timestamp, gen = generation_] {
+      if (gen != generation_) return;  // the disk it was queued for is gone
       if (env_->tracing()) env_->Trace(StrCat("bigtable ", prefix_, " repeats a write of ", row));
       if (!down_) (void)Write(table, row, mutations, timestamp);
     });
@@ -538,8 +539,14 @@ void SimBigtable::MutateRow(std::string table, std::string row,
         absl::Microseconds(1 + env_->Uniform(absl::ToInt64Microseconds(max_delay_) + 1));
     auto cb = std::make_shared<Callback<absl::Status>>(std::move(done));
     auto m = std::make_shared<std::vector<storage::Mutation>>(std::move(mutations));
-    env_->Schedule(after, [this, table = std::move(table), row = std::move(row), m, timestamp, cb] {
-      absl::Status result = down_ ? Outage() : Write(table, row, std::move(*m), timestamp);
+    env_->Schedule(after, [this, table = std::move(table), row = std::move(row), m, timestamp, cb,
+                           gen = generation_] {
+      absl::Status result =
+          gen != generation_
+              ? absl::UnavailableError(StrCat("the tablet server of ", prefix_,
+                                              "* lost its disk before this write landed"))
+          : down_ ? Outage()
+                  : Write(table, row, std::move(*m), timestamp);
       Later(std::move(result), std::move(*cb));
     });
     return;

@@ -281,6 +281,10 @@ class SimBigtable : public storage::BigtableClient {
                                            const std::vector<storage::Mutation>& applied)>;
   void set_write_observer(WriteObserver fn) { observer_ = std::move(fn); }
 
+  // The datacenter's tablet server lost its disk: writes still queued (late
+  // or to be repeated) are lost with it; a late one's caller is told so.
+  void DropQueuedWrites() { ++generation_; }
+
   uint64_t late_writes() const { return late_writes_; }
   uint64_t repeated_writes() const { return repeated_writes_; }
   bool down() const { return down_; }
@@ -300,6 +304,7 @@ class SimBigtable : public storage::BigtableClient {
   const absl::Duration disk_;
   absl::Duration extra_;
   bool down_ = false;
+  uint64_t generation_ = 0;  // DropQueuedWrites
   uint64_t ops_ = 0;
   double late_ = 0, twice_ = 0;
   absl::Duration max_delay_, max_replay_delay_;
