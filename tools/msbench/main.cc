@@ -6,6 +6,7 @@
 #include "base/init.h"
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/cell_bench.h"
+#include "tools/msbench/log_bench.h"
 #include "tools/msbench/tablet_bench.h"
 #include "tools/msbench/throwaway_tls.h"
 #include "tools/msbench/txn_bench.h"
@@ -174,6 +175,45 @@ int main(int argc, char** argv) {
       "directory for the cells' data and logs (default: a fresh temp dir, removed afterwards)");
   c->add_flag("--json", cell.json, "print one JSON object per measurement");
 
+  megastore::tools::LogBenchOptions logb;
+  CLI::App* l = app.add_subcommand(
+      "log",
+      "One entity group written many times over with log clean-up on, on three datacenters in "
+      "this process: the root row's log size as it goes, and commit and current-read latency "
+      "late in the run against early");
+  l->add_option("--writes", logb.writes, "transactions committed to the group")
+      ->check(CLI::Range(int64_t{2}, int64_t{100'000'000}))
+      ->capture_default_str();
+  l->add_option("--early", logb.early, "the early latency window ends at this write")
+      ->check(CLI::Range(int64_t{1}, int64_t{100'000'000}))
+      ->capture_default_str();
+  l->add_option("--window", logb.window, "writes (and current reads) timed in each window")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}))
+      ->capture_default_str();
+  l->add_option("--report-every", logb.report_every, "print the log's size every N writes")
+      ->check(CLI::Range(int64_t{1}, int64_t{100'000'000}))
+      ->capture_default_str();
+  l->add_option("--replicas", logb.replicas,
+                "replica type of datacenters A, B, C, ... (A runs the client)")
+      ->capture_default_str();
+  l->add_option("--wan", logb.wan,
+                "one-way delays between datacenters, FROM-TO=DELAY,... ('none': loopback only)")
+      ->capture_default_str();
+  l->add_option("--value-size", logb.value_size, "bytes written per transaction")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  l->add_option("--keep-positions", logb.keep_positions,
+                "log_cleanup.keep_positions: positions each replica keeps")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{100'000'000}))
+      ->capture_default_str();
+  l->add_flag("--cleanup,!--no-cleanup", logb.cleanup,
+              "log clean-up on (off: see the log grow, for comparison)");
+  l->add_flag("--sync,!--no-sync", logb.sync, "fsync each tablet server's commit log");
+  l->add_option(
+      "--dir", logb.dir,
+      "directory for the datacenters' data (default: a fresh temp dir, removed afterwards)");
+  l->add_flag("--json", logb.json, "print JSON objects instead of a table");
+
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (absl::Status s = megastore::rpc::CheckTls(tls); !s.ok()) {
     std::fprintf(stderr, "msbench: --tls-*: %s\n", std::string(s.message()).c_str());
@@ -215,5 +255,6 @@ int main(int argc, char** argv) {
   if (t->parsed()) return megastore::tools::RunTabletBench(tablet);
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
   if (x->parsed()) return megastore::tools::RunTxnBench(txn);
+  if (l->parsed()) return megastore::tools::RunLogBench(logb);
   return 2;
 }

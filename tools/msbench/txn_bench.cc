@@ -23,6 +23,7 @@
 #include "schema/compiler.h"
 #include "server/datacenter.h"
 #include "storage/tabletserver/tablet_server.h"
+#include "tools/msbench/bench_cluster.h"
 #include "tools/msbench/stats.h"
 
 namespace megastore::tools {
@@ -57,58 +58,6 @@ struct Cell {
   uint64_t committed = 0;
   uint64_t errors = 0;  // transactions that failed (Unavailable, gave up, ...)
   std::string first_error;
-};
-
-// Adds "A-B=10ms,A-C=30ms" to `config` as links (emulated one-way delays).
-absl::Status ParseWan(const std::string& spec, server::ClusterConfig* config) {
-  if (spec.empty() || spec == "none") return absl::OkStatus();
-  for (absl::string_view link : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
-    std::vector<std::string> kv = absl::StrSplit(link, '=');
-    std::vector<std::string> ends =
-        kv.size() == 2 ? absl::StrSplit(kv[0], '-') : std::vector<std::string>{};
-    absl::Duration d;
-    if (ends.size() != 2 || !absl::ParseDuration(kv[1], &d) || d < absl::ZeroDuration())
-      return absl::InvalidArgumentError(
-          StrCat("--wan: '", link, "' is not FROM-TO=DELAY (e.g. A-B=10ms)"));
-    server::Link* l = config->add_links();
-    l->set_a(ends[0]);
-    l->set_b(ends[1]);
-    l->set_one_way_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(d)));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<replication::ReplicaType>> ParseTypes(const std::string& spec) {
-  std::vector<replication::ReplicaType> out;
-  for (absl::string_view t : absl::StrSplit(spec, ',')) {
-    if (t == "full")
-      out.push_back(replication::ReplicaType::kFull);
-    else if (t == "witness")
-      out.push_back(replication::ReplicaType::kWitness);
-    else if (t == "read-only")
-      out.push_back(replication::ReplicaType::kReadOnly);
-    else
-      return absl::InvalidArgumentError(
-          StrCat("--replicas: '", t, "' is not full, witness or read-only"));
-  }
-  if (out.size() < 1 || out.size() > 26)
-    return absl::InvalidArgumentError("--replicas: name 1 to 26 datacenters");
-  return out;
-}
-
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
-  return v[i];
-}
-
-// An app server in one datacenter: its RPC transport with the WAN delays
-// in front, and the Database on top.
-struct AppServer {
-  std::unique_ptr<rpc::RpcTransport> rpc;
-  std::unique_ptr<DelayedTransport> wan;
-  std::unique_ptr<Database> db;
 };
 
 class Bench {
@@ -273,23 +222,12 @@ int RunTxnBench(const TxnBenchOptions& o) {
   absl::StatusOr<std::vector<replication::ReplicaType>> types = ParseTypes(o.replicas);
   if (!types.ok()) return fail(types.status());
   // The cluster: datacenters A, B, ... of those types on loopback, with the WAN between them.
-  server::ClusterConfig cluster_config;
+  absl::StatusOr<server::ClusterConfig> config = BenchClusterConfig(*types, o.wan);
+  if (!config.ok()) return fail(config.status());
+  const server::ClusterConfig& cluster_config = *config;
   std::vector<std::string> names;
-  for (size_t i = 0; i < types->size(); ++i) {
-    names.emplace_back(1, static_cast<char>('A' + i));
-    server::DatacenterConfig* dc = cluster_config.add_datacenters();
-    dc->set_name(names.back());
-    dc->set_type((*types)[i] == replication::ReplicaType::kWitness    ? "witness"
-                 : (*types)[i] == replication::ReplicaType::kReadOnly ? "read-only"
-                                                                      : "full");
-    dc->set_address("127.0.0.1:0");
-  }
-  if (absl::Status s = ParseWan(o.wan, &cluster_config); !s.ok()) return fail(s);
-  for (const server::Link& l : cluster_config.links())
-    for (const std::string& end : {l.a(), l.b()})
-      if (std::find(names.begin(), names.end(), end) == names.end())
-        return fail(absl::InvalidArgumentError(StrCat(
-            "--wan names datacenter ", end, "; --replicas has ", absl::StrJoin(names, ","))));
+  for (const server::DatacenterConfig& dc : cluster_config.datacenters())
+    names.push_back(dc.name());
   const auto wan = server::DelaysOf(cluster_config);
   std::vector<int> placement;
   for (absl::string_view dc : absl::StrSplit(o.at, ',', absl::SkipWhitespace())) {
@@ -329,43 +267,17 @@ int RunTxnBench(const TxnBenchOptions& o) {
       return fail(absl::UnavailableError("the coordinators did not get their locks within 10 s"));
     // Recorded as megastored records it: the replicas learn from it that
     // the schema is encrypted (their keys go under ROOT/keys).
-    for (int i = 0; i < (*cluster)->size(); ++i) {
-      storage::TabletServer* tablets = (*cluster)->datacenter(i).tablets();
-      storage::TableSchema schemas;
-      schemas.set_name(replication::kSchemaTable);
-      schemas.add_families()->set_name(replication::kSchemaFamily);
-      schemas.set_replicated(true);
-      if (absl::Status s = tablets->CreateTable(schemas); !s.ok() && !absl::IsAlreadyExists(s))
-        return fail(s);
-      if (absl::Status s = tablets->MutateRow(
-              replication::kSchemaTable, compiled.descriptor.name(),
-              {storage::Mutation::SetCell(replication::kSchemaFamily, replication::kSchemaColumn,
-                                          compiled.descriptor.SerializeAsString())});
-          !s.ok())
-        return fail(s);
-    }
-    const auto& replicas = (*cluster)->replicas();
+    if (absl::Status s = RecordSchema(**cluster, compiled.descriptor); !s.ok()) return fail(s);
     // One app server per datacenter that runs clients.
     std::vector<std::unique_ptr<AppServer>> servers;
     std::vector<int> server_of(names.size(), -1);
     std::vector<int> client_servers;
     for (int dc : placement) {
       if (server_of[static_cast<size_t>(dc)] < 0) {
-        auto s = std::make_unique<AppServer>();
-        s->rpc = std::make_unique<rpc::RpcTransport>();
-        const std::string here = names[static_cast<size_t>(dc)];
-        s->wan = std::make_unique<DelayedTransport>(env, s->rpc.get(),
-                                                    server::OneWayFrom((*cluster)->config(), here));
-        DatabaseOptions d;
-        d.replicas = replicas;
-        d.local = here;
-        d.schema = compiled.descriptor;
-        d.transport = s->wan.get();
-        auto db = Database::Open(d);
-        if (!db.ok()) return fail(db.status());
-        s->db = std::move(*db);
+        auto s = OpenAppServer(**cluster, names[static_cast<size_t>(dc)], compiled.descriptor);
+        if (!s.ok()) return fail(s.status());
         server_of[static_cast<size_t>(dc)] = static_cast<int>(servers.size());
-        servers.push_back(std::move(s));
+        servers.push_back(std::move(*s));
       }
       client_servers.push_back(server_of[static_cast<size_t>(dc)]);
     }
