@@ -8,6 +8,7 @@
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "replication/log_replica.h"
+#include "replication/replication_server.h"
 #include "storage/tabletserver/in_process_bigtable.h"
 #include "storage/tabletserver/tablet_server.h"
 
@@ -324,6 +325,49 @@ TEST(LogCleanupTest, ASnapshotCatchUpYieldsTheSameRowsAsTheLog) {
   EXPECT_EQ(Rows(b, 100 * (n + 1)), Rows(c, 100 * (n + 1)));
 }
 
+absl::StatusOr<ReadReply> ReadAt(LogReplica& r, const std::string& row, uint64_t position) {
+  ReadRequest req;
+  *req.mutable_group() = Group();
+  req.set_row(row);
+  req.set_family("e");
+  req.set_timestamp(100 * static_cast<int64_t>(position));
+  req.set_position(position);
+  return Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+}
+
+TEST(LogCleanupTest, ReadsAtAPositionTheReplicaDoesNotHoldAreAborted) {
+  Store a_store, b_store;
+  LogReplica a(a_store.bigtable.get(), ReplicaType::kFull);
+  LogReplica b(b_store.bigtable.get(), ReplicaType::kFull);
+  for (uint64_t p = 1; p <= 6; ++p) {
+    const LogEntry e = Entry(p, "root/x", StrCat("v", p));
+    ASSERT_TRUE(Apply(a, p, e).ok());
+    if (p <= 3) {
+      ASSERT_TRUE(Apply(b, p, e).ok());
+    }
+  }
+  // Held: the value as of the position.
+  absl::StatusOr<ReadReply> r = ReadAt(a, "root/x", 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Not applied here yet: the read would see stale data.
+  r = ReadAt(b, "root/x", 5);
+  EXPECT_TRUE(absl::IsAborted(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("applied position 3, not 5"), std::string::npos)
+      << r.status();
+  // Before the snapshot a replica was caught up from: it has no history.
+  ASSERT_TRUE(Clean(a, 6).ok());
+  CopySnapshot(a, b, State(a)->applied());
+  r = ReadAt(b, "root/x", 2);
+  EXPECT_TRUE(absl::IsAborted(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("no history before position 6"), std::string::npos)
+      << r.status();
+  r = ReadAt(b, "root/x", 6);
+  EXPECT_TRUE(r.ok()) << r.status();
+  // Position 0 is not checked (reads that do not name one).
+  r = ReadAt(b, "root/x", 0);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
 TEST(LogCleanupTest, AnInstallWhoseRecordIsGoneCannotBeFinished) {
   Store a_store, b_store;
   LogReplica a(a_store.bigtable.get(), ReplicaType::kFull);
@@ -383,6 +427,42 @@ TEST(LogCleanupTest, HostileSnapshotRequestsAreRefused) {
   LogReplica witness(store.bigtable.get(), ReplicaType::kWitness);
   EXPECT_TRUE(absl::IsFailedPrecondition(
       Await<InstallRowsReply>([&](auto cb) { witness.InstallRows(req, std::move(cb)); }).status()));
+}
+
+TEST(LogCleanupTest, CleanLimitFollowsTheSlowestReplicaTheWitnessRuleAndTheBackup) {
+  auto replicas = [](std::vector<ReplicaType> types) {
+    std::vector<ReplicaInfo> out;
+    for (ReplicaType t : types) out.push_back(ReplicaInfo{.type = t});
+    return out;
+  };
+  auto state = [](uint64_t applied, uint64_t backed_up) {
+    StateReply s;
+    s.mutable_applied()->set_position(applied);
+    s.set_backed_up(backed_up);
+    return std::optional<StateReply>(s);
+  };
+  using T = ReplicaType;
+  const auto fff = replicas({T::kFull, T::kFull, T::kReadOnly, T::kWitness});
+  // A data replica: what every data replica (full and read-only) applied;
+  // the witness's own progress does not count.
+  EXPECT_EQ(CleanLimit(fff, 0, false, {state(9, 0), state(7, 0), state(5, 0), state(1, 0)}), 5u);
+  // One data replica silent: held back (it may need anything).
+  EXPECT_EQ(CleanLimit(fff, 0, false, {state(9, 0), std::nullopt, state(5, 0), state(9, 0)}),
+            std::nullopt);
+  // With backups required: no further than the newest backup anyone reports.
+  EXPECT_EQ(CleanLimit(fff, 0, true, {state(9, 0), state(9, 4), state(9, 0), state(9, 0)}), 4u);
+  EXPECT_EQ(CleanLimit(fff, 0, true, {state(9, 0), state(9, 0), state(9, 0), state(9, 0)}), 0u);
+  // A witness: what a majority of the full replicas applied (two of two
+  // here); read-only replicas and silent ones do not hold it back beyond that.
+  EXPECT_EQ(CleanLimit(fff, 3, false, {state(9, 0), state(7, 0), state(2, 0), state(1, 0)}), 7u);
+  EXPECT_EQ(CleanLimit(fff, 3, false, {state(9, 0), std::nullopt, state(2, 0), state(1, 0)}),
+            std::nullopt);
+  const auto three = replicas({T::kFull, T::kFull, T::kFull, T::kWitness});
+  EXPECT_EQ(CleanLimit(three, 3, false, {state(9, 0), std::nullopt, state(6, 0), state(0, 0)}), 6u);
+  // Malformed input is held back, never an out-of-range read.
+  EXPECT_EQ(CleanLimit(three, 7, false, {state(9, 0), state(9, 0), state(9, 0), state(9, 0)}),
+            std::nullopt);
+  EXPECT_EQ(CleanLimit(three, 0, false, {state(9, 0)}), std::nullopt);
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ struct CleanupRun {
   size_t next = 0;
   // The logs this sweep saw (for the gauges).
   uint64_t largest_bytes = 0, largest_positions = 0, kept_bytes = 0;
+  bool saw_logs = false;
   absl::AnyInvocable<void()> done;
 };
 
@@ -68,15 +69,20 @@ void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
     std::shared_ptr<CleanupRun> run;
     void operator()() {
       if (run->next >= run->groups.size()) {
-        self->counters_.largest_log_bytes = run->largest_bytes;
-        self->counters_.largest_log_positions = run->largest_positions;
-        self->counters_.kept_log_bytes = run->kept_bytes;
+        // A sweep with nothing due (an idle server) leaves the gauges as
+        // the last sweep that looked at logs set them.
+        if (run->saw_logs) {
+          self->counters_.largest_log_bytes = run->largest_bytes;
+          self->counters_.largest_log_positions = run->largest_positions;
+          self->counters_.kept_log_bytes = run->kept_bytes;
+        }
         if (run->done) std::exchange(run->done, nullptr)();
         return;
       }
       const GroupRef group = run->groups[run->next++];
       self->CleanGroup(group, [self = self, run = run, group](CleanOutcome outcome) {
         if (outcome.log) {
+          run->saw_logs = true;
           run->largest_bytes = std::max(run->largest_bytes, outcome.log->kept_bytes());
           run->largest_positions = std::max(run->largest_positions, outcome.log->kept_positions());
           run->kept_bytes += outcome.log->kept_bytes();
@@ -93,10 +99,11 @@ void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
   Step{this, run}();
 }
 
-std::optional<uint64_t> ReplicationServer::CleanLimit(
-    const std::vector<std::optional<StateReply>>& states) const {
-  const auto& replicas = options_.cluster.replicas;
-  const ReplicaType local_type = replicas[options_.cluster.local].type;
+std::optional<uint64_t> CleanLimit(const std::vector<ReplicaInfo>& replicas, size_t local,
+                                   bool require_backup,
+                                   const std::vector<std::optional<StateReply>>& states) {
+  if (local >= replicas.size() || states.size() != replicas.size()) return std::nullopt;
+  const ReplicaType local_type = replicas[local].type;
   uint64_t backed_up = 0;
   for (const auto& s : states)
     if (s) backed_up = std::max(backed_up, s->backed_up());
@@ -122,7 +129,7 @@ std::optional<uint64_t> ReplicationServer::CleanLimit(
     }
   }
   if (!limit) return std::nullopt;
-  if (options_.cleanup.require_backup) limit = std::min(*limit, backed_up);
+  if (require_backup) limit = std::min(*limit, backed_up);
   return limit;
 }
 
@@ -172,7 +179,8 @@ void ReplicationServer::CleanGroup(const GroupRef& group,
         const StateReply here = *states[local];
         const uint64_t applied = here.applied().position();
         const LogCleanupOptions& o = options_.cleanup;
-        std::optional<uint64_t> limit = CleanLimit(states);
+        std::optional<uint64_t> limit = CleanLimit(
+            options_.cluster.replicas, static_cast<size_t>(local), o.require_backup, states);
         if (!limit) {
           counters_.cleanup_blocked++;
           return done(CleanOutcome());

@@ -55,6 +55,15 @@ struct ReplicationServerOptions {
 // A group's key in the server's maps: table, NUL, root row.
 std::string GroupKey(const GroupRef& group);
 
+// The highest position a group may be cleaned through at replica `local`
+// of `replicas`, given every replica's state (nullopt where one did not
+// answer): a data replica, what every data replica applied; a witness, what
+// a majority of full replicas applied; with `require_backup`, no further
+// than the newest backup any replica reports. Nullopt: held back.
+std::optional<uint64_t> CleanLimit(const std::vector<ReplicaInfo>& replicas, size_t local,
+                                   bool require_backup,
+                                   const std::vector<std::optional<StateReply>>& states);
+
 class ReplicationServer {
  public:
   // `env`, `transport` and `bigtable` must outlive the server.
@@ -147,9 +156,6 @@ class ReplicationServer {
   };
   // Cleans one group's log as far as the rules allow.
   void CleanGroup(const GroupRef& group, absl::AnyInvocable<void(CleanOutcome)> done);
-  // The highest position `group` may be cleaned through here, given every
-  // replica's state (nullopt: held back).
-  std::optional<uint64_t> CleanLimit(const std::vector<std::optional<StateReply>>& states) const;
   // Cleans `group` through `through`, as far as kMaxCleanCallsPerSweep
   // steps go (`still_due`: held back by a rule meanwhile).
   void Clean(const GroupRef& group, uint64_t through, bool still_due,

@@ -31,6 +31,7 @@ void RowBuilder::StartLocalityGroup() {
   column_.clear();
   column_passes_ = false;
   column_cells_ = 0;
+  column_finished_ = false;
 }
 
 bool RowBuilder::FamilyPasses(std::string_view family) const {
@@ -66,6 +67,9 @@ absl::Status RowBuilder::Add(std::string_view key, std::string_view value) {
     }
     have_key_ = true;
   }
+  // A finished column stays finished through its older entries, visible
+  // or not (garbage versions past a GC rule are the ones worth skipping).
+  if (parsed.column_prefix.empty() || parsed.column_prefix != column_) column_finished_ = false;
   if (visibility_.Add(parsed, seq) != RowVisibility::Verdict::kVisible) return absl::OkStatus();
 
   if (parsed.column_prefix != column_) {
@@ -79,15 +83,20 @@ absl::Status RowBuilder::Add(std::string_view key, std::string_view value) {
       column_passes_ = QualifierPasses(qualifier_);
     }
   }
-  if (!column_passes_) return absl::OkStatus();
+  if (!column_passes_) {
+    column_finished_ = true;
+    return absl::OkStatus();
+  }
   if (parsed.timestamp < filter_.timestamp_start ||
       (filter_.timestamp_end != 0 && parsed.timestamp >= filter_.timestamp_end)) {
     return absl::OkStatus();
   }
   if (filter_.cells_per_column > 0 && column_cells_ >= filter_.cells_per_column) {
+    column_finished_ = true;
     return absl::OkStatus();
   }
   ++column_cells_;
+  column_finished_ = filter_.cells_per_column > 0 && column_cells_ >= filter_.cells_per_column;
   if (filter_.value_range && !filter_.value_range->Contains(user_value)) return absl::OkStatus();
   group_has_cells_ = true;
   Cell& cell = row_.cells.emplace_back();

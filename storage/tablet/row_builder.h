@@ -26,6 +26,16 @@ class RowBuilder {
   // locality group. DataLoss if the entry is corrupt.
   absl::Status Add(std::string_view key, std::string_view value);
 
+  // The encoded column (a prefix of the keys of its entries) of the last
+  // entry added, when nothing more of that column can reach the row: its
+  // family or qualifier fails the filter, or it already gave
+  // cells_per_column cells. Empty otherwise. A reader may skip the rest of
+  // such a column: its older versions (often thousands of a rewritten
+  // summary cell before compaction drops them) change nothing.
+  std::string_view FinishedColumn() const {
+    return column_finished_ ? column_ : std::string_view();
+  }
+
   // Moves the row's visible cells into `row` (family order restored if
   // several locality groups contributed). Returns false if no cell is
   // visible.
@@ -47,6 +57,7 @@ class RowBuilder {
   bool column_passes_ = false;
   std::string qualifier_;
   int32_t column_cells_ = 0;
+  bool column_finished_ = false;
 };
 
 // InvalidArgument naming the problem if `filter` is malformed (unknown

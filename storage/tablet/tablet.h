@@ -302,6 +302,15 @@ class Tablet {
   absl::Status CheckWritable() const;
   // The row `builder` assembled, counted in the statistics.
   std::optional<Row> FinishRead(RowBuilder& builder);
+  // Reads that name their families visit only the stretches of the row
+  // their filter can match (NarrowSpans: per locality group, in key order;
+  // empty when the read must visit the whole row).
+  struct KeySpan;
+  static std::vector<std::vector<KeySpan>> NarrowSpans(const CompiledSchema& schema, size_t groups,
+                                                       std::string_view row,
+                                                       const RowFilter& filter);
+  absl::Status ReadSpans(const View& view, const std::vector<std::vector<KeySpan>>& spans,
+                         RowBuilder* builder);
 
   // Idle iterators for point reads of single-group tablets: creating a
   // RocksDB iterator costs about as much as the seek itself.

@@ -81,6 +81,12 @@ struct Tablet::LocalityGroupHandle {
   std::shared_ptr<TabletCompactionFilterFactory> filter_factory;
 };
 
+// A stretch [lower, upper) of one row's stored keys.
+struct Tablet::KeySpan {
+  std::string lower;
+  std::string upper;
+};
+
 struct Tablet::CachedRow {
   // The row's stored entries, per locality group of the view that read it.
   std::vector<std::vector<std::pair<std::string, std::string>>> groups;

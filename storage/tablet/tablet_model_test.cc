@@ -344,7 +344,23 @@ void RunModel(uint64_t seed, int64_t ops) {
   };
   auto random_filter = [&]() {
     RowFilter f;
-    if (rng.OneIn(4)) f.families = {families[rng.Uniform(families.size())]};
+    // Reads naming families seek to the stretches of the row they can
+    // match; the rest walk the whole row. Both must agree with the model.
+    switch (rng.Uniform(6)) {
+      case 0:
+        f.families = {families[rng.Uniform(families.size())]};
+        break;
+      case 1:  // two families, possibly in different locality groups
+        f.families = {families[rng.Uniform(families.size())],
+                      families[rng.Uniform(families.size())]};
+        break;
+      case 2:
+        f.families = {families[rng.Uniform(families.size())]};
+        break;
+      default:
+        break;
+    }
+    const std::vector<std::string> bounds = {"", "q", std::string("\0", 1), "\xff", "q2", "r"};
     switch (rng.Uniform(8)) {
       case 0:
         f.qualifier_match = RowFilter::QualifierMatch::kExact;
@@ -352,14 +368,18 @@ void RunModel(uint64_t seed, int64_t ops) {
         break;
       case 1:
         f.qualifier_match = RowFilter::QualifierMatch::kPrefix;
-        f.qualifier = "q";
+        f.qualifier = bounds[rng.Uniform(bounds.size())];
         break;
-      case 2:
+      case 2: {
         f.qualifier_match = RowFilter::QualifierMatch::kRange;
-        f.qualifier_range.start = "";
-        f.qualifier_range.end = "q2";
-        f.qualifier_range.end_inclusive = rng.OneIn(2);
+        std::string a = bounds[rng.Uniform(bounds.size())];
+        std::string b = bounds[rng.Uniform(bounds.size())];
+        if (b < a) std::swap(a, b);
+        f.qualifier_range.start = a;
+        if (!rng.OneIn(4)) f.qualifier_range.end = b;
+        f.qualifier_range.end_inclusive = rng.OneIn(2) || a == b;
         break;
+      }
       default:
         break;
     }

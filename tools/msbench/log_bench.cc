@@ -139,7 +139,9 @@ int RunLogBench(const LogBenchOptions& o) {
     auto report = [&](int64_t done) {
       std::vector<LogSize> sizes = LogSizes(**cluster);
       std::string line;
-      for (size_t i = 0; i < sizes.size(); ++i) {
+      // Without clean-up no sweep measures the log: it holds every position.
+      if (!o.cleanup) line = StrCat("  every position kept (no clean-up sweeps measure it)");
+      for (size_t i = 0; i < sizes.size() && o.cleanup; ++i) {
         max_bytes = std::max(max_bytes, sizes[i].bytes);
         max_positions = std::max(max_positions, sizes[i].positions);
         line += StrCat("  ", static_cast<char>('A' + i), " ", sizes[i].positions, " / ",
