@@ -200,4 +200,27 @@ absl::StatusOr<std::string> GroupCipher::OpenLog(std::string_view qualifier,
   return plain;
 }
 
+std::string GroupCipher::BackupAad(std::string_view binding) const {
+  std::string aad = "megastore backup v1";
+  PutLengthPrefixed(&aad, table_);
+  PutLengthPrefixed(&aad, root_);
+  PutLengthPrefixed(&aad, binding);
+  return aad;
+}
+
+absl::StatusOr<std::string> GroupCipher::SealBackup(std::string_view binding,
+                                                    std::string_view payload) const {
+  return Seal(payload, BackupAad(binding));
+}
+
+absl::StatusOr<std::string> GroupCipher::OpenBackup(std::string_view binding,
+                                                    std::string_view sealed) const {
+  absl::StatusOr<std::string> plain = Open(sealed, BackupAad(binding));
+  if (!plain.ok())
+    return absl::DataLossError(StrCat("a sealed backup piece of entity group ", EscapeBytes(root_),
+                                      " of table ", table_, " (", EscapeBytes(binding),
+                                      "): ", plain.status().message()));
+  return plain;
+}
+
 }  // namespace megastore::replication

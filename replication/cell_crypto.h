@@ -86,6 +86,11 @@ class GroupCipher {
   absl::StatusOr<std::string> OpenLog(std::string_view qualifier, std::string_view sealed,
                                       std::string_view binding = "") const;
 
+  // A piece of a backup of this group (docs/backup.md), bound to
+  // `binding`: it opens only under this group's key with the same binding.
+  absl::StatusOr<std::string> SealBackup(std::string_view binding, std::string_view payload) const;
+  absl::StatusOr<std::string> OpenBackup(std::string_view binding, std::string_view sealed) const;
+
   // The bytes a sealed cell adds to its value (at most).
   static constexpr size_t kOverhead = 1 + 12 + 16 + 1;
 
@@ -97,6 +102,7 @@ class GroupCipher {
         token_key_(std::move(token_key)) {}
   std::string Aad(std::string_view row, std::string_view family, std::string_view qualifier,
                   int64_t timestamp) const;
+  std::string BackupAad(std::string_view binding) const;
   absl::StatusOr<std::string> Seal(std::string_view payload, std::string_view aad) const;
   absl::StatusOr<std::string> Open(std::string_view sealed, std::string_view aad) const;
   absl::Status Damaged(std::string_view row, std::string_view family, std::string_view qualifier,

@@ -191,11 +191,17 @@ TEST(LogCleanupTest, EntryTimestampAndBackupMark) {
   EXPECT_EQ(*ts, 100);
   ts = Await<int64_t>([&](auto cb) { r.EntryTimestamp(Group(), 2, std::move(cb)); });
   EXPECT_TRUE(absl::IsNotFound(ts.status()));
+  for (uint64_t p = 2; p <= 7; ++p) ASSERT_TRUE(Apply(r, p, Entry(p, "root/a", "x")).ok());
   ASSERT_TRUE(Await<StateReply>([&](auto cb) { r.MarkBackup(Group(), 7, std::move(cb)); }).ok());
   absl::StatusOr<StateReply> s =
       Await<StateReply>([&](auto cb) { r.MarkBackup(Group(), 5, std::move(cb)); });
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->backed_up(), 7u) << "the backup mark never moves back";
+  // A backup cannot cover positions this replica's log never reached.
+  s = Await<StateReply>([&](auto cb) { r.MarkBackup(Group(), 9, std::move(cb)); });
+  EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+  EXPECT_NE(s.status().message().find("beyond this replica's log (top 7)"), std::string::npos)
+      << s.status();
 }
 
 // The catch-up a GroupClient runs, by hand: pass one copies the source's

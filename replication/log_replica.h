@@ -144,6 +144,13 @@ class LogReplica {
   // (never moves back).
   void MarkBackup(GroupRef group, uint64_t position, Callback<StateReply> done);
 
+  // See BackupSealRequest: at most kMaxBackupItems items per call.
+  void SealBackup(BackupSealRequest request, Callback<BackupSealReply> done);
+  static constexpr int kMaxBackupItems = 16;
+  // See ListGroupsRequest: at most kMaxListedGroups roots per call.
+  void ListGroups(ListGroupsRequest request, Callback<ListGroupsReply> done);
+  static constexpr int kMaxListedGroups = 256;
+
   // ---- catch-up from a snapshot ---------------------------------------------
 
   // See SnapshotRowsRequest. At most kMaxSnapshotRows rows per call.

@@ -168,13 +168,85 @@ void LogReplica::EntryTimestamp(GroupRef group, uint64_t position, Callback<int6
 void LogReplica::MarkBackup(GroupRef group, uint64_t position, Callback<StateReply> done) {
   if (absl::Status s = CheckGroup(group); !s.ok()) return done(s);
   if (position == 0) return done(absl::InvalidArgumentError("log positions start at 1"));
-  const std::string table = group.table(), root = group.root();
-  bigtable_->MutateRow(table, root, {PositionCell(kBackupColumn, position)},
-                       storage::kServerTimestamp,
-                       [this, group, done = std::move(done)](absl::Status s) mutable {
-                         if (!s.ok()) return done(s);
-                         State(group, std::move(done));
-                       });
+  // A backup is read from a replica that applied what it covers: a mark
+  // beyond this replica's log would let clean-up outrun every backup.
+  State(group, [this, group, position,
+                done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+    if (!state.ok()) return done(state.status());
+    if (position > state->top())
+      return done(absl::InvalidArgumentError(StrCat(
+          "repl.MarkBackup: position ", position, " of entity group ", EscapeBytes(group.root()),
+          " is beyond this replica's log (top ", state->top(), ")")));
+    const std::string table = group.table(), root = group.root();
+    bigtable_->MutateRow(table, root, {PositionCell(kBackupColumn, position)},
+                         storage::kServerTimestamp,
+                         [this, group, done = std::move(done)](absl::Status s) mutable {
+                           if (!s.ok()) return done(s);
+                           State(group, std::move(done));
+                         });
+  });
+}
+
+// ---- backups ----------------------------------------------------------------------
+
+void LogReplica::SealBackup(BackupSealRequest request, Callback<BackupSealReply> done) {
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (request.items_size() != request.bindings_size())
+    return done(
+        absl::InvalidArgumentError(StrCat("repl.SealBackup: ", request.items_size(), " items but ",
+                                          request.bindings_size(), " bindings")));
+  if (request.items_size() > kMaxBackupItems)
+    return done(absl::InvalidArgumentError(StrCat("repl.SealBackup: ", request.items_size(),
+                                                  " items, more than the ", kMaxBackupItems,
+                                                  " one call may carry")));
+  const GroupRef group = request.group();
+  SealingOf(group, false,
+            [request = std::move(request),
+             done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {
+              if (!sealing.ok()) return done(sealing.status());
+              BackupSealReply reply;
+              reply.set_encrypted((*sealing)->encrypted);
+              if (!(*sealing)->encrypted || request.items_size() == 0) return done(reply);
+              const GroupCipher* cipher = (*sealing)->cipher.get();
+              if (cipher == nullptr)
+                return done((*sealing)->missing.ok()
+                                ? absl::FailedPreconditionError(
+                                      StrCat("entity group ", EscapeBytes(request.group().root()),
+                                             " has no key in this datacenter yet"))
+                                : (*sealing)->missing);
+              for (int i = 0; i < request.items_size(); ++i) {
+                absl::StatusOr<std::string> out =
+                    request.open() ? cipher->OpenBackup(request.bindings(i), request.items(i))
+                                   : cipher->SealBackup(request.bindings(i), request.items(i));
+                if (!out.ok()) return done(out.status());
+                reply.add_items(std::move(*out));
+              }
+              done(std::move(reply));
+            });
+}
+
+void LogReplica::ListGroups(ListGroupsRequest request, Callback<ListGroupsReply> done) {
+  if (request.table().empty() || request.table().size() > 1024)
+    return done(absl::InvalidArgumentError("repl.ListGroups: give an entity table's name"));
+  if (request.after().size() > 64 * 1024)
+    return done(absl::InvalidArgumentError("repl.ListGroups: the cursor is too long"));
+  ReadOptions o;
+  o.filter.families = {kLogFamily};
+  o.filter.qualifier_match = RowFilter::QualifierMatch::kExact;
+  o.filter.qualifier = kAppliedColumn;
+  o.filter.cells_per_column = 1;
+  o.filter.strip_value = true;
+  o.rows_limit = kMaxListedGroups;
+  std::string start = request.after().empty() ? "" : request.after() + '\0';
+  bigtable_->ReadRows(request.table(), storage::RowRange{std::move(start), ""}, std::move(o),
+                      [done = std::move(done)](absl::StatusOr<std::vector<Row>> rows) mutable {
+                        if (!rows.ok()) return done(rows.status());
+                        ListGroupsReply reply;
+                        for (Row& r : *rows) reply.add_roots(std::move(r.key));
+                        if (static_cast<int>(rows->size()) >= kMaxListedGroups)
+                          reply.set_after(rows->back().key);
+                        done(std::move(reply));
+                      });
 }
 
 // ---- catch-up from a snapshot: the source --------------------------------------
@@ -261,6 +333,7 @@ void LogReplica::SnapshotRows(SnapshotRowsRequest request, Callback<SnapshotRows
       return done(s);
   }
   const GroupRef group = request.group();
+  done = HoldingPosition<SnapshotRowsReply>(group, request.position(), std::move(done));
   SealingOf(group, false,
             [this, request = std::move(request),
              done = std::move(done)](absl::StatusOr<Sealing> sealing) mutable {

@@ -87,6 +87,10 @@ LogReplica::Callback<T> LogReplica::HoldingPosition(const GroupRef& group, uint6
   };
 }
 
+// Snapshot pages for backups are guarded too (log_replica_clean.cc).
+template LogReplica::Callback<SnapshotRowsReply> LogReplica::HoldingPosition(
+    const GroupRef& group, uint64_t position, Callback<SnapshotRowsReply> done);
+
 void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
   if (kReplicaReadFails.Fire())

@@ -221,6 +221,14 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     MarkBackupRequest req;
     if (!Parse(method, request, &req, respond)) return;
     replica_.MarkBackup(req.group(), req.position(), Answer<StateReply>(std::move(respond)));
+  } else if (method == "repl.SealBackup") {
+    BackupSealRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.SealBackup(std::move(req), Answer<BackupSealReply>(std::move(respond)));
+  } else if (method == "repl.ListGroups") {
+    ListGroupsRequest req;
+    if (!Parse(method, request, &req, respond)) return;
+    replica_.ListGroups(std::move(req), Answer<ListGroupsReply>(std::move(respond)));
   } else if (method == "repl.Truncate") {
     TruncateRequest req;
     if (!Parse(method, request, &req, respond)) return;

@@ -77,7 +77,8 @@ class ReplicationServer {
   static constexpr std::string_view kMethods[] = {
       "repl.Paxos",        "repl.State",       "repl.ReadLog",        "repl.Apply",
       "repl.Read",         "repl.Scan",        "repl.ScanIndex",      "repl.Truncate",
-      "repl.SnapshotRows", "repl.InstallRows", "repl.FinishSnapshot", "repl.MarkBackup"};
+      "repl.SnapshotRows", "repl.InstallRows", "repl.FinishSnapshot", "repl.MarkBackup",
+      "repl.SealBackup",   "repl.ListGroups"};
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();

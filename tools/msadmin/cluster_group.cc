@@ -30,6 +30,31 @@
 
 namespace megastore::tools::cluster_internal {
 
+absl::StatusOr<NamedGroup> ParseGroup(const schema::SchemaDescriptor& d, const std::string& text) {
+  absl::StatusOr<schema::Layout> layout = schema::Layout::Create(d);
+  if (!layout.ok()) return layout.status();
+  const size_t colon = text.find(':');
+  const schema::TableDescriptor* table =
+      colon == std::string::npos ? nullptr : layout->schema().FindTable(text.substr(0, colon));
+  if (table == nullptr || !table->entity_group_root())
+    return absl::InvalidArgumentError(
+        StrCat("group '", text, "' is not ROOT_TABLE:KEY[,KEY...] of schema ", d.name()));
+  google::protobuf::RepeatedPtrField<google::protobuf::Value> values;
+  std::stringstream parts(text.substr(colon + 1));
+  for (std::string v; std::getline(parts, v, ',');) values.Add()->set_string_value(v);
+  NamedGroup out;
+  absl::StatusOr<std::vector<schema::KeyValue>> key =
+      schema::KeyFromJson(*table, table->primary_key(), values, "key");
+  if (!key.ok()) return key.status();
+  absl::StatusOr<std::string> root = layout->GroupRow(*table, *key);
+  if (!root.ok()) return root.status();
+  out.group.set_table(layout->entity_table());
+  out.group.set_root(*root);
+  out.root_table = table->name();
+  out.root_key = std::move(*key);
+  return out;
+}
+
 // The group named by `s.schema` and `s.group`, or a usage error.
 absl::StatusOr<std::pair<replication::GroupRef, std::string>> ResolveGroup(
     const ClusterState& s, const server::ClusterConfig& config) {
@@ -38,26 +63,9 @@ absl::StatusOr<std::pair<replication::GroupRef, std::string>> ResolveGroup(
           ? ReadSchemaFile(s.schema)
           : AppliedSchema(config, s.schema, absl::Seconds(s.timeout));
   if (!d.ok()) return d.status();
-  absl::StatusOr<schema::Layout> layout = schema::Layout::Create(*d);
-  if (!layout.ok()) return layout.status();
-  const size_t colon = s.group.find(':');
-  const schema::TableDescriptor* table =
-      colon == std::string::npos ? nullptr : layout->schema().FindTable(s.group.substr(0, colon));
-  if (table == nullptr)
-    return absl::InvalidArgumentError(
-        StrCat("group '", s.group, "' is not ROOT_TABLE:KEY[,KEY...] of schema ", d->name()));
-  google::protobuf::RepeatedPtrField<google::protobuf::Value> values;
-  std::stringstream parts(s.group.substr(colon + 1));
-  for (std::string v; std::getline(parts, v, ',');) values.Add()->set_string_value(v);
-  absl::StatusOr<std::vector<schema::KeyValue>> key =
-      schema::KeyFromJson(*table, table->primary_key(), values, "key");
-  if (!key.ok()) return key.status();
-  absl::StatusOr<std::string> root = layout->GroupRow(*table, *key);
-  if (!root.ok()) return root.status();
-  replication::GroupRef group;
-  group.set_table(layout->entity_table());
-  group.set_root(*root);
-  return std::make_pair(group, d->name());
+  absl::StatusOr<NamedGroup> g = ParseGroup(*d, s.group);
+  if (!g.ok()) return g.status();
+  return std::make_pair(g->group, d->name());
 }
 
 // msadmin group catchup: a current read at the datacenter, which brings its

@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "base/transport.h"
 #include "replication/replication.pb.h"
+#include "schema/key_codec.h"
 #include "schema/schema.pb.h"
 #include "server/cluster.h"
 #include "server/datacenter.pb.h"
@@ -75,6 +76,13 @@ int SchemaShow(const ClusterState& s, const server::ClusterConfig& config);
 
 // cluster_group.cc
 
+// A group given as ROOT_TABLE:KEY[,KEY...] of schema `d`.
+struct NamedGroup {
+  replication::GroupRef group;
+  std::string root_table;
+  std::vector<schema::KeyValue> root_key;
+};
+absl::StatusOr<NamedGroup> ParseGroup(const schema::SchemaDescriptor& d, const std::string& text);
 absl::StatusOr<std::pair<replication::GroupRef, std::string>> ResolveGroup(
     const ClusterState& s, const server::ClusterConfig& config);
 int GroupCatchup(const ClusterState& s, const server::ClusterConfig& config,

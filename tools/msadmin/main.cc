@@ -6,6 +6,7 @@
 #include "base/logging.h"
 #include "base/rpc/rpc.h"
 #include "tools/msadmin/acl.h"
+#include "tools/msadmin/backup.h"
 #include "tools/msadmin/bt.h"
 #include "tools/msadmin/cell.h"
 #include "tools/msadmin/certs.h"
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
   megastore::tools::AddCertsCommand(app, certs);
   megastore::tools::AclState acl;
   megastore::tools::AddAclCommand(app, acl);
+  megastore::tools::BackupState backup;
+  megastore::tools::AddBackupCommands(app, backup);
   megastore::rpc::TlsFiles tls;  // given before the command
   megastore::AddTlsFlags(app, tls, "this tool's");
   megastore::SetLogLevel("warn");
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("datadir")) return megastore::tools::RunDatadir(datadir);
   if (app.got_subcommand("certs")) return megastore::tools::RunCerts(certs);
   if (app.got_subcommand("acl")) return megastore::tools::RunAcl(acl);
+  if (!backup.command.empty()) return megastore::tools::RunBackupCommand(backup);
   if (!cluster.command.empty()) return megastore::tools::RunClusterCommand(cluster);
   return 2;
 }

@@ -4,6 +4,7 @@
 
 #include "base/cli.h"
 #include "base/init.h"
+#include "tools/msbench/backup_bench.h"
 #include "tools/msbench/bt_bench.h"
 #include "tools/msbench/cell_bench.h"
 #include "tools/msbench/log_bench.h"
@@ -175,6 +176,31 @@ int main(int argc, char** argv) {
       "directory for the cells' data and logs (default: a fresh temp dir, removed afterwards)");
   c->add_flag("--json", cell.json, "print one JSON object per measurement");
 
+  megastore::tools::BackupBenchOptions bk;
+  CLI::App* k = app.add_subcommand(
+      "backup",
+      "Backup and restore throughput: groups of entities on three datacenters in this process, "
+      "a full backup of them, its verification, and a restore into a second, empty cluster");
+  k->add_option("--groups", bk.groups, "entity groups")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}))
+      ->capture_default_str();
+  k->add_option("--entities", bk.entities, "entities per group")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}))
+      ->capture_default_str();
+  k->add_option("--value-size", bk.value_size, "bytes per entity")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  k->add_option("--replicas", bk.replicas, "replica type of datacenters A, B, C, ...")
+      ->capture_default_str();
+  k->add_flag("--encrypted", bk.encrypted, "an ENCRYPTED schema (sealed backups)");
+  k->add_option("--runs", bk.runs, "backups and restores to take the median of")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  k->add_option("--dir", bk.dir,
+                "directory for the data and backups (default: a fresh temp dir, removed "
+                "afterwards)");
+  k->add_flag("--json", bk.json, "print one JSON object");
+
   megastore::tools::LogBenchOptions logb;
   CLI::App* l = app.add_subcommand(
       "log",
@@ -256,5 +282,6 @@ int main(int argc, char** argv) {
   if (b->parsed()) return megastore::tools::RunBtBench(bt);
   if (x->parsed()) return megastore::tools::RunTxnBench(txn);
   if (l->parsed()) return megastore::tools::RunLogBench(logb);
+  if (k->parsed()) return megastore::tools::RunBackupBench(bk);
   return 2;
 }
