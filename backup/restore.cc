@@ -261,17 +261,27 @@ absl::StatusOr<RestoreReport> RestoreGroup(const RestoreOptions& o) {
     uint64_t puts = 0, deletes = 0;
     for (size_t i = next; i < end; ++i) {
       const Step& st = plan[i];
-      absl::StatusOr<std::optional<schema::Entity>> now = (*txn)->Get(st.table->name(), st.key);
-      if (!now.ok()) return now.status();
-      if (i == next && !o.force && (*txn)->position().position != report.last_commit)
-        return written_meanwhile(StrCat("it is at position ", (*txn)->position().position,
-                                        ", the restore's last commit was ", report.last_commit));
+      // Unforced, only the first entity is read: the group's position then
+      // says whether anyone else wrote since the plan or the last commit,
+      // and if nobody did, the plan still holds. Forced, each is read, so
+      // what a concurrent writer already made equal is left alone.
+      std::optional<schema::Entity> now;
+      if (i == next || o.force) {
+        absl::StatusOr<std::optional<schema::Entity>> got = (*txn)->Get(st.table->name(), st.key);
+        if (!got.ok()) return got.status();
+        now = std::move(*got);
+        if (!o.force && (*txn)->position().position != report.last_commit)
+          return written_meanwhile(StrCat("it is at position ", (*txn)->position().position,
+                                          ", the restore's last commit was ",
+                                          report.last_commit));
+      }
+      if (o.force) {
+        if (st.put != nullptr ? (now && schema::Equal(*now, *st.put)) : !now) continue;
+      }
       if (st.put != nullptr) {
-        if (*now && schema::Equal(**now, *st.put)) continue;
         MS_RETURN_IF_ERROR((*txn)->Put(st.table->name(), *st.put));
         ++puts;
       } else {
-        if (!*now) continue;
         MS_RETURN_IF_ERROR((*txn)->Delete(st.table->name(), st.key));
         ++deletes;
       }
