@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backup/backup_job.h"
 #include "backup/backup_verify.h"
 #include "base/coding.h"
 #include "base/file.h"
@@ -190,6 +191,82 @@ TEST(BackupFileTest, VerifyFindsGapsStraysAndDamage) {
   absl::StatusOr<VerifyReport> damaged = VerifyBackup(VerifyOptions{.dir = dir.path()});
   EXPECT_TRUE(absl::IsDataLoss(damaged.status())) << damaged.status();
   EXPECT_NE(damaged.status().message().find(catalog), std::string::npos) << damaged.status();
+}
+
+// A file of `kind` for positions [from, to] whose last commit was at `ts`.
+FileEntry WriteFile(const std::string& dir, FileKind kind, uint64_t from, uint64_t to, int64_t ts) {
+  FileHeader h = LogHeader();
+  h.set_kind(kind);
+  h.set_from(from);
+  h.set_to(to);
+  h.set_timestamp(ts);
+  auto w = FileWriter::Create(dir + "/" + DataFileName(h), h);
+  EXPECT_TRUE(w.ok()) << w.status();
+  Record r;
+  FileFooter footer;
+  footer.set_chunks(1);
+  if (kind == FULL) {
+    replication::SnapshotRow* row = r.mutable_chunk()->add_rows();
+    row->set_key(h.group().root());
+    row->add_cells()->set_value("v");
+    footer.set_rows(1);
+  } else {
+    *r.mutable_chunk() = Entries(from, to);
+    footer.set_entries(to - from + 1);
+  }
+  EXPECT_TRUE((*w)->Add(r).ok());
+  absl::StatusOr<FileEntry> e = (*w)->Finish(footer);
+  EXPECT_TRUE(e.ok()) << e.status();
+  e->set_path(DataFileName(h));
+  return *e;
+}
+
+TEST(BackupFileTest, PruneKeepsWhatRestoresInsideTheWindowNeed) {
+  TestDir dir;
+  Manifest m;
+  m.set_format(kFormat);
+  *m.add_files() = WriteFile(dir.path(), FULL, 4, 4, 1000);
+  *m.add_files() = WriteFile(dir.path(), LOG, 5, 7, 1300);
+  *m.add_files() = WriteFile(dir.path(), FULL, 7, 7, 2000);
+  *m.add_files() = WriteFile(dir.path(), LOG, 8, 9, 2500);
+  Job* finished = m.add_jobs();
+  finished->set_id("old");
+  finished->set_finished_micros(900);
+  Job* unfinished = m.add_jobs();
+  unfinished->set_id("unfinished");
+  ASSERT_TRUE(SaveManifest(dir.path(), m).ok());
+  auto exists = [&](const std::string& name) {
+    return std::filesystem::exists(dir.path() + "/" + GroupDirName(LogHeader().group()) + "/" +
+                                   name);
+  };
+  // Restores to 1500 need the full backup at 4 and the log after it.
+  absl::StatusOr<PruneReport> r = PruneBackup(dir.path(), 1500, false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->files, 0u);
+  EXPECT_EQ(r->kept, 4u);
+  EXPECT_EQ(r->jobs, 1u);
+  // Restores to 2100 or later start from the full backup at 7: what came
+  // before it goes — first only said (a dry run), then done.
+  r = PruneBackup(dir.path(), 2100, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->files, 2u);
+  EXPECT_TRUE(exists("full-4.msb"));
+  r = PruneBackup(dir.path(), 2100, false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->files, 2u);
+  EXPECT_EQ(r->kept, 2u);
+  EXPECT_FALSE(exists("full-4.msb"));
+  EXPECT_FALSE(exists("log-5-7.msb"));
+  EXPECT_TRUE(exists("full-7.msb"));
+  EXPECT_TRUE(exists("log-8-9.msb"));
+  absl::StatusOr<Manifest> after = LoadManifest(dir.path());
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->jobs_size(), 1);
+  EXPECT_EQ(after->jobs(0).id(), "unfinished");
+  absl::StatusOr<VerifyReport> v = VerifyBackup(VerifyOptions{.dir = dir.path()});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->problems.empty()) << v->problems[0];
+  EXPECT_TRUE(v->strays.empty());
 }
 
 }  // namespace

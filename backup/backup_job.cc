@@ -381,6 +381,56 @@ absl::StatusOr<std::vector<GroupRef>> ListGroups(const JobOptions& o) {
 
 }  // namespace
 
+absl::StatusOr<PruneReport> PruneBackup(const std::string& dir, int64_t horizon, bool dry_run) {
+  absl::StatusOr<std::unique_ptr<DirLock>> lock = DirLock::Take(dir);
+  if (!lock.ok()) return lock.status();
+  absl::StatusOr<Manifest> m = LoadManifest(dir);
+  if (!m.ok()) return m.status();
+  // Per group, the position of the base to keep: its latest full backup
+  // at or before the horizon.
+  std::map<std::string, uint64_t> base;
+  for (const FileEntry& f : m->files()) {
+    if (f.header().kind() != FULL || f.header().timestamp() > horizon) continue;
+    uint64_t& b = base[replication::GroupKey(f.header().group())];
+    b = std::max(b, f.header().to());
+  }
+  PruneReport report;
+  Manifest kept = *m;
+  kept.clear_files();
+  std::vector<std::string> doomed;
+  for (const FileEntry& f : m->files()) {
+    auto b = base.find(replication::GroupKey(f.header().group()));
+    const bool old = b != base.end() && (f.header().kind() == FULL ? f.header().to() < b->second
+                                                                   : f.header().to() <= b->second);
+    if (old) {
+      doomed.push_back(f.path());
+      report.files++;
+      report.bytes += f.bytes();
+    } else {
+      *kept.add_files() = f;
+      report.kept++;
+    }
+  }
+  kept.clear_jobs();
+  for (const Job& j : m->jobs()) {
+    if (j.finished_micros() != 0 && j.finished_micros() < horizon) {
+      report.jobs++;
+      continue;
+    }
+    *kept.add_jobs() = j;
+  }
+  if (dry_run) return report;
+  // The catalog first: a crash between leaves stray files, never a
+  // catalog naming files that are gone.
+  MS_RETURN_IF_ERROR(SaveManifest(dir, kept));
+  for (const std::string& path : doomed) {
+    std::error_code ec;
+    std::filesystem::remove(dir + "/" + path, ec);
+    if (ec) return absl::InternalError(StrCat("delete ", dir, "/", path, ": ", ec.message()));
+  }
+  return report;
+}
+
 absl::StatusOr<JobReport> RunBackup(const JobOptions& o) {
   if (o.transport == nullptr || o.replication.empty())
     return absl::InvalidArgumentError("a backup needs a datacenter to read from");

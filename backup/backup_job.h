@@ -68,6 +68,23 @@ struct JobReport {
   std::vector<std::string> problems;
 };
 
+struct PruneReport {
+  uint64_t files = 0;  // deleted
+  uint64_t bytes = 0;
+  uint64_t kept = 0;  // files left
+  uint64_t jobs = 0;  // finished jobs dropped from the catalog
+};
+
+// Retention: deletes from backup directory `dir` every file not needed to
+// restore any group to a time at or after `horizon` (micros): per group,
+// the latest full backup whose commit time is at or before the horizon is
+// the oldest file kept, with every log file reaching past it; older full
+// backups and log files ending at or before it go. Finished jobs that
+// ended before the horizon leave the catalog. A group with no full backup
+// that old keeps everything. With `dry_run`, only reports. Takes the
+// directory's lock like a backup job.
+absl::StatusOr<PruneReport> PruneBackup(const std::string& dir, int64_t horizon, bool dry_run);
+
 // Runs the backup. Cancelled if `cancel` was set; per-group failures are
 // in the report's problems; other errors (the directory, the catalog, the
 // datacenter unreachable for listing) fail the call.

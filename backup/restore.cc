@@ -272,8 +272,7 @@ absl::StatusOr<RestoreReport> RestoreGroup(const RestoreOptions& o) {
         now = std::move(*got);
         if (!o.force && (*txn)->position().position != report.last_commit)
           return written_meanwhile(StrCat("it is at position ", (*txn)->position().position,
-                                          ", the restore's last commit was ",
-                                          report.last_commit));
+                                          ", the restore's last commit was ", report.last_commit));
       }
       if (o.force) {
         if (st.put != nullptr ? (now && schema::Equal(*now, *st.put)) : !now) continue;

@@ -441,6 +441,44 @@ int Restore(const BackupState& s) {
   return failed == 0 ? 0 : 1;
 }
 
+// "30d", "12h", "90m", "3600s": a retention window.
+absl::StatusOr<absl::Duration> ParseWindow(const std::string& text) {
+  int64_t n = 0;
+  const char unit = text.empty() ? '\0' : text.back();
+  const std::map<char, absl::Duration> units = {{'s', absl::Seconds(1)},
+                                                {'m', absl::Minutes(1)},
+                                                {'h', absl::Hours(1)},
+                                                {'d', absl::Hours(24)}};
+  auto it = units.find(unit);
+  if (it == units.end() || !absl::SimpleAtoi(text.substr(0, text.size() - 1), &n) || n <= 0 ||
+      n > 100000)
+    return absl::InvalidArgumentError(
+        StrCat("--keep '", text, "' is not a window like 30d, 12h, 90m or 3600s"));
+  return n * it->second;
+}
+
+int Prune(const BackupState& s) {
+  absl::StatusOr<absl::Duration> window = ParseWindow(s.keep);
+  if (!window.ok()) return Usage(std::string(window.status().message()));
+  const int64_t horizon = absl::ToUnixMicros(absl::Now() - *window);
+  absl::StatusOr<backup::PruneReport> r = backup::PruneBackup(s.dir, horizon, s.dry_run);
+  if (!r.ok()) return Failed(StrCat("backup prune: ", r.status().message()));
+  if (s.json) {
+    std::printf(
+        "{\"deleted\":%llu,\"bytes\":%llu,\"kept\":%llu,\"jobs\":%llu,\"horizon\":\"%s\","
+        "\"dryRun\":%s}\n",
+        static_cast<unsigned long long>(r->files), static_cast<unsigned long long>(r->bytes),
+        static_cast<unsigned long long>(r->kept), static_cast<unsigned long long>(r->jobs),
+        Time(horizon).c_str(), s.dry_run ? "true" : "false");
+  } else {
+    std::printf("%s %llu file(s), %s, not needed to restore to %s or later; %llu kept\n",
+                s.dry_run ? "would delete" : "deleted", static_cast<unsigned long long>(r->files),
+                Megabytes(r->bytes).c_str(), Time(horizon).c_str(),
+                static_cast<unsigned long long>(r->kept));
+  }
+  return 0;
+}
+
 }  // namespace
 
 void AddBackupCommands(CLI::App& app, BackupState& state) {
@@ -492,6 +530,16 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
       ->capture_default_str();
   verify->add_flag("--json", state.json, "print one JSON object");
   verify->callback([&state] { state.command = "verify"; });
+  CLI::App* prune = b->add_subcommand(
+      "prune",
+      "Retention: delete the files no restore to a time inside the window needs (and with them "
+      "deleted entities' old data)");
+  prune->add_option("--from", state.dir, "the backup directory")->required();
+  prune->add_option("--keep", state.keep, "the window to keep restorable: 30d, 12h, 90m, 3600s")
+      ->required();
+  prune->add_flag("--dry-run", state.dry_run, "say what would be deleted, delete nothing");
+  prune->add_flag("--json", state.json, "print one JSON object");
+  prune->callback([&state] { state.command = "prune"; });
 
   CLI::App* restore = app.add_subcommand(
       "restore",
@@ -536,6 +584,7 @@ int RunBackupCommand(const BackupState& s) {
   if (s.command == "create" || s.command == "log") return Take(s);
   if (s.command == "list") return List(s);
   if (s.command == "verify") return Verify(s);
+  if (s.command == "prune") return Prune(s);
   return Usage(StrCat("unknown backup command ", s.command));
 }
 

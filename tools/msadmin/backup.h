@@ -3,7 +3,8 @@
 //   backup log SCHEMA [GROUP...|--all] --to=DIR      log entries since each group's last backup
 //   backup list --from=DIR                           what a backup directory holds
 //   backup verify --from=DIR                         read every file, check every checksum
-//   restore --from=DIR SCHEMA GROUP... [--to-position|--to-time] [--skip]
+//   backup prune --from=DIR --keep=30d               retention: delete what no restore in the
+//   window needs restore --from=DIR SCHEMA GROUP... [--to-position|--to-time] [--skip]
 //                                                    a group's state at a point, as new commits
 #pragma once
 
@@ -31,6 +32,8 @@ struct BackupState {
   bool force = false;
   bool dry_run = false;
   int batch = 500;
+  // prune
+  std::string keep;
 };
 
 void AddBackupCommands(CLI::App& app, BackupState& state);
