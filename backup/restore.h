@@ -42,6 +42,9 @@ struct StateOptions {
   std::optional<int64_t> to_time;
   // Log positions left out (each must be after the full backup used).
   std::set<uint64_t> skip;
+  // Start from a full backup at or before this position (verification
+  // replays the log between two full backups).
+  std::optional<uint64_t> base_at_most;
   OpenChunk open;  // for sealed files (nullptr: only unsealed ones can be read)
 };
 
@@ -49,6 +52,23 @@ struct StateOptions {
 // backup cannot reach the point (before its first full backup, past its
 // last entry, a skip inside the full backup), DataLoss for damage.
 absl::StatusOr<GroupState> BuildState(const StateOptions& options);
+
+// The rows of one full backup file, as a GroupState.
+absl::StatusOr<GroupState> FullState(const std::string& dir, const FileEntry& file,
+                                     const OpenChunk& open);
+
+// Replays each group's log between consecutive full backups and compares
+// the result with the later full backup (`msadmin backup verify
+// --replay`): every difference is a problem naming the group, the
+// positions and the first row that differs. `groups` counts the groups
+// whose chains were replayed.
+struct ReplayReport {
+  uint64_t groups = 0;
+  uint64_t replays = 0;  // full-to-full replays compared
+  uint64_t entries = 0;
+  std::vector<std::string> problems;
+};
+absl::StatusOr<ReplayReport> ReplayBackup(const std::string& dir, const OpenChunk& open);
 
 struct RestoreOptions {
   StateOptions state;

@@ -210,6 +210,28 @@ absl::StatusOr<ClusterConfig> ParseClusterConfig(const std::string& text, std::s
     }
   }
   if (full == 0) return absl::InvalidArgumentError(StrCat(file, ": no full replica"));
+  if (config.has_backup()) {
+    const BackupScheduleConfig& b = config.backup();
+    if (b.dir().empty())
+      return absl::InvalidArgumentError(StrCat(file, ": backup needs dir (the backup directory)"));
+    if (!b.datacenter().empty()) {
+      const DatacenterConfig* dc = nullptr;
+      for (const DatacenterConfig& d : config.datacenters())
+        if (d.name() == b.datacenter()) dc = &d;
+      if (dc == nullptr)
+        return absl::InvalidArgumentError(
+            StrCat(file, ": backup datacenter ", b.datacenter(), " is not in the config"));
+      if (TypeOf(*dc) == replication::ReplicaType::kWitness)
+        return absl::InvalidArgumentError(StrCat(file, ": backup datacenter ", b.datacenter(),
+                                                 " is a witness: it keeps no data to back up"));
+    }
+    if (b.log_interval_seconds() > 7 * 86400 || b.full_interval_seconds() > 366 * 86400)
+      return absl::InvalidArgumentError(
+          StrCat(file, ": backup intervals are at most a week (log) and a year (full)"));
+    if (b.retention_seconds() > 100ull * 366 * 86400)
+      return absl::InvalidArgumentError(
+          StrCat(file, ": backup retention_seconds ", b.retention_seconds(), " is over a century"));
+  }
   bool any_tls = config.has_tls();
   for (const DatacenterConfig& dc : config.datacenters()) any_tls |= dc.has_tls();
   if (any_tls) {

@@ -57,6 +57,17 @@ TEST(ClusterConfigTest, MistakesAreNamedWithWhereTheyAre) {
               HasSubstr("one_way_ms 4000000000 is more than 10000"));
   EXPECT_THAT(ErrorOf("datacenters { name: \"A\" address: \"h:1\" } max_clock_skew_ms: 7200000"),
               HasSubstr("max_clock_skew_ms 7200000 is more than an hour"));
+  const std::string two =
+      "datacenters { name: \"A\" address: \"h:1\" } datacenters { name: \"W\" "
+      "type: \"witness\" address: \"h:2\" } ";
+  EXPECT_THAT(ErrorOf(two + "backup { }"), HasSubstr("backup needs dir"));
+  EXPECT_THAT(ErrorOf(two + "backup { dir: \"/b\" datacenter: \"Z\" }"),
+              HasSubstr("backup datacenter Z is not in the config"));
+  EXPECT_THAT(ErrorOf(two + "backup { dir: \"/b\" datacenter: \"W\" }"),
+              HasSubstr("backup datacenter W is a witness"));
+  EXPECT_THAT(ErrorOf(two + "backup { dir: \"/b\" log_interval_seconds: 99999999 }"),
+              HasSubstr("backup intervals"));
+  EXPECT_EQ(ErrorOf(two + "backup { dir: \"/b\" schemas: \"S\" retention_seconds: 86400 }"), "");
 }
 
 TEST(ClusterConfigTest, TlsFilesAreCompletePerDatacenterAndRelativeToTheConfig) {

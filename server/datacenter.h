@@ -117,6 +117,9 @@ class Datacenter {
   std::vector<LatencyProber::Result> Latencies() const {
     return prober_ ? prober_->Results() : std::vector<LatencyProber::Result>();
   }
+  // The datacenter's Bigtable as the replication role reaches it (null
+  // without that role).
+  storage::BigtableClient* bigtable() { return bigtable_.get(); }
   // Null without the tablet role.
   storage::TabletServer* tablets() { return tablets_.get(); }
   // Null unless the Bigtable is a cell.

@@ -13,6 +13,7 @@
 #include "backup/backup_job.h"
 #include "backup/backup_verify.h"
 #include "backup/restore.h"
+#include "backup/schedule.h"
 #include "base/await.h"
 #include "base/file.h"
 #include "base/rpc/rpc_transport.h"
@@ -216,6 +217,26 @@ class BackupTest : public ::testing::TestWithParam<bool> {
     return {};
   }
 
+  // The latest values of every row of `group` at datacenter `dc`.
+  std::map<std::string, backup::GroupState::Columns> Values(int dc,
+                                                            const replication::GroupRef& group) {
+    std::map<std::string, backup::GroupState::Columns> out;
+    std::string after;
+    do {
+      replication::SnapshotRowsRequest req;
+      *req.mutable_group() = group;
+      req.set_latest(true);
+      req.set_after(after);
+      auto page = Call<replication::SnapshotRowsReply>(dc, "repl.SnapshotRows", req);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      for (const auto& r : page->rows())
+        for (const auto& c : r.cells()) out[r.key()][{c.family(), c.qualifier()}] = c.value();
+      after = page->after();
+    } while (!after.empty());
+    return out;
+  }
+
   // The rows a catalog file holds, opened at datacenter A if sealed.
   std::map<std::string, std::string> RowsIn(const std::string& dir, const backup::FileEntry& f) {
     std::map<std::string, std::string> out;
@@ -316,6 +337,27 @@ TEST_P(BackupTest, TakenUnderWritesEachGroupEqualsItsStateAtThePositionAndTheLog
   }
   EXPECT_EQ(logs, 2);  // customers 1 and 2 were written; 3 was not
 
+  // Restoring customer 2 to the position of its full backup, taken while
+  // the writer went on, gives back exactly the rows that backup holds: its
+  // entities and their index entries (with new timestamps).
+  const backup::FileEntry* full2 = nullptr;
+  for (const backup::FileEntry& f : m->files())
+    if (f.header().kind() == backup::FULL && f.header().group().root() == Group(2).root())
+      full2 = &f;
+  ASSERT_NE(full2, nullptr);
+  testing::Result restored =
+      RunCommand(Msadmin(StrCat("restore --config=", config_path_, " --from=", dir,
+                                " Shop Customer:2 --to-position=", full2->header().to())));
+  EXPECT_EQ(restored.exit_code, 0) << restored.out;
+  absl::StatusOr<backup::GroupState> want =
+      backup::FullState(dir, *full2, backup::OpenAt(&transport_, Repl(0), absl::Seconds(10)));
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(Values(0, Group(2)), want->rows);
+  // B applies the restore's commits too (maybe a moment later).
+  for (int i = 0; i < 100 && Values(1, Group(2)) != want->rows; ++i)
+    absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(Values(1, Group(2)), want->rows);
+
   testing::Result verified = RunCommand(Msadmin(
       StrCat("backup verify --from=", dir, encrypted() ? StrCat(" --config=", config_path_) : "")));
   EXPECT_EQ(verified.exit_code, 0) << verified.out;
@@ -330,6 +372,11 @@ TEST_P(BackupTest, TakenUnderWritesEachGroupEqualsItsStateAtThePositionAndTheLog
   EXPECT_NE(listed.out.find("3 group(s), 5 file(s)"), std::string::npos) << listed.out;
   EXPECT_NE(listed.out.find("  log   positions "), std::string::npos) << listed.out;
 
+  // The restore's own commit goes into the log backup too.
+  logged = RunCommand(Msadmin(StrCat("backup log --quiet --config=", config_path_, " --to=", dir,
+                                     " ", schema_path_, " Customer:2")));
+  EXPECT_EQ(logged.exit_code, 0) << logged.out;
+
   // --all finds the fourth customer; the third, unchanged since its full
   // backup, is not taken again.
   testing::Result all = RunCommand(Msadmin(
@@ -337,6 +384,14 @@ TEST_P(BackupTest, TakenUnderWritesEachGroupEqualsItsStateAtThePositionAndTheLog
   EXPECT_EQ(all.exit_code, 0) << all.out;
   EXPECT_NE(all.out.find("3 group(s)"), std::string::npos) << all.out;
   EXPECT_NE(all.out.find("already backed up at position"), std::string::npos) << all.out;
+
+  // Customers 1 and 2 now have two full backups with their log between:
+  // replaying the log onto the first gives the second.
+  testing::Result replayed = RunCommand(
+      Msadmin(StrCat("backup verify --replay --from=", dir, " --config=", config_path_)));
+  EXPECT_EQ(replayed.exit_code, 0) << replayed.out;
+  EXPECT_NE(replayed.out.find("2 replay(s) of "), std::string::npos) << replayed.out;
+  EXPECT_NE(replayed.out.find("; 0 problem(s)"), std::string::npos) << replayed.out;
 
   // A damaged file is named by verify.
   m = backup::LoadManifest(dir);
@@ -557,6 +612,53 @@ TEST_P(BackupTest, ARestoreStopsWhenSomeoneElseWritesTheGroupUnlessForced) {
   std::map<int64_t, int64_t> want;
   for (int64_t n = 1; n <= 30; ++n) want[n] = n;
   EXPECT_EQ(Orders(1), want);
+}
+
+TEST_P(BackupTest, TheScheduleTakesFullAndLogBackupsAndPrunesWhatTheWindowNoLongerNeeds) {
+  ASSERT_TRUE(PutOrder(1, 1, 1).ok());
+  const std::string dir = dir_.path() + "/scheduled";
+  backup::ScheduleOptions o;
+  o.dir = dir;
+  o.transport = &transport_;
+  o.datacenter = "A";
+  o.replication = Repl(0);
+  o.schemas = [this]() -> absl::StatusOr<std::vector<schema::SchemaDescriptor>> {
+    return std::vector<schema::SchemaDescriptor>{descriptor_};
+  };
+  o.full_interval = absl::Milliseconds(1500);
+  o.log_interval = absl::Milliseconds(300);
+  o.retention = absl::Milliseconds(500);
+  o.first_delay = absl::ZeroDuration();
+  auto scheduler = backup::BackupScheduler::Start(o);
+  // Writes go on; the schedule follows them with log backups, and takes a
+  // second full backup after its interval.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  int64_t n = 2;
+  while (absl::Now() < deadline) {
+    ASSERT_TRUE(PutOrder(1, n, n).ok());
+    ++n;
+    absl::SleepFor(absl::Milliseconds(50));
+    const backup::BackupScheduler::Status st = scheduler->status();
+    if (st.jobs_ok >= 6 && st.pruned_files > 0 && st.last_full_micros > 0 && st.last_log_micros > 0)
+      break;
+  }
+  const backup::BackupScheduler::Status st = scheduler->status();
+  scheduler.reset();
+  EXPECT_GE(st.jobs_ok, 6u);
+  EXPECT_EQ(st.jobs_failed, 0u) << st.last_error;
+  EXPECT_GT(st.pruned_files, 0u);
+  absl::StatusOr<backup::Manifest> m = backup::LoadManifest(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  int fulls = 0, logs = 0;
+  for (const backup::FileEntry& f : m->files())
+    (f.header().kind() == backup::FULL ? fulls : logs)++;
+  EXPECT_GE(fulls, 1);
+  EXPECT_GE(logs, 1);
+  // What is left restores: verify finds a whole chain.
+  absl::StatusOr<backup::VerifyReport> v = backup::VerifyBackup(
+      backup::VerifyOptions{.dir = dir, .transport = &transport_, .replication = Repl(0)});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->problems.empty()) << v->problems[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(PlainAndEncrypted, BackupTest, ::testing::Bool(),

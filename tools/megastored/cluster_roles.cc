@@ -24,6 +24,7 @@
 #include "server/cluster.h"
 #include "server/datacenter.h"
 #include "storage/cell/cell_client.h"
+#include "tools/megastored/backups.h"
 #include "tools/megastored/signals.h"
 #include "tools/megastored/status.h"
 #include "txn/transaction.h"
@@ -81,11 +82,13 @@ absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir
 bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line,
                       std::vector<Datacenter*> dcs, const ClusterConfig& config,
                       Database* gateway_db, const Gateway* gateway) {
+  ScheduledBackups backups = StartScheduledBackups(config, dcs);
   std::unique_ptr<http::HttpServer> status;
   if (!flags.http.empty()) {
     std::string bound;
     status = ServeStatus(flags.http,
-                         StatusSources{command_line, std::move(dcs), config, gateway_db, gateway},
+                         StatusSources{command_line, std::move(dcs), config, gateway_db, gateway,
+                                       backups.scheduler.get()},
                          &bound);
     if (status == nullptr) return false;
     std::printf("megastored: status at %s://%s/status\n", HttpScheme(), bound.c_str());

@@ -5,6 +5,7 @@
 
 #include "api/database.h"
 #include "api/gateway.h"
+#include "backup/schedule.h"
 #include "base/coding.h"
 #include "base/env.h"
 #include "base/logging.h"
@@ -147,6 +148,34 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
 
   html += StrCat("<h2>Cluster config</h2><pre>", HtmlEscape(ToText(s.config)), "</pre>");
   const std::vector<std::string> errors = RecentErrors();
+  if (s.backups != nullptr) {
+    const backup::BackupScheduler::Status b = s.backups->status();
+    auto when = [](int64_t micros) {
+      return micros == 0 ? std::string("never")
+                         : absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMicros(micros),
+                                            absl::UTCTimeZone());
+    };
+    html +=
+        StrCat("<h2>Scheduled backups</h2><p>into ", HtmlEscape(s.config.backup().dir()),
+               ": last full ", when(b.last_full_micros), ", last log ", when(b.last_log_micros),
+               ", next ", when(b.next_micros), "; ", b.jobs_ok, " jobs done, ", b.jobs_failed,
+               " failed, ", b.bytes, " bytes written, ", b.pruned_files, " old files pruned</p>");
+    if (b.running) {
+      const backup::Progress& p = b.progress;
+      const double secs = absl::ToDoubleSeconds(p.elapsed);
+      std::string eta = "?";
+      if (p.groups_done > 0 && p.groups_total >= p.groups_done)
+        eta = fmt::format("{:.0f} s", secs * static_cast<double>(p.groups_total - p.groups_done) /
+                                          static_cast<double>(p.groups_done));
+      html +=
+          StrCat("<p>running: ", p.kind == backup::FULL ? "full" : "log", " job ", p.job, ", ",
+                 p.groups_done, " of ", p.groups_total, " groups, ", p.bytes, " bytes, ",
+                 fmt::format("{:.1f}", secs > 0 ? static_cast<double>(p.bytes) / secs / 1e6 : 0),
+                 " MB/s, ETA ", eta, "</p>");
+    }
+    if (!b.last_error.empty())
+      html += StrCat("<p>last failure: ", HtmlEscape(b.last_error), "</p>");
+  }
   html += "<h2>Recent warnings and errors</h2>";
   if (errors.empty()) {
     html += "<p>none</p>";
@@ -378,6 +407,32 @@ std::string MetricsText(const StatusSources& s) {
         "Finding a group's position for a current read.");
   }
   if (s.gateway_server != nullptr) out += GatewayStatsMetrics(s.gateway_server->stats());
+  if (s.backups != nullptr) {
+    const backup::BackupScheduler::Status b = s.backups->status();
+    out += StrCat(
+        Family("megastore_backup_jobs_total", "counter", "Scheduled backup jobs, by result."),
+        "megastore_backup_jobs_total{result=\"ok\"} ", b.jobs_ok, "\n",
+        "megastore_backup_jobs_total{result=\"failed\"} ", b.jobs_failed, "\n",
+        Family("megastore_backup_bytes_total", "counter",
+               "Bytes written by finished scheduled backup jobs."),
+        "megastore_backup_bytes_total ", b.bytes, "\n",
+        Family("megastore_backup_pruned_files_total", "counter",
+               "Backup files deleted by retention."),
+        "megastore_backup_pruned_files_total ", b.pruned_files, "\n",
+        Family("megastore_backup_last_success_timestamp_seconds", "gauge",
+               "When the last scheduled job of each kind finished well (0: never)."),
+        "megastore_backup_last_success_timestamp_seconds{kind=\"full\"} ",
+        b.last_full_micros / 1000000, "\n",
+        "megastore_backup_last_success_timestamp_seconds{kind=\"log\"} ",
+        b.last_log_micros / 1000000, "\n",
+        Family("megastore_backup_running", "gauge", "1 while a scheduled backup job runs."),
+        "megastore_backup_running ", b.running ? 1 : 0, "\n",
+        Family("megastore_backup_running_groups", "gauge",
+               "The running job's groups: done and in all."),
+        "megastore_backup_running_groups{of=\"done\"} ", b.running ? b.progress.groups_done : 0,
+        "\n", "megastore_backup_running_groups{of=\"total\"} ",
+        b.running ? b.progress.groups_total : 0, "\n");
+  }
   return out;
 }
 

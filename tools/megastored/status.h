@@ -14,6 +14,9 @@
 namespace megastore {
 class Database;
 class Gateway;
+namespace backup {
+class BackupScheduler;
+}  // namespace backup
 }  // namespace megastore
 
 namespace megastore::server {
@@ -22,8 +25,9 @@ struct StatusSources {
   std::string command_line;
   std::vector<Datacenter*> datacenters;  // those running (some roles) here
   ClusterConfig config;
-  Database* gateway = nullptr;              // the JSON gateway's client, if any
-  const Gateway* gateway_server = nullptr;  // the JSON gateway, if any
+  Database* gateway = nullptr;                       // the JSON gateway's client, if any
+  const Gateway* gateway_server = nullptr;           // the JSON gateway, if any
+  const backup::BackupScheduler* backups = nullptr;  // scheduled backups run here, if any
 };
 
 // The pages themselves (also for tests).

@@ -259,6 +259,15 @@ int Verify(const BackupState& s) {
   }
   absl::StatusOr<backup::VerifyReport> r = backup::VerifyBackup(o);
   if (!r.ok()) return Failed(StrCat("backup verify: ", r.status().message()));
+  backup::ReplayReport replay;
+  if (s.replay) {
+    absl::StatusOr<backup::ReplayReport> rr = backup::ReplayBackup(
+        s.dir, o.transport != nullptr ? backup::OpenAt(o.transport, o.replication, o.timeout)
+                                      : backup::OpenChunk());
+    if (!rr.ok()) return Failed(StrCat("backup verify --replay: ", rr.status().message()));
+    replay = std::move(*rr);
+    r->problems.insert(r->problems.end(), replay.problems.begin(), replay.problems.end());
+  }
   if (s.json) {
     std::string problems, strays;
     for (const std::string& p : r->problems)
@@ -267,11 +276,14 @@ int Verify(const BackupState& s) {
       strays += StrCat(strays.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
     std::printf(
         "{\"files\":%llu,\"bytes\":%llu,\"chunks\":%llu,\"sealedOpened\":%llu,"
-        "\"sealedUnchecked\":%llu,\"problems\":[%s],\"strays\":[%s],\"ok\":%s}\n",
+        "\"sealedUnchecked\":%llu,\"replays\":%llu,\"replayedEntries\":%llu,"
+        "\"problems\":[%s],\"strays\":[%s],\"ok\":%s}\n",
         static_cast<unsigned long long>(r->files), static_cast<unsigned long long>(r->bytes),
         static_cast<unsigned long long>(r->chunks),
         static_cast<unsigned long long>(r->sealed_opened),
-        static_cast<unsigned long long>(r->sealed_unchecked), problems.c_str(), strays.c_str(),
+        static_cast<unsigned long long>(r->sealed_unchecked),
+        static_cast<unsigned long long>(replay.replays),
+        static_cast<unsigned long long>(replay.entries), problems.c_str(), strays.c_str(),
         r->problems.empty() ? "true" : "false");
   } else {
     for (const std::string& p : r->problems) std::printf("PROBLEM: %s\n", p.c_str());
@@ -285,6 +297,10 @@ int Verify(const BackupState& s) {
     if (r->sealed_unchecked > 0)
       std::printf(", %llu sealed chunk(s) checked by checksum only (give --config to open them)",
                   static_cast<unsigned long long>(r->sealed_unchecked));
+    if (s.replay)
+      std::printf("; %llu replay(s) of %llu log entries between full backups compared",
+                  static_cast<unsigned long long>(replay.replays),
+                  static_cast<unsigned long long>(replay.entries));
     std::printf("; %zu problem(s)\n", r->problems.size());
   }
   return r->problems.empty() ? 0 : 1;
@@ -309,6 +325,7 @@ int Restore(const BackupState& s) {
   if (s.groups.empty() == !s.all) return Usage("restore: name the groups or give --all, not both");
   if (s.to_position > 0 && !s.to_time.empty())
     return Usage("give --to-position or --to-time, not both");
+  if (!s.table.empty() && !s.all) return Usage("--table goes with --all");
   if (s.to_position > 0 && s.all)
     return Usage("--to-position names one group's position: give the group, not --all");
   backup::StateOptions point;
@@ -372,6 +389,7 @@ int Restore(const BackupState& s) {
       if (g.root_table.empty())
         return Failed(StrCat("restore: the backup's group ", EscapeBytes(g.group.root()),
                              " is no root entity of schema ", s.schema));
+      if (!s.table.empty() && g.root_table != s.table) continue;
       groups.push_back(std::move(g));
     }
   }
@@ -528,6 +546,9 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
   verify->add_option("--timeout", state.timeout, "seconds each request may take")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
+  verify->add_flag("--replay", state.replay,
+                   "also replay each group's log between consecutive full backups in memory and "
+                   "compare the result with the later full backup");
   verify->add_flag("--json", state.json, "print one JSON object");
   verify->callback([&state] { state.command = "verify"; });
   CLI::App* prune = b->add_subcommand(
@@ -554,6 +575,7 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
   restore->add_option("schema", state.schema, "the schema's name in the backup")->required();
   restore->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...]");
   restore->add_flag("--all", state.all, "every group of the schema the backup holds");
+  restore->add_option("--table", state.table, "with --all: only the groups of this root table");
   restore
       ->add_option("--to-position", state.to_position,
                    "the group's log position to restore to (default: the latest backed up)")

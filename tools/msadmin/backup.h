@@ -26,6 +26,7 @@ struct BackupState {
   bool json = false;
   bool quiet = false;
   // restore
+  std::string table;        // with --all: only this root table's groups
   int64_t to_position = 0;  // 0: not given
   std::string to_time;
   std::string skip;
@@ -34,6 +35,8 @@ struct BackupState {
   int batch = 500;
   // prune
   std::string keep;
+  // verify
+  bool replay = false;
 };
 
 void AddBackupCommands(CLI::App& app, BackupState& state);

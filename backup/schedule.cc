@@ -1,0 +1,131 @@
+#include "backup/schedule.h"
+
+#include <algorithm>
+
+#include "backup/backup_file.h"
+#include "base/logging.h"
+#include "base/strings.h"
+
+namespace megastore::backup {
+
+std::unique_ptr<BackupScheduler> BackupScheduler::Start(ScheduleOptions options) {
+  std::unique_ptr<BackupScheduler> s(new BackupScheduler(std::move(options)));
+  s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+  return s;
+}
+
+BackupScheduler::BackupScheduler(ScheduleOptions options)
+    : options_(std::move(options)), env_(options_.env != nullptr ? options_.env : Env::Default()) {}
+
+BackupScheduler::~BackupScheduler() {
+  cancel_ = true;
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+BackupScheduler::Status BackupScheduler::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+void BackupScheduler::Loop() {
+  // The rhythm so far, from the catalog: when each kind last finished.
+  if (absl::StatusOr<Manifest> m = LoadManifest(options_.dir); m.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (const Job& j : m->jobs()) {
+      if (j.finished_micros() == 0 || !j.problems().empty()) continue;
+      int64_t& last = j.kind() == FULL ? status_.last_full_micros : status_.last_log_micros;
+      last = std::max(last, j.finished_micros());
+    }
+  }
+  const int64_t start = env_->NowMicros() + absl::ToInt64Microseconds(options_.first_delay);
+  while (true) {
+    int64_t full_due, log_due;
+    {
+      absl::MutexLock lock(&mu_);
+      full_due = std::max(
+          start, status_.last_full_micros + absl::ToInt64Microseconds(options_.full_interval));
+      log_due = std::max(start, std::max(status_.last_log_micros, status_.last_full_micros) +
+                                    absl::ToInt64Microseconds(options_.log_interval));
+      status_.next_micros = std::min(full_due, log_due);
+    }
+    const int64_t wait = std::min(full_due, log_due) - env_->NowMicros();
+    if (wait > 0 && stop_.WaitForNotificationWithTimeout(absl::Microseconds(wait))) return;
+    if (stop_.HasBeenNotified()) return;
+    RunJob(full_due <= log_due ? FULL : LOG);
+  }
+}
+
+void BackupScheduler::RunJob(FileKind kind) {
+  {
+    absl::MutexLock lock(&mu_);
+    status_.running = true;
+    status_.progress = Progress{};
+    status_.progress.kind = kind;
+  }
+  std::string error;
+  uint64_t bytes = 0;
+  absl::StatusOr<std::vector<schema::SchemaDescriptor>> schemas = options_.schemas();
+  if (!schemas.ok()) error = StrCat("the schemas: ", schemas.status().ToString());
+  for (const schema::SchemaDescriptor& schema :
+       schemas.ok() ? *schemas : std::vector<schema::SchemaDescriptor>()) {
+    JobOptions o;
+    o.dir = options_.dir;
+    o.transport = options_.transport;
+    o.env = env_;
+    o.datacenter = options_.datacenter;
+    o.replication = options_.replication;
+    o.timeout = options_.timeout;
+    o.schema = schema;
+    o.kind = kind;
+    o.all = true;
+    o.cancel = &cancel_;
+    o.on_progress = [this](const Progress& p) {
+      absl::MutexLock lock(&mu_);
+      status_.progress = p;
+    };
+    absl::StatusOr<JobReport> r = RunBackup(o);
+    if (!r.ok()) {
+      error = StrCat("schema ", schema.name(), ": ", r.status().ToString());
+    } else {
+      bytes += r->bytes;
+      if (!r->problems.empty())
+        error = StrCat("schema ", schema.name(), ": ", r->problems.size(),
+                       " group(s) failed, the first: ", r->problems[0]);
+    }
+    if (cancel_) break;
+  }
+  uint64_t pruned = 0;
+  if (error.empty() && options_.retention > absl::ZeroDuration() && !cancel_) {
+    absl::StatusOr<PruneReport> p = PruneBackup(
+        options_.dir, env_->NowMicros() - absl::ToInt64Microseconds(options_.retention), false);
+    if (!p.ok()) error = StrCat("prune: ", p.status().ToString());
+    if (p.ok()) pruned = p->files;
+  }
+  const char* what = kind == FULL ? "full" : "log";
+  if (!error.empty() && !cancel_) {
+    MS_LOG_WARN("scheduled {} backup into {} failed: {}", what, options_.dir, error);
+  } else if (error.empty()) {
+    MS_LOG_INFO("scheduled {} backup into {}: {} bytes, {} old file(s) pruned", what, options_.dir,
+                bytes, pruned);
+  }
+  absl::MutexLock lock(&mu_);
+  status_.running = false;
+  status_.bytes += bytes;
+  status_.pruned_files += pruned;
+  if (error.empty()) {
+    status_.jobs_ok++;
+    (kind == FULL ? status_.last_full_micros : status_.last_log_micros) = env_->NowMicros();
+  } else {
+    status_.jobs_failed++;
+    status_.last_error = error;
+    // Retried after the log interval, not at once.
+    status_.last_log_micros = env_->NowMicros();
+    if (kind == FULL)
+      status_.last_full_micros = env_->NowMicros() -
+                                 absl::ToInt64Microseconds(options_.full_interval) +
+                                 absl::ToInt64Microseconds(options_.log_interval);
+  }
+}
+
+}  // namespace megastore::backup
