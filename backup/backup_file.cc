@@ -1,11 +1,14 @@
 #include "backup/backup_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "base/checksum.h"
 #include "base/coding.h"
@@ -107,9 +110,23 @@ absl::StatusOr<FileEntry> FileWriter::Finish(const FileFooter& footer) {
 // ---- reading -----------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<FileReader>> FileReader::Open(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
+  // A regular file only: not a symlink (to anywhere), a FIFO (a read
+  // that never ends) or a device.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(StrCat("backup file ", path, " is missing"));
+    if (errno == ELOOP)
+      return absl::DataLossError(StrCat("backup file ", path, " is a symbolic link"));
+    return absl::InternalError(Errno("open", path));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::DataLossError(StrCat("backup file ", path, " is not a regular file"));
+  }
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (f == nullptr) {
+    ::close(fd);
     return absl::InternalError(Errno("open", path));
   }
   std::unique_ptr<FileReader> r(new FileReader(path, f));
@@ -220,6 +237,28 @@ std::string GroupDirName(const replication::GroupRef& group) {
 std::string DataFileName(const FileHeader& h) {
   if (h.kind() == FULL) return StrCat(GroupDirName(h.group()), "/full-", h.to(), ".msb");
   return StrCat(GroupDirName(h.group()), "/log-", h.from(), "-", h.to(), ".msb");
+}
+
+std::optional<uint64_t> ChainEnd(const Manifest& manifest, const replication::GroupRef& group) {
+  std::vector<const FileEntry*> files;
+  for (const FileEntry& f : manifest.files())
+    if (f.header().group().table() == group.table() && f.header().group().root() == group.root())
+      files.push_back(&f);
+  // In position order; at equal positions full backups first.
+  std::sort(files.begin(), files.end(), [](const FileEntry* a, const FileEntry* b) {
+    if (a->header().from() != b->header().from()) return a->header().from() < b->header().from();
+    return a->header().kind() == FULL && b->header().kind() != FULL;
+  });
+  std::optional<uint64_t> end;
+  for (const FileEntry* f : files) {
+    const FileHeader& h = f->header();
+    if (h.kind() == FULL) {
+      if (!end || h.chain_start()) end = std::max(end.value_or(0), h.to());
+    } else if (end && h.from() <= *end + 1) {
+      end = std::max(*end, h.to());
+    }
+  }
+  return end;
 }
 
 std::string ChunkBinding(const FileHeader& h, uint64_t index) {

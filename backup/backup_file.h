@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -90,6 +91,11 @@ absl::Status SaveManifest(const std::string& dir, const Manifest& manifest);
 // file's header name it in full).
 std::string GroupDirName(const replication::GroupRef& group);
 std::string DataFileName(const FileHeader& header);
+// The end of `group`'s log chain in the catalog: from its first full
+// backup, through the log files that continue it without a gap (a full
+// backup marked chain_start restarts it). Nullopt: no full backup yet.
+std::optional<uint64_t> ChainEnd(const Manifest& manifest, const replication::GroupRef& group);
+
 // What chunk `index` of a file with `header` is sealed bound to: a sealed
 // chunk moved to another file or place does not open.
 std::string ChunkBinding(const FileHeader& header, uint64_t index);

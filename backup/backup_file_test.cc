@@ -2,6 +2,8 @@
 // kind of damage is refused naming the file.
 #include "backup/backup_file.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -158,9 +160,32 @@ TEST(BackupFileTest, EveryKindOfDamageIsRefusedNamingTheFile) {
   expect_refused(huge, "a record claiming 4 GiB");
   // A file moved under another group's or range's catalog entry.
   FileEntry other = e;
-  other.mutable_header()->set_to(9);
+  other.mutable_header()->set_timestamp(99);
   absl::Status s = ReadAll(dir.path(), other);
   EXPECT_NE(s.message().find("does not match the catalog"), std::string::npos) << s;
+  // A catalog pointing outside the directory (or anywhere but where the
+  // file's header puts it) is refused before anything is opened.
+  for (const char* forged : {"../../etc/passwd", "/etc/passwd", "groups/x/../../BACKUP"}) {
+    FileEntry outside = e;
+    outside.set_path(forged);
+    s = ReadAll(dir.path(), outside);
+    EXPECT_TRUE(absl::IsDataLoss(s)) << forged << ": " << s;
+    EXPECT_NE(s.message().find("belongs"), std::string::npos) << s;
+  }
+  // A symlink or a FIFO where the file belongs is not followed or waited on.
+  const std::string real = dir.path() + "/real.msb";
+  std::filesystem::rename(path, real);
+  std::filesystem::create_symlink(real, path);
+  s = ReadAll(dir.path(), e);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s;
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  s = ReadAll(dir.path(), e);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s;
+  std::filesystem::remove(path);
+  std::filesystem::rename(real, path);
   // A file the catalog names that is not there.
   std::filesystem::remove(path);
   s = ReadAll(dir.path(), e);
@@ -267,6 +292,22 @@ TEST(BackupFileTest, PruneKeepsWhatRestoresInsideTheWindowNeed) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_TRUE(v->problems.empty()) << v->problems[0];
   EXPECT_TRUE(v->strays.empty());
+
+  // A forged catalog cannot make prune delete anything outside.
+  const std::string victim = dir.path() + "/victim";
+  Spill(victim, "keep me");
+  Manifest forged = *after;
+  FileEntry* older = forged.add_files();  // an old full backup, to be pruned
+  *older = after->files(0);
+  older->mutable_header()->set_kind(FULL);
+  older->mutable_header()->set_from(3);
+  older->mutable_header()->set_to(3);
+  older->mutable_header()->set_timestamp(10);
+  older->set_path("../" + std::filesystem::path(dir.path()).filename().string() + "/victim");
+  ASSERT_TRUE(SaveManifest(dir.path(), forged).ok());
+  r = PruneBackup(dir.path(), 1LL << 60, false);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  EXPECT_TRUE(std::filesystem::exists(victim));
 }
 
 }  // namespace

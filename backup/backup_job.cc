@@ -80,7 +80,9 @@ class Runner {
   void Report(Job* job);
 
   // One group's file; nullopt when it needs none (a note says why).
-  absl::StatusOr<std::optional<FileEntry>> Full(const GroupRef& group, Job* job);
+  // `chain_start`: the log chain (re)starts at this full backup.
+  absl::StatusOr<std::optional<FileEntry>> Full(const GroupRef& group, Job* job,
+                                                bool chain_start = false);
   absl::StatusOr<std::optional<FileEntry>> Log(const GroupRef& group, Job* job);
   // A file being written: its header, writer, footer so far, and the
   // chunk being filled.
@@ -111,13 +113,7 @@ class Runner {
 };
 
 std::optional<uint64_t> Runner::Covered(const GroupRef& group) const {
-  std::optional<uint64_t> covered;
-  for (const FileEntry& f : m_->files()) {
-    if (f.header().group().table() != group.table() || f.header().group().root() != group.root())
-      continue;
-    covered = std::max(covered.value_or(0), f.header().to());
-  }
-  return covered;
+  return ChainEnd(*m_, group);
 }
 
 void Runner::Report(Job* job) {
@@ -201,7 +197,8 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Finish(OpenFile& f) {
   return std::optional<FileEntry>(std::move(*e));
 }
 
-absl::StatusOr<std::optional<FileEntry>> Runner::Full(const GroupRef& group, Job* job) {
+absl::StatusOr<std::optional<FileEntry>> Runner::Full(const GroupRef& group, Job* job,
+                                                      bool chain_start) {
   replication::StateRequest sreq;
   *sreq.mutable_group() = group;
   absl::StatusOr<replication::StateReply> st =
@@ -224,6 +221,7 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Full(const GroupRef& group, Job
       Start(group, FULL, position, position, st->applied().timestamp(), job);
   if (!file.ok()) return file.status();
   OpenFile& f = **file;
+  f.header.set_chain_start(chain_start || !Covered(group).has_value());
   const FileHeader& h = f.header;
   std::string after;
   do {
@@ -248,6 +246,17 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Full(const GroupRef& group, Job
     }
     after = page->after();
   } while (!after.empty());
+  // Each page was checked against the position as it was read; once more
+  // after the last, so a replica rebuilt meanwhile (from a later snapshot)
+  // cannot have served part of the copy.
+  absl::StatusOr<replication::StateReply> after_st =
+      Call<replication::StateReply>(o_, "repl.State", sreq);
+  if (!after_st.ok()) return after_st.status();
+  if (after_st->applied().position() < position || after_st->snapshot() > position)
+    return absl::UnavailableError(StrCat(
+        o_.datacenter, " lost or replaced its copy of ", Describe(group),
+        " during the backup (it holds ", after_st->snapshot(), "..", after_st->applied().position(),
+        ", the copy is at ", position, "); the next run takes it again"));
   return Finish(f);
 }
 
@@ -256,7 +265,7 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Log(const GroupRef& group, Job*
   if (!covered) {
     report_->notes.push_back(
         StrCat(Describe(group), ": no full backup of it yet; took one (log entries need a base)"));
-    return Full(group, job);
+    return Full(group, job, /*chain_start=*/true);
   }
   replication::StateRequest sreq;
   *sreq.mutable_group() = group;
@@ -272,7 +281,7 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Log(const GroupRef& group, Job*
     report_->notes.push_back(StrCat(Describe(group), ": positions ", *covered + 1, "..", cleaned,
                                     " were cleaned up at ", o_.datacenter,
                                     " before a backup covered them; took a full backup instead"));
-    return Full(group, job);
+    return Full(group, job, /*chain_start=*/true);
   };
   if (st->cleaned() > *covered) return cleaned_past(st->cleaned());
 
@@ -314,28 +323,43 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Log(const GroupRef& group, Job*
 
 absl::Status Runner::Run(Job* job) {
   started_ = env_->NowMicros();
+  // Groups this job already finished (a resumed job): for a full job,
+  // those with its full backup.
   std::set<std::string> done;
   for (const FileEntry& f : m_->files())
-    if (f.job() == job->id()) done.insert(replication::GroupKey(f.header().group()));
+    if (f.job() == job->id() && (job->kind() == LOG || f.header().kind() == FULL))
+      done.insert(replication::GroupKey(f.header().group()));
   for (const GroupRef& group : job->groups()) {
     if (done.count(replication::GroupKey(group)) > 0) continue;
     if (Cancelled()) return absl::CancelledError("the backup was cancelled");
-    absl::StatusOr<std::optional<FileEntry>> file =
-        job->kind() == FULL ? Full(group, job) : Log(group, job);
-    if (absl::IsCancelled(file.status())) return file.status();
-    if (!file.ok()) {
-      const std::string problem = StrCat(Describe(group), ": ", file.status().ToString());
-      report_->problems.push_back(problem);
-      *job->add_problems() = problem;
-    } else if (*file) {
+    // A full job first ships the log the chain is missing up to now, so
+    // the full backup leaves no gap and clean-up can follow it.
+    auto log = [](Runner* r, const GroupRef& g, Job* j) { return r->Log(g, j); };
+    auto full = [](Runner* r, const GroupRef& g, Job* j) { return r->Full(g, j); };
+    std::vector<absl::StatusOr<std::optional<FileEntry>> (*)(Runner*, const GroupRef&, Job*)> todo;
+    if (job->kind() == LOG || Covered(group).has_value()) todo.push_back(log);
+    if (job->kind() == FULL) todo.push_back(full);
+    bool got_file = false;
+    for (auto step : todo) {
+      absl::StatusOr<std::optional<FileEntry>> file = step(this, group, job);
+      if (absl::IsCancelled(file.status())) return file.status();
+      if (!file.ok()) {
+        const std::string problem = StrCat(Describe(group), ": ", file.status().ToString());
+        report_->problems.push_back(problem);
+        *job->add_problems() = problem;
+        break;
+      }
+      if (!*file) continue;
       report_->files++;
-      report_->groups++;
+      got_file = true;
       job->set_bytes(job->bytes() + (*file)->bytes());
-      const uint64_t covered = (*file)->header().to();
       *m_->add_files() = std::move(**file);
       MS_RETURN_IF_ERROR(Save());
-      // The log through `covered` is safe in a backup now: clean-up may
-      // remove it (a failure here only delays that).
+      // The log through the chain's end is safe in the backup now:
+      // clean-up may remove it (a failure here only delays that). Not a
+      // later full backup's position: entries before it may not be
+      // shipped yet, and point-in-time restores need them.
+      const uint64_t covered = Covered(group).value_or(0);
       replication::MarkBackupRequest mark;
       *mark.mutable_group() = group;
       mark.set_position(covered);
@@ -346,6 +370,7 @@ absl::Status Runner::Run(Job* job) {
             StrCat(Describe(group), ": backed up through ", covered, ", but recording that at ",
                    o_.datacenter, " failed (log clean-up waits): ", ignored.status().ToString()));
     }
+    if (got_file) report_->groups++;
     job->set_groups_done(job->groups_done() + 1);
     Report(job);
   }
@@ -402,6 +427,12 @@ absl::StatusOr<PruneReport> PruneBackup(const std::string& dir, int64_t horizon,
     auto b = base.find(replication::GroupKey(f.header().group()));
     const bool old = b != base.end() && (f.header().kind() == FULL ? f.header().to() < b->second
                                                                    : f.header().to() <= b->second);
+    // Only files at the place their header gives: a damaged or forged
+    // catalog cannot make prune delete anything else.
+    if (old && f.path() != DataFileName(f.header()))
+      return absl::DataLossError(StrCat("the backup catalog in ", dir, " names file ",
+                                        EscapeBytes(f.path(), 200), " where ",
+                                        DataFileName(f.header()), " belongs; nothing was deleted"));
     if (old) {
       doomed.push_back(f.path());
       report.files++;

@@ -55,6 +55,12 @@ absl::Status CheckChunk(const FileEntry& file, const Chunk& chunk, uint64_t* nex
 
 absl::Status ReadChunks(const std::string& dir, const FileEntry& file, const OpenChunk& open,
                         const std::function<absl::Status(Chunk&)>& each) {
+  // The catalog's path must be the one its header gives: a damaged or
+  // forged catalog cannot point outside the directory.
+  if (file.path() != DataFileName(file.header()))
+    return absl::DataLossError(StrCat("the backup catalog in ", dir, " names file ",
+                                      EscapeBytes(file.path(), 200), " where ",
+                                      DataFileName(file.header()), " belongs"));
   const std::string path = dir + "/" + file.path();
   absl::StatusOr<std::unique_ptr<FileReader>> r = FileReader::Open(path);
   if (!r.ok()) return r.status();
@@ -129,12 +135,27 @@ OpenChunk OpenAt(Transport* transport, std::string replication, absl::Duration t
   };
 }
 
+OpenChunk OpenAtSource(Transport* transport, std::map<std::string, std::string> replication_of,
+                       absl::Duration timeout) {
+  return [transport, replication_of = std::move(replication_of), timeout](
+             const FileHeader& h, const std::string& binding,
+             const std::string& sealed) -> absl::StatusOr<std::string> {
+    auto it = replication_of.find(h.datacenter());
+    if (it == replication_of.end())
+      return absl::FailedPreconditionError(
+          StrCat("it was sealed by datacenter ", h.datacenter(),
+                 ", which the cluster config does not name: only that datacenter's keys open it"));
+    return OpenAt(transport, it->second, timeout)(h, binding, sealed);
+  };
+}
+
 absl::StatusOr<VerifyReport> VerifyBackup(const VerifyOptions& o) {
   absl::StatusOr<Manifest> m = LoadManifest(o.dir);
   if (!m.ok()) return m.status();
   VerifyReport report;
-  const OpenChunk open =
-      o.transport != nullptr ? OpenAt(o.transport, o.replication, o.timeout) : OpenChunk();
+  const OpenChunk open = o.open                   ? o.open
+                         : o.transport != nullptr ? OpenAt(o.transport, o.replication, o.timeout)
+                                                  : OpenChunk();
   std::set<std::string> named;
   // Per group: the files' position ranges, for the chain check.
   std::map<std::string, std::vector<const FileEntry*>> by_group;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct VerifyOptions {
   Transport* transport = nullptr;
   std::string replication;
   absl::Duration timeout = absl::Seconds(30);
+  // Instead of the two above: how sealed chunks are opened.
+  std::function<absl::StatusOr<std::string>(const FileHeader&, const std::string&,
+                                            const std::string&)>
+      open;
 };
 
 struct VerifyReport {
@@ -52,5 +57,9 @@ absl::Status ReadChunks(const std::string& dir, const FileEntry& file, const Ope
 // An OpenChunk that asks a datacenter's replication server (repl.SealBackup
 // with `open`).
 OpenChunk OpenAt(Transport* transport, std::string replication, absl::Duration timeout);
+// ... the replication server of the datacenter that sealed each file (its
+// header says which), from `replication_of` (datacenter -> address).
+OpenChunk OpenAtSource(Transport* transport, std::map<std::string, std::string> replication_of,
+                       absl::Duration timeout);
 
 }  // namespace megastore::backup

@@ -215,10 +215,27 @@ absl::StatusOr<GroupState> BuildState(const StateOptions& o) {
     });
     if (!s.ok() && !IsEnough(s)) return s;
   }
-  if (o.to_position && state.position < *o.to_position && !stopped)
+  // The replay must have reached the point, not run out of files short of
+  // it (a gap in the log files, or the end of the backup): an earlier
+  // state written back would undo newer writes.
+  const auto short_of = [&](const std::string& point) {
     return absl::InvalidArgumentError(
-        StrCat("the backup holds ", Describe(o.group), " through position ", state.position,
-               " only; it cannot restore to ", *o.to_position, " (run msadmin backup log first?)"));
+        StrCat("the backup's log of ", Describe(o.group), " goes from the full backup at position ",
+               state.base, " only through position ", state.position, "; it cannot restore to ",
+               point, " (run msadmin backup log first, or choose an earlier point)"));
+  };
+  if (o.to_position && state.position < *o.to_position && !stopped)
+    return short_of(StrCat("position ", *o.to_position));
+  if (o.to_time && !o.to_position && !stopped)
+    // Entries after the last one backed up may be at or before the time.
+    return short_of(StrCat("time ", *o.to_time, " µs (no entry after it is backed up)"));
+  if (!o.to_position && !o.to_time) {
+    // The latest: as far as the group's files go.
+    uint64_t latest = 0;
+    for (const FileEntry* f : fulls) latest = std::max(latest, f->header().to());
+    for (const FileEntry* f : logs) latest = std::max(latest, f->header().to());
+    if (state.position < latest) return short_of(StrCat("its latest backed-up position ", latest));
+  }
   for (uint64_t p : o.skip) {
     if (p > state.position)
       return absl::InvalidArgumentError(StrCat("position ", p,
@@ -274,6 +291,9 @@ absl::StatusOr<RestoreReport> RestoreGroup(const RestoreOptions& o) {
     if (!e.ok())
       return absl::DataLossError(StrCat("the backup's row ", EscapeBytes(row), " of table ",
                                         table->name(), " does not decode: ", e.status().message()));
+    // A row with only other cells (inline index entries of a deleted
+    // parent, say) holds no entity.
+    if (e->fields.empty()) continue;
     target.emplace(row, Target{table, std::move(*e)});
   }
   report.state = std::move(*state);

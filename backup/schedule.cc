@@ -39,14 +39,19 @@ void BackupScheduler::Loop() {
     }
   }
   const int64_t start = env_->NowMicros() + absl::ToInt64Microseconds(options_.first_delay);
+  {
+    absl::MutexLock lock(&mu_);
+    full_due_ = std::max(
+        start, status_.last_full_micros + absl::ToInt64Microseconds(options_.full_interval));
+    log_due_ = std::max(start, std::max(status_.last_log_micros, status_.last_full_micros) +
+                                   absl::ToInt64Microseconds(options_.log_interval));
+  }
   while (true) {
     int64_t full_due, log_due;
     {
       absl::MutexLock lock(&mu_);
-      full_due = std::max(
-          start, status_.last_full_micros + absl::ToInt64Microseconds(options_.full_interval));
-      log_due = std::max(start, std::max(status_.last_log_micros, status_.last_full_micros) +
-                                    absl::ToInt64Microseconds(options_.log_interval));
+      full_due = full_due_;
+      log_due = log_due_;
       status_.next_micros = std::min(full_due, log_due);
     }
     const int64_t wait = std::min(full_due, log_due) - env_->NowMicros();
@@ -96,7 +101,10 @@ void BackupScheduler::RunJob(FileKind kind) {
     if (cancel_) break;
   }
   uint64_t pruned = 0;
-  if (error.empty() && options_.retention > absl::ZeroDuration() && !cancel_) {
+  // Retention runs even when some groups failed: it never deletes a
+  // group's newest full backup inside the window, so nothing a restore
+  // needs goes, and one broken group must not keep old data for ever.
+  if (options_.retention > absl::ZeroDuration() && !cancel_) {
     absl::StatusOr<PruneReport> p = PruneBackup(
         options_.dir, env_->NowMicros() - absl::ToInt64Microseconds(options_.retention), false);
     if (!p.ok()) error = StrCat("prune: ", p.status().ToString());
@@ -113,18 +121,24 @@ void BackupScheduler::RunJob(FileKind kind) {
   status_.running = false;
   status_.bytes += bytes;
   status_.pruned_files += pruned;
+  const int64_t now = env_->NowMicros();
+  const int64_t log_interval = absl::ToInt64Microseconds(options_.log_interval);
   if (error.empty()) {
     status_.jobs_ok++;
-    (kind == FULL ? status_.last_full_micros : status_.last_log_micros) = env_->NowMicros();
+    (kind == FULL ? status_.last_full_micros : status_.last_log_micros) = now;
+    if (kind == FULL) full_due_ = now + absl::ToInt64Microseconds(options_.full_interval);
+    log_due_ = now + log_interval;
   } else {
     status_.jobs_failed++;
     status_.last_error = error;
-    // Retried after the log interval, not at once.
-    status_.last_log_micros = env_->NowMicros();
-    if (kind == FULL)
-      status_.last_full_micros = env_->NowMicros() -
-                                 absl::ToInt64Microseconds(options_.full_interval) +
-                                 absl::ToInt64Microseconds(options_.log_interval);
+    // A failed kind is tried again after the log interval; the other keeps
+    // its own time (a full job that keeps failing must not starve the log
+    // jobs: at a tie the log job goes first).
+    if (kind == FULL) {
+      full_due_ = now + log_interval + 1;
+    } else {
+      log_due_ = now + log_interval;
+    }
   }
 }
 

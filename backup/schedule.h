@@ -70,6 +70,8 @@ class BackupScheduler {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   Status status_ ABSL_GUARDED_BY(mu_);
+  int64_t full_due_ ABSL_GUARDED_BY(mu_) = 0;  // when each kind runs next
+  int64_t log_due_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

@@ -256,14 +256,22 @@ int Verify(const BackupState& s) {
     if (!source.ok()) return Usage(std::string(source.status().message()));
     o.transport = &transport;
     o.replication = server::AddressOf(**source, server::Role::kReplication);
+    // Without --datacenter, each file opens where it was sealed.
+    if (s.datacenter.empty()) {
+      std::map<std::string, std::string> replication_of;
+      for (const server::DatacenterConfig& dc : config->datacenters())
+        replication_of[dc.name()] = server::AddressOf(dc, server::Role::kReplication);
+      o.open = backup::OpenAtSource(&transport, replication_of, o.timeout);
+    }
   }
   absl::StatusOr<backup::VerifyReport> r = backup::VerifyBackup(o);
   if (!r.ok()) return Failed(StrCat("backup verify: ", r.status().message()));
   backup::ReplayReport replay;
   if (s.replay) {
     absl::StatusOr<backup::ReplayReport> rr = backup::ReplayBackup(
-        s.dir, o.transport != nullptr ? backup::OpenAt(o.transport, o.replication, o.timeout)
-                                      : backup::OpenChunk());
+        s.dir, o.open                   ? o.open
+               : o.transport != nullptr ? backup::OpenAt(o.transport, o.replication, o.timeout)
+                                        : backup::OpenChunk());
     if (!rr.ok()) return Failed(StrCat("backup verify --replay: ", rr.status().message()));
     replay = std::move(*rr);
     r->problems.insert(r->problems.end(), replay.problems.begin(), replay.problems.end());
@@ -403,7 +411,10 @@ int Restore(const BackupState& s) {
   absl::StatusOr<std::unique_ptr<Database>> db = Database::Open(d);
   if (!db.ok()) return Usage(std::string(db.status().message()));
   rpc::RpcTransport transport;
-  const std::string replication = server::AddressOf(**source, server::Role::kReplication);
+  // Sealed backups open at the datacenter that sealed them.
+  std::map<std::string, std::string> replication_of;
+  for (const server::DatacenterConfig& dc : config->datacenters())
+    replication_of[dc.name()] = server::AddressOf(dc, server::Role::kReplication);
 
   int failed = 0;
   std::string json;
@@ -411,7 +422,7 @@ int Restore(const BackupState& s) {
     backup::RestoreOptions o;
     o.state = point;
     o.state.group = g.group;
-    o.state.open = backup::OpenAt(&transport, replication, absl::Seconds(s.timeout));
+    o.state.open = backup::OpenAtSource(&transport, replication_of, absl::Seconds(s.timeout));
     o.root_table = g.root_table;
     o.root_key = g.root_key;
     o.db = db->get();
