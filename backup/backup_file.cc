@@ -252,10 +252,19 @@ std::optional<uint64_t> ChainEnd(const Manifest& manifest, const replication::Gr
   std::optional<uint64_t> end;
   for (const FileEntry* f : files) {
     const FileHeader& h = f->header();
-    if (h.kind() == FULL) {
-      if (!end || h.chain_start()) end = std::max(end.value_or(0), h.to());
-    } else if (end && h.from() <= *end + 1) {
-      end = std::max(*end, h.to());
+    if (h.kind() == FULL && (!end || h.chain_start())) end = std::max(end.value_or(0), h.to());
+  }
+  if (!end) return end;
+  // Log files extend it wherever they sort (one that began before the
+  // full backup that set the end still counts): until nothing moves.
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const FileEntry* f : files) {
+      const FileHeader& h = f->header();
+      if (h.kind() == LOG && h.from() <= *end + 1 && h.to() > *end) {
+        end = h.to();
+        moved = true;
+      }
     }
   }
   return end;

@@ -310,5 +310,42 @@ TEST(BackupFileTest, PruneKeepsWhatRestoresInsideTheWindowNeed) {
   EXPECT_TRUE(std::filesystem::exists(victim));
 }
 
+TEST(BackupFileTest, TheLogChainEndsWhereTheLogFilesDo) {
+  auto entry = [](FileKind kind, uint64_t from, uint64_t to, bool chain_start = false) {
+    FileEntry e;
+    *e.mutable_header() = LogHeader();
+    e.mutable_header()->set_kind(kind);
+    e.mutable_header()->set_from(from);
+    e.mutable_header()->set_to(to);
+    e.mutable_header()->set_chain_start(chain_start);
+    return e;
+  };
+  const replication::GroupRef g = LogHeader().group();
+  Manifest m;
+  EXPECT_EQ(ChainEnd(m, g), std::nullopt);
+  *m.add_files() = entry(FULL, 10, 10, true);
+  *m.add_files() = entry(LOG, 11, 20);
+  EXPECT_EQ(ChainEnd(m, g), 20u);
+  // A later full backup does not move it: 21..31 are not shipped yet.
+  *m.add_files() = entry(FULL, 32, 32);
+  EXPECT_EQ(ChainEnd(m, g), 20u);
+  *m.add_files() = entry(LOG, 21, 40);
+  EXPECT_EQ(ChainEnd(m, g), 40u);
+  // A full backup taken because the log was cleaned restarts it.
+  *m.add_files() = entry(FULL, 60, 60, true);
+  EXPECT_EQ(ChainEnd(m, g), 60u);
+  // After a prune: a log file that began before the oldest full backup kept
+  // still continues the chain.
+  Manifest pruned;
+  *pruned.add_files() = entry(LOG, 31, 40);
+  *pruned.add_files() = entry(FULL, 32, 32);
+  *pruned.add_files() = entry(LOG, 41, 50);
+  EXPECT_EQ(ChainEnd(pruned, g), 50u);
+  // Another group's files do not count.
+  replication::GroupRef other = g;
+  other.set_root("other");
+  EXPECT_EQ(ChainEnd(pruned, other), std::nullopt);
+}
+
 }  // namespace
 }  // namespace megastore::backup

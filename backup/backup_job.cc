@@ -98,7 +98,7 @@ class Runner {
   // group is encrypted at the source.
   absl::StatusOr<std::unique_ptr<OpenFile>> Start(const GroupRef& group, FileKind kind,
                                                   uint64_t from, uint64_t to, int64_t timestamp,
-                                                  Job* job);
+                                                  Job* job, bool chain_start = false);
   // Writes the chunk being filled (sealed when the file is).
   absl::Status Flush(OpenFile& f);
   absl::StatusOr<std::optional<FileEntry>> Finish(OpenFile& f);
@@ -133,7 +133,7 @@ void Runner::Report(Job* job) {
 absl::StatusOr<std::unique_ptr<Runner::OpenFile>> Runner::Start(const GroupRef& group,
                                                                 FileKind kind, uint64_t from,
                                                                 uint64_t to, int64_t timestamp,
-                                                                Job* job) {
+                                                                Job* job, bool chain_start) {
   replication::BackupSealRequest probe;
   *probe.mutable_group() = group;
   absl::StatusOr<replication::BackupSealReply> enc =
@@ -151,6 +151,7 @@ absl::StatusOr<std::unique_ptr<Runner::OpenFile>> Runner::Start(const GroupRef& 
   h.set_sealed(enc->encrypted());
   h.set_datacenter(o_.datacenter);
   h.set_created_micros(env_->NowMicros());
+  h.set_chain_start(chain_start);
   absl::StatusOr<std::unique_ptr<FileWriter>> w =
       FileWriter::Create(o_.dir + "/" + DataFileName(h), h);
   if (!w.ok()) return w.status();
@@ -218,10 +219,10 @@ absl::StatusOr<std::optional<FileEntry>> Runner::Full(const GroupRef& group, Job
     }
   }
   absl::StatusOr<std::unique_ptr<OpenFile>> file =
-      Start(group, FULL, position, position, st->applied().timestamp(), job);
+      Start(group, FULL, position, position, st->applied().timestamp(), job,
+            chain_start || !Covered(group).has_value());
   if (!file.ok()) return file.status();
   OpenFile& f = **file;
-  f.header.set_chain_start(chain_start || !Covered(group).has_value());
   const FileHeader& h = f.header;
   std::string after;
   do {
@@ -344,10 +345,12 @@ absl::Status Runner::Run(Job* job) {
       absl::StatusOr<std::optional<FileEntry>> file = step(this, group, job);
       if (absl::IsCancelled(file.status())) return file.status();
       if (!file.ok()) {
+        // Reported; a full job still takes its full backup after a failed
+        // log step.
         const std::string problem = StrCat(Describe(group), ": ", file.status().ToString());
         report_->problems.push_back(problem);
         *job->add_problems() = problem;
-        break;
+        continue;
       }
       if (!*file) continue;
       report_->files++;

@@ -291,6 +291,7 @@ TEST_P(BackupTest, TakenUnderWritesEachGroupEqualsItsStateAtThePositionAndTheLog
   EXPECT_EQ(m->schemas(0).name(), "Shop");
   for (const backup::FileEntry& f : m->files()) {
     EXPECT_EQ(f.header().kind(), backup::FULL);
+    EXPECT_TRUE(f.header().chain_start()) << "a group's first backup starts its log chain";
     EXPECT_EQ(f.header().sealed(), encrypted());
     // The rows the backup holds are the group's rows at its position, as
     // the other full replica has them.
