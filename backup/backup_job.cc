@@ -333,26 +333,18 @@ absl::Status Runner::Run(Job* job) {
   for (const GroupRef& group : job->groups()) {
     if (done.count(replication::GroupKey(group)) > 0) continue;
     if (Cancelled()) return absl::CancelledError("the backup was cancelled");
-    // A full job first ships the log the chain is missing up to now, so
-    // the full backup leaves no gap and clean-up can follow it.
-    auto log = [](Runner* r, const GroupRef& g, Job* j) { return r->Log(g, j); };
-    auto full = [](Runner* r, const GroupRef& g, Job* j) { return r->Full(g, j); };
-    std::vector<absl::StatusOr<std::optional<FileEntry>> (*)(Runner*, const GroupRef&, Job*)> todo;
-    if (job->kind() == LOG || Covered(group).has_value()) todo.push_back(log);
-    if (job->kind() == FULL) todo.push_back(full);
     bool got_file = false;
-    for (auto step : todo) {
-      absl::StatusOr<std::optional<FileEntry>> file = step(this, group, job);
+    // Keeps a step's file: in the catalog, and its coverage recorded at
+    // the replica. A failed step is reported and the group goes on.
+    auto keep = [&](absl::StatusOr<std::optional<FileEntry>> file) -> absl::Status {
       if (absl::IsCancelled(file.status())) return file.status();
       if (!file.ok()) {
-        // Reported; a full job still takes its full backup after a failed
-        // log step.
         const std::string problem = StrCat(Describe(group), ": ", file.status().ToString());
         report_->problems.push_back(problem);
         *job->add_problems() = problem;
-        continue;
+        return absl::OkStatus();
       }
-      if (!*file) continue;
+      if (!*file) return absl::OkStatus();
       report_->files++;
       got_file = true;
       job->set_bytes(job->bytes() + (*file)->bytes());
@@ -366,13 +358,18 @@ absl::Status Runner::Run(Job* job) {
       replication::MarkBackupRequest mark;
       *mark.mutable_group() = group;
       mark.set_position(covered);
-      absl::StatusOr<replication::StateReply> ignored =
+      absl::StatusOr<replication::StateReply> marked =
           Call<replication::StateReply>(o_, "repl.MarkBackup", mark);
-      if (!ignored.ok())
+      if (!marked.ok())
         report_->notes.push_back(
             StrCat(Describe(group), ": backed up through ", covered, ", but recording that at ",
-                   o_.datacenter, " failed (log clean-up waits): ", ignored.status().ToString()));
-    }
+                   o_.datacenter, " failed (log clean-up waits): ", marked.status().ToString()));
+      return absl::OkStatus();
+    };
+    // A full job first ships the log the chain is missing up to now, so
+    // the full backup leaves no gap and clean-up can follow it.
+    if (job->kind() == LOG || Covered(group).has_value()) MS_RETURN_IF_ERROR(keep(Log(group, job)));
+    if (job->kind() == FULL) MS_RETURN_IF_ERROR(keep(Full(group, job)));
     if (got_file) report_->groups++;
     job->set_groups_done(job->groups_done() + 1);
     Report(job);

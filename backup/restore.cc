@@ -419,6 +419,7 @@ absl::StatusOr<RestoreReport> RestoreGroup(const RestoreOptions& o) {
     report.deletes += deletes;
     report.last_commit = info->position;
     next = end;
+    if (o.on_commit) o.on_commit(report);
   }
   return report;
 }

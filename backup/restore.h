@@ -85,6 +85,8 @@ struct RestoreOptions {
   // Work out what would change (the report's puts and deletes), write
   // nothing.
   bool dry_run = false;
+  // After each of the restore's commits (progress).
+  std::function<void(const struct RestoreReport&)> on_commit;
 };
 
 struct RestoreReport {

@@ -591,22 +591,33 @@ TEST_P(BackupTest, ARestoreStopsWhenSomeoneElseWritesTheGroupUnlessForced) {
   o.root_key = {int64_t{1}};
   o.db = db_.get();
   o.batch = 3;  // ten commits
-  std::atomic<bool> stop{false};
-  std::thread writer([&] {
-    for (int64_t i = 0; !stop.load(); ++i) {
-      (void)PutOrder(1, 1000 + i, i);
-      absl::SleepFor(absl::Milliseconds(3));
+  // Another writer commits right after each of the restore's first three
+  // commits.
+  int64_t other = 1000;
+  o.on_commit = [&](const backup::RestoreReport& progress) {
+    if (progress.commits <= 3) {
+      EXPECT_TRUE(PutOrder(1, other++, 1).ok());
     }
-  });
+  };
   absl::StatusOr<backup::RestoreReport> r = backup::RestoreGroup(o);
   EXPECT_TRUE(absl::IsAborted(r.status())) << r.status();
   EXPECT_NE(r.status().message().find("written by someone else"), std::string::npos) << r.status();
-  // Forced, it goes on through the concurrent writes.
+  EXPECT_NE(r.status().message().find("3 puts and 0 deletes of "), std::string::npos) << r.status();
+  // Forced, it goes on through the concurrent writes: those after its
+  // commits, and a writer running beside it.
   o.force = true;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int64_t i = 0; !stop.load() && i < 20; ++i) {
+      (void)PutOrder(1, 2000 + i, i);
+      absl::SleepFor(absl::Milliseconds(3));
+    }
+  });
   r = backup::RestoreGroup(o);
   stop = true;
   writer.join();
   ASSERT_TRUE(r.ok()) << r.status();
+  o.on_commit = nullptr;
   // Once the writer is gone the group holds exactly the backup's orders.
   r = backup::RestoreGroup(o);
   ASSERT_TRUE(r.ok()) << r.status();
