@@ -147,6 +147,58 @@ TEST_F(GatewayTest, QueryCursorsPageAndCannotBeForged) {
   }
 }
 
+// Every kind of query pages to its end, one entity a page, each entity
+// once (the keys hold 0x00 and 0x80 bytes: int keys encode so).
+TEST_F(GatewayTest, EveryQueryKindPagesToItsEnd) {
+  std::string mutations = R"({"table": "User", "put": {"user_id": "-3", "name": "Di"}})";
+  for (int i = 1; i <= 5; ++i)
+    mutations +=
+        StrCat(R"(, {"table": "Photo", "put": {"user_id": -3, "photo_id": )", i * 128,
+               R"(, "time": ")", 1000 - i, R"(", "full_url": "p)", i, R"(", "tag": ["t0"]}})");
+  ASSERT_EQ(
+      Post("/v1/commit",
+           StrCat(R"({"root_table": "User", "root_key": ["-3"], "mutations": [)", mutations, "]}"))
+          .status,
+      200);
+  auto cursor_of = [](const std::string& json) {
+    const std::string key = "\"cursor\":\"";
+    const size_t at = json.find(key);
+    if (at == std::string::npos) return std::string();
+    return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
+  };
+  // The full_url of each entity, page after page.
+  auto page_through = [&](const std::string& query) {
+    std::vector<std::string> seen;
+    std::string cursor;
+    for (int page = 0; page < 20; ++page) {
+      Gateway::Reply r = Post(
+          "/v1/query", StrCat("{", query, R"(, "limit": 1)",
+                              cursor.empty() ? "" : StrCat(R"(, "cursor": ")", cursor, "\""), "}"));
+      EXPECT_EQ(r.status, 200) << query << ": " << r.json;
+      if (r.status != 200) break;
+      for (size_t at = r.json.find("\"full_url\":\""); at != std::string::npos;
+           at = r.json.find("\"full_url\":\"", at + 1)) {
+        const size_t from = at + 12;
+        seen.push_back(r.json.substr(from, r.json.find('"', from) - from));
+      }
+      cursor = cursor_of(r.json);
+      if (cursor.empty()) return seen;
+    }
+    ADD_FAILURE() << query << " did not end after 20 pages";
+    return seen;
+  };
+  const std::vector<std::string> by_key = {"p1", "p2", "p3", "p4", "p5"};
+  const std::vector<std::string> by_time = {"p5", "p4", "p3", "p2", "p1"};
+  EXPECT_EQ(page_through(R"("table": "Photo", "key_prefix": ["-3"])"), by_key);
+  EXPECT_EQ(page_through(R"("root_table": "User", "root_key": ["-3"], "index": "PhotosByTime",
+                            "values": ["-3"])"),
+            by_time);
+  std::vector<std::string> tagged =
+      page_through(R"("index": "PhotosByTag", "values": ["t0"], "level": "current")");
+  std::sort(tagged.begin(), tagged.end());
+  EXPECT_EQ(tagged, by_key);
+}
+
 TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["8"],
       "mutations": [{"table": "User", "put": {"user_id": "8", "name": "v1"}}]})")
