@@ -474,20 +474,38 @@ absl::StatusOr<std::map<std::string, std::string>> LoadGatewayTokens(const std::
 
 absl::Status Gateway::Start() {
   server_ = std::make_unique<http::HttpServer>(options_.listen, options_.workers);
-  for (const char* path : {"/v1/get", "/v1/query", "/v1/commit", "/v1/schema"}) {
+  static constexpr const char* kEndpoints[] = {"/v1/get",    "/v1/query", "/v1/commit",
+                                               "/v1/schema", "/healthz",  "/readyz"};
+  for (const char* path : kEndpoints) {
     const std::string p = path;
     server_->HandleRequests(p, [this, p](const http::Request& req) {
-      const bool get_ok = p == "/v1/schema";
-      if (req.method != (get_ok ? "GET" : "POST")) {
+      const bool get_ok = p == "/v1/schema" || p == "/healthz" || p == "/readyz";
+      const char* allowed = get_ok ? "GET" : "POST";
+      if (req.method != allowed && !(get_ok && req.method == "HEAD")) {
         Count(p, 405, Refusal::kWrongMethod);
-        return http::Response{405, "application/json",
-                              StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ",
-                                     get_ok ? "GET" : "POST", "\"}\n")};
+        return http::Response{
+            405,
+            "application/json",
+            StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ", allowed, "\"}\n"),
+            {{"Allow", get_ok ? "GET, HEAD" : "POST"}}};
       }
+      // Alive: this process answers. Ready: it can serve reads and commits
+      // (its client library is open, which it is once the gateway runs).
+      if (p == "/healthz" || p == "/readyz")
+        return http::Response{200, "application/json", "{\"status\":\"ok\"}\n", {}};
       Reply r = Handle(p, req.body, req.authorization, req.principal);
-      return http::Response{r.status, "application/json", std::move(r.json)};
+      return http::Response{r.status, "application/json", std::move(r.json), {}};
     });
   }
+  server_->HandleUnknown([](const http::Request& req) {
+    std::string known;
+    for (const char* p : kEndpoints) known += StrCat(known.empty() ? "" : ", ", p);
+    return http::Response{404,
+                          "application/json",
+                          StrCat(R"({"code":"NOT_FOUND","message":"no endpoint )",
+                                 JsonEscape(req.path), "; the gateway serves ", known, "\"}\n"),
+                          {}};
+  });
   return server_->Start();
 }
 

@@ -393,6 +393,7 @@ TEST_F(GatewayTest, ServesOverHttp) {
   ASSERT_TRUE(gateway_->Start().ok());
   namespace beast = boost::beast;
   namespace bhttp = beast::http;
+  std::string allow, content_type;  // of the last response
   auto request = [&](bhttp::verb verb, const std::string& path, const std::string& body) {
     boost::asio::io_context io;
     boost::asio::ip::tcp::socket socket(io);
@@ -407,6 +408,8 @@ TEST_F(GatewayTest, ServesOverHttp) {
     beast::flat_buffer buffer;
     bhttp::response<bhttp::string_body> res;
     bhttp::read(socket, buffer, res);
+    allow = std::string(res[bhttp::field::allow]);
+    content_type = std::string(res[bhttp::field::content_type]);
     return std::make_pair(res.result_int(), res.body());
   };
   auto put = request(bhttp::verb::post, "/v1/commit", R"({"rootTable": "User", "rootKey": ["3"],
@@ -419,9 +422,25 @@ TEST_F(GatewayTest, ServesOverHttp) {
   EXPECT_EQ(bad.first, 400u) << bad.second;
   auto wrong_verb = request(bhttp::verb::get, "/v1/get", "");
   EXPECT_EQ(wrong_verb.first, 405u) << wrong_verb.second;
+  EXPECT_EQ(allow, "POST");
   auto post_schema = request(bhttp::verb::post, "/v1/schema", "{}");
   EXPECT_EQ(post_schema.first, 405u) << post_schema.second;
+  EXPECT_EQ(allow, "GET, HEAD");
   EXPECT_EQ(gateway_->stats().wrong_method, 2u);
+  // An unknown path, any method: 404 in the gateway's JSON error shape.
+  for (bhttp::verb verb : {bhttp::verb::get, bhttp::verb::post, bhttp::verb::delete_}) {
+    auto unknown = request(verb, "/v2/nothing", "{}");
+    EXPECT_EQ(unknown.first, 404u) << unknown.second;
+    EXPECT_EQ(content_type, "application/json");
+    EXPECT_NE(unknown.second.find(R"("code":"NOT_FOUND")"), std::string::npos) << unknown.second;
+    EXPECT_NE(unknown.second.find("/v1/query"), std::string::npos) << unknown.second;
+  }
+  // Liveness and readiness for load balancers and orchestrators.
+  for (const char* probe : {"/healthz", "/readyz"}) {
+    auto r = request(bhttp::verb::get, probe, "");
+    EXPECT_EQ(r.first, 200u) << probe << ": " << r.second;
+    EXPECT_NE(r.second.find(R"("status":"ok")"), std::string::npos) << r.second;
+  }
   auto schema = request(bhttp::verb::get, "/v1/schema", "");
   EXPECT_EQ(schema.first, 200u);
   EXPECT_NE(schema.second.find("PhotosByTag"), std::string::npos) << schema.second;

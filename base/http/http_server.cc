@@ -295,7 +295,9 @@ struct HttpServer::Impl {
     }
     auto it = handlers.find(path);
     Response r;
-    if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
+    if (it == handlers.end() && unknown_handler) {
+      r = unknown_handler(Request{std::string(request.method_string()), path, "", "", ""});
+    } else if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
       r = Response{405, "text/plain; charset=utf-8", "only GET is supported\n"};
     } else if (it == handlers.end()) {
       std::string known;
@@ -321,6 +323,7 @@ struct HttpServer::Impl {
     response->result(static_cast<unsigned>(r.status));
     response->set(bhttp::field::content_type, r.content_type);
     response->set(bhttp::field::server, "megastored");
+    for (const auto& [name, value] : r.headers) response->set(name, value);
     response->body() = std::move(r.body);
     response->prepare_payload();
     c->stream.expires_after(ToSteady(limits.body_timeout));
@@ -377,6 +380,7 @@ struct HttpServer::Impl {
   std::thread thread;
   std::map<std::string, PageHandler> handlers;
   std::map<std::string, RequestHandler> request_handlers;
+  RequestHandler unknown_handler;
   asio::thread_pool pool;
   std::atomic<bool> stopped{false};
   std::atomic<int> port{0};
@@ -389,6 +393,10 @@ HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(std::string path, PageHandler handler) {
   impl_->handlers[std::move(path)] = std::move(handler);
+}
+
+void HttpServer::HandleUnknown(RequestHandler handler) {
+  impl_->unknown_handler = std::move(handler);
 }
 
 void HttpServer::HandleRequests(std::string path, RequestHandler handler) {

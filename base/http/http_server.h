@@ -13,6 +13,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -24,6 +26,8 @@ struct Response {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // More header fields (e.g. {"Allow", "POST"} with a 405).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 // Called on the server's thread for GET requests of its path.
@@ -91,6 +95,10 @@ class HttpServer {
   void Handle(std::string path, PageHandler handler);  // before Start
   void HandleRequests(std::string path,
                       RequestHandler handler);  // before Start
+  // Answers requests of paths no handler serves, any method (on the I/O
+  // thread: it must not block). Default: a plain-text 404 (405 for a
+  // method other than GET) listing the paths served.
+  void HandleUnknown(RequestHandler handler);  // before Start
   absl::Status Start();
   void Stop();
   int port() const;
