@@ -76,6 +76,7 @@ std::string EncodeToken(const TokenMac& mac, const txn::Transaction& t) {
   token.set_timestamp(t.position().timestamp);
   token.set_next_leader(t.position().next_leader);
   token.set_replica(t.position().replica);
+  token.set_inconsistent(t.position().latest);
   return absl::WebSafeBase64Escape(mac.Seal(token.SerializeAsString()));
 }
 
@@ -265,6 +266,10 @@ class RequestHandler {
         return decoded.status();
       }
       const gateway::ReadToken& token = *decoded;
+      if (token.inconsistent())
+        return absl::FailedPreconditionError(
+            "read_token: from an inconsistent read, which saw no position a commit could be "
+            "conditional on; read again at level current or snapshot");
       replication::GroupRef group;
       group.set_table(db_->layout().entity_table());
       group.set_root(root_row);

@@ -234,6 +234,17 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   EXPECT_EQ(other_group.status, 400) << other_group.json;
   Gateway::Reply forged = commit("bm90IGEgdG9rZW4", "x");
   EXPECT_EQ(forged.status, 400) << forged.json;
+
+  // An inconsistent read saw no position: its token cannot make a commit
+  // conditional (412), and nothing is written.
+  const std::string loose =
+      token_of(Post("/v1/get", R"({"table": "User", "key": ["8"], "level": "inconsistent"})").json);
+  ASSERT_FALSE(loose.empty());
+  Gateway::Reply refused = commit(loose, "v4");
+  EXPECT_EQ(refused.status, 412) << refused.json;
+  EXPECT_NE(refused.json.find("inconsistent read"), std::string::npos) << refused.json;
+  EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json.find("\"v2\""),
+            std::string::npos);
 }
 
 // A read token carries the position and timestamp a commit builds on; a
