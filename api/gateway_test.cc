@@ -19,6 +19,14 @@
 namespace megastore {
 namespace {
 
+// The string value of `"field":"..."` in a reply's JSON ("" if absent).
+std::string StringField(const std::string& json, const std::string& field) {
+  const std::string key = StrCat("\"", field, "\":\"");
+  const size_t at = json.find(key);
+  if (at == std::string::npos) return "";
+  return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
+}
+
 class GatewayTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,12 +119,7 @@ TEST_F(GatewayTest, QueryCursorsPageAndCannotBeForged) {
       {"table": "Photo", "put": {"user_id": 9, "photo_id": 2, "time": "2", "full_url": "u2"}}]})")
                 .status,
             200);
-  auto cursor_of = [](const std::string& json) {
-    const std::string key = "\"cursor\":\"";
-    const size_t at = json.find(key);
-    if (at == std::string::npos) return std::string();
-    return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
-  };
+  auto cursor_of = [](const std::string& json) { return StringField(json, "cursor"); };
   Gateway::Reply first =
       Post("/v1/query", R"({"table": "Photo", "key_prefix": ["9"], "limit": 1})");
   ASSERT_EQ(first.status, 200) << first.json;
@@ -160,12 +163,7 @@ TEST_F(GatewayTest, EveryQueryKindPagesToItsEnd) {
            StrCat(R"({"root_table": "User", "root_key": ["-3"], "mutations": [)", mutations, "]}"))
           .status,
       200);
-  auto cursor_of = [](const std::string& json) {
-    const std::string key = "\"cursor\":\"";
-    const size_t at = json.find(key);
-    if (at == std::string::npos) return std::string();
-    return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
-  };
+  auto cursor_of = [](const std::string& json) { return StringField(json, "cursor"); };
   // The full_url of each entity, page after page.
   auto page_through = [&](const std::string& query) {
     std::vector<std::string> seen;
@@ -204,12 +202,7 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
       "mutations": [{"table": "User", "put": {"user_id": "8", "name": "v1"}}]})")
                 .status,
             200);
-  auto token_of = [](const std::string& json) {
-    const std::string key = "\"readToken\":\"";
-    const size_t at = json.find(key);
-    if (at == std::string::npos) return std::string();
-    return json.substr(at + key.size(), json.find('"', at + key.size()) - at - key.size());
-  };
+  auto token_of = [](const std::string& json) { return StringField(json, "readToken"); };
   const std::string first = token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json);
   const std::string second = token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json);
   ASSERT_FALSE(first.empty());

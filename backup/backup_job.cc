@@ -406,6 +406,17 @@ absl::StatusOr<std::vector<GroupRef>> ListGroups(const JobOptions& o) {
 
 }  // namespace
 
+double Progress::Rate() const {
+  const double secs = absl::ToDoubleSeconds(elapsed);
+  return secs > 0 ? static_cast<double>(bytes) / secs : 0;
+}
+
+std::optional<absl::Duration> Progress::Eta() const {
+  if (groups_done == 0 || groups_total < groups_done) return std::nullopt;
+  return elapsed *
+         (static_cast<double>(groups_total - groups_done) / static_cast<double>(groups_done));
+}
+
 absl::StatusOr<PruneReport> PruneBackup(const std::string& dir, int64_t horizon, bool dry_run) {
   absl::StatusOr<std::unique_ptr<DirLock>> lock = DirLock::Take(dir);
   if (!lock.ok()) return lock.status();
@@ -504,11 +515,11 @@ absl::StatusOr<JobReport> RunBackup(const JobOptions& o) {
   JobReport report;
   const int64_t started = env->NowMicros();
   // An unfinished job of this kind and schema is finished first.
-  std::vector<int> todo;
+  std::vector<int> jobs_to_run;
   for (int i = 0; i < m->jobs_size(); ++i) {
     const Job& j = m->jobs(i);
     if (j.finished_micros() == 0 && j.kind() == o.kind && j.schema() == o.schema.name()) {
-      todo.push_back(i);
+      jobs_to_run.push_back(i);
       report.resumed = true;
     }
   }
@@ -535,10 +546,10 @@ absl::StatusOr<JobReport> RunBackup(const JobOptions& o) {
     j->set_schema(o.schema.name());
     j->set_started_micros(started);
     for (GroupRef& g : unique) *j->add_groups() = std::move(g);
-    todo.push_back(m->jobs_size() - 1);
+    jobs_to_run.push_back(m->jobs_size() - 1);
   }
   if (absl::Status s = SaveManifest(o.dir, *m); !s.ok()) return s;
-  for (int i : todo) {
+  for (int i : jobs_to_run) {
     Job* job = m->mutable_jobs(i);
     report.job = job->id();
     Runner runner(o, &*m, &report);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ struct Progress {
   uint64_t rows = 0;
   uint64_t entries = 0;
   absl::Duration elapsed;
+
+  // Bytes per second so far (0 before any time has passed).
+  double Rate() const;
+  // The time left at the rate groups went so far; nullopt before the
+  // first group is done.
+  std::optional<absl::Duration> Eta() const;
 };
 
 struct JobOptions {

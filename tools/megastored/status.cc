@@ -162,16 +162,11 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
                " failed, ", b.bytes, " bytes written, ", b.pruned_files, " old files pruned</p>");
     if (b.running) {
       const backup::Progress& p = b.progress;
-      const double secs = absl::ToDoubleSeconds(p.elapsed);
-      std::string eta = "?";
-      if (p.groups_done > 0 && p.groups_total >= p.groups_done)
-        eta = fmt::format("{:.0f} s", secs * static_cast<double>(p.groups_total - p.groups_done) /
-                                          static_cast<double>(p.groups_done));
-      html +=
-          StrCat("<p>running: ", p.kind == backup::FULL ? "full" : "log", " job ", p.job, ", ",
-                 p.groups_done, " of ", p.groups_total, " groups, ", p.bytes, " bytes, ",
-                 fmt::format("{:.1f}", secs > 0 ? static_cast<double>(p.bytes) / secs / 1e6 : 0),
-                 " MB/s, ETA ", eta, "</p>");
+      const std::optional<absl::Duration> eta = p.Eta();
+      html += StrCat("<p>running: ", p.kind == backup::FULL ? "full" : "log", " job ", p.job, ", ",
+                     p.groups_done, " of ", p.groups_total, " groups, ", p.bytes, " bytes, ",
+                     fmt::format("{:.1f}", p.Rate() / 1e6), " MB/s, ETA ",
+                     eta ? fmt::format("{:.0f} s", absl::ToDoubleSeconds(*eta)) : "?", "</p>");
     }
     if (!b.last_error.empty())
       html += StrCat("<p>last failure: ", HtmlEscape(b.last_error), "</p>");

@@ -64,16 +64,12 @@ class ProgressLine {
     const absl::Time now = absl::Now();
     if (now - last_ < (tty_ ? absl::Milliseconds(200) : absl::Seconds(5))) return;
     last_ = now;
-    const double secs = absl::ToDoubleSeconds(p.elapsed);
-    const double rate = secs > 0 ? static_cast<double>(p.bytes) / secs : 0;
-    std::string eta = "?";
-    if (p.groups_done > 0 && p.groups_total >= p.groups_done)
-      eta = Duration(secs * static_cast<double>(p.groups_total - p.groups_done) /
-                     static_cast<double>(p.groups_done));
+    const std::optional<absl::Duration> eta = p.Eta();
     const std::string line =
         StrCat(p.kind == backup::FULL ? "backup create" : "backup log", " ", p.job, ": ",
                p.groups_done, "/", p.groups_total, " groups, ", Megabytes(p.bytes), ", ",
-               Megabytes(static_cast<uint64_t>(rate)), "/s, ETA ", eta);
+               Megabytes(static_cast<uint64_t>(p.Rate())), "/s, ETA ",
+               eta ? Duration(absl::ToDoubleSeconds(*eta)) : "?");
     if (tty_) {
       std::fprintf(stderr, "\r%-100s", line.c_str());
       drawn_ = true;
