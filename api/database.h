@@ -1,4 +1,4 @@
-// The client library application servers link (DESIGN.md §1, §5): open a
+// The client library application servers link (docs/architecture.md): open a
 // Database, then run transactions on entity groups with typed entities
 // (the classes msc generates) or untyped ones (schema::Entity).
 //
@@ -210,7 +210,7 @@ class Transaction {
       std::vector<std::pair<std::string, std::vector<schema::KeyValue>>> conditions);
   absl::StatusOr<CommitInfo> Commit();
 
-  // Queues (seed 004 §3.4): send to another group's queue atomically with
+  // Queues: send to another group's queue atomically with
   // this transaction; read and consume this group's queue.
   absl::Status Send(std::string_view root_table, std::vector<schema::KeyValue> root_key,
                     std::string queue, std::string body) {

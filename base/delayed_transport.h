@@ -1,6 +1,6 @@
 // A Transport that adds a one-way delay to every request and its reply:
 // emulated WAN latency between datacenters for benchmarks and demos that
-// otherwise run on loopback (DESIGN.md §7).
+// otherwise run on loopback (docs/architecture.md).
 #pragma once
 
 #include <functional>

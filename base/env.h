@@ -1,4 +1,4 @@
-// Env: the only door to time, timers and randomness (DESIGN.md §3).
+// Env: the only door to time, timers and randomness (docs/architecture.md).
 //
 // Components never call std::chrono::*::now(), sleep or std::random_device
 // themselves; they take an Env. RealEnv is the production adapter; ManualEnv

@@ -1,4 +1,4 @@
-// Transport: request/reply messaging between named nodes (DESIGN.md §3).
+// Transport: request/reply messaging between named nodes (docs/architecture.md).
 //
 // The replication library, replication servers and coordinators talk to
 // each other only through this interface, so the simulator can deliver their

@@ -1,4 +1,4 @@
-// Advisory locks on entity groups, served by a coordinator (seed 004 §3.3:
+// Advisory locks on entity groups, served by a coordinator (see docs/transactions.md:
 // when many writers share one group, serializing them up front is cheaper
 // than letting all but one lose the Paxos race and retry).
 //

@@ -1,4 +1,4 @@
-// The coordinator of one full replica (DESIGN.md §5): the set of entity
+// The coordinator of one full replica (docs/architecture.md): the set of entity
 // groups whose every chosen log position this replica has accepted, so a
 // `current` read there needs no inter-datacenter message.
 //

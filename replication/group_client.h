@@ -1,4 +1,4 @@
-// The library side of replication (DESIGN.md §5): what an app server's
+// The library side of replication (docs/architecture.md): what an app server's
 // client library runs to read an entity group at a consistency level and to
 // commit a log entry — the Paxos proposer, catch-up, coordinator
 // invalidation and apply. Everything goes through Env and Transport; the

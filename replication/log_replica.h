@@ -1,6 +1,6 @@
 // One replica's half of an entity group's replicated log: the acceptor, the
 // learner and the applier, kept in the group's root row of this datacenter's
-// Bigtable (DESIGN.md §5; docs/replication.md has the cell layout).
+// Bigtable (docs/architecture.md; docs/replication.md has the cell layout).
 //
 // Stateless: every call reads what it needs from Bigtable and changes the
 // acceptor state only through CheckAndMutateRow, so each acceptor step is

@@ -1,4 +1,4 @@
-// The replication server of one datacenter (DESIGN.md §5): serves remote
+// The replication server of one datacenter (docs/architecture.md): serves remote
 // acceptor, apply and log-read requests against its datacenter's Bigtable,
 // and periodically finishes writes that were left incomplete (positions
 // accepted here but never applied) by catching its replica up, which runs

@@ -2,7 +2,7 @@
 // Bigtable), the lock service, the coordinator and the replication server,
 // all served on one RPC port — or a subset of them (megastored --roles), the
 // replication server then reaching the datacenter's Bigtable over RPC. LocalCluster starts several
-// on loopback — the core of the embedded default (`megastored --local=3`, issue 7) and of the
+// on loopback — the core of the embedded default (`megastored --local=3`) and of the
 // end-to-end tests.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The simulator's world: one thread, virtual time, one seed (DESIGN.md §3).
+// The simulator's world: one thread, virtual time, one seed (docs/architecture.md).
 //
 //  SimEnv       Env on virtual time: timers run in deadline order (ties in
 //               the order they were scheduled) when the world runs.

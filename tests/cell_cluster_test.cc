@@ -1,4 +1,4 @@
-// A Bigtable cell of processes under load (issue 8): a real etcd, two
+// A Bigtable cell of processes under load: a real etcd, two
 // masters (one standing by) and three tablet servers on one shared data
 // root, written to by the client library in this process.
 //   * the table splits into many tablets by itself;

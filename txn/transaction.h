@@ -1,4 +1,4 @@
-// Transactions on one entity group (DESIGN.md §5; seed 004 §3.3): the
+// Transactions on one entity group (docs/architecture.md; docs/transactions.md): the
 // paper's steps — read (the group's current log position and timestamp),
 // application logic (Gets see the group as of that position, plus the
 // transaction's own writes), commit (Paxos for the next position), apply
@@ -60,7 +60,7 @@ struct TransactionOptions {
   // limit of its own, each step gets the client's per-operation deadline
   // (GroupClientOptions::deadline, 10 s).
   absl::Duration deadline = absl::ZeroDuration();
-  // Advisory lock, for groups many writers share (seed 004 §3.3): take the
+  // Advisory lock, for groups many writers share: take the
   // group's lock at its coordinator before reading, hold it until Commit
   // ends, so the group's writers take turns instead of losing Paxos races
   // and retrying. Waits at most `lock_wait`; without the lock (wait over,
@@ -92,7 +92,7 @@ struct QueryResult {
   std::string cursor;
 };
 
-// A message in an entity group's queue (seed 004 §3.4): sent atomically
+// A message in an entity group's queue: sent atomically
 // with the sending transaction, delivered to the receiving group exactly
 // once, read and consumed there by its transactions.
 struct QueueMessage {

@@ -63,6 +63,64 @@ absl::StatusOr<AppServer> Connect(const megastore::server::ClusterConfig& config
   return s;
 }
 
+// The emulated round trip between two datacenters (twice the one-way delay).
+int RoundTripMs(const megastore::server::ClusterConfig& c, const std::string& a,
+                const std::string& b) {
+  for (const auto& l : c.links())
+    if ((l.a() == a && l.b() == b) || (l.a() == b && l.b() == a))
+      return 2 * static_cast<int>(l.one_way_ms());
+  return 0;
+}
+
+// Why the report's latencies are what they are, from the cluster's own
+// topology: a commit waits for the farthest full replica, a first read at a
+// datacenter for the nearest majority.
+void Explain(const megastore::server::ClusterConfig& c, const std::string& local,
+             const std::string& other) {
+  std::vector<std::pair<int, std::string>> voters, fulls;  // (round trip from `local`, name)
+  size_t n_voters = 0;
+  for (const auto& dc : c.datacenters()) {
+    const bool full = dc.type().empty() || dc.type() == "full";
+    if (full || dc.type() == "witness") ++n_voters;
+    if (dc.name() == local) continue;
+    if (full || dc.type() == "witness")
+      voters.emplace_back(RoundTripMs(c, local, dc.name()), dc.name());
+    if (full) fulls.emplace_back(RoundTripMs(c, local, dc.name()), dc.name());
+  }
+  std::sort(voters.begin(), voters.end());
+  std::sort(fulls.begin(), fulls.end());
+  const size_t others_needed = n_voters / 2;  // a majority, counting this datacenter
+  if (others_needed == 0 || others_needed > voters.size() || fulls.empty()) return;
+  const auto& majority = voters[others_needed - 1];
+  const auto& farthest = fulls.back();
+  std::printf("\nWhy these numbers (one round trip = twice the one-way delay):\n");
+  std::printf(
+      "  * A commit needs a majority of accepts (%s and %s: %d ms), but it returns only once "
+      "every\n"
+      "    full replica has accepted or had its coordinator invalidated, so that a current read\n"
+      "    there never misses the write: it waits for the farthest full replica, %s, %d ms.\n",
+      local.c_str(), majority.second.c_str(), majority.first, farthest.second.c_str(),
+      farthest.first);
+  std::printf(
+      "  * A new user's transaction first reads its group currently; %s's coordinator has not\n"
+      "    seen the group, so the read asks a majority for the log position (%d ms) before the\n"
+      "    commit's %d ms, plus the local Bigtable writes: each user commit above.\n",
+      local.c_str(), majority.first, farthest.first);
+  std::vector<std::pair<int, std::string>> from_other;
+  for (const auto& dc : c.datacenters()) {
+    if (dc.name() == other || dc.type() == "read-only") continue;
+    from_other.emplace_back(RoundTripMs(c, other, dc.name()), dc.name());
+  }
+  std::sort(from_other.begin(), from_other.end());
+  if (others_needed <= from_other.size())
+    std::printf(
+        "  * At %s the first current read of Bob's group costs a majority read (%s, %d ms): its\n"
+        "    coordinator does not yet vouch for the group. The read catches %s's replica up, the\n"
+        "    coordinator marks the group up to date, and the second read is local.\n",
+        other.c_str(), from_other[others_needed - 1].second.c_str(),
+        from_other[others_needed - 1].first, other.c_str());
+}
+
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -287,5 +345,6 @@ int main(int argc, char** argv) {
     std::printf("Index check: %lld entities, %lld index entries, %zu problems\n",
                 static_cast<long long>(report->entities), static_cast<long long>(report->entries),
                 report->problems.size());
+  Explain(*config, local, other);
   return 0;
 }

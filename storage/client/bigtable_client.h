@@ -1,5 +1,5 @@
 // BigtableClient: the asynchronous Bigtable operations the Megastore layer
-// uses (DESIGN.md §3, §4), as an interface so the same replication code runs
+// uses (docs/architecture.md), as an interface so the same replication code runs
 // against an in-process tablet server, a remote cell, or the simulator's
 // Bigtable on virtual time.
 //

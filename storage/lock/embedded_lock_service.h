@@ -1,4 +1,4 @@
-// EmbeddedLockService: the lock service inside one process (DESIGN.md §4):
+// EmbeddedLockService: the lock service inside one process (docs/architecture.md):
 // sessions expire on an Env's clock, so the simulator and tests drive them
 // on virtual time; permanent files are kept in DIR/lockservice.state
 // (written whole, atomically, on each change: the service holds a cell's

@@ -1,5 +1,5 @@
-// LockService: the Chubby subset that Bigtable and Megastore use (DESIGN.md
-// §3–4; Bigtable §5.1): a namespace of small files, sessions that live
+// LockService: the Chubby subset that Bigtable and Megastore use (docs/architecture.md;
+// Bigtable §5.1): a namespace of small files, sessions that live
 // while their holder renews them within a lease, ephemeral files that die
 // with their session (a lock is an ephemeral file created only if absent),
 // and watches that report every change under a prefix in order.

@@ -1,5 +1,5 @@
 // The coordinators' lock table: named locks held under leases, on an Env's
-// clock (Chubby's role for Megastore's coordinators; DESIGN.md §4). A lease
+// clock (Chubby's role for Megastore's coordinators; docs/architecture.md). A lease
 // not renewed within its length expires and the lock is free again.
 //
 // Its contract with a holder (coordinator/coordinator.h):
