@@ -2,6 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <map>
+#include <tuple>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
@@ -18,6 +21,7 @@ namespace megastore {
 
 namespace {
 
+using google::protobuf::util::JsonPrintOptions;
 using google::protobuf::util::MessageToJsonString;
 
 int HttpStatus(const absl::Status& s) {
@@ -43,20 +47,27 @@ int HttpStatus(const absl::Status& s) {
   }
 }
 
-Gateway::Reply Json(const google::protobuf::Message& m) {
-  std::string out;
-  if (!MessageToJsonString(m, &out).ok())
-    return {500, R"({"code":"INTERNAL","message":"unprintable reply"})"};
-  return {200, out + "\n"};
+// An error in the one shape every JSON answer has (http::ErrorJson);
+// `reason`, when known, goes in its details.
+Gateway::Reply Error(const absl::Status& s, std::string_view reason = "") {
+  const int status = HttpStatus(s);
+  http::ErrorDetail detail;
+  detail.reason = std::string(reason);
+  if (detail.reason.empty() && s.code() == absl::StatusCode::kAborted) detail.reason = "CONFLICT";
+  return {status,
+          http::ErrorJson(status, absl::StatusCodeToString(s.code()), ToStd(s.message()), detail)};
 }
 
-Gateway::Reply Error(const absl::Status& s) {
-  gateway::Error e;
-  e.set_code(absl::StatusCodeToString(s.code()));
-  e.set_message(std::string(s.message()));
-  Gateway::Reply r = Json(e);
-  r.status = HttpStatus(s);
-  return r;
+// A reply in protobuf's JSON mapping: lowerCamelCase names, int64 as
+// strings, and every field present (false, 0 and "" included), so a
+// client never has to know a default.
+Gateway::Reply Json(const google::protobuf::Message& m) {
+  std::string out;
+  JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  if (!MessageToJsonString(m, &out, options).ok())
+    return Error(absl::InternalError("a reply that cannot be printed as JSON"));
+  return {200, out + "\n"};
 }
 
 absl::StatusOr<replication::ReadLevel> ParseLevel(const std::string& level,
@@ -132,35 +143,130 @@ class RequestHandler {
     return t;
   }
 
-  // A transaction on the group of `table`'s entity with key (prefix) `key`.
-  absl::StatusOr<std::shared_ptr<txn::Transaction>> Begin(const schema::TableDescriptor& table,
-                                                          const std::vector<schema::KeyValue>& key,
-                                                          replication::ReadLevel level) {
-    MS_ASSIGN_OR_RETURN(std::string root, db_->layout().GroupRow(table, key));
+  // A request's "replica": the index of the replica to read at.
+  absl::StatusOr<int> Replica(const std::string& name) const {
+    const auto& replicas = ctx_.client->options().replicas;
+    const int local = ctx_.client->options().local;
+    if (name.empty() || name == "local") return local;
+    if (name == "nearest") {
+      if (replicas[static_cast<size_t>(local)].type != replication::ReplicaType::kWitness)
+        return local;
+      for (size_t i = 0; i < replicas.size(); ++i)
+        if (replicas[i].type != replication::ReplicaType::kWitness) return static_cast<int>(i);
+      return absl::FailedPreconditionError("replica: no datacenter of the cluster holds data");
+    }
+    std::string known;
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      if (replicas[i].name != name) {
+        known += StrCat(known.empty() ? "" : ", ", replicas[i].name);
+        continue;
+      }
+      if (replicas[i].type == replication::ReplicaType::kWitness)
+        return absl::InvalidArgumentError(
+            StrCat("replica: ", name, " is a witness, which holds no data to read"));
+      return static_cast<int>(i);
+    }
+    return absl::InvalidArgumentError(StrCat(
+        "replica: \"", name, "\" is not \"local\", \"nearest\" or a datacenter (", known, ")"));
+  }
+
+  // The datacenter of replica `i`.
+  const std::string& ReplicaName(int i) const {
+    return ctx_.client->options().replicas[static_cast<size_t>(i)].name;
+  }
+
+  // A transaction on the group row `root`, reading at replica `replica`.
+  absl::StatusOr<std::shared_ptr<txn::Transaction>> BeginAt(const std::string& root,
+                                                            replication::ReadLevel level,
+                                                            int replica) {
     txn::TransactionOptions o = options_;
     o.level = level;
+    o.replica = replica;
     return Await<std::shared_ptr<txn::Transaction>>(
         [&](auto cb) { txn::Transaction::BeginAtRow(ctx_, root, o, std::move(cb)); });
   }
 
-  absl::StatusOr<gateway::GetReply> Get(const gateway::GetRequest& req) {
-    MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(req.table(), "table"));
-    MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
-    MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> key,
-                        schema::KeyFromJson(*table, table->primary_key(), req.key(), "key"));
-    if (key.size() != static_cast<size_t>(table->primary_key_size()))
-      return absl::InvalidArgumentError(StrCat("key: ", table->name(), " has ",
-                                               table->primary_key_size(), " key parts; ",
-                                               key.size(), " given"));
-    MS_ASSIGN_OR_RETURN(auto t, Begin(*table, key, level));
+  // A transaction on the group of `table`'s entity with key (prefix) `key`.
+  absl::StatusOr<std::shared_ptr<txn::Transaction>> Begin(const schema::TableDescriptor& table,
+                                                          const std::vector<schema::KeyValue>& key,
+                                                          replication::ReadLevel level,
+                                                          int replica) {
+    MS_ASSIGN_OR_RETURN(std::string root, db_->layout().GroupRow(table, key));
+    return BeginAt(root, level, replica);
+  }
+
+  // What a get asks for, checked: the table, the key, its group's row.
+  struct GetTarget {
+    const schema::TableDescriptor* table;
+    std::vector<schema::KeyValue> key;
+    std::string root;
+    replication::ReadLevel level;
+    int replica;
+  };
+  absl::StatusOr<GetTarget> Target(const gateway::GetRequest& req) {
+    GetTarget g;
+    MS_ASSIGN_OR_RETURN(g.table, Table(req.table(), "table"));
+    MS_ASSIGN_OR_RETURN(g.level, ParseLevel(req.level(), replication::ReadLevel::kCurrent));
+    MS_ASSIGN_OR_RETURN(g.replica, Replica(req.replica()));
+    MS_ASSIGN_OR_RETURN(g.key,
+                        schema::KeyFromJson(*g.table, g.table->primary_key(), req.key(), "key"));
+    if (g.key.size() != static_cast<size_t>(g.table->primary_key_size()))
+      return absl::InvalidArgumentError(StrCat("key: ", g.table->name(), " has ",
+                                               g.table->primary_key_size(), " key parts; ",
+                                               g.key.size(), " given"));
+    MS_ASSIGN_OR_RETURN(g.root, db_->layout().GroupRow(*g.table, g.key));
+    return g;
+  }
+
+  // Reads `g` in transaction `t`.
+  absl::StatusOr<gateway::GetReply> GetIn(const GetTarget& g, txn::Transaction& t) {
     MS_ASSIGN_OR_RETURN(std::optional<schema::Entity> e,
                         Await<std::optional<schema::Entity>>(
-                            [&](auto cb) { t->Get(table->name(), key, std::move(cb)); }));
+                            [&](auto cb) { t.Get(g.table->name(), g.key, std::move(cb)); }));
     gateway::GetReply reply;
     reply.set_found(e.has_value());
-    if (e) *reply.mutable_entity() = schema::EntityToJson(db_->layout().schema(), *table, *e);
-    reply.set_read_token(EncodeToken(mac_, *t));
-    reply.set_position(t->position().position);
+    if (e) *reply.mutable_entity() = schema::EntityToJson(db_->layout().schema(), *g.table, *e);
+    reply.set_read_token(EncodeToken(mac_, t));
+    reply.set_position(t.position().position);
+    reply.set_replica(ReplicaName(t.position().replica));
+    return reply;
+  }
+
+  absl::StatusOr<gateway::GetReply> Get(const gateway::GetRequest& req) {
+    MS_ASSIGN_OR_RETURN(GetTarget g, Target(req));
+    MS_ASSIGN_OR_RETURN(auto t, BeginAt(g.root, g.level, g.replica));
+    return GetIn(g, *t);
+  }
+
+  // Gets of several keys: one transaction per (group, level, replica), so
+  // the keys of one group asked alike are read at one position.
+  absl::StatusOr<gateway::BatchGetReply> BatchGet(const gateway::BatchGetRequest& req) {
+    if (req.gets_size() == 0) return absl::InvalidArgumentError("gets: none given");
+    if (req.gets_size() > max_page_) {
+      page_too_large_ = true;
+      return absl::InvalidArgumentError(
+          StrCat("gets: ", req.gets_size(), " keys; one batch reads at most ", max_page_));
+    }
+    std::map<std::tuple<std::string, int, int>, std::shared_ptr<txn::Transaction>> open;
+    gateway::BatchGetReply reply;
+    for (int i = 0; i < req.gets_size(); ++i) {
+      const std::string what = StrCat("gets[", i, "].");
+      auto named = [&](const absl::Status& s) {
+        return absl::Status(s.code(), StrCat(what, s.message()));
+      };
+      absl::StatusOr<GetTarget> g = Target(req.gets(i));
+      if (!g.ok()) return named(g.status());
+      auto& t = open[{g->root, static_cast<int>(g->level), g->replica}];
+      if (t == nullptr) {
+        absl::StatusOr<std::shared_ptr<txn::Transaction>> began =
+            BeginAt(g->root, g->level, g->replica);
+        if (!began.ok()) return named(began.status());
+        t = *std::move(began);
+      }
+      absl::StatusOr<gateway::GetReply> one = GetIn(*g, *t);
+      if (!one.ok()) return named(one.status());
+      *reply.add_replies() = *std::move(one);
+    }
     return reply;
   }
 
@@ -175,6 +281,7 @@ class RequestHandler {
     }
     q.limit = req.limit() == 0 ? max_page_ : req.limit();
     MS_ASSIGN_OR_RETURN(q.cursor, DecodeCursor(mac_, req.cursor()));
+    MS_ASSIGN_OR_RETURN(const int replica, Replica(req.replica()));
     gateway::QueryReply reply;
     auto fill = [&](const schema::TableDescriptor& table, const txn::QueryResult& r) {
       for (const schema::Entity& e : r.entities)
@@ -190,6 +297,11 @@ class RequestHandler {
                           schema::KeyFromJson(*table, index->columns(), req.values(), "values"));
       if (index->scope() == schema::IndexDescriptor::GLOBAL) {
         MS_ASSIGN_OR_RETURN(auto level, ParseLevel(req.level(), replication::ReadLevel::kSnapshot));
+        if (replica != ctx_.client->options().local)
+          return absl::InvalidArgumentError(
+              StrCat("replica: a global index query is served by the gateway's own datacenter (",
+                     ReplicaName(ctx_.client->options().local), "), not ", req.replica()));
+        reply.set_replica(ReplicaName(replica));
         MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
                               txn::GlobalIndexQuery(ctx_, index->name(), values, q, level,
                                                     std::move(cb));
@@ -203,12 +315,12 @@ class RequestHandler {
       MS_ASSIGN_OR_RETURN(
           std::vector<schema::KeyValue> root_key,
           schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
-      MS_ASSIGN_OR_RETURN(auto t, Begin(*root, root_key, level));
+      MS_ASSIGN_OR_RETURN(auto t, Begin(*root, root_key, level, replica));
       MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
                             t->IndexQuery(index->name(), values, q, std::move(cb));
                           }));
       fill(*table, r);
-      reply.set_read_token(EncodeToken(mac_, *t));
+      Served(*t, reply);
       return reply;
     }
     MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table, Table(req.table(), "table"));
@@ -216,13 +328,20 @@ class RequestHandler {
     MS_ASSIGN_OR_RETURN(
         std::vector<schema::KeyValue> prefix,
         schema::KeyFromJson(*table, table->primary_key(), req.key_prefix(), "key_prefix"));
-    MS_ASSIGN_OR_RETURN(auto t, Begin(*table, prefix, level));
+    MS_ASSIGN_OR_RETURN(auto t, Begin(*table, prefix, level, replica));
     MS_ASSIGN_OR_RETURN(txn::QueryResult r, Await<txn::QueryResult>([&](auto cb) {
                           t->Query(table->name(), prefix, q, std::move(cb));
                         }));
     fill(*table, r);
-    reply.set_read_token(EncodeToken(mac_, *t));
+    Served(*t, reply);
     return reply;
+  }
+
+  // Where a query in a group was read: its token, position and replica.
+  void Served(const txn::Transaction& t, gateway::QueryReply& reply) const {
+    reply.set_read_token(EncodeToken(mac_, t));
+    reply.set_position(t.position().position);
+    reply.set_replica(ReplicaName(t.position().replica));
   }
 
   // Buffers the request's mutations in `t`.
@@ -266,10 +385,12 @@ class RequestHandler {
         return decoded.status();
       }
       const gateway::ReadToken& token = *decoded;
-      if (token.inconsistent())
+      if (token.inconsistent()) {
+        inconsistent_token_ = true;
         return absl::FailedPreconditionError(
             "read_token: from an inconsistent read, which saw no position a commit could be "
             "conditional on; read again at level current or snapshot");
+      }
       replication::GroupRef group;
       group.set_table(db_->layout().entity_table());
       group.set_root(root_row);
@@ -298,6 +419,7 @@ class RequestHandler {
     gateway::CommitReply reply;
     reply.set_position(info->position);
     reply.set_timestamp(info->timestamp);
+    reply.set_wrote(info->wrote);
     return reply;
   }
 
@@ -313,7 +435,14 @@ class RequestHandler {
     return token;
   }
 
-  // Whether the request was refused for its query limit or its read token.
+  // Why the request was refused, for the error's details ("": no
+  // particular reason beyond its code).
+  std::string_view reason() const {
+    if (page_too_large_) return "PAGE_TOO_LARGE";
+    if (bad_read_token_) return "BAD_READ_TOKEN";
+    if (inconsistent_token_) return "INCONSISTENT_READ_TOKEN";
+    return "";
+  }
   bool page_too_large() const { return page_too_large_; }
   bool bad_read_token() const { return bad_read_token_; }
 
@@ -325,15 +454,17 @@ class RequestHandler {
   const TokenMac& mac_;
   bool page_too_large_ = false;
   bool bad_read_token_ = false;
+  bool inconsistent_token_ = false;
 };
 
 template <typename Request, typename Fn>
-Gateway::Reply Serve(const std::string& body, int max_json_depth, bool* too_deep, Fn fn) {
+Gateway::Reply Serve(const std::string& body, int max_json_depth, bool* too_deep,
+                     const RequestHandler& h, Fn fn) {
   Request req;
   if (absl::Status s = gateway::ParseRequest(body, &req, max_json_depth, too_deep); !s.ok())
-    return Error(s);
+    return Error(s, *too_deep ? "JSON_TOO_DEEP" : "BAD_JSON");
   auto reply = fn(req);
-  if (!reply.ok()) return Error(reply.status());
+  if (!reply.ok()) return Error(reply.status(), h.reason());
   return Json(*reply);
 }
 
@@ -359,17 +490,18 @@ Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
     if (it == options_.tokens.end()) {
       Count(path, 401, Refusal::kUnauthenticated);
       return Error(absl::UnauthenticatedError(
-          "the Authorization header holds no bearer token this gateway knows"));
+                       "the Authorization header holds no bearer token this gateway knows"),
+                   "UNKNOWN_TOKEN");
     }
     principal = it->second;
   }
-  if (options_.authorize &&
-      (path == "/v1/get" || path == "/v1/query" || path == "/v1/commit" || path == "/v1/schema")) {
+  if (options_.authorize && (path == "/v1/get" || path == "/v1/batchGet" || path == "/v1/query" ||
+                             path == "/v1/commit" || path == "/v1/schema")) {
     if (absl::Status s =
             options_.authorize(principal, path == "/v1/commit", db_->layout().entity_table());
         !s.ok()) {
       Count(path, HttpStatus(s), Refusal::kDenied);
-      return Error(s);
+      return Error(s, "ACCESS_DENIED");
     }
   }
   RequestHandler h(db_, options_);
@@ -378,20 +510,25 @@ Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
   Reply reply;
   std::string endpoint = path;
   if (path == "/v1/get") {
-    reply =
-        Serve<gateway::GetRequest>(body, depth, &too_deep, [&](const auto& r) { return h.Get(r); });
+    reply = Serve<gateway::GetRequest>(body, depth, &too_deep, h,
+                                       [&](const auto& r) { return h.Get(r); });
+  } else if (path == "/v1/batchGet") {
+    reply = Serve<gateway::BatchGetRequest>(body, depth, &too_deep, h,
+                                            [&](const auto& r) { return h.BatchGet(r); });
   } else if (path == "/v1/query") {
-    reply = Serve<gateway::QueryRequest>(body, depth, &too_deep,
+    reply = Serve<gateway::QueryRequest>(body, depth, &too_deep, h,
                                          [&](const auto& r) { return h.Query(r); });
   } else if (path == "/v1/commit") {
-    reply = Serve<gateway::CommitRequest>(body, depth, &too_deep,
+    reply = Serve<gateway::CommitRequest>(body, depth, &too_deep, h,
                                           [&](const auto& r) { return h.Commit(r); });
   } else if (path == "/v1/schema") {
     reply = Json(db_->layout().schema().schema());
   } else {
     endpoint = "other";
-    reply = Error(absl::NotFoundError(
-        StrCat("no endpoint ", path, "; try /v1/get, /v1/query, /v1/commit, /v1/schema")));
+    reply = Error(absl::NotFoundError(StrCat("no endpoint ", path,
+                                             "; try /v1/get, /v1/batchGet, /v1/query, /v1/commit, "
+                                             "/v1/schema")),
+                  "NO_SUCH_ENDPOINT");
   }
   Count(endpoint, reply.status,
         too_deep             ? Refusal::kTooDeep
@@ -479,8 +616,8 @@ absl::StatusOr<std::map<std::string, std::string>> LoadGatewayTokens(const std::
 
 absl::Status Gateway::Start() {
   server_ = std::make_unique<http::HttpServer>(options_.listen, options_.workers);
-  static constexpr const char* kEndpoints[] = {"/v1/get",    "/v1/query", "/v1/commit",
-                                               "/v1/schema", "/healthz",  "/readyz"};
+  static constexpr const char* kEndpoints[] = {
+      "/v1/get", "/v1/batchGet", "/v1/query", "/v1/commit", "/v1/schema", "/healthz", "/readyz"};
   for (const char* path : kEndpoints) {
     const std::string p = path;
     server_->HandleRequests(p, [this, p](const http::Request& req) {
@@ -488,11 +625,12 @@ absl::Status Gateway::Start() {
       const char* allowed = get_ok ? "GET" : "POST";
       if (req.method != allowed && !(get_ok && req.method == "HEAD")) {
         Count(p, 405, Refusal::kWrongMethod);
-        return http::Response{
-            405,
-            "application/json",
-            StrCat(R"({"code":"INVALID_ARGUMENT","message":")", p, " takes ", allowed, "\"}\n"),
-            {{"Allow", get_ok ? "GET, HEAD" : "POST"}}};
+        const char* allow = get_ok ? "GET, HEAD" : "POST";
+        http::Response r =
+            http::JsonErrorResponse(405, "INVALID_ARGUMENT", StrCat(p, " takes ", allowed),
+                                    {"METHOD_NOT_ALLOWED", {{"allow", allow}}});
+        r.headers.emplace_back("Allow", allow);
+        return r;
       }
       // Alive: this process answers. Ready: it can serve reads and commits
       // (its client library is open, which it is once the gateway runs).
@@ -505,11 +643,9 @@ absl::Status Gateway::Start() {
   server_->HandleUnknown([](const http::Request& req) {
     std::string known;
     for (const char* p : kEndpoints) known += StrCat(known.empty() ? "" : ", ", p);
-    return http::Response{404,
-                          "application/json",
-                          StrCat(R"({"code":"NOT_FOUND","message":"no endpoint )",
-                                 JsonEscape(req.path), "; the gateway serves ", known, "\"}\n"),
-                          {}};
+    return http::JsonErrorResponse(404, "NOT_FOUND",
+                                   StrCat("no endpoint ", req.path, "; the gateway serves ", known),
+                                   {"NO_SUCH_ENDPOINT", {{"path", req.path}}});
   });
   return server_->Start();
 }

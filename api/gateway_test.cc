@@ -2,6 +2,8 @@
 // process, through JSON requests (and once over real HTTP).
 #include "api/gateway.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -108,6 +110,88 @@ TEST_F(GatewayTest, EntitiesGoInAndComeOutAsJson) {
   ASSERT_EQ(del.status, 200) << del.json;
   Gateway::Reply after = Post("/v1/query", R"({"table": "Photo", "key_prefix": ["7"]})");
   EXPECT_EQ(after.json.find("https://p/2"), std::string::npos) << after.json;
+}
+
+// Each read names the datacenter whose replica served it and the position;
+// a request may pick the replica; a batch get reads several keys, one
+// transaction per group; a commit that changed nothing says so.
+TEST_F(GatewayTest, ReadsNameTheirReplicaAndBatchGetsReadManyKeys) {
+  ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["4"], "mutations": [
+      {"table": "User", "put": {"user_id": "4", "name": "Di"}},
+      {"table": "Photo", "put": {"user_id": 4, "photo_id": 1, "time": "1", "full_url": "u1"}}]})")
+                .status,
+            200);
+  ASSERT_EQ(Post("/v1/commit", R"({"root_table": "User", "root_key": ["5"], "mutations": [
+      {"table": "User", "put": {"user_id": "5", "name": "Ed"}}]})")
+                .status,
+            200);
+  Gateway::Reply local = Post("/v1/get", R"({"table": "User", "key": ["4"]})");
+  ASSERT_EQ(local.status, 200) << local.json;
+  EXPECT_EQ(StringField(local.json, "replica"), "A") << local.json;
+  EXPECT_EQ(StringField(local.json, "position"), "1") << local.json;
+  for (const char* level : {"current", "snapshot"}) {
+    Gateway::Reply at_b =
+        Post("/v1/get",
+             StrCat(R"({"table": "User", "key": ["4"], "replica": "B", "level": ")", level, "\"}"));
+    ASSERT_EQ(at_b.status, 200) << at_b.json;
+    EXPECT_EQ(StringField(at_b.json, "replica"), "B") << at_b.json;
+    EXPECT_NE(at_b.json.find("\"Di\""), std::string::npos) << level << ": " << at_b.json;
+  }
+  // A token from B commits like one from A.
+  Gateway::Reply at_b = Post("/v1/get", R"({"table": "User", "key": ["4"], "replica": "B"})");
+  Gateway::Reply renamed = Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["4"],
+      "read_token": ")",
+                                                     StringField(at_b.json, "readToken"), R"(",
+      "mutations": [{"table": "User", "put": {"user_id": "4", "name": "Dee"}}]})"));
+  ASSERT_EQ(renamed.status, 200) << renamed.json;
+  EXPECT_NE(renamed.json.find(R"("wrote":true)"), std::string::npos) << renamed.json;
+  EXPECT_EQ(StringField(renamed.json, "position"), "2") << renamed.json;
+  // The same put again changes nothing: no log position is used.
+  Gateway::Reply again = Post("/v1/commit", R"({"root_table": "User", "root_key": ["4"],
+      "mutations": [{"table": "User", "put": {"user_id": "4", "name": "Dee"}}]})");
+  ASSERT_EQ(again.status, 200) << again.json;
+  EXPECT_NE(again.json.find(R"("wrote":false)"), std::string::npos) << again.json;
+  EXPECT_EQ(StringField(again.json, "position"), "2") << again.json;
+  // "nearest" is the gateway's own datacenter when it holds data.
+  Gateway::Reply nearest =
+      Post("/v1/query", R"({"table": "Photo", "key_prefix": ["4"], "replica": "nearest"})");
+  ASSERT_EQ(nearest.status, 200) << nearest.json;
+  EXPECT_EQ(StringField(nearest.json, "replica"), "A") << nearest.json;
+  EXPECT_EQ(StringField(nearest.json, "position"), "2") << nearest.json;
+  // A witness holds no data; unknown names are listed against the real ones.
+  Gateway::Reply witness = Post("/v1/get", R"({"table": "User", "key": ["4"], "replica": "C"})");
+  EXPECT_EQ(witness.status, 400) << witness.json;
+  EXPECT_NE(witness.json.find("witness"), std::string::npos) << witness.json;
+  Gateway::Reply nowhere = Post("/v1/get", R"({"table": "User", "key": ["4"], "replica": "Z"})");
+  EXPECT_EQ(nowhere.status, 400) << nowhere.json;
+  EXPECT_NE(nowhere.json.find("A, B, C"), std::string::npos) << nowhere.json;
+  Gateway::Reply global =
+      Post("/v1/query", R"({"index": "PhotosByTag", "values": ["x"], "replica": "B"})");
+  EXPECT_EQ(global.status, 400) << global.json;
+
+  // Batch get: in request order, found or not, each saying where it was read.
+  Gateway::Reply batch = Post("/v1/batchGet", R"({"gets": [
+      {"table": "User", "key": ["5"]},
+      {"table": "Photo", "key": [4, 1]},
+      {"table": "User", "key": ["4"], "replica": "B"},
+      {"table": "User", "key": ["6"]}]})");
+  ASSERT_EQ(batch.status, 200) << batch.json;
+  gateway::BatchGetReply parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(batch.json, &parsed).ok()) << batch.json;
+  ASSERT_EQ(parsed.replies_size(), 4) << batch.json;
+  EXPECT_TRUE(parsed.replies(0).found());
+  EXPECT_EQ(parsed.replies(0).entity().fields().at("name").string_value(), "Ed");
+  EXPECT_EQ(parsed.replies(1).entity().fields().at("full_url").string_value(), "u1");
+  EXPECT_EQ(parsed.replies(2).replica(), "B");
+  EXPECT_EQ(parsed.replies(2).entity().fields().at("name").string_value(), "Dee");
+  EXPECT_FALSE(parsed.replies(3).found());
+  EXPECT_EQ(parsed.replies(3).replica(), "A");
+  // One failing key fails the batch, naming it.
+  Gateway::Reply bad = Post("/v1/batchGet", R"({"gets": [{"table": "User", "key": ["5"]},
+      {"table": "Nope", "key": [1]}]})");
+  EXPECT_EQ(bad.status, 404) << bad.json;
+  EXPECT_NE(bad.json.find("gets[1].table: no table Nope"), std::string::npos) << bad.json;
+  EXPECT_EQ(Post("/v1/batchGet", R"({"gets": []})").status, 400);
 }
 
 // Query cursors are sealed like read tokens: pages follow one another, and
@@ -372,6 +456,10 @@ TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {
     Gateway::Reply r = Post(c.path, c.body);
     EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.json;
     EXPECT_NE(r.json.find(c.expect), std::string::npos) << c.body << " -> " << r.json;
+    // One error shape: {"error": {"code": HTTP status, "status", "message", "details"}}.
+    EXPECT_EQ(r.json.rfind(StrCat(R"({"error":{"code":)", c.status, R"(,"status":")"), 0), 0u)
+        << r.json;
+    EXPECT_NE(r.json.find(R"(,"details":[)"), std::string::npos) << r.json;
   }
   // Each limit's refusals are counted apart, for /metrics.
   const GatewayStats st = gateway_->stats();
@@ -389,7 +477,8 @@ TEST_F(GatewayTest, BadRequestsGetAClearErrorAndWriteNothing) {
       << text;
   Gateway::Reply none = Post("/v1/query", R"({"table": "Photo", "key_prefix": [5]})");
   ASSERT_EQ(none.status, 200) << none.json;
-  EXPECT_EQ(none.json.find("entities"), std::string::npos) << "nothing was written: " << none.json;
+  EXPECT_NE(none.json.find(R"("entities":[])"), std::string::npos)
+      << "nothing was written: " << none.json;
 }
 
 // The same over HTTP: status codes and JSON bodies.
@@ -436,7 +525,9 @@ TEST_F(GatewayTest, ServesOverHttp) {
     auto unknown = request(verb, "/v2/nothing", "{}");
     EXPECT_EQ(unknown.first, 404u) << unknown.second;
     EXPECT_EQ(content_type, "application/json");
-    EXPECT_NE(unknown.second.find(R"("code":"NOT_FOUND")"), std::string::npos) << unknown.second;
+    EXPECT_NE(unknown.second.find(R"({"error":{"code":404,"status":"NOT_FOUND","message":)"),
+              std::string::npos)
+        << unknown.second;
     EXPECT_NE(unknown.second.find("/v1/query"), std::string::npos) << unknown.second;
   }
   // Liveness and readiness for load balancers and orchestrators.

@@ -121,9 +121,13 @@ class GroupClient {
   // Unavailable if it could not finish; no single request waits longer
   // than what is left.
 
-  // Step one of a transaction: the position to read at (and commit after).
+  // Step one of a transaction: the position to read at (and commit after),
+  // at replica `replica` (-1: the local one), which must hold data (not a
+  // witness). A current read at another replica works as it does locally:
+  // that replica's coordinator vouches for it, or a majority read and a
+  // catch-up of that replica.
   void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
-                    int64_t deadline = 0);
+                    int64_t deadline = 0, int replica = -1);
   // One row's latest cells of `family` as of `at`.
   void Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
             Callback<ReadReply> done, int64_t deadline = 0);

@@ -27,10 +27,11 @@ namespace {
 // tells the local coordinator so (Validate with the epoch Check reported).
 class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
  public:
-  ReadPositionOp(GroupClient* c, GroupRef group, int64_t deadline, Callback<LogPosition> done)
+  ReadPositionOp(GroupClient* c, GroupRef group, int replica, int64_t deadline,
+                 Callback<LogPosition> done)
       : c_(c),
         group_(std::move(group)),
-        local_(c->options().local),
+        local_(replica),
         deadline_(deadline),
         done_(std::move(done)) {}
 
@@ -165,9 +166,15 @@ class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
 }  // namespace
 
 void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
-                               int64_t deadline_in) {
+                               int64_t deadline_in, int replica) {
   const int64_t deadline = DeadlineFrom(this, deadline_in);
-  const int local = options_.local;
+  const int local = replica < 0 ? options_.local : replica;
+  if (local >= static_cast<int>(options_.replicas.size()))
+    return done(absl::InvalidArgumentError(
+        StrCat("read at replica ", local, ": the cluster has ", options_.replicas.size())));
+  if (options_.replicas[local].type == ReplicaType::kWitness)
+    return done(absl::InvalidArgumentError(StrCat("read at replica ", options_.replicas[local].name,
+                                                  ": a witness holds no data to read")));
   if (level != ReadLevel::kCurrent) {
     StateRequest req;
     *req.mutable_group() = std::move(group);
@@ -186,7 +193,8 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
     if (p.ok()) read_latency_.Observe(env_->MonotonicMicros() - started);
     done(std::move(p));
   };
-  std::make_shared<ReadPositionOp>(this, std::move(group), deadline, std::move(timed))->Start();
+  std::make_shared<ReadPositionOp>(this, std::move(group), local, deadline, std::move(timed))
+      ->Start();
 }
 
 void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, std::string family,

@@ -308,6 +308,44 @@ std::map<std::string, uint64_t> AccessControl::Refusals() const {
   return {refusals_.begin(), refusals_.end()};
 }
 
+PolicyPoller::PolicyPoller(AccessControl* access, Transport* transport, std::string lock_address,
+                           std::string who, absl::Duration interval)
+    : access_(access),
+      transport_(transport),
+      lock_address_(std::move(lock_address)),
+      who_(std::move(who)),
+      interval_(interval) {}
+
+PolicyPoller::~PolicyPoller() { Stop(); }
+
+void PolicyPoller::Start() {
+  access_->RequireKnown(lock_address_);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void PolicyPoller::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.Notify();
+  thread_.join();
+}
+
+void PolicyPoller::Run() {
+  do {
+    absl::Notification answered;
+    transport_->Call(lock_address_, "acl.Get", "", absl::Seconds(5),
+                     [this, &answered](absl::StatusOr<std::string> reply) {
+                       AccessPolicy p;
+                       if (reply.ok() && reply->empty()) access_->NoPolicy();
+                       if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) &&
+                           ValidatePolicy(p).ok() && access_->Install(p))
+                         MS_LOG_INFO("{}: access policy version {} from the lock role at {}", who_,
+                                     p.version(), lock_address_);
+                       answered.Notify();
+                     });
+    answered.WaitForNotification();
+  } while (!stop_.WaitForNotificationWithTimeout(interval_));
+}
+
 absl::StatusOr<std::optional<AccessPolicy>> LoadPolicyFile(const std::string& path) {
   absl::StatusOr<std::string> bytes = ReadChecksummedFile(path, 16 << 20);
   if (absl::IsNotFound(bytes.status())) return std::nullopt;

@@ -20,11 +20,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "base/rpc/rpc.h"
+#include "base/transport.h"
 #include "server/access.pb.h"
 
 namespace megastore::server {
@@ -86,6 +90,30 @@ class AccessControl {
   std::map<std::string, const Member*, std::less<>> by_principal_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> refusals_ ABSL_GUARDED_BY(mu_);
   std::string unknown_until_read_from_ ABSL_GUARDED_BY(mu_);  // non-empty: not known yet
+};
+
+// Keeps an AccessControl in step with the policy a lock role holds: asks
+// its acl.Get now and every `interval` on a thread of its own, until
+// Stop. For processes without the lock role (a replication server apart,
+// a gateway); the access control refuses calls until the first answer.
+class PolicyPoller {
+ public:
+  // `access` and `transport` must outlive Stop(). `who` names the process
+  // in the log.
+  PolicyPoller(AccessControl* access, Transport* transport, std::string lock_address,
+               std::string who, absl::Duration interval);
+  ~PolicyPoller();  // Stop()s
+  void Start();
+  void Stop();
+
+ private:
+  void Run();
+  AccessControl* const access_;
+  Transport* const transport_;
+  const std::string lock_address_, who_;
+  const absl::Duration interval_;
+  absl::Notification stop_;
+  std::thread thread_;
 };
 
 // The policy file of a lock role: checksummed, written atomically.

@@ -295,9 +295,12 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   // A process without the lock role refuses calls until it has read the
   // policy (it would otherwise allow everything meanwhile).
   const bool polls = !d->Runs(Role::kLock) && !o.lock_address.empty() && so.tls.enabled();
+  if (polls)
+    dc->policy_poller_ = std::make_unique<PolicyPoller>(&dc->access_, dc->outbound(),
+                                                        o.lock_address, o.name, o.policy_poll);
   if (polls) dc->access_.RequireKnown(o.lock_address);
   MS_RETURN_IF_ERROR(dc->server_->Start());
-  if (polls) dc->policy_poller_ = std::thread([d] { d->PollPolicy(); });
+  if (polls) dc->policy_poller_->Start();
   const size_t colon = o.listen.rfind(':');
   dc->address_ = StrCat(o.listen.substr(0, colon), ":", dc->server_->port());
   return dc;
@@ -350,28 +353,8 @@ void Datacenter::SetReplicaEnabled(bool enabled) {
   if (Runs(Role::kCoordinator)) SetCoordinatorEnabled(enabled);
 }
 
-void Datacenter::PollPolicy() {
-  do {
-    absl::Notification answered;
-    outbound()->Call(options_.lock_address, "acl.Get", "", absl::Seconds(5),
-                     [this, &answered](absl::StatusOr<std::string> reply) {
-                       AccessPolicy p;
-                       if (reply.ok() && reply->empty()) access_.NoPolicy();
-                       if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) &&
-                           ValidatePolicy(p).ok() && access_.Install(p))
-                         MS_LOG_INFO("{}: access policy version {} from the lock role at {}",
-                                     options_.name, p.version(), options_.lock_address);
-                       answered.Notify();
-                     });
-    answered.WaitForNotification();
-  } while (!stop_polling_.WaitForNotificationWithTimeout(options_.policy_poll));
-}
-
 void Datacenter::Stop() {
-  if (policy_poller_.joinable()) {
-    stop_polling_.Notify();
-    policy_poller_.join();
-  }
+  if (policy_poller_) policy_poller_->Stop();
   // Calls waiting for the cell (a tablet being recovered) give up now.
   if (cell_client_) cell_client_->Cancel();
   if (prober_) prober_->Stop();

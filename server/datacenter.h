@@ -158,10 +158,8 @@ class Datacenter {
   std::atomic<bool> coordinator_disabled_{false};
   std::atomic<bool> replica_disabled_{false};
   AccessControl access_;
-  absl::Mutex policy_mu_;      // one acl.Set at a time (lock role)
-  std::thread policy_poller_;  // without the lock role
-  absl::Notification stop_polling_;
-  void PollPolicy();
+  absl::Mutex policy_mu_;                        // one acl.Set at a time (lock role)
+  std::unique_ptr<PolicyPoller> policy_poller_;  // without the lock role
 };
 
 // N datacenters named A, B, C, ... under `dir`, on loopback.

@@ -343,6 +343,10 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
     dc->set_type("full");
     dc->set_address(StrCat("127.0.0.1:", testing::FreePort()));
   }
+  // A's process runs its JSON gateway too (the config gives it an
+  // address); B's is a process of its own (--roles=gateway).
+  const int gateway_a = testing::FreePort(), gateway_b = testing::FreePort();
+  config.mutable_datacenters(0)->mutable_roles()->set_gateway(StrCat("127.0.0.1:", gateway_a));
   server::RoleAddresses* c_roles = config.mutable_datacenters(2)->mutable_roles();
   c_roles->set_coordinator(StrCat("127.0.0.1:", testing::FreePort()));
   c_roles->set_replication(StrCat("127.0.0.1:", testing::FreePort()));
@@ -377,6 +381,10 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
       args.push_back("--data=" + dir.path() + "/" + dc);
       args.push_back("--schema=" + schema);
     }
+    if (roles == "gateway") {
+      args.push_back("--schema=" + schema);
+      args.push_back(StrCat("--gateway=127.0.0.1:", gateway_b));
+    }
     if (!roles.empty()) args.push_back("--roles=" + roles);
     auto p = std::make_unique<testing::Subprocess>();
     ASSERT_TRUE(p->Start(args));
@@ -391,6 +399,7 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   };
   start("A", "");
   start("B", "");
+  start("B/gateway", "gateway");
   start_c();
 
   // Healthy once every coordinator holds its locks.
@@ -403,6 +412,23 @@ TEST(MegastoredClusterTest, ThreeDatacentersAsProcessesSurviveOneKilledAndItCatc
   EXPECT_EQ(status.exit_code, 0) << status.out;
   EXPECT_THAT(status.out, HasSubstr("3 processes")) << status.out;
   EXPECT_THAT(status.out, HasSubstr("tablet,lock")) << status.out;
+
+  // The gateways: a commit through A's, read back through B's at B and,
+  // asked for, at C's replica.
+  const tls::TlsFiles app_tls{dir.path() + "/certs/ca.crt", dir.path() + "/certs/app.crt",
+                              dir.path() + "/certs/app.key"};
+  const std::string put = testing::Https(gateway_a, app_tls, "POST", "/v1/commit",
+                                         R"({"rootTable": "User", "rootKey": ["900"],
+      "mutations": [{"table": "User", "put": {"user_id": "900", "name": "Gia"}}]})");
+  EXPECT_THAT(put, HasSubstr(R"("wrote":true)")) << put;
+  for (const char* replica : {"B", "C"}) {
+    const std::string got =
+        testing::Https(gateway_b, app_tls, "POST", "/v1/get",
+                       StrCat(R"({"table": "User", "key": ["900"], "replica": ")", replica, "\"}"));
+    EXPECT_THAT(got, HasSubstr("\"Gia\"")) << got;
+    EXPECT_THAT(got, HasSubstr(StrCat(R"("replica":")", replica, "\""))) << got;
+  }
+  EXPECT_THAT(testing::Https(gateway_b, app_tls, "GET", "/readyz"), HasSubstr("200 OK"));
 
   // The example app at A; it reads at C (the last datacenter).
   testing::Result demo =

@@ -70,7 +70,7 @@ void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptio
           }
           done(std::make_shared<Transaction>(ctx, options, group, *p, deadline, lock_owner));
         },
-        deadline);
+        deadline, options.replica);
   };
   if (!options.advisory_lock) return read("", std::move(done));
   std::string owner = fmt::format("{:016x}", ctx.client->env()->Random64());

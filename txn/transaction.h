@@ -70,6 +70,10 @@ struct TransactionOptions {
   bool advisory_lock = false;
   absl::Duration lock_wait = absl::Seconds(2);
   absl::Duration lock_lease = absl::Seconds(5);
+  // The replica to read at (an index into the client's replicas; it must
+  // hold data): -1, the client's local one. The commit goes to every
+  // replica wherever the reads were served.
+  int replica = -1;
 };
 
 struct CommitInfo {

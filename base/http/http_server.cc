@@ -46,18 +46,29 @@ std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
   return std::chrono::microseconds(absl::ToInt64Microseconds(d));
 }
 
-// The error shape of the JSON gateway, for the server's own refusals.
-Response JsonError(int status, std::string_view code, std::string_view message) {
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
+}  // namespace
+
+std::string ErrorJson(int http_status, std::string_view status, std::string_view message,
+                      const ErrorDetail& detail) {
+  std::string details;
+  if (!detail.reason.empty()) {
+    std::string metadata;
+    for (const auto& [k, v] : detail.metadata)
+      metadata +=
+          StrCat(metadata.empty() ? "" : ",", "\"", JsonEscape(k), "\":\"", JsonEscape(v), "\"");
+    details =
+        StrCat(R"({"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":")",
+               JsonEscape(detail.reason), R"(","domain":"megastore","metadata":{)", metadata, "}}");
   }
-  return Response{status, "application/json",
-                  StrCat(R"({"code":")", code, R"(","message":")", escaped, "\"}\n")};
+  return StrCat(R"({"error":{"code":)", http_status, R"(,"status":")", JsonEscape(status),
+                R"(","message":")", JsonEscape(message), R"(","details":[)", details, "]}}\n");
 }
 
-}  // namespace
+Response JsonErrorResponse(int http_status, std::string_view status, std::string_view message,
+                           const ErrorDetail& detail) {
+  return Response{
+      http_status, "application/json", ErrorJson(http_status, status, message, detail), {}};
+}
 
 void SetDefaultLimits(const HttpLimits& limits) { LimitsDefault().Set(limits); }
 
@@ -132,7 +143,7 @@ struct HttpServer::Impl {
         acceptor(io),
         pool(static_cast<size_t>(std::max(1, workers))) {}
 
-  // One connection: one request, one answer.
+  // One connection: its requests, one after another, and their answers.
   struct Conn {
     Conn(Impl* s, tcp::socket socket) : server(s), stream(std::move(socket)) {}
     ~Conn() {
@@ -145,6 +156,7 @@ struct HttpServer::Impl {
     std::unique_ptr<ssl::stream<beast::tcp_stream&>> tls;  // null: plaintext
     beast::flat_buffer buffer;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser;
+    int answered = 0;  // requests answered on this connection
 
     // Calls f with the stream requests and answers go through.
     template <typename F>
@@ -195,10 +207,11 @@ struct HttpServer::Impl {
         ++counters().tls_failures;
         MS_LOG_WARN_LIMITED("http: a plaintext request on {}, which speaks TLS", listen);
         return Reply(c, 11,
-                     JsonError(400, "FAILED_PRECONDITION",
-                               "this server speaks HTTPS with mutual TLS: "
-                               "use https:// and a client certificate "
-                               "issued by its CA"),
+                     JsonErrorResponse(400, "FAILED_PRECONDITION",
+                                       "this server speaks HTTPS with mutual TLS: "
+                                       "use https:// and a client certificate "
+                                       "issued by its CA",
+                                       {"PLAINTEXT_TO_TLS_PORT", {}}),
                      /*linger=*/true);
       }
       c->tls_context = tls.Current();
@@ -246,19 +259,28 @@ struct HttpServer::Impl {
   void Failed(const std::shared_ptr<Conn>& c, beast::error_code ec) {
     if (ec == bhttp::error::header_limit) {
       ++counters().headers_too_large;
-      return Reply(c, 11,
-                   JsonError(431, "RESOURCE_EXHAUSTED",
-                             StrCat("request headers exceed ", limits.max_header_bytes, " bytes")),
-                   /*linger=*/true);
+      return Reply(
+          c, 11,
+          JsonErrorResponse(431, "RESOURCE_EXHAUSTED",
+                            StrCat("request headers exceed ", limits.max_header_bytes, " bytes"),
+                            {"HEADERS_TOO_LARGE", {{"limit", StrCat(limits.max_header_bytes)}}}),
+          /*linger=*/true);
     }
     if (ec == bhttp::error::body_limit) {
       ++counters().bodies_too_large;
-      return Reply(c, 11,
-                   JsonError(413, "RESOURCE_EXHAUSTED",
-                             StrCat("request body exceeds ", limits.max_body_bytes, " bytes")),
-                   /*linger=*/true);
+      return Reply(
+          c, 11,
+          JsonErrorResponse(413, "RESOURCE_EXHAUSTED",
+                            StrCat("request body exceeds ", limits.max_body_bytes, " bytes"),
+                            {"BODY_TOO_LARGE", {{"limit", StrCat(limits.max_body_bytes)}}}),
+          /*linger=*/true);
     }
-    if (ec == beast::error::timeout) {
+    const bool between_requests =
+        c->answered > 0 && c->buffer.size() == 0 && !c->parser->got_some();
+    if (between_requests && (ec == beast::error::timeout || ec == ssl::error::stream_truncated)) {
+      // A kept-alive connection that stayed idle, or whose client went
+      // away without TLS's close_notify (most do): nothing wrong.
+    } else if (ec == beast::error::timeout) {
       ++counters().timed_out;
       MS_LOG_DEBUG("http: closing a connection on {}: request not received in time", listen);
     } else if (ec != bhttp::error::end_of_stream && ec != asio::error::eof &&
@@ -280,15 +302,16 @@ struct HttpServer::Impl {
     const std::string target(request.target());
     const std::string path = target.substr(0, target.find('?'));
     const unsigned version = request.version();
+    const bool keep_alive = request.keep_alive();
     if (auto h = request_handlers.find(path); h != request_handlers.end()) {
       // May block: run it on a worker, answer from the I/O thread.
       Request req{std::string(request.method_string()), path, std::move(request.body()),
                   std::string(request[bhttp::field::authorization]),
                   c->tls ? tls::PeerPrincipal(c->tls->native_handle()) : ""};
-      asio::post(pool, [this, c, version, handler = &h->second, req = std::move(req)] {
+      asio::post(pool, [this, c, version, keep_alive, handler = &h->second, req = std::move(req)] {
         Response r = (*handler)(req);
-        asio::post(io, [this, c, version, r = std::move(r)]() mutable {
-          Reply(c, version, std::move(r));
+        asio::post(io, [this, c, version, keep_alive, r = std::move(r)]() mutable {
+          Reply(c, version, std::move(r), /*linger=*/false, keep_alive);
         });
       });
       return;
@@ -297,18 +320,20 @@ struct HttpServer::Impl {
     Response r;
     if (it == handlers.end() && unknown_handler) {
       r = unknown_handler(Request{std::string(request.method_string()), path, "", "", ""});
-    } else if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
-      r = Response{405, "text/plain; charset=utf-8", "only GET is supported\n"};
     } else if (it == handlers.end()) {
       std::string known;
       for (const auto& [p, h] : handlers) known += " " + p;
       for (const auto& [p, h] : request_handlers) known += " " + p;
-      r = Response{404, "text/plain; charset=utf-8",
-                   StrCat("no page ", path, "; try:", known, "\n")};
+      r = JsonErrorResponse(404, "NOT_FOUND", StrCat("no page ", path, "; try:", known),
+                            {"NO_SUCH_PATH", {{"path", path}}});
+    } else if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
+      r = JsonErrorResponse(405, "INVALID_ARGUMENT", StrCat(path, " takes GET"),
+                            {"METHOD_NOT_ALLOWED", {{"allow", "GET, HEAD"}}});
+      r.headers.emplace_back("Allow", "GET, HEAD");
     } else {
       r = it->second();
     }
-    Reply(c, version, std::move(r));
+    Reply(c, version, std::move(r), /*linger=*/false, keep_alive);
   }
 
   // `linger`: the client may still be sending (a request refused half
@@ -316,10 +341,16 @@ struct HttpServer::Impl {
   // with a reset, which can destroy the answer before the client reads
   // it; so after answering, the rest is read and dropped, for a bounded
   // time and number of bytes, before the connection closes.
-  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r, bool linger = false) {
+  //
+  // `keep_alive`: the client asked to keep the connection (HTTP/1.1's
+  // default); after the answer the connection waits for its next request,
+  // idle at most header_timeout.
+  void Reply(std::shared_ptr<Conn> c, unsigned version, Response r, bool linger = false,
+             bool keep_alive = false) {
+    keep_alive = keep_alive && !linger && !stopped;
     auto response = std::make_shared<bhttp::response<bhttp::string_body>>();
     response->version(version);
-    response->keep_alive(false);
+    response->keep_alive(keep_alive);
     response->result(static_cast<unsigned>(r.status));
     response->set(bhttp::field::content_type, r.content_type);
     response->set(bhttp::field::server, "megastored");
@@ -329,8 +360,10 @@ struct HttpServer::Impl {
     c->stream.expires_after(ToSteady(limits.body_timeout));
     c->With([&](auto& stream) {
       bhttp::async_write(
-          stream, *response, [this, c, response, linger](beast::error_code ec, size_t) {
+          stream, *response, [this, c, response, linger, keep_alive](beast::error_code ec, size_t) {
             if (ec == beast::error::timeout) ++counters().timed_out;
+            ++c->answered;
+            if (keep_alive && !ec) return Serve(c);
             if (c->tls == nullptr) {
               beast::error_code ignored;
               c->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);

@@ -1,7 +1,8 @@
 // A small HTTP/1.1 server (Boost.Beast) for /status and /metrics pages and
 // the JSON gateway's requests. Beast stays inside http_server.cc.
 //
-// One request per connection. Everything a client controls is bounded
+// Connections are kept alive between requests (idle at most the header
+// timeout). Everything a client controls is bounded
 // (HttpLimits): connections held at once, the size of the request head and
 // body, and how long the head, the body and the reading of the answer may
 // take. A request over a size limit gets 431 or 413 with a JSON error; a
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,6 +31,23 @@ struct Response {
   // More header fields (e.g. {"Allow", "POST"} with a 405).
   std::vector<std::pair<std::string, std::string>> headers;
 };
+
+// The one error shape of every JSON answer (the gateway's and the server's
+// own refusals), as Google's APIs have it:
+//   {"error": {"code": 409, "status": "ABORTED", "message": "...",
+//              "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+//                           "reason": "CONFLICT", "domain": "megastore",
+//                           "metadata": {"key": "value"}}]}}
+// `code` is the HTTP status, `status` the canonical code's name; details
+// is empty when `reason` is.
+struct ErrorDetail {
+  std::string reason;  // machine-readable, UPPER_SNAKE_CASE
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+std::string ErrorJson(int http_status, std::string_view status, std::string_view message,
+                      const ErrorDetail& detail = {});
+Response JsonErrorResponse(int http_status, std::string_view status, std::string_view message,
+                           const ErrorDetail& detail = {});
 
 // Called on the server's thread for GET requests of its path.
 using PageHandler = std::function<Response()>;
@@ -96,8 +115,8 @@ class HttpServer {
   void HandleRequests(std::string path,
                       RequestHandler handler);  // before Start
   // Answers requests of paths no handler serves, any method (on the I/O
-  // thread: it must not block). Default: a plain-text 404 (405 for a
-  // method other than GET) listing the paths served.
+  // thread: it must not block). Default: a JSON 404 naming the paths
+  // served (and 405 with Allow for a method other than GET on a page).
   void HandleUnknown(RequestHandler handler);  // before Start
   absl::Status Start();
   void Stop();

@@ -57,6 +57,49 @@ TEST_F(HttpServerTest, ServesPagesAndRequests) {
               HasSubstr("hello"));
 }
 
+// HTTP/1.1 keeps the connection: several requests, one after another (and
+// pipelined), each answered; the connection closes once the client does.
+TEST_F(HttpServerTest, KeepsConnectionsAliveBetweenRequests) {
+  Start(HttpLimits{});
+  const std::string out = Exchange(
+      "GET /page HTTP/1.1\r\nHost: x\r\n\r\n"
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+      "GET /page HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+      "GET /page HTTP/1.1\r\nHost: x\r\n\r\n");
+  size_t answers = 0;
+  for (size_t at = out.find("HTTP/1.1 200"); at != std::string::npos;
+       at = out.find("HTTP/1.1 200", at + 1))
+    ++answers;
+  EXPECT_EQ(answers, 3u) << "the request after Connection: close is not served: " << out;
+  EXPECT_THAT(out, HasSubstr("hello"));
+  EXPECT_THAT(out, HasSubstr("Connection: close"));
+}
+
+// Refusals have the one JSON error shape: unknown paths 404, a wrong
+// method 405 with Allow.
+TEST_F(HttpServerTest, UnknownPathsAndMethodsGetJsonErrors) {
+  Start(HttpLimits{});
+  const std::string missing = Exchange("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(missing, StartsWith("HTTP/1.1 404"));
+  EXPECT_THAT(missing, HasSubstr(R"({"error":{"code":404,"status":"NOT_FOUND","message":)"));
+  EXPECT_THAT(missing, HasSubstr("/page"));
+  const std::string wrong = Exchange("DELETE /page HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(wrong, StartsWith("HTTP/1.1 405"));
+  EXPECT_THAT(wrong, HasSubstr("Allow: GET, HEAD"));
+  EXPECT_THAT(wrong, HasSubstr(R"("reason":"METHOD_NOT_ALLOWED")"));
+}
+
+TEST(ErrorJsonTest, HasGooglesShapeAndEscapes) {
+  EXPECT_EQ(ErrorJson(409, "ABORTED", "lost \"x\"\n"),
+            R"({"error":{"code":409,"status":"ABORTED","message":"lost \"x\"\n","details":[]}})"
+            "\n");
+  EXPECT_EQ(ErrorJson(413, "RESOURCE_EXHAUSTED", "big", {"BODY_TOO_LARGE", {{"limit", "9"}}}),
+            R"({"error":{"code":413,"status":"RESOURCE_EXHAUSTED","message":"big","details":[)"
+            R"({"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"BODY_TOO_LARGE",)"
+            R"("domain":"megastore","metadata":{"limit":"9"}}]}})"
+            "\n");
+}
+
 TEST_F(HttpServerTest, HugeHeadersGet431AndHugeBodies413) {
   HttpLimits l;
   l.max_header_bytes = 2048;
@@ -71,6 +114,10 @@ TEST_F(HttpServerTest, HugeHeadersGet431AndHugeBodies413) {
   const std::string b = Exchange("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" +
                                  std::string(5000, 'b'));
   EXPECT_THAT(b, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(b, HasSubstr(R"({"error":{"code":413,"status":"RESOURCE_EXHAUSTED")"));
+  EXPECT_THAT(
+      b,
+      HasSubstr(R"("reason":"BODY_TOO_LARGE","domain":"megastore","metadata":{"limit":"1000"})"));
   const HttpStats after = ProcessStats();
   EXPECT_EQ(after.headers_too_large, before.headers_too_large + 1);
   EXPECT_EQ(after.bodies_too_large, before.bodies_too_large + 1);

@@ -75,6 +75,120 @@ absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir
   return out;
 }
 
+// The JSON gateway of one datacenter: an app server there (its client
+// library reaching every replica through the config's emulated WAN),
+// serving one schema. Members in the order they must be made (and, in
+// reverse, destroyed).
+struct GatewayProcess {
+  std::unique_ptr<rpc::RpcTransport> rpc;
+  std::unique_ptr<DelayedTransport> wan;
+  std::unique_ptr<AccessControl> own_access;  // a process without the datacenter's roles
+  std::unique_ptr<PolicyPoller> poller;
+  std::unique_ptr<Database> db;
+  std::unique_ptr<Gateway> gateway;
+};
+
+// Starts the gateway on `listen` as an app server of datacenter `local`.
+// Requests are authorized by `access` (a datacenter of this process), or
+// with TLS on and no `access`, by the policy read from `lock_address`
+// (the datacenter's lock role). 0, or the exit code once the reason is
+// printed.
+int StartGateway(const ClusterFlags& flags, Env* env, const ClusterConfig& config,
+                 std::vector<replication::ReplicaInfo> replicas, const std::string& local,
+                 const std::string& listen, const schema::SchemaDescriptor& schema,
+                 AccessControl* access, const std::string& lock_address, GatewayProcess& out) {
+  out.rpc = std::make_unique<rpc::RpcTransport>();
+  out.wan = std::make_unique<DelayedTransport>(env, out.rpc.get(), OneWayFrom(config, local));
+  if (access == nullptr && tls::DefaultTls().enabled()) {
+    out.own_access = std::make_unique<AccessControl>();
+    out.poller = std::make_unique<PolicyPoller>(out.own_access.get(), out.wan.get(), lock_address,
+                                                StrCat(local, " gateway"), absl::Seconds(2));
+    out.poller->Start();
+    access = out.own_access.get();
+  }
+  DatabaseOptions d;
+  d.replicas = std::move(replicas);
+  d.local = local;
+  d.schema = schema;
+  d.transport = out.wan.get();
+  d.replication.max_clock_skew = MaxClockSkewOf(config);
+  auto opened = Database::Open(d);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "megastored: the gateway's database: %s\n",
+                 opened.status().ToString().c_str());
+    return 1;
+  }
+  out.db = std::move(*opened);
+  GatewayOptions g;
+  g.listen = listen;
+  g.max_json_depth = flags.gateway_max_json_depth;
+  g.max_page = flags.gateway_max_page;
+  // Read tokens are sealed under a secret kept with the data, so they
+  // stay valid across restarts; gateways given the same file accept each
+  // other's tokens.
+  const std::string secret_file = flags.gateway_secret_file.empty()
+                                      ? flags.data + "/gateway-token.key"
+                                      : flags.gateway_secret_file;
+  absl::StatusOr<TokenMac> mac =
+      flags.gateway_secret_file.empty() && flags.data.empty()
+          ? TokenMac::Random()
+          : TokenMac::FromFile(secret_file, /*create=*/flags.gateway_secret_file.empty());
+  if (!mac.ok()) {
+    std::fprintf(stderr, "megastored: --gateway-secret-file: %s\n",
+                 std::string(mac.status().message()).c_str());
+    return 2;
+  }
+  mac->set_key_period(absl::Minutes(flags.gateway_token_key_minutes));
+  g.token_mac = std::make_shared<const TokenMac>(std::move(*mac));
+  if (!flags.gateway_tokens_file.empty()) {
+    absl::StatusOr<std::map<std::string, std::string>> tokens =
+        LoadGatewayTokens(flags.gateway_tokens_file);
+    if (!tokens.ok()) {
+      std::fprintf(stderr, "megastored: --gateway-tokens-file: %s\n",
+                   std::string(tokens.status().message()).c_str());
+      return 2;
+    }
+    g.tokens = std::move(*tokens);
+  }
+  // Requests are checked against the access policy of the gateway's
+  // datacenter, as their principals (a bearer token's, or the TLS
+  // client certificate's).
+  if (access != nullptr && tls::DefaultTls().enabled())
+    g.authorize = [access](const std::string& principal, bool write, const std::string& object) {
+      return access->AuthorizeAction(principal,
+                                     Action{write ? Action::kWrite : Action::kRead, object},
+                                     write ? "gateway commit" : "gateway read");
+    };
+  out.gateway = std::make_unique<Gateway>(out.db.get(), g);
+  if (absl::Status s = out.gateway->Start(); !s.ok()) {
+    std::fprintf(stderr, "megastored: the gateway on %s: %s\n", listen.c_str(),
+                 s.ToString().c_str());
+    return 1;
+  }
+  std::printf("megastored: JSON gateway at %s://%s:%d/v1/ (schema %s, datacenter %s)\n",
+              HttpScheme(), listen.substr(0, listen.rfind(':')).c_str(), out.gateway->port(),
+              schema.name().c_str(), local.c_str());
+  return 0;
+}
+
+// "gateway" taken out of a --roles list: the other roles, and whether it
+// was there.
+std::pair<std::string, bool> WithoutGateway(const std::string& roles) {
+  std::string rest;
+  bool gateway = false;
+  for (size_t start = 0; start <= roles.size();) {
+    size_t comma = roles.find(',', start);
+    if (comma == std::string::npos) comma = roles.size();
+    const std::string name = roles.substr(start, comma - start);
+    start = comma + 1;
+    if (name == "gateway")
+      gateway = true;
+    else
+      rest += StrCat(rest.empty() ? "" : ",", name);
+  }
+  return {roles.empty() ? "" : rest, gateway};
+}
+
 }  // namespace
 
 // Serves the status pages if --http asks for them, says "ready", and
@@ -186,6 +300,18 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     if (self < 0)
       return BadFlags(StrCat("--datacenter=", flags.datacenter, ": not in ", flags.config));
     const DatacenterConfig& me = config.datacenters(self);
+    // The gateway: named in --roles, asked for with --gateway, or (all
+    // roles) given an address in the config's roles { gateway }.
+    auto [other_roles, gateway_role] = WithoutGateway(flags.roles);
+    const std::string gateway_listen =
+        !flags.gateway.empty() ? flags.gateway : me.roles().gateway();
+    const bool run_gateway =
+        gateway_role || !flags.gateway.empty() || (flags.roles.empty() && !gateway_listen.empty());
+    if (run_gateway && gateway_listen.empty())
+      return BadFlags(StrCat("--roles=", flags.roles, ": the gateway needs --gateway=HOST:PORT or ",
+                             me.name(), "'s roles { gateway: \"HOST:PORT\" } in ", flags.config));
+    if (run_gateway && schemas.empty())
+      return BadFlags("the gateway needs --schema (the schema it serves)");
     if (flags.no_tls)
       return BadFlags("--no-tls is for --local; a --config cluster's TLS is its config's tls");
     // The config's certificates, unless --tls-* named this process's own.
@@ -194,6 +320,17 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
       if (absl::Status s = tls::CheckTls(files); !s.ok())
         return BadFlags(StrCat(flags.config, ": datacenter ", me.name(), "'s tls: ", s.message()));
       tls::SetDefaultTls(files);
+    }
+    if (gateway_role && other_roles.empty()) {
+      // Only the gateway: an app server of this datacenter, no storage.
+      GatewayProcess gw;
+      if (int rc = StartGateway(flags, env, config, ReplicasOf(config), me.name(), gateway_listen,
+                                schemas.front(), nullptr, AddressOf(me, Role::kLock), gw);
+          rc != 0)
+        return rc;
+      const bool served =
+          ServeUntilSignal(flags, command_line, {}, config, gw.db.get(), gw.gateway.get());
+      return served ? 0 : 1;
     }
     DatacenterOptions o;
     o.name = me.name();
@@ -221,7 +358,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
         if (r != Role::kCoordinator || o.type == replication::ReplicaType::kFull)
           o.roles.push_back(r);
     } else {
-      absl::StatusOr<std::vector<Role>> roles = ParseRoles(flags.roles);
+      absl::StatusOr<std::vector<Role>> roles = ParseRoles(other_roles);
       if (!roles.ok())
         return BadFlags(StrCat("--roles=", flags.roles, ": ", roles.status().message()));
       o.roles = std::move(*roles);
@@ -263,7 +400,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     const bool has_replication = std::count(o.roles.begin(), o.roles.end(), Role::kReplication) > 0;
     if (has_tablet && flags.data.empty())
       return BadFlags("--data=DIR is required where the tablet role runs");
-    if (!schemas.empty() && !has_tablet && !(in_cell && has_replication))
+    if (!schemas.empty() && !has_tablet && !(in_cell && has_replication) && !run_gateway)
       return BadFlags(
           in_cell ? "--schema creates tables: give it to the process running the replication role"
                   : "--schema creates tables: give it to the process running the tablet role");
@@ -295,8 +432,18 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     ClusterFlags serving = flags;
     if (serving.http.empty() && (has_tablet || (in_cell && has_replication)))
       serving.http = me.http();
+    GatewayProcess gw;
+    if (run_gateway) {
+      if (int rc = StartGateway(flags, env, config, ReplicasOf(config), me.name(), gateway_listen,
+                                schemas.front(), &(*dc)->access(), AddressOf(me, Role::kLock), gw);
+          rc != 0) {
+        (*dc)->Stop();
+        return rc;
+      }
+    }
     const bool served =
-        ServeUntilSignal(serving, command_line, {dc->get()}, config, nullptr, nullptr);
+        ServeUntilSignal(serving, command_line, {dc->get()}, config, gw.db.get(), gw.gateway.get());
+    if (gw.gateway) gw.gateway->Stop();
     (*dc)->Stop();
     return served ? 0 : 1;
   }
@@ -390,90 +537,26 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
   std::printf("megastored: cluster config (for msadmin --config): %s\n", config_path.c_str());
 
   // The JSON gateway, as an app server in the first datacenter with data.
-  std::unique_ptr<rpc::RpcTransport> gateway_rpc;
-  std::unique_ptr<DelayedTransport> gateway_wan;
-  std::unique_ptr<Database> db;
-  std::unique_ptr<Gateway> gateway;
+  GatewayProcess gw;
   if (!flags.gateway.empty()) {
     const ClusterConfig& running = (*cluster)->config();
     std::string local;
     for (const DatacenterConfig& dc : running.datacenters())
       if (local.empty() && TypeOf(dc) != replication::ReplicaType::kWitness) local = dc.name();
-    gateway_rpc = std::make_unique<rpc::RpcTransport>();
-    gateway_wan =
-        std::make_unique<DelayedTransport>(env, gateway_rpc.get(), OneWayFrom(running, local));
-    DatabaseOptions d;
-    d.replicas = (*cluster)->replicas();
-    d.local = local;
-    d.schema = schemas.front();
-    d.transport = gateway_wan.get();
-    d.replication.max_clock_skew = MaxClockSkewOf(running);
-    auto opened = Database::Open(d);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "megastored: the gateway's database: %s\n",
-                   opened.status().ToString().c_str());
-      return 1;
-    }
-    db = std::move(*opened);
-    GatewayOptions g;
-    g.listen = flags.gateway;
-    g.max_json_depth = flags.gateway_max_json_depth;
-    g.max_page = flags.gateway_max_page;
-    // Read tokens are sealed under a secret kept with the data, so they
-    // stay valid across restarts; gateways given the same file accept each
-    // other's tokens.
-    const std::string secret_file = flags.gateway_secret_file.empty()
-                                        ? flags.data + "/gateway-token.key"
-                                        : flags.gateway_secret_file;
-    absl::StatusOr<TokenMac> mac =
-        flags.gateway_secret_file.empty() && flags.data.empty()
-            ? TokenMac::Random()
-            : TokenMac::FromFile(secret_file, /*create=*/flags.gateway_secret_file.empty());
-    if (!mac.ok()) {
-      std::fprintf(stderr, "megastored: --gateway-secret-file: %s\n",
-                   std::string(mac.status().message()).c_str());
-      return 2;
-    }
-    mac->set_key_period(absl::Minutes(flags.gateway_token_key_minutes));
-    g.token_mac = std::make_shared<const TokenMac>(std::move(*mac));
-    if (!flags.gateway_tokens_file.empty()) {
-      absl::StatusOr<std::map<std::string, std::string>> tokens =
-          LoadGatewayTokens(flags.gateway_tokens_file);
-      if (!tokens.ok()) {
-        std::fprintf(stderr, "megastored: --gateway-tokens-file: %s\n",
-                     std::string(tokens.status().message()).c_str());
-        return 2;
-      }
-      g.tokens = std::move(*tokens);
-    }
-    // Requests are checked against the access policy of the gateway's
-    // datacenter, as their principals (a bearer token's, or the TLS
-    // client certificate's).
     Datacenter* here = nullptr;
     for (int i = 0; i < (*cluster)->size(); ++i)
       if ((*cluster)->datacenter(i).options().name == local) here = &(*cluster)->datacenter(i);
-    if (here != nullptr && tls::DefaultTls().enabled())
-      g.authorize = [here](const std::string& principal, bool write, const std::string& object) {
-        return here->access().AuthorizeAction(
-            principal, Action{write ? Action::kWrite : Action::kRead, object},
-            write ? "gateway commit" : "gateway read");
-      };
-    gateway = std::make_unique<Gateway>(db.get(), g);
-    if (absl::Status s = gateway->Start(); !s.ok()) {
-      std::fprintf(stderr, "megastored: the gateway: %s\n", s.ToString().c_str());
-      return 1;
-    }
-    std::printf("megastored: JSON gateway at %s://%s:%d/v1/ (schema %s, datacenter %s)\n",
-                HttpScheme(), flags.gateway.substr(0, flags.gateway.rfind(':')).c_str(),
-                gateway->port(), schemas.front().name().c_str(), local.c_str());
+    if (here == nullptr) return BadFlags("--gateway: no datacenter of the cluster holds data");
+    if (int rc = StartGateway(flags, env, running, (*cluster)->replicas(), local, flags.gateway,
+                              schemas.front(), &here->access(), "", gw);
+        rc != 0)
+      return rc;
   }
   std::vector<Datacenter*> dcs;
   for (int i = 0; i < (*cluster)->size(); ++i) dcs.push_back(&(*cluster)->datacenter(i));
-  const bool served =
-      ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), db.get(), gateway.get());
-  if (gateway) gateway->Stop();
-  gateway.reset();
-  db.reset();
+  const bool served = ServeUntilSignal(flags, command_line, dcs, (*cluster)->config(), gw.db.get(),
+                                       gw.gateway.get());
+  if (gw.gateway) gw.gateway->Stop();
   return served ? 0 : 1;
 }
 

@@ -17,7 +17,8 @@ const char kUsage[] =
     "  megastored --config=FILE --datacenter=NAME --data=DIR [--schema=...] [--roles=...]\n"
     "      the roles of one datacenter of a cluster (lock service, tablet server,\n"
     "      coordinator, replication server, on the config's addresses): all of them,\n"
-    "      or those --roles names when the config puts them on separate addresses\n"
+    "      or those --roles names when the config puts them on separate addresses;\n"
+    "      --roles=gateway (alone or with others) runs the datacenter's JSON gateway\n"
     "  megastored --roles=tablet --listen=HOST:PORT --data=DIR\n"
     "      a standalone Bigtable tablet server\n"
     "  megastored --roles=lock|master|tablet --cell=C --lock-service=HOST:PORT|etcd:HOST:PORT "
@@ -48,9 +49,12 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option(
       "--schema", f.cluster.schemas,
       "a schema descriptor from msc --out (NAME.schema.pb) whose tables to create; repeatable");
-  app.add_option("--gateway", f.cluster.gateway,
-                 "with --local: serve the HTTP/JSON gateway (docs/gateway.md) on HOST:PORT for the "
-                 "first --schema");
+  app.add_option(
+      "--gateway", f.cluster.gateway,
+      "serve the HTTP/JSON gateway (docs/gateway.md) on HOST:PORT for the first --schema: "
+      "with --local as an app server of the first datacenter with data, with --config "
+      "of --datacenter (default: its roles { gateway } address, if --roles names gateway "
+      "or runs every role)");
   app.add_option(
          "--gateway-max-json-depth", f.cluster.gateway_max_json_depth,
          "objects and arrays in a gateway request nest at most this deep (checked before parsing)")
@@ -77,8 +81,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option(
       "--roles", f.roles,
       "with --config/--datacenter: which of the datacenter's roles run here (tablet, lock, "
-      "coordinator, "
-      "replication; comma-separated; default all); alone: tablet (a standalone tablet server)");
+      "coordinator, replication, gateway; comma-separated; default all, with the gateway if the "
+      "config gives it an address); alone: tablet (a standalone tablet server)");
   app.add_option("--listen", f.listen,
                  "HOST:PORT for RPC (port 0 picks a free port, printed at start)")
       ->capture_default_str();
