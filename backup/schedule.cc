@@ -114,8 +114,8 @@ void BackupScheduler::RunJob(FileKind kind) {
   if (!error.empty() && !cancel_) {
     MS_LOG_WARN("scheduled {} backup into {} failed: {}", what, options_.dir, error);
   } else if (error.empty()) {
-    MS_LOG_INFO("scheduled {} backup into {}: {} bytes, {} old file(s) pruned", what, options_.dir,
-                bytes, pruned);
+    RecordEvent(StrCat("scheduled ", what, " backup into ", options_.dir, ": ", bytes, " bytes, ",
+                       pruned, " old file(s) pruned"));
   }
   absl::MutexLock lock(&mu_);
   status_.running = false;

@@ -30,6 +30,13 @@ std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& RecentSink() {
   return *sink;
 }
 
+// The event log: warnings and errors from the logger, events written into
+// it directly by RecordEvent.
+std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>& EventSink() {
+  static auto* sink = new std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt>();
+  return *sink;
+}
+
 // %* in a pattern: the message, escaped for a JSON string.
 class JsonMessage : public spdlog::custom_flag_formatter {
  public:
@@ -65,12 +72,34 @@ bool SetLogFormat(std::string_view format) {
     return false;
   }
   for (auto& sink : spdlog::default_logger()->sinks())
-    if (sink != RecentSink()) sink->set_formatter(formatter->clone());
+    if (sink != RecentSink() && sink != EventSink()) sink->set_formatter(formatter->clone());
   return true;
+}
+
+void RecordEvent(std::string_view text) {
+  spdlog::info("{}", text);
+  if (const auto& sink = EventSink(); sink != nullptr) {
+    spdlog::details::log_msg msg(spdlog::source_loc{}, "", spdlog::level::info,
+                                 spdlog::string_view_t(text.data(), text.size()));
+    sink->log(msg);
+  }
+}
+
+std::vector<std::string> RecentEvents() {
+  if (!EventSink()) return {};
+  return EventSink()->last_formatted();
 }
 
 void KeepRecentErrors(size_t n) {
   if (RecentSink()) return;
+  auto events = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  // The logger hands it warnings and errors; RecordEvent writes its
+  // events into it directly, past the level.
+  events->set_level(spdlog::level::warn);
+  events->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+      "%Y-%m-%d %H:%M:%S.%e %l %v", spdlog::pattern_time_type::utc));
+  spdlog::default_logger()->sinks().push_back(events);
+  EventSink() = events;
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(n);
   sink->set_level(spdlog::level::warn);
   sink->set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");

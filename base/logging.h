@@ -36,6 +36,14 @@ void KeepRecentErrors(size_t n = 20);
 // Those lines, oldest first (empty if KeepRecentErrors was not called).
 std::vector<std::string> RecentErrors();
 
+// The event log of the status console: operator actions and other notable
+// events (RecordEvent), and every warning and error, the last 200 kept in
+// order once KeepRecentErrors ran. RecordEvent also logs at info.
+void RecordEvent(std::string_view text);
+// Those lines, oldest first, as "YYYY-MM-DD HH:MM:SS.mmm LEVEL text" (UTC;
+// LEVEL "info" for an event, else "warning", "error" or "critical").
+std::vector<std::string> RecentEvents();
+
 // Lets a call site log at most `per_second` lines a second, so that a peer
 // sending garbage cannot fill the disk with warnings. Thread-safe.
 class LogRateLimiter {

@@ -250,6 +250,13 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
   }
 }
 
+size_t ReplicationServer::groups_behind() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [key, seen] : seen_) n += seen.behind > 0 ? 1 : 0;
+  return n;
+}
+
 void ReplicationServer::Note(const GroupRef& group, uint64_t behind) {
   absl::MutexLock lock(&mu_);
   Seen& s = seen_[GroupKey(group)];

@@ -128,6 +128,9 @@ class ReplicationServer {
   std::vector<GroupActivity> HottestGroups(size_t n, bool by_conflicts) const;
   // How many groups had Paxos traffic here since it started (at most 100,000 are counted).
   size_t groups_seen() const { return groups_.size(); }
+  // How many groups this replica knows it is behind in (another replica
+  // applied a position it missed), until its sweep catches them up.
+  size_t groups_behind() const;
 
  private:
   struct Seen {

@@ -338,8 +338,8 @@ void PolicyPoller::Run() {
                        if (reply.ok() && reply->empty()) access_->NoPolicy();
                        if (reply.ok() && !reply->empty() && p.ParseFromString(*reply) &&
                            ValidatePolicy(p).ok() && access_->Install(p))
-                         MS_LOG_INFO("{}: access policy version {} from the lock role at {}", who_,
-                                     p.version(), lock_address_);
+                         RecordEvent(StrCat(who_, ": access policy version ", p.version(),
+                                            " from the lock role at ", lock_address_));
                        answered.Notify();
                      });
     answered.WaitForNotification();

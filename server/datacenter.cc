@@ -190,8 +190,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
             StrCat(d->options_.name, " holds policy version ", current->version(),
                    "; a change must be newer (it is ", p.version(), ")")));
       if (absl::Status s = SavePolicyFile(policy_file, p); !s.ok()) return respond(s);
-      MS_LOG_INFO("{}: access policy version {} installed ({} members)", d->options_.name,
-                  p.version(), p.members_size());
+      RecordEvent(StrCat(d->options_.name, ": access policy version ", p.version(), " installed (",
+                         p.members_size(), " members)"));
       d->access_.Install(std::move(p));
       respond(std::string());
     });
@@ -277,6 +277,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     if (!r.ParseFromString(req))
       return respond(absl::InvalidArgumentError("dc.Replica: malformed request"));
     d->SetReplicaEnabled(r.enable());
+    RecordEvent(StrCat(d->options_.name, ": replica ", r.enable() ? "enabled" : "disabled",
+                       " by an operator (dc.Replica)"));
     respond(std::string());
   });
   rpc::Serve(*d->server_, "dc.Coordinator", [d](std::string req, Responder respond) {
@@ -290,6 +292,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
       return respond(absl::FailedPreconditionError(
           StrCat("the coordinator of ", d->options_.name, " does not run in this process")));
     d->SetCoordinatorEnabled(r.enable());
+    RecordEvent(StrCat(d->options_.name, ": coordinator ", r.enable() ? "enabled" : "disabled",
+                       " by an operator (dc.Coordinator)"));
     respond(std::string());
   });
   // A process without the lock role refuses calls until it has read the

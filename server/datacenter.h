@@ -130,6 +130,10 @@ class Datacenter {
   const AccessControl& access() const { return access_; }
   AccessControl& access() { return access_; }
 
+  // What this datacenter's servers call other processes through (the
+  // emulated WAN's delays included).
+  Transport* outbound() { return delayed_ ? static_cast<Transport*>(delayed_.get()) : &transport_; }
+
  private:
   Datacenter(Env* env, DatacenterOptions options);
 
@@ -144,7 +148,6 @@ class Datacenter {
   std::unique_ptr<storage::lock::LockTable> locks_;
   rpc::RpcTransport transport_;
   std::unique_ptr<DelayedTransport> delayed_;
-  Transport* outbound() { return delayed_ ? static_cast<Transport*>(delayed_.get()) : &transport_; }
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<replication::ReplicationServer> replication_;
   std::unique_ptr<LatencyProber> prober_;

@@ -111,7 +111,7 @@ TEST(CellProcessTest, TabletServersRegisterInARealEtcd) {
   EXPECT_EQ(json.exit_code, 0) << json.out;
   EXPECT_EQ(
       json.out,
-      StrCat("{\"cell\":\"c1\",\"master\":null,\"tablet_servers\":[\"127.0.0.1:", port, "\"]}\n"));
+      StrCat("{\"cell\":\"c1\",\"master\":null,\"tabletServers\":[\"127.0.0.1:", port, "\"]}\n"));
   // Killed without a word: its lease runs out and the registration goes.
   ts.Kill(SIGKILL);
   EXPECT_TRUE(WaitForServers(lock, 0)) << "its lease runs out";

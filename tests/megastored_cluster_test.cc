@@ -30,16 +30,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Reads the server's lines until "megastored: ready"; returns them all.
-std::string UntilReady(testing::Subprocess& p) {
-  std::string out;
-  for (int i = 0; i < 40; ++i) {
-    const std::string line = p.ReadLine(30000);
-    out += line + "\n";
-    if (line.empty() || line == "megastored: ready") break;
-  }
-  return out;
-}
+using testing::UntilReady;
 
 // The value of the sample named exactly `series` (name and labels), or
 // -1 if there is none.
@@ -753,7 +744,30 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_THAT(log.out, HasSubstr("A,B,C"));
   testing::Result json_log = run("group log --json" + config + "PhotoApp User:2 --last=2");
   EXPECT_EQ(json_log.exit_code, 0) << json_log.out;
-  EXPECT_THAT(json_log.out, HasSubstr("\"known_at\":[\"A\",\"B\",\"C\"]"));
+  EXPECT_THAT(json_log.out, HasSubstr("\"knownAt\":[\"A\",\"B\",\"C\"]"));
+  // Text shows the commit time as a date.
+  EXPECT_THAT(log.out, HasSubstr("time (UTC)"));
+  EXPECT_THAT(log.out,
+              ::testing::ContainsRegex("20[0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9:]+\\.[0-9]{6}"));
+  // The config and the output format from an rc file (or the environment):
+  // no --config, -o json.
+  {
+    const std::string rc = dir.path() + "/rc";
+    std::ofstream(rc) << "# this cluster\nconfig = data/cluster.textproto\noutput = json\n";
+    testing::Result from_rc =
+        testing::RunCommand(StrCat("env -u MEGASTORE_CONFIG MEGASTORE_RC=", rc, " ", msadmin,
+                                   "group log PhotoApp User:2 --last=1"));
+    EXPECT_EQ(from_rc.exit_code, 0) << from_rc.out;
+    EXPECT_THAT(from_rc.out, HasSubstr("\"knownAt\""));
+    testing::Result text = testing::RunCommand(
+        StrCat("MEGASTORE_RC=", rc, " ", msadmin, "group log -o text PhotoApp User:2 --last=1"));
+    EXPECT_THAT(text.out, HasSubstr("time (UTC)")) << "a flag wins over the file";
+    std::ofstream(rc) << "colour = blue\n";
+    testing::Result bad =
+        testing::RunCommand(StrCat("MEGASTORE_RC=", rc, " ", msadmin, "group log PhotoApp User:2"));
+    EXPECT_EQ(bad.exit_code, 2) << bad.out;
+    EXPECT_THAT(bad.out, HasSubstr(rc + ":1:"));
+  }
 
   EXPECT_EQ(run("coordinator disable" + config + "C").exit_code, 0);
   testing::Result disabled = run("cluster status --json" + config);

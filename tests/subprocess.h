@@ -179,4 +179,16 @@ class Subprocess {
   std::string buffer_;
 };
 
+// Reads a megastored's lines until "megastored: ready" (or 40 lines, or
+// 30 s without one); returns them all.
+inline std::string UntilReady(Subprocess& p) {
+  std::string out;
+  for (int i = 0; i < 40; ++i) {
+    const std::string line = p.ReadLine(30000);
+    out += line + "\n";
+    if (line.empty() || line == "megastored: ready") break;
+  }
+  return out;
+}
+
 }  // namespace megastore::testing

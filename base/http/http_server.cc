@@ -305,7 +305,11 @@ struct HttpServer::Impl {
     const bool keep_alive = request.keep_alive();
     if (auto h = request_handlers.find(path); h != request_handlers.end()) {
       // May block: run it on a worker, answer from the I/O thread.
-      Request req{std::string(request.method_string()), path, std::move(request.body()),
+      const size_t mark = target.find('?');
+      Request req{std::string(request.method_string()),
+                  path,
+                  mark == std::string::npos ? "" : target.substr(mark + 1),
+                  std::move(request.body()),
                   std::string(request[bhttp::field::authorization]),
                   c->tls ? tls::PeerPrincipal(c->tls->native_handle()) : ""};
       asio::post(pool, [this, c, version, keep_alive, handler = &h->second, req = std::move(req)] {
@@ -319,7 +323,7 @@ struct HttpServer::Impl {
     auto it = handlers.find(path);
     Response r;
     if (it == handlers.end() && unknown_handler) {
-      r = unknown_handler(Request{std::string(request.method_string()), path, "", "", ""});
+      r = unknown_handler(Request{std::string(request.method_string()), path, "", "", "", ""});
     } else if (it == handlers.end()) {
       std::string known;
       for (const auto& [p, h] : handlers) known += " " + p;

@@ -55,6 +55,7 @@ using PageHandler = std::function<Response()>;
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string path;
+  std::string query;  // after the '?' of the target, as sent (not decoded)
   std::string body;
   std::string authorization;  // the Authorization header, if any
   std::string principal;      // over TLS: the client certificate's common name

@@ -200,10 +200,11 @@ bool ServeUntilSignal(const ClusterFlags& flags, const std::string& command_line
   std::unique_ptr<http::HttpServer> status;
   if (!flags.http.empty()) {
     std::string bound;
-    status = ServeStatus(flags.http,
-                         StatusSources{command_line, std::move(dcs), config, gateway_db, gateway,
-                                       backups.scheduler.get()},
-                         &bound);
+    status = ServeStatus(
+        flags.http,
+        StatusSources{command_line, std::move(dcs), config, gateway_db, gateway,
+                      backups.scheduler.get(), absl::Seconds(flags.console_sample_seconds)},
+        &bound);
     if (status == nullptr) return false;
     std::printf("megastored: status at %s://%s/status\n", HttpScheme(), bound.c_str());
   }

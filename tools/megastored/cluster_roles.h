@@ -23,8 +23,9 @@ struct ClusterFlags {
       gateway_secret_file;  // --gateway-secret-file (default: DATA/gateway-token.key, created)
   int64_t gateway_token_key_minutes =
       60;  // --gateway-token-key-period: the read-token key rotates this often
-  std::string gateway_tokens_file;  // --gateway-tokens-file: bearer tokens and their principals
-  std::string http;                 // --http=HOST:PORT: /status and /metrics
+  std::string gateway_tokens_file;     // --gateway-tokens-file: bearer tokens and their principals
+  std::string http;                    // --http=HOST:PORT: /status, /metrics and /console
+  double console_sample_seconds = 10;  // how often /console samples /metrics
   bool sync = true;
   bool accept_log_loss = false;  // --accept-log-loss
   bool no_tls = false;           // --no-tls: --local without its throwaway certificates

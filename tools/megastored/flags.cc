@@ -94,7 +94,12 @@ void AddFlags(CLI::App& app, Flags& f) {
       "where the replication role keeps the keys of ENCRYPTED schemas (docs/security.md); created "
       "owner-only on first use, never inside --data. --local: default DATA/keys/NAME, one per "
       "datacenter");
-  app.add_option("--http", f.http, "HOST:PORT for /status and /metrics (off if not given)");
+  app.add_option("--http", f.http,
+                 "HOST:PORT for /status, /metrics and the console /console (off if not given)");
+  app.add_option("--console-sample-seconds", f.cluster.console_sample_seconds,
+                 "how often the console samples /metrics for its charts (it keeps an hour)")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--log-format", f.log_format,

@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "base/tls/context.h"
 #include "replication/at_rest.h"
+#include "tools/megastored/console.h"
 
 namespace megastore::server {
 
@@ -283,6 +284,13 @@ std::string MetricsText(const StatusSources& s) {
     if (dc->replication() != nullptr)
       out += StrCat("megastore_log_groups{datacenter=\"", dc->options().name, "\"} ",
                     dc->replication()->groups_seen(), "\n");
+  out += Family("megastore_replication_groups_behind", "gauge",
+                "Entity groups this replica knows it is behind in (another replica applied a "
+                "position it missed), until its sweep catches them up.");
+  for (Datacenter* dc : s.datacenters)
+    if (dc->replication() != nullptr)
+      out += StrCat("megastore_replication_groups_behind{datacenter=\"", dc->options().name, "\"} ",
+                    dc->replication()->groups_behind(), "\n");
   // Encryption at rest: the key store's counts, once it is open.
   for (const bool destroyed : {false, true}) {
     const char* name =
@@ -442,6 +450,7 @@ std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, StatusS
   server->Handle("/metrics", [shared] {
     return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", MetricsText(*shared)};
   });
+  AddConsole(*server, shared, shared->console_sample_interval);
   if (absl::Status st = server->Start(); !st.ok()) {
     std::fprintf(stderr, "megastored: %s\n", st.ToString().c_str());
     return nullptr;

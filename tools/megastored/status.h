@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "base/http/http_server.h"
 #include "server/cluster.h"
 #include "server/datacenter.h"
@@ -28,13 +29,16 @@ struct StatusSources {
   Database* gateway = nullptr;                       // the JSON gateway's client, if any
   const Gateway* gateway_server = nullptr;           // the JSON gateway, if any
   const backup::BackupScheduler* backups = nullptr;  // scheduled backups run here, if any
+  // How often the console samples /metrics for its charts.
+  absl::Duration console_sample_interval = absl::Seconds(10);
 };
 
 // The pages themselves (also for tests).
 std::string StatusHtml(const StatusSources& s, int64_t started_micros);
 std::string MetricsText(const StatusSources& s);
 
-// Serves both on `listen`; sets `bound` to the address bound. Null (after
+// Serves both, and the console (tools/megastored/console.h), on `listen`;
+// sets `bound` to the address bound. Null (after
 // printing why) if it cannot listen.
 std::unique_ptr<http::HttpServer> ServeStatus(const std::string& listen, StatusSources sources,
                                               std::string* bound);

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "base/await.h"
+#include "base/cli.h"
 #include "base/file.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
@@ -22,7 +23,7 @@ void AddAclCommand(CLI::App& app, AclState& state) {
                          "over TLS; docs/security.md)");
   acl->require_subcommand(1);
   auto common = [&state](CLI::App* c) {
-    c->add_option("--config", state.config, "the cluster config")->required();
+    AddConfigOption(c, state.config, "the cluster config", /*required=*/true);
     c->add_option("--timeout", state.timeout, "seconds to wait for each datacenter")
         ->capture_default_str();
   };

@@ -16,6 +16,7 @@
 #include "backup/backup_job.h"
 #include "backup/backup_verify.h"
 #include "backup/restore.h"
+#include "base/cli.h"
 #include "base/coding.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
@@ -517,9 +518,9 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
                      "datacenter while writes go on"
                    : "The log entries each group chose since its last backup (a group with "
                      "no backup yet gets a full one)");
-    v->add_option("--config", state.config,
-                  "the cluster config (megastored --local writes DATA/cluster.textproto)")
-        ->required();
+    AddConfigOption(v, state.config,
+                    "the cluster config (megastored --local writes DATA/cluster.textproto)",
+                    /*required=*/true);
     v->add_option("--to", state.dir, "the backup directory (created if missing)")->required();
     v->add_option("schema", state.schema,
                   "an applied schema's name, or a NAME.schema.pb/.msdl file")
@@ -533,13 +534,13 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
     v->add_option("--timeout", state.timeout, "seconds each request may take")
         ->check(CLI::Range(0.001, 86400.0))
         ->capture_default_str();
-    v->add_flag("--json", state.json, "print one JSON object at the end, no progress");
+    AddOutputOption(v, state.json, "print one JSON object at the end, no progress");
     v->add_flag("--quiet", state.quiet, "no progress on stderr");
     v->callback([&state, verb] { state.command = verb; });
   }
   CLI::App* list = b->add_subcommand("list", "What a backup directory holds, group by group");
   list->add_option("--from", state.dir, "the backup directory")->required();
-  list->add_flag("--json", state.json, "the catalog as JSON");
+  AddOutputOption(list, state.json, "the catalog as JSON");
   list->callback([&state] { state.command = "list"; });
   CLI::App* verify = b->add_subcommand(
       "verify",
@@ -556,7 +557,7 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
   verify->add_flag("--replay", state.replay,
                    "also replay each group's log between consecutive full backups in memory and "
                    "compare the result with the later full backup");
-  verify->add_flag("--json", state.json, "print one JSON object");
+  AddOutputOption(verify, state.json, "print one JSON object");
   verify->callback([&state] { state.command = "verify"; });
   CLI::App* prune = b->add_subcommand(
       "prune",
@@ -566,18 +567,17 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
   prune->add_option("--keep", state.keep, "the window to keep restorable: 30d, 12h, 90m, 3600s")
       ->required();
   prune->add_flag("--dry-run", state.dry_run, "say what would be deleted, delete nothing");
-  prune->add_flag("--json", state.json, "print one JSON object");
+  AddOutputOption(prune, state.json, "print one JSON object");
   prune->callback([&state] { state.command = "prune"; });
 
   CLI::App* restore = app.add_subcommand(
       "restore",
       "Bring entity groups back to a point in their backup (leaving out chosen log entries), as "
       "new commits every replica applies");
-  restore
-      ->add_option("--config", state.config,
-                   "the cluster to restore into (the backed-up one, or a new one with the schema "
-                   "applied)")
-      ->required();
+  AddConfigOption(restore, state.config,
+                  "the cluster to restore into (the backed-up one, or a new one with the schema "
+                  "applied)",
+                  /*required=*/true);
   restore->add_option("--from", state.dir, "the backup directory")->required();
   restore->add_option("schema", state.schema, "the schema's name in the backup")->required();
   restore->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...]");
@@ -604,7 +604,7 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
   restore->add_option("--timeout", state.timeout, "seconds each request may take")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
-  restore->add_flag("--json", state.json, "print a JSON array, one object per group");
+  AddOutputOption(restore, state.json, "print a JSON array, one object per group");
   restore->callback([&state] { state.command = "restore"; });
 }
 

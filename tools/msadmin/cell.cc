@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "base/await.h"
+#include "base/cli.h"
 #include "base/coding.h"
 #include "base/strings.h"
 #include "storage/cell/cell_client.h"
@@ -22,7 +23,7 @@ void AddCellCommand(CLI::App& app, CellState& state) {
           "HOST:PORT of a megastored running the lock role, or etcd:HOST:PORT[,HOST:PORT...]")
       ->required();
   status->add_option("--cell", state.cell, "the cell's name")->required();
-  status->add_flag("--json", state.json, "one JSON object");
+  AddOutputOption(status, state.json, "one JSON object");
 }
 
 int RunCell(const CellState& s) {
@@ -47,7 +48,7 @@ int RunCell(const CellState& s) {
     for (const auto& f : servers->files)
       list += StrCat(list.empty() ? "" : ",", "\"", JsonEscape(f.path.substr(dir.size())), "\"");
     std::printf(
-        "{\"cell\":\"%s\",\"master\":%s,\"tablet_servers\":[%s]}\n", JsonEscape(s.cell).c_str(),
+        "{\"cell\":\"%s\",\"master\":%s,\"tabletServers\":[%s]}\n", JsonEscape(s.cell).c_str(),
         master->has_value() ? StrCat("\"", JsonEscape((*master)->contents), "\"").c_str() : "null",
         list.c_str());
     return 0;
@@ -102,7 +103,7 @@ void AddTabletCommand(CLI::App& app, CellState& state) {
       tablet->add_subcommand("ls", "Every tablet (METADATA's too) with its rows, server and size");
   common(ls);
   ls->add_option("--table", state.table, "only this table's tablets");
-  ls->add_flag("--json", state.json, "one JSON object per line");
+  AddOutputOption(ls, state.json, "one JSON object per line");
   ls->callback([&state] { state.verb = "ls"; });
   CLI::App* split =
       tablet->add_subcommand("split", "Split a tablet (at ROW, or at its middle row)");

@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
 #include "base/await.h"
+#include "base/cli.h"
 #include "base/coding.h"
 #include "base/env.h"
 #include "base/file.h"
@@ -239,13 +240,13 @@ using cluster_internal::Usage;
 
 void AddClusterCommands(CLI::App& app, ClusterState& state) {
   auto with_config = [&state](CLI::App* c) {
-    c->add_option("--config", state.config,
-                  "the cluster config (megastored --local writes DATA/cluster.textproto)")
-        ->required();
+    AddConfigOption(c, state.config,
+                    "the cluster config (megastored --local writes DATA/cluster.textproto)",
+                    /*required=*/true);
     c->add_option("--timeout", state.timeout, "seconds each request may take")
         ->check(CLI::Range(0.001, 86400.0))
         ->capture_default_str();
-    c->add_flag("--json", state.json, "JSON output");
+    AddOutputOption(c, state.json, "JSON output");
   };
   CLI::App* cluster = app.add_subcommand("cluster", "The cluster as a whole");
   cluster->require_subcommand(1);

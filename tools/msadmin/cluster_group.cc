@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/await.h"
 #include "base/coding.h"
 #include "base/env.h"
@@ -317,8 +318,8 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
       if (r.known) {
         out += StrCat(",\"id\":\"", JsonEscape(r.entry.noop() ? "" : r.entry.id()),
                       "\",\"noop\":", r.entry.noop() ? "true" : "false",
-                      ",\"timestamp\":", r.entry.timestamp(), ",\"next_leader\":\"", r.leader,
-                      "\",\"changes\":", r.entry.changes_size(), ",\"known_at\":[");
+                      ",\"timestamp\":", r.entry.timestamp(), ",\"nextLeader\":\"", r.leader,
+                      "\",\"changes\":", r.entry.changes_size(), ",\"knownAt\":[");
         for (size_t n = 0; n < r.known_at.size(); ++n)
           out += StrCat(n ? "," : "", "\"", r.known_at[n], "\"");
         out += "]";
@@ -339,7 +340,7 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
     std::printf("  the log is empty\n");
     return 0;
   }
-  std::printf("  %-9s %-24s %-18s %-7s %-8s %s\n", "position", "entry", "timestamp", "leader",
+  std::printf("  %-9s %-24s %-27s %-7s %-8s %s\n", "position", "entry", "time (UTC)", "leader",
               "changes", "known at");
   for (const Row& r : rows) {
     if (!r.known) {
@@ -349,10 +350,12 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
     }
     std::string at;
     for (const std::string& name : r.known_at) at += (at.empty() ? "" : ",") + name;
-    std::printf("  %-9llu %-24s %-18lld %-7s %-8d %s\n",
-                static_cast<unsigned long long>(r.position),
-                r.entry.noop() ? "(no-op)" : r.entry.id().c_str(),
-                static_cast<long long>(r.entry.timestamp()), r.leader.c_str(),
+    // Text is for people: the commit time as a date (--json keeps the
+    // microseconds).
+    const std::string when = absl::FormatTime(
+        "%Y-%m-%d %H:%M:%E6S", absl::FromUnixMicros(r.entry.timestamp()), absl::UTCTimeZone());
+    std::printf("  %-9llu %-24s %-27s %-7s %-8d %s\n", static_cast<unsigned long long>(r.position),
+                r.entry.noop() ? "(no-op)" : r.entry.id().c_str(), when.c_str(), r.leader.c_str(),
                 r.entry.changes_size(), at.c_str());
   }
   return 0;

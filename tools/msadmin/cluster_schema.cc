@@ -134,7 +134,7 @@ int SchemaApply(const ClusterState& s, const server::ClusterConfig& config) {
   }
   if (s.json) {
     std::printf(
-        "{\"schema\":\"%s\",\"datacenters\":%d,\"tables_created\":%d,\"applied_before\":%s}\n",
+        "{\"schema\":\"%s\",\"datacenters\":%d,\"tablesCreated\":%d,\"appliedBefore\":%s}\n",
         JsonEscape(next->name()).c_str(), config.datacenters_size(), created,
         previous.ok() ? "true" : "false");
   } else {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_split.h"
 #include "api/database.h"
+#include "base/cli.h"
 #include "base/strings.h"
 #include "schema/entity_json.h"
 #include "server/cluster.h"
@@ -107,9 +108,9 @@ void AddIndexCommand(CLI::App& app, IndexState& state) {
     v->add_option("--timeout", state.timeout, "seconds each step may take")
         ->check(CLI::Range(0.1, 3600.0))
         ->capture_default_str();
-    v->add_flag("--json", state.json,
-                "print one JSON object: groups, entities, index_entries, problems, repaired "
-                "(repair), consistent");
+    AddOutputOption(v, state.json,
+                    "one JSON object: groups, entities, indexEntries, problems, repaired "
+                    "(repair), consistent");
     v->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...], e.g. User:7")
         ->required();
     v->callback([&state, repair] { state.repair = repair; });
@@ -163,7 +164,7 @@ int RunIndex(const IndexState& state) {
     for (const std::string& p : report->problems)
       problems += StrCat(problems.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
     std::printf(
-        "{\"groups\":%zu,\"entities\":%lld,\"index_entries\":%lld,\"problems\":[%s],%"
+        "{\"groups\":%zu,\"entities\":%lld,\"indexEntries\":%lld,\"problems\":[%s],%"
         "s\"consistent\":%s}\n",
         groups.size(), static_cast<long long>(report->entities),
         static_cast<long long>(report->entries), problems.c_str(),

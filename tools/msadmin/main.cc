@@ -5,6 +5,7 @@
 #include "base/init.h"
 #include "base/logging.h"
 #include "base/rpc/rpc.h"
+#include "base/tool_defaults.h"
 #include "tools/msadmin/acl.h"
 #include "tools/msadmin/backup.h"
 #include "tools/msadmin/bt.h"
@@ -16,6 +17,12 @@
 
 int main(int argc, char** argv) {
   megastore::InitProcess();
+  // Defaults from the rc file, as environment variables the flags read
+  // (before the flags are defined: their defaults come from them).
+  if (absl::Status s = megastore::LoadToolDefaults(); !s.ok()) {
+    std::fprintf(stderr, "msadmin: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   CLI::App app{
       "msadmin: operate megastore (exit status: 0 ok, 1 the operation failed, 2 usage error)"};
   app.require_subcommand(1);
@@ -37,7 +44,7 @@ int main(int argc, char** argv) {
   megastore::tools::BackupState backup;
   megastore::tools::AddBackupCommands(app, backup);
   megastore::rpc::TlsFiles tls;  // given before the command
-  megastore::AddTlsFlags(app, tls, "this tool's");
+  megastore::AddTlsFlags(app, tls, "this tool's", /*from_environment=*/true);
   megastore::SetLogLevel("warn");
   if (const int rc = megastore::ParseCommandLine(app, argc, argv); rc >= 0) return rc;
   if (absl::Status s = megastore::rpc::CheckTls(tls); !s.ok()) {
