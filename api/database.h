@@ -3,8 +3,8 @@
 // (the classes msc generates) or untyped ones (schema::Entity).
 //
 //   auto db = megastore::Database::Open(options);
-//   auto info = (*db)->Run<PhotoApp::User>(PhotoApp::User::Key{7}, [&](megastore::Transaction& t) {
-//     auto user = t.Get<PhotoApp::User>(PhotoApp::User::Key{7});
+//   auto info = (*db)->Run<photoapp::User>(photoapp::User::Key{7}, [&](megastore::Transaction& t) {
+//     auto user = t.Get<photoapp::User>(photoapp::User::Key{7});
 //     ...
 //     return t.Put(photo);
 //   });
@@ -66,17 +66,32 @@ struct DatabaseOptions {
 class Transaction;
 class MultiTransaction;
 
+// One page of a typed query: the entities, and the cursor to pass back
+// (QueryOptions::cursor) for the next page; empty when there is none.
+template <typename T>
+struct TypedPage {
+  std::vector<T> entities;
+  std::string cursor;
+};
+
 // A query's entities as msc's class T.
 template <typename T>
-absl::StatusOr<std::vector<T>> TypedEntities(absl::StatusOr<txn::QueryResult> r) {
+absl::StatusOr<TypedPage<T>> TypedResult(absl::StatusOr<txn::QueryResult> r) {
   if (!r.ok()) return r.status();
-  std::vector<T> out;
+  TypedPage<T> out;
   for (const schema::Entity& e : r->entities) {
     absl::StatusOr<T> typed = T::FromEntity(e);
     if (!typed.ok()) return typed.status();
-    out.push_back(std::move(*typed));
+    out.entities.push_back(std::move(*typed));
   }
+  out.cursor = std::move(r->cursor);
   return out;
+}
+template <typename T>
+absl::StatusOr<std::vector<T>> TypedEntities(absl::StatusOr<txn::QueryResult> r) {
+  absl::StatusOr<TypedPage<T>> page = TypedResult<T>(std::move(r));
+  if (!page.ok()) return page.status();
+  return std::move(page->entities);
 }
 
 class Database {
@@ -119,6 +134,12 @@ class Database {
                                                   std::vector<schema::KeyValue> values,
                                                   QueryOptions options = {}) {
     return TypedEntities<T>(GlobalIndexQuery(index, std::move(values), options));
+  }
+  template <typename T>
+  absl::StatusOr<TypedPage<T>> GlobalIndexQueryPage(std::string_view index,
+                                                    std::vector<schema::KeyValue> values,
+                                                    QueryOptions options) {
+    return TypedResult<T>(GlobalIndexQuery(index, std::move(values), options));
   }
 
   // Runs `fn` in one transaction across several entity groups (each part
@@ -249,6 +270,18 @@ class Transaction {
                                             std::vector<schema::KeyValue> values,
                                             QueryOptions options = {}) {
     return TypedEntities<T>(IndexQuery(index, std::move(values), options));
+  }
+  // The same a page at a time (options.limit entities), keeping the cursor.
+  template <typename T>
+  absl::StatusOr<TypedPage<T>> QueryPage(std::vector<schema::KeyValue> prefix,
+                                         QueryOptions options) {
+    return TypedResult<T>(Query(T::kTable, std::move(prefix), options));
+  }
+  template <typename T>
+  absl::StatusOr<TypedPage<T>> IndexQueryPage(std::string_view index,
+                                              std::vector<schema::KeyValue> values,
+                                              QueryOptions options) {
+    return TypedResult<T>(IndexQuery(index, std::move(values), options));
   }
 
   const replication::LogPosition& position() const { return txn_->position(); }

@@ -97,6 +97,24 @@ TEST_F(DatabaseTest, PhotoAppWritesAtOneDatacenterAndQueriesAtAnother) {
   ASSERT_EQ(by_time->size(), 5u);
   EXPECT_EQ((*by_time)[0].photo_id(), 5);
   EXPECT_EQ((*by_time)[4].photo_id(), 1);
+  // Typed paging keeps the cursor: two entities a page, in order, to the end.
+  for (bool by_index : {false, true}) {
+    std::vector<int32_t> seen;
+    QueryOptions page;
+    page.limit = 2;
+    for (int pages = 0; pages < 10; ++pages) {
+      absl::StatusOr<TypedPage<Photo>> p =
+          by_index ? (*t)->IndexQueryPage<Photo>("PhotosByTime", {int64_t{7}}, page)
+                   : (*t)->QueryPage<Photo>({int64_t{7}}, page);
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_LE(p->entities.size(), 2u);
+      for (const Photo& ph : p->entities) seen.push_back(ph.photo_id());
+      if (p->cursor.empty()) break;
+      page.cursor = p->cursor;
+    }
+    EXPECT_EQ(seen, by_index ? std::vector<int32_t>({5, 4, 3, 2, 1})
+                             : std::vector<int32_t>({1, 2, 3, 4, 5}));
+  }
   ExpectIndexesConsistent(*at_b, {7});
 }
 

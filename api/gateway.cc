@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -127,6 +128,9 @@ absl::StatusOr<std::string> DecodeCursor(const TokenMac& mac, const std::string&
   return raw->substr(1);
 }
 
+// Most keys one /v1/batchGet reads (and at most --gateway-max-page).
+constexpr int64_t kMaxBatch = 100;
+
 // Answers one request.
 class RequestHandler {
  public:
@@ -176,12 +180,13 @@ class RequestHandler {
   }
 
   // A transaction on the group row `root`, reading at replica `replica`.
-  absl::StatusOr<std::shared_ptr<txn::Transaction>> BeginAt(const std::string& root,
-                                                            replication::ReadLevel level,
-                                                            int replica) {
+  absl::StatusOr<std::shared_ptr<txn::Transaction>> BeginAt(
+      const std::string& root, replication::ReadLevel level, int replica,
+      absl::Duration deadline = absl::ZeroDuration()) {
     txn::TransactionOptions o = options_;
     o.level = level;
     o.replica = replica;
+    if (deadline > absl::ZeroDuration()) o.deadline = deadline;
     return Await<std::shared_ptr<txn::Transaction>>(
         [&](auto cb) { txn::Transaction::BeginAtRow(ctx_, root, o, std::move(cb)); });
   }
@@ -242,11 +247,14 @@ class RequestHandler {
   // the keys of one group asked alike are read at one position.
   absl::StatusOr<gateway::BatchGetReply> BatchGet(const gateway::BatchGetRequest& req) {
     if (req.gets_size() == 0) return absl::InvalidArgumentError("gets: none given");
-    if (req.gets_size() > max_page_) {
+    const int64_t most = std::min<int64_t>(max_page_, kMaxBatch);
+    if (req.gets_size() > most) {
       page_too_large_ = true;
       return absl::InvalidArgumentError(
-          StrCat("gets: ", req.gets_size(), " keys; one batch reads at most ", max_page_));
+          StrCat("gets: ", req.gets_size(), " keys; one batch reads at most ", most));
     }
+    // One deadline for the whole batch, not one per group.
+    const absl::Time end = absl::Now() + options_.deadline;
     std::map<std::tuple<std::string, int, int>, std::shared_ptr<txn::Transaction>> open;
     gateway::BatchGetReply reply;
     for (int i = 0; i < req.gets_size(); ++i) {
@@ -258,8 +266,11 @@ class RequestHandler {
       if (!g.ok()) return named(g.status());
       auto& t = open[{g->root, static_cast<int>(g->level), g->replica}];
       if (t == nullptr) {
+        const absl::Duration left = end - absl::Now();
+        if (left <= absl::ZeroDuration())
+          return absl::DeadlineExceededError(StrCat(what, "the batch's deadline passed"));
         absl::StatusOr<std::shared_ptr<txn::Transaction>> began =
-            BeginAt(g->root, g->level, g->replica);
+            BeginAt(g->root, g->level, g->replica, left);
         if (!began.ok()) return named(began.status());
         t = *std::move(began);
       }

@@ -38,9 +38,12 @@ class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
   void Start() {
     const ReplicaInfo& info = c_->options().replicas[local_];
     if (info.type == ReplicaType::kFull) {
+      // The local coordinator answers at once or is treated as not
+      // vouching; another datacenter's gets a WAN round trip.
+      const absl::Duration wait = local_ == c_->options().local ? c_->options().coordinator_timeout
+                                                                : c_->options().rpc_timeout;
       c_->coordinators()->Check(
-          info.coordinator, CoordinatorGroup(group_),
-          internal::RequestTimeout(c_, c_->options().coordinator_timeout, deadline_),
+          info.coordinator, CoordinatorGroup(group_), internal::RequestTimeout(c_, wait, deadline_),
           internal::Guarded<coordinator::CoordinatorReply>(
               c_, [self = shared_from_this()](absl::StatusOr<coordinator::CoordinatorReply> r) {
                 self->OnLocal(std::move(r), std::nullopt);

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -77,6 +78,29 @@ TEST_F(MegastoredCliTest, CbtStyleVerbsWorkEndToEnd) {
   EXPECT_EQ(Bt("ls").out, "");
 }
 
+// Binary keys, qualifiers and values: given escaped or in hex, printed
+// escaped (a NUL does not cut anything short), and as JSON lines.
+TEST_F(MegastoredCliTest, BinaryBytesGoInEscapedOrHexAndComeOutEscaped) {
+  EXPECT_EQ(Bt("createtable bin families=cf").exit_code, 0);
+  EXPECT_EQ(Bt(R"(set bin 'a\x00b\xff' 'cf:q\x01=v\x00\x80"')").exit_code, 0);
+  EXPECT_EQ(Bt("set bin hex:610062fe cf:q=second").exit_code, 0);
+  Result lookup = Bt("lookup bin hex:610062ff");
+  EXPECT_EQ(lookup.exit_code, 0) << lookup.out;
+  EXPECT_THAT(lookup.out, HasSubstr(R"(a\x00b\xff
+  cf:q\x01)"));
+  EXPECT_THAT(lookup.out, HasSubstr(R"("v\x00\x80\"")"));
+  Result read = Bt(R"(-o json read bin 'start=a\x00b\xfe')");
+  EXPECT_EQ(read.exit_code, 0) << read.out;
+  EXPECT_THAT(read.out,
+              HasSubstr(R"({"key":"a\\x00b\\xfe","cells":[{"family":"cf","qualifier":"q")"));
+  EXPECT_THAT(read.out, HasSubstr(R"("value":"v\\x00\\x80\\\"")")) << read.out;
+  EXPECT_EQ(std::count(read.out.begin(), read.out.end(), '\n'), 2) << "one line per row";
+  Result bad = Bt(R"(lookup bin 'a\q')");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("a backslash starts"));
+  EXPECT_EQ(Bt("lookup bin hex:6").exit_code, 2);
+}
+
 TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {
   EXPECT_EQ(Bt("createtable t families=cf").exit_code, 0);
   Result bad_family = Bt("set t r nofam:q=1");
@@ -86,7 +110,7 @@ TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.out, HasSubstr("table nosuch does not exist"));
   Result usage = Bt("read t bogus=1");
-  EXPECT_EQ(usage.exit_code, 1);
+  EXPECT_EQ(usage.exit_code, 2) << "a usage error";
   EXPECT_THAT(usage.out, HasSubstr("allowed: start= end= prefix= count="));
   Result unreachable = RunCommand(std::string(MSADMIN) + " bt --server=127.0.0.1:1 ls");
   EXPECT_EQ(unreachable.exit_code, 1);

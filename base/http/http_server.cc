@@ -244,6 +244,18 @@ struct HttpServer::Impl {
       bhttp::async_read_header(
           stream, c->buffer, *c->parser, [this, c, &stream](beast::error_code ec, size_t) {
             if (ec) return Failed(c, ec);
+            // A Transfer-Encoding other than chunked last leaves the body's
+            // length unknown (RFC 9112 §6.3): refused, else its bytes would
+            // be read as the next request.
+            if (c->parser->get().count(bhttp::field::transfer_encoding) > 0 &&
+                !c->parser->chunked()) {
+              ++counters().bad_requests;
+              return Reply(c, c->parser->get().version(),
+                           JsonErrorResponse(400, "INVALID_ARGUMENT",
+                                             "a Transfer-Encoding must end with chunked",
+                                             {"BAD_TRANSFER_ENCODING", {}}),
+                           /*linger=*/true);
+            }
             c->stream.expires_after(ToSteady(limits.body_timeout));
             bhttp::async_read(stream, c->buffer, *c->parser,
                               [this, c](beast::error_code ec, size_t) {
@@ -302,7 +314,10 @@ struct HttpServer::Impl {
     const std::string target(request.target());
     const std::string path = target.substr(0, target.find('?'));
     const unsigned version = request.version();
-    const bool keep_alive = request.keep_alive();
+    // Kept alive if the client wants it, for at most kMaxRequestsPerConnection
+    // requests (a client cannot hold a slot of max_connections for ever).
+    const bool keep_alive = request.keep_alive() && c->answered + 1 < kMaxRequestsPerConnection;
+    const bool head = request.method() == bhttp::verb::head;
     if (auto h = request_handlers.find(path); h != request_handlers.end()) {
       // May block: run it on a worker, answer from the I/O thread.
       const size_t mark = target.find('?');
@@ -312,12 +327,13 @@ struct HttpServer::Impl {
                   std::move(request.body()),
                   std::string(request[bhttp::field::authorization]),
                   c->tls ? tls::PeerPrincipal(c->tls->native_handle()) : ""};
-      asio::post(pool, [this, c, version, keep_alive, handler = &h->second, req = std::move(req)] {
-        Response r = (*handler)(req);
-        asio::post(io, [this, c, version, keep_alive, r = std::move(r)]() mutable {
-          Reply(c, version, std::move(r), /*linger=*/false, keep_alive);
-        });
-      });
+      asio::post(pool,
+                 [this, c, version, keep_alive, head, handler = &h->second, req = std::move(req)] {
+                   Response r = (*handler)(req);
+                   asio::post(io, [this, c, version, keep_alive, head, r = std::move(r)]() mutable {
+                     Reply(c, version, std::move(r), /*linger=*/false, keep_alive, head);
+                   });
+                 });
       return;
     }
     auto it = handlers.find(path);
@@ -337,7 +353,7 @@ struct HttpServer::Impl {
     } else {
       r = it->second();
     }
-    Reply(c, version, std::move(r), /*linger=*/false, keep_alive);
+    Reply(c, version, std::move(r), /*linger=*/false, keep_alive, head);
   }
 
   // `linger`: the client may still be sending (a request refused half
@@ -349,9 +365,15 @@ struct HttpServer::Impl {
   // `keep_alive`: the client asked to keep the connection (HTTP/1.1's
   // default); after the answer the connection waits for its next request,
   // idle at most header_timeout.
+  //
+  // `head`: the answer to a HEAD request: its headers (Content-Length
+  // included) without the body.
   void Reply(std::shared_ptr<Conn> c, unsigned version, Response r, bool linger = false,
-             bool keep_alive = false) {
+             bool keep_alive = false, bool head = false) {
     keep_alive = keep_alive && !linger && !stopped;
+    // Closing with bytes of a pipelined request unread would reset the
+    // connection under the answer: drain them first.
+    linger = linger || (!keep_alive && c->buffer.size() > 0);
     auto response = std::make_shared<bhttp::response<bhttp::string_body>>();
     response->version(version);
     response->keep_alive(keep_alive);
@@ -361,6 +383,7 @@ struct HttpServer::Impl {
     for (const auto& [name, value] : r.headers) response->set(name, value);
     response->body() = std::move(r.body);
     response->prepare_payload();
+    if (head) response->body().clear();  // Content-Length stays: the GET's
     c->stream.expires_after(ToSteady(limits.body_timeout));
     c->With([&](auto& stream) {
       bhttp::async_write(
@@ -390,6 +413,7 @@ struct HttpServer::Impl {
     c->tls->async_shutdown([c](beast::error_code) {});
   }
 
+  static constexpr int kMaxRequestsPerConnection = 1000;
   static constexpr auto kLingerTime = std::chrono::seconds(2);
   static constexpr auto kCloseNotifyTime = std::chrono::milliseconds(250);
   static constexpr size_t kLingerBytes = 16 << 20;

@@ -17,6 +17,7 @@ namespace megastore::http {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 class HttpServerTest : public ::testing::Test {
@@ -75,6 +76,31 @@ TEST_F(HttpServerTest, KeepsConnectionsAliveBetweenRequests) {
   EXPECT_THAT(out, HasSubstr("Connection: close"));
 }
 
+// A HEAD answer has the GET's headers and no body, so the next answer on
+// the connection starts where the client expects it.
+TEST_F(HttpServerTest, HeadAnswersCarryNoBody) {
+  Start(HttpLimits{});
+  const std::string out =
+      Exchange("HEAD /page HTTP/1.1\r\nHost: x\r\n\r\nGET /page HTTP/1.1\r\nHost: x\r\n\r\n");
+  const size_t second = out.find("HTTP/1.1 200", 1);
+  ASSERT_NE(second, std::string::npos) << out;
+  EXPECT_THAT(out.substr(0, second), HasSubstr("Content-Length: 7"));
+  EXPECT_THAT(out.substr(0, second), Not(HasSubstr("a page"))) << out;
+  EXPECT_THAT(out.substr(second), HasSubstr("a page"));
+}
+
+// A body whose length is unknown (a Transfer-Encoding not ending in
+// chunked) is refused, not read as the next request.
+TEST_F(HttpServerTest, AnUnknownTransferEncodingIsRefused) {
+  Start(HttpLimits{});
+  const std::string out = Exchange(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n"
+      "GET /page HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(out, StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(out, HasSubstr("BAD_TRANSFER_ENCODING"));
+  EXPECT_THAT(out, Not(HasSubstr("a page"))) << out;
+}
+
 // Refusals have the one JSON error shape: unknown paths 404, a wrong
 // method 405 with Allow.
 TEST_F(HttpServerTest, UnknownPathsAndMethodsGetJsonErrors) {
@@ -87,6 +113,13 @@ TEST_F(HttpServerTest, UnknownPathsAndMethodsGetJsonErrors) {
   EXPECT_THAT(wrong, StartsWith("HTTP/1.1 405"));
   EXPECT_THAT(wrong, HasSubstr("Allow: GET, HEAD"));
   EXPECT_THAT(wrong, HasSubstr(R"("reason":"METHOD_NOT_ALLOWED")"));
+}
+
+TEST(ErrorJsonTest, BytesThatAreNotUtf8BecomeReplacementCharacters) {
+  // A path of raw bytes: still valid JSON; well-formed UTF-8 kept.
+  EXPECT_EQ(ErrorJson(404, "NOT_FOUND", "no page /\xff\xc3\xa9\xe2\x82 x"),
+            "{\"error\":{\"code\":404,\"status\":\"NOT_FOUND\",\"message\":\"no page "
+            "/\\ufffd\xc3\xa9\\ufffd\\ufffd x\",\"details\":[]}}\n");
 }
 
 TEST(ErrorJsonTest, HasGooglesShapeAndEscapes) {

@@ -13,12 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "api/connect.h"
 #include "api/database.h"
 #include "base/cli.h"
-#include "base/delayed_transport.h"
 #include "base/init.h"
 #include "base/logging.h"
-#include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
 #include "photoapp/PhotoApp.schema.h"
 #include "server/cluster.h"
@@ -37,31 +36,6 @@ using megastore::StrCat;
 using megastore::Transaction;
 using photoapp::Photo;
 using photoapp::User;
-
-// An app server: its transport (with the cluster's emulated WAN from its
-// datacenter) and its Database.
-struct AppServer {
-  std::unique_ptr<megastore::rpc::RpcTransport> rpc;
-  std::unique_ptr<megastore::DelayedTransport> wan;
-  std::unique_ptr<Database> db;
-};
-
-absl::StatusOr<AppServer> Connect(const megastore::server::ClusterConfig& config,
-                                  const std::string& local) {
-  AppServer s;
-  s.rpc = std::make_unique<megastore::rpc::RpcTransport>();
-  s.wan = std::make_unique<megastore::DelayedTransport>(
-      megastore::Env::Default(), s.rpc.get(), megastore::server::OneWayFrom(config, local));
-  megastore::DatabaseOptions o;
-  o.replicas = megastore::server::ReplicasOf(config);
-  o.local = local;
-  o.schema = photoapp::Schema();
-  o.transport = s.wan.get();
-  auto db = Database::Open(o);
-  if (!db.ok()) return db.status();
-  s.db = std::move(*db);
-  return s;
-}
 
 // The emulated round trip between two datacenters (twice the one-way delay).
 int RoundTripMs(const megastore::server::ClusterConfig& c, const std::string& a,
@@ -152,12 +126,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "photoapp_demo: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
-  auto here = Connect(*config, local);
+  auto here = megastore::ConnectToCluster(config_path, local, photoapp::Schema());
   if (!here.ok()) {
     std::fprintf(stderr, "photoapp_demo: %s\n", std::string(here.status().message()).c_str());
     return 2;
   }
-  Database& db = *here->db;
+  Database& db = (*here)->db();
   std::vector<std::string> names;
   for (const auto& dc : config->datacenters()) names.push_back(dc.name());
   auto replica = [&](const Transaction& t) {
@@ -302,7 +276,7 @@ int main(int argc, char** argv) {
   // 4. Elsewhere.
   const std::string other = local == names.back() ? names.front() : names.back();
   std::printf("\n4. Reading at datacenter %s\n", other.c_str());
-  auto there = Connect(*config, other);
+  auto there = megastore::ConnectToCluster(config_path, other, photoapp::Schema());
   if (!there.ok()) {
     std::printf("  (no app server at %s: %s)\n", other.c_str(),
                 std::string(there.status().message()).c_str());
@@ -311,7 +285,7 @@ int main(int argc, char** argv) {
       start = absl::Now();
       megastore::TransactionOptions quick;
       quick.deadline = absl::Seconds(3);  // a replica that is down should not hold the report up
-      auto t = there->db->Begin<User>(User::Key{2}, quick);
+      auto t = (*there)->db().Begin<User>(User::Key{2}, quick);
       auto bobs = t.ok() ? (*t)->Query<Photo>({int64_t{2}})
                          : absl::StatusOr<std::vector<Photo>>(t.status());
       if (!bobs.ok()) {

@@ -306,8 +306,16 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
     auto [other_roles, gateway_role] = WithoutGateway(flags.roles);
     const std::string gateway_listen =
         !flags.gateway.empty() ? flags.gateway : me.roles().gateway();
-    const bool run_gateway =
+    bool run_gateway =
         gateway_role || !flags.gateway.empty() || (flags.roles.empty() && !gateway_listen.empty());
+    if (run_gateway && !gateway_role && flags.gateway.empty() && schemas.empty()) {
+      // Only the config asks for it: the datacenter's roles still start.
+      std::printf(
+          "megastored: not running %s's gateway (roles { gateway } in the config): it needs "
+          "--schema, the schema it serves\n",
+          me.name().c_str());
+      run_gateway = false;
+    }
     if (run_gateway && gateway_listen.empty())
       return BadFlags(StrCat("--roles=", flags.roles, ": the gateway needs --gateway=HOST:PORT or ",
                              me.name(), "'s roles { gateway: \"HOST:PORT\" } in ", flags.config));

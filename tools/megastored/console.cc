@@ -301,6 +301,9 @@ std::string Page(const std::string& title, const std::string& body) {
 // Draws each chart of /console/charts.json as an SVG, every interval.
 constexpr char kChartsScript[] = R"JS(
 <script>
+const esc = t => String(t).replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'})[c]);
+const lowest = a => a.reduce((m, v) => Math.min(m, v), Infinity);
+const highest = a => a.reduce((m, v) => Math.max(m, v), -Infinity);
 const colors = ['#1f77b4','#d62728','#2ca02c','#ff7f0e','#9467bd','#8c564b','#e377c2','#17becf'];
 function draw(chart) {
   const W = 400, H = 150, L = 48, B = 18;
@@ -309,13 +312,13 @@ function draw(chart) {
   const card = document.createElement('div');
   card.className = 'card chart';
   card.dataset.points = xs.length;
-  let html = '<h3>' + chart.title + ' <small>(' + chart.unit + ')</small></h3>';
+  let html = '<h3>' + esc(chart.title) + ' <small>(' + esc(chart.unit) + ')</small></h3>';
   if (xs.length === 0) {
     card.innerHTML = html + '<div class=empty>no data yet</div>';
     return card;
   }
-  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
-  const y1 = Math.max(...ys, 1) * 1.1;
+  const x0 = lowest(xs), x1 = Math.max(highest(xs), x0 + 1);
+  const y1 = Math.max(highest(ys), 1) * 1.1;
   const X = t => L + (W - L - 4) * (t - x0) / (x1 - x0);
   const Y = v => 4 + (H - B - 4) * (1 - v / y1);
   let svg = '<svg width=' + W + ' height=' + H + ' role=img>';
@@ -334,7 +337,7 @@ function draw(chart) {
     const c = colors[i % colors.length];
     const pts = l.points.map(p => X(p[0]).toFixed(1) + ',' + Y(p[1]).toFixed(1)).join(' ');
     svg += '<polyline class=series fill=none stroke-width=1.5 stroke=' + c + ' points="' + pts + '"/>';
-    legend += '<span style="color:' + c + '">■ ' + l.name + '</span>';
+    legend += '<span style="color:' + c + '">■ ' + esc(l.name) + '</span>';
   });
   card.innerHTML = html + svg + '</svg>' + legend + '</div>';
   return card;
@@ -556,7 +559,18 @@ std::vector<MetricsHistory::Sample> MetricsHistory::Samples() const {
   return out;
 }
 
-std::string ChartsJson(const std::vector<MetricsHistory::Sample>& samples) {
+std::string ChartsJson(const std::vector<MetricsHistory::Sample>& all) {
+  // At most kMaxPoints samples (every k-th, the newest kept): a chart
+  // needs no more points than it has pixels.
+  constexpr size_t kMaxPoints = 360;
+  std::vector<MetricsHistory::Sample> thinned;
+  const std::vector<MetricsHistory::Sample>* chosen = &all;
+  if (all.size() > kMaxPoints) {
+    const size_t step = (all.size() + kMaxPoints - 1) / kMaxPoints;
+    for (size_t i = (all.size() - 1) % step; i < all.size(); i += step) thinned.push_back(all[i]);
+    chosen = &thinned;
+  }
+  const std::vector<MetricsHistory::Sample>& samples = *chosen;
   std::vector<Chart> charts;
   {
     Chart c{"Commits", "per second", Rates(samples, "megastore_log_entries_total", "accepted")};
@@ -605,7 +619,11 @@ void AddConsole(http::HttpServer& server, std::shared_ptr<const StatusSources> s
   server.Handle("/console", [sources] {
     return http::Response{200, "text/html; charset=utf-8", ConsoleHtml(*sources), {}};
   });
-  server.Handle("/console/charts.json", [history] {
+  // Computed on a worker, not on the I/O thread /metrics is served from.
+  server.HandleRequests("/console/charts.json", [history](const http::Request& req) {
+    if (req.method != "GET" && req.method != "HEAD")
+      return http::JsonErrorResponse(405, "INVALID_ARGUMENT", "/console/charts.json takes GET",
+                                     {"METHOD_NOT_ALLOWED", {{"allow", "GET, HEAD"}}});
     return http::Response{200, "application/json", ChartsJson(history->Samples()), {}};
   });
   server.Handle("/console/tablets", [sources] {

@@ -574,10 +574,13 @@ void AddBackupCommands(CLI::App& app, BackupState& state) {
       "restore",
       "Bring entity groups back to a point in their backup (leaving out chosen log entries), as "
       "new commits every replica applies");
-  AddConfigOption(restore, state.config,
-                  "the cluster to restore into (the backed-up one, or a new one with the schema "
-                  "applied)",
-                  /*required=*/true);
+  // Always given on the command line: a restore writes, and an rc file's
+  // default cluster is not necessarily the one meant.
+  restore
+      ->add_option("--config", state.config,
+                   "the cluster to restore into (the backed-up one, or a new one with the schema "
+                   "applied); never taken from MEGASTORE_CONFIG or the rc file")
+      ->required();
   restore->add_option("--from", state.dir, "the backup directory")->required();
   restore->add_option("schema", state.schema, "the schema's name in the backup")->required();
   restore->add_option("groups", state.groups, "entity groups as ROOT_TABLE:KEY[,KEY...]");

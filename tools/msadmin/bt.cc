@@ -1,6 +1,7 @@
 #include "tools/msadmin/bt.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <functional>
@@ -10,6 +11,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
+#include "base/cli.h"
 #include "base/coding.h"
 #include "base/status.h"
 #include "base/strings.h"
@@ -257,8 +259,11 @@ std::string FormatTimestamp(int64_t micros) {
   return absl::FormatTime("%Y/%m/%d-%H:%M:%E6S", t, absl::UTCTimeZone());
 }
 
-std::string Quote(std::string_view v) {
-  std::string out = "\"";
+// Bytes as printable ASCII: `"` and `\` escaped, other bytes outside
+// 0x20-0x7e as \xHH (a NUL included: nothing is cut short). DecodeBytes
+// reads it back.
+std::string Escape(std::string_view v) {
+  std::string out;
   for (char c : v) {
     const auto u = static_cast<unsigned char>(c);
     if (c == '"' || c == '\\') {
@@ -270,15 +275,79 @@ std::string Quote(std::string_view v) {
       out += fmt::format("\\x{:02x}", u);
     }
   }
-  return out + "\"";
+  return out;
 }
 
+std::string Quote(std::string_view v) { return StrCat("\"", Escape(v), "\""); }
+
+// Output of the verbs that print rows (lookup, read): text or JSON lines.
+bool print_json = false;
+
 void PrintRow(const Row& row) {
-  std::printf("----------------------------------------\n%s\n", row.key.c_str());
+  if (print_json) {
+    // One object per row; keys, qualifiers and values escaped as in text
+    // (\xHH), so the line is valid JSON whatever the bytes.
+    std::string cells;
+    for (const storage::Cell& c : row.cells)
+      cells += StrCat(
+          cells.empty() ? "" : ",", "{\"family\":\"", JsonEscape(c.family), "\",\"qualifier\":\"",
+          JsonEscape(Escape(c.qualifier)), "\",\"timestamp\":", c.timestamp, ",\"time\":\"",
+          FormatTimestamp(c.timestamp), "\",\"value\":\"", JsonEscape(Escape(c.value)), "\"}");
+    std::printf("{\"key\":\"%s\",\"cells\":[%s]}\n", JsonEscape(Escape(row.key)).c_str(),
+                cells.c_str());
+    return;
+  }
+  std::printf("----------------------------------------\n%s\n", Escape(row.key).c_str());
   for (const storage::Cell& c : row.cells) {
-    std::printf("  %-40s @ %s\n    %s\n", StrCat(c.family, ":", c.qualifier).c_str(),
+    std::printf("  %-40s @ %s\n    %s\n", StrCat(c.family, ":", Escape(c.qualifier)).c_str(),
                 FormatTimestamp(c.timestamp).c_str(), Quote(c.value).c_str());
   }
+}
+
+// A row key, qualifier or value given on the command line: "hex:" and hex
+// digits, or text with the escapes Escape writes (\xHH, \\, \") and \n,
+// \t, \0. A usage error names `what` and the problem.
+absl::StatusOr<std::string> DecodeBytes(std::string_view text, std::string_view what) {
+  std::string out;
+  if (text.substr(0, 4) == "hex:") {
+    const std::string_view hex = text.substr(4);
+    if (hex.size() % 2 != 0 ||
+        hex.find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos)
+      return UsageError(StrCat(what, " \"", text, "\": hex: needs an even number of hex digits"));
+    for (size_t i = 0; i < hex.size(); i += 2) {
+      int byte = 0;
+      if (!absl::SimpleHexAtoi(ToAbsl(hex.substr(i, 2)), &byte))
+        return UsageError(StrCat(what, " \"", text, "\": not hex"));
+      out.push_back(static_cast<char>(byte));
+    }
+    return out;
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      out.push_back(text[i]);
+      continue;
+    }
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    int byte = 0;
+    if (next == '\\' || next == '"') {
+      out.push_back(next);
+      ++i;
+    } else if (next == 'n' || next == 't' || next == '0') {
+      out.push_back(next == 'n' ? '\n' : next == 't' ? '\t' : '\0');
+      ++i;
+    } else if (next == 'x' && i + 4 <= text.size() &&
+               std::isxdigit(static_cast<unsigned char>(text[i + 2])) &&
+               std::isxdigit(static_cast<unsigned char>(text[i + 3])) &&
+               absl::SimpleHexAtoi(ToAbsl(text.substr(i + 2, 2)), &byte)) {
+      out.push_back(static_cast<char>(byte));
+      i += 3;
+    } else {
+      return UsageError(
+          StrCat(what, " \"", text,
+                 "\": a backslash starts \\xHH, \\\\, \\\", \\n, \\t or \\0 (at byte ", i, ")"));
+    }
+  }
+  return out;
 }
 
 // columns=family[:qualifier],...: which cells to keep (client side for
@@ -429,17 +498,21 @@ absl::Status Set(Bigtable& c, const std::vector<std::string>& raw) {
         value.resize(at);
       }
     }
-    mutations.push_back(
-        Mutation::SetCell(s.substr(0, colon), s.substr(colon + 1, eq - colon - 1), value, ts));
+    MS_ASSIGN_OR_RETURN(std::string qualifier,
+                        DecodeBytes(s.substr(colon + 1, eq - colon - 1), "qualifier"));
+    MS_ASSIGN_OR_RETURN(value, DecodeBytes(value, "value"));
+    mutations.push_back(Mutation::SetCell(s.substr(0, colon), qualifier, value, ts));
   }
-  return c.MutateRow(raw[0], raw[1], mutations);
+  MS_ASSIGN_OR_RETURN(std::string row, DecodeBytes(raw[1], "row"));
+  return c.MutateRow(raw[0], row, mutations);
 }
 
 absl::Status Lookup(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {"columns", "cells-per-column"}));
   storage::ReadOptions o;
   MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
-  MS_ASSIGN_OR_RETURN(std::optional<Row> row, c.ReadRow(a.positional[0], a.positional[1], o));
+  MS_ASSIGN_OR_RETURN(std::string key, DecodeBytes(a.positional[1], "row"));
+  MS_ASSIGN_OR_RETURN(std::optional<Row> row, c.ReadRow(a.positional[0], key, o));
   if (!row) return absl::OkStatus();
   std::erase_if(row->cells, [&](const storage::Cell& cell) { return !cols.Keeps(cell); });
   if (!row->cells.empty()) PrintRow(*row);
@@ -456,9 +529,12 @@ absl::Status Read(Bigtable& c, const std::vector<std::string>& raw) {
     if (a.named.contains("start") || a.named.contains("end")) {
       return UsageError("prefix= cannot be combined with start= or end=");
     }
-    set.ranges.push_back(storage::RowRange::Prefix(p->second));
+    MS_ASSIGN_OR_RETURN(std::string prefix, DecodeBytes(p->second, "prefix"));
+    set.ranges.push_back(storage::RowRange::Prefix(prefix));
   } else if (a.named.contains("start") || a.named.contains("end")) {
-    set.ranges.push_back(storage::RowRange{a.named["start"], a.named["end"]});
+    MS_ASSIGN_OR_RETURN(std::string start, DecodeBytes(a.named["start"], "start"));
+    MS_ASSIGN_OR_RETURN(std::string end, DecodeBytes(a.named["end"], "end"));
+    set.ranges.push_back(storage::RowRange{start, end});
   }
   int64_t count = 0;
   if (auto n = a.named.find("count"); n != a.named.end()) {
@@ -491,7 +567,8 @@ absl::Status Count(Bigtable& c, const std::vector<std::string>& raw) {
 
 absl::Status DeleteRow(Bigtable& c, const std::vector<std::string>& raw) {
   MS_ASSIGN_OR_RETURN(Args a, Split(raw, 2, {}));
-  return c.MutateRow(a.positional[0], a.positional[1], {Mutation::DeleteRow()});
+  MS_ASSIGN_OR_RETURN(std::string row, DecodeBytes(a.positional[1], "row"));
+  return c.MutateRow(a.positional[0], row, {Mutation::DeleteRow()});
 }
 
 absl::Status DeleteColumn(Bigtable& c, const std::vector<std::string>& raw) {
@@ -500,8 +577,10 @@ absl::Status DeleteColumn(Bigtable& c, const std::vector<std::string>& raw) {
   const size_t colon = col.find(':');
   if (colon == std::string::npos)
     return UsageError(StrCat("\"", col, "\" is not family:qualifier"));
-  return c.MutateRow(a.positional[0], a.positional[1],
-                     {Mutation::DeleteCells(col.substr(0, colon), col.substr(colon + 1))});
+  MS_ASSIGN_OR_RETURN(std::string row, DecodeBytes(a.positional[1], "row"));
+  MS_ASSIGN_OR_RETURN(std::string qualifier, DecodeBytes(col.substr(colon + 1), "qualifier"));
+  return c.MutateRow(a.positional[0], row,
+                     {Mutation::DeleteCells(col.substr(0, colon), qualifier)});
 }
 
 struct VerbInfo {
@@ -554,6 +633,9 @@ void AddBtCommand(CLI::App& app, BtState& state) {
   bt->add_option("--timeout", state.timeout, "seconds to wait for each call")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
+  AddOutputOption(bt, state.json,
+                  "lookup and read: one object per row, {key, cells: [{family, qualifier, "
+                  "timestamp, time, value}]}, bytes escaped as in text");
   bt->require_subcommand(1);
   for (const VerbInfo& v : kVerbs) {
     CLI::App* sub = bt->add_subcommand(
@@ -617,10 +699,14 @@ int RunBt(const BtState& state) {
   } else {
     target = std::make_unique<OneServer>(server, absl::Seconds(state.timeout), state.force);
   }
+  print_json = state.json;
   absl::Status s = v.run(*target, state.args);
   if (!s.ok()) {
     std::fprintf(stderr, "msadmin bt %s: %s\n", v.name, std::string(s.message()).c_str());
-    if (IsUsageError(s)) std::fprintf(stderr, "usage: msadmin bt --server=HOST:PORT %s\n", v.usage);
+    if (IsUsageError(s)) {
+      std::fprintf(stderr, "usage: msadmin bt --server=HOST:PORT %s\n", v.usage);
+      return 2;
+    }
     return 1;
   }
   return 0;

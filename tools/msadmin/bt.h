@@ -16,6 +16,7 @@ struct BtState {
   std::string lock_service;  // its lock service
   double timeout = 30;
   bool force = false;  // raw writes to replicated tables
+  bool json = false;   // -o json: lookup and read print JSON lines
   std::vector<std::string> args;
   int verb = -1;
 };
