@@ -284,7 +284,10 @@ class Transaction {
     return TypedResult<T>(IndexQuery(index, std::move(values), options));
   }
 
+  // Where the transaction reads: the log position (and the replica's index
+  // in DatabaseOptions::replicas), and that replica's datacenter by name.
   const replication::LogPosition& position() const { return txn_->position(); }
+  const std::string& datacenter() const { return txn_->datacenter(); }
 
  private:
   friend class Database;

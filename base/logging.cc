@@ -4,6 +4,7 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -87,22 +88,28 @@ void RecordEvent(std::string_view text) {
 
 std::vector<std::string> RecentEvents() {
   if (!EventSink()) return {};
-  return EventSink()->last_formatted();
+  // Both rings' lines start with their UTC time: merged in time order.
+  std::vector<std::string> out = EventSink()->last_formatted();
+  std::vector<std::string> warnings = RecentSink()->last_formatted();
+  out.insert(out.end(), warnings.begin(), warnings.end());
+  std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    return a.compare(0, 23, b, 0, 23) < 0;
+  });
+  return out;
 }
 
 void KeepRecentErrors(size_t n) {
   if (RecentSink()) return;
   auto events = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
-  // The logger hands it warnings and errors; RecordEvent writes its
-  // events into it directly, past the level.
-  events->set_level(spdlog::level::warn);
+  // Only RecordEvent writes into it (a flood of a peer's warnings cannot
+  // push operators' actions out); RecentEvents adds the warnings.
   events->set_formatter(std::make_unique<spdlog::pattern_formatter>(
       "%Y-%m-%d %H:%M:%S.%e %l %v", spdlog::pattern_time_type::utc));
-  spdlog::default_logger()->sinks().push_back(events);
   EventSink() = events;
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(n);
   sink->set_level(spdlog::level::warn);
-  sink->set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");
+  sink->set_formatter(std::make_unique<spdlog::pattern_formatter>("%Y-%m-%d %H:%M:%S.%e %l %v",
+                                                                  spdlog::pattern_time_type::utc));
   spdlog::default_logger()->sinks().push_back(sink);
   RecentSink() = sink;
 }

@@ -37,8 +37,8 @@ void KeepRecentErrors(size_t n = 20);
 std::vector<std::string> RecentErrors();
 
 // The event log of the status console: operator actions and other notable
-// events (RecordEvent), and every warning and error, the last 200 kept in
-// order once KeepRecentErrors ran. RecordEvent also logs at info.
+// events (RecordEvent; the last 200 kept once KeepRecentErrors ran), with
+// the recent warnings and errors merged in. RecordEvent also logs at info.
 void RecordEvent(std::string_view text);
 // Those lines, oldest first, as "YYYY-MM-DD HH:MM:SS.mmm LEVEL text" (UTC;
 // LEVEL "info" for an event, else "warning", "error" or "critical").

@@ -184,6 +184,10 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   const replication::GroupRef& group() const { return group_; }
   // Where the transaction's time comes from (its client's Env).
   Env* env() const { return ctx_.client->env(); }
+  // The datacenter whose replica served the reads (position().replica).
+  const std::string& datacenter() const {
+    return ctx_.client->options().replicas[static_cast<size_t>(position_.replica)].name;
+  }
 
   // `deadline`: env MonotonicMicros by which every step must end (0: none).
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,

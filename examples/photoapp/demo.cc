@@ -134,9 +134,6 @@ int main(int argc, char** argv) {
   Database& db = (*here)->db();
   std::vector<std::string> names;
   for (const auto& dc : config->datacenters()) names.push_back(dc.name());
-  auto replica = [&](const Transaction& t) {
-    return names[static_cast<size_t>(t.position().replica)];
-  };
 
   std::printf("PhotoApp demo: an app server in datacenter %s of a %zu-datacenter cluster\n",
               local.c_str(), names.size());
@@ -218,7 +215,7 @@ int main(int argc, char** argv) {
       shown.push_back(StrCat(ph.photo_id(), " [", Join(Tags(ph)), "]"));
     std::printf(
         "  %s's photos by time (local index, current read served by replica %s, %.1f ms): %s\n",
-        p.name, replica(**t).c_str(), Ms(absl::Now() - start), Join(shown).c_str());
+        p.name, (*t)->datacenter().c_str(), Ms(absl::Now() - start), Join(shown).c_str());
   }
   for (const char* tag : {"beach", "mountain"}) {
     absl::Time start = absl::Now();
@@ -294,7 +291,7 @@ int main(int argc, char** argv) {
       }
       std::printf(
           "  %s read of Bob's group: %zu photos, current read served by replica %s in %.1f ms\n",
-          round == 1 ? "first" : "second", bobs->size(), replica(**t).c_str(),
+          round == 1 ? "first" : "second", bobs->size(), (*t)->datacenter().c_str(),
           Ms(absl::Now() - start));
     }
   }
