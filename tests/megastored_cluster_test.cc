@@ -745,6 +745,14 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   testing::Result json_log = run("group log --json" + config + "PhotoApp User:2 --last=2");
   EXPECT_EQ(json_log.exit_code, 0) << json_log.out;
   EXPECT_THAT(json_log.out, HasSubstr("\"knownAt\":[\"A\",\"B\",\"C\"]"));
+  // Raw Bigtable rows of the entity table, decoded with the schema.
+  testing::Result decoded =
+      run("bt" + config + "--datacenter=A --schema=" + WriteSchema(dir.path()) +
+          " lookup PhotoApp hex:8000000000000002");
+  EXPECT_EQ(decoded.exit_code, 0) << decoded.out;
+  EXPECT_THAT(decoded.out, HasSubstr("\\x80\\x00\\x00\\x00\\x00\\x00\\x00\\x02\n"));
+  EXPECT_THAT(decoded.out, HasSubstr("  = User {")) << decoded.out;
+  EXPECT_THAT(decoded.out, HasSubstr("\"name\":\"Bob\"")) << decoded.out;
   // Text shows the commit time as a date.
   EXPECT_THAT(log.out, HasSubstr("time (UTC)"));
   EXPECT_THAT(log.out,

@@ -1,5 +1,7 @@
 #include "tools/msadmin/bt.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -13,8 +15,11 @@
 #include "absl/time/time.h"
 #include "base/cli.h"
 #include "base/coding.h"
+#include "base/file.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "schema/entity_json.h"
+#include "schema/layout.h"
 #include "server/cluster.h"
 #include "storage/cell/cell_client.h"
 #include "storage/cell/connect.h"
@@ -282,6 +287,36 @@ std::string Quote(std::string_view v) { return StrCat("\"", Escape(v), "\""); }
 
 // Output of the verbs that print rows (lookup, read): text or JSON lines.
 bool print_json = false;
+// With --schema: the layout whose entity table's rows are decoded, and
+// whether the table being read is that one.
+std::unique_ptr<schema::Layout> decode_layout;
+bool decoding = false;
+
+// The entities stored in `row` of a schema's entity table, by table, as
+// JSON objects (protobuf's JSON of the entity, as the gateway shows it).
+std::vector<std::pair<std::string, std::string>> DecodedEntities(const Row& row) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!decoding) return out;
+  const schema::SchemaIndex& sx = decode_layout->schema();
+  for (const schema::TableDescriptor& t : sx.schema().tables()) {
+    const std::string prefix = t.name() + ".";
+    const bool has_cells = std::any_of(row.cells.begin(), row.cells.end(), [&](const auto& c) {
+      return c.family == schema::kEntityFamily &&
+             c.qualifier.compare(0, prefix.size(), prefix) == 0;
+    });
+    if (!has_cells) continue;
+    absl::StatusOr<schema::Entity> e = decode_layout->EntityFromRow(t, row);
+    std::string json;
+    if (!e.ok()) {
+      json = StrCat("{\"error\":\"", JsonEscape(e.status().ToString()), "\"}");
+    } else if (!google::protobuf::util::MessageToJsonString(schema::EntityToJson(sx, t, *e), &json)
+                    .ok()) {
+      json = "{\"error\":\"not printable as JSON\"}";
+    }
+    out.emplace_back(t.name(), std::move(json));
+  }
+  return out;
+}
 
 void PrintRow(const Row& row) {
   if (print_json) {
@@ -293,8 +328,11 @@ void PrintRow(const Row& row) {
           cells.empty() ? "" : ",", "{\"family\":\"", JsonEscape(c.family), "\",\"qualifier\":\"",
           JsonEscape(Escape(c.qualifier)), "\",\"timestamp\":", c.timestamp, ",\"time\":\"",
           FormatTimestamp(c.timestamp), "\",\"value\":\"", JsonEscape(Escape(c.value)), "\"}");
-    std::printf("{\"key\":\"%s\",\"cells\":[%s]}\n", JsonEscape(Escape(row.key)).c_str(),
-                cells.c_str());
+    std::string entities;
+    for (const auto& [table, json] : DecodedEntities(row))
+      entities += StrCat(entities.empty() ? "" : ",", "\"", JsonEscape(table), "\":", json);
+    std::printf("{\"key\":\"%s\",\"cells\":[%s]%s}\n", JsonEscape(Escape(row.key)).c_str(),
+                cells.c_str(), decoding ? StrCat(",\"entities\":{", entities, "}").c_str() : "");
     return;
   }
   std::printf("----------------------------------------\n%s\n", Escape(row.key).c_str());
@@ -302,6 +340,8 @@ void PrintRow(const Row& row) {
     std::printf("  %-40s @ %s\n    %s\n", StrCat(c.family, ":", Escape(c.qualifier)).c_str(),
                 FormatTimestamp(c.timestamp).c_str(), Quote(c.value).c_str());
   }
+  for (const auto& [table, json] : DecodedEntities(row))
+    std::printf("  = %s %s\n", table.c_str(), json.c_str());
 }
 
 // A row key, qualifier or value given on the command line: "hex:" and hex
@@ -512,6 +552,7 @@ absl::Status Lookup(Bigtable& c, const std::vector<std::string>& raw) {
   storage::ReadOptions o;
   MS_ASSIGN_OR_RETURN(Columns cols, ParseColumns(a, &o));
   MS_ASSIGN_OR_RETURN(std::string key, DecodeBytes(a.positional[1], "row"));
+  decoding = decode_layout != nullptr && a.positional[0] == decode_layout->entity_table();
   MS_ASSIGN_OR_RETURN(std::optional<Row> row, c.ReadRow(a.positional[0], key, o));
   if (!row) return absl::OkStatus();
   std::erase_if(row->cells, [&](const storage::Cell& cell) { return !cols.Keeps(cell); });
@@ -543,6 +584,7 @@ absl::Status Read(Bigtable& c, const std::vector<std::string>& raw) {
     }
   }
   int64_t printed = 0;
+  decoding = decode_layout != nullptr && a.positional[0] == decode_layout->entity_table();
   return c.ReadRows(a.positional[0], set, o, [&](Row& row) {
     std::erase_if(row.cells, [&](const storage::Cell& cell) { return !cols.Keeps(cell); });
     if (row.cells.empty()) return true;
@@ -626,6 +668,9 @@ void AddBtCommand(CLI::App& app, BtState& state) {
   bt->add_option("--config", state.config,
                  "instead of --server: a cluster config (docs/operations.md) ...");
   bt->add_option("--datacenter", state.datacenter, "... and the datacenter whose Bigtable to use");
+  bt->add_option("--schema", state.schema,
+                 "a schema descriptor (msc --out's NAME.schema.pb): lookup and read of its entity "
+                 "table also print each row's entities, decoded");
   bt->add_flag("--force", state.force,
                "write to, delete or change a table Megastore replicates (refused otherwise: it "
                "would make this "
@@ -700,6 +745,23 @@ int RunBt(const BtState& state) {
     target = std::make_unique<OneServer>(server, absl::Seconds(state.timeout), state.force);
   }
   print_json = state.json;
+  if (!state.schema.empty()) {
+    absl::StatusOr<std::string> bytes = ReadFileToString(state.schema, 64 << 20);
+    schema::SchemaDescriptor d;
+    if (!bytes.ok() || !d.ParseFromString(*bytes) || d.name().empty()) {
+      std::fprintf(stderr, "msadmin bt: --schema=%s: %s\n", state.schema.c_str(),
+                   bytes.ok() ? "not a schema descriptor (msc --out writes NAME.schema.pb)"
+                              : std::string(bytes.status().message()).c_str());
+      return 2;
+    }
+    absl::StatusOr<schema::Layout> layout = schema::Layout::Create(d);
+    if (!layout.ok()) {
+      std::fprintf(stderr, "msadmin bt: --schema=%s: %s\n", state.schema.c_str(),
+                   std::string(layout.status().message()).c_str());
+      return 2;
+    }
+    decode_layout = std::make_unique<schema::Layout>(*std::move(layout));
+  }
   absl::Status s = v.run(*target, state.args);
   if (!s.ok()) {
     std::fprintf(stderr, "msadmin bt %s: %s\n", v.name, std::string(s.message()).c_str());

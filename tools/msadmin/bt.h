@@ -17,6 +17,7 @@ struct BtState {
   double timeout = 30;
   bool force = false;  // raw writes to replicated tables
   bool json = false;   // -o json: lookup and read print JSON lines
+  std::string schema;  // --schema: decode the rows of its entity table
   std::vector<std::string> args;
   int verb = -1;
 };
