@@ -799,7 +799,8 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   EXPECT_THAT(caught.out, HasSubstr("C: applied up to position"));
   testing::Result caught_json =
       run("group catchup --json" + config + "PhotoApp User:2 --datacenter=C");
-  EXPECT_THAT(caught_json.out, HasSubstr("{\"datacenter\":\"C\",\"applied\":")) << caught_json.out;
+  EXPECT_THAT(caught_json.out, HasSubstr("{\"datacenter\":\"C\",\"applied\":\""))
+      << caught_json.out;
   testing::Result after = run("group log" + config + "PhotoApp User:2");
   EXPECT_THAT(after.out, HasSubstr("C: applied up to position"));
   testing::Result healthy = run("group repair" + config + "PhotoApp User:2 --yes");

@@ -161,9 +161,9 @@ int Take(const BackupState& s) {
     for (const std::string& p : r->problems)
       problems += StrCat(problems.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
     std::printf(
-        "{\"job\":\"%s\",\"resumed\":%s,\"groups\":%llu,\"files\":%llu,\"bytes\":%llu,\"rows\":%"
-        "llu,"
-        "\"entries\":%llu,\"seconds\":%.3f,\"notes\":[%s],\"problems\":[%s]}\n",
+        "{\"job\":\"%s\",\"resumed\":%s,\"groups\":\"%llu\",\"files\":\"%llu\",\"bytes\":\"%llu\","
+        "\"rows\":\"%llu\","
+        "\"entries\":\"%llu\",\"seconds\":%.3f,\"notes\":[%s],\"problems\":[%s]}\n",
         r->job.c_str(), r->resumed ? "true" : "false", static_cast<unsigned long long>(r->groups),
         static_cast<unsigned long long>(r->files), static_cast<unsigned long long>(r->bytes),
         static_cast<unsigned long long>(r->rows), static_cast<unsigned long long>(r->entries),
@@ -280,8 +280,8 @@ int Verify(const BackupState& s) {
     for (const std::string& p : r->strays)
       strays += StrCat(strays.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
     std::printf(
-        "{\"files\":%llu,\"bytes\":%llu,\"chunks\":%llu,\"sealedOpened\":%llu,"
-        "\"sealedUnchecked\":%llu,\"replays\":%llu,\"replayedEntries\":%llu,"
+        "{\"files\":\"%llu\",\"bytes\":\"%llu\",\"chunks\":\"%llu\",\"sealedOpened\":\"%llu\","
+        "\"sealedUnchecked\":\"%llu\",\"replays\":\"%llu\",\"replayedEntries\":\"%llu\","
         "\"problems\":[%s],\"strays\":[%s],\"ok\":%s}\n",
         static_cast<unsigned long long>(r->files), static_cast<unsigned long long>(r->bytes),
         static_cast<unsigned long long>(r->chunks),
@@ -440,13 +440,14 @@ int Restore(const BackupState& s) {
     }
     const backup::GroupState& st = r->state;
     if (s.json) {
-      json += StrCat(
-          json.empty() ? "" : ",", "{\"group\":\"", JsonEscape(name),
-          "\",\"position\":", st.position, ",\"timestamp\":", st.timestamp, ",\"base\":", st.base,
-          ",\"replayed\":", st.replayed, ",\"skipped\":", st.skipped,
-          ",\"liveBefore\":", r->live_before, ",\"puts\":", r->puts, ",\"deletes\":", r->deletes,
-          ",\"unchanged\":", r->unchanged, ",\"commits\":", r->commits,
-          ",\"lastCommit\":", r->last_commit, ",\"dryRun\":", s.dry_run ? "true" : "false", "}");
+      json +=
+          StrCat(json.empty() ? "" : ",", "{\"group\":\"", JsonEscape(name), "\",\"position\":\"",
+                 st.position, "\",\"timestamp\":\"", st.timestamp, "\",\"base\":\"", st.base,
+                 "\",\"replayed\":\"", st.replayed, "\",\"skipped\":\"", st.skipped,
+                 "\",\"liveBefore\":\"", r->live_before, "\",\"puts\":\"", r->puts,
+                 "\",\"deletes\":\"", r->deletes, "\",\"unchanged\":\"", r->unchanged,
+                 "\",\"commits\":\"", r->commits, "\",\"lastCommit\":\"", r->last_commit,
+                 "\",\"dryRun\":", s.dry_run ? "true" : "false", "}");
     } else {
       std::printf(
           "%s: %s position %llu (%s; full backup at %llu + %llu entries, %llu left out): %llu "
@@ -491,7 +492,8 @@ int Prune(const BackupState& s) {
   if (!r.ok()) return Failed(StrCat("backup prune: ", r.status().message()));
   if (s.json) {
     std::printf(
-        "{\"deleted\":%llu,\"bytes\":%llu,\"kept\":%llu,\"jobs\":%llu,\"horizon\":\"%s\","
+        "{\"deleted\":\"%llu\",\"bytes\":\"%llu\",\"kept\":\"%llu\",\"jobs\":\"%llu\",\"horizon\":"
+        "\"%s\","
         "\"dryRun\":%s}\n",
         static_cast<unsigned long long>(r->files), static_cast<unsigned long long>(r->bytes),
         static_cast<unsigned long long>(r->kept), static_cast<unsigned long long>(r->jobs),

@@ -324,10 +324,10 @@ void PrintRow(const Row& row) {
     // (\xHH), so the line is valid JSON whatever the bytes.
     std::string cells;
     for (const storage::Cell& c : row.cells)
-      cells += StrCat(
-          cells.empty() ? "" : ",", "{\"family\":\"", JsonEscape(c.family), "\",\"qualifier\":\"",
-          JsonEscape(Escape(c.qualifier)), "\",\"timestamp\":", c.timestamp, ",\"time\":\"",
-          FormatTimestamp(c.timestamp), "\",\"value\":\"", JsonEscape(Escape(c.value)), "\"}");
+      cells += StrCat(cells.empty() ? "" : ",", "{\"family\":\"", JsonEscape(c.family),
+                      "\",\"qualifier\":\"", JsonEscape(Escape(c.qualifier)), "\",\"timestamp\":\"",
+                      c.timestamp, "\",\"time\":\"", FormatTimestamp(c.timestamp),
+                      "\",\"value\":\"", JsonEscape(Escape(c.value)), "\"}");
     std::string entities;
     for (const auto& [table, json] : DecodedEntities(row))
       entities += StrCat(entities.empty() ? "" : ",", "\"", JsonEscape(table), "\":", json);

@@ -162,7 +162,8 @@ int RunTablet(const CellState& s) {
             JsonEscape(l.table).c_str(), JsonEscape(l.tablet_id).c_str(),
             JsonEscape(EscapeBytes(l.start_row, 1 << 20)).c_str(),
             JsonEscape(EscapeBytes(l.end_row, 1 << 20)).c_str(), JsonEscape(l.server).c_str(),
-            serving ? "true" : "false", it == live.end() ? "null" : bytes.c_str());
+            serving ? "true" : "false",
+            it == live.end() ? "null" : StrCat("\"", bytes, "\"").c_str());
       } else {
         std::printf("%-10s %-28s %-18s %-18s %-22s %s\n", l.table.c_str(), l.tablet_id.c_str(),
                     EscapeBytes(l.start_row, 16).c_str(),

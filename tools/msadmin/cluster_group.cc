@@ -96,9 +96,9 @@ int GroupCatchup(const ClusterState& s, const server::ClusterConfig& config,
   if (!p.ok()) return Failed(StrCat("group catchup at ", s.datacenter, ": ", p.status().message()));
   const std::string was = before.ok() ? std::to_string(before->applied().position()) : "";
   if (s.json) {
-    std::printf("{\"datacenter\":\"%s\",\"applied\":%llu,\"before\":%s}\n",
+    std::printf("{\"datacenter\":\"%s\",\"applied\":\"%llu\",\"before\":%s}\n",
                 JsonEscape(s.datacenter).c_str(), static_cast<unsigned long long>(p->position),
-                was.empty() ? "null" : was.c_str());
+                was.empty() ? "null" : StrCat("\"", was, "\"").c_str());
   } else {
     std::printf("%s: applied up to position %llu (was %s)\n", s.datacenter.c_str(),
                 static_cast<unsigned long long>(p->position),
@@ -305,20 +305,19 @@ int GroupLog(const ClusterState& s, const server::ClusterConfig& config,
       if (st == states.end()) {
         out += StrCat("{\"datacenter\":\"", dc.name(), "\",\"up\":false}");
       } else {
-        out += StrCat("{\"datacenter\":\"", dc.name(),
-                      "\",\"up\":true,\"applied\":", st->second.applied().position(),
-                      ",\"top\":", st->second.top(), "}");
+        out += StrCat("{\"datacenter\":\"", dc.name(), "\",\"up\":true,\"applied\":\"",
+                      st->second.applied().position(), "\",\"top\":\"", st->second.top(), "\"}");
       }
     }
     out += "],\"log\":[";
     for (size_t k = 0; k < rows.size(); ++k) {
       const Row& r = rows[k];
-      out += StrCat(k ? "," : "", "{\"position\":", r.position,
-                    ",\"known\":", r.known ? "true" : "false");
+      out += StrCat(k ? "," : "", "{\"position\":\"", r.position,
+                    "\",\"known\":", r.known ? "true" : "false");
       if (r.known) {
         out += StrCat(",\"id\":\"", JsonEscape(r.entry.noop() ? "" : r.entry.id()),
-                      "\",\"noop\":", r.entry.noop() ? "true" : "false",
-                      ",\"timestamp\":", r.entry.timestamp(), ",\"nextLeader\":\"", r.leader,
+                      "\",\"noop\":", r.entry.noop() ? "true" : "false", ",\"timestamp\":\"",
+                      r.entry.timestamp(), "\",\"nextLeader\":\"", r.leader,
                       "\",\"changes\":", r.entry.changes_size(), ",\"knownAt\":[");
         for (size_t n = 0; n < r.known_at.size(); ++n)
           out += StrCat(n ? "," : "", "\"", r.known_at[n], "\"");

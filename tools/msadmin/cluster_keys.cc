@@ -92,7 +92,7 @@ int KeysRotate(const ClusterState& s, const server::ClusterConfig& config) {
       continue;
     }
     if (s.json) {
-      std::printf("{\"datacenter\":\"%s\",\"activeKek\":%u,\"rewrapped\":%llu}\n",
+      std::printf("{\"datacenter\":\"%s\",\"activeKek\":%u,\"rewrapped\":\"%llu\"}\n",
                   JsonEscape(dc.name()).c_str(), r->active_kek(),
                   static_cast<unsigned long long>(r->rewrapped()));
     } else {

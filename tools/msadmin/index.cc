@@ -164,11 +164,11 @@ int RunIndex(const IndexState& state) {
     for (const std::string& p : report->problems)
       problems += StrCat(problems.empty() ? "" : ",", "\"", JsonEscape(p), "\"");
     std::printf(
-        "{\"groups\":%zu,\"entities\":%lld,\"indexEntries\":%lld,\"problems\":[%s],%"
+        "{\"groups\":\"%zu\",\"entities\":\"%lld\",\"indexEntries\":\"%lld\",\"problems\":[%s],%"
         "s\"consistent\":%s}\n",
         groups.size(), static_cast<long long>(report->entities),
         static_cast<long long>(report->entries), problems.c_str(),
-        state.repair ? StrCat("\"repaired\":", report->repaired, ",").c_str() : "",
+        state.repair ? StrCat("\"repaired\":\"", report->repaired, "\",").c_str() : "",
         report->problems.empty() ? "true" : "false");
     return report->problems.empty() ? 0 : 1;
   }
