@@ -179,6 +179,10 @@ TEST(MsadminCertsTest, InitIssueShowAndRefusals) {
   EXPECT_EQ(show.exit_code, 0) << show.out;
   EXPECT_THAT(show.out, HasSubstr("principal  dc-A\n  issued by  megastore CA"));
   EXPECT_THAT(show.out, HasSubstr("hosts      127.0.0.1, dc-a.example"));
+  Result show_json = RunCommand(m + "show -o json " + dir.path() + "/certs/dc-A.crt");
+  EXPECT_EQ(show_json.exit_code, 0) << show_json.out;
+  EXPECT_THAT(show_json.out, HasSubstr(R"("principal":"dc-A","issuer":"megastore CA")"));
+  EXPECT_THAT(show_json.out, HasSubstr(R"("hosts":["127.0.0.1","dc-a.example"]})"));
   Result verify =
       RunCommand("openssl verify -CAfile " + ca + "/ca.crt " + dir.path() + "/certs/dc-A.crt");
   EXPECT_THAT(verify.out, HasSubstr(": OK")) << verify.out;

@@ -692,6 +692,11 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
   EXPECT_TRUE(album.Add(3).ok());
   testing::Result show = testing::RunCommand(StrCat(MSADMIN, " acl show", config_flag));
   EXPECT_THAT(show.out, HasSubstr("A: version 2"));
+  testing::Result show_json =
+      testing::RunCommand(StrCat(MSADMIN, " acl show -o json", config_flag));
+  EXPECT_THAT(show_json.out, HasSubstr(R"({"datacenters":[{"datacenter":"A","version":"2"},)"))
+      << show_json.out;
+  EXPECT_THAT(show_json.out, HasSubstr(R"("policy":{"version":"2")")) << show_json.out;
   // A policy that would lock the cluster out is refused before it is sent.
   testing::Result lockout =
       testing::RunCommand(StrCat(MSADMIN, " acl revoke", config_flag, " megastore-local"));

@@ -13,6 +13,7 @@
 #include "base/token_mac.h"
 #include "server/access.h"
 #include "server/cluster.h"
+#include "tools/msadmin/cluster_internal.h"
 
 namespace megastore::tools {
 
@@ -29,6 +30,9 @@ void AddAclCommand(CLI::App& app, AclState& state) {
   };
   CLI::App* show = acl->add_subcommand("show", "Print the policy each datacenter holds");
   common(show);
+  AddOutputOption(show, state.json,
+                  "{\"datacenters\": [{\"datacenter\", \"version\" or \"error\"}], \"policy\": "
+                  "the newest policy}");
   show->callback([&state] { state.verb = "show"; });
 
   auto change = [&state, &common](CLI::App* c) {
@@ -200,6 +204,22 @@ int RunAcl(const AclState& s) {
     held.push_back(std::move(h));
   }
 
+  if (s.verb == "show" && s.json) {
+    int rc = 0;
+    std::string dcs;
+    for (const Held& h : held) {
+      dcs += StrCat(dcs.empty() ? "" : ",", "{\"datacenter\":\"", JsonEscape(h.name), "\",");
+      if (h.policy.ok()) {
+        dcs += StrCat("\"version\":\"", h.policy->version(), "\"}");
+      } else {
+        dcs += StrCat("\"error\":\"", JsonEscape(h.policy.status().message()), "\"}");
+        rc = 1;
+      }
+    }
+    std::printf("{\"datacenters\":[%s],\"policy\":%s}\n", dcs.c_str(),
+                newest.version() > 0 ? cluster_internal::Json(newest).c_str() : "null");
+    return rc;
+  }
   if (s.verb == "show") {
     int rc = 0;
     for (const Held& h : held) {

@@ -19,6 +19,7 @@ struct AclState {
   std::vector<std::string> writes;  // grant, revoke: --write=OBJECT
   std::string file;                 // set: a policy in protobuf text format; token: the tokens file
   double timeout = 10;
+  bool json = false;  // show: -o json
 };
 
 void AddAclCommand(CLI::App& app, AclState& state);

@@ -4,6 +4,8 @@
 #include <ctime>
 
 #include "absl/strings/str_join.h"
+#include "base/cli.h"
+#include "base/strings.h"
 #include "base/tls/certs.h"
 
 namespace megastore::tools {
@@ -48,6 +50,9 @@ void AddCertsCommand(CLI::App& app, CertsState& state) {
                             "Print who a certificate names, who issued it, where it serves "
                             "and until when");
   show->add_option("files", state.files, "certificate files (PEM)")->required();
+  AddOutputOption(show, state.json,
+                  "one object per file: file, principal, issuer, notBefore, notAfter (UTC), "
+                  "hosts");
   show->callback([&state] { state.verb = "show"; });
 }
 
@@ -100,6 +105,18 @@ int RunCerts(const CertsState& s) {
       absl::StatusOr<tls::CertificateInfo> info = tls::ReadCertificateInfo(f);
       if (!info.ok()) {
         rc = Fail("show", info.status());
+        continue;
+      }
+      if (s.json) {
+        std::string hosts;
+        for (const std::string& h : info->hosts)
+          hosts += StrCat(hosts.empty() ? "" : ",", "\"", JsonEscape(h), "\"");
+        std::printf(
+            "{\"file\":\"%s\",\"principal\":\"%s\",\"issuer\":\"%s\",\"notBefore\":\"%s\","
+            "\"notAfter\":\"%s\",\"hosts\":[%s]}\n",
+            JsonEscape(f).c_str(), JsonEscape(info->subject_common_name).c_str(),
+            JsonEscape(info->issuer_common_name).c_str(), Date(info->not_before_unix).c_str(),
+            Date(info->not_after_unix).c_str(), hosts.c_str());
         continue;
       }
       std::printf(

@@ -18,6 +18,7 @@ struct CertsState {
   std::vector<std::string> hosts;
   int days = 0;
   std::vector<std::string> files;  // show
+  bool json = false;               // show: -o json
 };
 
 void AddCertsCommand(CLI::App& app, CertsState& state);
