@@ -51,14 +51,14 @@ inline CLI::Option* AddConfigOption(CLI::App* app, std::string& config, const st
 // (default $MEGASTORE_OUTPUT, else text), with `--json` short for
 // `-o json`. (Set here for the reason AddConfigOption gives.)
 inline void AddOutputOption(CLI::App* app, bool& json, const std::string& what_json_prints) {
-  if (const char* env = std::getenv("MEGASTORE_OUTPUT"); env != nullptr)
+  if (const char* env = std::getenv("MEGASTORE_OUTPUT"); env != nullptr && *env != '\0')
     json = std::string_view(env) == "json";
-  app->add_option_function<std::string>(
-         "-o,--output", [&json](const std::string& v) { json = v == "json"; },
-         "output format: text (for people) or json (" + what_json_prints +
-             "); default $MEGASTORE_OUTPUT, else text")
-      ->check(CLI::IsMember({"text", "json"}));
-  app->add_flag("--json", json, "the same as -o json");
+  CLI::Option* output = app->add_option_function<std::string>(
+                               "-o,--output", [&json](const std::string& v) { json = v == "json"; },
+                               "output format: text (for people) or json (" + what_json_prints +
+                                   "); default $MEGASTORE_OUTPUT, else text")
+                            ->check(CLI::IsMember({"text", "json"}));
+  app->add_flag("--json", json, "the same as -o json")->excludes(output);
 }
 
 // Parses argv into `app` (with a --version flag). Returns -1 to

@@ -35,8 +35,10 @@ std::string ToolRcPath() {
 }
 
 absl::Status LoadToolDefaults(const std::string& rc_path) {
-  if (const char* out = std::getenv("MEGASTORE_OUTPUT");
-      out != nullptr && std::string_view(out) != "text" && std::string_view(out) != "json")
+  // An empty variable counts as unset, here and in the flags' defaults.
+  if (const char* out = std::getenv("MEGASTORE_OUTPUT"); out != nullptr && *out != '\0' &&
+                                                         std::string_view(out) != "text" &&
+                                                         std::string_view(out) != "json")
     return absl::InvalidArgumentError(
         StrCat("MEGASTORE_OUTPUT=", out, ": the output is text or json"));
   if (rc_path.empty()) return absl::OkStatus();
@@ -67,7 +69,8 @@ absl::Status LoadToolDefaults(const std::string& rc_path) {
     if (key == "output" && value != "text" && value != "json")
       return absl::InvalidArgumentError(
           StrCat(rc_path, ":", line_number, ": output is text or json, not ", value));
-    if (std::getenv(variable) == nullptr) ::setenv(variable, value.c_str(), /*overwrite=*/0);
+    if (const char* set = std::getenv(variable); set == nullptr || *set == '\0')
+      ::setenv(variable, value.c_str(), /*overwrite=*/1);
   }
   return absl::OkStatus();
 }

@@ -99,6 +99,16 @@ TEST_F(MegastoredCliTest, BinaryBytesGoInEscapedOrHexAndComeOutEscaped) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_THAT(bad.out, HasSubstr("a backslash starts"));
   EXPECT_EQ(Bt("lookup bin hex:6").exit_code, 2);
+  // Options may follow the verb; columns= takes escaped qualifiers.
+  Result after = Bt(R"(lookup bin hex:610062ff 'columns=cf:q\x01' -o json)");
+  EXPECT_EQ(after.exit_code, 0) << after.out;
+  EXPECT_THAT(after.out, HasSubstr(R"("qualifier":"q\\x01")"));
+  // Bytes that look like input syntax print so that they read back as
+  // themselves: a leading "hex:" and '@'.
+  EXPECT_EQ(Bt(R"(set bin 'hex\x3a41' 'cf:q=a\x40b')").exit_code, 0);
+  Result literal = Bt(R"(lookup bin '\x68ex:41')");
+  EXPECT_THAT(literal.out, HasSubstr(R"(\x68ex:41)")) << literal.out;
+  EXPECT_THAT(literal.out, HasSubstr(R"("a\x40b")")) << literal.out;
 }
 
 TEST_F(MegastoredCliTest, ErrorsAreOneLineAndExitNonZero) {

@@ -269,9 +269,14 @@ std::string FormatTimestamp(int64_t micros) {
 // reads it back.
 std::string Escape(std::string_view v) {
   std::string out;
-  for (char c : v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const char c = v[i];
     const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
+    // A leading "hex:" and any '@' (set's timestamp mark) as \xHH, so
+    // that what is printed reads back as the same bytes.
+    if ((i == 0 && v.substr(0, 4) == "hex:") || c == '@') {
+      out += fmt::format("\\x{:02x}", u);
+    } else if (c == '"' || c == '\\') {
       out.push_back('\\');
       out.push_back(c);
     } else if (u >= 0x20 && u < 0x7f) {
@@ -353,7 +358,8 @@ absl::StatusOr<std::string> DecodeBytes(std::string_view text, std::string_view 
     const std::string_view hex = text.substr(4);
     if (hex.size() % 2 != 0 ||
         hex.find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos)
-      return UsageError(StrCat(what, " \"", text, "\": hex: needs an even number of hex digits"));
+      return UsageError(
+          StrCat(what, " \"", text, "\": hex: needs an even number of hex digits (0-9, a-f)"));
     for (size_t i = 0; i < hex.size(); i += 2) {
       int byte = 0;
       if (!absl::SimpleHexAtoi(ToAbsl(hex.substr(i, 2)), &byte))
@@ -415,10 +421,11 @@ absl::StatusOr<Columns> ParseColumns(const Args& a, storage::ReadOptions* o) {
           s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (item.empty()) return UsageError(StrCat("columns=", s, " has an empty entry"));
       const size_t colon = item.find(':');
-      cols.wanted.emplace_back(item.substr(0, colon),
-                               colon == std::string::npos
-                                   ? std::nullopt
-                                   : std::optional<std::string>(item.substr(colon + 1)));
+      std::optional<std::string> qualifier;
+      if (colon != std::string::npos) {
+        MS_ASSIGN_OR_RETURN(qualifier, DecodeBytes(item.substr(colon + 1), "qualifier"));
+      }
+      cols.wanted.emplace_back(item.substr(0, colon), std::move(qualifier));
       o->filter.families.push_back(item.substr(0, colon));
       if (comma == std::string::npos) break;
       start = comma + 1;
@@ -686,6 +693,7 @@ void AddBtCommand(CLI::App& app, BtState& state) {
     CLI::App* sub = bt->add_subcommand(
         v.name, std::string(v.help) + "\nusage: msadmin bt --server=HOST:PORT " + v.usage);
     sub->add_option("args", state.args, v.usage);
+    sub->fallthrough();  // bt's options (-o, --schema, ...) may follow the verb
     sub->allow_extras(false);
     sub->callback([&state, &v] { state.verb = &v - kVerbs; });
   }
