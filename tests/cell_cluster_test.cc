@@ -380,9 +380,9 @@ TEST(CellClusterTest, ACellOfProcessesSplitsSurvivesKillsAndFailsOver) {
   }
   EXPECT_THAT(cell.Msadmin("tablet move", StrCat(some_tablet, " ", other_server)),
               HasSubstr("now served by"));
-  const std::string split = cell.Msadmin("tablet split", some_tablet);
+  const std::string split = cell.Msadmin("tablet split -o json", some_tablet);
   EXPECT_EQ(std::count(split.begin(), split.end(), '\n'), 2) << split;
-  EXPECT_THAT(split, HasSubstr("t-"));
+  EXPECT_THAT(split, HasSubstr("{\"tablet\":\"t-")) << "one JSON object per child";
   EXPECT_THAT(cell.Msadmin("tablet split", "no-such-tablet"),
               HasSubstr("no tablet no-such-tablet"));
   EXPECT_THAT(cell.Msadmin("cell status"), HasSubstr("tablets"));

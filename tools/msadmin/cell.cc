@@ -110,6 +110,7 @@ void AddTabletCommand(CLI::App& app, CellState& state) {
   common(split);
   split->add_option("tablet", state.tablet_id, "the tablet id (msadmin tablet ls)")->required();
   split->add_option("row", state.row, "the first row of the right half (default: the middle row)");
+  AddOutputOption(split, state.json, "one object per child tablet: tablet, start, end");
   split->callback([&state] { state.verb = "split"; });
   CLI::App* move =
       tablet->add_subcommand("move", "Move a tablet to another tablet server of the cell");
@@ -117,6 +118,7 @@ void AddTabletCommand(CLI::App& app, CellState& state) {
   move->add_option("tablet", state.tablet_id, "the tablet id (msadmin tablet ls)")->required();
   move->add_option("server", state.server, "HOST:PORT of a live tablet server of the cell")
       ->required();
+  AddOutputOption(move, state.json, "{\"tablet\", \"server\"}");
   move->callback([&state] { state.verb = "move"; });
 }
 
@@ -179,14 +181,26 @@ int RunTablet(const CellState& s) {
   if (s.verb == "split") {
     auto children = client.SplitTablet(s.tablet_id, s.row);
     if (!children.ok()) return fail(children.status());
-    for (const auto& c : *children)
+    for (const auto& c : *children) {
+      if (s.json) {
+        std::printf("{\"tablet\":\"%s\",\"start\":\"%s\",\"end\":\"%s\"}\n",
+                    JsonEscape(c.id()).c_str(),
+                    JsonEscape(EscapeBytes(c.start_row(), 1 << 20)).c_str(),
+                    JsonEscape(EscapeBytes(c.end_row(), 1 << 20)).c_str());
+        continue;
+      }
       std::printf("%s [%s, %s)\n", c.id().c_str(), EscapeBytes(c.start_row()).c_str(),
                   c.end_row().empty() ? "(end)" : EscapeBytes(c.end_row()).c_str());
+    }
     return 0;
   }
   if (s.verb == "move") {
     if (absl::Status st = client.MoveTablet(s.tablet_id, s.server); !st.ok()) return fail(st);
-    std::printf("tablet %s now served by %s\n", s.tablet_id.c_str(), s.server.c_str());
+    if (s.json)
+      std::printf("{\"tablet\":\"%s\",\"server\":\"%s\"}\n", JsonEscape(s.tablet_id).c_str(),
+                  JsonEscape(s.server).c_str());
+    else
+      std::printf("tablet %s now served by %s\n", s.tablet_id.c_str(), s.server.c_str());
     return 0;
   }
   return 2;
