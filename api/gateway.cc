@@ -636,12 +636,7 @@ absl::Status Gateway::Start() {
       const char* allowed = get_ok ? "GET" : "POST";
       if (req.method != allowed && !(get_ok && req.method == "HEAD")) {
         Count(p, 405, Refusal::kWrongMethod);
-        const char* allow = get_ok ? "GET, HEAD" : "POST";
-        http::Response r =
-            http::JsonErrorResponse(405, "INVALID_ARGUMENT", StrCat(p, " takes ", allowed),
-                                    {"METHOD_NOT_ALLOWED", {{"allow", allow}}});
-        r.headers.emplace_back("Allow", allow);
-        return r;
+        return http::MethodNotAllowed(p, get_ok ? "GET, HEAD" : "POST");
       }
       // Alive: this process answers. Ready: it can serve reads and commits
       // (its client library is open, which it is once the gateway runs).

@@ -50,8 +50,20 @@ TEST(ConsoleBrowserTest, ChromiumDrawsEveryChartWithData) {
   testing::Result demo = testing::RunCommand(
       StrCat(PHOTOAPP_DEMO, " --config=", dir.path(), "/data/cluster.textproto --local=A"));
   ASSERT_EQ(demo.exit_code, 0) << demo.out;
-  // A few more samples after it, so every rate has two points.
-  absl::SleepFor(absl::Seconds(3));
+  // Until every chart has a point (a rate needs two samples after the
+  // traffic), at most 30 s.
+  auto every_chart_has_data = [&] {
+    const std::string json = testing::Http(http, "GET", "/console/charts.json");
+    int charts = 0;
+    for (size_t at = json.find("{\"title\":"); at != std::string::npos; ++charts) {
+      const size_t next = json.find("{\"title\":", at + 1);
+      if (json.substr(at, next - at).find("\"points\":[[") == std::string::npos) return false;
+      at = next;
+    }
+    return charts > 0;
+  };
+  for (int i = 0; i < 300 && !every_chart_has_data(); ++i) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(every_chart_has_data()) << testing::Http(http, "GET", "/console/charts.json");
 
   const std::string url = StrCat("http://127.0.0.1:", http, "/console");
   const std::string flags =

@@ -70,6 +70,13 @@ Response JsonErrorResponse(int http_status, std::string_view status, std::string
       http_status, "application/json", ErrorJson(http_status, status, message, detail), {}};
 }
 
+Response MethodNotAllowed(std::string_view path, std::string_view allow) {
+  Response r = JsonErrorResponse(405, "INVALID_ARGUMENT", StrCat(path, " takes ", allow),
+                                 {"METHOD_NOT_ALLOWED", {{"allow", std::string(allow)}}});
+  r.headers.emplace_back("Allow", std::string(allow));
+  return r;
+}
+
 void SetDefaultLimits(const HttpLimits& limits) { LimitsDefault().Set(limits); }
 
 HttpLimits DefaultLimits() { return LimitsDefault().Get(); }
@@ -347,9 +354,7 @@ struct HttpServer::Impl {
       r = JsonErrorResponse(404, "NOT_FOUND", StrCat("no page ", path, "; try:", known),
                             {"NO_SUCH_PATH", {{"path", path}}});
     } else if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
-      r = JsonErrorResponse(405, "INVALID_ARGUMENT", StrCat(path, " takes GET"),
-                            {"METHOD_NOT_ALLOWED", {{"allow", "GET, HEAD"}}});
-      r.headers.emplace_back("Allow", "GET, HEAD");
+      r = MethodNotAllowed(path, "GET, HEAD");
     } else {
       r = it->second();
     }

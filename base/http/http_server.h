@@ -49,6 +49,10 @@ std::string ErrorJson(int http_status, std::string_view status, std::string_view
 Response JsonErrorResponse(int http_status, std::string_view status, std::string_view message,
                            const ErrorDetail& detail = {});
 
+// 405 in that shape, with the Allow header: `path` takes only `allow`
+// ("GET, HEAD", "POST").
+Response MethodNotAllowed(std::string_view path, std::string_view allow);
+
 // Called on the server's thread for GET requests of its path.
 using PageHandler = std::function<Response()>;
 

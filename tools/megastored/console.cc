@@ -622,8 +622,7 @@ void AddConsole(http::HttpServer& server, std::shared_ptr<const StatusSources> s
   // Computed on a worker, not on the I/O thread /metrics is served from.
   server.HandleRequests("/console/charts.json", [history](const http::Request& req) {
     if (req.method != "GET" && req.method != "HEAD")
-      return http::JsonErrorResponse(405, "INVALID_ARGUMENT", "/console/charts.json takes GET",
-                                     {"METHOD_NOT_ALLOWED", {{"allow", "GET, HEAD"}}});
+      return http::MethodNotAllowed(req.path, "GET, HEAD");
     return http::Response{200, "application/json", ChartsJson(history->Samples()), {}};
   });
   server.Handle("/console/tablets", [sources] {
@@ -632,8 +631,7 @@ void AddConsole(http::HttpServer& server, std::shared_ptr<const StatusSources> s
   // Asks replicas and coordinators: on a worker thread.
   server.HandleRequests("/console/group", [sources](const http::Request& req) {
     if (req.method != "GET" && req.method != "HEAD")
-      return http::JsonErrorResponse(405, "INVALID_ARGUMENT", "/console/group takes GET",
-                                     {"METHOD_NOT_ALLOWED", {{"allow", "GET, HEAD"}}});
+      return http::MethodNotAllowed(req.path, "GET, HEAD");
     const std::string table = QueryValue(req.query, "table");
     const std::optional<std::string> root = FromHex(QueryValue(req.query, "root"));
     if (table.empty() || table.size() > 256 || !root.has_value() || root->size() > 4096)
