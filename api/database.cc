@@ -10,7 +10,9 @@
 #include "base/rpc/rpc_transport.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "schema/layout.h"
 #include "schema/lexer.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 
@@ -69,6 +71,8 @@ Database::~Database() {
   }
   if (sweeper_.joinable()) sweeper_.join();
 }
+
+txn::Context Database::context() const { return txn::Context{client_.get(), layout_.get()}; }
 
 absl::StatusOr<int> Database::SweepQueues() {
   txn::Context ctx{client_.get(), layout_.get()};
@@ -427,6 +431,19 @@ absl::StatusOr<int> Database::DeliverQueues(std::string_view root_table,
   txn::Context ctx{client_.get(), layout_.get()};
   return Await<int>(env_, [&](auto cb) { txn::DeliverPending(ctx, *root, std::move(cb)); });
 }
+
+absl::Status Transaction::Send(std::string_view root_table, std::vector<schema::KeyValue> root_key,
+                               std::string queue, std::string body) {
+  return txn_->Send(root_table, root_key, std::move(queue), std::move(body));
+}
+
+absl::Status Transaction::Consume(const txn::QueueMessage& m) { return txn_->Consume(m); }
+
+const replication::LogPosition& Transaction::position() const { return txn_->position(); }
+
+const std::string& Transaction::datacenter() const { return txn_->datacenter(); }
+
+Env* Transaction::env() const { return txn_->env(); }
 
 absl::StatusOr<std::vector<txn::QueueMessage>> Transaction::ReadQueue(std::string_view queue,
                                                                       int64_t limit) {

@@ -10,7 +10,7 @@
 //   });
 //
 // Calls block the calling thread; a Database is thread-safe and meant to be
-// shared. Errors are absl::Status codes (see txn/transaction.h): Aborted is
+// shared. Errors are absl::Status codes: Aborted is
 // a conflict (Run retries it), Unavailable means too few replicas answered
 // (nothing was written), DeadlineExceeded means out of time — for a commit,
 // an unknown outcome — and InvalidArgument names the field that does not fit
@@ -23,17 +23,34 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "base/env.h"
-#include "base/retry.h"
-#include "base/transport.h"
-#include "replication/group_client.h"
-#include "schema/layout.h"
-#include "txn/transaction.h"
+#include "absl/time/time.h"
+#include "replication/client_options.h"
+#include "schema/entity.h"
+#include "schema/key_codec.h"
+#include "txn/types.h"
+
+// The library's internals, which this header names but never opens.
+namespace megastore {
+class Env;
+class Retry;
+class Transport;
+namespace replication {
+class GroupClient;
+}
+namespace schema {
+class Layout;
+}
+namespace txn {
+class Transaction;
+}
+}  // namespace megastore
 
 namespace megastore {
 
@@ -150,7 +167,7 @@ class Database {
   absl::StatusOr<CommitInfo> RunAcross(const MultiBody& fn, TransactionOptions options = {});
 
   // The asynchronous layer underneath (txn/), for tools and tests.
-  txn::Context context() { return txn::Context{client_.get(), layout_.get()}; }
+  txn::Context context() const;
 
   // Delivers the messages the group of `root_table`/`root_key` sent that
   // are still in its outbox (Run delivers a transaction's messages right
@@ -234,12 +251,10 @@ class Transaction {
   // Queues: send to another group's queue atomically with
   // this transaction; read and consume this group's queue.
   absl::Status Send(std::string_view root_table, std::vector<schema::KeyValue> root_key,
-                    std::string queue, std::string body) {
-    return txn_->Send(root_table, root_key, std::move(queue), std::move(body));
-  }
+                    std::string queue, std::string body);
   absl::StatusOr<std::vector<txn::QueueMessage>> ReadQueue(std::string_view queue,
                                                            int64_t limit = 0);
-  absl::Status Consume(const txn::QueueMessage& m) { return txn_->Consume(m); }
+  absl::Status Consume(const txn::QueueMessage& m);
 
   // Typed forms, with the classes msc generates.
   template <typename T>
@@ -286,13 +301,13 @@ class Transaction {
 
   // Where the transaction reads: the log position (and the replica's index
   // in DatabaseOptions::replicas), and that replica's datacenter by name.
-  const replication::LogPosition& position() const { return txn_->position(); }
-  const std::string& datacenter() const { return txn_->datacenter(); }
+  const replication::LogPosition& position() const;
+  const std::string& datacenter() const;
 
  private:
   friend class Database;
   explicit Transaction(std::shared_ptr<txn::Transaction> txn) : txn_(std::move(txn)) {}
-  Env* env() const { return txn_->env(); }
+  Env* env() const;
 
   std::shared_ptr<txn::Transaction> txn_;
 };

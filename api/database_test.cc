@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
 #include "server/datacenter.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 namespace {

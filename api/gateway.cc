@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "schema/entity_json.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 

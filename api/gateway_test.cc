@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "photoapp/PhotoApp.schema.h"
 #include "server/datacenter.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 namespace {

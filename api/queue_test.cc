@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "schema/compiler.h"
 #include "server/datacenter.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 namespace {

@@ -23,52 +23,11 @@
 #include "base/top_counts.h"
 #include "base/transport.h"
 #include "coordinator/coordinator_client.h"
+#include "replication/client_options.h"
 #include "replication/log_replica.h"
 #include "replication/replication.pb.h"
 
 namespace megastore::replication {
-
-struct ReplicaInfo {
-  std::string name;  // the datacenter
-  ReplicaType type = ReplicaType::kFull;
-  std::string replication;   // node address of its replication server
-  std::string coordinator;   // node address of its coordinator (full replicas)
-  std::string lock_service;  // node address of its lock service
-};
-
-struct GroupClientOptions {
-  std::vector<ReplicaInfo> replicas;
-  int local = 0;  // index of this app server's replica
-  // How long one request may take before it counts as lost.
-  absl::Duration rpc_timeout = absl::Milliseconds(500);
-  // How long a writer waits for the leader's fast-path accept before it
-  // runs both Paxos phases itself.
-  absl::Duration leader_timeout = absl::Milliseconds(100);
-  // How long a current read waits for the local coordinator before it
-  // treats the group as not known to be up to date here.
-  absl::Duration coordinator_timeout = absl::Milliseconds(50);
-  // A stalled Paxos round retries after a random pause up to this long.
-  absl::Duration max_backoff = absl::Milliseconds(40);
-  // How long one ReadPosition / Commit / CatchUp may take in all.
-  absl::Duration deadline = absl::Seconds(10);
-  // How far beyond the local clock a log entry's timestamp may be: a
-  // writer refuses to commit after a read whose timestamp is further ahead
-  // (a forged or corrupted position), and a replica refuses to accept such
-  // an entry. Must exceed the clock skew between datacenters.
-  absl::Duration max_clock_skew = kDefaultMaxClockSkew;
-};
-
-enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };
-const char* ToString(ReadLevel level);
-
-// Where a read stands: data is read as of `timestamp` at `replica`.
-struct LogPosition {
-  uint64_t position = 0;
-  int64_t timestamp = 0;
-  int32_t next_leader = -1;  // leader nominated for position + 1
-  int replica = 0;
-  bool latest = false;  // inconsistent: ignore timestamp, read the newest data
-};
 
 struct CommitResult {
   uint64_t position = 0;

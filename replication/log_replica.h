@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "replication/cell_crypto.h"
+#include "replication/client_options.h"
 #include "replication/replication.pb.h"
 #include "storage/client/bigtable_client.h"
 #include "storage/model/schema.pb.h"
@@ -31,12 +32,6 @@
 namespace megastore::replication {
 
 inline constexpr char kLogFamily[] = "p";
-
-// How far ahead of a replica's clock a proposed entry's timestamp may be
-// (GroupClientOptions::max_clock_skew): more than any honest clock drifts,
-// far less than a timestamp that would drag every later commit of the
-// group into the future.
-inline constexpr absl::Duration kDefaultMaxClockSkew = absl::Seconds(10);
 
 // The column family every Megastore table needs for its groups' logs.
 storage::ColumnFamily LogFamilySchema();
@@ -49,14 +44,6 @@ storage::ColumnFamily DataFamilySchema(std::string_view name);
 
 std::string AcceptorColumn(uint64_t position);
 std::string LearnedColumn(uint64_t position);
-
-enum class ReplicaType {
-  kFull,      // votes, keeps the log and the data, has a coordinator
-  kWitness,   // votes and keeps the log; no data, no coordinator
-  kReadOnly,  // keeps the log and the data (for snapshot reads); no vote
-};
-const char* ToString(ReplicaType type);
-bool Votes(ReplicaType type);
 
 class LogReplica {
  public:

@@ -6,7 +6,7 @@
 # megastored from the prefix.
 #   install_test.sh BUILD_DIR SOURCE_DIR BUILD_TYPE
 set -euo pipefail
-build="$1"; src="$2"; type="${3:-Release}"
+build="$(cd "$1" && pwd)"; src="$(cd "$2" && pwd)"; type="${3:-Release}"
 case "$type" in
   Asan|Tsan)  # instrumented libraries need the sanitizer's runtime in the app too
     echo "install_test: skipped in a $type build (the installed libraries are instrumented)"
@@ -31,14 +31,14 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 
 prefix="$tmp/prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install failed"; }
-for f in bin/msc bin/megastored bin/msadmin include/megastore/api/database.h include/megastore/api/connect.h \
-         include/megastore/base/version.h include/megastore/replication/replication.pb.h \
-         lib/cmake/megastore/megastoreConfig.cmake lib/cmake/megastore/megastoreTargets.cmake \
-         lib/pkgconfig/megastore.pc lib/megastore/libms_client.a; do
+for f in bin/msc bin/megastored bin/msadmin lib/cmake/megastore/megastoreConfig.cmake \
+         lib/cmake/megastore/megastoreTargets.cmake lib/pkgconfig/megastore.pc lib/megastore/libms_client.a; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"
 done
-tests_installed="$(find "$prefix/include" -name '*_test*' -o -name 'test_*')"
-[ -z "$tests_installed" ] || fail "test headers were installed: $tests_installed"
+# The public headers, and none of the internals.
+headers="$(cd "$prefix/include/megastore" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' ')"
+want="api/connect.h api/database.h base/strings.h base/version.h replication/client_options.h schema/entity.h schema/key_codec.h schema/schema.pb.h txn/types.h "
+[ "$headers" = "$want" ] || fail "installed headers: $headers; expected: $want"
 
 # 1. CMake: find_package(megastore), megastore_schema(), megastore::client.
 launcher=()
@@ -51,6 +51,12 @@ cmake --build "$tmp/app" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail 
 # 2. pkg-config: the same sources by hand.
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 pkg-config --exists megastore || fail "pkg-config does not find megastore: $(pkg-config --print-errors megastore 2>&1)"
+# Each public header compiles on its own: it includes everything it needs.
+for h in $headers; do
+  # shellcheck disable=SC2046
+  echo "#include \"$h\"" | ${CXX:-c++} -fsyntax-only -x c++ - $(pkg-config --cflags megastore) 2>"$tmp/header.log" ||
+    { cat "$tmp/header.log"; fail "the installed $h does not compile on its own"; }
+done
 mkdir -p "$tmp/pc"
 "$prefix/bin/msc" "$src/examples/standalone/Notes.msdl" --out="$tmp/pc" >/dev/null
 # shellcheck disable=SC2046

@@ -26,6 +26,7 @@
 #include "server/datacenter.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "tests/subprocess.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 namespace {

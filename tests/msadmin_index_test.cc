@@ -9,6 +9,7 @@
 #include "photoapp/PhotoApp.schema.h"
 #include "server/datacenter.h"
 #include "tests/subprocess.h"
+#include "txn/transaction.h"
 
 namespace megastore {
 namespace {

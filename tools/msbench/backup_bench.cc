@@ -16,6 +16,7 @@
 #include "schema/compiler.h"
 #include "tools/msbench/bench_cluster.h"
 #include "tools/msbench/stats.h"
+#include "txn/transaction.h"
 
 namespace megastore::tools {
 namespace {

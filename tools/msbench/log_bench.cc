@@ -12,6 +12,7 @@
 #include "server/cluster.h"
 #include "tools/msbench/bench_cluster.h"
 #include "tools/msbench/stats.h"
+#include "txn/transaction.h"
 
 namespace megastore::tools {
 namespace {

@@ -25,6 +25,7 @@
 #include "storage/tabletserver/tablet_server.h"
 #include "tools/msbench/bench_cluster.h"
 #include "tools/msbench/stats.h"
+#include "txn/transaction.h"
 
 namespace megastore::tools {
 namespace {
