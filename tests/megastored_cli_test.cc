@@ -160,9 +160,16 @@ TEST_F(MegastoredCliTest, ALostStateFileIsRebuiltByMsadmin) {
   EXPECT_THAT(dry.out, HasSubstr("2 tables, 2 tablets"));
   EXPECT_THAT(dry.out, HasSubstr("table users\n    tablet users-"));
   EXPECT_THAT(dry.out, HasSubstr("nothing written"));
-  Result wrote = RunCommand(rebuild + " --yes");
+  Result dry_json = RunCommand(rebuild + " -o json");
+  EXPECT_EQ(dry_json.exit_code, 0) << dry_json.out;
+  EXPECT_THAT(dry_json.out,
+              HasSubstr("\"tables\":[{\"name\":\"empty\",\"tablets\":[{\"id\":\"empty-"));
+  EXPECT_THAT(dry_json.out, HasSubstr("\"start\":\"\",\"end\":\"\"}]}"));
+  EXPECT_THAT(dry_json.out, HasSubstr("\"written\":false,\"keptDamagedAs\":null}\n"));
+  Result wrote = RunCommand(rebuild + " --yes -o json");
   EXPECT_EQ(wrote.exit_code, 0) << wrote.out;
-  EXPECT_THAT(wrote.out, HasSubstr("kept the damaged file as " + data + "/state.pb.damaged-"));
+  EXPECT_THAT(wrote.out,
+              HasSubstr("\"written\":true,\"keptDamagedAs\":\"" + data + "/state.pb.damaged-"));
   Result again = RunCommand(rebuild + " --yes");
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.out, HasSubstr("is intact"));
@@ -179,12 +186,21 @@ TEST(MsadminCertsTest, InitIssueShowAndRefusals) {
   TestDir dir;
   const std::string m = std::string(MSADMIN) + " certs ";
   const std::string ca = dir.path() + "/ca";
-  Result init = RunCommand(m + "init --dir=" + ca);
+  Result init = RunCommand(m + "init -o json --dir=" + ca);
   ASSERT_EQ(init.exit_code, 0) << init.out;
+  EXPECT_EQ(init.out, R"({"name":"megastore CA","certificate":")" + ca + R"(/ca.crt","key":")" +
+                          ca + "/ca.key\"}\n");
   Result issue =
       RunCommand(m + "issue --dir=" + ca +
                  " dc-A --host=127.0.0.1 --host=dc-a.example --out=" + dir.path() + "/certs");
   ASSERT_EQ(issue.exit_code, 0) << issue.out;
+  EXPECT_THAT(issue.out, HasSubstr("dc-A.key (owner-only): principal \"dc-A\", serving on"));
+  Result issue_json = RunCommand(m + "issue -o json --dir=" + ca +
+                                 " app --cn=photo-app --out=" + dir.path() + "/certs");
+  ASSERT_EQ(issue_json.exit_code, 0) << issue_json.out;
+  EXPECT_EQ(issue_json.out, R"({"certificate":")" + dir.path() + R"(/certs/app.crt","key":")" +
+                                dir.path() +
+                                R"(/certs/app.key","principal":"photo-app","hosts":[]})" + "\n");
   Result show = RunCommand(m + "show " + dir.path() + "/certs/dc-A.crt");
   EXPECT_EQ(show.exit_code, 0) << show.out;
   EXPECT_THAT(show.out, HasSubstr("principal  dc-A\n  issued by  megastore CA"));

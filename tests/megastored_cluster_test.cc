@@ -596,6 +596,12 @@ TEST(MegastoredClusterTest, AnAccessPolicyAppliesLiveToEveryKindOfCaller) {
     if (line.size() == 64 && line.find_first_not_of("0123456789abcdef") == absl::string_view::npos)
       token = std::string(line);
   ASSERT_EQ(token.size(), 64u) << made.out;
+  testing::Result made_json = testing::RunCommand(
+      StrCat(MSADMIN, " acl token reporter -o json --file=", dir.path(), "/tokens"));
+  EXPECT_THAT(made_json.out, ::testing::ContainsRegex(StrCat(
+                                 R"(\{"token":"[0-9a-f]{64}","principal":"reporter","file":")",
+                                 dir.path(), "/tokens\"\\}\n")))
+      << made_json.out;
   testing::Subprocess server;
   ASSERT_TRUE(server.Start({MEGASTORED, "--local=3", "--data=" + data, "--schema=" + schema,
                             "--http=127.0.0.1:0", "--gateway=127.0.0.1:0",
@@ -811,6 +817,14 @@ TEST(MegastoredClusterTest, MsadminOperatesTheEmbeddedCluster) {
   testing::Result healthy = run("group repair" + config + "PhotoApp User:2 --yes");
   EXPECT_EQ(healthy.exit_code, 0) << healthy.out;
   EXPECT_THAT(healthy.out, HasSubstr("nothing to repair")) << healthy.out;
+  testing::Result healthy_json = run("group repair -o json" + config + "PhotoApp User:2");
+  EXPECT_EQ(healthy_json.exit_code, 0) << healthy_json.out;
+  EXPECT_THAT(healthy_json.out,
+              ::testing::ContainsRegex("\\{\"top\":\"[0-9]+\",\"applied\":\"[0-9]+\","
+                                       "\"keepThrough\":\"[0-9]+\",\"repaired\":"
+                                       "false,\"replicas\":\\[\\],\"chosen\":\\[\\],"
+                                       "\"savedEntries\":null\\}\n"))
+      << healthy_json.out;
   testing::Result nowhere = run("coordinator disable" + config + "Z");
   EXPECT_EQ(nowhere.exit_code, 2) << nowhere.out;
   EXPECT_THAT(nowhere.out, HasSubstr("no datacenter Z"));

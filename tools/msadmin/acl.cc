@@ -63,6 +63,8 @@ void AddAclCommand(CLI::App& app, AclState& state) {
                           "to --file (megastored --gateway-tokens-file; created owner-only)");
   token->add_option("principal", state.principal, "who the token stands for")->required();
   token->add_option("--file", state.file, "the gateway's tokens file")->required();
+  AddOutputOption(token, state.json,
+                  "one object: token, principal, file (the token is still shown only once)");
   token->callback([&state] { state.verb = "token"; });
   CLI::App* set = acl->add_subcommand("set",
                                       "Replace the whole policy with FILE "
@@ -167,6 +169,11 @@ int RunAcl(const AclState& s) {
     if (absl::Status st = WriteFileAtomically(s.file, text, 0600); !st.ok()) {
       std::fprintf(stderr, "msadmin acl token: %s\n", std::string(st.message()).c_str());
       return 1;
+    }
+    if (s.json) {
+      std::printf("{\"token\":\"%s\",\"principal\":\"%s\",\"file\":\"%s\"}\n", token.c_str(),
+                  JsonEscape(s.principal).c_str(), JsonEscape(s.file).c_str());
+      return 0;
     }
     std::printf("%s\n", token.c_str());
     std::fprintf(stderr,

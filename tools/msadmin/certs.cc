@@ -23,6 +23,7 @@ void AddCertsCommand(CLI::App& app, CertsState& state) {
   init->add_option("--name", state.name, "the CA's common name")->capture_default_str();
   init->add_option("--days", state.days, "valid for this many days (default 3650)")
       ->check(CLI::Range(1, 36500));
+  AddOutputOption(init, state.json, "one object: name, certificate, key");
   init->callback([&state] { state.verb = "init"; });
 
   CLI::App* issue =
@@ -43,6 +44,7 @@ void AddCertsCommand(CLI::App& app, CertsState& state) {
   issue->add_option("--out", state.out, "where to write them (default: --dir)");
   issue->add_option("--days", state.days, "valid for this many days (default 825)")
       ->check(CLI::Range(1, 36500));
+  AddOutputOption(issue, state.json, "one object: certificate, key, principal, hosts");
   issue->callback([&state] { state.verb = "issue"; });
 
   CLI::App* show =
@@ -79,6 +81,12 @@ int RunCerts(const CertsState& s) {
     const std::string name = s.name.empty() ? "megastore CA" : s.name;
     if (absl::Status st = tls::CreateCa(s.dir, name, s.days > 0 ? s.days : 3650); !st.ok())
       return Fail("init", st);
+    if (s.json) {
+      std::printf("{\"name\":\"%s\",\"certificate\":\"%s\",\"key\":\"%s\"}\n",
+                  JsonEscape(name).c_str(), JsonEscape(s.dir + "/ca.crt").c_str(),
+                  JsonEscape(s.dir + "/ca.key").c_str());
+      return 0;
+    }
     std::printf(
         "CA \"%s\": %s/ca.crt (give it to every process), %s/ca.key "
         "(owner-only; keep it off the "
@@ -94,6 +102,16 @@ int RunCerts(const CertsState& s) {
     const std::string out = s.out.empty() ? s.dir : s.out;
     if (absl::Status st = tls::IssueCertificate(s.dir, out, s.name, r); !st.ok())
       return Fail("issue", st);
+    if (s.json) {
+      std::string hosts;
+      for (const std::string& h : r.hosts)
+        hosts += StrCat(hosts.empty() ? "" : ",", "\"", JsonEscape(h), "\"");
+      std::printf("{\"certificate\":\"%s\",\"key\":\"%s\",\"principal\":\"%s\",\"hosts\":[%s]}\n",
+                  JsonEscape(StrCat(out, "/", s.name, ".crt")).c_str(),
+                  JsonEscape(StrCat(out, "/", s.name, ".key")).c_str(),
+                  JsonEscape(r.common_name).c_str(), hosts.c_str());
+      return 0;
+    }
     std::printf("%s/%s.crt and %s/%s.key (owner-only): principal \"%s\"%s%s\n", out.c_str(),
                 s.name.c_str(), out.c_str(), s.name.c_str(), r.common_name.c_str(),
                 r.hosts.empty() ? "" : ", serving on ", absl::StrJoin(r.hosts, ", ").c_str());

@@ -131,20 +131,38 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
     top = std::max(top, st->top());
   }
   const uint64_t keep = applied + 1;
-  if (top <= keep) {
+  // -o json: one object at the end (the text lines are progress, printed
+  // as each step ends).
+  std::string json_replicas, json_chosen, saved_file;
+  auto finish = [&](bool repaired) {
+    if (!s.json) return 0;
     std::printf(
-        "nothing to repair: the log's top (%llu) is at most one past the highest applied position "
-        "(%llu)\n",
-        static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
+        "{\"top\":\"%llu\",\"applied\":\"%llu\",\"keepThrough\":\"%llu\",\"repaired\":%s,"
+        "\"replicas\":[%s],\"chosen\":[%s],\"savedEntries\":%s}\n",
+        static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied),
+        static_cast<unsigned long long>(keep), repaired ? "true" : "false", json_replicas.c_str(),
+        json_chosen.c_str(),
+        saved_file.empty() ? "null" : StrCat("\"", JsonEscape(saved_file), "\"").c_str());
     return 0;
+  };
+  if (top <= keep) {
+    if (!s.json) {
+      std::printf(
+          "nothing to repair: the log's top (%llu) is at most one past the highest applied "
+          "position (%llu)\n",
+          static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
+    }
+    return finish(false);
   }
   // One pass to list (and keep the chosen entries), then, with --yes, one
   // to remove.
   std::map<uint64_t, std::string>
       chosen;  // position -> its chosen entry, where some replica learned it
   auto pass = [&](bool apply) -> int {
+    json_replicas.clear();
     for (const auto& dc : config.datacenters()) {
       uint64_t removed = 0;
+      bool more = false;
       for (;;) {
         replication::TruncateRequest req;
         *req.mutable_group() = group;
@@ -157,14 +175,21 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
         removed += static_cast<uint64_t>(r->positions_size());
         for (int i = 0; i < r->positions_size(); ++i)
           if (!r->learned(i).empty()) chosen[r->positions(i)] = r->learned(i);
+        more = r->more();
         if (!apply || !r->more()) break;
       }
-      std::printf("%s: %llu positions above %llu %s%s\n", dc.name().c_str(),
-                  static_cast<unsigned long long>(removed), static_cast<unsigned long long>(keep),
-                  apply ? "removed" : "found",
-                  !apply && removed >= static_cast<uint64_t>(replication::LogReplica::kMaxTruncate)
-                      ? " (or more)"
-                      : "");
+      // Listing stops at kMaxTruncate positions a replica; there may be more.
+      const bool at_least = !apply && more;
+      if (s.json) {
+        json_replicas +=
+            StrCat(json_replicas.empty() ? "" : ",", "{\"datacenter\":\"", JsonEscape(dc.name()),
+                   "\",\"positions\":\"", removed, "\",\"removed\":", apply ? "true" : "false",
+                   ",\"orMore\":", at_least ? "true" : "false", "}");
+      } else {
+        std::printf("%s: %llu positions above %llu %s%s\n", dc.name().c_str(),
+                    static_cast<unsigned long long>(removed), static_cast<unsigned long long>(keep),
+                    apply ? "removed" : "found", at_least ? " (or more)" : "");
+      }
     }
     return 0;
   };
@@ -185,23 +210,34 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
       return Failed(
           StrCat("cannot keep the chosen entries before removing anything: ", w.message()));
     }
-    std::printf("chosen entries kept in %s (position and LogEntry, length-prefixed)\n",
-                file.c_str());
+    saved_file = file;
+    if (!s.json) {
+      std::printf("chosen entries kept in %s (position and LogEntry, length-prefixed)\n",
+                  file.c_str());
+    }
     if (int rc = pass(true); rc != 0) return rc;
   }
-  for (const auto& [position, value] : chosen) {
-    std::printf("position %llu holds a chosen entry (%zu bytes)%s\n",
-                static_cast<unsigned long long>(position), value.size(),
-                s.force ? ": committing it again at the next position" : "");
+  if (!s.json) {
+    for (const auto& [position, value] : chosen) {
+      std::printf("position %llu holds a chosen entry (%zu bytes)%s\n",
+                  static_cast<unsigned long long>(position), value.size(),
+                  s.force ? ": committing it again at the next position" : "");
+    }
   }
   if (!s.force) {
-    std::printf(
-        "the log's top is %llu, the highest applied position %llu: run again with --yes to "
-        "repair\n",
-        static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
-    return 0;
+    for (const auto& [position, value] : chosen) {
+      json_chosen += StrCat(json_chosen.empty() ? "" : ",", "{\"position\":\"", position,
+                            "\",\"bytes\":", value.size(), "}");
+    }
+    if (!s.json) {
+      std::printf(
+          "the log's top is %llu, the highest applied position %llu: run again with --yes to "
+          "repair\n",
+          static_cast<unsigned long long>(top), static_cast<unsigned long long>(applied));
+    }
+    return finish(false);
   }
-  if (chosen.empty()) return 0;
+  if (chosen.empty()) return finish(true);
   replication::GroupClientOptions o;
   o.replicas = server::ReplicasOf(config);
   o.local = -1;
@@ -221,9 +257,15 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
       absl::StatusOr<replication::CommitResult> r = Await<replication::CommitResult>(
           [&](auto cb) { client.Commit(group, *at, entry, std::move(cb)); });
       if (r.ok()) {
-        std::printf("the entry of position %llu is now at position %llu\n",
-                    static_cast<unsigned long long>(position),
-                    static_cast<unsigned long long>(r->position));
+        if (s.json) {
+          json_chosen +=
+              StrCat(json_chosen.empty() ? "" : ",", "{\"position\":\"", position,
+                     "\",\"bytes\":", value.size(), ",\"committedAt\":\"", r->position, "\"}");
+        } else {
+          std::printf("the entry of position %llu is now at position %llu\n",
+                      static_cast<unsigned long long>(position),
+                      static_cast<unsigned long long>(r->position));
+        }
         break;
       }
       if (!absl::IsAborted(r.status()) || attempt >= 10) {
@@ -232,7 +274,7 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
       }
     }
   }
-  return 0;
+  return finish(true);
 }
 
 int GroupLog(const ClusterState& s, const server::ClusterConfig& config,

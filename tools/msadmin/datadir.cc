@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "base/cli.h"
 #include "base/coding.h"
 #include "base/file.h"
 #include "base/strings.h"
@@ -28,6 +29,9 @@ void AddDatadirCommand(CLI::App& app, DatadirState& state) {
   rebuild->add_flag("--yes", state.yes,
                     "write it: a damaged state.pb is kept as "
                     "state.pb.damaged-SECONDS, the new one takes its place");
+  AddOutputOption(rebuild, state.json,
+                  "one object: file, was, tables (name, tablets: id, start, end), notes, "
+                  "written, keptDamagedAs");
   rebuild->callback([&state] { state.verb = "rebuild-state"; });
 }
 
@@ -59,38 +63,68 @@ int RebuildState(const DatadirState& s) {
                  std::string(rebuilt.status().message()).c_str());
     return 1;
   }
-  std::printf("%s: %s\n", path.c_str(),
-              absl::IsNotFound(current.status()) ? "missing"
-                                                 : std::string(current.status().message()).c_str());
-  std::printf("rebuilt from the tablets: %d tables, %d tablets\n", rebuilt->state.tables_size(),
-              rebuilt->state.tablets_size());
-  for (const storage::TableSchema& t : rebuilt->state.tables()) {
-    std::printf("  table %s\n", t.name().c_str());
-    for (const storage::TabletEntry& e : rebuilt->state.tablets()) {
-      if (e.table() == t.name())
-        std::printf("    tablet %s rows %s\n", e.id().c_str(), RangeText(e).c_str());
+  const std::string was =
+      absl::IsNotFound(current.status()) ? "missing" : std::string(current.status().message());
+  // -o json: the same facts as one object, printed once it is all done.
+  auto json = [&](bool written, const std::string& kept_as) {
+    std::string tables;
+    for (const storage::TableSchema& t : rebuilt->state.tables()) {
+      std::string tablets;
+      for (const storage::TabletEntry& e : rebuilt->state.tablets()) {
+        if (e.table() != t.name()) continue;
+        tablets += StrCat(tablets.empty() ? "" : ",", "{\"id\":\"", JsonEscape(e.id()),
+                          "\",\"start\":\"", JsonEscape(EscapeBytes(e.start_row(), 1 << 20)),
+                          "\",\"end\":\"", JsonEscape(EscapeBytes(e.end_row(), 1 << 20)), "\"}");
+      }
+      tables += StrCat(tables.empty() ? "" : ",", "{\"name\":\"", JsonEscape(t.name()),
+                       "\",\"tablets\":[", tablets, "]}");
     }
+    std::string notes;
+    for (const std::string& note : rebuilt->notes)
+      notes += StrCat(notes.empty() ? "" : ",", "\"", JsonEscape(note), "\"");
+    std::printf(
+        "{\"file\":\"%s\",\"was\":\"%s\",\"tables\":[%s],\"notes\":[%s],\"written\":%s,"
+        "\"keptDamagedAs\":%s}\n",
+        JsonEscape(path).c_str(), JsonEscape(was).c_str(), tables.c_str(), notes.c_str(),
+        written ? "true" : "false",
+        kept_as.empty() ? "null" : StrCat("\"", JsonEscape(kept_as), "\"").c_str());
+    return 0;
+  };
+  if (!s.json) {
+    std::printf("%s: %s\n", path.c_str(), was.c_str());
+    std::printf("rebuilt from the tablets: %d tables, %d tablets\n", rebuilt->state.tables_size(),
+                rebuilt->state.tablets_size());
+    for (const storage::TableSchema& t : rebuilt->state.tables()) {
+      std::printf("  table %s\n", t.name().c_str());
+      for (const storage::TabletEntry& e : rebuilt->state.tablets()) {
+        if (e.table() == t.name())
+          std::printf("    tablet %s rows %s\n", e.id().c_str(), RangeText(e).c_str());
+      }
+    }
+    for (const std::string& note : rebuilt->notes) std::printf("  note: %s\n", note.c_str());
   }
-  for (const std::string& note : rebuilt->notes) std::printf("  note: %s\n", note.c_str());
   if (!s.yes) {
+    if (s.json) return json(false, "");
     std::printf("nothing written; run again with --yes to write it\n");
     return 0;
   }
   std::error_code ec;
+  std::string aside;
   if (fs::exists(path, ec)) {
-    const std::string aside = StrCat(path, ".damaged-", static_cast<long long>(std::time(nullptr)));
+    aside = StrCat(path, ".damaged-", static_cast<long long>(std::time(nullptr)));
     fs::rename(path, aside, ec);
     if (ec) {
       std::fprintf(stderr, "msadmin datadir rebuild-state: cannot move %s aside: %s\n",
                    path.c_str(), ec.message().c_str());
       return 1;
     }
-    std::printf("kept the damaged file as %s\n", aside.c_str());
+    if (!s.json) std::printf("kept the damaged file as %s\n", aside.c_str());
   }
   if (absl::Status w = WriteChecksummedFile(path, rebuilt->state.SerializeAsString()); !w.ok()) {
     std::fprintf(stderr, "msadmin datadir rebuild-state: %s\n", std::string(w.message()).c_str());
     return 1;
   }
+  if (s.json) return json(true, aside);
   std::printf(
       "wrote %s; start the server: it replays the commit log into every "
       "tablet\n",

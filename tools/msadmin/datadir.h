@@ -13,6 +13,7 @@ struct DatadirState {
   std::string verb;  // "rebuild-state"
   std::string data;
   bool yes = false;
+  bool json = false;
 };
 
 void AddDatadirCommand(CLI::App& app, DatadirState& state);
