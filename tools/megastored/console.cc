@@ -74,6 +74,9 @@ std::string LineName(const std::map<std::string, std::string>& labels, std::stri
 struct Line {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (unix seconds, y)
+  // Indexes of points that are only a lower bound (a quantile beyond a
+  // histogram's last finite bucket: "at least y").
+  std::vector<size_t> at_least;
 };
 struct Chart {
   std::string title, unit;
@@ -123,7 +126,8 @@ std::vector<Line> Gauges(const std::vector<MetricsHistory::Sample>& samples,
 
 // p50 and p99 (milliseconds) of histogram `metric`_bucket between
 // consecutive samples, one pair of lines per labelled series; a bucket's
-// upper bound stands for the values in it.
+// upper bound stands for the values in it, and a quantile in the last
+// (+Inf) bucket is drawn as the last finite bound, marked "at least".
 std::vector<Line> Quantiles(const std::vector<MetricsHistory::Sample>& samples,
                             const std::string& metric) {
   std::map<std::string, Line> lines;  // by series and quantile
@@ -150,15 +154,18 @@ std::vector<Line> Quantiles(const std::vector<MetricsHistory::Sample>& samples,
       if (total <= 0) continue;
       for (const auto& [q, suffix] : {std::pair{0.5, "p50"}, std::pair{0.99, "p99"}}) {
         double bound = 0, last_finite = 0;
+        bool beyond = false;  // in the +Inf bucket: more than last_finite
         for (const auto& [le, cumulative] : buckets) {
           if (std::isfinite(le)) last_finite = le;
           if (cumulative >= q * total) {
-            bound = std::isfinite(le) ? le : last_finite;
+            beyond = !std::isfinite(le);
+            bound = beyond ? last_finite : le;
             break;
           }
         }
         Line& l = lines[StrCat(series, suffix)];
         l.name = LineName(labels_of[series], suffix);
+        if (beyond) l.at_least.push_back(l.points.size());
         l.points.emplace_back(Seconds(samples[i]), bound * 1000);
       }
     }
@@ -202,8 +209,10 @@ std::string ChartJson(const Chart& c) {
     for (const auto& [t, y] : l.points)
       points += fmt::format("{}[{:.3f},{:.6g}]", points.empty() ? "" : ",", t,
                             std::isfinite(y) ? y : 0.0);
+    std::string at_least;
+    for (size_t i : l.at_least) at_least += StrCat(at_least.empty() ? "" : ",", i);
     lines += StrCat(lines.empty() ? "" : ",", "{\"name\":\"", JsonEscape(l.name), "\",\"points\":[",
-                    points, "]}");
+                    points, "],\"atLeast\":[", at_least, "]}");
   }
   return StrCat("{\"title\":\"", JsonEscape(c.title), "\",\"unit\":\"", JsonEscape(c.unit),
                 "\",\"lines\":[", lines, "]}");
@@ -332,13 +341,22 @@ function draw(chart) {
   const ago = span < 120 ? Math.round(span) + ' s' : Math.round(span / 60) + ' min';
   svg += '<text x=' + L + ' y=' + (H - 4) + ' font-size=10>' + ago + ' ago</text>';
   svg += '<text x=' + W + ' y=' + (H - 4) + ' font-size=10 text-anchor=end>now</text>';
-  let legend = '<div class=legend>';
+  let legend = '<div class=legend>', beyond = false;
   chart.lines.forEach((l, i) => {
     const c = colors[i % colors.length];
     const pts = l.points.map(p => X(p[0]).toFixed(1) + ',' + Y(p[1]).toFixed(1)).join(' ');
     svg += '<polyline class=series fill=none stroke-width=1.5 stroke=' + c + ' points="' + pts + '"/>';
+    (l.atLeast || []).forEach(k => {
+      const p = l.points[k];
+      if (!p) return;
+      const x = X(p[0]), y = Y(p[1]);
+      svg += '<path class=atleast fill=' + c + ' d="M' + x.toFixed(1) + ',' + (y - 6).toFixed(1) +
+             ' l4,6 h-8 z"><title>at least ' + p[1] + ' ' + esc(chart.unit) + '</title></path>';
+      beyond = true;
+    });
     legend += '<span style="color:' + c + '">■ ' + esc(l.name) + '</span>';
   });
+  if (beyond) legend += '<span>▲ at least: beyond the histogram\'s last bucket</span>';
   card.innerHTML = html + svg + '</svg>' + legend + '</div>';
   return card;
 }
