@@ -136,7 +136,11 @@ constexpr int64_t kMaxBatch = 100;
 class RequestHandler {
  public:
   RequestHandler(Database* db, const GatewayOptions& options)
-      : db_(db), ctx_(db->context()), max_page_(options.max_page), mac_(*options.token_mac) {
+      : db_(db),
+        ctx_(db->context()),
+        max_page_(options.max_page),
+        mac_(*options.token_mac),
+        nearest_(options.nearest) {
     options_.deadline = options.deadline;
   }
 
@@ -154,11 +158,14 @@ class RequestHandler {
     const int local = ctx_.client->options().local;
     if (name.empty() || name == "local") return local;
     if (name == "nearest") {
-      if (replicas[static_cast<size_t>(local)].type != replication::ReplicaType::kWitness)
-        return local;
-      for (size_t i = 0; i < replicas.size(); ++i)
-        if (replicas[i].type != replication::ReplicaType::kWitness) return static_cast<int>(i);
-      return absl::FailedPreconditionError("replica: no datacenter of the cluster holds data");
+      if (nearest_) {
+        for (const std::string& dc : nearest_()) {
+          for (size_t i = 0; i < replicas.size(); ++i)
+            if (replicas[i].name == dc && replicas[i].type != replication::ReplicaType::kWitness)
+              return static_cast<int>(i);
+        }
+      }
+      return local;  // the Database's local replica always holds data
     }
     std::string known;
     for (size_t i = 0; i < replicas.size(); ++i) {
@@ -464,6 +471,7 @@ class RequestHandler {
   txn::TransactionOptions options_;
   const int64_t max_page_;
   const TokenMac& mac_;
+  const std::function<std::vector<std::string>()>& nearest_;  // GatewayOptions::nearest
   bool page_too_large_ = false;
   bool bad_read_token_ = false;
   bool inconsistent_token_ = false;

@@ -49,6 +49,10 @@ struct GatewayOptions {
   // OK or PERMISSION_DENIED. Unset: everything is allowed.
   std::function<absl::Status(const std::string& principal, bool write, const std::string& object)>
       authorize;
+  // The datacenters holding data, nearest first by measured round trip
+  // (a request's "replica": "nearest" takes the first that is one).
+  // Unset or empty: the gateway's own datacenter.
+  std::function<std::vector<std::string>()> nearest;
 };
 
 // A gateway's tokens file: one "sha256:HEX PRINCIPAL" per line ('#'

@@ -94,4 +94,21 @@ std::vector<LatencyProber::Result> LatencyProber::Results() const {
   return state_->results;
 }
 
+std::vector<std::string> LatencyProber::Nearest() const {
+  std::vector<Result> results = Results();
+  std::stable_sort(results.begin(), results.end(),
+                   [](const Result& a, const Result& b) { return a.average_ms < b.average_ms; });
+  std::vector<std::string> out;
+  for (const Result& r : results)
+    if (r.reachable) out.push_back(r.datacenter);
+  return out;
+}
+
+bool LatencyProber::ProbedAll() const {
+  absl::MutexLock lock(&state_->results_mu);
+  for (const Result& r : state_->results)
+    if (r.probes == 0) return false;
+  return true;
+}
+
 }  // namespace megastore::server

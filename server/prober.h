@@ -37,6 +37,11 @@ class LatencyProber {
   // No probe starts after Stop returns; answers still on their way are dropped.
   void Stop();
   std::vector<Result> Results() const;
+  // The targets whose last probe was answered, nearest first (by average
+  // round trip; ties in the targets' order).
+  std::vector<std::string> Nearest() const;
+  // Whether every target has been probed at least once (answered or not).
+  bool ProbedAll() const;
 
  private:
   struct State;

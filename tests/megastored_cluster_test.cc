@@ -281,6 +281,72 @@ TEST(MegastoredClusterTest, BadClusterFlagsAreOneLineErrors) {
       r.out, HasSubstr("datacenter A: address is missing (HOST:PORT where the lock role listens)"));
 }
 
+// A gateway in a witness datacenter (no data of its own) reads at the
+// datacenter with data nearest to it by measured round trip, and a
+// request's "nearest" is the same measurement.
+TEST(MegastoredClusterTest, AGatewayInAWitnessDatacenterReadsAtTheNearestWithData) {
+  TestDir dir;
+  const std::string schema = WriteSchema(dir.path());
+  server::ClusterConfig config;
+  for (const char* name : {"A", "B", "W"}) {
+    server::DatacenterConfig* dc = config.add_datacenters();
+    dc->set_name(name);
+    dc->set_type(std::string(name) == "W" ? "witness" : "full");
+    dc->set_address(StrCat("127.0.0.1:", testing::FreePort()));
+  }
+  // W is far from A (40 ms one way) and near B (2 ms).
+  for (const auto& [a, b, ms] : {std::tuple{"A", "B", 10}, {"A", "W", 40}, {"B", "W", 2}}) {
+    server::Link* l = config.add_links();
+    l->set_a(a);
+    l->set_b(b);
+    l->set_one_way_ms(ms);
+  }
+  const std::string config_path = dir.path() + "/cluster.textproto";
+  std::ofstream(config_path) << server::ToText(config);
+  std::vector<std::unique_ptr<testing::Subprocess>> procs;
+  std::string gateway_out;
+  for (const char* dc : {"A", "B", "W"}) {
+    auto p = std::make_unique<testing::Subprocess>();
+    ASSERT_TRUE(p->Start({MEGASTORED, "--config=" + config_path, StrCat("--datacenter=", dc),
+                          StrCat("--data=", dir.path(), "/", dc), "--schema=" + schema, "--no-sync",
+                          "--log-level=warn"}));
+    const std::string out = UntilReady(*p);
+    ASSERT_THAT(out, HasSubstr("megastored: ready")) << dc << ": " << out;
+    procs.push_back(std::move(p));
+  }
+  const int port = testing::FreePort();
+  auto gw = std::make_unique<testing::Subprocess>();
+  ASSERT_TRUE(
+      gw->Start({MEGASTORED, "--config=" + config_path, "--datacenter=W", "--roles=gateway",
+                 StrCat("--gateway=127.0.0.1:", port), "--schema=" + schema, "--log-level=warn"}));
+  gateway_out = UntilReady(*gw);
+  ASSERT_THAT(gateway_out, HasSubstr("megastored: ready")) << gateway_out;
+  EXPECT_THAT(gateway_out, HasSubstr("the gateway's datacenter W is a witness; it reads at B "
+                                     "(the nearest by round trip)"))
+      << gateway_out;
+  std::string put;
+  for (int i = 0; i < 50; ++i) {  // until every coordinator holds its locks
+    put = testing::Http(port, "POST", "/v1/commit", R"({"rootTable": "User", "rootKey": ["5"],
+        "mutations": [{"table": "User", "put": {"user_id": "5", "name": "Wes"}}]})");
+    if (put.find(R"("wrote":true)") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_THAT(put, HasSubstr(R"("wrote":true)")) << put;
+  for (const char* replica : {"", "local", "nearest"}) {
+    const std::string got =
+        testing::Http(port, "POST", "/v1/get",
+                      StrCat(R"({"table": "User", "key": ["5"], "replica": ")", replica, "\"}"));
+    EXPECT_THAT(got, HasSubstr("\"Wes\"")) << replica << ": " << got;
+    EXPECT_THAT(got, HasSubstr(R"("replica":"B")")) << replica << ": " << got;
+  }
+  const std::string at_a =
+      testing::Http(port, "POST", "/v1/get", R"({"table": "User", "key": ["5"], "replica": "A"})");
+  EXPECT_THAT(at_a, HasSubstr(R"("replica":"A")")) << at_a;
+  const std::string at_w =
+      testing::Http(port, "POST", "/v1/get", R"({"table": "User", "key": ["5"], "replica": "W"})");
+  EXPECT_THAT(at_w, HasSubstr("W is a witness")) << at_w;
+}
+
 // megastored --schema records the schema; a later start with a schema the
 // recorded one cannot become (the data written under it would not read
 // back) is refused, as msadmin schema apply refuses it.

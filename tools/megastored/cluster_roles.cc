@@ -82,6 +82,7 @@ absl::StatusOr<LocalCertificates> EnsureLocalCertificates(const std::string& dir
 struct GatewayProcess {
   std::unique_ptr<rpc::RpcTransport> rpc;
   std::unique_ptr<DelayedTransport> wan;
+  std::unique_ptr<LatencyProber> prober;      // round trips to the datacenters with data
   std::unique_ptr<AccessControl> own_access;  // a process without the datacenter's roles
   std::unique_ptr<PolicyPoller> poller;
   std::unique_ptr<Database> db;
@@ -106,9 +107,37 @@ int StartGateway(const ClusterFlags& flags, Env* env, const ClusterConfig& confi
     out.poller->Start();
     access = out.own_access.get();
   }
+  // "nearest" is measured: the round trip to each datacenter that holds
+  // data, probed all along. A gateway in a witness datacenter (which has
+  // no data to read) reads at the nearest one by default.
+  std::vector<LatencyProber::Target> data_holders;
+  bool local_has_data = false;
+  for (const replication::ReplicaInfo& r : replicas) {
+    if (r.type == replication::ReplicaType::kWitness) continue;
+    data_holders.push_back({r.name, r.lock_service});
+    if (r.name == local) local_has_data = true;
+  }
+  if (data_holders.empty()) {
+    std::fprintf(stderr, "megastored: the gateway: no datacenter of the cluster holds data\n");
+    return 1;
+  }
+  out.prober = std::make_unique<LatencyProber>(env, out.wan.get(), data_holders);
+  out.prober->Start();
+  std::string read_at = local;
+  if (!local_has_data) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(3);
+    while (!out.prober->ProbedAll() && absl::Now() < give_up)
+      absl::SleepFor(absl::Milliseconds(20));
+    std::vector<std::string> nearest = out.prober->Nearest();
+    read_at = nearest.empty() ? data_holders.front().datacenter : nearest.front();
+    std::printf("megastored: the gateway's datacenter %s is a witness; it reads at %s (%s)\n",
+                local.c_str(), read_at.c_str(),
+                nearest.empty() ? "none answered yet: the first in the config"
+                                : "the nearest by round trip");
+  }
   DatabaseOptions d;
   d.replicas = std::move(replicas);
-  d.local = local;
+  d.local = read_at;
   d.schema = schema;
   d.transport = out.wan.get();
   d.replication.max_clock_skew = MaxClockSkewOf(config);
@@ -159,6 +188,7 @@ int StartGateway(const ClusterFlags& flags, Env* env, const ClusterConfig& confi
                                      Action{write ? Action::kWrite : Action::kRead, object},
                                      write ? "gateway commit" : "gateway read");
     };
+  g.nearest = [prober = out.prober.get()] { return prober->Nearest(); };
   out.gateway = std::make_unique<Gateway>(out.db.get(), g);
   if (absl::Status s = out.gateway->Start(); !s.ok()) {
     std::fprintf(stderr, "megastored: the gateway on %s: %s\n", listen.c_str(),
@@ -167,7 +197,7 @@ int StartGateway(const ClusterFlags& flags, Env* env, const ClusterConfig& confi
   }
   std::printf("megastored: JSON gateway at %s://%s:%d/v1/ (schema %s, datacenter %s)\n",
               HttpScheme(), listen.substr(0, listen.rfind(':')).c_str(), out.gateway->port(),
-              schema.name().c_str(), local.c_str());
+              schema.name().c_str(), read_at.c_str());
   return 0;
 }
 
