@@ -24,6 +24,7 @@
 #include "storage/cell/connect.h"
 #include "storage/cell/master.h"
 #include "storage/tabletserver/tablet_service.h"
+#include "tools/msbench/child_process.h"
 #include "tools/msbench/stats.h"
 
 namespace megastore::tools {
@@ -33,70 +34,9 @@ constexpr char kCell[] = "bench";
 constexpr char kTable[] = "usertable";
 
 // megastored beside this binary.
-std::string Megastored() {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "megastored").string();
-}
+std::string Megastored() { return BesideThisBinary("megastored"); }
 
-int FreePort() {
-  rpc::RpcServer probe(rpc::ServerOptions{"127.0.0.1:0"});
-  if (!probe.Start().ok()) return 0;
-  const int port = probe.port();
-  probe.Stop();
-  return port;
-}
-
-// A child megastored; its stdout is read line by line, its stderr goes to
-// a log file in the run's directory.
-class Process {
- public:
-  ~Process() { Kill(SIGKILL); }
-  bool Start(const std::vector<std::string>& argv, const std::string& log,
-             const std::string& ready) {
-    int out[2];
-    if (::pipe(out) != 0) return false;
-    pid_ = ::fork();
-    if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (err >= 0) ::dup2(err, 2);
-      ::close(out[0]);
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    out_ = out[0];
-    // Until a line containing `ready`, or 30 s.
-    std::string buffer;
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      pollfd p{out_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char buf[4096];
-      const ssize_t n = ::read(out_, buf, sizeof(buf));
-      if (n <= 0) return false;
-      buffer.append(buf, static_cast<size_t>(n));
-      if (buffer.find(ready) != std::string::npos) return true;
-    }
-    return false;
-  }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, sig);
-    int status;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    if (out_ >= 0) ::close(out_);
-    out_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-};
+using Process = ChildProcess;
 
 // A cell: lock service, master, tablet servers, and a client.
 class Cell {

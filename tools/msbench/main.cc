@@ -129,6 +129,12 @@ int main(int argc, char** argv) {
               "compare them");
   x->add_flag("--advisory-lock", txn.advisory_lock,
               "each transaction takes its group's advisory lock first (the remedy for hot groups)");
+  x->add_option("--baseline", txn.baseline,
+                "etcd: also start three etcd members on loopback and measure their puts with the "
+                "same clients and value size in the same run, printing both and the ratio")
+      ->check(CLI::IsMember({"etcd"}));
+  x->add_option("--etcd-binary", txn.etcd_binary, "etcd's executable for --baseline=etcd")
+      ->capture_default_str();
   x->add_option("--seed", txn.seed, "random seed for the clients' choices")->capture_default_str();
   x->add_option(
       "--dir", txn.dir,

@@ -24,6 +24,7 @@
 #include "server/datacenter.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "tools/msbench/bench_cluster.h"
+#include "tools/msbench/etcd_baseline.h"
 #include "tools/msbench/stats.h"
 #include "txn/transaction.h"
 
@@ -56,6 +57,7 @@ struct Cell {
   double retries_per_txn = 0;     // Run's retries per committed transaction
   double fast_path = 0;           // commits chosen by the leader's ballot-0 accept
   double lock_missed = 0;         // advisory lock requests that went ahead without the lock
+  double cpu_us = 0;  // this process's CPU time (cluster and clients) per committed transaction
   uint64_t committed = 0;
   uint64_t errors = 0;  // transactions that failed (Unavailable, gave up, ...)
   std::string first_error;
@@ -137,6 +139,7 @@ class Bench {
     std::vector<std::string> first_error(static_cast<size_t>(clients));
     std::vector<std::thread> threads;
     Env* env = Env::Default();
+    const double cpu_before = OwnCpuSeconds();
     const int64_t start = env->MonotonicMicros();
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
@@ -164,6 +167,7 @@ class Bench {
     stop = true;
     for (auto& t : threads) t.join();
     const double elapsed = static_cast<double>(env->MonotonicMicros() - start) / 1e6;
+    const double cpu = OwnCpuSeconds() - cpu_before;
     std::vector<double> all;
     for (size_t c = 0; c < latencies.size(); ++c) {
       all.insert(all.end(), latencies[c].begin(), latencies[c].end());
@@ -172,6 +176,7 @@ class Bench {
     }
     cell.committed = all.size();
     cell.throughput = static_cast<double>(all.size()) / elapsed;
+    if (!all.empty()) cell.cpu_us = cpu * 1e6 / static_cast<double>(all.size());
     cell.p50_ms = Percentile(all, 0.50);
     cell.p99_ms = Percentile(all, 0.99);
     uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
@@ -300,6 +305,16 @@ int RunTxnBench(const TxnBenchOptions& o) {
     }
     const double floor_ms = floors.empty() ? 0 : *std::min_element(floors.begin(), floors.end());
 
+    // The baseline, up beside the cluster (each idles while the other is
+    // measured): run by run, our cells then etcd's, so both see the same
+    // background load.
+    std::unique_ptr<EtcdBaseline> etcd;
+    if (o.baseline == "etcd") {
+      absl::StatusOr<std::unique_ptr<EtcdBaseline>> started =
+          EtcdBaseline::Start(o.etcd_binary, root + "/etcd");
+      if (!started.ok()) return fail(started.status());
+      etcd = std::move(*started);
+    }
     const int64_t max_groups = *std::max_element(o.groups.begin(), o.groups.end());
     const int max_clients = *std::max_element(o.clients.begin(), o.clients.end());
     if (o.preload) {
@@ -322,15 +337,33 @@ int RunTxnBench(const TxnBenchOptions& o) {
           o.advisory_lock ? "advisory locks" : "no advisory locks",
           o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
-      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s\n", "clients", "groups", "txn/s",
-                  "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors");
+      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s %7s", "clients", "groups", "txn/s",
+                  "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors",
+                  "cpu us");
+      if (o.baseline == "etcd") std::printf(" %9s %8s", "etcd put/s", "vs etcd");
+      std::printf("\n");
     }
     std::map<std::pair<int, int64_t>, std::vector<Cell>> results;
-    for (int run = 0; rc == 0 && run < o.runs; ++run)
+    std::map<int, std::vector<EtcdFigures>> etcd_results;
+    for (int run = 0; rc == 0 && run < o.runs; ++run) {
       for (int64_t groups : o.groups)
         for (int clients : o.clients)
           results[{clients, groups}].push_back(
               bench.Measure(clients, groups, o.seed + static_cast<uint64_t>(run)));
+      if (etcd)
+        for (int clients : o.clients)
+          etcd_results[clients].push_back(etcd->Measure(clients, max_groups * kItemsPerGroup,
+                                                        o.value_size, o.seconds,
+                                                        o.seed + static_cast<uint64_t>(run)));
+    }
+    // etcd's median puts/s at `clients`, 0 without the baseline.
+    auto etcd_median = [&](int clients, auto figure) {
+      auto it = etcd_results.find(clients);
+      if (it == etcd_results.end() || it->second.empty()) return 0.0;
+      std::vector<double> v;
+      for (const EtcdFigures& f : it->second) v.push_back(figure(f));
+      return Median(v);
+    };
     for (int64_t groups : o.groups) {
       for (int clients : o.clients) {
         if (rc != 0) break;
@@ -342,6 +375,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double retry = MedianOf(runs, [](const Cell& c) { return c.retries_per_txn; });
         const double fast = MedianOf(runs, [](const Cell& c) { return c.fast_path; });
         const double missed = MedianOf(runs, [](const Cell& c) { return c.lock_missed; });
+        const double cpu_us = MedianOf(runs, [](const Cell& c) { return c.cpu_us; });
         uint64_t errors = 0;
         std::string first_error;
         for (const Cell& c : runs) {
@@ -349,25 +383,71 @@ int RunTxnBench(const TxnBenchOptions& o) {
           if (first_error.empty()) first_error = c.first_error;
         }
         const double ratio = floor_ms > 0 ? p50 / floor_ms : 0;
+        const double etcd_puts =
+            etcd_median(clients, [](const EtcdFigures& f) { return f.puts_per_s; });
+        const double vs_etcd = etcd_puts > 0 ? tput / etcd_puts : 0;
         if (o.json) {
           std::printf(
               "{\"bench\":\"txn\",\"clients\":%d,\"groups\":%lld,\"replicas\":\"%s\",\"at\":\"%s\","
               "\"wan\":\"%s\",\"sync\":%s,\"seconds\":%.2f,\"runs\":%d,\"txn_per_s\":%.1f,"
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
-              "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu}\n",
+              "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu,"
+              "\"cpu_us_per_txn\":%.0f%s}"
+              "\n",
               clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(),
               o.wan.c_str(), o.sync ? "true" : "false", o.seconds, o.runs, tput, p50, p99, floor_ms,
               ratio, conflict, retry, fast, o.advisory_lock ? "true" : "false", missed,
-              o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors));
+              o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors), cpu_us,
+              etcd ? fmt::format(",\"etcd_puts_per_s\":{:.1f},\"ratio_vs_etcd\":{:.3f}", etcd_puts,
+                                 vs_etcd)
+                         .c_str()
+                   : "");
         } else {
-          std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.1f%% %7llu\n", clients,
-                      static_cast<long long>(groups), tput, p50, p99, ratio, 100 * conflict, retry,
-                      100 * fast, static_cast<unsigned long long>(errors));
+          std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.1f%% %7llu %7.0f",
+                      clients, static_cast<long long>(groups), tput, p50, p99, ratio,
+                      100 * conflict, retry, 100 * fast, static_cast<unsigned long long>(errors),
+                      cpu_us);
+          if (etcd) std::printf(" %9.1f %7.2fx", etcd_puts, vs_etcd);
+          std::printf("\n");
         }
         if (o.advisory_lock && !o.json && missed > 0)
           std::printf("        advisory lock missed (went ahead unlocked): %.1f%%\n", 100 * missed);
         if (errors > 0 && !o.json) std::printf("        first error: %s\n", first_error.c_str());
+      }
+    }
+    // The baseline's own figures.
+    for (int clients : o.clients) {
+      if (rc != 0 || !etcd) break;
+      const auto& runs = etcd_results[clients];
+      const double puts = etcd_median(clients, [](const EtcdFigures& f) { return f.puts_per_s; });
+      const double p50 = etcd_median(clients, [](const EtcdFigures& f) { return f.p50_ms; });
+      const double p99 = etcd_median(clients, [](const EtcdFigures& f) { return f.p99_ms; });
+      const double cpu_us =
+          etcd_median(clients, [](const EtcdFigures& f) { return f.cpu_us_per_put; });
+      uint64_t errors = 0;
+      std::string first_error;
+      for (const EtcdFigures& f : runs) {
+        errors += f.errors;
+        if (first_error.empty()) first_error = f.first_error;
+      }
+      if (o.json) {
+        std::printf(
+            "{\"bench\":\"etcd\",\"members\":3,\"clients\":%d,\"value_size\":%lld,"
+            "\"seconds\":%.2f,\"runs\":%d,\"puts_per_s\":%.1f,\"p50_ms\":%.2f,\"p99_ms\":%.2f,"
+            "\"cpu_us_per_put\":%.0f,\"errors\":%llu}\n",
+            clients, static_cast<long long>(o.value_size), o.seconds, o.runs, puts, p50, p99,
+            cpu_us, static_cast<unsigned long long>(errors));
+      } else {
+        if (clients == o.clients.front())
+          std::printf(
+              "etcd (%s), 3 members on loopback, WAL synced on every commit, puts of %lld bytes "
+              "through its JSON gateway:\n",
+              o.etcd_binary.c_str(), static_cast<long long>(o.value_size));
+        std::printf(
+            "%7d clients %9.1f puts/s  p50 %6.1f ms  p99 %6.1f ms  cpu %5.0f us/put  errors %llu\n",
+            clients, puts, p50, p99, cpu_us, static_cast<unsigned long long>(errors));
+        if (errors > 0) std::printf("        first error: %s\n", first_error.c_str());
       }
     }
     std::fflush(stdout);

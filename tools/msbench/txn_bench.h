@@ -24,6 +24,10 @@ struct TxnBenchOptions {
   bool preload = true;                             // commit once in every group before measuring
   bool advisory_lock = false;                      // transactions take their group's advisory lock
   bool encrypted = false;  // the schema is ENCRYPTED: every cell sealed at rest
+  // "etcd": also start three etcd members on loopback and measure their
+  // puts with the same clients and value size, in the same run.
+  std::string baseline;
+  std::string etcd_binary = "/usr/bin/etcd";
   uint64_t seed = 1;
   bool json = false;
   std::string dir;  // data of the three datacenters (default: temp, removed)
