@@ -147,6 +147,10 @@ struct RpcServer::Impl {
   std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0},
       idle_closed{0}, stalled_closed{0}, pauses{0}, tls_failures{0}, calls_refused{0};
   tls::ContextRef tls;  // held while serving over TLS
+  // In-process calls post to `workers` under this lock, and Stop() sets
+  // `stopped` under it before joining them, so none is posted too late.
+  absl::Mutex local_mu;
+  std::vector<std::string> local_addresses;  // where in-process callers find it
 
   void Accept();
   struct ResponderImpl;
@@ -567,6 +571,39 @@ void RpcServer::RegisterInline(std::string method, InlineHandler inline_handler,
   impl_->methods[std::move(method)] = Impl::Method{std::move(handler), std::move(inline_handler)};
 }
 
+namespace rpc_internal {
+
+bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string& request,
+                   CallContext ctx,
+                   const std::function<std::shared_ptr<Responder>()>& make_responder) {
+  absl::MutexLock lock(&server.local_mu);
+  if (server.stopped) return false;  // as TCP would: nobody listens there
+  ++server.calls;
+  std::shared_ptr<Responder> responder = make_responder();
+  auto it = server.methods.find(std::string(method));
+  if (it == server.methods.end()) {
+    responder->Finish(absl::UnimplementedError(StrCat("no method \"", method, "\"")));
+    return true;
+  }
+  if (server.options.authorize) {
+    if (absl::Status s = server.options.authorize(ctx, method, request); !s.ok()) {
+      ++server.calls_refused;
+      responder->Finish(s);
+      return true;
+    }
+  }
+  const RpcServer::Impl::Method* m = &it->second;
+  asio::post(server.workers, [m, ctx = std::move(ctx), request = std::move(request),
+                              responder = std::move(responder)]() mutable {
+    std::shared_ptr<Responder> r = responder;
+    if (m->inline_handler && m->inline_handler(ctx, request, r)) return;
+    m->handler(ctx, request, std::move(responder));
+  });
+  return true;
+}
+
+}  // namespace rpc_internal
+
 absl::Status RpcServer::Start() {
   MS_RETURN_IF_ERROR(ValidateServerLimits(impl_->options.limits));
   if (impl_->options.tls.enabled()) {
@@ -574,6 +611,18 @@ absl::Status RpcServer::Start() {
   }
   MS_RETURN_IF_ERROR(Listen(impl_->acceptor, impl_->options.listen, "RPC"));
   impl_->port = impl_->acceptor.local_endpoint().port();
+  {
+    // In-process callers find it by the address it listens on (and, bound
+    // to every interface, by loopback).
+    std::string host;
+    uint16_t ignored;
+    if (ParseHostPort(impl_->options.listen, &host, &ignored).ok()) {
+      impl_->local_addresses.push_back(StrCat(host, ":", impl_->port.load()));
+      if (host == "0.0.0.0" || host == "::" || host.empty())
+        impl_->local_addresses.push_back(StrCat("127.0.0.1:", impl_->port.load()));
+    }
+    rpc_internal::RegisterLocalServer(impl_->local_addresses, impl_);
+  }
   impl_->work.emplace(impl_->io.get_executor());
   impl_->Accept();
   for (int i = 0; i < std::max(1, impl_->options.io_threads); ++i) {
@@ -584,7 +633,11 @@ absl::Status RpcServer::Start() {
 
 void RpcServer::Stop() {
   Impl* impl = impl_.get();
-  if (impl->stopped.exchange(true)) return;
+  {
+    absl::MutexLock lock(&impl->local_mu);
+    if (impl->stopped.exchange(true)) return;
+  }
+  rpc_internal::UnregisterLocalServer(impl->local_addresses, impl);
   if (!impl->io_threads.empty()) {
     absl::Notification closed;
     asio::post(impl->io, [impl, &closed] {

@@ -170,8 +170,9 @@ class RpcServer : public MethodRegistry {
   int port() const;
   ServerStats stats() const;
 
+  struct Impl;  // opaque (rpc.cc)
+
  private:
-  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 
@@ -226,6 +227,22 @@ class RpcClient : public Channel {
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
+
+// In-process calls. A call whose destination is an RpcServer of this
+// process (its listen host and bound port) skips TCP: the request goes
+// straight to the server's workers (authorized as the process's own
+// certificate's principal, as a TCP call from this process would be) and
+// the answer comes back on a completion thread. Unary calls only; the
+// deadline is kept. RpcTransport uses it unless turned off
+// (SetInProcessCalls(false): every call over TCP, as between processes).
+void SetInProcessCalls(bool enabled);
+bool InProcessCalls();
+// Starts `method` at the in-process server `to` and returns true, or
+// returns false (leaving `request` and `done` untouched) if no running
+// server of this process listens there. `done` runs once, never on the
+// calling thread's stack.
+bool CallInProcess(std::string_view to, std::string_view method, std::string& request,
+                   absl::Duration timeout, std::function<void(absl::StatusOr<std::string>)>& done);
 
 // Splits "host:port"; InvalidArgument naming the problem.
 absl::Status ParseHostPort(std::string_view address, std::string* host, uint16_t* port);

@@ -9,12 +9,15 @@
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "base/rpc/frame.h"
+#include "base/rpc/rpc.h"
 #include "base/rpc/rpc.pb.h"
 #include "base/strings.h"
 
@@ -66,6 +69,18 @@ using SteadyClock = std::chrono::steady_clock;
 inline SteadyClock::duration ToSteady(absl::Duration d) {
   return std::chrono::microseconds(absl::ToInt64Microseconds(d));
 }
+
+// In-process calls (in_process.cc): the servers of this process by the
+// addresses they listen on, and a call handed straight to one. DispatchLocal
+// returns false, without calling `make_responder`, if the server has
+// stopped; otherwise the call is answered through the responder it makes.
+void RegisterLocalServer(const std::vector<std::string>& addresses,
+                         const std::shared_ptr<RpcServer::Impl>& server);
+void UnregisterLocalServer(const std::vector<std::string>& addresses,
+                           const RpcServer::Impl* server);
+bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string& request,
+                   CallContext ctx,
+                   const std::function<std::shared_ptr<Responder>()>& make_responder);
 
 }  // namespace rpc_internal
 

@@ -17,6 +17,7 @@
 #include "base/coding.h"
 #include "base/random.h"
 #include "base/rpc/rpc.pb.h"
+#include "base/rpc/rpc_transport.h"
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -293,6 +294,44 @@ TEST_F(RpcTest, InlineHandlersAnswerOrDeclineToAWorker) {
   EXPECT_EQ(*c->Call("maybe", "inline", absl::Seconds(10)), "answered inline");
   EXPECT_EQ(*c->Call("maybe", "other", absl::Seconds(10)), "answered by a worker");
   EXPECT_EQ(inline_calls_.load(), 1);
+}
+
+// Through RpcTransport, a server of this process is called without TCP:
+// the same answers, statuses, deadlines and inline handlers; a stopped
+// server is unreachable as over TCP; turned off, calls go over TCP.
+TEST_F(RpcTest, CallsToAServerOfThisProcessSkipTcpWithTheSameAnswers) {
+  ASSERT_TRUE(InProcessCalls());
+  RpcTransport transport;
+  auto call = [&](const std::string& method, const std::string& request,
+                  absl::Duration timeout = absl::Seconds(5)) {
+    absl::StatusOr<std::string> result;
+    absl::Notification done;
+    transport.Call(address_, method, request, timeout, [&](absl::StatusOr<std::string> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return result;
+  };
+  const uint64_t tcp_before = server_->stats().connections_accepted;
+  EXPECT_EQ(*call("echo", std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(call("fail", "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(call("nope", "").status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(*call("maybe", "inline"), "answered inline");
+  EXPECT_EQ(*call("maybe", "other"), "answered by a worker");
+  absl::StatusOr<std::string> slow = call("slow", "", absl::Milliseconds(50));
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded) << slow.status();
+  EXPECT_EQ(server_->stats().connections_accepted, tcp_before) << "no TCP connection was made";
+
+  SetInProcessCalls(false);
+  EXPECT_EQ(*call("echo", "over tcp"), "over tcp");
+  SetInProcessCalls(true);
+  EXPECT_GT(server_->stats().connections_accepted, tcp_before);
+
+  release_.Notify();
+  server_->Stop();
+  absl::StatusOr<std::string> gone = call("echo", "x");
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
 }
 
 TEST_F(RpcTest, ManyOutstandingAsyncCallsCompleteWithTheirOwnResults) {

@@ -27,8 +27,11 @@ void RpcTransport::Call(std::string_view to, std::string_view method, std::strin
                         absl::Duration timeout, ReplyCallback done) {
   // RpcClient takes a copyable callback.
   auto shared = std::make_shared<ReplyCallback>(std::move(done));
-  ClientFor(to)->CallAsync(method, std::move(request), timeout,
-                           [shared](absl::StatusOr<std::string> r) { (*shared)(std::move(r)); });
+  std::function<void(absl::StatusOr<std::string>)> reply = [shared](absl::StatusOr<std::string> r) {
+    (*shared)(std::move(r));
+  };
+  if (InProcessCalls() && CallInProcess(to, method, request, timeout, reply)) return;
+  ClientFor(to)->CallAsync(method, std::move(request), timeout, std::move(reply));
 }
 
 void Serve(RpcServer& server, std::string method, megastore::Handler handler) {
