@@ -165,9 +165,13 @@ void LogReplica::ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sea
     if (!s.ok()) return done(s);
     ApplyLoop(group, std::move(sealing), std::move(done), std::make_pair(pos, std::move(value)));
   };
+  // The learned value and the top are lazy writes: the value was chosen
+  // (a majority holds it durably accepted), so losing them in a crash loses
+  // only what catch-up learns again; and the applied record written after
+  // them, durably, makes them durable too (one commit log).
   if (pos == 1 || pos <= known_elsewhere + 1) {
-    return bigtable_->MutateRow(group.table(), group.root(), std::move(learn),
-                                storage::kServerTimestamp, std::move(then));
+    return bigtable_->MutateRowLazily(group.table(), group.root(), std::move(learn),
+                                      storage::kServerTimestamp, std::move(then));
   }
   // Recorded only if the top here is at least the previous position (the
   // top's ordered encoding compares as its number does).
@@ -175,7 +179,7 @@ void LogReplica::ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sea
   std::string previous;
   AppendOrderedUint64(&previous, pos - 1);
   top_reaches_previous.value_range = storage::ByteRange{previous, std::nullopt, false};
-  bigtable_->CheckAndMutateRow(
+  bigtable_->CheckAndMutateRowLazily(
       group.table(), group.root(), std::move(top_reaches_previous), std::move(learn), {},
       [this, group, pos, then = std::move(then)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return then(matched.status());
@@ -221,7 +225,9 @@ struct EntryWriter {
         self->Finish(mutations.status());
         continue;
       }
-      self->bigtable->MutateRow(
+      // Lazy: the applied record, written durably once every row is in,
+      // makes them durable (BigtableClient::MutateRowLazily).
+      self->bigtable->MutateRowLazily(
           own ? self->table : change.table(),
           own && cipher != nullptr ? cipher->StoredRow(change.row()) : change.row(),
           std::move(*mutations), self->entry.timestamp(),

@@ -41,6 +41,25 @@ class BigtableClient {
   virtual void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
                                  std::vector<Mutation> if_true, std::vector<Mutation> if_false,
                                  Callback<absl::StatusOr<bool>> done) = 0;
+
+  // Lazy writes: as MutateRow / CheckAndMutateRow, but the write need not
+  // be durable when `done` runs — it becomes durable no later than the
+  // next durable write made through this client. For writes whose
+  // durability a later write implies (an entry's data before the record
+  // that says it was applied). Where that cannot be promised (several
+  // commit logs behind the client, a remote server), they are durable
+  // writes: the default.
+  virtual void MutateRowLazily(std::string table, std::string row, std::vector<Mutation> mutations,
+                               int64_t timestamp, Callback<absl::Status> done) {
+    MutateRow(std::move(table), std::move(row), std::move(mutations), timestamp, std::move(done));
+  }
+  virtual void CheckAndMutateRowLazily(std::string table, std::string row, RowFilter predicate,
+                                       std::vector<Mutation> if_true,
+                                       std::vector<Mutation> if_false,
+                                       Callback<absl::StatusOr<bool>> done) {
+    CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate), std::move(if_true),
+                      std::move(if_false), std::move(done));
+  }
 };
 
 }  // namespace megastore::storage

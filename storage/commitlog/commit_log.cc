@@ -76,7 +76,11 @@ CommitLog::~CommitLog() {
   }
   // The writer drains what is queued first: no accepted record is dropped.
   if (writer_.joinable()) writer_.join();
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    if (unsynced_ && options_.sync)
+      (void)::fdatasync(fd_);  // lazy records: durable at a clean close
+    ::close(fd_);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOptions& options) {
@@ -256,7 +260,18 @@ absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
       return s;
     }
   }
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    // Lazy records in the segment being closed: the next sync, in the new
+    // segment, would not cover them.
+    if (unsynced_ && options_.sync && ::fdatasync(fd_) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InternalError(StrCat("fdatasync commit log segment before LSN ", first_lsn, " ",
+                                        options_.dir, ": ", std::strerror(err)));
+    }
+    ::close(fd_);
+  }
+  unsynced_ = false;
   fd_ = fd;
   segment_size_ = 0;
   absl::MutexLock lock(&mu_);
@@ -273,7 +288,8 @@ thread_local const void* inline_writer = nullptr;
 }  // namespace
 
 absl::StatusOr<uint64_t> CommitLog::AppendAsync(std::string_view tablet_id,
-                                                std::string_view payload, AppendCallback done) {
+                                                std::string_view payload, AppendCallback done,
+                                                bool durable) {
   uint64_t lsn;
   {
     absl::MutexLock lock(&mu_);
@@ -283,7 +299,7 @@ absl::StatusOr<uint64_t> CommitLog::AppendAsync(std::string_view tablet_id,
     if (pending_.empty()) pending_first_lsn_ = lsn;
     AppendRecord(&pending_, lsn, tablet_id, payload);
     ++pending_records_;
-    pending_callbacks_.emplace_back(lsn, std::move(done));
+    pending_callbacks_.push_back(PendingCallback{lsn, std::move(done), durable});
   }
   if (options_.inline_writes && inline_writer != this) WriteInline();
   return lsn;
@@ -311,15 +327,18 @@ void CommitLog::WriteInline() {
   inline_writer = outer;
 }
 
-absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::string_view payload) {
+absl::StatusOr<uint64_t> CommitLog::Append(std::string_view tablet_id, std::string_view payload,
+                                           bool durable) {
   absl::Status result;
-  absl::Notification durable;
-  MS_ASSIGN_OR_RETURN(const uint64_t lsn,
-                      AppendAsync(tablet_id, payload, [&](absl::Status s, uint64_t) {
-                        result = std::move(s);
-                        durable.Notify();
-                      }));
-  durable.WaitForNotification();
+  absl::Notification done;
+  MS_ASSIGN_OR_RETURN(const uint64_t lsn, AppendAsync(
+                                              tablet_id, payload,
+                                              [&](absl::Status s, uint64_t) {
+                                                result = std::move(s);
+                                                done.Notify();
+                                              },
+                                              durable));
+  done.WaitForNotification();
   if (!result.ok()) return result;
   return lsn;
 }
@@ -350,7 +369,7 @@ void CommitLog::WriterLoop() {
 
 CommitLog::GroupResult CommitLog::WritePending() {
   std::string group;
-  std::vector<std::pair<uint64_t, AppendCallback>> callbacks;
+  std::vector<PendingCallback> callbacks;
   uint64_t first;
   size_t records;  // in the group: its appends' and stand-ins for earlier ones
   absl::Status status;
@@ -369,6 +388,21 @@ CommitLog::GroupResult CommitLog::WritePending() {
   if (status.ok() && segment_size_ >= options_.segment_bytes) status = StartSegment(first);
   if (status.ok()) status = WriteGroup(group, first);
   const bool no_space = absl::IsResourceExhausted(status);
+  // A group of lazy records only is not synced. Otherwise the lazy ones
+  // ahead of the first durable record are done once written; the rest
+  // wait for the sync (callbacks stay in LSN order). Stand-ins for earlier
+  // appends (records without a callback) are always synced.
+  bool sync = records > callbacks.size();
+  for (const PendingCallback& c : callbacks) sync = sync || c.durable;
+  size_t ran = 0;
+  if (status.ok() && sync) {
+    for (; ran < callbacks.size() && !callbacks[ran].durable; ++ran)
+      callbacks[ran].done(absl::OkStatus(), callbacks[ran].lsn);
+    status = SyncGroup(first);
+    if (status.ok()) unsynced_ = false;
+  } else if (status.ok()) {
+    unsynced_ = true;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (no_space) {
@@ -386,7 +420,7 @@ CommitLog::GroupResult CommitLog::WritePending() {
       const uint64_t appended = callbacks.size();
       stats_.records += appended;
       stats_.bytes += group.size();
-      ++stats_.syncs;
+      if (sync) ++stats_.syncs;
       stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
       size_t bucket = 0;
       while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
@@ -398,7 +432,7 @@ CommitLog::GroupResult CommitLog::WritePending() {
     }
   }
   // Only the callbacks of real records: stand-ins have none.
-  for (auto& [lsn, done] : callbacks) done(status, lsn);
+  for (size_t i = ran; i < callbacks.size(); ++i) callbacks[i].done(status, callbacks[i].lsn);
   if (no_space) return GroupResult::kNoSpace;
   return status.ok() ? GroupResult::kWritten : GroupResult::kFailed;
 }
@@ -424,6 +458,10 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
     done += static_cast<size_t>(n);
   }
   segment_size_ += data.size();
+  return absl::OkStatus();
+}
+
+absl::Status CommitLog::SyncGroup(uint64_t first_lsn) {
   if (options_.sync && ::fdatasync(fd_) != 0) {
     // Whatever errno says, ENOSPC included: after a failed sync the state
     // of the written data is unknown, so it is never retried.

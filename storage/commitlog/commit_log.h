@@ -74,7 +74,7 @@ struct LogGap {
 struct CommitLogStats {
   uint64_t records = 0;
   uint64_t bytes = 0;
-  uint64_t syncs = 0;              // write+fdatasync rounds (group commits)
+  uint64_t syncs = 0;  // groups written and synced (a group of lazy records only is not)
   uint64_t max_batch_records = 0;  // largest group commit so far
   // Group commits by number of records: [1], [2,3], [4,7], ... [2^15, inf).
   std::vector<uint64_t> batch_histogram = std::vector<uint64_t>(16, 0);
@@ -103,12 +103,22 @@ class CommitLog {
   // space returns. After any other failed write, or a failed sync, every
   // later append fails too (the log's state on disk is unknown); the server
   // must restart and recover.
+  //
+  // `durable` false: the record need not be synced on its own account —
+  // `done` runs once it is written (in the OS's cache), and it becomes
+  // durable with the next sync, which every later durable record brings
+  // (the log is one sequence: a durable record makes every earlier one
+  // durable). For a write whose durability a later durable write implies.
+  // Callbacks still run in LSN order: a lazy record queued behind a durable
+  // one waits for that one's sync.
   absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view payload,
-                                       AppendCallback done);
+                                       AppendCallback done, bool durable = true);
 
-  // Appends one record and waits until it is durable. Returns its LSN. Not
-  // to be called from an AppendCallback.
-  absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view payload);
+  // Appends one record and waits until it is durable (or, with `durable`
+  // false, written; see AppendAsync). Returns its LSN. Not to be called
+  // from an AppendCallback.
+  absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view payload,
+                                  bool durable = true);
 
   // Calls `fn` for every record with LSN > after_lsn, in LSN order, reading
   // the segments on disk. Stops at the first error `fn` returns. DataLoss if
@@ -150,8 +160,10 @@ class CommitLog {
   // Creates the segment that appends go to next. Only WritePending (or
   // Open) calls it; takes mu_ briefly.
   absl::Status StartSegment(uint64_t first_lsn) ABSL_LOCKS_EXCLUDED(mu_);
-  // Writes and syncs one group of records; only WritePending calls it.
+  // Writes one group of records; only WritePending calls it.
   absl::Status WriteGroup(const std::string& data, uint64_t first_lsn);
+  // Makes everything written so far durable (fdatasync, if options.sync).
+  absl::Status SyncGroup(uint64_t first_lsn);
   enum class GroupResult { kNothing, kWritten, kFailed, kNoSpace };
   // Takes everything pending as one group, writes and syncs it, and runs
   // its callbacks. Called with write_mu_ held: by the writer thread, or by
@@ -163,6 +175,9 @@ class CommitLog {
   // The writer thread: writes pending groups until stopping_ and drained.
   void WriterLoop();
 
+  // Lazy records were written to the current segment since its last sync:
+  // synced before the segment is closed (only the writer touches it).
+  bool unsynced_ = false;
   const CommitLogOptions options_;
   std::vector<LogGap> gaps_;  // fixed after Open
   std::string recovery_note_;
@@ -177,7 +192,12 @@ class CommitLog {
   size_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;  // records in pending_
   bool no_space_ ABSL_GUARDED_BY(mu_) = false;       // the last group was refused for a full disk
   // The callbacks of the pending records, in LSN order.
-  std::vector<std::pair<uint64_t, AppendCallback>> pending_callbacks_ ABSL_GUARDED_BY(mu_);
+  struct PendingCallback {
+    uint64_t lsn;
+    AppendCallback done;
+    bool durable;
+  };
+  std::vector<PendingCallback> pending_callbacks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);

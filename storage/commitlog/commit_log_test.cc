@@ -159,6 +159,44 @@ TEST_F(CommitLogTest, AsyncCallbackRunsOnlyOnceItsRecordIsDurable) {
   EXPECT_EQ(ReplayAll(*log).size(), 1u);
 }
 
+// A lazy record is done once written, without a sync of its own; a
+// durable record after it syncs both; callbacks stay in LSN order.
+TEST_F(CommitLogTest, LazyRecordsAreNotSyncedOnTheirOwnAndKeepLsnOrder) {
+  auto log = Open();
+  ASSERT_TRUE(log->Append("t", "lazy alone", /*durable=*/false).ok());
+  EXPECT_EQ(log->stats().syncs, 0u) << "a group of lazy records only is not synced";
+  EXPECT_EQ(log->stats().records, 1u);
+  ASSERT_TRUE(log->Append("t", "durable").ok());
+  EXPECT_EQ(log->stats().syncs, 1u);
+
+  // Queued together: lazy, durable, lazy. Called back 1, 2, 3.
+  std::mutex mu;
+  std::vector<uint64_t> called;
+  absl::Notification all;
+  auto record = [&](absl::Status s, uint64_t lsn) {
+    EXPECT_TRUE(s.ok()) << s;
+    std::lock_guard<std::mutex> lock(mu);
+    called.push_back(lsn);
+    if (called.size() == 300) all.Notify();
+  };
+  std::vector<uint64_t> lsns;
+  for (int i = 0; i < 100; ++i) {
+    for (bool durable : {false, true, false}) {
+      auto lsn = log->AppendAsync("t", durable ? "d" : "l", record, durable);
+      ASSERT_TRUE(lsn.ok()) << lsn.status();
+      lsns.push_back(*lsn);
+    }
+  }
+  all.WaitForNotification();
+  EXPECT_EQ(called, lsns);
+  const uint64_t syncs = log->stats().syncs;
+  EXPECT_GE(syncs, 2u);
+  EXPECT_LE(syncs, 101u) << "one sync per group at most";
+  log.reset();
+  log = Open();
+  EXPECT_EQ(ReplayAll(*log).size(), 302u) << "lazy records are in the log like the others";
+}
+
 TEST_F(CommitLogTest, ConcurrentAppendsShareSyncs) {
   auto log = Open();
   std::vector<std::thread> threads;

@@ -115,6 +115,9 @@ class Tablet {
     std::vector<Mutation> mutations;
     int64_t timestamp = kServerTimestamp;
     WriteCallback done;
+    // false: a lazy write (CommitLog::AppendAsync): `done` once it is
+    // logged and applied, durable with the log's next sync.
+    bool durable = true;
   };
 
   // MutateRow without waiting for the commit log. If the write is refused
@@ -139,9 +142,11 @@ class Tablet {
   // Reads the latest data of `row` through `predicate`; if it yields any
   // cell, applies `true_mutations`, else `false_mutations`. Returns whether
   // the predicate matched. Atomic with respect to every other write.
+  // `durable` false: the mutations are a lazy write (RowWrite::durable).
   absl::StatusOr<bool> CheckAndMutateRow(std::string_view row, const RowFilter& predicate,
                                          absl::Span<const Mutation> true_mutations,
-                                         absl::Span<const Mutation> false_mutations);
+                                         absl::Span<const Mutation> false_mutations,
+                                         bool durable = true);
 
   // Applies the rules in order to the latest cells of their columns and
   // writes the results as new cells (timestamp: the server's clock, or just
@@ -284,7 +289,8 @@ class Tablet {
   // row's stripe lock, and no asynchronous write of the stripe in flight
   // (AwaitStripeIdle).
   absl::Status ApplyLocked(const View& view, std::string_view row,
-                           absl::Span<const Mutation> mutations, int64_t timestamp, size_t stripe);
+                           absl::Span<const Mutation> mutations, int64_t timestamp, size_t stripe,
+                           bool durable = true);
   // Applies without logging; `redo` is stored with the batch if given. No
   // other write of `row` may run concurrently: the caller holds the row's
   // stripe lock, or is the log's thread applying records in LSN order.

@@ -21,11 +21,14 @@ class TabletLog {
   // (LSN) without waiting; `done` runs later as described above. An error
   // returned here means the record was not queued and `done` never runs.
   // Thread-safe.
+  // `durable` false: a lazy record, done once written and durable with
+  // the log's next sync (commitlog::CommitLog::AppendAsync).
   virtual absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view record,
-                                               Callback done) = 0;
-  // Durably appends `record`; returns its LSN. Blocks until it is durable;
-  // never call it from a Callback.
-  virtual absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record) = 0;
+                                               Callback done, bool durable = true) = 0;
+  // Durably appends `record` (or lazily, as above); returns its LSN. Blocks
+  // until it is durable (written); never call it from a Callback.
+  virtual absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record,
+                                          bool durable = true) = 0;
   // The highest LSN handed out so far.
   virtual uint64_t last_lsn() const = 0;
 };

@@ -189,7 +189,8 @@ absl::Status Tablet::MutateRowAsync(std::unique_ptr<RowWrite>& write, bool may_b
   pending->write = std::move(write);
   absl::StatusOr<uint64_t> lsn = options_.log->AppendAsync(
       options_.log_id, record,
-      [this, p = pending.get()](absl::Status s, uint64_t) { FinishAsyncWrite(p, std::move(s)); });
+      [this, p = pending.get()](absl::Status s, uint64_t) { FinishAsyncWrite(p, std::move(s)); },
+      pending->write->durable);
   if (!lsn.ok()) {
     write = std::move(pending->write);  // the caller keeps it
     absl::MutexLock lock(&redo_mu_);
@@ -237,7 +238,7 @@ void Tablet::AwaitStripeIdle(size_t stripe) {
 
 absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
                                  absl::Span<const Mutation> mutations, int64_t timestamp,
-                                 size_t stripe) {
+                                 size_t stripe, bool durable) {
   const int64_t now = timestamp >= 0 ? timestamp : env_->NowMicros();
   if (options_.log == nullptr) return WriteRow(view, row, mutations, now, stripe, std::nullopt);
 
@@ -257,7 +258,7 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
   };
   std::string record;
   EncodeLogRecord(&record, row, now, mutations);
-  absl::StatusOr<uint64_t> lsn = options_.log->Append(options_.log_id, record);
+  absl::StatusOr<uint64_t> lsn = options_.log->Append(options_.log_id, record, durable);
   if (!lsn.ok()) {
     done();
     return lsn.status();
@@ -380,7 +381,8 @@ absl::StatusOr<uint64_t> Tablet::AssignSequence(size_t n) {
 
 absl::StatusOr<bool> Tablet::CheckAndMutateRow(std::string_view row, const RowFilter& predicate,
                                                absl::Span<const Mutation> true_mutations,
-                                               absl::Span<const Mutation> false_mutations) {
+                                               absl::Span<const Mutation> false_mutations,
+                                               bool durable) {
   const auto v = view();
   MS_RETURN_IF_ERROR(ValidateRow(row));
   MS_RETURN_IF_ERROR(ValidateFilter(predicate, *v->schema));
@@ -397,7 +399,7 @@ absl::StatusOr<bool> Tablet::CheckAndMutateRow(std::string_view row, const RowFi
   const bool matched = current.has_value();
   const auto& chosen = matched ? true_mutations : false_mutations;
   if (!chosen.empty()) {
-    MS_RETURN_IF_ERROR(ApplyLocked(*v, row, chosen, kServerTimestamp, stripe));
+    MS_RETURN_IF_ERROR(ApplyLocked(*v, row, chosen, kServerTimestamp, stripe, durable));
   }
   return matched;
 }

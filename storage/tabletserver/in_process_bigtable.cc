@@ -35,4 +35,17 @@ void InProcessBigtable::CheckAndMutateRow(std::string table, std::string row, Ro
   done(server_->CheckAndMutateRow(table, row, predicate, if_true, if_false));
 }
 
+void InProcessBigtable::MutateRowLazily(std::string table, std::string row,
+                                        std::vector<Mutation> mutations, int64_t timestamp,
+                                        Callback<absl::Status> done) {
+  done(server_->MutateRow(table, row, mutations, timestamp, /*durable=*/false));
+}
+
+void InProcessBigtable::CheckAndMutateRowLazily(std::string table, std::string row,
+                                                RowFilter predicate, std::vector<Mutation> if_true,
+                                                std::vector<Mutation> if_false,
+                                                Callback<absl::StatusOr<bool>> done) {
+  done(server_->CheckAndMutateRow(table, row, predicate, if_true, if_false, /*durable=*/false));
+}
+
 }  // namespace megastore::storage

@@ -24,6 +24,13 @@ class InProcessBigtable : public BigtableClient {
   void CheckAndMutateRow(std::string table, std::string row, RowFilter predicate,
                          std::vector<Mutation> if_true, std::vector<Mutation> if_false,
                          Callback<absl::StatusOr<bool>> done) override;
+  // Lazy: every tablet of the server shares its one commit log, so a later
+  // durable write's sync covers these.
+  void MutateRowLazily(std::string table, std::string row, std::vector<Mutation> mutations,
+                       int64_t timestamp, Callback<absl::Status> done) override;
+  void CheckAndMutateRowLazily(std::string table, std::string row, RowFilter predicate,
+                               std::vector<Mutation> if_true, std::vector<Mutation> if_false,
+                               Callback<absl::StatusOr<bool>> done) override;
 
  private:
   TabletServer* const server_;

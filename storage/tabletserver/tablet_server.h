@@ -181,9 +181,10 @@ class TabletServer {
   // ---- data -------------------------------------------------------------------------
   // As the Tablet methods of the same names; NotFound for an unknown table,
   // Unavailable for a row whose tablet is not loaded.
+  // `durable` false: a lazy write (Tablet::RowWrite::durable).
   absl::Status MutateRow(std::string_view table, std::string_view row,
-                         absl::Span<const Mutation> mutations,
-                         int64_t timestamp = kServerTimestamp);
+                         absl::Span<const Mutation> mutations, int64_t timestamp = kServerTimestamp,
+                         bool durable = true);
   std::vector<absl::Status> MutateRows(std::string_view table,
                                        absl::Span<const RowMutations> entries);
   // Asynchronous forms (see Tablet::MutateRowAsync): `write->done` runs on
@@ -201,7 +202,8 @@ class TabletServer {
   absl::StatusOr<bool> CheckAndMutateRow(std::string_view table, std::string_view row,
                                          const RowFilter& predicate,
                                          absl::Span<const Mutation> true_mutations,
-                                         absl::Span<const Mutation> false_mutations);
+                                         absl::Span<const Mutation> false_mutations,
+                                         bool durable = true);
   absl::StatusOr<Row> ReadModifyWriteRow(std::string_view table, std::string_view row,
                                          absl::Span<const ReadModifyWriteRule> rules);
   absl::StatusOr<std::optional<Row>> ReadRow(std::string_view table, std::string_view row,

@@ -97,7 +97,8 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
 }
 
 absl::Status TabletServer::MutateRow(std::string_view table, std::string_view row,
-                                     absl::Span<const Mutation> mutations, int64_t timestamp) {
+                                     absl::Span<const Mutation> mutations, int64_t timestamp,
+                                     bool durable) {
   // The asynchronous path, waited for: one routing-and-retry loop for both.
   absl::Status result;
   absl::Notification finished;
@@ -105,6 +106,7 @@ absl::Status TabletServer::MutateRow(std::string_view table, std::string_view ro
   write->row.assign(row);
   write->mutations.assign(mutations.begin(), mutations.end());
   write->timestamp = timestamp;
+  write->durable = durable;
   write->done = [&](absl::Status s) {
     result = std::move(s);
     finished.Notify();
@@ -189,11 +191,12 @@ std::vector<absl::Status> TabletServer::MutateRows(std::string_view table,
 absl::StatusOr<bool> TabletServer::CheckAndMutateRow(std::string_view table, std::string_view row,
                                                      const RowFilter& predicate,
                                                      absl::Span<const Mutation> true_mutations,
-                                                     absl::Span<const Mutation> false_mutations) {
+                                                     absl::Span<const Mutation> false_mutations,
+                                                     bool durable) {
   if (kTabletCheckAndMutateFails.Fire())
     return absl::UnavailableError("injected fault: the check-and-mutate was not made");
   return WithTablet(table, row, [&](Tablet* t) {
-    return t->CheckAndMutateRow(row, predicate, true_mutations, false_mutations);
+    return t->CheckAndMutateRow(row, predicate, true_mutations, false_mutations, durable);
   });
 }
 

@@ -21,11 +21,12 @@ class TabletServer::LogAdapter : public TabletLog {
  public:
   explicit LogAdapter(commitlog::CommitLog* log) : log_(log) {}
   absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view record,
-                                       Callback done) override {
-    return log_->AppendAsync(tablet_id, record, std::move(done));
+                                       Callback done, bool durable) override {
+    return log_->AppendAsync(tablet_id, record, std::move(done), durable);
   }
-  absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record) override {
-    return log_->Append(tablet_id, record);
+  absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view record,
+                                  bool durable) override {
+    return log_->Append(tablet_id, record, durable);
   }
   uint64_t last_lsn() const override { return log_->last_lsn(); }
 
