@@ -51,12 +51,6 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
           stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         }
         group_counts_.Add(group.root(), ours ? 0 : 1);
-        if (!chosen->learned) {
-          // Complete invalidates the coordinator of each full replica that missed it.
-          for (int i = 0; i < static_cast<int>(options_.replicas.size()); ++i)
-            if (options_.replicas[i].type == ReplicaType::kFull && !chosen->accepted_by.count(i))
-              stats_.invalidations.fetch_add(1, std::memory_order_relaxed);
-        }
         // The write is acknowledged once visible and applied here (so this
         // app server's next read needs no catch-up); the other replicas
         // apply behind.

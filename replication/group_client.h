@@ -136,11 +136,14 @@ class GroupClient {
     uint64_t locks_granted = 0;      // advisory locks taken
     uint64_t locks_missed = 0;       // advisory lock requests that went ahead without it
     uint64_t catchups = 0;           // catch-ups of a replica (reads that found it behind, sweeps)
-    uint64_t invalidations = 0;      // coordinators invalidated after a commit they missed
+    uint64_t invalidations = 0;      // invalidations sent to the coordinator of a replica
+                                     // whose accept did not come in time
     uint64_t snapshot_catchups = 0;  // catch-ups that copied another replica's data (the
                                      // positions needed were cleaned up everywhere)
   };
   Stats stats() const;
+  // Counts an invalidation sent (the write steps, replication/write_invalidate.cc).
+  void NoteInvalidation() { stats_.invalidations.fetch_add(1, std::memory_order_relaxed); }
   // Latency of successful commits and of current-level ReadPositions.
   const LatencyHistogram& commit_latency() const { return commit_latency_; }
   const LatencyHistogram& read_latency() const { return read_latency_; }

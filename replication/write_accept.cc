@@ -42,6 +42,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       out = proposer_.Start().TakeMessages();  // a proposer persists nothing
       round = ++round_;
       round_started_ = c_->env()->MonotonicMicros();
+      if (started_ == 0) started_ = round_started_;
       fast = proposer_.state() == paxos::Proposer::State::kFastAccept;
     }
     // A leader that does not answer soon is given up on sooner than a round.
@@ -130,9 +131,11 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     paxos::Ready ready;
     bool retry = false;
     absl::Duration round_took;
+    int64_t started;
     {
       absl::MutexLock lock(&mu_);
       answered_ = true;
+      started = started_;
       // After a failure was reported nothing more is sent; after the
       // decision, the proposer still reports late accepts.
       if (finished_ && !proposer_.chosen()) return;
@@ -151,6 +154,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       chosen.value = report.decided->value;
       chosen.learned = report.decided->learned;
       chosen.fast = report.decided->fast;
+      chosen.took = absl::Microseconds(c_->env()->MonotonicMicros() - started);
       for (paxos::AcceptorId a : report.decided->accepted_by)
         chosen.accepted_by.insert(c_->voters()[a]);
       return Finish(std::move(chosen));
@@ -246,6 +250,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   paxos::Proposer proposer_ ABSL_GUARDED_BY(mu_);
   uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t round_started_ ABSL_GUARDED_BY(mu_) = 0;  // Env monotonic micros
+  int64_t started_ ABSL_GUARDED_BY(mu_) = 0;        // the first round's start
   uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);  // acceptors that refused the position as too far

@@ -1,5 +1,6 @@
 // Step 4 of a write (write_steps.h): invalidate the coordinators of the full
 // replicas that missed the chosen value, the write's visibility point.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -105,10 +106,21 @@ void MakeVisible(GroupClient* c, const GroupRef& group, uint64_t position, const
       slot(std::move(r));
     };
     chosen.late->OnAccept(to_invalidate[i], [settle]() mutable { settle(true); });
-    InvalidateOne(c, group, position, to_invalidate[i], deadline, [settle](absl::Status s) mutable {
-      if (s.ok()) return settle(true);
-      settle(s);
-    });
+    const int r = to_invalidate[i];
+    auto invalidate = [c, group, position, r, deadline, once, settle]() mutable {
+      {
+        absl::MutexLock lock(&once->mu);
+        if (!once->slot) return;  // its accept came first
+      }
+      c->NoteInvalidation();
+      InvalidateOne(c, group, position, r, deadline, [settle](absl::Status s) mutable {
+        if (s.ok()) return settle(true);
+        settle(s);
+      });
+    };
+    const absl::Duration grace =
+        std::clamp(2 * chosen.took, absl::Milliseconds(1), c->options().rpc_timeout);
+    Later(c, Capped(c, deadline, grace), std::move(invalidate));
   }
   gather->FinishIfEmpty();
 }

@@ -64,6 +64,7 @@ struct Chosen {
   std::set<int> accepted_by;  // replica indices; empty if `learned`
   bool learned = false;       // a replica already knew the value
   bool fast = false;          // chosen by the leader's ballot-0 accept (no prepare)
+  absl::Duration took = absl::ZeroDuration();  // from the first proposal to the choice
   std::shared_ptr<LateAccepts> late = std::make_shared<LateAccepts>();
 };
 
@@ -79,9 +80,13 @@ void DecidePosition(GroupClient* c, GroupRef group, uint64_t position, std::stri
 // Step 4: makes the value chosen at `position` safe to read: invalidates
 // the coordinator of every full replica that did not accept it (unless it
 // was learned from a replica, whose copy is only ever written after this
-// step). Each invalidation races that replica's own late accept; either
-// settles it. OK once every such replica is settled; an error if one could
-// not be by `deadline`.
+// step). Each such replica's own late accept settles it as well: the
+// invalidation is sent only if that accept has not come within twice the
+// time the choice took (at least 1 ms, at most the RPC timeout) — the write
+// waits for one or the other anyway, and an accept that comes spares the
+// coordinator an invalidation and its next reader a majority read. OK once
+// every such replica is settled; an error if one could not be by
+// `deadline`.
 void MakeVisible(GroupClient* c, const GroupRef& group, uint64_t position, const Chosen& chosen,
                  int64_t deadline, absl::AnyInvocable<void(absl::Status)> done);
 
