@@ -119,6 +119,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   x->add_flag("--sync,!--no-sync", txn.sync,
               "fsync each tablet server's commit log on every write");
+  x->add_flag("--tcp", txn.tcp,
+              "every call over loopback TCP, as between processes (default: calls between the "
+              "datacenters in this process skip TCP)");
   x->add_flag("--preload,!--no-preload", txn.preload,
               "commit once in every group before measuring (so each group has a leader)");
   x->add_flag("--encrypted", txn.encrypted,

@@ -58,6 +58,8 @@ struct Cell {
   double fast_path = 0;           // commits chosen by the leader's ballot-0 accept
   double lock_missed = 0;         // advisory lock requests that went ahead without the lock
   double cpu_us = 0;  // this process's CPU time (cluster and clients) per committed transaction
+  double invalidations = 0;  // coordinator invalidations sent per commit
+  double catchups = 0;       // catch-ups (reads that found their replica behind) per transaction
   uint64_t committed = 0;
   uint64_t errors = 0;  // transactions that failed (Unavailable, gave up, ...)
   std::string first_error;
@@ -180,12 +182,15 @@ class Bench {
     cell.p50_ms = Percentile(all, 0.50);
     cell.p99_ms = Percentile(all, 0.99);
     uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
+    uint64_t invalidations = 0, catchups = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
       const auto now = servers_[i]->db->context().client->stats();
       commits += now.commits - before[i].commits;
       fast += now.fast_path - before[i].fast_path;
       conflicts += now.conflicts - before[i].conflicts;
       locked += now.locks_granted - before[i].locks_granted;
+      invalidations += now.invalidations - before[i].invalidations;
+      catchups += now.catchups - before[i].catchups;
       unlocked += now.locks_missed - before[i].locks_missed;
       retries += servers_[i]->db->retries();
     }
@@ -194,6 +199,10 @@ class Bench {
       cell.conflict_rate =
           static_cast<double>(conflicts) / static_cast<double>(commits + conflicts);
     if (commits > 0) cell.fast_path = static_cast<double>(fast) / static_cast<double>(commits);
+    if (commits > 0)
+      cell.invalidations = static_cast<double>(invalidations) / static_cast<double>(commits);
+    if (cell.committed > 0)
+      cell.catchups = static_cast<double>(catchups) / static_cast<double>(cell.committed);
     if (locked + unlocked > 0)
       cell.lock_missed = static_cast<double>(unlocked) / static_cast<double>(locked + unlocked);
     if (cell.committed > 0)
@@ -221,6 +230,7 @@ double MedianOf(const std::vector<Cell>& runs, F f) {
 
 int RunTxnBench(const TxnBenchOptions& o) {
   SetLogLevel("warn");
+  rpc::SetInProcessCalls(!o.tcp);
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "msbench txn: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -330,10 +340,10 @@ int RunTxnBench(const TxnBenchOptions& o) {
     }
     if (rc == 0 && !o.json) {
       std::printf(
-          "replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %s, %.1f s per cell, median "
-          "of %d "
-          "run(s)\n",
+          "replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %s, %s, %.1f s per cell, "
+          "median of %d run(s)\n",
           o.replicas.c_str(), o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
+          o.tcp ? "every call over TCP" : "in-process calls between datacenters",
           o.advisory_lock ? "advisory locks" : "no advisory locks",
           o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
@@ -376,6 +386,8 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double fast = MedianOf(runs, [](const Cell& c) { return c.fast_path; });
         const double missed = MedianOf(runs, [](const Cell& c) { return c.lock_missed; });
         const double cpu_us = MedianOf(runs, [](const Cell& c) { return c.cpu_us; });
+        const double invalidations = MedianOf(runs, [](const Cell& c) { return c.invalidations; });
+        const double catchups = MedianOf(runs, [](const Cell& c) { return c.catchups; });
         uint64_t errors = 0;
         std::string first_error;
         for (const Cell& c : runs) {
@@ -389,16 +401,19 @@ int RunTxnBench(const TxnBenchOptions& o) {
         if (o.json) {
           std::printf(
               "{\"bench\":\"txn\",\"clients\":%d,\"groups\":%lld,\"replicas\":\"%s\",\"at\":\"%s\","
-              "\"wan\":\"%s\",\"sync\":%s,\"seconds\":%.2f,\"runs\":%d,\"txn_per_s\":%.1f,"
+              "\"wan\":\"%s\",\"sync\":%s,\"tcp\":%s,\"seconds\":%.2f,\"runs\":%d,\"txn_per_s\":%."
+              "1f,"
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
               "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu,"
-              "\"cpu_us_per_txn\":%.0f%s}"
+              "\"cpu_us_per_txn\":%.0f,\"invalidations_per_commit\":%.4f,"
+              "\"catchups_per_txn\":%.4f%s}"
               "\n",
               clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(),
-              o.wan.c_str(), o.sync ? "true" : "false", o.seconds, o.runs, tput, p50, p99, floor_ms,
-              ratio, conflict, retry, fast, o.advisory_lock ? "true" : "false", missed,
-              o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors), cpu_us,
+              o.wan.c_str(), o.sync ? "true" : "false", o.tcp ? "true" : "false", o.seconds, o.runs,
+              tput, p50, p99, floor_ms, ratio, conflict, retry, fast,
+              o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
+              static_cast<unsigned long long>(errors), cpu_us, invalidations, catchups,
               etcd ? fmt::format(",\"etcd_puts_per_s\":{:.1f},\"ratio_vs_etcd\":{:.3f}", etcd_puts,
                                  vs_etcd)
                          .c_str()

@@ -21,9 +21,10 @@ struct TxnBenchOptions {
   std::string at = "A,B";                          // where the clients run, round robin
   int64_t value_size = 100;                        // bytes written per transaction
   bool sync = false;                               // fsync each tablet server's commit log
-  bool preload = true;                             // commit once in every group before measuring
-  bool advisory_lock = false;                      // transactions take their group's advisory lock
-  bool encrypted = false;  // the schema is ENCRYPTED: every cell sealed at rest
+  bool tcp = false;            // every call over TCP, as between processes (not in-process)
+  bool preload = true;         // commit once in every group before measuring
+  bool advisory_lock = false;  // transactions take their group's advisory lock
+  bool encrypted = false;      // the schema is ENCRYPTED: every cell sealed at rest
   // "etcd": also start three etcd members on loopback and measure their
   // puts with the same clients and value size, in the same run.
   std::string baseline;
