@@ -89,6 +89,10 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       // nothing was accepted anywhere, so the commit failed. (Any other
       // mix, while a policy change spreads, leaves the outcome to the round
       // timer: an acceptor that took the entry may see it chosen later.)
+      // A replica whose accept failed will not accept late: the commit
+      // invalidates its coordinator without waiting for it.
+      if (request.type == paxos::Message::Type::kAccept)
+        late_->Fail(c_->voters()[request.acceptor]);
       const bool beyond = IsBeyondTop(r.status());
       const bool denied = absl::IsPermissionDenied(r.status());
       if (!beyond && !denied && !absl::IsResourceExhausted(r.status()))

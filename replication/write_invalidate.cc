@@ -1,6 +1,7 @@
 // Step 4 of a write (write_steps.h): invalidate the coordinators of the full
 // replicas that missed the chosen value, the write's visibility point.
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -107,20 +108,30 @@ void MakeVisible(GroupClient* c, const GroupRef& group, uint64_t position, const
     };
     chosen.late->OnAccept(to_invalidate[i], [settle]() mutable { settle(true); });
     const int r = to_invalidate[i];
-    auto invalidate = [c, group, position, r, deadline, once, settle]() mutable {
+    // Started once: by the grace's end, or at once if the replica's accept
+    // failed (it will not come late).
+    auto started = std::make_shared<std::atomic<bool>>(false);
+    auto invalidate = [c, group, position, r, deadline, once, settle, started]() mutable {
       {
         absl::MutexLock lock(&once->mu);
         if (!once->slot) return;  // its accept came first
       }
+      if (started->exchange(true)) return;
       c->NoteInvalidation();
       InvalidateOne(c, group, position, r, deadline, [settle](absl::Status s) mutable {
         if (s.ok()) return settle(true);
         settle(s);
       });
     };
+    // The grace never eats into the time the invalidation itself needs
+    // before the deadline (one request timeout).
+    const absl::Duration left =
+        absl::Microseconds(deadline - c->env()->MonotonicMicros()) - c->options().rpc_timeout;
     const absl::Duration grace =
-        std::clamp(2 * chosen.took, absl::Milliseconds(1), c->options().rpc_timeout);
-    Later(c, Capped(c, deadline, grace), std::move(invalidate));
+        std::min({std::max(2 * chosen.took, absl::Milliseconds(1)), c->options().rpc_timeout,
+                  std::max(left, absl::ZeroDuration())});
+    chosen.late->OnFail(r, invalidate);
+    Later(c, grace, std::move(invalidate));
   }
   gather->FinishIfEmpty();
 }

@@ -24,16 +24,15 @@
 
 namespace megastore::replication::internal {
 
-// Replicas that accept the chosen value after it was chosen (their replies
-// were still on the way): each such accept spares that replica's
-// coordinator the invalidation.
-class LateAccepts {
+// Something that happens to a replica once and for all (an accept, a
+// failed request): callbacks wait for it, or run at once if it happened.
+class ReplicaEvent {
  public:
-  void Add(int replica) {
+  void Fire(int replica) {
     std::vector<std::function<void()>> fire;
     {
       absl::MutexLock lock(&mu_);
-      accepted_.insert(replica);
+      happened_.insert(replica);
       auto it = waiters_.find(replica);
       if (it == waiters_.end()) return;
       fire = std::move(it->second);
@@ -41,11 +40,11 @@ class LateAccepts {
     }
     for (auto& f : fire) f();
   }
-  // Runs `fn` once `replica` has accepted (at once if it has).
-  void OnAccept(int replica, std::function<void()> fn) {
+  // Runs `fn` once it has happened to `replica` (at once if it has).
+  void On(int replica, std::function<void()> fn) {
     {
       absl::MutexLock lock(&mu_);
-      if (!accepted_.count(replica)) {
+      if (!happened_.count(replica)) {
         waiters_[replica].push_back(std::move(fn));
         return;
       }
@@ -55,8 +54,26 @@ class LateAccepts {
 
  private:
   absl::Mutex mu_;
-  std::set<int> accepted_ ABSL_GUARDED_BY(mu_);
+  std::set<int> happened_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::vector<std::function<void()>>> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+// Replicas that accept the chosen value after it was chosen (their replies
+// were still on the way): each such accept spares that replica's
+// coordinator the invalidation. And replicas whose accept request failed:
+// no accept will come from them, so they are invalidated at once.
+class LateAccepts {
+ public:
+  void Add(int replica) { accepted_.Fire(replica); }
+  // Runs `fn` once `replica` has accepted (at once if it has).
+  void OnAccept(int replica, std::function<void()> fn) { accepted_.On(replica, std::move(fn)); }
+  // An accept request to `replica` failed (it will not accept late).
+  void Fail(int replica) { failed_.Fire(replica); }
+  // Runs `fn` once an accept request to `replica` has failed (at once if one has).
+  void OnFail(int replica, std::function<void()> fn) { failed_.On(replica, std::move(fn)); }
+
+ private:
+  ReplicaEvent accepted_, failed_;
 };
 
 struct Chosen {
@@ -82,7 +99,9 @@ void DecidePosition(GroupClient* c, GroupRef group, uint64_t position, std::stri
 // was learned from a replica, whose copy is only ever written after this
 // step). Each such replica's own late accept settles it as well: the
 // invalidation is sent only if that accept has not come within twice the
-// time the choice took (at least 1 ms, at most the RPC timeout) — the write
+// time the choice took (at least 1 ms, at most the RPC timeout, and never
+// closer to `deadline` than one RPC timeout; at once if the replica's
+// accept request failed) — the write
 // waits for one or the other anyway, and an accept that comes spares the
 // coordinator an invalidation and its next reader a majority read. OK once
 // every such replica is settled; an error if one could not be by

@@ -73,7 +73,8 @@ struct LocalCall : std::enable_shared_from_this<LocalCall> {
 
 class LocalResponder : public Responder {
  public:
-  explicit LocalResponder(std::shared_ptr<LocalCall> call) : call_(std::move(call)) {}
+  LocalResponder(std::shared_ptr<LocalCall> call, std::weak_ptr<RpcServer::Impl> server)
+      : call_(std::move(call)), server_(std::move(server)) {}
   ~LocalResponder() override {
     if (!finished_)
       call_->Complete(absl::UnavailableError("the server dropped the call without answering"));
@@ -81,12 +82,21 @@ class LocalResponder : public Responder {
   void Send(std::string) override {}  // unary: a streamed message has no reader
   void Finish(absl::Status status, std::string body) override {
     if (finished_.exchange(true)) return;
-    if (status.ok()) return call_->Complete(std::move(body));
-    call_->Complete(std::move(status));
+    // A stopped server's answers never reach a TCP client either.
+    std::shared_ptr<RpcServer::Impl> server = server_.lock();
+    if (server == nullptr || rpc_internal::ServerStopped(*server))
+      return call_->Complete(absl::UnavailableError("the server stopped before it answered"));
+    if (!status.ok()) return call_->Complete(std::move(status));
+    if (body.size() > kDefaultMaxFrameBytes)
+      return call_->Complete(absl::UnavailableError(StrCat("a reply of ", body.size(),
+                                                           " bytes is over the client's limit of ",
+                                                           kDefaultMaxFrameBytes)));
+    call_->Complete(std::move(body));
   }
 
  private:
   std::shared_ptr<LocalCall> call_;
+  std::weak_ptr<RpcServer::Impl> server_;
   std::atomic<bool> finished_{false};
 };
 
@@ -147,7 +157,7 @@ bool CallInProcess(std::string_view to, std::string_view method, std::string& re
               StrCat(method, ": no answer within ", absl::FormatDuration(timeout))));
       });
     }
-    return std::make_shared<LocalResponder>(call);
+    return std::make_shared<LocalResponder>(call, server);
   };
   return DispatchLocal(*server, method, request, std::move(ctx), make_responder);
 }

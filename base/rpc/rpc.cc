@@ -580,6 +580,14 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
   if (server.stopped) return false;  // as TCP would: nobody listens there
   ++server.calls;
   std::shared_ptr<Responder> responder = make_responder();
+  if (request.size() > server.options.limits.max_frame_bytes) {
+    // Over TCP the server closes a connection that sends such a frame.
+    ++server.oversized_frames;
+    responder->Finish(absl::UnavailableError(StrCat(method, ": a request of ", request.size(),
+                                                    " bytes is over the server's limit of ",
+                                                    server.options.limits.max_frame_bytes)));
+    return true;
+  }
   auto it = server.methods.find(std::string(method));
   if (it == server.methods.end()) {
     responder->Finish(absl::UnimplementedError(StrCat("no method \"", method, "\"")));
@@ -601,6 +609,8 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
   });
   return true;
 }
+
+bool ServerStopped(const RpcServer::Impl& server) { return server.stopped.load(); }
 
 }  // namespace rpc_internal
 

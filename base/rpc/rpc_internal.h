@@ -81,6 +81,9 @@ void UnregisterLocalServer(const std::vector<std::string>& addresses,
 bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string& request,
                    CallContext ctx,
                    const std::function<std::shared_ptr<Responder>()>& make_responder);
+// Whether Stop() has begun: answers from then on are dropped, as a
+// stopping server's connections drop them.
+bool ServerStopped(const RpcServer::Impl& server);
 
 }  // namespace rpc_internal
 

@@ -328,7 +328,24 @@ TEST_F(RpcTest, CallsToAServerOfThisProcessSkipTcpWithTheSameAnswers) {
   SetInProcessCalls(true);
   EXPECT_GT(server_->stats().connections_accepted, tcp_before);
 
-  release_.Notify();
+  // A transport that goes fails its unanswered calls with Cancelled, as
+  // its TCP clients do, and drops the answers that come later.
+  {
+    auto doomed = std::make_unique<RpcTransport>();
+    absl::StatusOr<std::string> result;
+    int calls = 0;
+    doomed->Call(address_, "slow", "", absl::Seconds(30), [&](absl::StatusOr<std::string> r) {
+      result = std::move(r);
+      ++calls;
+    });
+    doomed.reset();
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+    release_.Notify();
+    absl::SleepFor(absl::Milliseconds(50));  // the late answer, dropped
+    EXPECT_EQ(calls, 1);
+  }
+
   server_->Stop();
   absl::StatusOr<std::string> gone = call("echo", "x");
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();

@@ -14,7 +14,7 @@ namespace megastore::rpc {
 
 class RpcTransport : public Transport {
  public:
-  RpcTransport() = default;
+  RpcTransport();
   ~RpcTransport() override;
 
   void Call(std::string_view to, std::string_view method, std::string request,
@@ -25,6 +25,11 @@ class RpcTransport : public Transport {
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<RpcClient>, std::less<>> clients_ ABSL_GUARDED_BY(mu_);
+  // Calls made in-process and not answered yet: as over TCP, the
+  // destructor fails them with Cancelled, and answers after that are
+  // dropped (their callbacks may point into objects already gone).
+  struct LocalCalls;
+  std::shared_ptr<LocalCalls> local_;
 };
 
 // Serves a Transport-style handler as `method` on `server` (before Start()).

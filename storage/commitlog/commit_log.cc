@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
   if (log->resume_lsn_ > log->last_lsn() + 1) {
     absl::MutexLock lock(&log->mu_);
     log->last_lsn_ = log->resume_lsn_ - 1;
+    log->synced_lsn_ = log->last_lsn_;
   }
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
   if (!options.inline_writes) log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
@@ -208,6 +209,7 @@ absl::Status CommitLog::Recover() {
   absl::MutexLock lock(&mu_);
   segments_ = std::move(segments);
   last_lsn_ = last;
+  synced_lsn_ = last;
   return absl::OkStatus();
 }
 
@@ -235,6 +237,7 @@ absl::Status CommitLog::AdvanceTo(uint64_t next_lsn) {
   {
     absl::MutexLock lock(&mu_);
     last_lsn_ = next_lsn - 1;
+    synced_lsn_ = last_lsn_;
     if (!empty_segment.empty()) {
       segments_.erase(std::remove_if(segments_.begin(), segments_.end(),
                                      [&](const Segment& s) { return s.path == empty_segment; }),
@@ -421,6 +424,7 @@ CommitLog::GroupResult CommitLog::WritePending() {
       stats_.records += appended;
       stats_.bytes += group.size();
       if (sync) ++stats_.syncs;
+      if (sync || !options_.sync) synced_lsn_ = std::max(synced_lsn_, first + records - 1);
       stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
       size_t bucket = 0;
       while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
@@ -540,6 +544,11 @@ absl::Status CommitLog::DeleteSegmentsThrough(uint64_t lsn) {
 uint64_t CommitLog::last_lsn() const {
   absl::MutexLock lock(&mu_);
   return last_lsn_;
+}
+
+uint64_t CommitLog::synced_lsn() const {
+  absl::MutexLock lock(&mu_);
+  return synced_lsn_;
 }
 
 CommitLogStats CommitLog::stats() const {

@@ -134,6 +134,9 @@ class CommitLog {
 
   // The last LSN handed out (durable or about to be).
   uint64_t last_lsn() const;
+  // The highest LSN up to which every record is durable (synced, or
+  // written when options.sync is off). Lazy records may lie beyond it.
+  uint64_t synced_lsn() const;
   // Whether Open() found no segment at all (a new log, or one that was
   // moved away).
   bool fresh() const { return fresh_; }
@@ -187,6 +190,7 @@ class CommitLog {
 
   mutable absl::Mutex mu_;
   uint64_t last_lsn_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t synced_lsn_ ABSL_GUARDED_BY(mu_) = 0;
   std::string pending_ ABSL_GUARDED_BY(mu_);  // encoded records not yet written
   uint64_t pending_first_lsn_ ABSL_GUARDED_BY(mu_) = 0;
   size_t pending_records_ ABSL_GUARDED_BY(mu_) = 0;  // records in pending_

@@ -166,8 +166,11 @@ TEST_F(CommitLogTest, LazyRecordsAreNotSyncedOnTheirOwnAndKeepLsnOrder) {
   ASSERT_TRUE(log->Append("t", "lazy alone", /*durable=*/false).ok());
   EXPECT_EQ(log->stats().syncs, 0u) << "a group of lazy records only is not synced";
   EXPECT_EQ(log->stats().records, 1u);
+  EXPECT_EQ(log->synced_lsn(), 0u) << "nothing is known durable yet";
+  EXPECT_EQ(log->last_lsn(), 1u);
   ASSERT_TRUE(log->Append("t", "durable").ok());
   EXPECT_EQ(log->stats().syncs, 1u);
+  EXPECT_EQ(log->synced_lsn(), 2u) << "the durable record's sync covers the lazy one";
 
   // Queued together: lazy, durable, lazy. Called back 1, 2, 3.
   std::mutex mu;

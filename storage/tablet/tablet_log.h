@@ -31,6 +31,10 @@ class TabletLog {
                                           bool durable = true) = 0;
   // The highest LSN handed out so far.
   virtual uint64_t last_lsn() const = 0;
+  // The highest LSN up to which every record is durable (lazy records may
+  // lie beyond it): a redo point stored in a tablet never passes it, or a
+  // crash could leave the tablet ahead of the log it recovers from.
+  virtual uint64_t synced_lsn() const = 0;
 };
 
 }  // namespace megastore::storage

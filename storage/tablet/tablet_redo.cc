@@ -85,7 +85,10 @@ absl::Status Tablet::AdoptLog(std::string_view log_name) {
 uint64_t Tablet::LogWatermarkLocked() const {
   // With no write in flight, every record of this tablet up to the log's
   // last LSN has been applied.
-  return pending_floors_.empty() ? options_.log->last_lsn() : *pending_floors_.begin();
+  // Never past the durable part of the log (lazy records beyond it).
+  const uint64_t synced = options_.log->synced_lsn();
+  return std::min(pending_floors_.empty() ? options_.log->last_lsn() : *pending_floors_.begin(),
+                  synced);
 }
 
 absl::StatusOr<uint64_t> Tablet::PersistLogPosition(bool force_flush) {

@@ -211,7 +211,7 @@ void Tablet::FinishAsyncWrite(AsyncWrite* raw, absl::Status status) {
     uint64_t redo;
     {
       absl::MutexLock lock(&redo_mu_);
-      redo = *pending_floors_.begin();
+      redo = std::min(*pending_floors_.begin(), options_.log->synced_lsn());
     }
     status = WriteRow(*p->view, w.row, w.mutations, p->now, p->stripe, redo);
   }
@@ -266,7 +266,7 @@ absl::Status Tablet::ApplyLocked(const View& view, std::string_view row,
   uint64_t redo;
   {
     absl::MutexLock lock(&redo_mu_);
-    redo = *pending_floors_.begin();
+    redo = std::min(*pending_floors_.begin(), options_.log->synced_lsn());
   }
   absl::Status s = WriteRow(view, row, mutations, now, stripe, redo);
   done();

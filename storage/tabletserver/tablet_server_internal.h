@@ -29,6 +29,7 @@ class TabletServer::LogAdapter : public TabletLog {
     return log_->Append(tablet_id, record, durable);
   }
   uint64_t last_lsn() const override { return log_->last_lsn(); }
+  uint64_t synced_lsn() const override { return log_->synced_lsn(); }
 
  private:
   commitlog::CommitLog* log_;
