@@ -147,7 +147,7 @@ bool CallInProcess(std::string_view to, std::string_view method, std::string& re
   auto make_responder = [&]() -> std::shared_ptr<Responder> {
     auto call = std::make_shared<LocalCall>(asio::make_strand(CompletionPool().get_executor()),
                                             std::move(done));
-    if (timeout != absl::InfiniteDuration()) {
+    if (rpc_internal::HasDeadline(timeout)) {
       call->timer.expires_after(ToSteady(timeout));
       call->timer.async_wait([weak = std::weak_ptr<LocalCall>(call), timeout,
                               method = std::string(method)](const error_code& ec) {

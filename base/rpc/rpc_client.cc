@@ -87,7 +87,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     const Clock::time_point now = Clock::now();
     for (Call& c : calls) {
       Pending p{std::move(c.done), std::move(c.on_message), std::nullopt};
-      if (c.timeout != absl::InfiniteDuration()) {
+      if (rpc_internal::HasDeadline(c.timeout)) {
         const auto at = now + std::chrono::microseconds(absl::ToInt64Microseconds(c.timeout));
         p.deadline = deadlines.emplace(at, c.id);
         ArmDeadlineTimer(at);

@@ -70,6 +70,12 @@ inline SteadyClock::duration ToSteady(absl::Duration d) {
   return std::chrono::microseconds(absl::ToInt64Microseconds(d));
 }
 
+// A call's timeout that arms a timer: not infinite, and short enough that
+// now + it fits the steady clock (longer ones never expire in practice).
+inline bool HasDeadline(absl::Duration timeout) {
+  return timeout != absl::InfiniteDuration() && timeout < absl::Hours(24 * 365);
+}
+
 // In-process calls (in_process.cc): the servers of this process by the
 // addresses they listen on, and a call handed straight to one. DispatchLocal
 // returns false, without calling `make_responder`, if the server has

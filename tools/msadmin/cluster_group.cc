@@ -134,6 +134,12 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
   // -o json: one object at the end (the text lines are progress, printed
   // as each step ends).
   std::string json_replicas, json_chosen, saved_file;
+  // A chosen entry for -o json; `committed_at` once committed again (0: not).
+  auto add_chosen = [&json_chosen](uint64_t position, size_t bytes, uint64_t committed_at) {
+    json_chosen +=
+        StrCat(json_chosen.empty() ? "" : ",", "{\"position\":\"", position, "\",\"bytes\":", bytes,
+               committed_at == 0 ? "" : StrCat(",\"committedAt\":\"", committed_at, "\""), "}");
+  };
   auto finish = [&](bool repaired) {
     if (!s.json) return 0;
     std::printf(
@@ -225,10 +231,7 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
     }
   }
   if (!s.force) {
-    for (const auto& [position, value] : chosen) {
-      json_chosen += StrCat(json_chosen.empty() ? "" : ",", "{\"position\":\"", position,
-                            "\",\"bytes\":", value.size(), "}");
-    }
+    for (const auto& [position, value] : chosen) add_chosen(position, value.size(), 0);
     if (!s.json) {
       std::printf(
           "the log's top is %llu, the highest applied position %llu: run again with --yes to "
@@ -258,9 +261,7 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
           [&](auto cb) { client.Commit(group, *at, entry, std::move(cb)); });
       if (r.ok()) {
         if (s.json) {
-          json_chosen +=
-              StrCat(json_chosen.empty() ? "" : ",", "{\"position\":\"", position,
-                     "\",\"bytes\":", value.size(), ",\"committedAt\":\"", r->position, "\"}");
+          add_chosen(position, value.size(), r->position);
         } else {
           std::printf("the entry of position %llu is now at position %llu\n",
                       static_cast<unsigned long long>(position),
