@@ -147,8 +147,9 @@ struct RpcServer::Impl {
   std::atomic<uint64_t> accepted{0}, calls{0}, bad_frames{0}, oversized_frames{0}, refused{0},
       idle_closed{0}, stalled_closed{0}, pauses{0}, tls_failures{0}, calls_refused{0};
   tls::ContextRef tls;  // held while serving over TLS
-  // In-process calls post to `workers` under this lock, and Stop() sets
-  // `stopped` under it before joining them, so none is posted too late.
+  // In-process calls post to `workers` holding this lock shared, and Stop()
+  // sets `stopped` holding it exclusively before joining them, so none is
+  // posted too late.
   absl::Mutex local_mu;
   std::vector<std::string> local_addresses;  // where in-process callers find it
 
@@ -576,7 +577,9 @@ namespace rpc_internal {
 bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string& request,
                    CallContext ctx,
                    const std::function<std::shared_ptr<Responder>()>& make_responder) {
-  absl::MutexLock lock(&server.local_mu);
+  // Shared: in-process calls to one server do not wait for each other, only
+  // Stop() (which takes it exclusively) waits for them.
+  absl::ReaderMutexLock lock(&server.local_mu);
   if (server.stopped) return false;  // as TCP would: nobody listens there
   ++server.calls;
   std::shared_ptr<Responder> responder = make_responder();
