@@ -154,6 +154,13 @@ struct ReadOptions {
   int64_t read_timestamp = kMaxTimestamp;
   // Stop after this many rows with at least one cell; 0 means no limit.
   int64_t rows_limit = 0;
+  // Non-zero: the read must not wait (it runs on an RPC I/O thread). It
+  // reads only what is in memory (memtables, block and table caches),
+  // visits at most this many stored entries and waits for no lock; where it
+  // would do more it fails with WouldBlockError() (storage/tablet/tablet.h)
+  // and may be run again with 0 where waiting is fine. Rows a scan delivered
+  // before such a failure are to be dropped: the rerun delivers them again.
+  int64_t nonblocking_budget = 0;
 };
 
 }  // namespace megastore::storage

@@ -49,6 +49,9 @@ namespace megastore::storage {
 
 class RowBuilder;
 struct TabletCompactionContext;
+namespace tablet_internal {
+class ReadBudget;
+}
 
 // What a non-blocking MutateRowAsync returns instead of waiting for a lock.
 absl::Status WouldBlockError();
@@ -303,8 +306,10 @@ class Tablet {
   // The log's callback for an asynchronous write.
   void FinishAsyncWrite(AsyncWrite* write, absl::Status status);
   uint64_t LogWatermarkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(redo_mu_);
+  // With `budget` null, the read has one of its own (per `options`).
   absl::StatusOr<std::optional<Row>> ReadRowInternal(const View& view, std::string_view row,
-                                                     const ReadOptions& options);
+                                                     const ReadOptions& options,
+                                                     tablet_internal::ReadBudget* budget = nullptr);
   absl::Status CheckWritable() const;
   // The row `builder` assembled, counted in the statistics.
   std::optional<Row> FinishRead(RowBuilder& builder);
@@ -316,13 +321,14 @@ class Tablet {
                                                        std::string_view row,
                                                        const RowFilter& filter);
   absl::Status ReadSpans(const View& view, const std::vector<std::vector<KeySpan>>& spans,
-                         RowBuilder* builder);
+                         RowBuilder* builder, tablet_internal::ReadBudget* budget);
 
   // Idle iterators for point reads of single-group tablets: creating a
   // RocksDB iterator costs about as much as the seek itself.
   struct PooledIterator;
   static constexpr size_t kMaxPooledIterators = 4;
-  absl::StatusOr<std::unique_ptr<PooledIterator>> AcquireIterator(LocalityGroupHandle* group);
+  absl::StatusOr<std::unique_ptr<PooledIterator>> AcquireIterator(LocalityGroupHandle* group,
+                                                                  bool memory_only);
   void ReleaseIterator(std::unique_ptr<PooledIterator> p);
   void DropPooledIterators();
   // Returns the first of `n` fresh sequence numbers.

@@ -56,12 +56,35 @@ inline absl::Status CheckTimestamp(int64_t ts, std::string_view what) {
   return absl::OkStatus();
 }
 
-inline rocksdb::ReadOptions PointReadOptions() {
+inline rocksdb::ReadOptions PointReadOptions(bool memory_only = false) {
   rocksdb::ReadOptions ro;
   ro.prefix_same_as_start = true;    // bloom filters on the row key
   ro.ignore_range_deletions = true;  // the tablet never writes them
+  if (memory_only) ro.read_tier = rocksdb::kBlockCacheTier;
   return ro;
 }
+
+// What a read with ReadOptions::nonblocking_budget may still do: Visit()
+// per stored entry it reads, Check() on every RocksDB status (data not in
+// memory is Incomplete there, WouldBlockError() here).
+class ReadBudget {
+ public:
+  explicit ReadBudget(const ReadOptions& o)
+      : limited_(o.nonblocking_budget > 0), left_(o.nonblocking_budget) {}
+  bool memory_only() const { return limited_; }
+  absl::Status Visit() {
+    if (limited_ && --left_ < 0) return WouldBlockError();
+    return absl::OkStatus();
+  }
+  absl::Status Check(const rocksdb::Status& s, std::string_view context) const {
+    if (limited_ && s.IsIncomplete()) return WouldBlockError();
+    return FromRocksDB(s, context);
+  }
+
+ private:
+  bool limited_;
+  int64_t left_;
+};
 
 }  // namespace megastore::storage::tablet_internal
 
@@ -69,6 +92,7 @@ namespace megastore::storage {
 
 struct Tablet::PooledIterator {
   LocalityGroupHandle* group = nullptr;
+  bool memory_only = false;  // reads with read_tier = kBlockCacheTier
   std::unique_ptr<rocksdb::Iterator> it;
   std::string upper;           // the current read's upper bound...
   rocksdb::Slice upper_slice;  // ...which the iterator's options point at

@@ -32,6 +32,7 @@ namespace megastore::storage {
 using tablet_internal::EncodeRowBound;
 using tablet_internal::PointReadOptions;
 using tablet_internal::RangeString;
+using tablet_internal::ReadBudget;
 
 absl::StatusOr<std::optional<Row>> Tablet::ReadRow(std::string_view row,
                                                    const ReadOptions& options) {
@@ -111,16 +112,19 @@ std::vector<std::vector<Tablet::KeySpan>> Tablet::NarrowSpans(const CompiledSche
 }
 
 absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view, std::string_view row,
-                                                           const ReadOptions& options) {
+                                                           const ReadOptions& options,
+                                                           ReadBudget* shared_budget) {
   RowBuilder builder(view.schema.get(), &options, GcClock(*view.schema));
   builder.StartRow(row);
+  ReadBudget own_budget(options);
+  ReadBudget& budget = shared_budget != nullptr ? *shared_budget : own_budget;
   const std::vector<std::vector<KeySpan>> spans =
       NarrowSpans(*view.schema, view.groups.size(), row, options.filter);
   if (!spans.empty()) {
     // Seek past what the filter cannot match, and bypass the row cache,
     // which holds whole rows: feeding a large cached row (a busy root row)
     // through the builder costs what the seeks save.
-    MS_RETURN_IF_ERROR(ReadSpans(view, spans, &builder));
+    MS_RETURN_IF_ERROR(ReadSpans(view, spans, &builder, &budget));
     return FinishRead(builder);
   }
   rocksdb::Cache* cache = resources_->row_cache();
@@ -168,14 +172,14 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view, std
   std::vector<std::unique_ptr<rocksdb::Iterator>> owned;
   std::vector<rocksdb::Iterator*> iters;
   if (view.groups.size() == 1) {
-    MS_ASSIGN_OR_RETURN(pooled, AcquireIterator(view.groups[0]));
+    MS_ASSIGN_OR_RETURN(pooled, AcquireIterator(view.groups[0], budget.memory_only()));
     pooled->upper = PrefixSuccessor(lower);
     pooled->upper_slice = rocksdb::Slice(pooled->upper);
     iters.push_back(pooled->it.get());
   } else {
     upper = PrefixSuccessor(lower);
     upper_slice = rocksdb::Slice(upper);
-    rocksdb::ReadOptions ro = PointReadOptions();
+    rocksdb::ReadOptions ro = PointReadOptions(budget.memory_only());
     ro.iterate_upper_bound = &upper_slice;
     std::vector<rocksdb::ColumnFamilyHandle*> cfs;
     for (LocalityGroupHandle* g : view.groups) cfs.push_back(g->cf);
@@ -186,6 +190,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view, std
     rocksdb::Iterator* it = iters[g];
     builder.StartLocalityGroup();
     for (it->Seek(lower); it->Valid(); it->Next()) {
+      MS_RETURN_IF_ERROR(budget.Visit());
       const std::string_view k = it->key().ToStringView();
       const std::string_view value = it->value().ToStringView();
       MS_RETURN_IF_ERROR(builder.Add(k, value));
@@ -194,14 +199,16 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view, std
         fresh->groups[g].emplace_back(k, value);
       }
     }
-    if (!it->status().ok()) return FromRocksDB(it->status(), StrCat("read tablet ", options_.path));
+    if (!it->status().ok())
+      return budget.Check(it->status(), StrCat("read tablet ", options_.path));
   }
   if (pooled != nullptr) ReleaseIterator(std::move(pooled));
 
   if (fresh != nullptr) {
     const size_t limit = std::min<size_t>(256 * 1024, resources_->options().row_cache_bytes / 16);
-    if (fresh->bytes <= limit) {
-      absl::MutexLock lock(&cache_locks_[stripe]);
+    // A nonblocking read leaves the row uncached rather than wait.
+    absl::Mutex& lock = cache_locks_[stripe];
+    if (fresh->bytes <= limit && (budget.memory_only() ? lock.TryLock() : (lock.Lock(), true))) {
       if (row_versions_[stripe].load() == version_before) {
         const size_t charge = fresh->bytes;
         cache
@@ -210,6 +217,7 @@ absl::StatusOr<std::optional<Row>> Tablet::ReadRowInternal(const View& view, std
                 [](const rocksdb::Slice&, void* value) { delete static_cast<CachedRow*>(value); })
             .PermitUncheckedError();
       }
+      lock.Unlock();
     }
   }
 
@@ -221,7 +229,7 @@ constexpr int kWalkBeforeSeek = 8;
 }  // namespace
 
 absl::Status Tablet::ReadSpans(const View& view, const std::vector<std::vector<KeySpan>>& spans,
-                               RowBuilder* builder) {
+                               RowBuilder* builder, ReadBudget* budget) {
   // As for whole rows: one group through a pooled iterator, several through
   // iterators created together at one sequence number.
   std::vector<size_t> used;
@@ -235,7 +243,7 @@ absl::Status Tablet::ReadSpans(const View& view, const std::vector<std::vector<K
   std::vector<std::unique_ptr<rocksdb::Iterator>> owned;
   std::vector<rocksdb::Iterator*> iters;
   if (used.size() == 1) {
-    MS_ASSIGN_OR_RETURN(pooled, AcquireIterator(view.groups[used[0]]));
+    MS_ASSIGN_OR_RETURN(pooled, AcquireIterator(view.groups[used[0]], budget->memory_only()));
     pooled->upper = spans[used[0]].back().upper;
     pooled->upper_slice = rocksdb::Slice(pooled->upper);
     iters.push_back(pooled->it.get());
@@ -243,7 +251,7 @@ absl::Status Tablet::ReadSpans(const View& view, const std::vector<std::vector<K
     upper = PrefixSuccessor(spans[used[0]].front().lower.substr(
         0, key_format::RowPrefixLength(spans[used[0]].front().lower)));
     upper_slice = rocksdb::Slice(upper);
-    rocksdb::ReadOptions ro = PointReadOptions();
+    rocksdb::ReadOptions ro = PointReadOptions(budget->memory_only());
     ro.iterate_upper_bound = &upper_slice;
     std::vector<rocksdb::ColumnFamilyHandle*> cfs;
     for (size_t g : used) cfs.push_back(view.groups[g]->cf);
@@ -265,6 +273,7 @@ absl::Status Tablet::ReadSpans(const View& view, const std::vector<std::vector<K
       // it has few), then seek past it.
       int walked = 0;
       while (it->Valid()) {
+        MS_RETURN_IF_ERROR(budget->Visit());
         const rocksdb::Slice k = it->key();
         if (!span.upper.empty() && k.compare(span.upper) >= 0) break;
         MS_RETURN_IF_ERROR(builder->Add(k.ToStringView(), it->value().ToStringView()));
@@ -278,7 +287,7 @@ absl::Status Tablet::ReadSpans(const View& view, const std::vector<std::vector<K
         it->Seek(PrefixSuccessor(finished));
       }
       if (!it->status().ok())
-        return FromRocksDB(it->status(), StrCat("read tablet ", options_.path));
+        return budget->Check(it->status(), StrCat("read tablet ", options_.path));
     }
   }
   if (pooled != nullptr) ReleaseIterator(std::move(pooled));
@@ -298,12 +307,12 @@ std::optional<Row> Tablet::FinishRead(RowBuilder& builder) {
 }
 
 absl::StatusOr<std::unique_ptr<Tablet::PooledIterator>> Tablet::AcquireIterator(
-    LocalityGroupHandle* group) {
+    LocalityGroupHandle* group, bool memory_only) {
   std::unique_ptr<PooledIterator> p;
   {
     absl::MutexLock lock(&pool_mu_);
     for (auto it = iterator_pool_.begin(); it != iterator_pool_.end(); ++it) {
-      if ((*it)->group == group) {
+      if ((*it)->group == group && (*it)->memory_only == memory_only) {
         p = std::move(*it);
         iterator_pool_.erase(it);
         break;
@@ -313,12 +322,16 @@ absl::StatusOr<std::unique_ptr<Tablet::PooledIterator>> Tablet::AcquireIterator(
   if (p != nullptr) {
     // Cheap unless a flush or compaction changed the LSM tree: then it
     // rebuilds. Either way the iterator now sees the latest writes.
-    MS_RETURN_IF_ERROR(FromRocksDB(p->it->Refresh(), "refresh iterator"));
+    if (rocksdb::Status s = p->it->Refresh(); !s.ok()) {
+      if (memory_only && s.IsIncomplete()) return WouldBlockError();
+      return FromRocksDB(s, "refresh iterator");
+    }
     return p;
   }
   p = std::make_unique<PooledIterator>();
   p->group = group;
-  rocksdb::ReadOptions ro = PointReadOptions();
+  p->memory_only = memory_only;
+  rocksdb::ReadOptions ro = PointReadOptions(memory_only);
   ro.iterate_upper_bound = &p->upper_slice;
   p->it.reset(db_->NewIterator(ro, group->cf));
   return p;
@@ -381,9 +394,28 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
     merged.push_back(std::move(r));
   }
 
+  ReadBudget budget(options);
+  if (rows.ranges.empty() && !rows.keys.empty()) {
+    // Only keys: point reads, each through the row cache, its bloom filter
+    // and a pooled iterator, in key order.
+    std::vector<std::string_view> keys(rows.keys.begin(), rows.keys.end());
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    int64_t delivered = 0;
+    for (std::string_view k : keys) {
+      const std::string encoded = EncodeRowBound(k);
+      if (encoded < start_key_ || (!end_key_.empty() && encoded >= end_key_)) continue;
+      MS_ASSIGN_OR_RETURN(std::optional<Row> row, ReadRowInternal(*v, k, options, &budget));
+      if (!row) continue;
+      ++delivered;
+      if (!on_row(*row) || (options.rows_limit > 0 && delivered >= options.rows_limit)) break;
+    }
+    return absl::OkStatus();
+  }
   rocksdb::ReadOptions ro;
   ro.total_order_seek = true;
   ro.ignore_range_deletions = true;
+  if (budget.memory_only()) ro.read_tier = rocksdb::kBlockCacheTier;
   std::vector<rocksdb::Iterator*> raw_iters;
   if (v->groups.size() == 1) {
     raw_iters.push_back(db_->NewIterator(ro, v->groups[0]->cf));
@@ -423,6 +455,7 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
       for (auto& it : iters) {
         builder.StartLocalityGroup();
         while (it->Valid() && it->key().starts_with(prefix)) {
+          MS_RETURN_IF_ERROR(budget.Visit());
           MS_RETURN_IF_ERROR(builder.Add(it->key().ToStringView(), it->value().ToStringView()));
           it->Next();
         }
@@ -438,7 +471,7 @@ absl::Status Tablet::ReadRows(const RowSet& rows, const ReadOptions& options,
     }
     for (auto& it : iters) {
       if (!it->status().ok()) {
-        return FromRocksDB(it->status(), StrCat("scan tablet ", options_.path));
+        return budget.Check(it->status(), StrCat("scan tablet ", options_.path));
       }
     }
     if (stop) break;

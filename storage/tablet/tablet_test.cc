@@ -973,5 +973,68 @@ TEST_F(TabletTest, WritesAndReadsContinueDuringCompactionsAndFlushes) {
   EXPECT_EQ(rows, 2u * (1500 - (1500 + 6) / 7));
 }
 
+TEST_F(TabletTest, ReadsOfKeysOnlyAnswerAsScansOfTheSameRowsDo) {
+  for (const std::string r : {"a", "b", "c", "d", "e"}) {
+    Set(r, "cf", "q", r + "1", 10);
+    Set(r, "aside", "q", r + "2", 10);
+  }
+  Set("f", "aside", "only", "x", 10);  // a row in the second locality group only
+  RowSet keys;
+  keys.keys = {"e", "a", "c", "a", "zzz", "f"};
+  RowSet ranges;
+  for (const char* k : {"a", "c", "e", "f", "zzz"}) ranges.ranges.push_back(RowRange::Prefix(k));
+  // The same rows, cells and order, whatever the filter and limit.
+  std::vector<ReadOptions> options(4);
+  options[1].filter.families = {"aside"};
+  options[2].rows_limit = 2;
+  options[3].read_timestamp = 5;
+  for (const ReadOptions& o : options) {
+    std::vector<Row> by_key = Scan(keys, o), by_range = Scan(ranges, o);
+    ASSERT_EQ(by_key.size(), by_range.size());
+    for (size_t i = 0; i < by_key.size(); ++i) {
+      EXPECT_EQ(by_key[i].key, by_range[i].key);
+      EXPECT_EQ(by_key[i].cells, by_range[i].cells);
+    }
+  }
+  std::vector<std::string> got;
+  for (const Row& r : Scan(keys)) got.push_back(r.key);
+  EXPECT_THAT(got, ElementsAre("a", "c", "e", "f"));
+  EXPECT_TRUE(Scan(keys, options[3]).empty()) << "nothing was written at or before 5";
+}
+
+TEST_F(TabletTest, NonblockingReadsDeclineWhatTheyCannotDoInMemory) {
+  for (int i = 0; i < 50; ++i) Set("k" + std::to_string(100 + i), "cf", "q", "v", 10);
+  ReadOptions nonblocking;
+  nonblocking.nonblocking_budget = 1000;
+  RowSet all;
+  // In the memtable: served.
+  EXPECT_EQ(Scan(all, nonblocking).size(), 50u);
+  auto row = tablet_->ReadRow("k120", nonblocking);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_TRUE(row->has_value());
+
+  // More entries than the budget: declined, before or after delivering rows.
+  ReadOptions small = nonblocking;
+  small.nonblocking_budget = 10;
+  absl::Status s = tablet_->ReadRows(all, small, [](Row&) { return true; });
+  EXPECT_TRUE(IsWouldBlock(s)) << s;
+  RowSet twenty;
+  for (int i = 0; i < 20; ++i) twenty.keys.push_back("k" + std::to_string(100 + i));
+  s = tablet_->ReadRows(twenty, small, [](Row&) { return true; });
+  EXPECT_TRUE(IsWouldBlock(s)) << s;
+
+  // Flushed and not yet in the block cache: declined; a blocking read
+  // loads the blocks, and then the nonblocking one is served.
+  ASSERT_TRUE(tablet_->Flush().ok());
+  s = tablet_->ReadRows(all, nonblocking, [](Row&) { return true; });
+  EXPECT_TRUE(IsWouldBlock(s)) << s;
+  EXPECT_TRUE(IsWouldBlock(tablet_->ReadRow("k120", nonblocking).status()));
+  EXPECT_EQ(Scan(all).size(), 50u);
+  EXPECT_EQ(Scan(all, nonblocking).size(), 50u);
+  row = tablet_->ReadRow("k120", nonblocking);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_TRUE(row->has_value());
+}
+
 }  // namespace
 }  // namespace megastore::storage

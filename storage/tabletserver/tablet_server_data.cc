@@ -219,7 +219,12 @@ absl::Status TabletServer::ReadRows(std::string_view table, const RowSet& rows,
   if (kTabletReadFails.Fire()) return absl::UnavailableError("injected fault: the read failed");
   std::vector<std::pair<TabletEntry, std::shared_ptr<Tablet>>> tablets;
   {
-    absl::MutexLock lock(&mu_);
+    if (options.nonblocking_budget == 0) {
+      mu_.ReaderLock();
+    } else if (!mu_.ReaderTryLock()) {
+      return WouldBlockError();
+    }
+    absl::Cleanup unlock = [this] { mu_.ReaderUnlock(); };
     if (options_.lease_valid && !options_.lease_valid()) {
       return NotServingError("this server's lock-service session may have expired");
     }

@@ -304,8 +304,15 @@ void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
         return Serialize(resp);
       });
 
-  rpc->Register("tablet.ReadRows", [server, metrics](const rpc::CallContext&, std::string_view body,
-                                                     std::shared_ptr<rpc::Responder> responder) {
+  // Reads first try the I/O thread: a read of data in memory that stays
+  // small (at most kInlineReadEntries stored entries and one chunk) is
+  // answered there without a hand-off to a worker. Anything else (data on
+  // disk, a contended lock, a long scan) declines and runs again on a
+  // worker from the start.
+  auto read_rows = [server, metrics](std::string_view body,
+                                     std::shared_ptr<rpc::Responder>& responder, bool may_block) {
+    constexpr int64_t kInlineReadEntries = 1024;
+    constexpr size_t kChunkBytes = 1 << 20;
     const int64_t start = NowMicros();
     ReadRowsRequest r;
     absl::Status status;
@@ -316,28 +323,40 @@ void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
         ReadOptionsFrom(r.filter(), r.has_read_timestamp(), r.read_timestamp(), r.rows_limit());
     if (status.ok()) status = options.status();
     if (status.ok()) {
+      if (!may_block) options->nonblocking_budget = kInlineReadEntries;
       RowSet set;
       set.keys.assign(r.keys().begin(), r.keys().end());
       for (const RowRangeProto& range : r.ranges())
         set.ranges.push_back(RowRange{range.start(), range.end()});
-      // Rows go out in chunks of about 1 MiB.
+      // Rows go out in chunks of about 1 MiB; inline, in one.
       ReadRowsResponse chunk;
       size_t chunk_bytes = 0;
       status = server->ReadRows(r.table(), set, *options, [&](Row& row) {
         ToProto(row, chunk.add_rows());
         for (const Cell& c : row.cells) chunk_bytes += c.value.size() + c.qualifier.size() + 16;
-        if (chunk_bytes >= (1 << 20)) {
+        if (chunk_bytes >= kChunkBytes) {
+          if (!may_block) return false;
           responder->Send(chunk.SerializeAsString());
           chunk.Clear();
           chunk_bytes = 0;
         }
         return true;
       });
+      if (!may_block && (IsWouldBlock(status) || chunk_bytes >= kChunkBytes)) return false;
       if (status.ok() && chunk.rows_size() > 0) responder->Send(chunk.SerializeAsString());
     }
     metrics->Record("tablet.ReadRows", NowMicros() - start, status.ok());
     responder->Finish(status);
-  });
+    return true;
+  };
+  rpc->RegisterInline(
+      "tablet.ReadRows",
+      [read_rows](const rpc::CallContext&, std::string_view body,
+                  std::shared_ptr<rpc::Responder>& responder) {
+        return read_rows(body, responder, false);
+      },
+      [read_rows](const rpc::CallContext&, std::string_view body,
+                  std::shared_ptr<rpc::Responder> responder) { read_rows(body, responder, true); });
 }
 
 // ---- client ---------------------------------------------------------------------------------

@@ -99,6 +99,35 @@ TEST_F(TabletServiceTest, LargeScansStreamInChunks) {
   EXPECT_EQ(rows, 5);
 }
 
+// Reads start on the I/O thread and move to a worker when the data is on
+// disk or the read is long: either way the answer is the same.
+TEST_F(TabletServiceTest, ReadsOfDataOnDiskAndLongScansAnswerInFull) {
+  for (int i = 0; i < 1500; ++i) {
+    ASSERT_TRUE(client_
+                    ->MutateRow("t", "row" + std::to_string(10000 + i),
+                                {Mutation::SetCell("cf", "q", std::to_string(i))})
+                    .ok());
+  }
+  auto count = [&](const RowSet& set) {
+    int rows = 0;
+    absl::Status s = client_->ReadRows("t", set, {}, [&](Row&) { return ++rows > 0; });
+    EXPECT_TRUE(s.ok()) << s;
+    return rows;
+  };
+  RowSet keys;
+  for (int i = 0; i < 1500; i += 7) keys.keys.push_back("row" + std::to_string(10000 + i));
+  EXPECT_EQ(count({}), 1500);
+  EXPECT_EQ(count(keys), static_cast<int>(keys.keys.size()));
+  auto tablets = client_->ListTablets("t");
+  ASSERT_TRUE(tablets.ok() && tablets->size() == 1u);
+  ASSERT_TRUE(client_->CompactTablet((*tablets)[0].entry.id()).ok());  // now only on disk
+  auto row = client_->ReadRow("t", "row10042");
+  ASSERT_TRUE(row.ok() && row->has_value()) << row.status();
+  EXPECT_EQ((*row)->cells[0].value, "42");
+  EXPECT_EQ(count(keys), static_cast<int>(keys.keys.size()));
+  EXPECT_EQ(count({}), 1500);
+}
+
 TEST_F(TabletServiceTest, ErrorsCarryTheirCodeAndMessage) {
   auto r = client_->ReadRow("missing", "r");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
