@@ -604,10 +604,12 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
     }
   }
   const RpcServer::Impl::Method* m = &it->second;
+  // An inline handler is tried here, on the caller's thread (it never
+  // blocks); its answer still reaches the caller through the completion
+  // pool, never from inside this call.
+  if (m->inline_handler && m->inline_handler(ctx, request, responder)) return true;
   asio::post(server.workers, [m, ctx = std::move(ctx), request = std::move(request),
                               responder = std::move(responder)]() mutable {
-    std::shared_ptr<Responder> r = responder;
-    if (m->inline_handler && m->inline_handler(ctx, request, r)) return;
     m->handler(ctx, request, std::move(responder));
   });
   return true;

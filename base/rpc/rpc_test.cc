@@ -58,6 +58,7 @@ class RpcTest : public ::testing::Test {
         [this](const CallContext&, std::string_view req, std::shared_ptr<Responder>& r) {
           if (req != "inline") return false;
           ++inline_calls_;
+          inline_thread_ = std::this_thread::get_id();
           r->Finish(absl::OkStatus(), "answered inline");
           return true;
         },
@@ -131,6 +132,7 @@ class RpcTest : public ::testing::Test {
   std::string address_;
   absl::Notification release_;
   std::atomic<int> inline_calls_{0};
+  std::thread::id inline_thread_;  // where "maybe" last answered inline
 };
 
 TEST_F(RpcTest, UnaryCallsReturnBodiesAndStatuses) {
@@ -319,6 +321,18 @@ TEST_F(RpcTest, CallsToAServerOfThisProcessSkipTcpWithTheSameAnswers) {
   EXPECT_EQ(call("nope", "").status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(*call("maybe", "inline"), "answered inline");
   EXPECT_EQ(*call("maybe", "other"), "answered by a worker");
+  // An inline handler runs on the caller's thread; its answer never does.
+  {
+    std::thread::id answered_on;
+    absl::Notification done;
+    transport.Call(address_, "maybe", "inline", absl::Seconds(5), [&](absl::StatusOr<std::string>) {
+      answered_on = std::this_thread::get_id();
+      done.Notify();
+    });
+    done.WaitForNotification();
+    EXPECT_EQ(inline_thread_, std::this_thread::get_id());
+    EXPECT_NE(answered_on, std::this_thread::get_id());
+  }
   absl::StatusOr<std::string> slow = call("slow", "", absl::Milliseconds(50));
   EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded) << slow.status();
   EXPECT_EQ(server_->stats().connections_accepted, tcp_before) << "no TCP connection was made";
