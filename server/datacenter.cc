@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
     storage::TabletServerOptions to;
     to.data_dir = o.data_dir;
     to.sync_log = o.sync_log;
+    to.preallocate_log = o.preallocate_log;
     to.accept_log_loss = o.accept_log_loss;
     MS_ASSIGN_OR_RETURN(dc->tablets_, storage::TabletServer::Open(to, env));
     for (const storage::TableSchema& t : o.tables) {

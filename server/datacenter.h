@@ -58,6 +58,7 @@ struct DatacenterOptions {
   // Created at start unless they exist (tablet role, or in the cell).
   std::vector<storage::TableSchema> tables;
   bool sync_log = true;
+  bool preallocate_log = true;  // storage::TabletServerOptions::preallocate_log
   // Start the tablet role although its commit log is missing or behind
   // (storage::TabletServerOptions::accept_log_loss).
   bool accept_log_loss = false;

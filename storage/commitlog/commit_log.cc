@@ -14,6 +14,7 @@
 #include <map>
 
 #include "absl/synchronization/notification.h"
+#include "base/coding.h"
 #include "base/file.h"
 #include "base/logging.h"
 #include "base/status.h"
@@ -39,11 +40,44 @@ std::string StandIns(uint64_t first_lsn, size_t n) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::InternalError(StrCat("cannot open commit log segment ", path));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InternalError(StrCat("cannot read commit log segment ", path));
+  const std::streamoff size = in.tellg();
+  if (size < 0) return absl::InternalError(StrCat("cannot size commit log segment ", path));
+  std::string data(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  in.read(data.data(), size);
+  if (!in) return absl::InternalError(StrCat("cannot read commit log segment ", path));
   return data;
+}
+
+// The name of the zero-filled file the preparer makes (one at a time).
+constexpr char kPreparedName[] = "next-segment.zeros";
+// The first prepared file's size; each next one doubles, to segment_bytes.
+constexpr uint64_t kFirstPreparedBytes = 4 << 20;
+
+// Creates `path` holding `bytes` zeros, synced. Stops early (Cancelled) once
+// `abort` is set.
+absl::Status FillWithZeros(const std::string& path, uint64_t bytes,
+                           const std::atomic<bool>& abort) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("create", path);
+  static const std::string zeros(1 << 20, '\0');
+  absl::Status s;
+  for (uint64_t done = 0; done < bytes && s.ok();) {
+    if (abort.load()) {
+      s = absl::CancelledError("commit log closing");
+      break;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), bytes - done));
+    const ssize_t w = ::write(fd, zeros.data(), n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) s = Errno("zero-fill", path);
+    if (w > 0) done += static_cast<uint64_t>(w);
+  }
+  if (s.ok() && ::fdatasync(fd) != 0) s = Errno("fdatasync", path);
+  ::close(fd);
+  return s;
 }
 
 absl::Status SyncDir(const std::string& dir) {
@@ -58,11 +92,39 @@ absl::Status SyncDir(const std::string& dir) {
 // checksum holds, or npos.
 size_t FindNextGoodRecord(std::string_view data, size_t from) {
   for (size_t off = from + 1; off + kHeaderBytes <= data.size(); ++off) {
+    if (data[off] == '\0') {
+      // No record starts with a header of zeros (its length would be 0):
+      // skip a run of them (the unwritten end of a zero-filled segment).
+      const size_t nonzero = data.find_first_not_of('\0', off);
+      if (nonzero == std::string_view::npos) return std::string_view::npos;
+      if (nonzero - off > kHeaderBytes) {
+        off = nonzero - kHeaderBytes;  // the loop's ++off: the first header with a non-zero byte
+        continue;
+      }
+    }
     Record r;
     size_t n;
     if (ParseRecord(data.substr(off), &r, &n) == ParseResult::kOk) return off;
   }
   return std::string_view::npos;
+}
+
+// Whether the damaged record at `offset` (of the last segment) is torn: its
+// header is zeros, or its part in some 512-byte sector is all zeros (a page
+// of the write that never reached the disk). As etcd's WAL decides.
+bool TornEntry(std::string_view data, size_t offset) {
+  constexpr size_t kSector = 512;
+  const std::string_view header = data.substr(offset, kHeaderBytes);
+  if (header.find_first_not_of('\0') == std::string_view::npos) return true;
+  if (header.size() < kHeaderBytes) return false;
+  const uint32_t length = DecodeFixed32(header.data() + 4);
+  if (length > kMaxRecordBytes || length < 9) return false;
+  const size_t end = std::min(data.size(), offset + kHeaderBytes + length);
+  for (size_t sector = offset / kSector * kSector; sector < end; sector += kSector) {
+    const size_t from = std::max(sector, offset), to = std::min(sector + kSector, end);
+    if (data.substr(from, to - from).find_first_not_of('\0') == std::string_view::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -77,10 +139,18 @@ CommitLog::~CommitLog() {
   // The writer drains what is queued first: no accepted record is dropped.
   if (writer_.joinable()) writer_.join();
   if (fd_ >= 0) {
-    if (unsynced_ && options_.sync)
-      (void)::fdatasync(fd_);  // lazy records: durable at a clean close
+    // Lazy records durable and the unwritten zeros cut at a clean close.
+    if (absl::Status s = FinishSegment(); !s.ok()) MS_LOG_WARN("commit log: {}", s.message());
     ::close(fd_);
   }
+  {
+    absl::MutexLock lock(&prep_mu_);
+    prep_stopping_ = true;
+  }
+  prep_abort_ = true;
+  if (preparer_.joinable()) preparer_.join();
+  std::error_code ec;
+  std::filesystem::remove(std::filesystem::path(options_.dir) / kPreparedName, ec);
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOptions& options) {
@@ -104,12 +174,22 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
     log->last_lsn_ = log->resume_lsn_ - 1;
     log->synced_lsn_ = log->last_lsn_;
   }
+  if (options.preallocate && options.sync && !options.inline_writes) {
+    {
+      absl::MutexLock lock(&log->prep_mu_);
+      log->next_prepare_bytes_ = std::min<uint64_t>(kFirstPreparedBytes, options.segment_bytes);
+    }
+    log->preparer_ = std::thread([raw = log.get()] { raw->PreparerLoop(); });
+  }
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
   if (!options.inline_writes) log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
   return log;
 }
 
 absl::Status CommitLog::Recover() {
+  std::error_code ignored;  // a leftover prepared file holds nothing
+  if (!options_.read_only)
+    std::filesystem::remove(std::filesystem::path(options_.dir) / kPreparedName, ignored);
   std::vector<Segment> segments;
   for (const auto& entry : std::filesystem::directory_iterator(options_.dir)) {
     uint64_t first;
@@ -161,14 +241,29 @@ absl::Status CommitLog::Recover() {
       }
       const size_t next = FindNextGoodRecord(in, offset);
       const std::string_view rest = in.substr(offset);
-      const bool torn = result == ParseResult::kTruncated ||
-                        rest.find_first_not_of('\0') == std::string_view::npos;
-      if (is_last && next == std::string_view::npos && torn) {
-        // A write the crash interrupted (never acknowledged): cut it off.
-        recovery_note_ = StrCat("commit log: torn tail in ", seg.path, " at offset ", offset, " (",
-                                in.size() - offset, " bytes after the last good record, LSN ", last,
+      const bool zeros = rest.find_first_not_of('\0') == std::string_view::npos;
+      const bool torn = result == ParseResult::kTruncated || zeros;
+      // In a zero-filled segment the pages of the last, unsynced write can
+      // reach the disk in any order: a record with a sector still all zeros
+      // is torn even if records of the same write follow it.
+      const bool torn_entry = is_last && !zeros && TornEntry(in, offset);
+      // A segment closed by a crash before its zeros were cut, with the
+      // next one going on right after its last record: nothing is missing.
+      const bool closed_uncut =
+          !is_last && zeros && last != 0 && segments[i + 1].first_lsn == last + 1;
+      if ((is_last && next == std::string_view::npos && torn) || torn_entry || closed_uncut) {
+        // A write the crash interrupted (never acknowledged), or space never
+        // written: cut it off.
+        recovery_note_ = StrCat("commit log: ", zeros ? "unwritten space" : "torn tail", " in ",
+                                seg.path, " at offset ", offset, " (", in.size() - offset,
+                                " bytes after the last good record, LSN ", last,
+                                torn_entry ? ", with records of the same unsynced write" : "",
                                 "); truncated there");
-        MS_LOG_WARN("{}", recovery_note_);
+        if (zeros) {
+          MS_LOG_INFO("{}", recovery_note_);
+        } else {
+          MS_LOG_WARN("{}", recovery_note_);
+        }
         if (::truncate(seg.path.c_str(), static_cast<off_t>(offset)) != 0) {
           return Errno("truncate", seg.path);
         }
@@ -206,6 +301,10 @@ absl::Status CommitLog::Recover() {
       expected = nr.lsn;
     }
   }
+  // A segment is named by the LSN that was next when it started: the log
+  // reached the one before, even if every record up to there is in
+  // segments since deleted (flushed) and the last holds none yet.
+  if (!segments.empty()) last = std::max(last, segments.back().first_lsn - 1);
   absl::MutexLock lock(&mu_);
   segments_ = std::move(segments);
   last_lsn_ = last;
@@ -252,10 +351,53 @@ absl::Status CommitLog::AdvanceTo(uint64_t next_lsn) {
   return SyncDir(options_.dir);
 }
 
-absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
+absl::Status CommitLog::FinishSegment() {
+  bool cut = false;
+  if (zeroed_bytes_ > segment_size_) {
+    if (::ftruncate(fd_, static_cast<off_t>(segment_size_)) != 0)
+      return Errno("cut the unwritten end of commit log segment in", options_.dir);
+    cut = true;
+  }
+  zeroed_bytes_ = 0;
+  // Lazy records in the segment: the next sync, in another segment, would
+  // not cover them. The cut, if any: so that only the last segment can
+  // ever end in zeros.
+  if ((unsynced_ || cut) && options_.sync && ::fdatasync(fd_) != 0)
+    return Errno("fdatasync commit log segment in", options_.dir);
+  unsynced_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status CommitLog::MaybeStartSegment(uint64_t first_lsn, size_t bytes) {
+  const bool plain = zeroed_bytes_ == 0;
+  if (plain || segment_size_ + bytes > zeroed_bytes_) {
+    if (std::optional<Prepared> p = TakePrepared()) return StartSegment(first_lsn, std::move(p));
+  }
+  if (segment_size_ >= options_.segment_bytes) return StartSegment(first_lsn);
+  return absl::OkStatus();
+}
+
+absl::Status CommitLog::StartSegment(uint64_t first_lsn, std::optional<Prepared> prepared) {
   const std::string path =
       (std::filesystem::path(options_.dir) / SegmentFileName(first_lsn)).string();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The segment being closed first: cut and synced before a later one
+  // exists, so a crash can leave zeros only at the end of the last.
+  if (fd_ >= 0) MS_RETURN_IF_ERROR(FinishSegment());
+  int fd = -1;
+  uint64_t zeroed = 0;
+  if (prepared) {
+    if (::rename(prepared->path.c_str(), path.c_str()) == 0) {
+      fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      zeroed = prepared->bytes;
+    }
+    if (fd < 0) {
+      MS_LOG_WARN("commit log: cannot use the zero-filled file {} for {}: {}", prepared->path, path,
+                  std::strerror(errno));
+      ::unlink(prepared->path.c_str());
+      zeroed = 0;
+    }
+  }
+  if (fd < 0) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("create commit log segment", path);
   if (options_.sync) {
     if (absl::Status s = SyncDir(options_.dir); !s.ok()) {
@@ -263,25 +405,60 @@ absl::Status CommitLog::StartSegment(uint64_t first_lsn) {
       return s;
     }
   }
-  if (fd_ >= 0) {
-    // Lazy records in the segment being closed: the next sync, in the new
-    // segment, would not cover them.
-    if (unsynced_ && options_.sync && ::fdatasync(fd_) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return absl::InternalError(StrCat("fdatasync commit log segment before LSN ", first_lsn, " ",
-                                        options_.dir, ": ", std::strerror(err)));
-    }
-    ::close(fd_);
-  }
-  unsynced_ = false;
+  if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
   segment_size_ = 0;
+  zeroed_bytes_ = zeroed;
   absl::MutexLock lock(&mu_);
+  if (zeroed > 0) ++stats_.preallocated_segments;
   // An empty last segment (a crash right after creating it) has this name.
   if (segments_.empty() || segments_.back().path != path)
     segments_.push_back(Segment{first_lsn, path});
   return absl::OkStatus();
+}
+
+std::optional<CommitLog::Prepared> CommitLog::TakePrepared() {
+  if (!preparer_.joinable()) return std::nullopt;
+  absl::MutexLock lock(&prep_mu_);
+  // Asked for on the first write (an idle log zero-fills nothing), and
+  // again as each is taken.
+  prepare_wanted_ = true;
+  std::optional<Prepared> p = std::move(prepared_);
+  prepared_.reset();
+  return p;
+}
+
+void CommitLog::PreparerLoop() {
+  const std::string path = (std::filesystem::path(options_.dir) / kPreparedName).string();
+  for (;;) {
+    uint64_t bytes;
+    {
+      absl::MutexLock lock(&prep_mu_);
+      prep_mu_.Await(absl::Condition(
+          +[](CommitLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return log->prep_stopping_ || (log->prepare_wanted_ && !log->prepared_);
+          },
+          this));
+      if (prep_stopping_) return;
+      prepare_wanted_ = false;
+      bytes = next_prepare_bytes_;
+    }
+    absl::Status s = FillWithZeros(path, bytes, prep_abort_);
+    absl::MutexLock lock(&prep_mu_);
+    if (!s.ok() || prep_stopping_) {
+      ::unlink(path.c_str());
+      if (prep_stopping_) return;
+      // Plain segments meanwhile; no new attempt for a while (the disk may
+      // be full).
+      MS_LOG_WARN_LIMITED("commit log: no zero-filled segment ({}); writing plain segments",
+                          s.message());
+      prep_mu_.AwaitWithTimeout(absl::Condition(&prep_stopping_), absl::Seconds(10));
+      if (prep_stopping_) return;
+      continue;
+    }
+    prepared_ = Prepared{path, bytes};
+    next_prepare_bytes_ = std::min(bytes * 2, std::max<uint64_t>(options_.segment_bytes, 1));
+  }
 }
 
 namespace {
@@ -388,7 +565,7 @@ CommitLog::GroupResult CommitLog::WritePending() {
   }
   // Everything that queued up while the last group was being synced goes
   // out as one write and one fdatasync.
-  if (status.ok() && segment_size_ >= options_.segment_bytes) status = StartSegment(first);
+  if (status.ok()) status = MaybeStartSegment(first, group.size());
   if (status.ok()) status = WriteGroup(group, first);
   const bool no_space = absl::IsResourceExhausted(status);
   // A group of lazy records only is not synced. Otherwise the lazy ones
@@ -452,6 +629,7 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
         // Cut back what part of the group was written, so the segment ends
         // at a whole record; if even that fails, the log's state is unknown.
         const off_t size = static_cast<off_t>(segment_size_);
+        zeroed_bytes_ = 0;  // the cut took any zeros after it too
         if (::ftruncate(fd_, size) != 0 || ::lseek(fd_, size, SEEK_SET) != size) {
           return absl::InternalError(StrCat(
               s.message(), "; and cutting back the partial write failed: ", std::strerror(errno)));

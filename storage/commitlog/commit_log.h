@@ -10,6 +10,11 @@
 // sequence number), the id of the tablet it belongs to and an opaque payload
 // (the tablet's mutation).
 //
+// Segments are written into files filled with zeros beforehand (unless
+// preallocate is off): a thread of the log's own prepares the next one, so
+// a sync has no file size or block allocation to record. A segment is cut
+// to its written length, and synced, before the next one starts.
+//
 // Recovery: Open() reads every segment. A torn tail of the last segment (a
 // write the crash interrupted) is logged with its offset and cut off. Torn
 // means the last record is incomplete — the file ends inside it — or the
@@ -25,9 +30,11 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -48,6 +55,14 @@ struct CommitLogOptions {
   uint64_t segment_bytes = 64 << 20;
   // fdatasync before acknowledging (turn off only in benchmarks of the rest).
   bool sync = true;
+  // Write segments into files zero-filled ahead of need (with sync, and
+  // without inline_writes or read_only): an fdatasync that extends a file
+  // must also record its new size and blocks, one that overwrites zeros
+  // need not (about a quarter less time per sync on ext4). Prepared files
+  // start at 4 MiB and double up to segment_bytes, so a log that writes
+  // little zero-fills little; a segment moves to a prepared file as soon as
+  // one is ready. Without space for one, segments are plain files.
+  bool preallocate = true;
   // No writer thread: each append writes (and syncs) its group in the
   // appender's own call, and the callbacks run there, before AppendAsync
   // returns. An append from inside a callback is queued and written by the
@@ -79,7 +94,8 @@ struct CommitLogStats {
   // Group commits by number of records: [1], [2,3], [4,7], ... [2^15, inf).
   std::vector<uint64_t> batch_histogram = std::vector<uint64_t>(16, 0);
   uint64_t segments = 0;
-  uint64_t no_space_failures = 0;  // groups refused for a full disk (their appends failed)
+  uint64_t no_space_failures = 0;      // groups refused for a full disk (their appends failed)
+  uint64_t preallocated_segments = 0;  // segments started in a zero-filled file
 };
 
 class CommitLog {
@@ -160,9 +176,28 @@ class CommitLog {
 
   explicit CommitLog(const CommitLogOptions& options);
   absl::Status Recover();
-  // Creates the segment that appends go to next. Only WritePending (or
-  // Open) calls it; takes mu_ briefly.
-  absl::Status StartSegment(uint64_t first_lsn) ABSL_LOCKS_EXCLUDED(mu_);
+  // A zero-filled file made by the preparer thread.
+  struct Prepared {
+    std::string path;
+    uint64_t bytes = 0;
+  };
+  // Creates the segment that appends go to next: in `prepared` if given
+  // (renamed), else a new, empty file. The current segment is first cut to
+  // its written length and synced. Only WritePending (or Open) calls it;
+  // takes mu_ briefly.
+  absl::Status StartSegment(uint64_t first_lsn, std::optional<Prepared> prepared = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Before writing a group of `bytes`: moves to a new segment if the
+  // current one is full, or to a prepared file once one is ready and the
+  // current segment is a plain file or has no zeros left for the group.
+  absl::Status MaybeStartSegment(uint64_t first_lsn, size_t bytes);
+  // Cuts the current segment's unwritten zeros and syncs what it holds
+  // (lazy records, the cut): before it is closed.
+  absl::Status FinishSegment();
+  // The preparer thread: zero-fills a file whenever one is wanted.
+  void PreparerLoop();
+  // The prepared file, if one is ready; asks for the next.
+  std::optional<Prepared> TakePrepared() ABSL_LOCKS_EXCLUDED(prep_mu_);
   // Writes one group of records; only WritePending calls it.
   absl::Status WriteGroup(const std::string& data, uint64_t first_lsn);
   // Makes everything written so far durable (fdatasync, if options.sync).
@@ -212,7 +247,17 @@ class CommitLog {
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   int fd_ = -1;                // guarded by write_mu_ (Open sets it before anyone else runs)
   uint64_t segment_size_ = 0;  // likewise
+  uint64_t zeroed_bytes_ = 0;  // likewise: the current segment's prepared size (0: plain)
   std::thread writer_;
+
+  // Preallocation: the preparer makes one file at a time.
+  absl::Mutex prep_mu_;
+  std::optional<Prepared> prepared_ ABSL_GUARDED_BY(prep_mu_);  // ready to be taken
+  bool prepare_wanted_ ABSL_GUARDED_BY(prep_mu_) = false;
+  bool prep_stopping_ ABSL_GUARDED_BY(prep_mu_) = false;
+  uint64_t next_prepare_bytes_ ABSL_GUARDED_BY(prep_mu_) = 0;
+  std::atomic<bool> prep_abort_{false};  // the preparer stops mid-file
+  std::thread preparer_;
 };
 
 }  // namespace megastore::storage::commitlog

@@ -1,5 +1,7 @@
 #include "storage/commitlog/commit_log.h"
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -330,9 +332,134 @@ TEST_F(CommitLogTest, AZeroFilledTailIsATornWrite) {
     f << std::string(4096, '\0');
   }
   log = Open();
-  EXPECT_THAT(log->recovery_note(), HasSubstr("torn tail"));
+  EXPECT_THAT(log->recovery_note(), HasSubstr("unwritten space"));
   EXPECT_TRUE(log->gaps().empty());
   EXPECT_EQ(ReplayAll(*log).size(), 3u);
+}
+
+// Appends until the log writes into a zero-filled segment (the preparer
+// makes one in the background); false if none came within seconds.
+bool AppendUntilPreallocated(CommitLog& log, int* appended) {
+  for (int tries = 0; tries < 500; ++tries) {
+    if (!log.Append("t", "record" + std::to_string(*appended)).ok()) return false;
+    ++*appended;
+    if (log.stats().preallocated_segments > 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+uint64_t FileSize(const std::string& path) { return std::filesystem::file_size(path); }
+
+TEST_F(CommitLogTest, SegmentsGoToZeroFilledFilesAndAreCutToTheirRecords) {
+  constexpr uint64_t kSegment = 64 << 10;
+  auto log = Open(kSegment);
+  int appended = 0;
+  ASSERT_TRUE(AppendUntilPreallocated(*log, &appended));
+  const std::string live = NonEmptyLastSegment(dir_.path() + "/log");
+  EXPECT_EQ(FileSize(live), kSegment) << "written into zeros, not appended";
+  // Through several segments, each moving to a prepared file.
+  const std::string big(3000, 'x');
+  for (int i = 0; i < 100; ++i, ++appended) ASSERT_TRUE(log->Append("t", big).ok());
+  EXPECT_GT(log->stats().preallocated_segments, 1u);
+  log.reset();
+  for (const std::string& f : Segments(dir_.path() + "/log")) {
+    std::ifstream in(f, std::ios::binary);
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(data.empty() || data.back() != '\0') << f << " still ends in zeros";
+  }
+  log = Open(kSegment);
+  EXPECT_TRUE(log->recovery_note().empty()) << log->recovery_note();
+  EXPECT_TRUE(log->gaps().empty());
+  const auto all = ReplayAll(*log);
+  ASSERT_EQ(all.size(), static_cast<size_t>(appended));
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].lsn, i + 1);
+}
+
+// A crash leaves the last segment with its zeros: recovery cuts them and
+// loses nothing acknowledged. (The copy of an open log is what a crash
+// leaves behind, page cache and all.)
+TEST_F(CommitLogTest, ACrashInAZeroFilledSegmentLosesNothingAcknowledged) {
+  auto log = Open(1 << 20);
+  int appended = 0;
+  ASSERT_TRUE(AppendUntilPreallocated(*log, &appended));
+  const std::string copy = dir_.path() + "/copy";
+  std::filesystem::copy(dir_.path() + "/log", copy);
+  log.reset();
+  CommitLogOptions o;
+  o.dir = copy;
+  auto recovered = CommitLog::Open(o);
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_THAT((*recovered)->recovery_note(), HasSubstr("unwritten space"));
+  EXPECT_TRUE((*recovered)->gaps().empty());
+  EXPECT_EQ(ReplayAll(**recovered).size(), static_cast<size_t>(appended));
+}
+
+// The pages of the last, unsynced write reach a zero-filled segment in any
+// order: a record with a sector still zero is torn, and so is the rest of
+// that write after it, though some of its records are whole.
+TEST_F(CommitLogTest, ARecordWithAnUnwrittenSectorEndsTheLastSegment) {
+  auto log = Open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(log->Append("t", "record" + std::to_string(i)).ok());
+  log.reset();
+  const std::string seg = NonEmptyLastSegment(dir_.path() + "/log");
+  const uint64_t good = FileSize(seg);
+  std::string write;
+  AppendRecord(&write, 4, "t", std::string(3000, 'y'));
+  const size_t second = write.size();
+  AppendRecord(&write, 5, "t", "whole, but of the same unsynced write");
+  // The record at LSN 4 lost a 512-byte sector's worth in its middle.
+  const size_t hole = (good + 1024) / 512 * 512 - good;
+  std::fill(write.begin() + static_cast<ptrdiff_t>(hole),
+            write.begin() + static_cast<ptrdiff_t>(hole + 512), '\0');
+  ASSERT_LT(hole + 512, second);
+  {
+    std::ofstream f(seg, std::ios::binary | std::ios::app);
+    f << write << std::string(8192, '\0');
+  }
+  log = Open();
+  EXPECT_THAT(log->recovery_note(), HasSubstr("same unsynced write"));
+  EXPECT_TRUE(log->gaps().empty());
+  EXPECT_EQ(ReplayAll(*log).size(), 3u);
+  EXPECT_EQ(FileSize(seg), good);
+  EXPECT_EQ(*log->Append("t", "next"), 4u);
+}
+
+// Every record flushed and its segments deleted: the last segment holds
+// none, and its name says where the log goes on.
+TEST_F(CommitLogTest, LsnsGoOnAfterEveryRecordWasDeleted) {
+  auto log = Open();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(log->Append("t", "r").ok());
+  log.reset();
+  log = Open();  // starts an empty segment at LSN 6
+  ASSERT_TRUE(log->DeleteSegmentsThrough(5).ok());
+  log.reset();
+  log = Open();
+  EXPECT_EQ(log->last_lsn(), 5u);
+  EXPECT_TRUE(log->gaps().empty());
+  EXPECT_EQ(*log->Append("t", "next"), 6u);
+}
+
+// A segment whose zeros a crash left uncut, the next going on right after
+// its last record: nothing is missing, so it is no gap.
+TEST_F(CommitLogTest, AnUncutSegmentFollowedByTheNextLsnIsNoGap) {
+  auto log = Open();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(log->Append("t", "a").ok());
+  log.reset();
+  const std::string first = NonEmptyLastSegment(dir_.path() + "/log");
+  {
+    std::ofstream f(first, std::ios::binary | std::ios::app);
+    f << std::string(4096, '\0');
+  }
+  {
+    std::string next;
+    AppendRecord(&next, 4, "t", "b");
+    std::ofstream f(dir_.path() + "/log/" + SegmentFileName(4), std::ios::binary);
+    f << next;
+  }
+  log = Open();
+  EXPECT_TRUE(log->gaps().empty());
+  EXPECT_EQ(ReplayAll(*log).size(), 4u);
 }
 
 TEST_F(CommitLogTest, AdvancingPastAMissingRangeLeavesNoGapAndLsnsNeverGoBack) {

@@ -48,6 +48,10 @@ struct TabletServerOptions {
   uint64_t log_segment_bytes = 64 << 20;
   // fdatasync the commit log before acknowledging writes.
   bool sync_log = true;
+  // Write the commit log into zero-filled files made ahead of need
+  // (CommitLogOptions::preallocate): cheaper syncs; off on copy-on-write
+  // filesystems, where writing over zeros gains nothing.
+  bool preallocate_log = true;
   // The commit log writes in each writer's own call instead of on a thread
   // of its own (CommitLogOptions::inline_writes): the simulator's choice.
   bool inline_commit_log = false;

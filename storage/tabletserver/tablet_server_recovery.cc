@@ -44,6 +44,7 @@ absl::Status TabletServer::Recover() {
     }
     log_options.segment_bytes = options_.log_segment_bytes;
     log_options.sync = options_.sync_log;
+    log_options.preallocate = options_.preallocate_log;
     log_options.inline_writes = options_.inline_commit_log;
     MS_ASSIGN_OR_RETURN(log_, commitlog::CommitLog::Open(log_options));
     log_adapter_ = std::make_unique<LogAdapter>(log_.get());
@@ -74,6 +75,7 @@ absl::Status TabletServer::Recover() {
   log_options.dir = (fs::path(options_.data_dir) / "commitlog").string();
   log_options.segment_bytes = options_.log_segment_bytes;
   log_options.sync = options_.sync_log;
+  log_options.preallocate = options_.preallocate_log;
   log_options.inline_writes = options_.inline_commit_log;
   MS_ASSIGN_OR_RETURN(log_, commitlog::CommitLog::Open(log_options));
   log_adapter_ = std::make_unique<LogAdapter>(log_.get());

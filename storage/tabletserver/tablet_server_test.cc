@@ -420,16 +420,18 @@ void TabletServerTest::DiskFullScenario(const std::string& mnt) {
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->CreateTable(Schema()).ok());
   // Most of the space goes to a filler file, so the disk fills fast.
-  const std::string filler = mnt + "/filler";
-  {
+  const std::string filler = mnt + "/filler", filler2 = mnt + "/filler2";
+  auto fill = [&](const std::string& path, uint64_t leave) {
     struct statvfs fs;
     ASSERT_EQ(::statvfs(mnt.c_str(), &fs), 0);
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    std::ofstream f(filler, std::ios::binary);
-    const std::string chunk(1 << 20, 'f');
-    for (uint64_t left = free_bytes - (3 << 20); left >= chunk.size(); left -= chunk.size())
+    std::ofstream f(path, std::ios::binary);
+    const std::string chunk(4096, 'f');
+    for (uint64_t left = free_bytes - std::min(free_bytes, leave); left >= chunk.size();
+         left -= chunk.size())
       f << chunk;
-  }
+  };
+  fill(filler, 3 << 20);
   std::map<std::string, std::string> acked;
   absl::Status first_error;
   const std::string value(4096, 'v');
@@ -445,8 +447,18 @@ void TabletServerTest::DiskFullScenario(const std::string& mnt) {
   ASSERT_FALSE(first_error.ok()) << "the disk never filled";
   EXPECT_TRUE(absl::IsResourceExhausted(first_error)) << first_error;
   EXPECT_NE(first_error.message().find("No space left"), std::string_view::npos) << first_error;
-  // More writes fail the same way; maintenance (flushes) fails without harm;
-  // reads go on.
+  // The log may still hold a zero-filled file made before the disk filled:
+  // writes go on into it until it is used up, then fail the same way. (Any
+  // space a failed zero-fill gave back is taken too.)
+  fill(filler2, 0);
+  absl::Status again;
+  for (int i = 0; i < 5000 && again.ok(); ++i) {
+    const std::string row = "reserve" + std::to_string(i);
+    again = server->MutateRow("t", row, {Mutation::SetCell("cf", "q", value + row)});
+    if (again.ok()) acked[row] = value + row;
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(again)) << again;
+  // More writes fail; maintenance (flushes) fails without harm; reads go on.
   for (int i = 0; i < 20; ++i) {
     EXPECT_FALSE(
         server->MutateRow("t", "more" + std::to_string(i), {Mutation::SetCell("cf", "q", value)})
@@ -456,6 +468,7 @@ void TabletServerTest::DiskFullScenario(const std::string& mnt) {
   for (const auto& [row, v] : acked) ASSERT_EQ(Value(*server, "t", row), v) << row;
   // Space returns: writes resume without a restart.
   std::filesystem::remove(filler);
+  std::filesystem::remove(filler2);
   absl::Status resumed;
   for (int i = 0; i < 100; ++i) {
     resumed = server->MutateRow("t", "after", {Mutation::SetCell("cf", "q", "back")});
@@ -514,16 +527,25 @@ TEST_F(TabletServerTest, AcknowledgedWritesSurviveACrashThroughLogReplay) {
   EXPECT_EQ(Value(*server, "t", "row7"), "<none>");
 }
 
+// The bytes of a log segment up to its last non-zero one: what was written
+// of a segment that a crash left with its zero-filled end.
+uint64_t WrittenBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t last = data.find_last_not_of('\0');
+  return last == std::string::npos ? 0 : last + 1;
+}
+
 TEST_F(TabletServerTest, DamagedLogBeforeTheTailKeepsTheTabletUnloadedWithAReason) {
   InCrashingChild("big50");
   std::string seg;
   for (const std::string& s : LogSegments()) {
-    if (std::filesystem::file_size(s) > 0) seg = s;
+    if (WrittenBytes(s) > 0) seg = s;
   }
   ASSERT_FALSE(seg.empty());
   {
     std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(seg) / 3));
+    f.seekp(static_cast<std::streamoff>(WrittenBytes(seg) / 3));
     f.put('\x5a');
   }
   auto server = Open();
@@ -546,9 +568,9 @@ TEST_F(TabletServerTest, TornLogTailIsCutAndEverythingBeforeItReplays) {
   InCrashingChild("rows20");
   std::string seg;
   for (const std::string& s : LogSegments()) {
-    if (std::filesystem::file_size(s) > 0) seg = s;
+    if (WrittenBytes(s) > 0) seg = s;
   }
-  std::filesystem::resize_file(seg, std::filesystem::file_size(seg) - 5);
+  std::filesystem::resize_file(seg, WrittenBytes(seg) - 5);
   auto server = Open();
   EXPECT_TRUE(server->load_errors().empty());
   EXPECT_EQ(Value(*server, "t", "row18"), "v");

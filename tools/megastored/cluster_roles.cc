@@ -445,6 +445,7 @@ int RunCluster(const ClusterFlags& flags, const std::string& command_line) {
                   : "--schema creates tables: give it to the process running the tablet role");
     o.tables = tables;
     o.sync_log = flags.sync;
+    o.preallocate_log = flags.log_preallocate;
     // The config's links: this process delays its own outgoing messages.
     if (!config.links().empty()) o.one_way = OneWayFrom(config, me.name());
     auto dc = Datacenter::Start(env, o);

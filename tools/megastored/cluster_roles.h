@@ -27,6 +27,7 @@ struct ClusterFlags {
   std::string http;                    // --http=HOST:PORT: /status, /metrics and /console
   double console_sample_seconds = 10;  // how often /console samples /metrics
   bool sync = true;
+  bool log_preallocate = true;   // --no-log-preallocate turns it off
   bool accept_log_loss = false;  // --accept-log-loss
   bool no_tls = false;           // --no-tls: --local without its throwaway certificates
 };

@@ -211,6 +211,9 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_flag("--no-sync", f.no_sync,
                "do not fdatasync the commit log (unsafe: for benchmarks of everything else)");
+  app.add_flag("--no-log-preallocate", f.no_log_preallocate,
+               "write the commit log by appending instead of into zero-filled files made ahead "
+               "of need (for copy-on-write filesystems, where writing over zeros saves nothing)");
   app.add_flag(
       "--accept-log-loss", f.accept_log_loss,
       "start although the commit log is missing or ends before a tablet's redo point (moved aside, "

@@ -29,6 +29,7 @@ struct Flags {
   size_t block_cache_mb = 256;
   size_t row_cache_mb = 0;
   bool no_sync = false;
+  bool no_log_preallocate = false;
   bool accept_log_loss = false;
   int workers = 96;
   rpc::ServerLimits rpc_limits;

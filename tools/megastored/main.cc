@@ -31,6 +31,7 @@ int RunClusterMode(Flags& f, const std::string& command_line) {
   cluster.data = f.data;
   cluster.http = f.http;
   cluster.sync = !f.no_sync;
+  cluster.log_preallocate = !f.no_log_preallocate;
   cluster.accept_log_loss = f.accept_log_loss;
   cluster.roles = f.roles;
   if (cluster.no_tls && f.tls.enabled()) {

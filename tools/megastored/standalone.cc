@@ -148,6 +148,7 @@ megastore::storage::TabletServerOptions TabletOptions(
   megastore::storage::TabletServerOptions options;
   options.data_dir = f.data;
   options.sync_log = !f.no_sync;
+  options.preallocate_log = !f.no_log_preallocate;
   options.accept_log_loss = f.accept_log_loss;
   options.flush_max_age = p.flush_max_age;
   options.resources.block_cache_bytes = f.block_cache_mb << 20;
