@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,12 +48,30 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::string data(static_cast<size_t>(size), '\0');
   in.seekg(0);
   in.read(data.data(), size);
-  if (!in) return absl::InternalError(StrCat("cannot read commit log segment ", path));
+  // Short if the segment was cut meanwhile (closed while a replay reads it).
+  if (in.bad()) return absl::InternalError(StrCat("cannot read commit log segment ", path));
+  data.resize(static_cast<size_t>(in.gcount()));
   return data;
 }
 
-// The name of the zero-filled file the preparer makes (one at a time).
-constexpr char kPreparedName[] = "next-segment.zeros";
+// Zero-filled files the preparer makes are named next-segment-N.zeros, N
+// counting up within one open log (a taken file is renamed; the next one
+// never has its name).
+constexpr char kPreparedPrefix[] = "next-segment-";
+constexpr char kPreparedSuffix[] = ".zeros";
+
+bool IsPreparedName(std::string_view name) {
+  return name.starts_with(kPreparedPrefix) && name.ends_with(kPreparedSuffix);
+}
+
+// A prepared file takes this much of the free space at most: never the
+// last of it, which the log's own writes and the tablets' flushes need.
+bool RoomFor(const std::string& dir, uint64_t bytes) {
+  struct statvfs fs;
+  if (::statvfs(dir.c_str(), &fs) != 0) return false;
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  return free_bytes >= 2 * bytes + (64 << 20);
+}
 // The first prepared file's size; each next one doubles, to segment_bytes.
 constexpr uint64_t kFirstPreparedBytes = 4 << 20;
 
@@ -118,7 +137,11 @@ bool TornEntry(std::string_view data, size_t offset) {
   if (header.find_first_not_of('\0') == std::string_view::npos) return true;
   if (header.size() < kHeaderBytes) return false;
   const uint32_t length = DecodeFixed32(header.data() + 4);
-  if (length > kMaxRecordBytes || length < 9) return false;
+  if (length > kMaxRecordBytes || length < 9) {
+    // The header itself cut by an unwritten sector: zeros from inside it on.
+    const size_t zeros_from = data.find_last_not_of('\0') + 1;
+    return zeros_from > offset && zeros_from < offset + kHeaderBytes;
+  }
   const size_t end = std::min(data.size(), offset + kHeaderBytes + length);
   for (size_t sector = offset / kSector * kSector; sector < end; sector += kSector) {
     const size_t from = std::max(sector, offset), to = std::min(sector + kSector, end);
@@ -138,19 +161,20 @@ CommitLog::~CommitLog() {
   }
   // The writer drains what is queued first: no accepted record is dropped.
   if (writer_.joinable()) writer_.join();
-  if (fd_ >= 0) {
-    // Lazy records durable and the unwritten zeros cut at a clean close.
-    if (absl::Status s = FinishSegment(); !s.ok()) MS_LOG_WARN("commit log: {}", s.message());
-    ::close(fd_);
-  }
+  // No zero-filling competes with the last sync.
   {
     absl::MutexLock lock(&prep_mu_);
     prep_stopping_ = true;
   }
   prep_abort_ = true;
   if (preparer_.joinable()) preparer_.join();
-  std::error_code ec;
-  std::filesystem::remove(std::filesystem::path(options_.dir) / kPreparedName, ec);
+  if (fd_ >= 0) {
+    // Lazy records durable and the unwritten zeros cut at a clean close.
+    if (absl::Status s = FinishSegment(); !s.ok()) MS_LOG_WARN("commit log: {}", s.message());
+    ::close(fd_);
+  }
+  absl::MutexLock lock(&prep_mu_);
+  if (prepared_) ::unlink(prepared_->path.c_str());  // never taken
 }
 
 absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOptions& options) {
@@ -187,9 +211,14 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
 }
 
 absl::Status CommitLog::Recover() {
-  std::error_code ignored;  // a leftover prepared file holds nothing
-  if (!options_.read_only)
-    std::filesystem::remove(std::filesystem::path(options_.dir) / kPreparedName, ignored);
+  if (!options_.read_only) {
+    // Leftover prepared files hold nothing.
+    std::error_code ignored;
+    for (const auto& entry : std::filesystem::directory_iterator(options_.dir)) {
+      if (IsPreparedName(entry.path().filename().string()))
+        std::filesystem::remove(entry.path(), ignored);
+    }
+  }
   std::vector<Segment> segments;
   for (const auto& entry : std::filesystem::directory_iterator(options_.dir)) {
     uint64_t first;
@@ -243,10 +272,12 @@ absl::Status CommitLog::Recover() {
       const std::string_view rest = in.substr(offset);
       const bool zeros = rest.find_first_not_of('\0') == std::string_view::npos;
       const bool torn = result == ParseResult::kTruncated || zeros;
-      // In a zero-filled segment the pages of the last, unsynced write can
-      // reach the disk in any order: a record with a sector still all zeros
-      // is torn even if records of the same write follow it.
-      const bool torn_entry = is_last && !zeros && TornEntry(in, offset);
+      // In a zero-filled segment the last record may be cut anywhere by
+      // zeros, not by the end of the file: a damaged record with a part of a
+      // sector still all zeros, and no readable record after it, is torn.
+      // (Readable records after it are damage, never skipped silently.)
+      const bool torn_entry =
+          is_last && !zeros && next == std::string_view::npos && TornEntry(in, offset);
       // A segment closed by a crash before its zeros were cut, with the
       // next one going on right after its last record: nothing is missing.
       const bool closed_uncut =
@@ -254,11 +285,10 @@ absl::Status CommitLog::Recover() {
       if ((is_last && next == std::string_view::npos && torn) || torn_entry || closed_uncut) {
         // A write the crash interrupted (never acknowledged), or space never
         // written: cut it off.
-        recovery_note_ = StrCat("commit log: ", zeros ? "unwritten space" : "torn tail", " in ",
-                                seg.path, " at offset ", offset, " (", in.size() - offset,
-                                " bytes after the last good record, LSN ", last,
-                                torn_entry ? ", with records of the same unsynced write" : "",
-                                "); truncated there");
+        recovery_note_ =
+            StrCat("commit log: ", zeros ? "unwritten space" : "torn tail", " in ", seg.path,
+                   " at offset ", offset, " (", in.size() - offset,
+                   " bytes after the last good record, LSN ", last, "); truncated there");
         if (zeros) {
           MS_LOG_INFO("{}", recovery_note_);
         } else {
@@ -266,6 +296,12 @@ absl::Status CommitLog::Recover() {
         }
         if (::truncate(seg.path.c_str(), static_cast<off_t>(offset)) != 0) {
           return Errno("truncate", seg.path);
+        }
+        // Durable before new records (which may reuse these LSNs) are.
+        if (const int fd = ::open(seg.path.c_str(), O_WRONLY | O_CLOEXEC); fd >= 0) {
+          const int rc = ::fsync(fd);
+          ::close(fd);
+          if (rc != 0) return absl::InternalError(StrCat("fsync ", seg.path, " after the cut"));
         }
         break;
       }
@@ -362,8 +398,12 @@ absl::Status CommitLog::FinishSegment() {
   // Lazy records in the segment: the next sync, in another segment, would
   // not cover them. The cut, if any: so that only the last segment can
   // ever end in zeros.
-  if ((unsynced_ || cut) && options_.sync && ::fdatasync(fd_) != 0)
-    return Errno("fdatasync commit log segment in", options_.dir);
+  if ((unsynced_ || cut) && options_.sync && ::fdatasync(fd_) != 0) {
+    // As SyncGroup: whatever errno says, the state of what was written is
+    // unknown, so it is never retried (and never taken for a full disk).
+    return absl::InternalError(
+        StrCat("fdatasync commit log segment in ", options_.dir, ": ", std::strerror(errno)));
+  }
   unsynced_ = false;
   return absl::OkStatus();
 }
@@ -429,8 +469,10 @@ std::optional<CommitLog::Prepared> CommitLog::TakePrepared() {
 }
 
 void CommitLog::PreparerLoop() {
-  const std::string path = (std::filesystem::path(options_.dir) / kPreparedName).string();
-  for (;;) {
+  for (uint64_t n = 1;; ++n) {
+    const std::string path =
+        (std::filesystem::path(options_.dir) / StrCat(kPreparedPrefix, n, kPreparedSuffix))
+            .string();
     uint64_t bytes;
     {
       absl::MutexLock lock(&prep_mu_);
@@ -443,7 +485,9 @@ void CommitLog::PreparerLoop() {
       prepare_wanted_ = false;
       bytes = next_prepare_bytes_;
     }
-    absl::Status s = FillWithZeros(path, bytes, prep_abort_);
+    absl::Status s = RoomFor(options_.dir, bytes)
+                         ? FillWithZeros(path, bytes, prep_abort_)
+                         : absl::ResourceExhaustedError("too little free space");
     absl::MutexLock lock(&prep_mu_);
     if (!s.ok() || prep_stopping_) {
       ::unlink(path.c_str());

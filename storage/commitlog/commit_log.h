@@ -17,9 +17,11 @@
 //
 // Recovery: Open() reads every segment. A torn tail of the last segment (a
 // write the crash interrupted) is logged with its offset and cut off. Torn
-// means the last record is incomplete — the file ends inside it — or the
-// bytes after the last good record are all zero (space the crash left
-// unwritten): a write that was never acknowledged. A *complete* record with
+// means the last record is incomplete — the file ends inside it, or (in a
+// zero-filled segment) a part of a 512-byte sector of it is all zeros and
+// nothing readable follows — or the bytes after the last good record are
+// all zero (space the crash left unwritten): a write that was never
+// acknowledged. Cuts are synced. A *complete* record with
 // a bad checksum or an unexpected LSN is corruption, wherever it is: it is
 // kept on disk for inspection and remembered as a gap, like damage anywhere
 // else; Replay() refuses, with DataLoss, to replay across a gap a caller
