@@ -4,6 +4,8 @@
 
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +37,7 @@
 #include "base/rpc/rpc_internal.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "base/thread_batch.h"
 
 namespace megastore::rpc {
 
@@ -43,84 +46,6 @@ using rpc_internal::LooksLikeTls;
 using rpc_internal::ReadBuffer;
 using rpc_internal::SteadyClock;
 using rpc_internal::ToSteady;
-namespace {
-
-ProcessDefault<ServerLimits>& LimitsDefault() {
-  static auto* d = new ProcessDefault<ServerLimits>;
-  return *d;
-}
-
-}  // namespace
-
-void SetDefaultServerLimits(const ServerLimits& limits) { LimitsDefault().Set(limits); }
-
-ServerLimits DefaultServerLimits() { return LimitsDefault().Get(); }
-
-absl::Status ValidateServerLimits(const ServerLimits& l) {
-  auto positive = [](std::string_view name, auto v) -> absl::Status {
-    if (v > decltype(v){}) return absl::OkStatus();
-    return absl::InvalidArgumentError(StrCat("RPC limit ", name, " must be positive"));
-  };
-  MS_RETURN_IF_ERROR(positive("max_frame_bytes", l.max_frame_bytes));
-  if (l.max_frame_bytes > (size_t{1} << 31)) {
-    return absl::InvalidArgumentError(StrCat("RPC limit max_frame_bytes ", l.max_frame_bytes,
-                                             " is over the 2 GiB a frame can hold"));
-  }
-  MS_RETURN_IF_ERROR(positive("max_connections", l.max_connections));
-  MS_RETURN_IF_ERROR(positive("max_calls_in_flight", l.max_calls_in_flight));
-  MS_RETURN_IF_ERROR(positive("max_queued_reply_bytes", l.max_queued_reply_bytes));
-  MS_RETURN_IF_ERROR(positive("idle_timeout", l.idle_timeout));
-  MS_RETURN_IF_ERROR(positive("stall_timeout", l.stall_timeout));
-  return absl::OkStatus();
-}
-
-std::string EncodeFrame(std::string_view payload) {
-  std::string frame;
-  frame.reserve(kFrameHeaderBytes + payload.size());
-  PutFixed32(&frame, static_cast<uint32_t>(payload.size()));
-  PutFixed32(&frame, crc32c::Mask(crc32c::Value(payload)));
-  frame.append(payload);
-  return frame;
-}
-
-absl::Status ParseHostPort(std::string_view address, std::string* host, uint16_t* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(StrCat("address \"", address, "\" is not HOST:PORT"));
-  }
-  uint32_t p = 0;
-  for (char c : address.substr(colon + 1)) {
-    if (c < '0' || c > '9' || (p = p * 10 + static_cast<uint32_t>(c - '0')) > 65535) {
-      return absl::InvalidArgumentError(StrCat("address \"", address, "\" has a bad port"));
-    }
-  }
-  host->assign(address.substr(0, colon));
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  *port = static_cast<uint16_t>(p);
-  return absl::OkStatus();
-}
-
-absl::Status Listen(tcp::acceptor& acceptor, std::string_view listen, std::string_view what) {
-  std::string host;
-  uint16_t port;
-  MS_RETURN_IF_ERROR(ParseHostPort(listen, &host, &port));
-  error_code ec;
-  const auto address = asio::ip::make_address(host, ec);
-  if (ec)
-    return absl::InvalidArgumentError(StrCat(what, " address \"", host, "\" is not an IP address"));
-  const tcp::endpoint endpoint(address, port);
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return absl::UnavailableError(
-        StrCat("cannot serve ", what, " on ", listen, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
 // ---- server -----------------------------------------------------------------------------
 
 struct RpcServer::Impl {
@@ -171,6 +96,7 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   Connection(Impl* s, Strand st, tcp::socket sock)
       : server(s),
         limits(s->options.limits),
+        plaintext(!s->tls.held()),
         strand(std::move(st)),
         socket(std::move(sock)),
         frames(limits.max_frame_bytes),
@@ -317,7 +243,19 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
                  [self = shared_from_this()] { self->Close("client does not read its replies"); });
       return;
     }
-    if (flush_scheduled) return;
+    if (flush_scheduled || batch_flush_pending) return;
+    if (plaintext && !strand.running_in_this_thread()) {
+      // Nothing is being written, and the answer comes from another thread
+      // (a worker, the commit log's): it goes out from that thread without
+      // waking the I/O thread — at the end of the thread's batch (a log
+      // group's callbacks: one write per connection), or right now.
+      std::function<void()> flush = [self = shared_from_this()] { self->FlushHere(); };
+      if (ThreadBatch::Defer(flush)) {
+        batch_flush_pending = true;
+        return;
+      }
+      if (SendNow()) return;
+    }
     flush_scheduled = true;
     if (strand.running_in_this_thread()) {
       // An inline handler answering: flush after the frames at hand are
@@ -326,6 +264,44 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
     } else {
       asio::post(strand, [self = shared_from_this()] { self->Flush(); });
     }
+  }
+
+  // With out_mu held, on a plaintext connection with no write in progress:
+  // sends the queued frames without blocking; true if all of them went
+  // (else the rest stays queued, for the strand). Under out_mu the socket
+  // is open: Close() drops further output before it closes it.
+  bool SendNow() {
+    if (out_closed) return true;  // dropped, as the strand's flush would
+    while (!out.empty()) {
+      iovec iov[64];
+      size_t n = 0;
+      for (; n < out.size() && n < 64; ++n) iov[n] = {out[n].data(), out[n].size()};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      const ssize_t sent = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent <= 0) return false;  // full, or an error the strand's write will meet
+      size_t left = static_cast<size_t>(sent);
+      out_bytes -= left;
+      size_t done = 0;
+      while (done < out.size() && left >= out[done].size()) left -= out[done++].size();
+      out.erase(out.begin(), out.begin() + static_cast<ptrdiff_t>(done));
+      if (left > 0) {
+        out.front().erase(0, left);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // At the end of a ThreadBatch: sends what queued meanwhile, from here if
+  // the socket takes it, else through the strand.
+  void FlushHere() {
+    std::lock_guard<std::mutex> lock(out_mu);
+    batch_flush_pending = false;
+    if (flush_scheduled || out.empty() || SendNow()) return;
+    flush_scheduled = true;
+    asio::post(strand, [self = shared_from_this()] { self->Flush(); });
   }
 
   void DropFurtherOutput() {
@@ -428,7 +404,8 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
 
   Impl* server;
   const ServerLimits limits;
-  Strand strand;  // the socket's executor
+  const bool plaintext;  // no TLS: answers may be sent from any thread
+  Strand strand;         // the socket's executor
   tcp::socket socket;
   std::shared_ptr<ssl::context> tls_context;  // outlives `tls`
   std::unique_ptr<TlsStream> tls;             // over `socket`; null for plaintext
@@ -443,10 +420,11 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   std::atomic<bool> paused{false};                // written on the strand only
   std::atomic<size_t> calls_in_flight{0};
   std::mutex out_mu;
-  std::vector<std::string> out;  // frames waiting for the next flush
-  size_t out_bytes = 0;          // guarded by out_mu: bytes in `out`
-  size_t writing_bytes = 0;      // guarded by out_mu: bytes in `writing`
-  bool flush_scheduled = false;  // a flush is queued or writing
+  std::vector<std::string> out;      // frames waiting for the next flush
+  size_t out_bytes = 0;              // guarded by out_mu: bytes in `out`
+  size_t writing_bytes = 0;          // guarded by out_mu: bytes in `writing`
+  bool flush_scheduled = false;      // a flush is queued or writing
+  bool batch_flush_pending = false;  // FlushHere is deferred to a thread's batch end
   bool out_closed = false;
 };
 
@@ -684,54 +662,6 @@ void RpcServer::Stop() {
 }
 
 int RpcServer::port() const { return impl_->port; }
-
-std::string ServerStatsMetrics(const std::vector<std::pair<std::string, ServerStats>>& servers) {
-  struct Family {
-    const char* name;
-    const char* type;
-    const char* help;
-    uint64_t ServerStats::*field;
-  };
-  static const Family kFamilies[] = {
-      {"megastore_rpc_connections_open", "gauge", "Open RPC connections.",
-       &ServerStats::connections_open},
-      {"megastore_rpc_connections_accepted_total", "counter", "RPC connections accepted.",
-       &ServerStats::connections_accepted},
-      {"megastore_rpc_calls_total", "counter", "RPC calls received.", &ServerStats::calls},
-      {"megastore_rpc_bad_frames_total", "counter",
-       "Connections closed for a malformed or oversized frame.", &ServerStats::bad_frames},
-      {"megastore_rpc_oversized_frames_total", "counter",
-       "Connections closed for a frame over --max-frame-bytes.", &ServerStats::oversized_frames},
-      {"megastore_rpc_connections_refused_total", "counter",
-       "Connections refused: over --rpc-max-connections or the descriptor budget.",
-       &ServerStats::connections_refused},
-      {"megastore_rpc_idle_closed_total", "counter", "Connections closed after --rpc-idle-timeout.",
-       &ServerStats::idle_closed},
-      {"megastore_rpc_stalled_closed_total", "counter",
-       "Connections closed for a half-sent frame or unread replies (--rpc-stall-timeout, reply "
-       "queue).",
-       &ServerStats::stalled_closed},
-      {"megastore_rpc_backpressure_pauses_total", "counter",
-       "Times a connection stopped being read: calls in flight or queued replies over their limit.",
-       &ServerStats::backpressure_pauses},
-      {"megastore_rpc_tls_handshake_failures_total", "counter",
-       "Connections closed for a failed or missing TLS handshake (no certificate of the CA, "
-       "plaintext).",
-       &ServerStats::tls_handshake_failures},
-      {"megastore_rpc_calls_refused_total", "counter",
-       "Calls refused by the access policy (PERMISSION_DENIED; docs/security.md).",
-       &ServerStats::calls_refused},
-  };
-  std::string out;
-  for (const Family& f : kFamilies) {
-    out += StrCat("# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name, " ", f.type, "\n");
-    for (const auto& [labels, stats] : servers) {
-      out +=
-          StrCat(f.name, labels.empty() ? "" : StrCat("{", labels, "}"), " ", stats.*f.field, "\n");
-    }
-  }
-  return out;
-}
 
 ServerStats RpcServer::stats() const {
   ServerStats s;

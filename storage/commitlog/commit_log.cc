@@ -20,6 +20,7 @@
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "base/thread_batch.h"
 
 namespace megastore::storage::commitlog {
 namespace {
@@ -656,8 +657,12 @@ CommitLog::GroupResult CommitLog::WritePending() {
       MS_LOG_ERROR("commit log: {}", status.ToString());
     }
   }
-  // Only the callbacks of real records: stand-ins have none.
-  for (size_t i = ran; i < callbacks.size(); ++i) callbacks[i].done(status, callbacks[i].lsn);
+  {
+    // Callbacks answering RPCs: one write per connection, at the end.
+    ThreadBatch batch;
+    // Only the callbacks of real records: stand-ins have none.
+    for (size_t i = ran; i < callbacks.size(); ++i) callbacks[i].done(status, callbacks[i].lsn);
+  }
   if (no_space) return GroupResult::kNoSpace;
   return status.ok() ? GroupResult::kWritten : GroupResult::kFailed;
 }
