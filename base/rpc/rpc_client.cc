@@ -2,6 +2,7 @@
 // multiplexed on it, reconnection, deadlines and streams.
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -139,6 +140,57 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     for (auto& [id, p] : pending) ids.push_back(id);
     for (uint64_t id : ids) Complete(id, s);
     queue.clear();
+    std::vector<Direct*> direct_calls;
+    {
+      std::lock_guard<std::mutex> lock(direct_mu);
+      for (auto& [id, d] : direct) direct_calls.push_back(d);
+      direct.clear();
+    }
+    for (Direct* d : direct_calls) {
+      d->result = s;
+      d->done.Notify();
+    }
+  }
+
+  // ---- calls sent by their caller's thread (plaintext, blocking Call) ----
+  // A blocking call's frame goes out from the calling thread when the
+  // connection is up and the I/O thread is not writing: no wake-up of the
+  // I/O thread on the way out. The answer comes back as any other.
+  struct Direct {
+    absl::Notification done;
+    absl::StatusOr<std::string> result;
+  };
+
+  void FinishDirect(uint64_t id, absl::StatusOr<std::string> result) {
+    Direct* d = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(direct_mu);
+      auto it = direct.find(id);
+      if (it == direct.end()) return;
+      d = it->second;
+      direct.erase(it);
+    }
+    d->result = std::move(result);
+    d->done.Notify();
+  }
+
+  // Any thread. Sends `frame` for the registered call `id`; false if it was
+  // not sent at all (the caller then unregisters and submits it as usual).
+  bool SendDirect(const std::string& frame) {
+    std::lock_guard<std::mutex> lock(send_mu);
+    if (!direct_ok || io_writing) return false;
+    const ssize_t n =
+        ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    if (static_cast<size_t>(n) < frame.size()) {
+      // The rest before anything else: the I/O thread writes it next.
+      direct_rest = frame.substr(static_cast<size_t>(n));
+      io_writing = true;
+      asio::post(io, [self = shared_from_this()] {
+        if (!self->writing) self->WriteNext();
+      });
+    }
+    return true;
   }
 
   void Connect() {
@@ -216,6 +268,10 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
 
   // Closes this connection's socket (inside its TLS stream, if any).
   void CloseSocket() {
+    std::lock_guard<std::mutex> lock(send_mu);  // no direct send is using it
+    direct_ok = false;
+    direct_rest.clear();
+    io_writing = false;
     error_code ignored;
     socket.close(ignored);
     if (tls) tls->next_layer().close(ignored);
@@ -226,12 +282,25 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     connecting = false;
     connect_timer.cancel();
     connected = true;
+    {
+      std::lock_guard<std::mutex> lock(send_mu);
+      direct_ok = tls == nullptr;
+    }
     Read();
     WriteNext();
   }
 
   // Writes every queued frame in one gathered write.
   void WriteNext() {
+    {
+      std::lock_guard<std::mutex> lock(send_mu);
+      // A direct send's unsent rest goes first.
+      if (!direct_rest.empty() && connected) {
+        queue.insert(queue.begin(), std::move(direct_rest));
+        direct_rest.clear();
+      }
+      io_writing = connected && !queue.empty();
+    }
     if (queue.empty() || !connected) {
       writing = false;
       return;
@@ -285,7 +354,17 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
 
   void OnResponse(RpcEnvelope e) {
     auto it = pending.find(e.call_id());
-    if (it == pending.end()) return;  // timed out or stopped early
+    if (it == pending.end()) {
+      if (!e.more()) {
+        absl::Status s = ToStatus(e);
+        if (s.ok()) {
+          FinishDirect(e.call_id(), std::move(*e.mutable_body()));
+        } else {
+          FinishDirect(e.call_id(), s);
+        }
+      }
+      return;  // else timed out or stopped early
+    }
     if (e.more()) {
       if (it->second.on_message && !it->second.on_message(e.body())) {
         Complete(e.call_id(), std::string());
@@ -333,6 +412,16 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
   std::mutex submit_mu;
   std::vector<Call> submitted;   // guarded by submit_mu
   bool drain_scheduled = false;  // guarded by submit_mu
+
+  std::mutex direct_mu;
+  std::map<uint64_t, Direct*> direct;  // guarded by direct_mu: blocking calls sent directly
+  // Guarded by send_mu (held while the socket is written by a caller, or
+  // closed): a caller may send (connected, plaintext); the I/O thread
+  // writes or is about to; the unsent rest of a caller's frame.
+  std::mutex send_mu;
+  bool direct_ok = false;
+  bool io_writing = false;
+  std::string direct_rest;
 };
 
 RpcClient::RpcClient(ClientOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
@@ -382,6 +471,40 @@ void RpcClient::CallAsync(std::string_view method, std::string request, absl::Du
 
 absl::StatusOr<std::string> RpcClient::Call(std::string_view method, std::string request,
                                             absl::Duration timeout) {
+  // From this thread if the connection is idle; else through the I/O thread.
+  {
+    const uint64_t id = impl_->next_id.fetch_add(1);
+    RpcEnvelope e;
+    e.set_call_id(id);
+    e.set_method(std::string(method));
+    e.set_body(request);
+    if (timeout != absl::InfiniteDuration())
+      e.set_timeout_micros(absl::ToInt64Microseconds(timeout));
+    const std::string frame = EncodeFrame(e.SerializeAsString());
+    Impl::Direct d;
+    {
+      std::lock_guard<std::mutex> lock(impl_->direct_mu);
+      impl_->direct[id] = &d;
+    }
+    if (frame.size() - kFrameHeaderBytes <= impl_->options.max_frame_bytes &&
+        impl_->SendDirect(frame)) {
+      if (!d.done.WaitForNotificationWithTimeout(timeout)) {
+        bool mine = false;
+        {
+          std::lock_guard<std::mutex> lock(impl_->direct_mu);
+          mine = impl_->direct.erase(id) > 0;
+        }
+        if (mine) {
+          return absl::DeadlineExceededError(
+              StrCat("call to ", impl_->options.server, " timed out"));
+        }
+        d.done.WaitForNotification();  // answered meanwhile
+      }
+      return std::move(d.result);
+    }
+    std::lock_guard<std::mutex> lock(impl_->direct_mu);
+    impl_->direct.erase(id);
+  }
   absl::StatusOr<std::string> result;
   absl::Notification finished;
   CallAsync(method, std::move(request), timeout, [&](absl::StatusOr<std::string> r) {

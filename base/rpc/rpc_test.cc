@@ -365,6 +365,58 @@ TEST_F(RpcTest, CallsToAServerOfThisProcessSkipTcpWithTheSameAnswers) {
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
 }
 
+// Blocking calls go out from their own thread when the connection is idle
+// (a frame the socket takes only partly is finished by the I/O thread
+// before anything else): mixed with asynchronous calls and big frames from
+// many threads, every answer reaches its own caller; deadlines hold.
+TEST_F(RpcTest, BlockingCallsFromManyThreadsGetTheirOwnAnswers) {
+  auto c = Client();
+  std::atomic<int> right{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        // Every 10th is big: 900 KB, more than the socket takes at once.
+        std::string req = std::to_string(t) + ":" + std::to_string(i) + ":";
+        req.resize(i % 10 == 0 ? 900 << 10 : 100 + i, static_cast<char>('a' + t));
+        absl::StatusOr<std::string> r = c->Call("echo", req, absl::Seconds(20));
+        (r.ok() && *r == req ? right : wrong)++;
+      }
+    });
+  }
+  absl::BlockingCounter async_done(200);
+  for (int i = 0; i < 200; ++i) {
+    c->CallAsync("echo", "async" + std::to_string(i), absl::Seconds(20),
+                 [&, i](absl::StatusOr<std::string> r) {
+                   (r.ok() && *r == "async" + std::to_string(i) ? right : wrong)++;
+                   async_done.DecrementCount();
+                 });
+  }
+  for (auto& t : threads) t.join();
+  async_done.Wait();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(right.load(), 8 * 100 + 200);
+
+  auto slow = c->Call("slow", "", absl::Milliseconds(50));
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded) << slow.status();
+  EXPECT_EQ(*c->Call("echo", "after", absl::Seconds(5)), "after");
+  // The server goes away under a waiting call: Unavailable, not a hang.
+  std::thread releaser([&] {  // Stop() waits for the handler
+    absl::SleepFor(absl::Milliseconds(400));
+    release_.Notify();
+  });
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    server_->Stop();
+  });
+  auto cut = c->Call("slow", "", absl::Seconds(20));
+  stopper.join();
+  releaser.join();
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kUnavailable) << cut.status();
+  auto gone = c->Call("echo", "x", absl::Seconds(5));
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
+}
+
 TEST_F(RpcTest, ManyOutstandingAsyncCallsCompleteWithTheirOwnResults) {
   auto c = Client();
   constexpr int kCalls = 2000;
