@@ -80,6 +80,9 @@ class Env {
   // Thread-safe. Deterministic for a given seed and call order.
   virtual uint64_t Random64() = 0;
   virtual uint64_t seed() const = 0;
+  // The simulator's: one thread, virtual time, and nothing runs unless its
+  // loop does — so code must never wait there for a callback to come.
+  virtual bool simulated() const { return false; }
 
   // The process-wide real Env (never destroyed).
   static Env* Default();

@@ -68,6 +68,8 @@ void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
     ReplicationServer* self;
     std::shared_ptr<CleanupRun> run;
     void operator()() {
+      // A stopped server ends the sweep at its next step (Stop waits).
+      if (run->next < run->groups.size() && self->Stopped()) run->next = run->groups.size();
       if (run->next >= run->groups.size()) {
         // A sweep with nothing due (an idle server) leaves the gauges as
         // the last sweep that looked at logs set them.

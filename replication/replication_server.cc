@@ -42,7 +42,25 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
                options_.cluster.max_clock_skew, options_.encryption),
       client_(env, transport, options_.cluster) {}
 
-ReplicationServer::~ReplicationServer() { Stop(); }
+ReplicationServer::~ReplicationServer() {
+  Stop();
+  // A sweep or clean-up under way calls back into this server when its
+  // requests are answered: wait for it (it ends at its next step, now that
+  // the server is stopped). Not in the simulator, whose loop delivers
+  // nothing while this waits (it keeps stopped servers until its end).
+  if (env_->simulated()) return;
+  absl::MutexLock lock(&mu_);
+  const absl::Duration bound = 2 * options_.cluster.rpc_timeout + absl::Seconds(10);
+  if (!mu_.AwaitWithTimeout(absl::Condition(
+                                +[](ReplicationServer* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                  return !s->sweeping_ && !s->cleaning_;
+                                },
+                                this),
+                            bound)) {
+    MS_LOG_ERROR("replication server: a sweep did not end within {} of the server stopping",
+                 absl::FormatDuration(bound));
+  }
+}
 
 // A read's answer, counted and timed.
 template <typename Reply>
@@ -269,6 +287,7 @@ void ReplicationServer::Start() {
   absl::MutexLock lock(&mu_);
   if (running_) return;
   running_ = true;
+  stopped_ = false;
   timer_ = env_->Schedule(options_.sweep_interval, [this] { Tick(); });
   if (options_.cleanup.enabled)
     cleanup_timer_ = env_->Schedule(options_.cleanup.interval, [this] { CleanupTick(); });
@@ -277,10 +296,16 @@ void ReplicationServer::Start() {
 void ReplicationServer::Stop() {
   absl::MutexLock lock(&mu_);
   running_ = false;
+  stopped_ = true;
   if (timer_ != 0) env_->Cancel(timer_);
   timer_ = 0;
   if (cleanup_timer_ != 0) env_->Cancel(cleanup_timer_);
   cleanup_timer_ = 0;
+}
+
+bool ReplicationServer::Stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stopped_;
 }
 
 void ReplicationServer::Tick() {
@@ -327,7 +352,7 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
   for (const auto& [group, behind] : due) {
     replica_.State(
         group, [this, group, behind, local, finish_one](absl::StatusOr<StateReply> s) mutable {
-          if (!s.ok()) return finish_one();
+          if (!s.ok() || Stopped()) return finish_one();
           const uint64_t target = std::max(s->top(), behind);
           if (target <= s->applied().position()) {
             // Complete here: forget it until new traffic arrives.

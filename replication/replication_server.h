@@ -82,7 +82,10 @@ class ReplicationServer {
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();
+  // Ends the periodic sweeps; one under way ends at its next step (the
+  // destructor waits for it). Sweeps started after it do nothing.
   void Stop();
+  bool Stopped() const;
   // One sweep now; `done` runs when every catch-up it started has finished.
   void Sweep(absl::AnyInvocable<void()> done = nullptr);
   // One log clean-up sweep now over the groups written since the last one
@@ -190,6 +193,7 @@ class ReplicationServer {
 
   mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Stop() was called
   bool sweeping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;

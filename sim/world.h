@@ -64,6 +64,7 @@ class SimEnv : public Env {
   std::unique_ptr<Thread> StartThread(std::string name, std::function<void()> fn) override;
   void LockBlocking(absl::Mutex& mu) override ABSL_NO_THREAD_SAFETY_ANALYSIS;
   uint64_t Random64() override { return rng_.Next(); }
+  bool simulated() const override { return true; }
   uint64_t seed() const override { return seed_; }
 
   // Runs timers until none is due at or before `until` (virtual micros),
@@ -129,6 +130,7 @@ class ProcessEnv : public Env {
     return world_->Schedule(World(after), std::move(fn));
   }
   bool Cancel(TimerId id) override { return world_->Cancel(id); }
+  bool simulated() const override { return true; }
   void Wait(absl::Notification& done) override { world_->Wait(done); }
   bool WaitFor(absl::Notification& done, absl::Duration timeout) override {
     return world_->WaitFor(done, World(timeout));

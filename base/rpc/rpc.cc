@@ -281,11 +281,15 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       msg.msg_iovlen = n;
       const ssize_t sent = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (sent <= 0) return false;  // full, or an error the strand's write will meet
+      last_direct_write.store(SteadyClock::now().time_since_epoch().count(),
+                              std::memory_order_relaxed);  // for the idle watchdog
       size_t left = static_cast<size_t>(sent);
       out_bytes -= left;
       size_t done = 0;
       while (done < out.size() && left >= out[done].size()) left -= out[done++].size();
       out.erase(out.begin(), out.begin() + static_cast<ptrdiff_t>(done));
+      // Queued replies went: reading paused for them may go on.
+      if (paused.load()) asio::post(strand, [self = shared_from_this()] { self->Resume(); });
       if (left > 0) {
         out.front().erase(0, left);
         return false;
@@ -380,8 +384,10 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       if (self->closed) return;
       const bool quiet =
           self->calls_in_flight.load() == 0 && self->writing.empty() && !self->frames.partial();
-      if (quiet &&
-          now - std::max(self->last_read, self->last_write) > ToSteady(self->limits.idle_timeout)) {
+      if (quiet && now - std::max({self->last_read, self->last_write,
+                                   SteadyClock::time_point(SteadyClock::duration(
+                                       self->last_direct_write.load(std::memory_order_relaxed)))}) >
+                       ToSteady(self->limits.idle_timeout)) {
         ++self->server->idle_closed;
         return self->Close(StrCat("idle for ", absl::FormatDuration(self->limits.idle_timeout)));
       }
@@ -411,13 +417,14 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
   std::unique_ptr<TlsStream> tls;             // over `socket`; null for plaintext
   bool handshaking = false;                   // strand only
   std::string peer;
-  std::string principal;                          // the TLS peer's certificate name
-  FrameReader frames;                             // strand only
-  asio::steady_timer timer;                       // strand only
-  std::vector<std::string> writing;               // strand only: frames being written
-  bool closed = false;                            // strand only
-  SteadyClock::time_point last_read, last_write;  // strand only
-  std::atomic<bool> paused{false};                // written on the strand only
+  std::string principal;                               // the TLS peer's certificate name
+  FrameReader frames;                                  // strand only
+  asio::steady_timer timer;                            // strand only
+  std::vector<std::string> writing;                    // strand only: frames being written
+  bool closed = false;                                 // strand only
+  SteadyClock::time_point last_read, last_write;       // strand only
+  std::atomic<SteadyClock::rep> last_direct_write{0};  // SendNow's last write
+  std::atomic<bool> paused{false};                     // written on the strand only
   std::atomic<size_t> calls_in_flight{0};
   std::mutex out_mu;
   std::vector<std::string> out;      // frames waiting for the next flush
@@ -585,7 +592,9 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
   // An inline handler is tried here, on the caller's thread (it never
   // blocks); its answer still reaches the caller through the completion
   // pool, never from inside this call.
-  if (m->inline_handler && m->inline_handler(ctx, request, responder)) return true;
+  if (std::shared_ptr<Responder> r = responder;
+      m->inline_handler && m->inline_handler(ctx, request, r))
+    return true;
   asio::post(server.workers, [m, ctx = std::move(ctx), request = std::move(request),
                               responder = std::move(responder)]() mutable {
     m->handler(ctx, request, std::move(responder));

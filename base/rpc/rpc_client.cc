@@ -174,14 +174,25 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
     d->done.Notify();
   }
 
-  // Any thread. Sends `frame` for the registered call `id`; false if it was
-  // not sent at all (the caller then unregisters and submits it as usual).
-  bool SendDirect(const std::string& frame) {
+  // Any thread. Registers call `id` (answered into `d`) and sends `frame`;
+  // false, with nothing registered, if it was not sent at all (the caller
+  // then submits it as usual). Registered only while the connection is up
+  // (under send_mu): a connection that breaks later fails it in FailAll,
+  // which runs after CloseSocket.
+  bool SendDirect(uint64_t id, Direct* d, const std::string& frame) {
     std::lock_guard<std::mutex> lock(send_mu);
     if (!direct_ok || io_writing) return false;
+    {
+      std::lock_guard<std::mutex> direct_lock(direct_mu);
+      direct[id] = d;
+    }
     const ssize_t n =
         ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n <= 0) return false;
+    if (n <= 0) {
+      std::lock_guard<std::mutex> direct_lock(direct_mu);
+      direct.erase(id);  // nothing sent: no answer can come
+      return false;
+    }
     if (static_cast<size_t>(n) < frame.size()) {
       // The rest before anything else: the I/O thread writes it next.
       direct_rest = frame.substr(static_cast<size_t>(n));
@@ -434,10 +445,10 @@ RpcClient::~RpcClient() {
   // completion: they hold references to Impl, which owns the io_context, so
   // stopping the io_context instead would leak both.
   asio::post(impl_->io, [impl = impl_.get()] {
+    impl->CloseSocket();  // first: no caller sends (or registers) a call after it
     impl->FailAll(absl::CancelledError("client destroyed"));
     impl->connected = false;
     ++impl->generation;
-    impl->CloseSocket();
     impl->tls.reset();
     impl->connect_timer.cancel();
     impl->deadline_timer.cancel();
@@ -482,12 +493,8 @@ absl::StatusOr<std::string> RpcClient::Call(std::string_view method, std::string
       e.set_timeout_micros(absl::ToInt64Microseconds(timeout));
     const std::string frame = EncodeFrame(e.SerializeAsString());
     Impl::Direct d;
-    {
-      std::lock_guard<std::mutex> lock(impl_->direct_mu);
-      impl_->direct[id] = &d;
-    }
     if (frame.size() - kFrameHeaderBytes <= impl_->options.max_frame_bytes &&
-        impl_->SendDirect(frame)) {
+        impl_->SendDirect(id, &d, frame)) {
       if (!d.done.WaitForNotificationWithTimeout(timeout)) {
         bool mine = false;
         {
@@ -502,8 +509,6 @@ absl::StatusOr<std::string> RpcClient::Call(std::string_view method, std::string
       }
       return std::move(d.result);
     }
-    std::lock_guard<std::mutex> lock(impl_->direct_mu);
-    impl_->direct.erase(id);
   }
   absl::StatusOr<std::string> result;
   absl::Notification finished;
