@@ -30,6 +30,8 @@ ThreadBatch::~ThreadBatch() {
   batch.depth = 0;
 }
 
+bool ThreadBatch::Open() { return batch.depth > 0; }
+
 bool ThreadBatch::Defer(std::function<void()>& action) {
   if (batch.depth == 0) return false;
   batch.deferred.push_back(std::move(action));

@@ -24,6 +24,8 @@ class ThreadBatch {
   ThreadBatch(const ThreadBatch&) = delete;
   ThreadBatch& operator=(const ThreadBatch&) = delete;
 
+  // Whether a batch is open on this thread.
+  static bool Open();
   // Defers `action` to the end of this thread's outermost batch; false
   // (and `action` untouched, not run) if no batch is open here.
   static bool Defer(std::function<void()>& action);

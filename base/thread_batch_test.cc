@@ -15,8 +15,10 @@ TEST(ThreadBatchTest, DeferredActionsRunWhenTheOutermostBatchEndsInOrder) {
     return ThreadBatch::Defer(action);
   };
   EXPECT_FALSE(defer('x')) << "no batch open";
+  EXPECT_FALSE(ThreadBatch::Open());
   {
     ThreadBatch outer;
+    EXPECT_TRUE(ThreadBatch::Open());
     EXPECT_TRUE(defer('a'));
     {
       ThreadBatch inner;

@@ -249,12 +249,15 @@ struct RpcServer::Impl::Connection : std::enable_shared_from_this<Connection> {
       // (a worker, the commit log's): it goes out from that thread without
       // waking the I/O thread — at the end of the thread's batch (a log
       // group's callbacks: one write per connection), or right now.
-      std::function<void()> flush = [self = shared_from_this()] { self->FlushHere(); };
-      if (ThreadBatch::Defer(flush)) {
-        batch_flush_pending = true;
+      if (ThreadBatch::Open()) {
+        std::function<void()> flush = [self = shared_from_this()] { self->FlushHere(); };
+        if (ThreadBatch::Defer(flush)) {
+          batch_flush_pending = true;
+          return;
+        }
+      } else if (SendNow()) {
         return;
       }
-      if (SendNow()) return;
     }
     flush_scheduled = true;
     if (strand.running_in_this_thread()) {
