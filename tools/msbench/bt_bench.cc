@@ -129,6 +129,7 @@ int RunBtBench(const BtBenchOptions& o) {
     auto wn = Timed(many, o.seconds, env, write);
     // Raw RocksDB in process, sync=true, same concurrency, fresh database.
     const std::string raw_path = StrCat(root, "/rocksdb-run", run);
+    std::filesystem::create_directories(raw_path, ec);  // else RocksDB warns it cannot list it
     storage::TabletResources resources;
     const storage::StorageTuning tuning;
     rocksdb::Options ro(storage::TabletDBOptions(&resources, tuning),
