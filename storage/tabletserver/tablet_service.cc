@@ -105,6 +105,19 @@ void Unary(rpc::MethodRegistry* rpc, ServiceMetrics* metrics, const std::string&
   });
 }
 
+// Registers `method` with `fn(body, responder, may_block)`: tried first on
+// the I/O thread with may_block false (it returns false to decline, without
+// answering), and then on a worker with may_block true.
+template <typename Fn>
+void TryOnIoThread(rpc::MethodRegistry* rpc, const std::string& method, Fn fn) {
+  rpc->RegisterInline(
+      method,
+      [fn](const rpc::CallContext&, std::string_view body,
+           std::shared_ptr<rpc::Responder>& responder) { return fn(body, responder, false); },
+      [fn](const rpc::CallContext&, std::string_view body,
+           std::shared_ptr<rpc::Responder> responder) { fn(body, responder, true); });
+}
+
 absl::StatusOr<std::string> Serialize(const google::protobuf::Message& m) {
   return m.SerializeAsString();
 }
@@ -237,16 +250,7 @@ void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
     if (!s.ok()) return fail(s);
     return true;
   };
-  rpc->RegisterInline(
-      "tablet.MutateRow",
-      [mutate_row](const rpc::CallContext&, std::string_view body,
-                   std::shared_ptr<rpc::Responder>& responder) {
-        return mutate_row(body, responder, false);
-      },
-      [mutate_row](const rpc::CallContext&, std::string_view body,
-                   std::shared_ptr<rpc::Responder> responder) {
-        mutate_row(body, responder, true);
-      });
+  TryOnIoThread(rpc, "tablet.MutateRow", mutate_row);
   rpc->Register(
       "tablet.MutateRows", [server, metrics](const rpc::CallContext&, std::string_view body,
                                              std::shared_ptr<rpc::Responder> responder) {
@@ -349,14 +353,7 @@ void RegisterTabletService(TabletServer* server, rpc::MethodRegistry* rpc,
     responder->Finish(status);
     return true;
   };
-  rpc->RegisterInline(
-      "tablet.ReadRows",
-      [read_rows](const rpc::CallContext&, std::string_view body,
-                  std::shared_ptr<rpc::Responder>& responder) {
-        return read_rows(body, responder, false);
-      },
-      [read_rows](const rpc::CallContext&, std::string_view body,
-                  std::shared_ptr<rpc::Responder> responder) { read_rows(body, responder, true); });
+  TryOnIoThread(rpc, "tablet.ReadRows", read_rows);
 }
 
 // ---- client ---------------------------------------------------------------------------------
