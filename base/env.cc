@@ -94,12 +94,16 @@ int64_t RealEnv::MonotonicMicros() {
 Env::TimerId RealEnv::Schedule(absl::Duration after, std::function<void()> fn) {
   const int64_t when = MonotonicMicros() + absl::ToInt64Microseconds(after);
   TimerId id;
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = timers_.Add(when, std::move(fn));
     if (!thread_.joinable()) thread_ = std::thread([this] { TimerLoop(); });
+    // Waking the thread costs a hand-off: only for a timer due before it
+    // would look anyway.
+    wake = when < next_wake_;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_one();
   return id;
 }
 
@@ -124,11 +128,13 @@ void RealEnv::TimerLoop() {
       continue;
     }
     const int64_t next = timers_.NextDeadline();
+    next_wake_ = next;
     if (next == INT64_MAX) {
       cv_.wait(lock);
     } else {
       cv_.wait_for(lock, std::chrono::microseconds(next - MonotonicMicros()));
     }
+    next_wake_ = 0;
   }
 }
 

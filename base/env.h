@@ -142,7 +142,10 @@ class RealEnv : public Env {
   TimerQueue timers_;      // guarded by mu_
   Random rng_;             // guarded by mu_
   bool stopping_ = false;  // guarded by mu_
-  std::thread thread_;     // started by the first Schedule()
+  // When the timer thread wakes next (INT64_MAX: only when notified; 0:
+  // awake). A timer due no earlier needs no notification.
+  int64_t next_wake_ = INT64_MAX;  // guarded by mu_
+  std::thread thread_;             // started by the first Schedule()
 };
 
 // A test Env: time stands still until Advance()/SetNowMicros(); due timers

@@ -63,6 +63,24 @@ TEST(RealEnvTest, ScheduledTimerRunsAndCancelledOneDoesNot) {
   EXPECT_FALSE(cancelled_ran);
 }
 
+// A timer due before the one the timer thread sleeps for wakes it: the
+// early one does not wait for the late one.
+TEST(RealEnvTest, AnEarlierTimerWakesTheThreadWaitingForALaterOne) {
+  RealEnv env(1);
+  env.Schedule(absl::Seconds(60), [] {});
+  absl::SleepFor(absl::Milliseconds(20));  // the thread now sleeps for 60 s
+  absl::Notification done;
+  const absl::Time start = absl::Now();
+  env.Schedule(absl::Milliseconds(10), [&] { done.Notify(); });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // Later timers than the one it waits for need no wake-up, and still run.
+  absl::Notification later;
+  env.Schedule(absl::Milliseconds(30), [] {});
+  env.Schedule(absl::Milliseconds(50), [&] { later.Notify(); });
+  EXPECT_TRUE(later.WaitForNotificationWithTimeout(absl::Seconds(20)));
+}
+
 TEST(RealEnvTest, ClocksAreSane) {
   RealEnv env(1);
   // After 2020-01-01 in microseconds.

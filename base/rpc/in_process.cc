@@ -1,8 +1,12 @@
 // In-process calls (rpc.h: CallInProcess): a call to an RpcServer of this
 // process goes straight to its workers, without TCP.
+#include <chrono>
+#include <climits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -28,12 +32,15 @@ LocalServers& Locals() {
 }
 std::atomic<bool> in_process_calls{true};
 
-// Where in-process answers and deadlines run: never on a handler's stack
-// (it may hold its locks), never on a server's pool (it may be stopping).
+// Where in-process answers run unless held on a worker: never on a
+// handler's stack (it may hold its locks), never on a server's pool (it
+// may be stopping).
 asio::thread_pool& CompletionPool() {
   static asio::thread_pool* pool = new asio::thread_pool(4);
   return *pool;
 }
+
+thread_local rpc_internal::HeldAnswers* held_answers = nullptr;
 
 // The principal a TCP call from this process would present: the common
 // name of its certificate (empty over plaintext).
@@ -51,25 +58,119 @@ std::string OwnPrincipal() {
   return principal;
 }
 
+struct LocalCall;
+
+// The deadlines of unanswered in-process calls, watched by one thread for
+// the process. A call's answer takes its deadline out; the thread sleeps
+// until the earliest one, and is woken by a new call only when that call's
+// deadline comes well before it (so calls with similar timeouts never wake
+// it).
+class LocalDeadlines {
+ public:
+  using Queue = std::multimap<int64_t, std::weak_ptr<LocalCall>>;
+  static LocalDeadlines& Get() {
+    static LocalDeadlines* deadlines = new LocalDeadlines;  // used until exit
+    return *deadlines;
+  }
+  // Watches `call`, due at `due` (steady-clock microseconds).
+  void Add(LocalCall* call, const std::shared_ptr<LocalCall>& shared, int64_t due);
+  // Stops watching `call` (nothing if its deadline already fired).
+  void Remove(LocalCall* call);
+
+ private:
+  LocalDeadlines() = default;
+  void Loop();
+  static int64_t Now() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // A wake-up this much earlier than planned is not worth a hand-off.
+  static constexpr int64_t kSlackMicros = 2000;
+
+  absl::Mutex mu_;
+  absl::CondVar wake_;
+  Queue queue_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  // When the thread will look next (INT64_MAX: when woken).
+  int64_t next_look_ ABSL_GUARDED_BY(mu_) = INT64_MAX;
+};
+
 // One in-process call: answered once, by the handler or by its deadline,
-// on its own strand of the completion pool.
+// on the completion pool (or on the worker that answered it, held there
+// until its handler returned).
 struct LocalCall : std::enable_shared_from_this<LocalCall> {
-  using Strand = asio::strand<asio::thread_pool::executor_type>;
-  LocalCall(Strand s, std::function<void(absl::StatusOr<std::string>)> d)
-      : strand(std::move(s)), timer(strand), done(std::move(d)) {}
+  LocalCall(std::function<void(absl::StatusOr<std::string>)> d, std::string_view m,
+            absl::Duration t)
+      : done(std::move(d)), method(m), timeout(t) {}
   void Complete(absl::StatusOr<std::string> reply) {
     if (finished.exchange(true)) return;
-    asio::post(strand, [self = shared_from_this(), reply = std::move(reply)]() mutable {
-      self->timer.cancel();
+    if (watched) LocalDeadlines::Get().Remove(this);
+    std::function<void()> answer = [self = shared_from_this(), reply = std::move(reply)]() mutable {
       auto done = std::move(self->done);
       done(std::move(reply));
-    });
+    };
+    if (held_answers != nullptr) return held_answers->Hold(std::move(answer));
+    asio::post(CompletionPool(), std::move(answer));
   }
-  Strand strand;
-  asio::steady_timer timer;  // on the strand
+  void Expire() {
+    Complete(absl::DeadlineExceededError(
+        StrCat(method, ": no answer within ", absl::FormatDuration(timeout))));
+  }
   std::function<void(absl::StatusOr<std::string>)> done;
+  const std::string method;
+  const absl::Duration timeout;
   std::atomic<bool> finished{false};
+  bool watched = false;  // set before the call is dispatched
+  // Where it waits in LocalDeadlines' queue (guarded by its mutex).
+  std::optional<LocalDeadlines::Queue::iterator> in_queue;
 };
+
+void LocalDeadlines::Add(LocalCall* call, const std::shared_ptr<LocalCall>& shared, int64_t due) {
+  absl::MutexLock lock(&mu_);
+  call->in_queue = queue_.emplace(due, shared);
+  if (!running_) {
+    running_ = true;
+    std::thread([this] { Loop(); }).detach();  // lives as long as the process
+  }
+  if (due + kSlackMicros < next_look_) wake_.Signal();
+}
+
+void LocalDeadlines::Remove(LocalCall* call) {
+  absl::MutexLock lock(&mu_);
+  if (!call->in_queue) return;
+  queue_.erase(*call->in_queue);
+  call->in_queue.reset();
+}
+
+void LocalDeadlines::Loop() {
+  std::vector<std::shared_ptr<LocalCall>> due;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (;;) {
+        const int64_t now = Now();
+        while (!queue_.empty() && queue_.begin()->first <= now) {
+          if (std::shared_ptr<LocalCall> c = queue_.begin()->second.lock()) {
+            c->in_queue.reset();
+            due.push_back(std::move(c));
+          }
+          queue_.erase(queue_.begin());
+        }
+        if (!due.empty()) break;
+        next_look_ = queue_.empty() ? INT64_MAX : queue_.begin()->first;
+        if (next_look_ == INT64_MAX) {
+          wake_.Wait(&mu_);
+        } else {
+          wake_.WaitWithTimeout(&mu_, absl::Microseconds(next_look_ - now));
+        }
+      }
+      next_look_ = 0;  // awake: nobody needs to signal
+    }
+    for (auto& c : due) c->Expire();
+    due.clear();
+  }
+}
 
 class LocalResponder : public Responder {
  public:
@@ -103,6 +204,8 @@ class LocalResponder : public Responder {
 }  // namespace
 
 namespace rpc_internal {
+
+HeldAnswers* SetHeldAnswers(HeldAnswers* held) { return std::exchange(held_answers, held); }
 
 void RegisterLocalServer(const std::vector<std::string>& addresses,
                          const std::shared_ptr<RpcServer::Impl>& server) {
@@ -145,20 +248,23 @@ bool CallInProcess(std::string_view to, std::string_view method, std::string& re
   // Made only once the server takes the call: until then `done` stays the
   // caller's.
   auto make_responder = [&]() -> std::shared_ptr<Responder> {
-    auto call = std::make_shared<LocalCall>(asio::make_strand(CompletionPool().get_executor()),
-                                            std::move(done));
+    auto call = std::make_shared<LocalCall>(std::move(done), method, timeout);
     if (rpc_internal::HasDeadline(timeout)) {
-      call->timer.expires_after(ToSteady(timeout));
-      call->timer.async_wait([weak = std::weak_ptr<LocalCall>(call), timeout,
-                              method = std::string(method)](const error_code& ec) {
-        if (ec) return;  // answered: cancelled
-        if (auto c = weak.lock())
-          c->Complete(absl::DeadlineExceededError(
-              StrCat(method, ": no answer within ", absl::FormatDuration(timeout))));
-      });
+      call->watched = true;
+      LocalDeadlines::Get().Add(
+          call.get(), call,
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              (std::chrono::steady_clock::now() + ToSteady(timeout)).time_since_epoch())
+              .count());
     }
     return std::make_shared<LocalResponder>(call, server);
   };
+  // An answer given while the call is dispatched (an inline handler's, a
+  // refusal) never waits on this thread: the caller may block for it.
+  struct Unhold {
+    rpc_internal::HeldAnswers* outer = rpc_internal::SetHeldAnswers(nullptr);
+    ~Unhold() { rpc_internal::SetHeldAnswers(outer); }
+  } unhold;
   return DispatchLocal(*server, method, request, std::move(ctx), make_responder);
 }
 

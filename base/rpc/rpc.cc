@@ -55,7 +55,8 @@ struct RpcServer::Impl {
   struct Connection;
   struct Method {
     Handler handler;
-    InlineHandler inline_handler;  // may be empty
+    InlineHandler inline_handler;    // may be empty
+    bool answers_on_worker = false;  // AnswerLocalCallsOnWorker
   };
 
   ServerOptions options;
@@ -560,6 +561,12 @@ void RpcServer::RegisterInline(std::string method, InlineHandler inline_handler,
   impl_->methods[std::move(method)] = Impl::Method{std::move(handler), std::move(inline_handler)};
 }
 
+void RpcServer::AnswerLocalCallsOnWorker(std::string_view method) {
+  auto it = impl_->methods.find(std::string(method));
+  MS_CHECK(it != impl_->methods.end(), "AnswerLocalCallsOnWorker: {} is not registered", method);
+  it->second.answers_on_worker = true;
+}
+
 namespace rpc_internal {
 
 bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string& request,
@@ -600,7 +607,14 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
     return true;
   asio::post(server.workers, [m, ctx = std::move(ctx), request = std::move(request),
                               responder = std::move(responder)]() mutable {
+    if (!m->answers_on_worker) return m->handler(ctx, request, std::move(responder));
+    // In-process answers given on this thread wait for the handler to
+    // return, then run here: it holds none of its locks any more.
+    HeldAnswers held;
+    HeldAnswers* outer = SetHeldAnswers(&held);
     m->handler(ctx, request, std::move(responder));
+    SetHeldAnswers(outer);
+    held.RunAll();
   });
   return true;
 }

@@ -91,6 +91,31 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
 // stopping server's connections drop them.
 bool ServerStopped(const RpcServer::Impl& server);
 
+// In-process answers held on a server's worker until its handler returns
+// (RpcServer::AnswerLocalCallsOnWorker): the caller's callbacks then run
+// there, without a hand-off to the completion pool. Never used while a
+// call is being dispatched (an inline handler's answer, a refusal) — the
+// caller may block waiting for it.
+class HeldAnswers {
+ public:
+  HeldAnswers() = default;
+  HeldAnswers(const HeldAnswers&) = delete;
+  HeldAnswers& operator=(const HeldAnswers&) = delete;
+  ~HeldAnswers() { RunAll(); }
+  void Hold(std::function<void()> answer) { answers_.push_back(std::move(answer)); }
+  // Runs what was held, in order (answers held meanwhile too).
+  void RunAll() {
+    for (size_t i = 0; i < answers_.size(); ++i) std::exchange(answers_[i], nullptr)();
+    answers_.clear();
+  }
+
+ private:
+  std::vector<std::function<void()>> answers_;
+};
+// The current thread's held answers (nullptr: answers go to the completion
+// pool); returns the previous one.
+HeldAnswers* SetHeldAnswers(HeldAnswers* held);
+
 }  // namespace rpc_internal
 
 }  // namespace megastore::rpc

@@ -18,6 +18,7 @@
 #include "base/random.h"
 #include "base/rpc/rpc.pb.h"
 #include "base/rpc/rpc_transport.h"
+#include "base/strings.h"
 #include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -363,6 +364,98 @@ TEST_F(RpcTest, CallsToAServerOfThisProcessSkipTcpWithTheSameAnswers) {
   server_->Stop();
   absl::StatusOr<std::string> gone = call("echo", "x");
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
+}
+
+// A method whose in-process answers are held on its worker: the caller's
+// callback runs on that worker once the handler has returned; a blocking
+// in-process call made from such a handler (to an inline handler, which
+// answers while the call is dispatched, or to a worker) never waits for
+// its own thread; and the deadline of a short call fires on time while
+// longer ones wait.
+TEST(RpcLocalAnswersTest, AnswersHeldOnTheWorkerRunAfterTheHandlerWithoutDeadlock) {
+  ASSERT_TRUE(InProcessCalls());
+  ServerOptions o;
+  o.worker_threads = 4;
+  RpcServer server(o);
+  RpcTransport transport;
+  std::string address;
+  std::atomic<bool> handler_returned{false};
+  std::thread::id handler_thread;
+  absl::Notification release;
+  server.Register("held", [&](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+    handler_thread = std::this_thread::get_id();
+    handler_returned = false;
+    r->Finish(absl::OkStatus(), "held");
+    absl::SleepFor(absl::Milliseconds(20));  // the answer must still wait
+    handler_returned = true;
+  });
+  server.Register("echo",
+                  [](const CallContext&, std::string_view req, std::shared_ptr<Responder> r) {
+                    r->Finish(absl::OkStatus(), std::string(req));
+                  });
+  server.RegisterInline(
+      "inline",
+      [](const CallContext&, std::string_view, std::shared_ptr<Responder>& r) {
+        r->Finish(absl::OkStatus(), "inline");
+        return true;
+      },
+      [](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+        r->Finish(absl::OkStatus(), "worker");
+      });
+  auto blocking = [&](const std::string& method, absl::Duration timeout = absl::Seconds(10)) {
+    absl::StatusOr<std::string> result;
+    absl::Notification done;
+    transport.Call(address, method, "x", timeout, [&](absl::StatusOr<std::string> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return result;
+  };
+  server.Register("nested",
+                  [&](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+                    absl::StatusOr<std::string> a = blocking("inline");
+                    absl::StatusOr<std::string> b = blocking("echo");
+                    absl::StatusOr<std::string> c = blocking("no such method");
+                    r->Finish(absl::OkStatus(), StrCat(a.value_or("?"), ",", b.value_or("?"), ",",
+                                                       static_cast<int>(c.status().code())));
+                  });
+  server.Register("never", [&](const CallContext&, std::string_view, std::shared_ptr<Responder> r) {
+    release.WaitForNotificationWithTimeout(absl::Seconds(30));
+    r->Finish(absl::OkStatus(), "late");
+  });
+  for (const char* m : {"held", "nested", "never"}) server.AnswerLocalCallsOnWorker(m);
+  ASSERT_TRUE(server.Start().ok());
+  address = "127.0.0.1:" + std::to_string(server.port());
+
+  for (int i = 0; i < 3; ++i) {
+    std::thread::id answered_on;
+    bool returned_first = false;
+    absl::Notification done;
+    transport.Call(address, "held", "", absl::Seconds(10), [&](absl::StatusOr<std::string> r) {
+      EXPECT_EQ(r.value_or(""), "held");
+      answered_on = std::this_thread::get_id();
+      returned_first = handler_returned.load();
+      done.Notify();
+    });
+    done.WaitForNotification();
+    EXPECT_EQ(answered_on, handler_thread);
+    EXPECT_TRUE(returned_first) << "the answer ran before its handler returned";
+  }
+  absl::StatusOr<std::string> nested = blocking("nested");
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(*nested, StrCat("inline,x,", static_cast<int>(absl::StatusCode::kUnimplemented)));
+
+  // A call waiting 30 s does not hold back a later one's 100 ms deadline.
+  absl::Notification long_done;
+  transport.Call(address, "never", "", absl::Seconds(30),
+                 [&](absl::StatusOr<std::string>) { long_done.Notify(); });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> short_call = blocking("never", absl::Milliseconds(100));
+  EXPECT_EQ(short_call.status().code(), absl::StatusCode::kDeadlineExceeded) << short_call.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  release.Notify();
+  long_done.WaitForNotification();
 }
 
 // Blocking calls go out from their own thread when the connection is idle
