@@ -195,6 +195,10 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
     SnapshotRowsRequest req;
     *req.mutable_group() = group;
     req.set_timestamp(snapshot.timestamp());
+    // The source must still hold the snapshot's position on every page: one
+    // that lost data or took a later snapshot of its own meanwhile refuses
+    // (Aborted) rather than hand out rows of another state.
+    req.set_position(snapshot.position());
     req.set_after(std::move(after));
     CallRetrying<SnapshotRowsReply>(
         c, Node(source), "repl.SnapshotRows", req, deadline,
@@ -230,6 +234,7 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
           SnapshotRowsRequest ask;
           *ask.mutable_group() = self->group;
           ask.set_timestamp(self->snapshot.timestamp());
+          ask.set_position(self->snapshot.position());
           for (const SnapshotRow& r : listed->rows()) ask.add_keys(r.key());
           CallRetrying<SnapshotRowsReply>(
               self->c, self->Node(self->source), "repl.SnapshotRows", ask, self->deadline,
