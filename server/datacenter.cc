@@ -199,8 +199,10 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
   }
   // The roles that need the other datacenters answer Unavailable until
   // StartReplication.
+  // Both services answer last and never block after answering: an
+  // in-process caller's callback runs on the worker that answered.
   if (d->Runs(Role::kCoordinator))
-    for (std::string_view m : coordinator::Coordinator::kMethods)
+    for (std::string_view m : coordinator::Coordinator::kMethods) {
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         coordinator::Coordinator* c = d->serving_coordinator_.load();
         if (c == nullptr)
@@ -208,13 +210,10 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
               absl::UnavailableError(StrCat("no coordinator runs at ", d->options_.name)));
         c->Serve(m, std::move(req), std::move(respond));
       });
-  // Both services answer last and never block after answering: an
-  // in-process caller's callback runs on the worker that answered.
-  if (d->Runs(Role::kCoordinator))
-    for (std::string_view m : coordinator::Coordinator::kMethods)
       d->server_->AnswerLocalCallsOnWorker(m);
+    }
   if (d->Runs(Role::kReplication))
-    for (std::string_view m : replication::ReplicationServer::kMethods)
+    for (std::string_view m : replication::ReplicationServer::kMethods) {
       rpc::Serve(*d->server_, std::string(m), [d, m](std::string req, Responder respond) {
         replication::ReplicationServer* r = d->serving_replication_.load();
         if (d->replica_disabled_.load())
@@ -225,9 +224,8 @@ absl::StatusOr<std::unique_ptr<Datacenter>> Datacenter::Start(Env* env, Datacent
               StrCat("replication at ", d->options_.name, " has not started")));
         r->Serve(m, std::move(req), std::move(respond));
       });
-  if (d->Runs(Role::kReplication))
-    for (std::string_view m : replication::ReplicationServer::kMethods)
       d->server_->AnswerLocalCallsOnWorker(m);
+    }
   // Encryption at rest's keys (msadmin keys, msadmin group destroy-key).
   if (d->encryption_ != nullptr) {
     rpc::Serve(*d->server_, "keys.Status", [d](std::string, Responder respond) {
