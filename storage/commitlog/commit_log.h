@@ -4,11 +4,15 @@
 // One writer thread owns the files. Appenders hand it records and either
 // wait (Append) or leave a callback (AppendAsync); everything that arrives
 // while the writer is busy goes out as the next group: one write() and one
-// fdatasync() (group commit). Callbacks run on the writer thread, in LSN
-// order, once their record is durable. (With inline_writes there is no
-// writer thread: the appender writes, as described there.) Each record carries an LSN (log
-// sequence number), the id of the tablet it belongs to and an opaque payload
-// (the tablet's mutation).
+// fdatasync() (group commit). Callbacks run in LSN order, once their
+// record is durable, on the thread that wrote the group: the writer thread,
+// or a waiting appender — an Append that finds nobody writing writes the
+// group itself (its own record and whatever else is queued) instead of
+// waking the writer thread and being woken by it: two thread hand-offs
+// fewer for a lone write. (With inline_writes there is no writer thread:
+// every appender writes, as described there.) Each record carries an LSN
+// (log sequence number), the id of the tablet it belongs to and an opaque
+// payload (the tablet's mutation).
 //
 // Segments are written into files filled with zeros beforehand (unless
 // preallocate is off): a thread of the log's own prepares the next one, so
@@ -93,6 +97,7 @@ struct CommitLogStats {
   uint64_t bytes = 0;
   uint64_t syncs = 0;  // groups written and synced (a group of lazy records only is not)
   uint64_t max_batch_records = 0;  // largest group commit so far
+  uint64_t appender_groups = 0;    // groups an Append wrote itself (the writer thread was idle)
   // Group commits by number of records: [1], [2,3], [4,7], ... [2^15, inf).
   std::vector<uint64_t> batch_histogram = std::vector<uint64_t>(16, 0);
   uint64_t segments = 0;
@@ -110,8 +115,10 @@ class CommitLog {
   CommitLog& operator=(const CommitLog&) = delete;
 
   // Runs once the record is durable (status OK) or cannot be (the write or
-  // sync failed), on the log's writer thread, in LSN order. It must not
-  // block on another append.
+  // sync failed), in LSN order, on the thread that wrote the group: the
+  // log's writer thread or an appender blocked in Append (which may hold
+  // locks of its own, so a callback must not wait for anything an appender
+  // could hold). It must not block on another append.
   using AppendCallback = absl::AnyInvocable<void(absl::Status status, uint64_t lsn)>;
 
   // Queues one record and returns its LSN at once; `done` runs later as
@@ -133,8 +140,9 @@ class CommitLog {
                                        AppendCallback done, bool durable = true);
 
   // Appends one record and waits until it is durable (or, with `durable`
-  // false, written; see AppendAsync). Returns its LSN. Not to be called
-  // from an AppendCallback.
+  // false, written; see AppendAsync). Returns its LSN. If no group is being
+  // written, writes one itself (see above). Not to be called from an
+  // AppendCallback.
   absl::StatusOr<uint64_t> Append(std::string_view tablet_id, std::string_view payload,
                                   bool durable = true);
 
@@ -214,6 +222,10 @@ class CommitLog {
   bool HasPendingCallbacks() const ABSL_LOCKS_EXCLUDED(mu_);
   // The writer thread: writes pending groups until stopping_ and drained.
   void WriterLoop();
+  // Queues one record (AppendAsync's work under mu_); its LSN.
+  absl::StatusOr<uint64_t> Queue(std::string_view tablet_id, std::string_view payload,
+                                 AppendCallback done, bool durable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Lazy records were written to the current segment since its last sync:
   // synced before the segment is closed (only the writer touches it).
@@ -241,6 +253,10 @@ class CommitLog {
   std::vector<PendingCallback> pending_callbacks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  // Who writes the next group: the writer thread is writing one, or an
+  // appender is (the writer thread then waits even with records pending).
+  bool writer_busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool appender_writing_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   CommitLogStats stats_ ABSL_GUARDED_BY(mu_);
 

@@ -72,6 +72,8 @@ std::string StatusHtml(TabletServer& server, const rpc::RpcServer& rpc, const St
                   ? fmt::format("{:.2f}", static_cast<double>(stats.log.records) / stats.log.syncs)
                   : "-",
               " / ", stats.log.max_batch_records, "</td></tr>");
+  h += StrCat("<tr><td>groups written by a waiting appender</td><td>", stats.log.appender_groups,
+              "</td></tr>");
   h += StrCat("<tr><td>segments</td><td>", stats.log.segments, "</td></tr></table>");
   h += "<h2>Reads, writes and caches</h2><table>";
   const TabletStats& t = stats.tablets;
