@@ -11,6 +11,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,9 +88,12 @@ class GroupClient {
   // catch-up of that replica.
   void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
                     int64_t deadline = 0, int replica = -1);
-  // One row's latest cells of `family` as of `at`.
+  // One row's latest cells of `family` as of `at`; with `also_scan`, the
+  // group's rows in that range too, as Scan would give them (in
+  // ReadReply.scan, absent if the replica predates it).
   void Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
-            Callback<ReadReply> done, int64_t deadline = 0);
+            Callback<ReadReply> done, int64_t deadline = 0,
+            std::optional<ScanRange> also_scan = std::nullopt);
   // Rows of the group in [start, end) as of `at` (at most `limit`).
   void Scan(GroupRef group, const LogPosition& at, std::string start, std::string end,
             std::string family, int64_t limit, Callback<ScanReply> done, int64_t deadline = 0);

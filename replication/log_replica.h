@@ -96,7 +96,8 @@ class LogReplica {
   // The same, recording the position also when it is at most one past
   // `known_elsewhere` (another replica vouched the group got that far).
   void Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done);
-  // The latest cells of `row`'s `family` as of `timestamp`.
+  // The latest cells of `row`'s `family` as of `timestamp`, and the rows
+  // of request.also_scan as Scan would give them.
   void Read(ReadRequest request, Callback<ReadReply> done);
   // Rows of the group in a range (at most kMaxScanRows per call). In an
   // encrypted group, a range over local index entries reads all of the

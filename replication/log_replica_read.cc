@@ -91,8 +91,28 @@ LogReplica::Callback<T> LogReplica::HoldingPosition(const GroupRef& group, uint6
 template LogReplica::Callback<SnapshotRowsReply> LogReplica::HoldingPosition(
     const GroupRef& group, uint64_t position, Callback<SnapshotRowsReply> done);
 
+namespace {
+
+// A scan's range must lie inside the group's rows.
+absl::Status CheckScanRange(const GroupRef& group, const std::string& start, const std::string& end,
+                            std::string_view method) {
+  const std::string& root = group.root();
+  if (start < root || end.empty() || end > PrefixSuccessor(root) || end <= start)
+    return absl::InvalidArgumentError(
+        StrCat(method, ": the range must be non-empty and inside the entity group's rows"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
+  if (request.has_also_scan()) {
+    if (absl::Status s = CheckScanRange(request.group(), request.also_scan().start(),
+                                        request.also_scan().end(), "repl.Read also_scan");
+        !s.ok())
+      return done(s);
+  }
   if (kReplicaReadFails.Fire())
     return done(absl::UnavailableError("injected fault: the read failed"));
   if (type_ == ReplicaType::kWitness)
@@ -116,8 +136,22 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
         const std::string table = request.group().table();
         const std::string row =
             *cipher != nullptr ? (*cipher)->StoredRow(request.row()) : request.row();
+        // The range to scan as well, as a ScanRequest (its position is held
+        // by this read already).
+        std::optional<ScanRequest> scan;
+        if (request.has_also_scan()) {
+          scan.emplace();
+          *scan->mutable_group() = request.group();
+          scan->set_start(request.also_scan().start());
+          scan->set_end(request.also_scan().end());
+          scan->set_limit(request.also_scan().limit());
+          scan->set_family(request.family());
+          scan->set_timestamp(request.timestamp());
+          scan->set_latest(request.latest());
+        }
         bigtable_->ReadRow(table, row, std::move(o),
-                           [group = request.group(), sealing = *sealing, cipher = *cipher,
+                           [this, group = request.group(), sealing = *sealing, cipher = *cipher,
+                            scan = std::move(scan),
                             done = std::move(done)](absl::StatusOr<std::optional<Row>> r) mutable {
                              if (!r.ok()) return done(r.status());
                              ReadReply reply;
@@ -134,7 +168,14 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
                                  reply.add_values(c.value);
                                }
                              }
-                             done(std::move(reply));
+                             if (!scan) return done(std::move(reply));
+                             ScanSealed(std::move(*scan), std::move(sealing),
+                                        [reply = std::move(reply), done = std::move(done)](
+                                            absl::StatusOr<ScanReply> s) mutable {
+                                          if (!s.ok()) return done(s.status());
+                                          *reply.mutable_scan() = std::move(*s);
+                                          done(std::move(reply));
+                                        });
                            });
       });
 }
@@ -187,12 +228,9 @@ void LogReplica::Scan(ScanRequest request, Callback<ScanReply> done) {
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return done(s);
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
-  const std::string& root = request.group().root();
-  const std::string group_end = PrefixSuccessor(root);
-  if (request.start() < root || request.end().empty() || request.end() > group_end ||
-      request.end() <= request.start())
-    return done(absl::InvalidArgumentError(
-        "repl.Scan: the range must be non-empty and inside the entity group's rows"));
+  if (absl::Status s = CheckScanRange(request.group(), request.start(), request.end(), "repl.Scan");
+      !s.ok())
+    return done(s);
   const GroupRef group = request.group();
   if (!request.latest())
     done = HoldingPosition<ScanReply>(group, request.position(), std::move(done));

@@ -170,6 +170,63 @@ TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
   EXPECT_EQ(log->positions(1), 2u);
 }
 
+// A read can bring a range of the group's rows along, as of the same
+// timestamp and held to the same position; a range outside the group is
+// refused.
+TEST_F(LogReplicaTest, AReadBringsAlongTheRowsOfARangeAsOfItsPosition) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  ASSERT_TRUE(Apply(r, 1, Set("w1", "root/a", "one", 100)).ok());
+  ASSERT_TRUE(Apply(r, 2, Set("w2", "root/p/1", "pending", 200)).ok());
+  ASSERT_TRUE(Apply(r, 3, Set("w3", "root/p/2", "pending", 300)).ok());
+  ReadRequest req;
+  *req.mutable_group() = Group();
+  req.set_row("root/a");
+  req.set_family("e");
+  req.set_timestamp(200);
+  req.set_position(2);
+  req.mutable_also_scan()->set_start("root/p/");
+  req.mutable_also_scan()->set_end("root/p0");
+  absl::StatusOr<ReadReply> reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(reply->found());
+  ASSERT_TRUE(reply->has_scan());
+  ASSERT_EQ(reply->scan().rows_size(), 1) << "position 3's row is not there as of position 2";
+  EXPECT_EQ(reply->scan().rows(0).key(), "root/p/1");
+  EXPECT_FALSE(reply->scan().more());
+
+  req.set_timestamp(300);
+  req.set_position(3);
+  req.mutable_also_scan()->set_limit(1);
+  reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->scan().rows_size(), 1);
+  EXPECT_TRUE(reply->scan().more()) << "the limit cut the range short";
+
+  // Without also_scan, no scan in the reply: the caller can tell.
+  req.clear_also_scan();
+  reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_FALSE(reply->has_scan());
+
+  // A position this replica has not applied refuses the whole request.
+  req.set_position(4);
+  req.mutable_also_scan()->set_start("root/p/");
+  req.mutable_also_scan()->set_end("root/p0");
+  EXPECT_EQ(Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); }).status().code(),
+            absl::StatusCode::kAborted);
+
+  req.set_position(3);
+  req.mutable_also_scan()->set_start("other/");
+  req.mutable_also_scan()->set_end("other0");
+  reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kInvalidArgument) << reply.status();
+  req.mutable_also_scan()->set_start("root/p0");
+  req.mutable_also_scan()->set_end("root/p/");
+  EXPECT_EQ(Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "an empty range";
+}
+
 // A group's entry writes only its schema's tables: a writer allowed one
 // schema cannot write another's rows through its own group's log.
 TEST_F(LogReplicaTest, AnEntryWritingAnotherSchemasTableIsRefused) {

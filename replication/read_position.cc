@@ -201,9 +201,11 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
 }
 
 void GroupClient::Read(GroupRef group, const LogPosition& at, std::string row, std::string family,
-                       Callback<ReadReply> done, int64_t deadline) {
+                       Callback<ReadReply> done, int64_t deadline,
+                       std::optional<ScanRange> also_scan) {
   ReadRequest req;
   *req.mutable_group() = std::move(group);
+  if (also_scan) *req.mutable_also_scan() = std::move(*also_scan);
   req.set_row(std::move(row));
   req.set_family(std::move(family));
   req.set_timestamp(at.timestamp);

@@ -103,6 +103,7 @@ void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
       group_, position_, row, kEntityFamily,
       [self, table, row, done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
         if (!r.ok()) return done(r.status());
+        self->KeepPreparedRows(*r);
         storage::Row stored;
         stored.key = row;
         const std::string prefix = table->name() + ".";
@@ -123,7 +124,7 @@ void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
         }
         done(std::move(entity));
       },
-      deadline_);
+      deadline_, PreparedScan());
 }
 
 void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
@@ -163,13 +164,15 @@ void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::st
   if (buffered) return done(std::move(*buffered));
   ctx_.client->Read(
       group_, position_, row, kEntityFamily,
-      [done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
+      [self = shared_from_this(),
+       done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
         if (!r.ok()) return done(r.status());
+        self->KeepPreparedRows(*r);
         std::map<std::string, std::string> cells;
         for (int i = 0; i < r->qualifiers_size(); ++i) cells[r->qualifiers(i)] = r->values(i);
         done(std::move(cells));
       },
-      deadline_);
+      deadline_, PreparedScan());
 }
 
 absl::Status Transaction::AddRepair(const schema::BigtableWrite& w) {

@@ -176,8 +176,16 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // Appends the transaction's writes to `entry`.
   absl::Status BuildChanges(replication::LogEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds an undecided prepared transaction in the group and resolves it;
-  // `done(true)` if there was one.
+  // `done(true)` if there was one. Uses the rows the first read brought
+  // along if it did (PreparedScan), else scans.
   void ResolvePrepared(Callback<bool> done);
+  // The range of the group's prepared rows to scan along with a read (the
+  // first read of a transaction that may commit), once; nullopt otherwise.
+  std::optional<replication::ScanRange> PreparedScan();
+  // Keeps the prepared rows a read brought along.
+  void KeepPreparedRows(const replication::ReadReply& reply);
+  // Resolves the first undecided prepared transaction of `rows`, if any.
+  void ResolvePreparedRows(const replication::ScanReply& rows, Callback<bool> done);
   void ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done);
   void CommitUnlocked(Callback<CommitInfo> done);
   std::vector<replication::RowChange> extra_changes_ ABSL_GUARDED_BY(mu_);  // other tables
@@ -185,6 +193,10 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // bookkeeping rows or the prepared writes themselves: they must not wait
   // for prepared transactions (that could wait in a cycle).
   bool two_phase_bookkeeping_ ABSL_GUARDED_BY(mu_) = false;
+  // The group's prepared rows at the position, read along with the first
+  // read (PreparedScan); whether that read asked for them.
+  std::optional<replication::ScanReply> prepared_rows_ ABSL_GUARDED_BY(mu_);
+  bool prepared_scan_asked_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::pair<std::string, std::string>> prepare_
       ABSL_GUARDED_BY(mu_);  // txid, decision root
   bool committing_ ABSL_GUARDED_BY(mu_) = false;

@@ -318,6 +318,54 @@ TEST_F(TransactionTest, TheLoserOfAPositionGetsAConflict) {
   EXPECT_EQ(Commit(*b).status().code(), absl::StatusCode::kAborted);
 }
 
+// A transaction's first read brings along the group's undecided two-phase
+// transactions, so its commit needs no scan of its own: with every
+// repl.Scan request lost, a read-modify-write still commits, and one in a
+// group holding an undecided prepared transaction still finds it.
+TEST_F(TransactionTest, TheFirstReadBringsAlongTheScanForUndecidedTwoPhaseTransactions) {
+  Open();
+  auto setup = Begin(1);
+  ASSERT_TRUE(setup->Put("Account", Account(*layout_, 1, 1, 10)).ok());
+  ASSERT_TRUE(setup->Put("Account", Account(*layout_, 1, 2, 10)).ok());
+  ASSERT_TRUE(Commit(*setup).ok());
+
+  cluster_->net().set_method_loss("repl.Scan", 1.0);
+  auto t = Begin(1);
+  absl::StatusOr<std::optional<Entity>> a = Get(*t, 1, 1);
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, 1, 11)).ok());
+  absl::StatusOr<CommitInfo> c = Commit(*t);
+  ASSERT_TRUE(c.ok()) << c.status();
+
+  // A prepared transaction in the group, undecided (its decision would be
+  // in branch 3's group).
+  absl::StatusOr<std::string> decision_root =
+      layout_->GroupRow(*layout_->schema().FindTable("Branch"), {int64_t{3}});
+  ASSERT_TRUE(decision_root.ok()) << decision_root.status();
+  auto p = Begin(1);
+  ASSERT_TRUE(Get(*p, 1, 2).ok());
+  ASSERT_TRUE(p->Put("Account", Account(*layout_, 1, 2, 5)).ok());
+  std::optional<absl::StatusOr<CommitInfo>> prepared;
+  p->Prepare("txid-1", *decision_root, [&](auto r) { prepared = std::move(r); });
+  absl::StatusOr<CommitInfo> prepare_result = Await(prepared);
+  ASSERT_TRUE(prepare_result.ok()) << prepare_result.status();
+
+  auto u = Begin(1);
+  ASSERT_TRUE(Get(*u, 1, 1).ok());
+  ASSERT_TRUE(u->Put("Account", Account(*layout_, 1, 1, 12)).ok());
+  c = Commit(*u);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
+  EXPECT_NE(c.status().message().find("two-phase"), std::string::npos) << c.status();
+
+  // A transaction that read nothing scans on its own.
+  cluster_->net().ClearMethodLoss();
+  auto blind = Begin(1);
+  ASSERT_TRUE(blind->Put("Account", Account(*layout_, 1, 1, 13)).ok());
+  c = Commit(*blind);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
+  EXPECT_NE(c.status().message().find("two-phase"), std::string::npos) << c.status();
+}
+
 // A transaction's deadline bounds all of it, retries included: cut off
 // from the other datacenters, a Run gives up when its deadline passes, not
 // after the client's 10 s per-step default; reconnected, it commits.

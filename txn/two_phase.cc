@@ -17,47 +17,75 @@ void Transaction::Prepare(std::string txid, std::string decision_root, Callback<
   Commit(std::move(done));
 }
 
+std::optional<replication::ScanRange> Transaction::PreparedScan() {
+  // Only a transaction that may commit needs it.
+  if (options_.level == replication::ReadLevel::kInconsistent) return std::nullopt;
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::exchange(prepared_scan_asked_, true)) return std::nullopt;
+  }
+  const std::string prefix = RowAfter(group_.root(), schema::kPreparedRow);
+  replication::ScanRange range;
+  range.set_start(prefix);
+  range.set_end(PrefixSuccessor(prefix));
+  range.set_limit(1);  // the first undecided transaction is resolved, then the commit retries
+  return range;
+}
+
+void Transaction::KeepPreparedRows(const replication::ReadReply& reply) {
+  if (!reply.has_scan()) return;
+  absl::MutexLock lock(&mu_);
+  prepared_rows_ = reply.scan();
+}
+
 void Transaction::ResolvePrepared(Callback<bool> done) {
+  std::optional<replication::ScanReply> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    kept = prepared_rows_;
+  }
+  // The rows as of the transaction's position, whichever request read them.
+  if (kept) return ResolvePreparedRows(*kept, std::move(done));
   const std::string prefix = RowAfter(group_.root(), schema::kPreparedRow);
   auto self = shared_from_this();
   ctx_.client->Scan(
-      group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, 0,
-      [self, prefix, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+      group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, 1,
+      [self, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
         if (!r.ok()) return done(r.status());
-        for (const auto& row : r->rows()) {
-          const std::string txid = row.key().substr(prefix.size());
-          std::string decision_root;
-          int64_t prepared_at = 0;
-          for (int i = 0; i < row.qualifiers_size(); ++i) {
-            if (row.qualifiers(i) == kDecisionGroupColumn) decision_root = row.values(i);
-            if (row.qualifiers(i) == kPreparedAtColumn)
-              prepared_at = std::atoll(row.values(i).c_str());
-          }
-          const Context ctx = self->ctx_;
-          const std::string group = self->group_.root();
-          // Past the timeout an undecided transaction may be decided aborted;
-          // before it, only an existing decision is applied.
-          const bool expired = ctx.client->env()->NowMicros() - prepared_at >
-                               absl::ToInt64Microseconds(kPreparedTimeout);
-          std::optional<bool> propose;
-          if (expired) propose = false;
-          Decide(ctx, decision_root, txid, propose,
-                 [ctx, group, txid,
-                  done = std::move(done)](absl::StatusOr<std::optional<bool>> d) mutable {
-                   if (!d.ok()) return done(d.status());
-                   if (!d->has_value())
-                     return done(true);  // still undecided: the caller retries later
-                   FinishPrepared(ctx, group, txid, **d,
-                                  [done = std::move(done)](absl::StatusOr<bool> f) mutable {
-                                    if (!f.ok()) return done(f.status());
-                                    done(true);
-                                  });
-                 });
-          return;
-        }
-        done(false);
+        self->ResolvePreparedRows(*r, std::move(done));
       },
       deadline_);
+}
+
+void Transaction::ResolvePreparedRows(const replication::ScanReply& rows, Callback<bool> done) {
+  if (rows.rows().empty()) return done(false);
+  const replication::ScannedRow& row = rows.rows(0);
+  const std::string prefix = RowAfter(group_.root(), schema::kPreparedRow);
+  const std::string txid = row.key().substr(std::min(prefix.size(), row.key().size()));
+  std::string decision_root;
+  int64_t prepared_at = 0;
+  for (int i = 0; i < row.qualifiers_size(); ++i) {
+    if (row.qualifiers(i) == kDecisionGroupColumn) decision_root = row.values(i);
+    if (row.qualifiers(i) == kPreparedAtColumn) prepared_at = std::atoll(row.values(i).c_str());
+  }
+  const Context ctx = ctx_;
+  const std::string group = group_.root();
+  // Past the timeout an undecided transaction may be decided aborted;
+  // before it, only an existing decision is applied.
+  const bool expired =
+      ctx.client->env()->NowMicros() - prepared_at > absl::ToInt64Microseconds(kPreparedTimeout);
+  std::optional<bool> propose;
+  if (expired) propose = false;
+  Decide(ctx, decision_root, txid, propose,
+         [ctx, group, txid, done = std::move(done)](absl::StatusOr<std::optional<bool>> d) mutable {
+           if (!d.ok()) return done(d.status());
+           if (!d->has_value()) return done(true);  // still undecided: the caller retries later
+           FinishPrepared(ctx, group, txid, **d,
+                          [done = std::move(done)](absl::StatusOr<bool> f) mutable {
+                            if (!f.ok()) return done(f.status());
+                            done(true);
+                          });
+         });
 }
 
 void Decide(Context ctx, std::string decision_root, std::string txid, std::optional<bool> propose,
