@@ -70,6 +70,9 @@ Database::~Database() {
     stopping_ = true;
   }
   if (sweeper_.joinable()) sweeper_.join();
+  // The last commits' local applies land (a request each, already sent)
+  // rather than being left to the next read of their groups.
+  client_->AwaitLocalApplies(client_->options().rpc_timeout);
 }
 
 txn::Context Database::context() const { return txn::Context{client_.get(), layout_.get()}; }

@@ -2,8 +2,11 @@
 // write_steps.h for the writer's entry at the position after its read.
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include "base/strings.h"
+#include "replication/client_calls.h"
 #include "replication/write_steps.h"
 
 namespace megastore::replication {
@@ -27,6 +30,14 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   if (at.position == std::numeric_limits<uint64_t>::max()) {
     return done(absl::InvalidArgumentError("the read position is the last possible log position"));
   }
+  // An entry that writes only its group's rows is acknowledged once
+  // visible; its local apply finishes behind (this client's reads of the
+  // group wait for it; anyone else's current read applies it). One that
+  // writes outside the group (global index entries, the outbox list), which
+  // reads outside the group's log would miss, waits for the local apply.
+  bool group_rows_only = entry.payload().empty();
+  for (const RowChange& rc : entry.changes())
+    group_rows_only = group_rows_only && rc.table().empty();
   entry.set_timestamp(std::max(now, at.timestamp + 1));
   entry.set_next_leader(Votes(options_.replicas[local].type) ? local : -1);
   std::optional<int> leader;
@@ -37,7 +48,8 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   const int64_t deadline = DeadlineFrom(this, deadline_in);
   DecidePosition(
       this, group, position, value, leader, deadline,
-      [this, group, position, value, timestamp, deadline, started = env_->MonotonicMicros(),
+      [this, group, position, value, timestamp, deadline, group_rows_only,
+       started = env_->MonotonicMicros(),
        done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
         if (!chosen.ok()) {
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
@@ -51,31 +63,129 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
           stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         }
         group_counts_.Add(group.root(), ours ? 0 : 1);
-        // The write is acknowledged once visible and applied here (so this
-        // app server's next read needs no catch-up); the other replicas
-        // apply behind.
-        const int wait =
-            options_.replicas[options_.local].type == ReplicaType::kWitness ? -1 : options_.local;
-        Complete(this, group, position, std::move(*chosen), wait, deadline,
-                 [this, started, position, timestamp, ours, done = std::move(done)](
-                     absl::Status visible, absl::Status) mutable {
-                   if (!ours)
-                     return done(absl::AbortedError(
-                         StrCat("conflict: another writer committed log position ", position)));
-                   // A failed local apply is harmless: the next read applies it.
-                   // Not visible: the entry *is* in the log, but a current
-                   // read may not see it yet, so it cannot be acknowledged;
-                   // and it must not look like "nothing written" either (a
-                   // client would retry it: a double commit).
-                   if (!visible.ok())
-                     return done(absl::DeadlineExceededError(StrCat(
-                         "outcome unknown: the entry was chosen for log position ", position,
-                         " but could not be made visible to current reads in time (",
-                         visible.message(), "); do not retry it blindly, read the group first")));
-                   commit_latency_.Observe(env_->MonotonicMicros() - started);
-                   done(CommitResult{position, timestamp});
-                 });
+        // The answer, once the value is visible (and, unless acknowledged
+        // early, applied here).
+        auto answer = [this, started, position, timestamp, ours,
+                       done = std::move(done)](absl::Status visible) mutable {
+          if (!ours)
+            return done(absl::AbortedError(
+                StrCat("conflict: another writer committed log position ", position)));
+          // A failed local apply is harmless: the next read applies it.
+          // Not visible: the entry *is* in the log, but a current read may
+          // not see it yet, so it cannot be acknowledged; and it must not
+          // look like "nothing written" either (a client would retry it: a
+          // double commit).
+          if (!visible.ok())
+            return done(absl::DeadlineExceededError(
+                StrCat("outcome unknown: the entry was chosen for log position ", position,
+                       " but could not be made visible to current reads in time (",
+                       visible.message(), "); do not retry it blindly, read the group first")));
+          commit_latency_.Observe(env_->MonotonicMicros() - started);
+          done(CommitResult{position, timestamp});
+        };
+        const bool local_data = options_.replicas[options_.local].type != ReplicaType::kWitness;
+        if (!local_data || !ours || !group_rows_only) {
+          // Acknowledged once visible and applied here (at once if this is a
+          // witness); a lost race too, so the retry's read finds the
+          // winner applied. The other replicas apply behind.
+          return Complete(this, group, position, std::move(*chosen),
+                          local_data ? options_.local : -1, deadline,
+                          [answer = std::move(answer)](absl::Status visible, absl::Status) mutable {
+                            answer(visible);
+                          });
+        }
+        // Our entry, writing only its group's rows: acknowledged once
+        // visible, its local apply tracked so this client's reads of the
+        // group wait for it rather than catch the replica up.
+        std::string chosen_value = std::move(chosen->value);  // step 4 needs only who accepted it
+        internal::MakeVisible(
+            this, group, position, *chosen, deadline,
+            [this, group, position, value = std::move(chosen_value),
+             answer = std::move(answer)](absl::Status visible) mutable {
+              if (!visible.ok()) return answer(visible);
+              const uint64_t seq = BeginLocalApply(group.root());
+              internal::ApplyEverywhere(
+                  this, group, position, value, options_.local,
+                  [this, root = group.root(), seq](absl::Status) { EndLocalApply(root, seq); });
+              answer(absl::OkStatus());
+            });
       });
+}
+
+uint64_t GroupClient::BeginLocalApply(const std::string& root) {
+  absl::MutexLock lock(&applies_mu_);
+  LocalApplies& a = local_applies_[root];
+  const uint64_t seq = a.next++;
+  a.in_flight.insert(seq);
+  ++applies_in_flight_;
+  return seq;
+}
+
+void GroupClient::EndLocalApply(const std::string& root, uint64_t seq) {
+  std::vector<absl::AnyInvocable<void()>> ready;
+  {
+    absl::MutexLock lock(&applies_mu_);
+    auto it = local_applies_.find(root);
+    if (it == local_applies_.end() || it->second.in_flight.erase(seq) == 0) return;
+    --applies_in_flight_;
+    LocalApplies& a = it->second;
+    // Waiters for applies begun before `upto` are done once none of those
+    // is in flight.
+    const uint64_t oldest = a.in_flight.empty() ? a.next : *a.in_flight.begin();
+    auto& ws = a.waiters;
+    for (auto w = ws.begin(); w != ws.end();) {
+      if (w->upto > oldest) {
+        ++w;
+        continue;
+      }
+      ready.push_back(std::move(w->fn));
+      w = ws.erase(w);
+    }
+    if (a.in_flight.empty() && ws.empty()) local_applies_.erase(it);
+  }
+  for (auto& fn : ready) fn();
+}
+
+void GroupClient::AfterLocalApplies(const std::string& root, int64_t deadline,
+                                    absl::AnyInvocable<void()> fn) {
+  // Run by whichever comes first: the applies ending, or the deadline.
+  struct Once {
+    absl::Mutex mu;
+    absl::AnyInvocable<void()> fn ABSL_GUARDED_BY(mu);
+    void Run() {
+      absl::AnyInvocable<void()> f;
+      {
+        absl::MutexLock lock(&mu);
+        f = std::exchange(fn, nullptr);
+      }
+      if (f) f();
+    }
+  };
+  auto once = std::make_shared<Once>();
+  {
+    absl::MutexLock l(&once->mu);
+    once->fn = std::move(fn);
+  }
+  bool waiting = false;
+  {
+    absl::MutexLock lock(&applies_mu_);
+    auto it = local_applies_.find(root);
+    if (it != local_applies_.end() && !it->second.in_flight.empty()) {
+      it->second.waiters.push_back({it->second.next, [once] { once->Run(); }});
+      waiting = true;
+    }
+  }
+  if (!waiting) return once->Run();
+  internal::Later(this,
+                  absl::Microseconds(std::max<int64_t>(0, deadline - env_->MonotonicMicros())),
+                  [once] { once->Run(); });
+}
+
+void GroupClient::AwaitLocalApplies(absl::Duration at_most) {
+  absl::MutexLock lock(&applies_mu_);
+  applies_mu_.AwaitWithTimeout(absl::Condition(
+                                   +[](int* n) { return *n == 0; }, &applies_in_flight_),
+                               at_most);
 }
 
 }  // namespace megastore::replication

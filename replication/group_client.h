@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,12 @@ class GroupClient {
   // answered (or the deadline passed) without one.
   void SomeReplicaReached(GroupRef group, uint64_t position, Callback<bool> done,
                           int64_t deadline = 0);
+  // Blocks until no local apply of a commit this client acknowledged
+  // before applying it is still in flight, or `at_most` passed. For a
+  // process about to exit (a tool, a closing Database): its last commits'
+  // local applies land instead of being left to the next read. Not from
+  // one of the client's own callbacks.
+  void AwaitLocalApplies(absl::Duration at_most);
   // Brings replica `replica` up to at least position `target`: copies known
   // chosen values, decides unknown positions with no-op Paxos, applies in
   // order. Returns the replica's applied position.
@@ -175,6 +182,31 @@ class GroupClient {
   };
   LatencyHistogram commit_latency_, read_latency_;
   TopCounts<2> group_counts_;  // by root row: commits, conflicts
+  // Local applies of this client's commits acknowledged before the apply
+  // finished, by root row: a read of the group from this client waits for
+  // those begun before it, so it sees its own commits without a catch-up.
+  struct LocalApplies {
+    uint64_t next = 0;             // the sequence number of the next apply begun
+    std::set<uint64_t> in_flight;  // sequence numbers
+    struct Waiter {
+      uint64_t upto;  // runs once no apply numbered below this is in flight
+      absl::AnyInvocable<void()> fn;
+    };
+    std::vector<Waiter> waiters;
+  };
+  absl::Mutex applies_mu_;
+  std::map<std::string, LocalApplies> local_applies_ ABSL_GUARDED_BY(applies_mu_);
+  int applies_in_flight_ ABSL_GUARDED_BY(applies_mu_) = 0;  // in all groups
+  // Returns the apply's sequence number, for EndLocalApply.
+  uint64_t BeginLocalApply(const std::string& root);
+  void EndLocalApply(const std::string& root, uint64_t seq);
+  // Runs `fn` once this client's local applies of the group in flight now
+  // have ended (at once if there are none), or at `deadline` if sooner.
+  void AfterLocalApplies(const std::string& root, int64_t deadline, absl::AnyInvocable<void()> fn);
+  // ReadPosition's work once its checks are done and local applies waited
+  // for (`started`: when ReadPosition was called, for read_latency_).
+  void ReadPositionAt(GroupRef group, ReadLevel level, Callback<LogPosition> done, int64_t deadline,
+                      int local, int64_t started);
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };

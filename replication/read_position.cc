@@ -20,11 +20,13 @@ using internal::FromApplied;
 namespace {
 
 // A current read's position. It asks the local coordinator (Check) and reads
-// the local log state at once. If the group is valid here, it settles any
-// position accepted but not applied locally and reads here: no message
-// leaves the datacenter. Otherwise it asks a majority of voters for the
-// highest position they know, catches the local replica up to it, and
-// tells the local coordinator so (Validate with the epoch Check reported).
+// the local log state at once. If the group is valid here and applied up to
+// its top, it reads here: no message leaves the datacenter. Valid with a
+// position accepted but not applied (a commit being applied, or a writer
+// that died first), it catches the local replica up (which asks every
+// replica's log). Otherwise it asks a majority of voters for the highest
+// position they know, catches the local replica up to it, and tells the
+// local coordinator so (Validate with the epoch Check reported).
 class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
  public:
   ReadPositionOp(GroupClient* c, GroupRef group, int replica, int64_t deadline,
@@ -178,6 +180,26 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   if (options_.replicas[local].type == ReplicaType::kWitness)
     return done(absl::InvalidArgumentError(StrCat("read at replica ", options_.replicas[local].name,
                                                   ": a witness holds no data to read")));
+  // This client's own commits acknowledged before their local apply
+  // finished: a current or snapshot read waits for those applies (already
+  // under way), so it sees its own writes and needs no catch-up; if they
+  // have not ended within half the time left, a current read catches up
+  // instead.
+  const int64_t started = env_->MonotonicMicros();
+  if (local == options_.local && level != ReadLevel::kInconsistent) {
+    const std::string root = group.root();
+    return AfterLocalApplies(root, started + std::max<int64_t>(0, deadline - started) / 2,
+                             [this, group = std::move(group), level, done = std::move(done),
+                              deadline, local, started]() mutable {
+                               ReadPositionAt(std::move(group), level, std::move(done), deadline,
+                                              local, started);
+                             });
+  }
+  ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+}
+
+void GroupClient::ReadPositionAt(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                                 int64_t deadline, int local, int64_t started) {
   if (level != ReadLevel::kCurrent) {
     StateRequest req;
     *req.mutable_group() = std::move(group);
@@ -191,8 +213,7 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
         });
     return;
   }
-  auto timed = [this, started = env_->MonotonicMicros(),
-                done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+  auto timed = [this, started, done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
     if (p.ok()) read_latency_.Observe(env_->MonotonicMicros() - started);
     done(std::move(p));
   };

@@ -107,40 +107,36 @@ class BackupTest : public ::testing::TestWithParam<bool> {
   bool encrypted() const { return GetParam(); }
 
   // Orders number .. number + count - 1 of `customer`, in one transaction.
-  absl::Status PutOrder(int64_t customer, int64_t number, int64_t amount, int64_t count = 1) {
-    return db_
-        ->Run("Customer", {customer},
-              [&](Transaction& t) -> absl::Status {
-                schema::Entity c;
-                const schema::TableDescriptor* ct = db_->layout().schema().FindTable("Customer");
-                const schema::TableDescriptor* ot = db_->layout().schema().FindTable("Order");
-                for (const auto& f : ct->fields()) {
-                  if (f.name() == "id") c.fields[f.number()] = {customer};
-                  if (f.name() == "name") c.fields[f.number()] = {std::string("secret-name")};
-                }
-                MS_RETURN_IF_ERROR(t.Put("Customer", std::move(c)));
-                for (int64_t n = number; n < number + count; ++n) {
-                  schema::Entity e;
-                  for (const auto& f : ot->fields()) {
-                    if (f.name() == "id") e.fields[f.number()] = {customer};
-                    if (f.name() == "number") e.fields[f.number()] = {n};
-                    if (f.name() == "amount") e.fields[f.number()] = {amount};
-                    if (f.name() == "note") e.fields[f.number()] = {std::string("plaintext-note")};
-                  }
-                  MS_RETURN_IF_ERROR(t.Put("Order", std::move(e)));
-                }
-                return absl::OkStatus();
-              })
-        .status();
+  // The commit (its position) or why it failed.
+  absl::StatusOr<CommitInfo> PutOrder(int64_t customer, int64_t number, int64_t amount,
+                                      int64_t count = 1) {
+    return db_->Run("Customer", {customer}, [&](Transaction& t) -> absl::Status {
+      schema::Entity c;
+      const schema::TableDescriptor* ct = db_->layout().schema().FindTable("Customer");
+      const schema::TableDescriptor* ot = db_->layout().schema().FindTable("Order");
+      for (const auto& f : ct->fields()) {
+        if (f.name() == "id") c.fields[f.number()] = {customer};
+        if (f.name() == "name") c.fields[f.number()] = {std::string("secret-name")};
+      }
+      MS_RETURN_IF_ERROR(t.Put("Customer", std::move(c)));
+      for (int64_t n = number; n < number + count; ++n) {
+        schema::Entity e;
+        for (const auto& f : ot->fields()) {
+          if (f.name() == "id") e.fields[f.number()] = {customer};
+          if (f.name() == "number") e.fields[f.number()] = {n};
+          if (f.name() == "amount") e.fields[f.number()] = {amount};
+          if (f.name() == "note") e.fields[f.number()] = {std::string("plaintext-note")};
+        }
+        MS_RETURN_IF_ERROR(t.Put("Order", std::move(e)));
+      }
+      return absl::OkStatus();
+    });
   }
 
-  absl::Status DeleteOrder(int64_t customer, int64_t number) {
-    return db_
-        ->Run("Customer", {customer},
-              [&](Transaction& t) {
-                return t.Delete("Order", {customer, number});
-              })
-        .status();
+  absl::StatusOr<CommitInfo> DeleteOrder(int64_t customer, int64_t number) {
+    return db_->Run("Customer", {customer}, [&](Transaction& t) {
+      return t.Delete("Order", {customer, number});
+    });
   }
 
   // number -> amount of each order of `customer`, as a transaction reads them.
@@ -489,30 +485,30 @@ TEST_P(BackupTest, BadArgumentsAreUsageErrors) {
 
 TEST_P(BackupTest, RestoreBringsBackAPositionATimeAndLeavesOutAnAccidentalDelete) {
   for (int64_t n = 1; n <= 5; ++n) ASSERT_TRUE(PutOrder(1, n, 100 + n).ok());
+  ASSERT_EQ(Orders(1).size(), 5u);  // applied at A, where the backups are taken
   const std::string dir = dir_.path() + "/backup";
   const std::string take = StrCat("--quiet --config=", config_path_, " --to=", dir, " Shop");
   testing::Result full = RunCommand(Msadmin(StrCat("backup create ", take, " Customer:1")));
   ASSERT_EQ(full.exit_code, 0) << full.out;
   // The history: put 6, delete 2 (the mistake), put 7, change 3.
-  auto position = [&] {
-    replication::StateRequest req;
-    *req.mutable_group() = Group(1);
-    return Call<replication::StateReply>(0, "repl.State", req)->applied().position();
-  };
-  ASSERT_TRUE(PutOrder(1, 6, 106).ok());
-  const uint64_t after_put6 = position();
-  ASSERT_TRUE(DeleteOrder(1, 2).ok());
-  const uint64_t the_delete = position();
+  absl::StatusOr<CommitInfo> put6 = PutOrder(1, 6, 106);
+  ASSERT_TRUE(put6.ok()) << put6.status();
+  const uint64_t after_put6 = put6->position;
+  absl::StatusOr<CommitInfo> deleted = DeleteOrder(1, 2);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  const uint64_t the_delete = deleted->position;
   ASSERT_TRUE(PutOrder(1, 7, 107).ok());
   absl::SleepFor(absl::Milliseconds(5));
   const int64_t before_change = absl::ToUnixMicros(absl::Now());
   absl::SleepFor(absl::Milliseconds(5));
   ASSERT_TRUE(PutOrder(1, 3, 999).ok());
-  testing::Result log = RunCommand(Msadmin(StrCat("backup log ", take)));
-  ASSERT_EQ(log.exit_code, 0) << log.out;
+  // (A read from the writer's client waits for its commits' local applies,
+  // so the backup below, of what datacenter A applied, has them all.)
   const std::map<int64_t, int64_t> latest = {{1, 101}, {3, 999}, {4, 104},
                                              {5, 105}, {6, 106}, {7, 107}};
   ASSERT_EQ(Orders(1), latest);
+  testing::Result log = RunCommand(Msadmin(StrCat("backup log ", take)));
+  ASSERT_EQ(log.exit_code, 0) << log.out;
 
   const std::string restore =
       StrCat("restore --config=", config_path_, " --from=", dir, " Shop Customer:1");
@@ -572,6 +568,7 @@ TEST_P(BackupTest, RestoreBringsBackAPositionATimeAndLeavesOutAnAccidentalDelete
 
 TEST_P(BackupTest, ARestoreStopsWhenSomeoneElseWritesTheGroupUnlessForced) {
   for (int64_t n = 1; n <= 30; ++n) ASSERT_TRUE(PutOrder(1, n, n).ok());
+  ASSERT_EQ(Orders(1).size(), 30u);  // and applied at A (the writer's read waits for it)
   const std::string dir = dir_.path() + "/backup";
   backup::JobOptions jo;
   jo.dir = dir;

@@ -2,6 +2,7 @@
 // the API's rules, then bank transfers under faults.
 #include "txn/transaction.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
 #include "schema/compiler.h"
 #include "sim/deployment.h"
@@ -364,6 +365,101 @@ TEST_F(TransactionTest, TheFirstReadBringsAlongTheScanForUndecidedTwoPhaseTransa
   c = Commit(*blind);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
   EXPECT_NE(c.status().message().find("two-phase"), std::string::npos) << c.status();
+}
+
+// A commit that writes only its group's rows is answered once visible,
+// before its local apply has landed; a read right after the answer — from
+// its own client (which waits for that apply) or from another app server
+// in the datacenter (which catches the replica up) — sees the write. A
+// commit that also writes a global index is answered only once applied
+// here, so that index is current here.
+TEST_F(TransactionTest, ACommitIsAnsweredBeforeItsLocalApplyYetEveryReadAfterItSeesIt) {
+  Open();
+  const std::string node = "app0b";
+  cluster_->net().AddNode(node, 0);
+  replication::GroupClient other(&cluster_->env(), cluster_->net().TransportFor(node),
+                                 cluster_->ClientOptions(0));
+  // Applied records written at datacenter 0 so far.
+  uint64_t applied_here = 0;
+  cluster_->bigtable(0)->set_write_observer(
+      [&](const std::string&, const std::string&, const std::vector<storage::Mutation>& ms) {
+        for (const storage::Mutation& m : ms) applied_here += m.qualifier == "S:applied";
+      });
+  absl::Cleanup unobserve = [&] { cluster_->bigtable(0)->set_write_observer(nullptr); };
+  const schema::TableDescriptor* branch = layout_->schema().FindTable("Branch");
+  auto named = [&](int64_t id, const std::string& name) {
+    Entity e;
+    for (const auto& f : branch->fields()) {
+      if (f.name() == "id") e.fields[f.number()] = {id};
+      if (f.name() == "name") e.fields[f.number()] = {name};
+    }
+    return e;
+  };
+  auto name_of = [&](const Entity& e) {
+    for (const auto& f : branch->fields())
+      if (f.name() == "name") return std::get<std::string>(e.fields.at(f.number()).at(0));
+    return std::string();
+  };
+  // Commits `t` and, from its answer, reads branch 1 through `ctx`; whether
+  // the local apply had landed when the answer came.
+  struct Outcome {
+    std::string seen;
+    bool applied_before_answer = false;
+  };
+  auto commit_then_read = [&](Transaction& t, Context ctx,
+                              std::function<void()> on_answer = nullptr) {
+    Outcome out;
+    std::optional<absl::StatusOr<std::optional<Entity>>> seen;
+    const uint64_t applied_before = applied_here;
+    t.Commit([&, ctx](absl::StatusOr<CommitInfo> r) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (on_answer) on_answer();
+      out.applied_before_answer = applied_here > applied_before;
+      Transaction::Begin(ctx, "Branch", {int64_t{1}}, {}, [&](auto b) {
+        if (!b.ok()) {
+          seen = b.status();
+          return;
+        }
+        (*b)->Get("Branch", {int64_t{1}}, [&, keep = *b](auto e) { seen = std::move(e); });
+      });
+    });
+    absl::StatusOr<std::optional<Entity>> read = Await(seen);
+    EXPECT_TRUE(read.ok()) << read.status();
+    out.seen = read.ok() && read->has_value() ? name_of(**read) : std::string("(none)");
+    return out;
+  };
+
+  auto t = Begin(1);
+  ASSERT_TRUE(t->Put("Branch", named(1, "first")).ok());
+  Outcome o = commit_then_read(*t, Ctx(0));
+  EXPECT_FALSE(o.applied_before_answer);
+  EXPECT_EQ(o.seen, "first") << "its own client read after the apply";
+
+  t = Begin(1);
+  ASSERT_TRUE(t->Put("Branch", named(1, "second")).ok());
+  o = commit_then_read(*t, Context{&other, layout_.get()});
+  EXPECT_FALSE(o.applied_before_answer);
+  EXPECT_EQ(o.seen, "second") << "another app server's current read caught the replica up";
+
+  t = Begin(1);
+  ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, 1, 10)).ok());
+  ASSERT_TRUE(t->Put("Branch", named(1, "third")).ok());
+  o = commit_then_read(*t, Context{&other, layout_.get()});
+  EXPECT_TRUE(o.applied_before_answer) << "a global index entry is applied here before the answer";
+  EXPECT_EQ(o.seen, "third");
+
+  // The commit's local apply lost: its own client's read waits out the
+  // apply's request, then catches the replica up.
+  cluster_->net().set_method_loss("repl.Apply", 1.0, 0);
+  t = Begin(1);
+  ASSERT_TRUE(t->Put("Branch", named(1, "fourth")).ok());
+  o = commit_then_read(*t, Ctx(0), [&] {
+    cluster_->env().Schedule(absl::Milliseconds(50),
+                             [&] { cluster_->net().set_method_loss("repl.Apply", 0, 0); });
+  });
+  EXPECT_FALSE(o.applied_before_answer);
+  EXPECT_EQ(o.seen, "fourth");
+  EXPECT_GE(cluster_->net().messages_dropped(), 1u);
 }
 
 // A transaction's deadline bounds all of it, retries included: cut off

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/checksum.h"
@@ -659,18 +660,27 @@ void RpcServer::Stop() {
   rpc_internal::UnregisterLocalServer(impl->local_addresses, impl);
   if (!impl->io_threads.empty()) {
     absl::Notification closed;
-    asio::post(impl->io, [impl, &closed] {
+    std::vector<std::shared_ptr<Impl::Connection>> conns;
+    asio::post(impl->io, [impl, &closed, &conns] {
       error_code ec;
       impl->acceptor.close(ec);
-      std::vector<std::shared_ptr<Impl::Connection>> conns;
       {
         std::lock_guard<std::mutex> lock(impl->conns_mu);
         conns.assign(impl->conns.begin(), impl->conns.end());
       }
-      for (auto& c : conns) asio::post(c->strand, [c] { c->Close("server stopping"); });
       closed.Notify();
     });
     closed.WaitForNotification();
+    // Every connection is closed before the io threads stop: a close still
+    // queued when they stop would leave its socket open, and a client
+    // writing to it would wait out its deadline instead of being refused.
+    absl::BlockingCounter left(static_cast<int>(conns.size()));
+    for (auto& c : conns)
+      asio::post(c->strand, [c, &left] {
+        c->Close("server stopping");
+        left.DecrementCount();
+      });
+    left.Wait();
   }
   impl->workers.join();
   {

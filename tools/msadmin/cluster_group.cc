@@ -275,6 +275,7 @@ int GroupRepair(const ClusterState& s, const server::ClusterConfig& config,
       }
     }
   }
+  client.AwaitLocalApplies(o.rpc_timeout);  // applied here before this process exits
   return finish(true);
 }
 
