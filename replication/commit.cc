@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "base/strings.h"
-#include "replication/client_calls.h"
 #include "replication/write_steps.h"
 
 namespace megastore::replication {
@@ -88,11 +87,26 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
           // Acknowledged once visible and applied here (at once if this is a
           // witness); a lost race too, so the retry's read finds the
           // winner applied. The other replicas apply behind.
-          return Complete(this, group, position, std::move(*chosen),
-                          local_data ? options_.local : -1, deadline,
-                          [answer = std::move(answer)](absl::Status visible, absl::Status) mutable {
-                            answer(visible);
-                          });
+          return Complete(
+              this, group, position, std::move(*chosen), local_data ? options_.local : -1, deadline,
+              [this, group, position, deadline, answer = std::move(answer)](
+                  absl::Status visible, absl::Status applied) mutable {
+                if (!visible.ok() || applied.ok()) return answer(visible);
+                // Not applied here (the apply failed, or found a hole
+                // before it): catch the local replica up first, so what the
+                // entry wrote outside its group is there when answered (an
+                // unfinished catch-up leaves it to later reads).
+                CatchUp(
+                    group, options_.local, position,
+                    [this, root = group.root(), position,
+                     answer = std::move(answer)](absl::StatusOr<LogPosition> p) mutable {
+                      // Not caught up: this client's next reads
+                      // of the group try again.
+                      if (!p.ok() || p->position < position) LocalBehind(root, position);
+                      answer(absl::OkStatus());
+                    },
+                    deadline);
+              });
         }
         // Our entry, writing only its group's rows: acknowledged once
         // visible, its local apply tracked so this client's reads of the
@@ -106,86 +120,12 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
               const uint64_t seq = BeginLocalApply(group.root());
               internal::ApplyEverywhere(
                   this, group, position, value, options_.local,
-                  [this, root = group.root(), seq](absl::Status) { EndLocalApply(root, seq); });
+                  [this, root = group.root(), seq, position](absl::Status applied) {
+                    EndLocalApply(root, seq, position, applied);
+                  });
               answer(absl::OkStatus());
             });
       });
-}
-
-uint64_t GroupClient::BeginLocalApply(const std::string& root) {
-  absl::MutexLock lock(&applies_mu_);
-  LocalApplies& a = local_applies_[root];
-  const uint64_t seq = a.next++;
-  a.in_flight.insert(seq);
-  ++applies_in_flight_;
-  return seq;
-}
-
-void GroupClient::EndLocalApply(const std::string& root, uint64_t seq) {
-  std::vector<absl::AnyInvocable<void()>> ready;
-  {
-    absl::MutexLock lock(&applies_mu_);
-    auto it = local_applies_.find(root);
-    if (it == local_applies_.end() || it->second.in_flight.erase(seq) == 0) return;
-    --applies_in_flight_;
-    LocalApplies& a = it->second;
-    // Waiters for applies begun before `upto` are done once none of those
-    // is in flight.
-    const uint64_t oldest = a.in_flight.empty() ? a.next : *a.in_flight.begin();
-    auto& ws = a.waiters;
-    for (auto w = ws.begin(); w != ws.end();) {
-      if (w->upto > oldest) {
-        ++w;
-        continue;
-      }
-      ready.push_back(std::move(w->fn));
-      w = ws.erase(w);
-    }
-    if (a.in_flight.empty() && ws.empty()) local_applies_.erase(it);
-  }
-  for (auto& fn : ready) fn();
-}
-
-void GroupClient::AfterLocalApplies(const std::string& root, int64_t deadline,
-                                    absl::AnyInvocable<void()> fn) {
-  // Run by whichever comes first: the applies ending, or the deadline.
-  struct Once {
-    absl::Mutex mu;
-    absl::AnyInvocable<void()> fn ABSL_GUARDED_BY(mu);
-    void Run() {
-      absl::AnyInvocable<void()> f;
-      {
-        absl::MutexLock lock(&mu);
-        f = std::exchange(fn, nullptr);
-      }
-      if (f) f();
-    }
-  };
-  auto once = std::make_shared<Once>();
-  {
-    absl::MutexLock l(&once->mu);
-    once->fn = std::move(fn);
-  }
-  bool waiting = false;
-  {
-    absl::MutexLock lock(&applies_mu_);
-    auto it = local_applies_.find(root);
-    if (it != local_applies_.end() && !it->second.in_flight.empty()) {
-      it->second.waiters.push_back({it->second.next, [once] { once->Run(); }});
-      waiting = true;
-    }
-  }
-  if (!waiting) return once->Run();
-  internal::Later(this,
-                  absl::Microseconds(std::max<int64_t>(0, deadline - env_->MonotonicMicros())),
-                  [once] { once->Run(); });
-}
-
-void GroupClient::AwaitLocalApplies(absl::Duration at_most) {
-  absl::MutexLock lock(&applies_mu_);
-  applies_mu_.AwaitWithTimeout(absl::Condition(
-                                   +[](int* n) { return *n == 0; }, &applies_in_flight_),
-                               at_most);
 }
 
 }  // namespace megastore::replication

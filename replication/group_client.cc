@@ -39,13 +39,22 @@ GroupClient::Entry::~Entry() {
 }
 
 GroupClient::~GroupClient() {
-  absl::MutexLock lock(&lifetime_->mu);
-  lifetime_->dead = true;
-  // Callbacks on other threads finish. (One on this thread — destroying the
-  // client from its own callback — would wait forever: not allowed.)
-  lifetime_->mu.Await(absl::Condition(
-      +[](Lifetime* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return l->active == 0; },
-      lifetime_.get()));
+  {
+    absl::MutexLock lock(&lifetime_->mu);
+    lifetime_->dead = true;
+    // Callbacks on other threads finish. (One on this thread — destroying
+    // the client from its own callback — would wait forever: not allowed.)
+    lifetime_->mu.Await(absl::Condition(
+        +[](Lifetime* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return l->active == 0; },
+        lifetime_.get()));
+  }
+  // Reads still waiting for local applies are dropped here, while the
+  // client is whole (what they hold may call into it as it goes).
+  std::map<std::string, LocalApplies> waiting;
+  {
+    absl::MutexLock lock(&applies_mu_);
+    waiting.swap(local_applies_);
+  }
 }
 
 GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions options)

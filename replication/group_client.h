@@ -19,6 +19,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/histogram.h"
@@ -183,26 +184,40 @@ class GroupClient {
   LatencyHistogram commit_latency_, read_latency_;
   TopCounts<2> group_counts_;  // by root row: commits, conflicts
   // Local applies of this client's commits acknowledged before the apply
-  // finished, by root row: a read of the group from this client waits for
-  // those begun before it, so it sees its own commits without a catch-up.
+  // finished, by root row (replication/local_applies.cc): a read of the
+  // group from this client waits for those begun before it, so it sees its
+  // own commits without a catch-up.
   struct LocalApplies {
     uint64_t next = 0;             // the sequence number of the next apply begun
     std::set<uint64_t> in_flight;  // sequence numbers
     struct Waiter {
       uint64_t upto;  // runs once no apply numbered below this is in flight
-      absl::AnyInvocable<void()> fn;
+      absl::AnyInvocable<void(uint64_t behind)> fn;
     };
     std::vector<Waiter> waiters;
+    // The highest acknowledged position whose local apply failed (0: none):
+    // reads catch the replica up to it first.
+    uint64_t behind = 0;
   };
   absl::Mutex applies_mu_;
   std::map<std::string, LocalApplies> local_applies_ ABSL_GUARDED_BY(applies_mu_);
   int applies_in_flight_ ABSL_GUARDED_BY(applies_mu_) = 0;  // in all groups
+  // Notified when applies_in_flight_ reaches 0 (AwaitLocalApplies).
+  std::vector<std::shared_ptr<absl::Notification>> drained_ ABSL_GUARDED_BY(applies_mu_);
   // Returns the apply's sequence number, for EndLocalApply.
   uint64_t BeginLocalApply(const std::string& root);
-  void EndLocalApply(const std::string& root, uint64_t seq);
-  // Runs `fn` once this client's local applies of the group in flight now
-  // have ended (at once if there are none), or at `deadline` if sooner.
-  void AfterLocalApplies(const std::string& root, int64_t deadline, absl::AnyInvocable<void()> fn);
+  // `applied`: how the apply of `position` went.
+  void EndLocalApply(const std::string& root, uint64_t seq, uint64_t position,
+                     const absl::Status& applied);
+  // Runs `fn(behind)` once this client's local applies of the group in
+  // flight now have ended (at once if there are none), or at `deadline` if
+  // sooner; `behind` as in LocalApplies.
+  void AfterLocalApplies(const std::string& root, int64_t deadline,
+                         absl::AnyInvocable<void(uint64_t behind)> fn);
+  // The local replica did not apply this client's acknowledged `position`.
+  void LocalBehind(const std::string& root, uint64_t position);
+  // The local replica reached `position`: forgets a `behind` at or below it.
+  void LocalCaughtUp(const std::string& root, uint64_t position);
   // ReadPosition's work once its checks are done and local applies waited
   // for (`started`: when ReadPosition was called, for read_latency_).
   void ReadPositionAt(GroupRef group, ReadLevel level, Callback<LogPosition> done, int64_t deadline,

@@ -189,6 +189,18 @@ class LogReplica {
   // position's value the caller just learned (spares reading it back).
   void ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply> done,
                  std::optional<std::pair<uint64_t, std::string>> known = std::nullopt);
+  // The same from the log state `state` just read. `learn`: the learned
+  // value and top of `known`, written with its applied record when it is
+  // the next position to apply (one write for both).
+  void ApplyFrom(GroupRef group, Sealing sealing, StateReply state, Callback<ApplyReply> done,
+                 std::optional<std::pair<uint64_t, std::string>> known = std::nullopt,
+                 std::vector<storage::Mutation> learn = {});
+  // Apply of a position beyond the next one to apply: records it learned
+  // (if the top here reaches the position before it, or `known_elsewhere`
+  // vouches for it), then applies what can be applied.
+  void LearnBeyond(GroupRef group, uint64_t pos, uint64_t known_elsewhere, Sealing sealing,
+                   std::string value, std::vector<storage::Mutation> learn,
+                   Callback<ApplyReply> done);
 
   storage::BigtableClient* const bigtable_;
   const ReplicaType type_;

@@ -160,7 +160,29 @@ void LogReplica::ApplySealed(ApplyRequest request, uint64_t known_elsewhere, Sea
   }
   std::vector<Mutation> learn = {
       Mutation::SetCell(kLogFamily, LearnedColumn(pos), std::move(learned_cell), 0), TopCell(pos)};
-  auto then = [this, group, pos, sealing, value = request.value(),
+  State(group, [this, group, pos, known_elsewhere, sealing = std::move(sealing),
+                value = std::move(*request.mutable_value()), learn = std::move(learn),
+                done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+    if (!state.ok()) return done(state.status());
+    const uint64_t applied = state->applied().position();
+    // Already applied here: nothing to record (its value was learned when
+    // it was applied); later learned positions are applied as usual.
+    if (pos <= applied)
+      return ApplyFrom(group, std::move(sealing), std::move(*state), std::move(done));
+    // The next position to apply (the usual case): its data, then its
+    // learned value and the top with the applied record, in one write.
+    if (pos == applied + 1)
+      return ApplyFrom(group, std::move(sealing), std::move(*state), std::move(done),
+                       std::make_pair(pos, std::move(value)), std::move(learn));
+    LearnBeyond(group, pos, known_elsewhere, std::move(sealing), std::move(value), std::move(learn),
+                std::move(done));
+  });
+}
+
+void LogReplica::LearnBeyond(GroupRef group, uint64_t pos, uint64_t known_elsewhere,
+                             Sealing sealing, std::string value, std::vector<Mutation> learn,
+                             Callback<ApplyReply> done) {
+  auto then = [this, group, pos, sealing, value = std::move(value),
                done = std::move(done)](absl::Status s) mutable {
     if (!s.ok()) return done(s);
     ApplyLoop(group, std::move(sealing), std::move(done), std::make_pair(pos, std::move(value)));
@@ -254,19 +276,31 @@ void LogReplica::ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply>
   State(group, [this, group, sealing, known = std::move(known),
                 done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
-    const AppliedRecord applied = state->applied();
-    const uint64_t next = applied.position() + 1;
-    if (state->top() < next) {
-      ApplyReply reply;
-      *reply.mutable_applied() = applied;
-      return done(std::move(reply));
-    }
+    ApplyFrom(std::move(group), std::move(sealing), std::move(*state), std::move(done),
+              std::move(known));
+  });
+}
+
+void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
+                           Callback<ApplyReply> done,
+                           std::optional<std::pair<uint64_t, std::string>> known,
+                           std::vector<Mutation> learn) {
+  const AppliedRecord applied = state.applied();
+  const uint64_t next = applied.position() + 1;
+  const bool learning = known && known->first == next && !learn.empty();
+  if (!learning) learn.clear();
+  const uint64_t top = learning ? std::max(state.top(), next) : state.top();
+  if (top < next) {
+    ApplyReply reply;
+    *reply.mutable_applied() = applied;
+    return done(std::move(reply));
+  }
+  {
     ReadLogRequest req;
     *req.mutable_group() = group;
     req.set_from(next);
     req.set_to(next);
-    const uint64_t top = state->top();
-    auto apply = [this, group, sealing, applied, next, top,
+    auto apply = [this, group, sealing, applied, next, top, learn = std::move(learn),
                   done = std::move(done)](absl::StatusOr<ReadLogReply> log) mutable {
       if (!log.ok()) return done(log.status());
       if (log->positions_size() == 0) {  // a hole: wait for catch-up
@@ -281,27 +315,47 @@ void LogReplica::ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply>
       rec.set_position(next);
       rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
       rec.set_next_leader(writer->entry.next_leader());
-      auto record = [this, group, sealing, rec, next, top,
+      auto record = [this, group, sealing, rec, next, top, learn = std::move(learn),
                      done = std::move(done)](absl::Status s) mutable {
         if (!s.ok()) return done(s);
-        bigtable_->MutateRow(
-            group.table(), group.root(),
-            {Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
-                               static_cast<int64_t>(next))},
-            storage::kServerTimestamp,
-            [this, group, sealing, rec, next, top, done = std::move(done)](absl::Status s) mutable {
-              if (!s.ok()) return done(s);
-              // Done if no later position was seen when this round began; a
-              // position learned since runs its own Apply, whose loop
-              // applies it (and, if it read the state before this write,
-              // this position again: harmless, applies are idempotent).
-              if (next >= top) {
-                ApplyReply reply;
-                *reply.mutable_applied() = rec;
-                return done(std::move(reply));
-              }
-              ApplyLoop(group, std::move(sealing), std::move(done));
-            });
+        // Done if no later position was seen when this round began; a
+        // position learned since runs its own Apply, whose loop applies it
+        // (and, if it read the state before this write, this position
+        // again: harmless, applies are idempotent).
+        auto then = [this, group, sealing, rec, next, top,
+                     done = std::move(done)](absl::StatusOr<bool> top_unmoved) mutable {
+          if (!top_unmoved.ok()) return done(top_unmoved.status());
+          if (*top_unmoved && next >= top) {
+            ApplyReply reply;
+            *reply.mutable_applied() = rec;
+            return done(std::move(reply));
+          }
+          ApplyLoop(group, std::move(sealing), std::move(done));
+        };
+        std::vector<Mutation> write = std::move(learn);
+        const bool learning = !write.empty();
+        write.push_back(Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
+                                          static_cast<int64_t>(next)));
+        if (!learning) {
+          return bigtable_->MutateRow(group.table(), group.root(), std::move(write),
+                                      storage::kServerTimestamp,
+                                      [then = std::move(then)](absl::Status s) mutable {
+                                        if (!s.ok()) return then(s);
+                                        then(true);
+                                      });
+        }
+        // The position's learned value is written only now: an apply of a
+        // later position that ran meanwhile may have found it missing and
+        // stopped. It recorded its own position (and top) before looking,
+        // so either its top is here by this write, and the loop goes on to
+        // apply it, or it looks after this write and applies it itself.
+        RowFilter top_unmoved = LogRead(RowFilter::QualifierMatch::kExact, kTopColumn).filter;
+        std::string beyond;
+        AppendOrderedUint64(&beyond, next + 1);
+        top_unmoved.value_range = storage::ByteRange{"", beyond, false};
+        std::vector<Mutation> same = write;
+        bigtable_->CheckAndMutateRow(group.table(), group.root(), std::move(top_unmoved),
+                                     std::move(write), std::move(same), std::move(then));
       };
       if (type_ == ReplicaType::kWitness) return record(absl::OkStatus());
       if (sealing->encrypted && sealing->cipher == nullptr) return record(sealing->missing);
@@ -318,7 +372,7 @@ void LogReplica::ApplyLoop(GroupRef group, Sealing sealing, Callback<ApplyReply>
       return apply(std::move(reply));
     }
     ReadLogSealed(std::move(req), std::move(sealing), std::move(apply));
-  });
+  }
 }
 
 void LogReplica::Truncate(TruncateRequest request, Callback<TruncateReply> done) {

@@ -1,5 +1,6 @@
 #include "replication/log_replica.h"
 
+#include "absl/synchronization/notification.h"
 #include "base/await.h"
 #include "base/coding.h"
 #include "base/test_util.h"
@@ -168,6 +169,121 @@ TEST_F(LogReplicaTest, ApplyWaitsForHolesAndThenAppliesInOrder) {
   ASSERT_TRUE(log.ok());
   ASSERT_EQ(log->positions_size(), 2);
   EXPECT_EQ(log->positions(1), 2u);
+}
+
+// The next position to apply takes two row writes: its data, then the
+// root row's learned value, top and applied record at once. An apply of a
+// position already applied writes nothing.
+TEST_F(LogReplicaTest, TheNextPositionIsAppliedInTwoRowWritesAndARepeatInNone) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  ASSERT_TRUE(Apply(r, 1, Set("w1", "root/k", "one", 100)).ok());
+  ASSERT_TRUE(Step(r, 2, true, 0, 0, "w2")->ok());
+  auto mutated = [&] { return server_->Stats().tablets.rows_mutated; };
+  uint64_t before = mutated();
+  absl::StatusOr<ApplyReply> a = Apply(r, 2, Set("w2", "root/k", "two", 200));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->applied().position(), 2u);
+  EXPECT_EQ(mutated() - before, 2u);
+  EXPECT_EQ(Value(r, "root/k", 200), "two");
+  absl::StatusOr<StateReply> st = State(r);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->top(), 2u);
+  EXPECT_EQ(st->applied().position(), 2u);
+  absl::StatusOr<PaxosReply> p = Step(r, 2, false, 9, 9);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->learned()) << "the learned value was written with the applied record";
+
+  before = mutated();
+  a = Apply(r, 1, Set("w1", "root/k", "one", 100));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->applied().position(), 2u);
+  EXPECT_EQ(mutated(), before);
+  // Next without an accept here (a replica that missed it): the top moves.
+  a = Apply(r, 3, Set("w3", "root/k", "three", 300));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->applied().position(), 3u);
+  st = State(r);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->top(), 3u);
+}
+
+// Forwards to another client, holding back the first row write that
+// records an applied position until released.
+class HoldingBigtable : public storage::BigtableClient {
+ public:
+  explicit HoldingBigtable(storage::BigtableClient* to) : to_(to) {}
+  void ReadRow(std::string table, std::string row, storage::ReadOptions options,
+               Callback<absl::StatusOr<std::optional<storage::Row>>> done) override {
+    to_->ReadRow(std::move(table), std::move(row), std::move(options), std::move(done));
+  }
+  void ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
+                Callback<absl::StatusOr<std::vector<storage::Row>>> done) override {
+    to_->ReadRows(std::move(table), std::move(range), std::move(options), std::move(done));
+  }
+  void MutateRow(std::string table, std::string row, std::vector<storage::Mutation> mutations,
+                 int64_t timestamp, Callback<absl::Status> done) override {
+    to_->MutateRow(std::move(table), std::move(row), std::move(mutations), timestamp,
+                   std::move(done));
+  }
+  void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,
+                         std::vector<storage::Mutation> if_true,
+                         std::vector<storage::Mutation> if_false,
+                         Callback<absl::StatusOr<bool>> done) override {
+    bool applied = false;
+    for (const storage::Mutation& m : if_true) applied = applied || m.qualifier == "S:applied";
+    auto run = [=, this, done = std::move(done)]() mutable {
+      to_->CheckAndMutateRow(table, row, predicate, if_true, if_false, std::move(done));
+    };
+    if (applied && hold_ && !held_) {
+      held_ = std::move(run);
+      return;
+    }
+    run();
+  }
+  void Hold() { hold_ = true; }
+  bool holding() const { return static_cast<bool>(held_); }
+  void Release() {
+    hold_ = false;
+    std::exchange(held_, nullptr)();
+  }
+
+ private:
+  storage::BigtableClient* const to_;
+  bool hold_ = false;
+  absl::AnyInvocable<void()> held_;
+};
+
+// An apply of position 2 that read the log state before position 3 was
+// accepted, and writes 2's learned value only with its applied record,
+// races an apply of 3 that finds 2 missing and stops: the first still
+// applies 3, having seen the top move.
+TEST_F(LogReplicaTest, AnApplyThatFindsTheNextPositionMissingIsNotLeftBehind) {
+  HoldingBigtable holding(bigtable_.get());
+  LogReplica r(&holding, ReplicaType::kFull);
+  ASSERT_TRUE(Apply(r, 1, Set("w1", "root/k", "one", 100)).ok());
+  ASSERT_TRUE(Step(r, 2, true, 0, 0, "w2")->ok());
+  holding.Hold();
+  ApplyRequest req;
+  *req.mutable_group() = Group();
+  req.set_position(2);
+  req.set_value(Set("w2", "root/k", "two", 200).SerializeAsString());
+  absl::Notification first_done;
+  absl::StatusOr<ApplyReply> first;
+  r.Apply(req, [&](absl::StatusOr<ApplyReply> a) {
+    first = std::move(a);
+    first_done.Notify();
+  });
+  for (int i = 0; i < 500 && !holding.holding(); ++i) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_TRUE(holding.holding());
+  ASSERT_TRUE(Step(r, 3, true, 0, 0, "w3")->ok());
+  absl::StatusOr<ApplyReply> second = Apply(r, 3, Set("w3", "root/k", "three", 300));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->applied().position(), 1u) << "position 2 was not known here yet";
+  holding.Release();
+  ASSERT_TRUE(first_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->applied().position(), 3u);
+  EXPECT_EQ(Value(r, "root/k", 300), "three");
 }
 
 // A read can bring a range of the group's rows along, as of the same

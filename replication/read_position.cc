@@ -181,21 +181,43 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
     return done(absl::InvalidArgumentError(StrCat("read at replica ", options_.replicas[local].name,
                                                   ": a witness holds no data to read")));
   // This client's own commits acknowledged before their local apply
-  // finished: a current or snapshot read waits for those applies (already
-  // under way), so it sees its own writes and needs no catch-up; if they
-  // have not ended within half the time left, a current read catches up
-  // instead.
+  // finished: the read waits for those applies (already under way), so it
+  // sees its own writes and needs no catch-up. One that has not ended
+  // within half the time left, or failed, is caught up to instead (a
+  // current read does that anyway).
   const int64_t started = env_->MonotonicMicros();
-  if (local == options_.local && level != ReadLevel::kInconsistent) {
-    const std::string root = group.root();
-    return AfterLocalApplies(root, started + std::max<int64_t>(0, deadline - started) / 2,
-                             [this, group = std::move(group), level, done = std::move(done),
-                              deadline, local, started]() mutable {
-                               ReadPositionAt(std::move(group), level, std::move(done), deadline,
-                                              local, started);
-                             });
-  }
-  ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+  if (local != options_.local)
+    return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+  const std::string root = group.root();
+  AfterLocalApplies(
+      root, started + std::max<int64_t>(0, deadline - started) / 2,
+      [this, group = std::move(group), level, done = std::move(done), deadline, local,
+       started](uint64_t behind) mutable {
+        if (behind == 0)
+          return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+        if (level == ReadLevel::kCurrent) {
+          return ReadPositionAt(
+              group, level,
+              [this, root = group.root(),
+               done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+                if (p.ok()) LocalCaughtUp(root, p->position);
+                done(std::move(p));
+              },
+              deadline, local, started);
+        }
+        // A snapshot or inconsistent read: only a catch-up brings the local
+        // replica to this client's commit; failing that (within half the
+        // time left), it reads what is applied.
+        const int64_t now = env_->MonotonicMicros();
+        CatchUp(
+            group, local, behind,
+            [this, group, level, done = std::move(done), deadline, local,
+             started](absl::StatusOr<LogPosition> p) mutable {
+              if (p.ok()) LocalCaughtUp(group.root(), p->position);
+              ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+            },
+            now + std::max<int64_t>(1, (deadline - now) / 2));
+      });
 }
 
 void GroupClient::ReadPositionAt(GroupRef group, ReadLevel level, Callback<LogPosition> done,

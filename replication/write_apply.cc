@@ -2,6 +2,7 @@
 // replica; and Complete, steps 4 and 5 in order.
 #include <memory>
 
+#include "base/strings.h"
 #include "replication/write_steps.h"
 
 namespace megastore::replication::internal {
@@ -16,9 +17,16 @@ void ApplyEverywhere(GroupClient* c, const GroupRef& group, uint64_t position,
   auto waited = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
   for (int i = 0; i < static_cast<int>(c->options().replicas.size()); ++i) {
     CallProto<ApplyReply>(c, c->options().replicas[i].replication, "repl.Apply", req,
-                          [i, wait_replica, waited](absl::StatusOr<ApplyReply> r) {
+                          [i, wait_replica, waited, position](absl::StatusOr<ApplyReply> r) {
                             if (i != wait_replica) return;
-                            (*waited)(r.ok() ? absl::OkStatus() : r.status());
+                            if (!r.ok()) return (*waited)(r.status());
+                            // An apply that met a hole before the position
+                            // answers with the position it did reach.
+                            if (r->applied().position() < position)
+                              return (*waited)(absl::UnavailableError(StrCat(
+                                  "position ", position, " not applied: the replica applied up to ",
+                                  r->applied().position())));
+                            (*waited)(absl::OkStatus());
                           });
   }
   if (wait_replica < 0) (*waited)(absl::OkStatus());

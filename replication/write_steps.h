@@ -110,7 +110,8 @@ void MakeVisible(GroupClient* c, const GroupRef& group, uint64_t position, const
                  int64_t deadline, absl::AnyInvocable<void(absl::Status)> done);
 
 // Step 5: sends the chosen `value` of `position` to every replica to apply,
-// and reports how the apply at `wait_replica` went (at once if it is -1).
+// and reports how the apply at `wait_replica` went (at once if it is -1):
+// an error also if that replica's applied position stayed below `position`.
 // The other replicas apply behind; any later read applies what is missing.
 void ApplyEverywhere(GroupClient* c, const GroupRef& group, uint64_t position,
                      const std::string& value, int wait_replica,

@@ -407,7 +407,8 @@ TEST_F(TransactionTest, ACommitIsAnsweredBeforeItsLocalApplyYetEveryReadAfterItS
     bool applied_before_answer = false;
   };
   auto commit_then_read = [&](Transaction& t, Context ctx,
-                              std::function<void()> on_answer = nullptr) {
+                              std::function<void()> on_answer = nullptr,
+                              TransactionOptions read_options = {}) {
     Outcome out;
     std::optional<absl::StatusOr<std::optional<Entity>>> seen;
     const uint64_t applied_before = applied_here;
@@ -415,7 +416,7 @@ TEST_F(TransactionTest, ACommitIsAnsweredBeforeItsLocalApplyYetEveryReadAfterItS
       EXPECT_TRUE(r.ok()) << r.status();
       if (on_answer) on_answer();
       out.applied_before_answer = applied_here > applied_before;
-      Transaction::Begin(ctx, "Branch", {int64_t{1}}, {}, [&](auto b) {
+      Transaction::Begin(ctx, "Branch", {int64_t{1}}, read_options, [&](auto b) {
         if (!b.ok()) {
           seen = b.status();
           return;
@@ -460,6 +461,25 @@ TEST_F(TransactionTest, ACommitIsAnsweredBeforeItsLocalApplyYetEveryReadAfterItS
   EXPECT_FALSE(o.applied_before_answer);
   EXPECT_EQ(o.seen, "fourth");
   EXPECT_GE(cluster_->net().messages_dropped(), 1u);
+
+  // The same for a snapshot read, which reads what is applied locally: it
+  // catches the replica up to the commit whose apply failed first.
+  const uint64_t dropped = cluster_->net().messages_dropped();
+  cluster_->net().set_method_loss("repl.Apply", 1.0, 0);
+  t = Begin(1);
+  ASSERT_TRUE(t->Put("Branch", named(1, "fifth")).ok());
+  TransactionOptions snapshot;
+  snapshot.level = replication::ReadLevel::kSnapshot;
+  o = commit_then_read(
+      *t, Ctx(0),
+      [&] {
+        cluster_->env().Schedule(absl::Milliseconds(50),
+                                 [&] { cluster_->net().set_method_loss("repl.Apply", 0, 0); });
+      },
+      snapshot);
+  EXPECT_FALSE(o.applied_before_answer);
+  EXPECT_EQ(o.seen, "fifth");
+  EXPECT_GT(cluster_->net().messages_dropped(), dropped);
 }
 
 // A transaction's deadline bounds all of it, retries included: cut off

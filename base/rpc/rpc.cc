@@ -539,7 +539,10 @@ void RpcServer::Impl::Accept() {
       socket.set_option(tcp::no_delay(true), ec);
       auto conn = std::make_shared<Connection>(this, strand, std::move(socket));
       {
+        // Checked again where Stop() collects the connections to close:
+        // one added after that would stay open.
         std::lock_guard<std::mutex> lock(conns_mu);
+        if (stopped) return;
         conns.insert(conn);
       }
       asio::post(conn->strand, [conn] { conn->Start(); });
