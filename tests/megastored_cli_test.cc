@@ -303,6 +303,7 @@ TEST_F(MegastoredCliTest, StatusAndMetricsPagesAreServed) {
   const std::string metrics = HttpGet(http_port_, "/metrics");
   EXPECT_THAT(metrics, HasSubstr("megastore_rpc_calls_total{method=\"tablet.MutateRow\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("megastore_commitlog_syncs_total"));
+  EXPECT_THAT(metrics, HasSubstr("megastore_commitlog_appender_groups_total"));
   EXPECT_THAT(metrics, HasSubstr("megastore_tablet_size_bytes{table=\"t\""));
   EXPECT_THAT(HttpGet(http_port_, "/nope"), HasSubstr("404"));
 }

@@ -109,6 +109,9 @@ std::string MetricsText(TabletServer& server, const rpc::RpcServer& rpc,
   counter("megastore_commitlog_bytes_total", "Bytes appended to the commit log.", s.log.bytes);
   counter("megastore_commitlog_syncs_total", "Group commits (write + fdatasync rounds).",
           s.log.syncs);
+  counter("megastore_commitlog_appender_groups_total",
+          "Group commits written by the appending thread itself (the log writer was idle).",
+          s.log.appender_groups);
   gauge("megastore_commitlog_segments", "Commit log segment files.", s.log.segments);
   m += "# HELP megastore_commitlog_batch_records Records per group commit.\n"
        "# TYPE megastore_commitlog_batch_records histogram\n";
