@@ -4,6 +4,7 @@
 // adopt any value that may already be chosen).
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <map>
 #include <memory>
 
@@ -65,26 +66,50 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
                              });
   }
 
+  // Reads the chunk's positions from every replica's log. Goes on as soon
+  // as the replies so far know every position of the chunk (a slow or
+  // downed replica is not waited for), else once all have answered.
   void Fetch() {
     chunk_end = std::min(target, next + LogReplica::kMaxReadLog - 1);
     ReadLogRequest req;
     *req.mutable_group() = group;
     req.set_from(next);
     req.set_to(chunk_end);
+    struct Round {
+      absl::Mutex mu;
+      size_t answered ABSL_GUARDED_BY(mu) = 0;
+      bool over ABSL_GUARDED_BY(mu) = false;
+    };
+    auto round = std::make_shared<Round>();
     const size_t n = c->options().replicas.size();
-    auto gather = std::make_shared<Gather<ReadLogReply>>(
-        n, n, [self = shared_from_this()](Gather<ReadLogReply>::Results results) {
-          for (auto& r : results) {
-            if (!r || !r->ok()) continue;
-            for (int i = 0; i < (*r)->positions_size(); ++i)
-              self->known.emplace((*r)->positions(i), (*r)->values(i));
-            self->cleaned_elsewhere = std::max(self->cleaned_elsewhere, (*r)->cleaned());
-          }
-          self->Step();
-        });
-    for (size_t i = 0; i < n; ++i)
-      CallProto<ReadLogReply>(c, c->options().replicas[i].replication, "repl.ReadLog", req,
-                              gather->Slot(i), std::nullopt, deadline);
+    for (size_t i = 0; i < n; ++i) {
+      CallProto<ReadLogReply>(
+          c, c->options().replicas[i].replication, "repl.ReadLog", req,
+          [self = shared_from_this(), round, n](absl::StatusOr<ReadLogReply> r) {
+            {
+              absl::MutexLock lock(&round->mu);
+              if (round->over) return;
+              ++round->answered;
+              // `known` and `cleaned_elsewhere` are this round's until it is
+              // over (nothing else runs until Step).
+              if (r.ok()) {
+                for (int j = 0; j < r->positions_size(); ++j) {
+                  const uint64_t p = r->positions(j);
+                  if (p >= self->next && p <= self->chunk_end)
+                    self->known.emplace(p, std::move(*r->mutable_values(j)));
+                }
+                self->cleaned_elsewhere = std::max(self->cleaned_elsewhere, r->cleaned());
+              }
+              const uint64_t wanted = self->chunk_end - self->next + 1;
+              const uint64_t have = static_cast<uint64_t>(std::distance(
+                  self->known.lower_bound(self->next), self->known.upper_bound(self->chunk_end)));
+              if (have < wanted && round->answered < n) return;
+              round->over = true;
+            }
+            self->Step();
+          },
+          std::nullopt, deadline);
+    }
   }
 
   void Step() {
