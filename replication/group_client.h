@@ -87,7 +87,9 @@ class GroupClient {
   // at replica `replica` (-1: the local one), which must hold data (not a
   // witness). A current read at another replica works as it does locally:
   // that replica's coordinator vouches for it, or a majority read and a
-  // catch-up of that replica.
+  // catch-up of that replica. At the local replica it first waits for this
+  // client's commits to the group whose local apply is still under way
+  // (docs/replication.md, "Writing", step 5).
   void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
                     int64_t deadline = 0, int replica = -1);
   // One row's latest cells of `family` as of `at`; with `also_scan`, the
