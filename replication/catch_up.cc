@@ -70,6 +70,10 @@ struct CatchUpOp : std::enable_shared_from_this<CatchUpOp> {
   // as the replies so far know every position of the chunk (a slow or
   // downed replica is not waited for), else once all have answered.
   void Fetch() {
+    // An apply that reported a later applied position may have moved past
+    // the target: re-read the applied position instead of asking for an
+    // empty range.
+    if (next > target) return Begin();
     chunk_end = std::min(target, next + LogReplica::kMaxReadLog - 1);
     ReadLogRequest req;
     *req.mutable_group() = group;
