@@ -295,84 +295,82 @@ void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
     *reply.mutable_applied() = applied;
     return done(std::move(reply));
   }
-  {
-    ReadLogRequest req;
-    *req.mutable_group() = group;
-    req.set_from(next);
-    req.set_to(next);
-    auto apply = [this, group, sealing, applied, next, top, learn = std::move(learn),
-                  done = std::move(done)](absl::StatusOr<ReadLogReply> log) mutable {
-      if (!log.ok()) return done(log.status());
-      if (log->positions_size() == 0) {  // a hole: wait for catch-up
-        ApplyReply reply;
-        *reply.mutable_applied() = applied;
-        return done(std::move(reply));
-      }
-      auto writer = std::make_shared<EntryWriter>();
-      if (!writer->entry.ParseFromString(log->values(0)))
-        return done(Corrupt(group, StrCat("unreadable log entry at position ", next)));
-      AppliedRecord rec;
-      rec.set_position(next);
-      rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
-      rec.set_next_leader(writer->entry.next_leader());
-      auto record = [this, group, sealing, rec, next, top, learn = std::move(learn),
-                     done = std::move(done)](absl::Status s) mutable {
-        if (!s.ok()) return done(s);
-        // Done if no later position was seen when this round began; a
-        // position learned since runs its own Apply, whose loop applies it
-        // (and, if it read the state before this write, this position
-        // again: harmless, applies are idempotent).
-        auto then = [this, group, sealing, rec, next, top,
-                     done = std::move(done)](absl::StatusOr<bool> top_unmoved) mutable {
-          if (!top_unmoved.ok()) return done(top_unmoved.status());
-          if (*top_unmoved && next >= top) {
-            ApplyReply reply;
-            *reply.mutable_applied() = rec;
-            return done(std::move(reply));
-          }
-          ApplyLoop(group, std::move(sealing), std::move(done));
-        };
-        std::vector<Mutation> write = std::move(learn);
-        const bool learning = !write.empty();
-        write.push_back(Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
-                                          static_cast<int64_t>(next)));
-        if (!learning) {
-          return bigtable_->MutateRow(group.table(), group.root(), std::move(write),
-                                      storage::kServerTimestamp,
-                                      [then = std::move(then)](absl::Status s) mutable {
-                                        if (!s.ok()) return then(s);
-                                        then(true);
-                                      });
-        }
-        // The position's learned value is written only now: an apply of a
-        // later position that ran meanwhile may have found it missing and
-        // stopped. It recorded its own position (and top) before looking,
-        // so either its top is here by this write, and the loop goes on to
-        // apply it, or it looks after this write and applies it itself.
-        RowFilter top_unmoved = LogRead(RowFilter::QualifierMatch::kExact, kTopColumn).filter;
-        std::string beyond;
-        AppendOrderedUint64(&beyond, next + 1);
-        top_unmoved.value_range = storage::ByteRange{"", beyond, false};
-        std::vector<Mutation> same = write;
-        bigtable_->CheckAndMutateRow(group.table(), group.root(), std::move(top_unmoved),
-                                     std::move(write), std::move(same), std::move(then));
-      };
-      if (type_ == ReplicaType::kWitness) return record(absl::OkStatus());
-      if (sealing->encrypted && sealing->cipher == nullptr) return record(sealing->missing);
-      writer->bigtable = bigtable_;
-      writer->table = group.table();
-      writer->sealing = sealing;
-      writer->done = std::move(record);
-      EntryWriter::Run(writer);
-    };
-    if (known && known->first == next) {
-      ReadLogReply reply;
-      reply.add_positions(next);
-      reply.add_values(std::move(known->second));
-      return apply(std::move(reply));
+  ReadLogRequest req;
+  *req.mutable_group() = group;
+  req.set_from(next);
+  req.set_to(next);
+  auto apply = [this, group, sealing, applied, next, top, learn = std::move(learn),
+                done = std::move(done)](absl::StatusOr<ReadLogReply> log) mutable {
+    if (!log.ok()) return done(log.status());
+    if (log->positions_size() == 0) {  // a hole: wait for catch-up
+      ApplyReply reply;
+      *reply.mutable_applied() = applied;
+      return done(std::move(reply));
     }
-    ReadLogSealed(std::move(req), std::move(sealing), std::move(apply));
+    auto writer = std::make_shared<EntryWriter>();
+    if (!writer->entry.ParseFromString(log->values(0)))
+      return done(Corrupt(group, StrCat("unreadable log entry at position ", next)));
+    AppliedRecord rec;
+    rec.set_position(next);
+    rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
+    rec.set_next_leader(writer->entry.next_leader());
+    auto record = [this, group, sealing, rec, next, top, learn = std::move(learn),
+                   done = std::move(done)](absl::Status s) mutable {
+      if (!s.ok()) return done(s);
+      // Done if no later position was seen when this round began; a
+      // position learned since runs its own Apply, whose loop applies it
+      // (and, if it read the state before this write, this position
+      // again: harmless, applies are idempotent).
+      auto then = [this, group, sealing, rec, next, top,
+                   done = std::move(done)](absl::StatusOr<bool> top_unmoved) mutable {
+        if (!top_unmoved.ok()) return done(top_unmoved.status());
+        if (*top_unmoved && next >= top) {
+          ApplyReply reply;
+          *reply.mutable_applied() = rec;
+          return done(std::move(reply));
+        }
+        ApplyLoop(group, std::move(sealing), std::move(done));
+      };
+      std::vector<Mutation> write = std::move(learn);
+      const bool learning = !write.empty();
+      write.push_back(Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
+                                        static_cast<int64_t>(next)));
+      if (!learning) {
+        return bigtable_->MutateRow(group.table(), group.root(), std::move(write),
+                                    storage::kServerTimestamp,
+                                    [then = std::move(then)](absl::Status s) mutable {
+                                      if (!s.ok()) return then(s);
+                                      then(true);
+                                    });
+      }
+      // The position's learned value is written only now: an apply of a
+      // later position that ran meanwhile may have found it missing and
+      // stopped. It recorded its own position (and top) before looking,
+      // so either its top is here by this write, and the loop goes on to
+      // apply it, or it looks after this write and applies it itself.
+      RowFilter top_unmoved = LogRead(RowFilter::QualifierMatch::kExact, kTopColumn).filter;
+      std::string beyond;
+      AppendOrderedUint64(&beyond, next + 1);
+      top_unmoved.value_range = storage::ByteRange{"", beyond, false};
+      std::vector<Mutation> same = write;
+      bigtable_->CheckAndMutateRow(group.table(), group.root(), std::move(top_unmoved),
+                                   std::move(write), std::move(same), std::move(then));
+    };
+    if (type_ == ReplicaType::kWitness) return record(absl::OkStatus());
+    if (sealing->encrypted && sealing->cipher == nullptr) return record(sealing->missing);
+    writer->bigtable = bigtable_;
+    writer->table = group.table();
+    writer->sealing = sealing;
+    writer->done = std::move(record);
+    EntryWriter::Run(writer);
+  };
+  if (known && known->first == next) {
+    ReadLogReply reply;
+    reply.add_positions(next);
+    reply.add_values(std::move(known->second));
+    return apply(std::move(reply));
   }
+  ReadLogSealed(std::move(req), std::move(sealing), std::move(apply));
 }
 
 void LogReplica::Truncate(TruncateRequest request, Callback<TruncateReply> done) {

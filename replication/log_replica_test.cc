@@ -234,23 +234,38 @@ class HoldingBigtable : public storage::BigtableClient {
     auto run = [=, this, done = std::move(done)]() mutable {
       to_->CheckAndMutateRow(table, row, predicate, if_true, if_false, std::move(done));
     };
-    if (applied && hold_ && !held_) {
-      held_ = std::move(run);
-      return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (applied && hold_ && !held_.HasBeenNotified()) {
+        run_held_ = std::move(run);
+        held_.Notify();
+        return;
+      }
     }
     run();
   }
-  void Hold() { hold_ = true; }
-  bool holding() const { return static_cast<bool>(held_); }
+  void Hold() {
+    absl::MutexLock lock(&mu_);
+    hold_ = true;
+  }
+  // Waits (at most 10 s) for the held write; false if none came.
+  bool AwaitHeld() { return held_.WaitForNotificationWithTimeout(absl::Seconds(10)); }
   void Release() {
-    hold_ = false;
-    std::exchange(held_, nullptr)();
+    absl::AnyInvocable<void()> run;
+    {
+      absl::MutexLock lock(&mu_);
+      hold_ = false;
+      run = std::move(run_held_);
+    }
+    run();
   }
 
  private:
   storage::BigtableClient* const to_;
-  bool hold_ = false;
-  absl::AnyInvocable<void()> held_;
+  absl::Mutex mu_;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification held_;
+  absl::AnyInvocable<void()> run_held_ ABSL_GUARDED_BY(mu_);
 };
 
 // An apply of position 2 that read the log state before position 3 was
@@ -273,8 +288,7 @@ TEST_F(LogReplicaTest, AnApplyThatFindsTheNextPositionMissingIsNotLeftBehind) {
     first = std::move(a);
     first_done.Notify();
   });
-  for (int i = 0; i < 500 && !holding.holding(); ++i) absl::SleepFor(absl::Milliseconds(2));
-  ASSERT_TRUE(holding.holding());
+  ASSERT_TRUE(holding.AwaitHeld());
   ASSERT_TRUE(Step(r, 3, true, 0, 0, "w3")->ok());
   absl::StatusOr<ApplyReply> second = Apply(r, 3, Set("w3", "root/k", "three", 300));
   ASSERT_TRUE(second.ok()) << second.status();
