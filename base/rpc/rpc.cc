@@ -472,7 +472,7 @@ struct RpcServer::Impl::ResponderImpl : public Responder {
   void Post(const RpcEnvelope& e, bool streamed) {
     auto conn = conn_.lock();
     if (conn == nullptr) return;
-    conn->Send(EncodeFrame(e.SerializeAsString()), streamed);
+    conn->Send(rpc_internal::EncodeEnvelope(e), streamed);
   }
 
   void Done() {

@@ -471,7 +471,7 @@ void RpcClient::CallAsync(std::string_view method, std::string request, absl::Du
   e.set_method(std::string(method));
   e.set_body(std::move(request));
   if (timeout != absl::InfiniteDuration()) e.set_timeout_micros(absl::ToInt64Microseconds(timeout));
-  std::string frame = EncodeFrame(e.SerializeAsString());
+  std::string frame = rpc_internal::EncodeEnvelope(e);
   if (frame.size() - kFrameHeaderBytes > impl_->options.max_frame_bytes) {
     done(absl::InvalidArgumentError(
         StrCat("request of ", frame.size(), " bytes exceeds the frame limit")));
@@ -491,7 +491,7 @@ absl::StatusOr<std::string> RpcClient::Call(std::string_view method, std::string
     e.set_body(request);
     if (timeout != absl::InfiniteDuration())
       e.set_timeout_micros(absl::ToInt64Microseconds(timeout));
-    const std::string frame = EncodeFrame(e.SerializeAsString());
+    const std::string frame = rpc_internal::EncodeEnvelope(e);
     Impl::Direct d;
     if (frame.size() - kFrameHeaderBytes <= impl_->options.max_frame_bytes &&
         impl_->SendDirect(id, &d, frame)) {

@@ -57,6 +57,23 @@ std::string EncodeFrame(std::string_view payload) {
   return frame;
 }
 
+namespace rpc_internal {
+
+std::string EncodeEnvelope(const RpcEnvelope& e) {
+  // Serialized in place after the header: one copy of the body, not two.
+  const size_t size = e.ByteSizeLong();
+  std::string frame(kFrameHeaderBytes + size, '\0');
+  char* payload = frame.data() + kFrameHeaderBytes;
+  e.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(payload));
+  std::string header;
+  PutFixed32(&header, static_cast<uint32_t>(size));
+  PutFixed32(&header, crc32c::Mask(crc32c::Value(std::string_view(payload, size))));
+  frame.replace(0, kFrameHeaderBytes, header);
+  return frame;
+}
+
+}  // namespace rpc_internal
+
 absl::Status ParseHostPort(std::string_view address, std::string* host, uint16_t* port) {
   const size_t colon = address.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) {

@@ -43,6 +43,9 @@ inline bool LooksLikeTls(std::string_view bytes) {
          static_cast<unsigned char>(bytes[2]) <= 0x04;
 }
 
+// EncodeFrame(e.SerializeAsString()), without the intermediate copy.
+std::string EncodeEnvelope(const RpcEnvelope& e);
+
 inline absl::Status ToStatus(const RpcEnvelope& e) {
   if (e.status_code() == 0) return absl::OkStatus();
   if (e.status_code() < 0 || e.status_code() > 16) {

@@ -17,6 +17,7 @@
 #include "base/coding.h"
 #include "base/random.h"
 #include "base/rpc/rpc.pb.h"
+#include "base/rpc/rpc_internal.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
 #include "base/test_util.h"
@@ -135,6 +136,19 @@ class RpcTest : public ::testing::Test {
   std::atomic<int> inline_calls_{0};
   std::thread::id inline_thread_;  // where "maybe" last answered inline
 };
+
+// An envelope serialized straight into its frame is the frame of its
+// serialization, for an empty body and a large one.
+TEST(RpcFrameTest, AnEnvelopeEncodesAsTheFrameOfItsSerialization) {
+  for (size_t body : {size_t{0}, size_t{3}, size_t{200000}}) {
+    RpcEnvelope e;
+    e.set_call_id(7);
+    e.set_status_code(5);
+    e.set_status_message("nope");
+    e.set_body(std::string(body, 'x'));
+    EXPECT_EQ(rpc_internal::EncodeEnvelope(e), EncodeFrame(e.SerializeAsString())) << body;
+  }
+}
 
 TEST_F(RpcTest, UnaryCallsReturnBodiesAndStatuses) {
   auto c = Client();
