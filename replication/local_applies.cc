@@ -75,27 +75,27 @@ void GroupClient::AfterLocalApplies(const std::string& root, int64_t deadline,
       if (f) f(behind);
     }
   };
-  auto once = std::make_shared<Once>();
-  once->c = this;
-  {
-    absl::MutexLock l(&once->mu);
-    once->fn = std::move(fn);
-  }
+  // Usually nothing is in flight: no allocation, no timer.
+  std::shared_ptr<Once> once;
   uint64_t behind = 0;
-  bool waiting = false;
   {
     absl::MutexLock lock(&applies_mu_);
     auto it = local_applies_.find(root);
     if (it != local_applies_.end()) {
       behind = it->second.behind;
       if (!it->second.in_flight.empty()) {
+        once = std::make_shared<Once>();
+        once->c = this;
+        {
+          absl::MutexLock l(&once->mu);
+          once->fn = std::move(fn);
+        }
         it->second.waiters.push_back(
             {it->second.next, [once](uint64_t b) { once->Run(b, /*from_timer=*/false); }});
-        waiting = true;
       }
     }
   }
-  if (!waiting) return once->Run(behind, false);
+  if (once == nullptr) return fn(behind);
   const Env::TimerId timer =
       env_->Schedule(absl::Microseconds(std::max<int64_t>(0, deadline - env_->MonotonicMicros())),
                      [this, life = lifetime_, weak = std::weak_ptr<Once>(once), root] {

@@ -48,11 +48,22 @@ absl::Status ValidateServerLimits(const ServerLimits& l) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A frame's header: the payload's length and masked CRC32C.
+std::string FrameHeader(std::string_view payload) {
+  std::string header;
+  header.reserve(kFrameHeaderBytes);
+  PutFixed32(&header, static_cast<uint32_t>(payload.size()));
+  PutFixed32(&header, crc32c::Mask(crc32c::Value(payload)));
+  return header;
+}
+
+}  // namespace
+
 std::string EncodeFrame(std::string_view payload) {
-  std::string frame;
+  std::string frame = FrameHeader(payload);
   frame.reserve(kFrameHeaderBytes + payload.size());
-  PutFixed32(&frame, static_cast<uint32_t>(payload.size()));
-  PutFixed32(&frame, crc32c::Mask(crc32c::Value(payload)));
   frame.append(payload);
   return frame;
 }
@@ -65,10 +76,7 @@ std::string EncodeEnvelope(const RpcEnvelope& e) {
   std::string frame(kFrameHeaderBytes + size, '\0');
   char* payload = frame.data() + kFrameHeaderBytes;
   e.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(payload));
-  std::string header;
-  PutFixed32(&header, static_cast<uint32_t>(size));
-  PutFixed32(&header, crc32c::Mask(crc32c::Value(std::string_view(payload, size))));
-  frame.replace(0, kFrameHeaderBytes, header);
+  frame.replace(0, kFrameHeaderBytes, FrameHeader(std::string_view(payload, size)));
   return frame;
 }
 
