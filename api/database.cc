@@ -85,11 +85,17 @@ absl::StatusOr<int> Database::SweepQueues() {
 absl::StatusOr<std::unique_ptr<Transaction>> Database::Begin(std::string_view root_table,
                                                              std::vector<schema::KeyValue> root_key,
                                                              TransactionOptions options) {
+  return BeginTransaction(root_table, std::move(root_key), options, /*deferred=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Transaction>> Database::BeginTransaction(
+    std::string_view root_table, std::vector<schema::KeyValue> root_key, TransactionOptions options,
+    bool deferred) {
   txn::Context ctx{client_.get(), layout_.get()};
   absl::StatusOr<std::shared_ptr<txn::Transaction>> t =
       Await<std::shared_ptr<txn::Transaction>>(env_, [&](auto cb) {
         txn::Transaction::Begin(ctx, std::string(root_table), std::move(root_key), options,
-                                std::move(cb));
+                                std::move(cb), deferred);
       });
   if (!t.ok()) return t.status();
   return std::unique_ptr<Transaction>(new Transaction(std::move(*t)));
@@ -113,17 +119,21 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
   Retry retry = txn::TransactionRetry(env_, options);
   while (true) {
     if (absl::Status s = txn::StartAttempt(retry, total, &options); !s.ok()) return s;
-    absl::StatusOr<std::unique_ptr<Transaction>> t = Begin(root_table, root_key, options);
+    // The position is read with the body's first read (one request less).
+    absl::StatusOr<std::unique_ptr<Transaction>> t =
+        BeginTransaction(root_table, root_key, options, /*deferred=*/true);
     if (!t.ok()) {
       // Nothing was proposed yet: transient failures are retried too.
       const absl::Status& failed = t.status();
-      if (!absl::IsUnavailable(failed) && !absl::IsDeadlineExceeded(failed)) return failed;
+      if (!txn::PositionFailure(failed)) return failed;
       MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, failed));
       continue;
     }
     absl::Status body = fn(**t);
     if (!body.ok()) {
-      if (!absl::IsAborted(body)) return body;
+      // A conflict, or no position found (as a failed Begin): retried.
+      if (!absl::IsAborted(body) && !txn::PositionFailure((*t)->txn_->position_failure()))
+        return body;
       t->reset();  // its advisory lock goes back before the pause
       MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, body));
       continue;
@@ -139,8 +149,10 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
       }
       return info;
     }
-    // An unknown outcome is not retried.
-    if (!absl::IsAborted(info.status())) return info.status();
+    // An unknown outcome is not retried (a position never found is no
+    // outcome at all).
+    if (!absl::IsAborted(info.status()) && !txn::PositionFailure((*t)->txn_->position_failure()))
+      return info.status();
     t->reset();
     MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, info.status()));
   }
@@ -442,7 +454,14 @@ absl::Status Transaction::Send(std::string_view root_table, std::vector<schema::
 
 absl::Status Transaction::Consume(const txn::QueueMessage& m) { return txn_->Consume(m); }
 
-const replication::LogPosition& Transaction::position() const { return txn_->position(); }
+const replication::LogPosition& Transaction::position() const {
+  // In a Run body before any read, the position is read now (a failure
+  // leaves it zero; the body's next read reports it).
+  static const replication::LogPosition kUnknown;
+  absl::StatusOr<replication::LogPosition> at =
+      Await<replication::LogPosition>(env(), [&](auto cb) { txn_->WithPosition(std::move(cb)); });
+  return at.ok() ? txn_->position() : kUnknown;
+}
 
 const std::string& Transaction::datacenter() const { return txn_->datacenter(); }
 

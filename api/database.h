@@ -217,6 +217,10 @@ class Database {
   // before the next attempt and returns OK, or returns what to report: the
   // deadline passing, or `failure` if the attempts are used up.
   absl::Status PauseBeforeRetry(Retry& retry, absl::Duration total, absl::Status failure);
+  // Begin; `deferred`: the position is read with the first read (Run).
+  absl::StatusOr<std::unique_ptr<Transaction>> BeginTransaction(
+      std::string_view root_table, std::vector<schema::KeyValue> root_key,
+      TransactionOptions options, bool deferred);
 
   std::unique_ptr<Env> owned_env_;
   std::unique_ptr<Transport> owned_transport_;
@@ -301,6 +305,9 @@ class Transaction {
 
   // Where the transaction reads: the log position (and the replica's index
   // in DatabaseOptions::replicas), and that replica's datacenter by name.
+  // In a Run body the position is found with the first read; asked for
+  // before it, it is read then (all zero if that fails, and the next read
+  // reports the failure).
   const replication::LogPosition& position() const;
   const std::string& datacenter() const;
 

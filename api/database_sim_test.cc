@@ -69,11 +69,12 @@ TEST_F(DatabaseSimTest, ConflictingRunsRetryOnVirtualTime) {
   auto at_a = Open(11, 0);
   auto at_c = Open(11, 2);
   ASSERT_TRUE(at_a && at_c);
-  // Each body commits another writer's transaction first, so its own
-  // commit loses the position and Run retries after a pause slept on the
-  // simulator's clock.
+  // Each body reads (which fixes its position), then commits another
+  // writer's transaction, so its own commit loses the position and Run
+  // retries after a pause slept on the simulator's clock.
   int tries = 0;
   absl::StatusOr<CommitInfo> r = at_a->Run<User>(User::Key{9}, [&](Transaction& t) {
+    if (absl::Status read = t.Get<User>(User::Key{9}).status(); !read.ok()) return read;
     if (++tries < 3) {
       absl::StatusOr<CommitInfo> other = at_c->Run<User>(User::Key{9}, [&](Transaction& o) {
         User u;

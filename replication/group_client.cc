@@ -78,6 +78,8 @@ GroupClient::Stats GroupClient::stats() const {
   s.catchups = stats_.catchups.load();
   s.invalidations = stats_.invalidations.load();
   s.snapshot_catchups = stats_.snapshot_catchups.load();
+  s.first_reads = stats_.first_reads.load();
+  s.first_reads_again = stats_.first_reads_again.load();
   return s;
 }
 

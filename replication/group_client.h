@@ -37,6 +37,12 @@ struct CommitResult {
   int64_t timestamp = 0;
 };
 
+// ReadFirst's answer: the position, and the row read at it.
+struct FirstRead {
+  LogPosition at;
+  ReadReply reply;
+};
+
 // Errors:
 //   Aborted            Commit lost its position to another writer (conflict):
 //                      the entry was certainly not committed; retry from a read.
@@ -92,6 +98,16 @@ class GroupClient {
   // (docs/replication.md, "Writing", step 5).
   void ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
                     int64_t deadline = 0, int replica = -1);
+  // A transaction's first read with its position (ReadPosition, then Read
+  // of `row`), in one request to the local replica in the common case: the
+  // row is read at the replica's applied position, which is the position
+  // when the local coordinator vouches for the replica and nothing beyond
+  // it is accepted there (a snapshot read needs neither). Otherwise, and
+  // at another replica or the inconsistent level, the position is found
+  // as ReadPosition finds it and the row read at it.
+  void ReadFirst(GroupRef group, ReadLevel level, std::string row, std::string family,
+                 Callback<FirstRead> done, int64_t deadline = 0, int replica = -1,
+                 std::optional<ScanRange> also_scan = std::nullopt);
   // One row's latest cells of `family` as of `at`; with `also_scan`, the
   // group's rows in that range too, as Scan would give them (in
   // ReadReply.scan, absent if the replica predates it).
@@ -154,11 +170,18 @@ class GroupClient {
                                      // whose accept did not come in time
     uint64_t snapshot_catchups = 0;  // catch-ups that copied another replica's data (the
                                      // positions needed were cleaned up everywhere)
+    uint64_t first_reads = 0;        // ReadFirst answered by one request (position and row)
+    uint64_t first_reads_again = 0;  // ... that found the position the usual way and read again
   };
   Stats stats() const;
   // Counts an invalidation sent (the write steps, replication/write_invalidate.cc).
   void NoteInvalidation() { stats_.invalidations.fetch_add(1, std::memory_order_relaxed); }
-  // Latency of successful commits and of current-level ReadPositions.
+  // Counts a ReadFirst answered in one request, or (`again`) not.
+  void NoteFirstRead(bool again) {
+    (again ? stats_.first_reads_again : stats_.first_reads).fetch_add(1, std::memory_order_relaxed);
+  }
+  // Latency of successful commits and of current-level ReadPositions (for
+  // a ReadFirst that found the position with its read, of both together).
   const LatencyHistogram& commit_latency() const { return commit_latency_; }
   const LatencyHistogram& read_latency() const { return read_latency_; }
   // The entity groups with the most commits (or conflicts) by this client,
@@ -182,6 +205,7 @@ class GroupClient {
     std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, unknown{0};
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
     std::atomic<uint64_t> catchups{0}, invalidations{0}, snapshot_catchups{0};
+    std::atomic<uint64_t> first_reads{0}, first_reads_again{0};
   };
   LatencyHistogram commit_latency_, read_latency_;
   TopCounts<2> group_counts_;  // by root row: commits, conflicts
@@ -224,6 +248,11 @@ class GroupClient {
   // for (`started`: when ReadPosition was called, for read_latency_).
   void ReadPositionAt(GroupRef group, ReadLevel level, Callback<LogPosition> done, int64_t deadline,
                       int local, int64_t started);
+  // ReadPosition at the local replica once this client's applies there
+  // were waited for: `behind`, the position an apply that failed left
+  // unapplied (0: none), is caught up to first.
+  void ReadPositionAfterApplies(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                                int64_t deadline, int64_t started, uint64_t behind);
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };

@@ -97,7 +97,8 @@ class LogReplica {
   // `known_elsewhere` (another replica vouched the group got that far).
   void Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<ApplyReply> done);
   // The latest cells of `row`'s `family` as of `timestamp`, and the rows
-  // of request.also_scan as Scan would give them.
+  // of request.also_scan as Scan would give them. With at_applied, as of
+  // the applied position, which comes back in ReadReply.state.
   void Read(ReadRequest request, Callback<ReadReply> done);
   // Rows of the group in a range (at most kMaxScanRows per call). In an
   // encrypted group, a range over local index entries reads all of the
@@ -175,6 +176,8 @@ class LogReplica {
   // The check runs alongside the read it guards. Position 0: no check.
   template <typename T>
   Callback<T> HoldingPosition(const GroupRef& group, uint64_t position, Callback<T> done);
+  // Read's rows once the request is checked (and its position held).
+  void ReadAt(ReadRequest request, Callback<ReadReply> done);
   // Removes the log cells of positions [from, to] (the caller bounds the
   // range); `done` with the count of positions and bytes removed.
   void RemoveLogCells(GroupRef group, uint64_t from, uint64_t to,

@@ -118,8 +118,34 @@ void LogReplica::Read(ReadRequest request, Callback<ReadReply> done) {
   if (type_ == ReplicaType::kWitness)
     return done(absl::FailedPreconditionError("a witness replica keeps no data"));
   const GroupRef group = request.group();
+  if (request.at_applied()) {
+    if (request.latest() || request.position() != 0 || request.timestamp() != 0)
+      return done(absl::InvalidArgumentError(
+          "repl.Read: at_applied reads at the applied position; it takes no position, "
+          "timestamp or latest"));
+    // The position first, then the rows as of it, held as any read's
+    // position is (a catch-up from a snapshot landing meanwhile refuses it).
+    return State(group, [this, group, request = std::move(request),
+                         done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+      if (!state.ok()) return done(state.status());
+      request.set_timestamp(state->applied().timestamp());
+      request.set_position(state->applied().position());
+      Callback<ReadReply> answer = [state = std::move(*state),
+                                    done = std::move(done)](absl::StatusOr<ReadReply> r) mutable {
+        if (r.ok()) *r->mutable_state() = std::move(state);
+        done(std::move(r));
+      };
+      const uint64_t position = request.position();
+      ReadAt(std::move(request), HoldingPosition<ReadReply>(group, position, std::move(answer)));
+    });
+  }
   if (!request.latest())
     done = HoldingPosition<ReadReply>(group, request.position(), std::move(done));
+  ReadAt(std::move(request), std::move(done));
+}
+
+void LogReplica::ReadAt(ReadRequest request, Callback<ReadReply> done) {
+  const GroupRef group = request.group();
   SealingOf(
       group, false,
       [this, request = std::move(request),

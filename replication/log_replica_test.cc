@@ -357,6 +357,59 @@ TEST_F(LogReplicaTest, AReadBringsAlongTheRowsOfARangeAsOfItsPosition) {
       << "an empty range";
 }
 
+// repl.Read at_applied: the row as of the replica's applied position, and
+// that position's log state with it (a transaction's first read and its
+// position in one request).
+TEST_F(LogReplicaTest, AReadAtTheAppliedPositionBringsItsLogStateAlong) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  ReadRequest req;
+  *req.mutable_group() = Group();
+  req.set_row("root/a");
+  req.set_family("e");
+  req.set_at_applied(true);
+  // Nothing applied yet: position 0, nothing there.
+  absl::StatusOr<ReadReply> reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_FALSE(reply->found());
+  ASSERT_TRUE(reply->has_state());
+  EXPECT_EQ(reply->state().applied().position(), 0u);
+
+  ASSERT_TRUE(Apply(r, 1, Set("w1", "root/a", "one", 100)).ok());
+  ASSERT_TRUE(Apply(r, 2, Set("w2", "root/a", "two", 200)).ok());
+  ASSERT_TRUE(Apply(r, 3, Set("w3", "root/p/1", "pending", 300)).ok());
+  req.mutable_also_scan()->set_start("root/p/");
+  req.mutable_also_scan()->set_end("root/p0");
+  reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_TRUE(reply->has_state());
+  EXPECT_EQ(reply->state().applied().position(), 3u);
+  EXPECT_EQ(reply->state().applied().timestamp(), 300);
+  EXPECT_EQ(reply->state().top(), 3u);
+  ASSERT_TRUE(reply->found());
+  ASSERT_EQ(reply->values_size(), 1);
+  EXPECT_EQ(reply->values(0), "two");
+  ASSERT_EQ(reply->scan().rows_size(), 1) << "the range as of the same position";
+
+  // A read at a position of its own brings no state.
+  req.set_at_applied(false);
+  req.set_position(2);
+  req.set_timestamp(200);
+  reply = Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); });
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_FALSE(reply->has_state());
+  ASSERT_EQ(reply->scan().rows_size(), 0);
+
+  // at_applied with a position, a timestamp or latest is refused.
+  req.set_at_applied(true);
+  EXPECT_EQ(Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  req.clear_position();
+  req.clear_timestamp();
+  req.set_latest(true);
+  EXPECT_EQ(Await<ReadReply>([&](auto cb) { r.Read(req, std::move(cb)); }).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // A group's entry writes only its schema's tables: a writer allowed one
 // schema cannot write another's rows through its own group's log.
 TEST_F(LogReplicaTest, AnEntryWritingAnotherSchemasTableIsRefused) {

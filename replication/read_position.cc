@@ -37,6 +37,12 @@ class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
         deadline_(deadline),
         done_(std::move(done)) {}
 
+  // Decides from a coordinator's answer and the local state already read
+  // (by a first read that brought the state along), instead of Start.
+  void Resume(absl::StatusOr<coordinator::CoordinatorReply> check, StateReply state) {
+    Decide(std::move(check), std::move(state));
+  }
+
   void Start() {
     const ReplicaInfo& info = c_->options().replicas[local_];
     if (info.type == ReplicaType::kFull) {
@@ -168,7 +174,164 @@ class ReadPositionOp : public std::enable_shared_from_this<ReadPositionOp> {
   Callback<LogPosition> done_;  // used by the one path that finishes
 };
 
+// Reads `read`'s row (and range) at the position `done` is called with.
+Callback<LogPosition> ReadAtPosition(GroupClient* c, GroupRef group, ReadRequest read,
+                                     int64_t deadline, Callback<FirstRead> done) {
+  return [c, group = std::move(group), read = std::move(read), deadline,
+          done = std::move(done)](absl::StatusOr<LogPosition> at) mutable {
+    if (!at.ok()) return done(at.status());
+    std::optional<ScanRange> also_scan;
+    if (read.has_also_scan()) also_scan = std::move(*read.mutable_also_scan());
+    c->Read(
+        std::move(group), *at, std::move(*read.mutable_row()), std::move(*read.mutable_family()),
+        [at = *at, done = std::move(done)](absl::StatusOr<ReadReply> r) mutable {
+          if (!r.ok()) return done(r.status());
+          done(FirstRead{at, std::move(*r)});
+        },
+        deadline, std::move(also_scan));
+  };
+}
+
+// A transaction's first read together with its position: the local
+// coordinator's Check alongside one repl.Read of the row at the local
+// replica's applied position, which brings that log state along. If the
+// coordinator vouches for the replica and nothing there is accepted beyond
+// the applied position (a current read; a snapshot read needs neither),
+// that is the position ReadPosition would have found, and the rows were
+// read at it: one request less than the position and then the read.
+// Otherwise the position is found as ReadPosition does (from the answers
+// already in), and the row read again at it.
+class FirstReadOp : public std::enable_shared_from_this<FirstReadOp> {
+ public:
+  FirstReadOp(GroupClient* c, GroupRef group, ReadLevel level, ReadRequest read, int64_t deadline,
+              Callback<FirstRead> done)
+      : c_(c),
+        group_(std::move(group)),
+        level_(level),
+        read_(std::move(read)),
+        deadline_(deadline),
+        done_(std::move(done)) {}
+
+  void Start() {
+    const ReplicaInfo& info = c_->options().replicas[c_->options().local];
+    if (level_ == ReadLevel::kCurrent && info.type == ReplicaType::kFull) {
+      c_->coordinators()->Check(
+          info.coordinator, CoordinatorGroup(group_),
+          internal::RequestTimeout(c_, c_->options().coordinator_timeout, deadline_),
+          internal::Guarded<coordinator::CoordinatorReply>(
+              c_, [self = shared_from_this()](absl::StatusOr<coordinator::CoordinatorReply> r) {
+                self->Join(std::move(r), std::nullopt);
+              }));
+    } else {
+      Join(absl::FailedPreconditionError("no coordinator at this replica"), std::nullopt);
+    }
+    ReadRequest req = read_;
+    req.set_at_applied(true);
+    CallProto<ReadReply>(
+        c_, info.replication, "repl.Read", req,
+        [self = shared_from_this()](absl::StatusOr<ReadReply> r) {
+          self->Join(std::nullopt, std::move(r));
+        },
+        std::nullopt, deadline_);
+  }
+
+ private:
+  void Join(std::optional<absl::StatusOr<coordinator::CoordinatorReply>> check,
+            std::optional<absl::StatusOr<ReadReply>> read) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (check) check_ = std::move(check);
+      if (read) reply_ = std::move(read);
+      if (!check_ || !reply_) return;
+      check = std::move(check_);
+      read = std::move(reply_);
+      check_.reset();
+      reply_.reset();
+    }
+    Decide(std::move(*check), std::move(*read));
+  }
+
+  void Decide(absl::StatusOr<coordinator::CoordinatorReply> check, absl::StatusOr<ReadReply> read) {
+    const int local = c_->options().local;
+    const bool has_state = read.ok() && read->has_state();
+    if (has_state) {
+      const StateReply& state = read->state();
+      const bool vouched =
+          check.ok() && check->valid() && state.top() <= state.applied().position();
+      if (level_ == ReadLevel::kSnapshot || vouched) {
+        FirstRead first;
+        first.at = FromApplied(state.applied(), local);
+        read->clear_state();
+        first.reply = std::move(*read);
+        c_->NoteFirstRead(false);
+        return done_(std::move(first));
+      }
+    }
+    c_->NoteFirstRead(true);
+    Callback<LogPosition> then = ReadAtPosition(c_, group_, read_, deadline_, std::move(done_));
+    if (level_ != ReadLevel::kCurrent)
+      return c_->ReadPosition(group_, level_, std::move(then), deadline_);
+    auto op = std::make_shared<ReadPositionOp>(c_, group_, local, deadline_, std::move(then));
+    if (has_state) return op->Resume(std::move(check), std::move(*read->mutable_state()));
+    op->Start();  // the read failed: ask again, as ReadPosition would
+  }
+
+  GroupClient* const c_;
+  const GroupRef group_;
+  const ReadLevel level_;
+  const ReadRequest read_;  // the row (and range) to read, without a position
+  const int64_t deadline_;
+  Callback<FirstRead> done_;
+  absl::Mutex mu_;
+  std::optional<absl::StatusOr<coordinator::CoordinatorReply>> check_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<ReadReply>> reply_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
+
+void GroupClient::ReadFirst(GroupRef group, ReadLevel level, std::string row, std::string family,
+                            Callback<FirstRead> done, int64_t deadline_in, int replica,
+                            std::optional<ScanRange> also_scan) {
+  const int64_t deadline = DeadlineFrom(this, deadline_in);
+  ReadRequest read;
+  *read.mutable_group() = group;
+  read.set_row(std::move(row));
+  read.set_family(std::move(family));
+  if (also_scan) *read.mutable_also_scan() = std::move(*also_scan);
+  // Elsewhere than locally, or inconsistent (no position to stand at): the
+  // position, then the read.
+  if ((replica >= 0 && replica != options_.local) || level == ReadLevel::kInconsistent ||
+      options_.replicas[options_.local].type == ReplicaType::kWitness) {
+    return ReadPosition(group, level,
+                        ReadAtPosition(this, group, std::move(read), deadline, std::move(done)),
+                        deadline, replica);
+  }
+  // As ReadPosition: this client's own commits still being applied here
+  // are waited for; after one that failed, ReadPosition catches up first.
+  const int64_t started = env_->MonotonicMicros();
+  const std::string root = group.root();
+  AfterLocalApplies(
+      root, started + std::max<int64_t>(0, deadline - started) / 2,
+      [this, group = std::move(group), level, read = std::move(read), deadline, started,
+       done = std::move(done)](uint64_t behind) mutable {
+        // Behind (an apply of this client's failed): as ReadPosition goes
+        // on after its wait, then the row.
+        if (behind != 0)
+          return ReadPositionAfterApplies(
+              group, level, ReadAtPosition(this, group, std::move(read), deadline, std::move(done)),
+              deadline, started, behind);
+        // Timed as ReadPosition times current reads' positions.
+        if (level == ReadLevel::kCurrent) {
+          done = [this, started, done = std::move(done)](absl::StatusOr<FirstRead> r) mutable {
+            if (r.ok()) read_latency_.Observe(env_->MonotonicMicros() - started);
+            done(std::move(r));
+          };
+        }
+        std::make_shared<FirstReadOp>(this, std::move(group), level, std::move(read), deadline,
+                                      std::move(done))
+            ->Start();
+      });
+}
 
 void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosition> done,
                                int64_t deadline_in, int replica) {
@@ -189,35 +352,41 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   if (local != options_.local)
     return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
   const std::string root = group.root();
-  AfterLocalApplies(
-      root, started + std::max<int64_t>(0, deadline - started) / 2,
-      [this, group = std::move(group), level, done = std::move(done), deadline, local,
-       started](uint64_t behind) mutable {
-        if (behind == 0)
-          return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
-        if (level == ReadLevel::kCurrent) {
-          return ReadPositionAt(
-              group, level,
-              [this, root = group.root(),
-               done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
-                if (p.ok()) LocalCaughtUp(root, p->position);
-                done(std::move(p));
-              },
-              deadline, local, started);
-        }
-        // A snapshot or inconsistent read: only a catch-up brings the local
-        // replica to this client's commit; failing that (within half the
-        // time left), it reads what is applied.
-        const int64_t now = env_->MonotonicMicros();
-        CatchUp(
-            group, local, behind,
-            [this, group, level, done = std::move(done), deadline, local,
-             started](absl::StatusOr<LogPosition> p) mutable {
-              if (p.ok()) LocalCaughtUp(group.root(), p->position);
-              ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
-            },
-            now + std::max<int64_t>(1, (deadline - now) / 2));
-      });
+  AfterLocalApplies(root, started + std::max<int64_t>(0, deadline - started) / 2,
+                    [this, group = std::move(group), level, done = std::move(done), deadline,
+                     started](uint64_t behind) mutable {
+                      ReadPositionAfterApplies(std::move(group), level, std::move(done), deadline,
+                                               started, behind);
+                    });
+}
+
+void GroupClient::ReadPositionAfterApplies(GroupRef group, ReadLevel level,
+                                           Callback<LogPosition> done, int64_t deadline,
+                                           int64_t started, uint64_t behind) {
+  const int local = options_.local;
+  if (behind == 0)
+    return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+  if (level == ReadLevel::kCurrent) {
+    return ReadPositionAt(
+        group, level,
+        [this, root = group.root(), done = std::move(done)](absl::StatusOr<LogPosition> p) mutable {
+          if (p.ok()) LocalCaughtUp(root, p->position);
+          done(std::move(p));
+        },
+        deadline, local, started);
+  }
+  // A snapshot or inconsistent read: only a catch-up brings the local
+  // replica to this client's commit; failing that (within half the time
+  // left), it reads what is applied.
+  const int64_t now = env_->MonotonicMicros();
+  CatchUp(
+      group, local, behind,
+      [this, group, level, done = std::move(done), deadline, local,
+       started](absl::StatusOr<LogPosition> p) mutable {
+        if (p.ok()) LocalCaughtUp(group.root(), p->position);
+        ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
+      },
+      now + std::max<int64_t>(1, (deadline - now) / 2));
 }
 
 void GroupClient::ReadPositionAt(GroupRef group, ReadLevel level, Callback<LogPosition> done,

@@ -26,6 +26,11 @@ absl::StatusOr<std::string> ResumeAt(const storage::RowRange& range, const std::
 
 void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix,
                         QueryOptions options, Callback<QueryResult> done) {
+  if (!PositionKnown<QueryResult>(
+          done, [self = shared_from_this(), table_name, key_prefix, options](auto d) mutable {
+            self->Query(std::move(table_name), std::move(key_prefix), options, std::move(d));
+          }))
+    return;
   absl::StatusOr<const schema::TableDescriptor*> table = FindTable(ctx_, table_name);
   if (!table.ok()) return done(table.status());
   absl::StatusOr<std::string> group_row = ctx_.layout->GroupRow(**table, key_prefix);
@@ -91,6 +96,11 @@ void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix
 
 void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> values,
                              QueryOptions options, Callback<QueryResult> done) {
+  if (!PositionKnown<QueryResult>(
+          done, [self = shared_from_this(), index_name, values, options](auto d) mutable {
+            self->IndexQuery(std::move(index_name), std::move(values), options, std::move(d));
+          }))
+    return;
   const schema::IndexDescriptor* index = ctx_.layout->schema().FindIndex(index_name);
   if (index == nullptr)
     return done(absl::NotFoundError(
@@ -243,6 +253,11 @@ struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
 void Transaction::IndexIntersect(
     std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions, QueryOptions options,
     Callback<QueryResult> done) {
+  if (!PositionKnown<QueryResult>(
+          done, [self = shared_from_this(), conditions, options](auto d) mutable {
+            self->IndexIntersect(std::move(conditions), options, std::move(d));
+          }))
+    return;
   if (conditions.empty())
     return done(absl::InvalidArgumentError("an intersection needs conditions"));
   auto join = std::make_shared<MergeJoin>();
@@ -295,6 +310,11 @@ void Transaction::IndexIntersect(
 void Transaction::IndexIntersect(
     std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
     Callback<std::vector<Entity>> done) {
+  if (!PositionKnown<std::vector<Entity>>(
+          done, [self = shared_from_this(), conditions](auto d) mutable {
+            self->IndexIntersect(std::move(conditions), std::move(d));
+          }))
+    return;
   if (conditions.empty())
     return done(absl::InvalidArgumentError("an intersection needs conditions"));
   bool full = true;

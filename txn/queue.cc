@@ -39,6 +39,11 @@ absl::Status Transaction::Send(std::string_view root_table, const std::vector<Ke
 
 void Transaction::ReadQueue(std::string queue, int64_t limit,
                             Callback<std::vector<QueueMessage>> done) {
+  if (!PositionKnown<std::vector<QueueMessage>>(
+          done, [self = shared_from_this(), queue, limit](auto d) mutable {
+            self->ReadQueue(std::move(queue), limit, std::move(d));
+          }))
+    return;
   const std::string prefix = QueuePrefix(group_.root(), queue);
   auto self = shared_from_this();
   ctx_.client->Scan(

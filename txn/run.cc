@@ -24,6 +24,10 @@ absl::Status DeadlinePassed(absl::Duration total, int attempts) {
                                             ") passed after ", attempts, " attempt(s)"));
 }
 
+bool PositionFailure(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+}
+
 absl::Status StartAttempt(Retry& retry, absl::Duration total, TransactionOptions* options) {
   // Even a first attempt needs time left: options->deadline 0 would mean "none".
   if (retry.Expired() || !retry.StartAttempt()) return DeadlinePassed(total, retry.attempts());
@@ -89,27 +93,27 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
     TransactionOptions this_try = options;
     if (absl::Status s = StartAttempt(retry, options.deadline, &this_try); !s.ok())
       return Finish(s, false);
-    Transaction::Begin(ctx, root_table, root_key, this_try,
-                       [self](absl::StatusOr<std::shared_ptr<Transaction>> txn) {
-                         if (!txn.ok()) {
-                           // Nothing was proposed: a transient failure is
-                           // as safe to retry as a conflict.
-                           const bool transient = absl::IsUnavailable(txn.status()) ||
-                                                  absl::IsDeadlineExceeded(txn.status());
-                           return self->Finish(txn.status(), transient);
-                         }
-                         auto t = *txn;
-                         self->body(t, [self, t](absl::Status s) {
-                           if (!s.ok()) return self->Finish(s, false);  // the application's own
-                           t->Commit([self](absl::StatusOr<CommitInfo> info) {
-                             if (info.ok()) info->attempts = self->retry.attempts();
-                             // After Commit only a conflict is certain not
-                             // to have committed.
-                             const bool retry = absl::IsAborted(info.status());
-                             self->Finish(std::move(info), retry);
-                           });
-                         });
-                       });
+    // The position is read with the body's first read (one request less).
+    Transaction::Begin(
+        ctx, root_table, root_key, this_try,
+        [self](absl::StatusOr<std::shared_ptr<Transaction>> txn) {
+          if (!txn.ok()) return self->Finish(txn.status(), PositionFailure(txn.status()));
+          auto t = *txn;
+          self->body(t, [self, t](absl::Status s) {
+            // The application's own failure, or the position's (as a failed
+            // Begin, retried if transient).
+            if (!s.ok()) return self->Finish(s, PositionFailure(t->position_failure()));
+            t->Commit([self, t](absl::StatusOr<CommitInfo> info) {
+              if (info.ok()) info->attempts = self->retry.attempts();
+              // After Commit only a conflict is certain not to have
+              // committed (or a position never found: nothing proposed).
+              const bool retry =
+                  absl::IsAborted(info.status()) || PositionFailure(t->position_failure());
+              self->Finish(std::move(info), retry);
+            });
+          });
+        },
+        /*deferred=*/true);
   }
 
   void Finish(absl::StatusOr<CommitInfo> result, bool retryable) {

@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "base/coding.h"
+#include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "txn/internal.h"
@@ -14,14 +15,70 @@
 namespace megastore::txn {
 
 Transaction::Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-                         replication::LogPosition position, int64_t deadline,
+                         std::optional<replication::LogPosition> position, int64_t deadline,
                          std::string lock_owner)
     : ctx_(ctx),
       options_(options),
       group_(std::move(group)),
-      position_(position),
+      replica_(position ? position->replica
+                        : (options.replica >= 0 ? options.replica : ctx.client->options().local)),
       deadline_(deadline),
-      lock_owner_(std::move(lock_owner)) {}
+      lock_owner_(std::move(lock_owner)) {
+  if (position) {
+    position_ = *position;
+    position_known_.store(true, std::memory_order_release);
+  }
+}
+
+const replication::LogPosition& Transaction::position() const {
+  MS_CHECK(position_known_.load(std::memory_order_acquire),
+           "Transaction::position() before the position was read (use WithPosition)");
+  return position_;
+}
+
+absl::Status Transaction::position_failure() const {
+  absl::MutexLock lock(&mu_);
+  return position_failure_;
+}
+
+void Transaction::SetPosition(absl::StatusOr<replication::LogPosition> at) {
+  std::vector<Callback<replication::LogPosition>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    position_reading_ = false;
+    if (at.ok()) {
+      position_ = *at;
+      position_known_.store(true, std::memory_order_release);
+    } else {
+      position_failure_ = at.status();
+    }
+    waiters.swap(position_waiters_);
+  }
+  for (auto& w : waiters) w(at);
+}
+
+void Transaction::WithPosition(Callback<replication::LogPosition> done) {
+  if (position_known_.load(std::memory_order_acquire)) return done(position_);
+  absl::Status failed;
+  bool start = false;
+  {
+    absl::MutexLock lock(&mu_);
+    failed = position_failure_;
+    if (failed.ok() && !position_known_.load(std::memory_order_acquire)) {
+      position_waiters_.push_back(std::move(done));
+      start = !std::exchange(position_reading_, true);  // else a read is finding it
+      if (!start) return;
+    }
+  }
+  if (!failed.ok()) return done(failed);
+  if (!start) return done(position_);  // found meanwhile
+  ctx_.client->ReadPosition(
+      group_, options_.level,
+      [self = shared_from_this()](absl::StatusOr<replication::LogPosition> at) {
+        self->SetPosition(std::move(at));
+      },
+      deadline_, options_.replica);
+}
 
 Transaction::~Transaction() { ReleaseLock(); }
 
@@ -40,16 +97,21 @@ void Transaction::ReleaseLock() {
 }
 
 void Transaction::Begin(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
-                        TransactionOptions options, Callback<std::shared_ptr<Transaction>> done) {
+                        TransactionOptions options, Callback<std::shared_ptr<Transaction>> done,
+                        bool deferred) {
   absl::StatusOr<const schema::TableDescriptor*> table = FindTable(ctx, root_table);
   if (!table.ok()) return done(table.status());
   absl::StatusOr<std::string> root = ctx.layout->GroupRow(**table, root_key);
   if (!root.ok()) return done(root.status());
-  BeginAtRow(ctx, *root, options, std::move(done));
+  BeginAtRow(ctx, *root, options, std::move(done), deferred);
 }
 
 void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptions options,
-                             Callback<std::shared_ptr<Transaction>> done) {
+                             Callback<std::shared_ptr<Transaction>> done, bool deferred) {
+  const std::vector<replication::ReplicaInfo>& replicas = ctx.client->options().replicas;
+  if (options.replica >= static_cast<int>(replicas.size()))
+    return done(absl::InvalidArgumentError(
+        StrCat("read at replica ", options.replica, ": the cluster has ", replicas.size())));
   replication::GroupRef group;
   group.set_table(ctx.layout->entity_table());
   group.set_root(std::move(root_row));
@@ -58,8 +120,11 @@ void Transaction::BeginAtRow(Context ctx, std::string root_row, TransactionOptio
     deadline = ctx.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options.deadline);
   // Reads the position (after taking the lock, so the read sees the
   // previous holder's commit).
-  auto read = [ctx, options, group, deadline](std::string lock_owner,
-                                              Callback<std::shared_ptr<Transaction>> done) {
+  auto read = [ctx, options, group, deadline, deferred](
+                  std::string lock_owner, Callback<std::shared_ptr<Transaction>> done) {
+    if (deferred)
+      return done(
+          std::make_shared<Transaction>(ctx, options, group, std::nullopt, deadline, lock_owner));
     ctx.client->ReadPosition(
         group, options.level,
         [ctx, options, group, deadline, lock_owner,
@@ -99,32 +164,64 @@ absl::StatusOr<std::string> Transaction::RowOf(const schema::TableDescriptor& ta
 void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
                           Callback<std::optional<Entity>> done) {
   auto self = shared_from_this();
+  bool first = false;  // this read finds the deferred position
+  if (!position_known_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&mu_);
+    first = !position_known_.load(std::memory_order_acquire) && !position_reading_ &&
+            position_failure_.ok();
+    if (first) position_reading_ = true;
+  }
+  if (first) {
+    return ctx_.client->ReadFirst(
+        group_, options_.level, row, kEntityFamily,
+        [self, table, row,
+         done = std::move(done)](absl::StatusOr<replication::FirstRead> r) mutable {
+          if (!r.ok()) {
+            self->SetPosition(r.status());
+            return done(r.status());
+          }
+          self->SetPosition(r->at);
+          self->OnRowRead(table, row, std::move(r->reply), std::move(done));
+        },
+        deadline_, options_.replica, PreparedScan());
+  }
+  if (!PositionKnown<std::optional<Entity>>(
+          done, [self, table, row](Callback<std::optional<Entity>> d) mutable {
+            self->ReadRow(table, std::move(row), std::move(d));
+          }))
+    return;
   ctx_.client->Read(
       group_, position_, row, kEntityFamily,
       [self, table, row, done = std::move(done)](absl::StatusOr<replication::ReadReply> r) mutable {
-        if (!r.ok()) return done(r.status());
-        self->KeepPreparedRows(*r);
-        storage::Row stored;
-        stored.key = row;
-        const std::string prefix = table->name() + ".";
-        bool found = false;
-        for (int i = 0; i < r->qualifiers_size(); ++i) {
-          found |= r->qualifiers(i).compare(0, prefix.size(), prefix) == 0;
-          stored.cells.push_back(storage::Cell{kEntityFamily, r->qualifiers(i), 0, r->values(i)});
-        }
-        std::optional<Entity> entity;
-        if (found) {
-          absl::StatusOr<Entity> e = self->ctx_.layout->EntityFromRow(*table, stored);
-          if (!e.ok()) return done(e.status());
-          entity = std::move(*e);
-        }
-        {
-          absl::MutexLock lock(&self->mu_);
-          self->read_.emplace(row, Row{table, entity});
-        }
-        done(std::move(entity));
+        self->OnRowRead(table, row, std::move(r), std::move(done));
       },
       deadline_, PreparedScan());
+}
+
+void Transaction::OnRowRead(const schema::TableDescriptor* table, const std::string& row,
+                            absl::StatusOr<replication::ReadReply> r,
+                            Callback<std::optional<Entity>> done) {
+  if (!r.ok()) return done(r.status());
+  KeepPreparedRows(*r);
+  storage::Row stored;
+  stored.key = row;
+  const std::string prefix = table->name() + ".";
+  bool found = false;
+  for (int i = 0; i < r->qualifiers_size(); ++i) {
+    found |= r->qualifiers(i).compare(0, prefix.size(), prefix) == 0;
+    stored.cells.push_back(storage::Cell{kEntityFamily, r->qualifiers(i), 0, r->values(i)});
+  }
+  std::optional<Entity> entity;
+  if (found) {
+    absl::StatusOr<Entity> e = ctx_.layout->EntityFromRow(*table, stored);
+    if (!e.ok()) return done(e.status());
+    entity = std::move(*e);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    read_.emplace(row, Row{table, entity});
+  }
+  done(std::move(entity));
 }
 
 void Transaction::Get(std::string table_name, std::vector<KeyValue> key,
@@ -152,6 +249,11 @@ bool Transaction::sent_messages() const {
 }
 
 void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::string>> done) {
+  if (!PositionKnown<std::map<std::string, std::string>>(
+          done, [self = shared_from_this(), row](auto d) mutable {
+            self->RawGet(std::move(row), std::move(d));
+          }))
+    return;
   std::optional<std::map<std::string, std::string>> buffered;
   {
     absl::MutexLock lock(&mu_);
@@ -223,6 +325,10 @@ void Transaction::Commit(Callback<CommitInfo> done_in) {
     self->ReleaseLock();
     done(std::move(r));
   };
+  // A deferred transaction that has not read commits after the position.
+  if (!PositionKnown<CommitInfo>(
+          done, [self = shared_from_this()](auto d) mutable { self->Commit(std::move(d)); }))
+    return;
   bool again = false, read_only = false;
   {
     absl::MutexLock lock(&mu_);

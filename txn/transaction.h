@@ -21,6 +21,7 @@
 //                      use after Commit.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,8 +49,14 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
  public:
   // Begins a transaction on the group of `root_table`'s entity with key
   // `root_key` (or any table's entity with that group key).
+  // `deferred`: the position is not read here but with the transaction's
+  // first read (GroupClient::ReadFirst: one request less when the local
+  // replica is up to date); until then position() is unknown (WithPosition
+  // waits for it), and a failure to find it is that read's error
+  // (position_failure()).
   static void Begin(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
-                    TransactionOptions options, Callback<std::shared_ptr<Transaction>> done);
+                    TransactionOptions options, Callback<std::shared_ptr<Transaction>> done,
+                    bool deferred = false);
 
   // The entity of `table` with primary key `key` in this group, or nullopt.
   void Get(std::string table, std::vector<KeyValue> key, Callback<std::optional<Entity>> done);
@@ -118,24 +125,35 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // Commits the buffered writes at the next log position.
   void Commit(Callback<CommitInfo> done);
 
-  const replication::LogPosition& position() const { return position_; }
+  // The read position: known once Begin answered, or (begun deferred)
+  // once WithPosition or a read has found it; asking earlier is a bug.
+  const replication::LogPosition& position() const;
+  // Runs `done` with the position once known, reading it first if nothing
+  // has yet (a deferred Begin).
+  void WithPosition(Callback<replication::LogPosition> done);
+  // Begun deferred, why the position could not be found (Unavailable,
+  // DeadlineExceeded: nothing was written, the attempt may be retried as a
+  // failed Begin may); OK otherwise.
+  absl::Status position_failure() const;
   const replication::GroupRef& group() const { return group_; }
   // Where the transaction's time comes from (its client's Env).
   Env* env() const { return ctx_.client->env(); }
   // The datacenter whose replica served the reads (position().replica).
   const std::string& datacenter() const {
-    return ctx_.client->options().replicas[static_cast<size_t>(position_.replica)].name;
+    return ctx_.client->options().replicas[static_cast<size_t>(replica_)].name;
   }
 
   // `deadline`: env MonotonicMicros by which every step must end (0: none).
+  // `position` nullopt: found with the first read (Begin's `deferred`).
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
-              replication::LogPosition position, int64_t deadline = 0, std::string lock_owner = "");
+              std::optional<replication::LogPosition> position, int64_t deadline = 0,
+              std::string lock_owner = "");
   ~Transaction();
   // True if the transaction holds its group's advisory lock.
   bool holds_lock() const;
   // Begins a transaction on the group whose root row is `root_row`.
   static void BeginAtRow(Context ctx, std::string root_row, TransactionOptions options,
-                         Callback<std::shared_ptr<Transaction>> done);
+                         Callback<std::shared_ptr<Transaction>> done, bool deferred = false);
 
  private:
   struct Write {
@@ -148,9 +166,20 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   };
   absl::StatusOr<std::string> RowOf(const schema::TableDescriptor& table,
                                     const std::vector<KeyValue>& key) const;
-  // Reads `row` as of the transaction's position (no buffer).
+  // Reads `row` as of the transaction's position (no buffer); the first
+  // read of a deferred transaction finds the position with it.
   void ReadRow(const schema::TableDescriptor* table, std::string row,
                Callback<std::optional<Entity>> done);
+  // ReadRow's answer.
+  void OnRowRead(const schema::TableDescriptor* table, const std::string& row,
+                 absl::StatusOr<replication::ReadReply> r, Callback<std::optional<Entity>> done);
+  // True if the position is known. Else false, and once it is found
+  // `retry` runs with `done` (which gets the failure if it is not).
+  template <typename T>
+  bool PositionKnown(Callback<T>& done, absl::AnyInvocable<void(Callback<T>)> retry);
+  // Records the deferred position (or the failure to find it) and runs
+  // what waited for it.
+  void SetPosition(absl::StatusOr<replication::LogPosition> at);
   void FinishCommit(Callback<CommitInfo> done);
   // Gives the advisory lock back, if held (idempotent).
   void ReleaseLock();
@@ -158,7 +187,15 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   const Context ctx_;
   const TransactionOptions options_;
   const replication::GroupRef group_;
-  const replication::LogPosition position_;
+  const int replica_;  // where the reads go (the position's replica)
+  // Written once, under mu_, before position_known_ is set; read without
+  // the lock only after seeing position_known_.
+  replication::LogPosition position_;
+  std::atomic<bool> position_known_{false};
+  // A deferred position: being read (waiters queued), or failed.
+  bool position_reading_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status position_failure_ ABSL_GUARDED_BY(mu_);
+  std::vector<Callback<replication::LogPosition>> position_waiters_ ABSL_GUARDED_BY(mu_);
   const int64_t deadline_;  // env MonotonicMicros; 0: the client's per-step default
 
   mutable absl::Mutex mu_;
@@ -253,6 +290,10 @@ absl::Status StartAttempt(Retry& retry, absl::Duration total, TransactionOptions
 // DeadlineExceeded: the transaction deadline `total` passed after
 // `attempts` attempts.
 absl::Status DeadlinePassed(absl::Duration total, int attempts);
+// A failure to find a transaction's position (a failed Begin, or a
+// deferred one's first read): nothing was proposed, so a transient one
+// (Unavailable, DeadlineExceeded) is as safe to retry as a conflict.
+bool PositionFailure(const absl::Status& s);
 
 // Runs `body` in a transaction on the group whose root row is `root`,
 // committing it and retrying conflicts and transient failures (20 tries).
@@ -286,5 +327,17 @@ std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout);
 // options.max_attempts. A body error is returned as is.
 void Run(Context ctx, std::string root_table, std::vector<KeyValue> root_key,
          TransactionOptions options, Body body, Callback<CommitInfo> done);
+
+template <typename T>
+inline bool Transaction::PositionKnown(Callback<T>& done,
+                                       absl::AnyInvocable<void(Callback<T>)> retry) {
+  if (position_known_.load(std::memory_order_acquire)) return true;
+  WithPosition([done = std::move(done),
+                retry = std::move(retry)](absl::StatusOr<replication::LogPosition> at) mutable {
+    if (!at.ok()) return done(at.status());
+    retry(std::move(done));
+  });
+  return false;
+}
 
 }  // namespace megastore::txn

@@ -76,9 +76,11 @@ class TransactionTest : public ::testing::Test {
     return std::move(done).value_or(T(absl::UnknownError("never finished")));
   }
 
-  std::shared_ptr<Transaction> Begin(int64_t branch, TransactionOptions o = {}, int dc = 0) {
+  std::shared_ptr<Transaction> Begin(int64_t branch, TransactionOptions o = {}, int dc = 0,
+                                     bool deferred = false) {
     std::optional<absl::StatusOr<std::shared_ptr<Transaction>>> t;
-    Transaction::Begin(Ctx(dc), "Branch", {branch}, o, [&](auto r) { t = std::move(r); });
+    Transaction::Begin(
+        Ctx(dc), "Branch", {branch}, o, [&](auto r) { t = std::move(r); }, deferred);
     absl::StatusOr<std::shared_ptr<Transaction>> r = Await(t);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : nullptr;
@@ -365,6 +367,113 @@ TEST_F(TransactionTest, TheFirstReadBringsAlongTheScanForUndecidedTwoPhaseTransa
   c = Commit(*blind);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
   EXPECT_NE(c.status().message().find("two-phase"), std::string::npos) << c.status();
+}
+
+int64_t BalanceOf(const schema::Layout& layout, const Entity& e) {
+  for (const auto& f : layout.schema().FindTable("Account")->fields())
+    if (f.name() == "balance") return std::get<int64_t>(e.fields.at(f.number()).at(0));
+  return -1;
+}
+
+// A transaction begun deferred finds its position with its first read: in
+// one request when the local replica is vouched for and applied up to its
+// top; otherwise as a Begin would (coordinator, majority, catch-up), then
+// the row again. Either way the read sees every commit before it.
+TEST_F(TransactionTest, ADeferredTransactionFindsItsPositionWithItsFirstRead) {
+  Open();
+  auto setup = Begin(1);
+  ASSERT_TRUE(setup->Put("Account", Account(*layout_, 1, 1, 10)).ok());
+  absl::StatusOr<CommitInfo> first = Commit(*setup);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto balance = [&](Transaction& t) -> int64_t {
+    absl::StatusOr<std::optional<Entity>> e = Get(t, 1, 1);
+    EXPECT_TRUE(e.ok() && e->has_value()) << e.status();
+    return e.ok() && e->has_value() ? BalanceOf(*layout_, **e) : -1;
+  };
+
+  // Once the local coordinator holds its locks and a read has validated
+  // the group here, the replica is up to date here: one request, at the
+  // position of the last commit.
+  cluster_->env().RunUntil(cluster_->env().now() + 5'000'000, [] { return false; });
+  auto validating = Begin(1);
+  ASSERT_NE(validating, nullptr);
+  cluster_->env().RunUntil(cluster_->env().now() + 100'000, [] { return false; });
+  replication::GroupClient::Stats before = clients_[0]->stats();
+  auto t = Begin(1, {}, 0, /*deferred=*/true);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->datacenter(), cluster_->ClientOptions(0).replicas[0].name);
+  EXPECT_EQ(balance(*t), 10);
+  EXPECT_EQ(t->position().position, first->position);
+  EXPECT_EQ(clients_[0]->stats().first_reads, before.first_reads + 1);
+  EXPECT_EQ(clients_[0]->stats().first_reads_again, before.first_reads_again);
+  ASSERT_TRUE(t->Put("Account", Account(*layout_, 1, 1, 11)).ok());
+  absl::StatusOr<CommitInfo> second = Commit(*t);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->position, first->position + 1);
+
+  // Another datacenter's commit whose apply here is lost: the replica here
+  // accepted it but has not applied it (its top is beyond what is applied),
+  // so the first read cannot stand at the applied position; it catches up
+  // and reads again, and sees the commit.
+  cluster_->net().set_method_loss("repl.Apply", 1.0, 0);
+  auto remote = Begin(1, {}, 1);
+  ASSERT_EQ(balance(*remote), 11);
+  ASSERT_TRUE(remote->Put("Account", Account(*layout_, 1, 1, 12)).ok());
+  absl::StatusOr<CommitInfo> third = Commit(*remote);
+  ASSERT_TRUE(third.ok()) << third.status();
+  cluster_->net().set_method_loss("repl.Apply", 0, 0);
+  before = clients_[0]->stats();
+  auto behind = Begin(1, {}, 0, /*deferred=*/true);
+  EXPECT_EQ(balance(*behind), 12);
+  EXPECT_EQ(behind->position().position, third->position);
+  EXPECT_EQ(clients_[0]->stats().first_reads_again, before.first_reads_again + 1);
+
+  // A deferred transaction that writes without reading commits after the
+  // position it finds at its commit.
+  auto blind = Begin(1, {}, 0, /*deferred=*/true);
+  ASSERT_TRUE(blind->Put("Account", Account(*layout_, 1, 2, 5)).ok());
+  absl::StatusOr<CommitInfo> fourth = Commit(*blind);
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  EXPECT_EQ(fourth->position, third->position + 1);
+
+  // Every kind of read finds the position first when it is the first: an
+  // intersection of index scans on part of an index's columns (answered in
+  // memory), in a group other datacenters wrote.
+  auto other = Begin(2, {}, 1);
+  for (int64_t i = 0; i < 6; ++i)
+    ASSERT_TRUE(other->Put("Account", Account(*layout_, 2, i, i % 3, i % 2 ? "odd" : "even")).ok());
+  ASSERT_TRUE(Commit(*other).ok());
+  auto index_first = Begin(2, {}, 0, /*deferred=*/true);
+  std::optional<absl::StatusOr<std::vector<Entity>>> matched;
+  index_first->IndexIntersect({{"AccountsByOwner", {int64_t{2}, std::string("odd")}},
+                               {"AccountsByLocalBalance", {int64_t{2}}}},
+                              [&](auto x) { matched = std::move(x); });
+  absl::StatusOr<std::vector<Entity>> odd = Await(matched);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(Ids(*layout_, *odd), (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_GT(index_first->position().position, 0u);
+
+  // A snapshot read stands at what is applied here, in one request too.
+  TransactionOptions snapshot;
+  snapshot.level = replication::ReadLevel::kSnapshot;
+  before = clients_[0]->stats();
+  auto s = Begin(1, snapshot, 0, /*deferred=*/true);
+  EXPECT_EQ(balance(*s), 12);
+  EXPECT_EQ(clients_[0]->stats().first_reads, before.first_reads + 1);
+
+  // Where the position cannot be found (no replica answers), every read
+  // and the commit report why, and position_failure() names it.
+  cluster_->net().set_method_loss("repl.Read", 1.0);
+  cluster_->net().set_method_loss("repl.State", 1.0);
+  TransactionOptions quick;
+  quick.deadline = absl::Seconds(2);
+  auto lost = Begin(1, quick, 0, /*deferred=*/true);
+  absl::StatusOr<std::optional<Entity>> e = Get(*lost, 1, 1);
+  EXPECT_FALSE(e.ok());
+  EXPECT_FALSE(lost->position_failure().ok());
+  EXPECT_TRUE(PositionFailure(lost->position_failure())) << lost->position_failure();
+  EXPECT_FALSE(Commit(*lost).ok());
+  cluster_->net().ClearMethodLoss();
 }
 
 // A commit that writes only its group's rows is answered once visible,

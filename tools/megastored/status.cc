@@ -407,7 +407,8 @@ std::string MetricsText(const StatusSources& s) {
         "megastore_client_commit_seconds", "Successful commits, from proposing to acknowledged.");
     out += s.gateway->context().client->read_latency().Prometheus(
         "megastore_client_current_read_position_seconds",
-        "Finding a group's position for a current read.");
+        "Finding a group's position for a current read (found with a transaction's first "
+        "read, the position and that read together).");
   }
   if (s.gateway_server != nullptr) out += GatewayStatsMetrics(s.gateway_server->stats());
   if (s.backups != nullptr) {

@@ -58,8 +58,9 @@ struct Cell {
   double fast_path = 0;           // commits chosen by the leader's ballot-0 accept
   double lock_missed = 0;         // advisory lock requests that went ahead without the lock
   double cpu_us = 0;  // this process's CPU time (cluster and clients) per committed transaction
-  double invalidations = 0;  // coordinator invalidations sent per commit
-  double catchups = 0;       // catch-ups (reads that found their replica behind) per transaction
+  double invalidations = 0;     // coordinator invalidations sent per commit
+  double catchups = 0;          // catch-ups (reads that found their replica behind) per transaction
+  double first_read_again = 0;  // first reads whose position needed more than the one request
   uint64_t committed = 0;
   uint64_t errors = 0;  // transactions that failed (Unavailable, gave up, ...)
   std::string first_error;
@@ -182,7 +183,7 @@ class Bench {
     cell.p50_ms = Percentile(all, 0.50);
     cell.p99_ms = Percentile(all, 0.99);
     uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
-    uint64_t invalidations = 0, catchups = 0;
+    uint64_t invalidations = 0, catchups = 0, first_reads = 0, first_again = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
       const auto now = servers_[i]->db->context().client->stats();
       commits += now.commits - before[i].commits;
@@ -191,6 +192,8 @@ class Bench {
       locked += now.locks_granted - before[i].locks_granted;
       invalidations += now.invalidations - before[i].invalidations;
       catchups += now.catchups - before[i].catchups;
+      first_reads += now.first_reads - before[i].first_reads;
+      first_again += now.first_reads_again - before[i].first_reads_again;
       unlocked += now.locks_missed - before[i].locks_missed;
       retries += servers_[i]->db->retries();
     }
@@ -203,6 +206,9 @@ class Bench {
       cell.invalidations = static_cast<double>(invalidations) / static_cast<double>(commits);
     if (cell.committed > 0)
       cell.catchups = static_cast<double>(catchups) / static_cast<double>(cell.committed);
+    if (first_reads + first_again > 0)
+      cell.first_read_again =
+          static_cast<double>(first_again) / static_cast<double>(first_reads + first_again);
     if (locked + unlocked > 0)
       cell.lock_missed = static_cast<double>(unlocked) / static_cast<double>(locked + unlocked);
     if (cell.committed > 0)
@@ -388,6 +394,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double cpu_us = MedianOf(runs, [](const Cell& c) { return c.cpu_us; });
         const double invalidations = MedianOf(runs, [](const Cell& c) { return c.invalidations; });
         const double catchups = MedianOf(runs, [](const Cell& c) { return c.catchups; });
+        const double again = MedianOf(runs, [](const Cell& c) { return c.first_read_again; });
         uint64_t errors = 0;
         std::string first_error;
         for (const Cell& c : runs) {
@@ -407,13 +414,13 @@ int RunTxnBench(const TxnBenchOptions& o) {
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
               "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu,"
               "\"cpu_us_per_txn\":%.0f,\"invalidations_per_commit\":%.4f,"
-              "\"catchups_per_txn\":%.4f%s}"
+              "\"catchups_per_txn\":%.4f,\"first_read_again_rate\":%.4f%s}"
               "\n",
               clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(),
               o.wan.c_str(), o.sync ? "true" : "false", o.tcp ? "true" : "false", o.seconds, o.runs,
               tput, p50, p99, floor_ms, ratio, conflict, retry, fast,
               o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
-              static_cast<unsigned long long>(errors), cpu_us, invalidations, catchups,
+              static_cast<unsigned long long>(errors), cpu_us, invalidations, catchups, again,
               etcd ? fmt::format(",\"etcd_puts_per_s\":{:.1f},\"ratio_vs_etcd\":{:.3f}", etcd_puts,
                                  vs_etcd)
                          .c_str()
@@ -428,6 +435,9 @@ int RunTxnBench(const TxnBenchOptions& o) {
         }
         if (o.advisory_lock && !o.json && missed > 0)
           std::printf("        advisory lock missed (went ahead unlocked): %.1f%%\n", 100 * missed);
+        if (!o.json && again > 0)
+          std::printf("        first reads that needed more than one request: %.1f%%\n",
+                      100 * again);
         if (errors > 0 && !o.json) std::printf("        first error: %s\n", first_error.c_str());
       }
     }
