@@ -269,14 +269,16 @@ void LogReplica::PaxosSealed(std::shared_ptr<PaxosRequest> req, uint64_t known_e
   std::string previous;
   AppendOrderedUint64(&previous, pos - 1);
   top_is_previous.value_range = storage::ByteRange{previous, previous, true};
+  const uint64_t epoch = DurableEpoch();  // before the write: a truncation after it voids the note
   bigtable_->CheckAndMutateRow(
       req->group().table(), req->group().root(), std::move(top_is_previous),
       {Mutation::SetCell(kLogFamily, AcceptorColumn(pos), std::move(*record), 0), TopCell(pos)}, {},
-      [this, req, known_elsewhere, ready = std::move(ready), sealing,
+      [this, req, known_elsewhere, epoch, ready = std::move(ready), sealing,
        done = std::move(done)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return done(matched.status());
         if (*matched) {
           ready.Persisted();
+          NoteDurableTop(req->group(), req->position(), epoch);
           return done(TakeReply(ready));
         }
         PaxosAttempt(req, known_elsewhere, 0, std::move(sealing), std::move(done));
@@ -351,14 +353,16 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt,
     if_false = std::move(write);
   }
   const bool expect = stored.has_value();
+  const uint64_t epoch = DurableEpoch();  // before the write: a truncation after it voids the note
   bigtable_->CheckAndMutateRow(
       req->group().table(), req->group().root(), std::move(pred), std::move(if_true),
       std::move(if_false),
-      [this, req, attempt, expect, sealing = std::move(sealing), ready = std::move(ready),
+      [this, req, attempt, expect, epoch, sealing = std::move(sealing), ready = std::move(ready),
        done = std::move(done)](absl::StatusOr<bool> matched) mutable {
         if (!matched.ok()) return done(matched.status());
         if (*matched == expect) {
           ready.Persisted();
+          NoteDurableTop(req->group(), req->position(), epoch);
           return done(TakeReply(ready));
         }
         if (attempt + 1 >= kMaxStepAttempts)
@@ -368,6 +372,44 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt,
         // here and needs no bound check.
         PaxosAttempt(req, req->position(), attempt + 1, std::move(sealing), std::move(done));
       });
+}
+
+namespace {
+
+std::string GroupKey(const GroupRef& group) {
+  return StrCat(group.table(), std::string_view("\0", 1), group.root());
+}
+
+}  // namespace
+
+uint64_t LogReplica::DurableEpoch() {
+  absl::MutexLock lock(&durable_tops_mu_);
+  return durable_epoch_;
+}
+
+void LogReplica::NoteDurableTop(const GroupRef& group, uint64_t position, uint64_t epoch) {
+  absl::MutexLock lock(&durable_tops_mu_);
+  if (epoch != durable_epoch_) return;                                 // a truncation ran meanwhile
+  if (durable_tops_.size() >= kMaxDurableTops) durable_tops_.clear();  // forgetting is safe
+  uint64_t& top = durable_tops_[GroupKey(group)];
+  top = std::max(top, position);
+}
+
+void LogReplica::ForgetDurableTops() {
+  absl::MutexLock lock(&durable_tops_mu_);
+  ++durable_epoch_;
+  durable_tops_.clear();
+}
+
+bool LogReplica::LazyApplyOk(const GroupRef& group, uint64_t position, const LogEntry& entry,
+                             uint64_t* epoch) {
+  if (!entry.payload().empty()) return false;
+  for (const RowChange& rc : entry.changes())
+    if (!rc.table().empty()) return false;
+  absl::MutexLock lock(&durable_tops_mu_);
+  *epoch = durable_epoch_;
+  auto it = durable_tops_.find(GroupKey(group));
+  return it != durable_tops_.end() && it->second >= position;
 }
 
 }  // namespace megastore::replication

@@ -19,8 +19,10 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "replication/cell_crypto.h"
@@ -83,6 +85,11 @@ class LogReplica {
   }
   void Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<PaxosReply> done);
   void State(GroupRef group, Callback<StateReply> done);
+  // As State, with the applied position durable here: a lazily written
+  // applied record is synced before the answer (for the log clean-up,
+  // which removes positions on the word of every replica that it applied
+  // them, and must not hear of one a power cut here could take back).
+  void DurableState(GroupRef group, Callback<StateReply> done);
   // At most kMaxReadLog positions per call.
   void ReadLog(ReadLogRequest request, Callback<ReadLogReply> done);
   // Records the chosen value of a position, then applies every consecutive
@@ -205,11 +212,38 @@ class LogReplica {
                    std::string value, std::vector<storage::Mutation> learn,
                    Callback<ApplyReply> done);
 
+  // Positions this replica's log holds durably beyond what it applied.
+  // A synced Paxos write here (an accept, a promise) writes the top with
+  // its position: once it succeeded, the top here is at least that
+  // position for good — unless a truncation of the log lowers it, which
+  // forgets every durable top and moves the epoch on (a step that began in
+  // an earlier epoch notes nothing). Applying a position at most that high
+  // may then write its applied record lazily (LazyApplyOk): if a power cut
+  // loses the record, the durable top stays above what is applied, and
+  // every current read here catches the replica up before reading. In
+  // memory only, bounded; what it does not know is applied durably.
+  uint64_t DurableEpoch();
+  void NoteDurableTop(const GroupRef& group, uint64_t position, uint64_t epoch);
+  void ForgetDurableTops();
+  // Whether applying `position` of `group`, whose entry is `entry`, may
+  // write its applied record lazily: the entry writes only the group's own
+  // rows (anything else is read without the group's log, so it must be
+  // durable once applied) and the durable top here reaches `position`.
+  // Sets `*epoch` to the epoch that answer holds for: if it has moved on
+  // by the time the lazy write is done, the write is synced.
+  bool LazyApplyOk(const GroupRef& group, uint64_t position, const LogEntry& entry,
+                   uint64_t* epoch);
+  static constexpr size_t kMaxDurableTops = 1 << 16;
+
   storage::BigtableClient* const bigtable_;
   const ReplicaType type_;
   Env* const env_;
   const absl::Duration max_clock_skew_;
   GroupEncryption* const encryption_;
+  absl::Mutex durable_tops_mu_;
+  // By table and root row (GroupKey).
+  absl::flat_hash_map<std::string, uint64_t> durable_tops_ ABSL_GUARDED_BY(durable_tops_mu_);
+  uint64_t durable_epoch_ ABSL_GUARDED_BY(durable_tops_mu_) = 0;
 };
 
 // True for the OutOfRange refusal of a position beyond a replica's top.

@@ -41,6 +41,18 @@ using storage::ReadOptions;
 using storage::Row;
 using storage::RowFilter;
 
+void LogReplica::DurableState(GroupRef group, Callback<StateReply> done) {
+  State(std::move(group), [this, done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
+    if (!state.ok()) return done(state.status());
+    // Read first, then synced: the applied record read is in the log by now.
+    bigtable_->SyncLazyWrites(
+        [state = std::move(*state), done = std::move(done)](absl::Status s) mutable {
+          if (!s.ok()) return done(s);
+          done(std::move(state));
+        });
+  });
+}
+
 void LogReplica::State(GroupRef group, Callback<StateReply> done) {
   if (absl::Status s = CheckGroup(group); !s.ok()) return done(s);
   if (kStateFails.Fire())
@@ -310,38 +322,62 @@ void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
     auto writer = std::make_shared<EntryWriter>();
     if (!writer->entry.ParseFromString(log->values(0)))
       return done(Corrupt(group, StrCat("unreadable log entry at position ", next)));
+    // The applied record is lazy where a power cut losing it leaves the
+    // durable top above the applied position (LazyApplyOk): the log here
+    // holds the entry, and current reads catch up first. The entry's data
+    // is lazy in any case, made durable by the record or by any later sync.
+    uint64_t epoch = 0;
+    const bool lazy = LazyApplyOk(group, next, writer->entry, &epoch);
     AppliedRecord rec;
     rec.set_position(next);
     rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
     rec.set_next_leader(writer->entry.next_leader());
-    auto record = [this, group, sealing, rec, next, top, learn = std::move(learn),
+    auto record = [this, group, sealing, rec, next, top, lazy, epoch, learn = std::move(learn),
                    done = std::move(done)](absl::Status s) mutable {
       if (!s.ok()) return done(s);
       // Done if no later position was seen when this round began; a
       // position learned since runs its own Apply, whose loop applies it
       // (and, if it read the state before this write, this position
       // again: harmless, applies are idempotent).
-      auto then = [this, group, sealing, rec, next, top,
-                   done = std::move(done)](absl::StatusOr<bool> top_unmoved) mutable {
-        if (!top_unmoved.ok()) return done(top_unmoved.status());
-        if (*top_unmoved && next >= top) {
-          ApplyReply reply;
-          *reply.mutable_applied() = rec;
-          return done(std::move(reply));
-        }
-        ApplyLoop(group, std::move(sealing), std::move(done));
-      };
+      absl::AnyInvocable<void(absl::StatusOr<bool>)> then =
+          [this, group, sealing, rec, next, top,
+           done = std::move(done)](absl::StatusOr<bool> top_unmoved) mutable {
+            if (!top_unmoved.ok()) return done(top_unmoved.status());
+            if (*top_unmoved && next >= top) {
+              ApplyReply reply;
+              *reply.mutable_applied() = rec;
+              return done(std::move(reply));
+            }
+            ApplyLoop(group, std::move(sealing), std::move(done));
+          };
+      if (lazy) {
+        // A truncation that began after the lazy decision may lower the
+        // top it counted on; then the record is synced before the apply
+        // is reported. (One that began before it forgot the durable tops
+        // first; a lazy write done before it began is ahead of its synced
+        // write in the log.)
+        then = [this, epoch, inner = std::move(then)](absl::StatusOr<bool> r) mutable {
+          if (!r.ok() || DurableEpoch() == epoch) return inner(std::move(r));
+          bigtable_->SyncLazyWrites([r = *r, inner = std::move(inner)](absl::Status s) mutable {
+            if (!s.ok()) return inner(s);
+            inner(r);
+          });
+        };
+      }
       std::vector<Mutation> write = std::move(learn);
       const bool learning = !write.empty();
       write.push_back(Mutation::SetCell(kLogFamily, kAppliedColumn, rec.SerializeAsString(),
                                         static_cast<int64_t>(next)));
       if (!learning) {
+        auto written = [then = std::move(then)](absl::Status s) mutable {
+          if (!s.ok()) return then(s);
+          then(true);
+        };
+        if (lazy)
+          return bigtable_->MutateRowLazily(group.table(), group.root(), std::move(write),
+                                            storage::kServerTimestamp, std::move(written));
         return bigtable_->MutateRow(group.table(), group.root(), std::move(write),
-                                    storage::kServerTimestamp,
-                                    [then = std::move(then)](absl::Status s) mutable {
-                                      if (!s.ok()) return then(s);
-                                      then(true);
-                                    });
+                                    storage::kServerTimestamp, std::move(written));
       }
       // The position's learned value is written only now: an apply of a
       // later position that ran meanwhile may have found it missing and
@@ -353,6 +389,10 @@ void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
       AppendOrderedUint64(&beyond, next + 1);
       top_unmoved.value_range = storage::ByteRange{"", beyond, false};
       std::vector<Mutation> same = write;
+      if (lazy)
+        return bigtable_->CheckAndMutateRowLazily(group.table(), group.root(),
+                                                  std::move(top_unmoved), std::move(write),
+                                                  std::move(same), std::move(then));
       bigtable_->CheckAndMutateRow(group.table(), group.root(), std::move(top_unmoved),
                                    std::move(write), std::move(same), std::move(then));
     };
@@ -388,6 +428,10 @@ void LogReplica::Truncate(TruncateRequest request, Callback<TruncateReply> done)
 
 void LogReplica::TruncateSealed(GroupRef group, uint64_t keep, bool apply, Sealing sealing,
                                 Callback<TruncateReply> done) {
+  // The top may go down: positions above it are no longer held here. A
+  // Paxos step racing this one may note its top again; so every durable
+  // top is forgotten again once the removal is written.
+  ForgetDurableTops();
   State(group, [this, group, keep, apply, sealing = std::move(sealing),
                 done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
@@ -440,7 +484,8 @@ void LogReplica::TruncateSealed(GroupRef group, uint64_t keep, bool apply, Seali
           }
           bigtable_->MutateRow(
               group.table(), group.root(), std::move(removal), storage::kServerTimestamp,
-              [reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
+              [this, reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
+                ForgetDurableTops();  // even after a failure: the removal may be in
                 if (!s.ok()) return done(s);
                 done(std::move(reply));
               });

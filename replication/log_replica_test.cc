@@ -268,6 +268,125 @@ class HoldingBigtable : public storage::BigtableClient {
   absl::AnyInvocable<void()> run_held_ ABSL_GUARDED_BY(mu_);
 };
 
+// Forwards to another client, counting the writes of applied records by
+// how they were asked for: durably, or lazily.
+class ApplyCountingBigtable : public storage::BigtableClient {
+ public:
+  explicit ApplyCountingBigtable(storage::BigtableClient* to) : to_(to) {}
+  void ReadRow(std::string table, std::string row, storage::ReadOptions options,
+               Callback<absl::StatusOr<std::optional<storage::Row>>> done) override {
+    to_->ReadRow(std::move(table), std::move(row), std::move(options), std::move(done));
+  }
+  void ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
+                Callback<absl::StatusOr<std::vector<storage::Row>>> done) override {
+    to_->ReadRows(std::move(table), std::move(range), std::move(options), std::move(done));
+  }
+  void MutateRow(std::string table, std::string row, std::vector<storage::Mutation> mutations,
+                 int64_t timestamp, Callback<absl::Status> done) override {
+    Count(mutations, &durable);
+    to_->MutateRow(std::move(table), std::move(row), std::move(mutations), timestamp,
+                   std::move(done));
+  }
+  void MutateRowLazily(std::string table, std::string row, std::vector<storage::Mutation> mutations,
+                       int64_t timestamp, Callback<absl::Status> done) override {
+    Count(mutations, &lazy);
+    to_->MutateRowLazily(std::move(table), std::move(row), std::move(mutations), timestamp,
+                         std::move(done));
+  }
+  void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,
+                         std::vector<storage::Mutation> if_true,
+                         std::vector<storage::Mutation> if_false,
+                         Callback<absl::StatusOr<bool>> done) override {
+    Count(if_true, &durable);
+    to_->CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate),
+                           std::move(if_true), std::move(if_false), std::move(done));
+  }
+  void CheckAndMutateRowLazily(std::string table, std::string row, storage::RowFilter predicate,
+                               std::vector<storage::Mutation> if_true,
+                               std::vector<storage::Mutation> if_false,
+                               Callback<absl::StatusOr<bool>> done) override {
+    Count(if_true, &lazy);
+    to_->CheckAndMutateRowLazily(std::move(table), std::move(row), std::move(predicate),
+                                 std::move(if_true), std::move(if_false), std::move(done));
+  }
+  void SyncLazyWrites(Callback<absl::Status> done) override {
+    ++syncs;
+    to_->SyncLazyWrites(std::move(done));
+  }
+  std::atomic<int> durable{0}, lazy{0};  // applied records written
+  std::atomic<int> syncs{0};             // SyncLazyWrites calls
+
+ private:
+  static void Count(const std::vector<storage::Mutation>& ms, std::atomic<int>* n) {
+    for (const storage::Mutation& m : ms)
+      if (m.qualifier == "S:applied") ++*n;
+  }
+  storage::BigtableClient* const to_;
+};
+
+// A replica applies a position with a lazy applied record only where a
+// power cut losing it leaves its durable top at or above the position (it
+// accepted or promised there itself, so current reads catch it up), and
+// only for an entry that writes nothing outside its group.
+TEST_F(LogReplicaTest, TheAppliedRecordIsLazyOnlyWhereTheLogHereHoldsThePosition) {
+  ApplyCountingBigtable counting(bigtable_.get());
+  LogReplica r(&counting, ReplicaType::kFull);
+  // Position 1 learned without an accept here: durable.
+  ASSERT_TRUE(Apply(r, 1, Set("w1", "root/k", "one", 100)).ok());
+  EXPECT_EQ(counting.durable.load(), 1);
+  EXPECT_EQ(counting.lazy.load(), 0);
+  // Position 2 accepted here first: lazy.
+  ASSERT_TRUE(Step(r, 2, true, 0, 0, "w2")->ok());
+  ASSERT_TRUE(Apply(r, 2, Set("w2", "root/k", "two", 200)).ok());
+  EXPECT_EQ(counting.durable.load(), 1);
+  EXPECT_EQ(counting.lazy.load(), 1);
+  EXPECT_EQ(Value(r, "root/k", 200), "two");
+  // Accepted here but writing another table's row (a global index entry):
+  // durable.
+  LogEntry outside = Set("w3", "root/k", "three", 300);
+  RowChange* index = outside.add_changes();
+  index->set_table("t");
+  index->set_row("index/3");
+  *index->add_cells() = outside.changes(0).cells(0);
+  ASSERT_TRUE(Step(r, 3, true, 0, 0, "w3")->ok());
+  ASSERT_TRUE(Apply(r, 3, outside).ok());
+  EXPECT_EQ(counting.durable.load(), 2);
+  EXPECT_EQ(counting.lazy.load(), 1);
+  // A promise here (a prepare's) writes the top durably as well.
+  ASSERT_TRUE(Step(r, 4, false, 1, 1)->ok());
+  ASSERT_TRUE(Apply(r, 4, Set("w4", "root/k", "four", 400)).ok());
+  EXPECT_EQ(counting.lazy.load(), 2);
+  // Another replica object (a restart) knows nothing of what was accepted
+  // before it: durable.
+  LogReplica restarted(&counting, ReplicaType::kFull);
+  ASSERT_TRUE(Apply(restarted, 5, Set("w5", "root/k", "five", 500)).ok());
+  EXPECT_EQ(counting.durable.load(), 3);
+  EXPECT_EQ(counting.lazy.load(), 2);
+  absl::StatusOr<StateReply> st = State(restarted);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->applied().position(), 5u);
+  EXPECT_EQ(counting.syncs.load(), 0);
+  // The log clean-up's state is synced first; a plain one is not.
+  st = Await<StateReply>([&](auto cb) { restarted.DurableState(Group(), std::move(cb)); });
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->applied().position(), 5u);
+  EXPECT_EQ(counting.syncs.load(), 1);
+  // A truncation of the log forgets what the log held durably: a position
+  // accepted before it applies with a durable record.
+  ASSERT_TRUE(Step(r, 6, true, 0, 0, "w6")->ok());
+  ASSERT_TRUE(Step(r, 7, true, 0, 0, "w7")->ok());
+  ASSERT_TRUE(Apply(r, 6, Set("w6", "root/k", "six", 600)).ok());
+  EXPECT_EQ(counting.lazy.load(), 3);
+  TruncateRequest keep;
+  *keep.mutable_group() = Group();
+  keep.set_keep_through(7);
+  keep.set_apply(true);
+  ASSERT_TRUE(Await<TruncateReply>([&](auto cb) { r.Truncate(keep, std::move(cb)); }).ok());
+  ASSERT_TRUE(Apply(r, 7, Set("w7", "root/k", "seven", 700)).ok());
+  EXPECT_EQ(counting.lazy.load(), 3);
+  EXPECT_EQ(counting.durable.load(), 4);
+}
+
 // An apply of position 2 that read the log state before position 3 was
 // accepted, and writes 2's learned value only with its applied record,
 // races an apply of 3 that finds 2 missing and stops: the first still

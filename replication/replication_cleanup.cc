@@ -202,11 +202,15 @@ void ReplicationServer::CleanGroup(const GroupRef& group,
                    Clean(group, aged, aged < through, std::move(done));
                  });
       });
+  // Positions are removed on every replica's word that it applied them: a
+  // word that a power cut there could take back (a lazily written applied
+  // record) would leave that replica needing positions nobody keeps.
   StateRequest req;
   *req.mutable_group() = group;
+  req.set_durable_applied(true);
   for (size_t i = 0; i < n; ++i) {
     if (static_cast<int>(i) == local) {
-      replica_.State(group, gather->Slot(i));
+      replica_.DurableState(group, gather->Slot(i));
       continue;
     }
     CallProto<StateReply>(client_.transport(), replicas[i].replication, "repl.State", req,

@@ -185,7 +185,11 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
   } else if (method == "repl.State") {
     StateRequest req;
     if (!Parse(method, request, &req, respond)) return;
-    replica_.State(req.group(), Answer<StateReply>(std::move(respond)));
+    if (req.durable_applied()) {
+      replica_.DurableState(req.group(), Answer<StateReply>(std::move(respond)));
+    } else {
+      replica_.State(req.group(), Answer<StateReply>(std::move(respond)));
+    }
   } else if (method == "repl.ReadLog") {
     ReadLogRequest req;
     if (!Parse(method, request, &req, respond)) return;

@@ -60,6 +60,10 @@ class BigtableClient {
     CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate), std::move(if_true),
                       std::move(if_false), std::move(done));
   }
+  // Makes every lazy write acknowledged so far durable; `done` runs once
+  // it is. Nothing to do (the default) where lazy writes are durable ones.
+  // A client that forwards lazy writes forwards this too.
+  virtual void SyncLazyWrites(Callback<absl::Status> done) { done(absl::OkStatus()); }
 };
 
 }  // namespace megastore::storage

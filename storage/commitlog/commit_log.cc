@@ -448,11 +448,18 @@ absl::Status CommitLog::StartSegment(uint64_t first_lsn, std::optional<Prepared>
       return s;
     }
   }
+  auto sync_file = std::make_shared<SyncFile>(::dup(fd));
+  if (sync_file->fd < 0) {
+    absl::Status s = Errno("duplicate the descriptor of commit log segment", path);
+    ::close(fd);
+    return s;
+  }
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
   segment_size_ = 0;
   zeroed_bytes_ = zeroed;
   absl::MutexLock lock(&mu_);
+  sync_file_ = std::move(sync_file);
   if (zeroed > 0) ++stats_.preallocated_segments;
   // An empty last segment (a crash right after creating it) has this name.
   if (segments_.empty() || segments_.back().path != path)

@@ -50,6 +50,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "storage/commitlog/log_format.h"
 
 namespace megastore::storage::commitlog {
@@ -82,6 +83,10 @@ struct CommitLogOptions {
   // segment is started, appends fail with FailedPrecondition. A torn tail
   // is still cut off, as the server's own recovery would.
   bool read_only = false;
+  // A lazy record nothing else syncs is synced by the writer thread this
+  // long after it was written (InfiniteDuration: only by the next durable
+  // record, or at the segment's close).
+  absl::Duration lazy_sync_delay = absl::Milliseconds(10);
 };
 
 // A damaged region before the tail, found by Open().
@@ -133,7 +138,9 @@ class CommitLog {
   // `done` runs once it is written (in the OS's cache), and it becomes
   // durable with the next sync, which every later durable record brings
   // (the log is one sequence: a durable record makes every earlier one
-  // durable). For a write whose durability a later durable write implies.
+  // durable), or at the latest options.lazy_sync_delay later, when the
+  // writer thread syncs what nothing else did (not with inline_writes).
+  // For a write whose durability a later durable write implies.
   // Callbacks still run in LSN order: a lazy record queued behind a durable
   // one waits for that one's sync.
   absl::StatusOr<uint64_t> AppendAsync(std::string_view tablet_id, std::string_view payload,
@@ -157,6 +164,16 @@ class CommitLog {
   // Deletes segments whose records all have LSN <= `lsn`, except the one
   // being appended to.
   absl::Status DeleteSegmentsThrough(uint64_t lsn);
+
+  // Makes every record written so far durable (one fdatasync, none if
+  // nothing written is unsynced or options.sync is off), without waiting
+  // for the writer: for a tablet about to flush its memtables, whose
+  // records must be durable in the log before the flush makes them durable
+  // in SSTables (a lazy record's data must not outlive earlier records of
+  // other tablets in a power cut). Safe to call from any thread, holding
+  // any lock, even while the writer is blocked in an append callback. A
+  // failed sync fails the log, as a failed group sync does.
+  absl::Status SyncWritten();
 
   // The last LSN handed out (durable or about to be).
   uint64_t last_lsn() const;
@@ -257,8 +274,29 @@ class CommitLog {
   // appender is (the writer thread then waits even with records pending).
   bool writer_busy_ ABSL_GUARDED_BY(mu_) = false;
   bool appender_writing_ ABSL_GUARDED_BY(mu_) = false;
+  // Lazy records are written but not synced, through this LSN (0: none):
+  // the writer thread syncs them options_.lazy_sync_delay after, unless a
+  // durable record's sync does first.
+  uint64_t lazy_through_ ABSL_GUARDED_BY(mu_) = 0;
+  // The writer thread's sync of lazy records nobody else synced (under
+  // write_mu_).
+  void SyncLazyRecords();
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   CommitLogStats stats_ ABSL_GUARDED_BY(mu_);
+  // The current segment for SyncWritten: its own descriptor (a dup), so a
+  // sync in flight survives the segment's close. Replaced under mu_ once
+  // the previous segment is synced (StartSegment).
+  struct SyncFile {
+    explicit SyncFile(int fd) : fd(fd) {}
+    SyncFile(const SyncFile&) = delete;
+    SyncFile& operator=(const SyncFile&) = delete;
+    ~SyncFile();
+    const int fd;
+  };
+  std::shared_ptr<const SyncFile> sync_file_ ABSL_GUARDED_BY(mu_);
+  // Every record through this LSN is written to the files (stored once a
+  // group's write returns, before any of its callbacks runs).
+  std::atomic<uint64_t> written_lsn_{0};
 
   // Held while a group is written and its callbacks run: the files belong
   // to whoever holds it (the writer thread, or inline appenders).

@@ -46,12 +46,14 @@ class CommitLogTest : public ::testing::Test {
  protected:
   // Most tests place damage by where records are: those run without
   // zero-filled segments, whose rotation depends on timing; the tests of
-  // preallocation turn it on.
+  // preallocation turn it on. Lazy records stay unsynced until a durable
+  // one comes (no timed sync), so tests can see them so.
   std::unique_ptr<CommitLog> Open(uint64_t segment_bytes = 64 << 20, bool preallocate = false) {
     CommitLogOptions o;
     o.dir = dir_.path() + "/log";
     o.segment_bytes = segment_bytes;
     o.preallocate = preallocate;
+    o.lazy_sync_delay = absl::InfiniteDuration();
     auto log = CommitLog::Open(o);
     EXPECT_TRUE(log.ok()) << log.status();
     return log.ok() ? std::move(*log) : nullptr;
@@ -94,6 +96,7 @@ TEST_F(CommitLogTest, APowerCutAfterLazyAppendsRecoversTheLogAsOfItsLastSync) {
     CommitLogOptions o;
     o.dir = (root / "log").string();
     o.preallocate = preallocate;
+    o.lazy_sync_delay = absl::InfiniteDuration();  // the cut comes before any timed sync
     auto log = CommitLog::Open(o);
     ASSERT_TRUE(log.ok()) << log.status();
     if (preallocate) {
@@ -215,6 +218,55 @@ TEST_F(CommitLogTest, AsyncCallbackRunsOnlyOnceItsRecordIsDurable) {
   done.WaitForNotification();
   EXPECT_EQ(syncs_seen, 1u);
   EXPECT_EQ(ReplayAll(*log).size(), 1u);
+}
+
+// A lazy record that no durable record follows is synced by the writer
+// thread once lazy_sync_delay has passed, so it is not left unsynced for
+// as long as the server is idle.
+TEST_F(CommitLogTest, ALazyRecordNothingFollowsIsSyncedAfterTheDelay) {
+  CommitLogOptions o;
+  o.dir = dir_.path() + "/log";
+  o.preallocate = false;
+  o.lazy_sync_delay = absl::Milliseconds(20);
+  auto log = CommitLog::Open(o);
+  ASSERT_TRUE(log.ok()) << log.status();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<uint64_t> lsn = (*log)->Append("t", "lazy alone", /*durable=*/false);
+  ASSERT_TRUE(lsn.ok()) << lsn.status();
+  while ((*log)->synced_lsn() < *lsn &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ((*log)->synced_lsn(), *lsn);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(20))
+      << "not before the delay";
+  EXPECT_EQ((*log)->stats().syncs, 1u);
+  // Idle with nothing lazy left: no more syncs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ((*log)->stats().syncs, 1u);
+}
+
+// SyncWritten makes every written record durable with one sync of its own,
+// and none when nothing written is unsynced.
+TEST_F(CommitLogTest, SyncWrittenMakesLazyRecordsDurable) {
+  auto log = Open(/*segment_bytes=*/256);  // small: the records span segments
+  ASSERT_NE(log, nullptr);
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(log->Append("t", "lazy record " + std::to_string(i), false).ok());
+  EXPECT_LT(log->synced_lsn(), log->last_lsn());
+  const uint64_t syncs = log->stats().syncs;
+  ASSERT_TRUE(log->SyncWritten().ok());
+  EXPECT_EQ(log->synced_lsn(), log->last_lsn());
+  EXPECT_EQ(log->stats().syncs, syncs + 1);
+  ASSERT_TRUE(log->SyncWritten().ok());
+  EXPECT_EQ(log->stats().syncs, syncs + 1);
+  // The records are all there, in order, after a reopen.
+  const uint64_t last = log->last_lsn();
+  log.reset();
+  log = Open(256);
+  ASSERT_NE(log, nullptr);
+  const std::vector<Seen> all = ReplayAll(*log);
+  ASSERT_EQ(all.size(), last);
+  EXPECT_EQ(all.back().payload, "lazy record 19");
 }
 
 // A lazy record is done once written, without a sync of its own; a

@@ -116,11 +116,30 @@ void CommitLog::WriterLoop() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
+      auto work = +[](CommitLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return (!log->pending_.empty() && !log->appender_writing_) || log->stopping_;
+      };
       mu_.Await(absl::Condition(
           +[](CommitLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return (!log->pending_.empty() && !log->appender_writing_) || log->stopping_;
+            return (!log->pending_.empty() && !log->appender_writing_) || log->stopping_ ||
+                   log->lazy_through_ != 0;
           },
           this));
+      // Lazy records written and nothing to write: they get the next
+      // durable record's sync, or after options_.lazy_sync_delay their own.
+      if (!work(this) &&
+          !mu_.AwaitWithTimeout(absl::Condition(work, this), options_.lazy_sync_delay)) {
+        if (lazy_through_ == 0 || appender_writing_) continue;
+        writer_busy_ = true;
+        mu_.Unlock();
+        {
+          absl::MutexLock write(&write_mu_);
+          SyncLazyRecords();
+        }
+        mu_.Lock();
+        writer_busy_ = false;
+        continue;
+      }
       if (pending_.empty()) return;  // stopping, and nothing left to write
       // Stopping on a full disk with only stand-ins left (no append waits):
       // drop them; nothing acknowledged is in them.
@@ -162,6 +181,7 @@ CommitLog::GroupResult CommitLog::WritePending() {
   // out as one write and one fdatasync.
   if (status.ok()) status = MaybeStartSegment(first, group.size());
   if (status.ok()) status = WriteGroup(group, first);
+  if (status.ok()) written_lsn_.store(first + records - 1, std::memory_order_release);
   const bool no_space = absl::IsResourceExhausted(status);
   // A group of lazy records only is not synced. Otherwise the lazy ones
   // ahead of the first durable record are done once written; the rest
@@ -197,6 +217,9 @@ CommitLog::GroupResult CommitLog::WritePending() {
       stats_.bytes += group.size();
       if (sync) ++stats_.syncs;
       if (sync || !options_.sync) synced_lsn_ = std::max(synced_lsn_, first + records - 1);
+      // Lazy records written, not synced: the writer thread's to sync if
+      // nothing else does. (Those of a synced group are synced.)
+      lazy_through_ = sync || !options_.sync ? 0 : first + records - 1;
       stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
       size_t bucket = 0;
       while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
@@ -239,6 +262,66 @@ absl::Status CommitLog::WriteGroup(const std::string& data, uint64_t first_lsn) 
     done += static_cast<size_t>(n);
   }
   segment_size_ += data.size();
+  return absl::OkStatus();
+}
+
+void CommitLog::SyncLazyRecords() {
+  uint64_t through;
+  {
+    absl::MutexLock lock(&mu_);
+    through = lazy_through_;
+    if (!error_.ok()) lazy_through_ = 0;  // the log has failed: nothing more to sync
+    if (through == 0 || !error_.ok()) return;
+  }
+  // A segment closed since synced them (it syncs before closing).
+  absl::Status status = unsynced_ ? SyncGroup(through) : absl::OkStatus();
+  if (status.ok()) unsynced_ = false;
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    if (error_.ok()) {
+      error_ = status;
+      MS_LOG_ERROR("commit log: {}", status.ToString());
+    }
+    return;
+  }
+  ++stats_.syncs;
+  synced_lsn_ = std::max(synced_lsn_, through);
+  if (lazy_through_ == through) lazy_through_ = 0;
+}
+
+CommitLog::SyncFile::~SyncFile() {
+  if (fd >= 0) ::close(fd);
+}
+
+absl::Status CommitLog::SyncWritten() {
+  std::shared_ptr<const SyncFile> file;
+  uint64_t through;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    // Records in an earlier segment were synced when it was closed, before
+    // sync_file_ moved on; those of the current one are in sync_file_.
+    through = written_lsn_.load(std::memory_order_acquire);
+    if (through <= synced_lsn_ || !options_.sync || sync_file_ == nullptr) return absl::OkStatus();
+    file = sync_file_;
+  }
+  absl::Status status;
+  if (::fdatasync(file->fd) != 0) {
+    status = absl::InternalError(StrCat("fdatasync commit log through LSN ", through, " ",
+                                        options_.dir, ": ", std::strerror(errno)));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    // As after a failed group sync: what is on disk is unknown.
+    if (error_.ok()) {
+      error_ = status;
+      MS_LOG_ERROR("commit log: {}", status.ToString());
+    }
+    return status;
+  }
+  ++stats_.syncs;
+  synced_lsn_ = std::max(synced_lsn_, through);
+  if (lazy_through_ <= through) lazy_through_ = 0;  // the writer's timed sync is not needed
   return absl::OkStatus();
 }
 

@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "rocksdb/db.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "storage/tablet/compaction_filter.h"
@@ -94,6 +95,33 @@ absl::StatusOr<std::unique_ptr<Tablet>> Tablet::Open(const TabletOptions& option
   return tablet;
 }
 
+namespace {
+
+// RocksDB flushes memtables on its own (a full one) as well as when asked.
+// Without its WAL, a flushed write is durable in an SSTable whether or not
+// its record in the shared commit log is: a lazy record (not yet synced)
+// flushed so would outlive earlier lazy records of other tablets that a
+// power cut takes with the log's unsynced tail — an applied record kept, the
+// rows it vouches for lost. So the log is synced before every flush. The
+// memtables a flush writes are picked before this is called, and every
+// write in them was written to the log first.
+class SyncLogBeforeFlush : public rocksdb::EventListener {
+ public:
+  SyncLogBeforeFlush(TabletLog* log, std::string path) : log_(log), path_(std::move(path)) {}
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
+    // A failed sync has failed the log: the server stops taking writes and
+    // must restart, recovering from what the log holds.
+    if (absl::Status s = log_->SyncWritten(); !s.ok())
+      MS_LOG_ERROR("tablet {}: syncing the commit log before a flush: {}", path_, s.ToString());
+  }
+
+ private:
+  TabletLog* const log_;
+  const std::string path_;
+};
+
+}  // namespace
+
 std::unique_ptr<Tablet::LocalityGroupHandle> Tablet::NewGroupHandle(
     const LocalityGroup& group, rocksdb::ColumnFamilyOptions* cf) {
   auto handle = std::make_unique<LocalityGroupHandle>();
@@ -120,6 +148,8 @@ absl::Status Tablet::OpenDB(std::shared_ptr<const CompiledSchema> schema) {
     // (unused) WAL leaves a file writer in error that a later flush syncs,
     // which Debian's RocksDB (built with assertions) turns into an abort.
     db_options.allow_fallocate = false;
+    db_options.listeners.push_back(
+        std::make_shared<SyncLogBeforeFlush>(options_.log, options_.path));
   }
   std::vector<std::string> existing;
   // Fails when there is no database yet; then every family is new.

@@ -35,6 +35,12 @@ class TabletLog {
   // lie beyond it): a redo point stored in a tablet never passes it, or a
   // crash could leave the tablet ahead of the log it recovers from.
   virtual uint64_t synced_lsn() const = 0;
+  // Makes every record written so far durable, without waiting for the
+  // log's own thread (commitlog::CommitLog::SyncWritten). A tablet calls it
+  // before each flush of its memtables: a lazy record flushed into an
+  // SSTable is durable there, and every earlier record of the log, of any
+  // tablet, must then be durable too.
+  virtual absl::Status SyncWritten() = 0;
 };
 
 }  // namespace megastore::storage

@@ -48,4 +48,8 @@ void InProcessBigtable::CheckAndMutateRowLazily(std::string table, std::string r
   done(server_->CheckAndMutateRow(table, row, predicate, if_true, if_false, /*durable=*/false));
 }
 
+void InProcessBigtable::SyncLazyWrites(Callback<absl::Status> done) {
+  done(server_->SyncLazyWrites());
+}
+
 }  // namespace megastore::storage

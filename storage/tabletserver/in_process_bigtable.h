@@ -31,6 +31,8 @@ class InProcessBigtable : public BigtableClient {
   void CheckAndMutateRowLazily(std::string table, std::string row, RowFilter predicate,
                                std::vector<Mutation> if_true, std::vector<Mutation> if_false,
                                Callback<absl::StatusOr<bool>> done) override;
+  // One sync of the commit log, on the caller's thread.
+  void SyncLazyWrites(Callback<absl::Status> done) override;
 
  private:
   TabletServer* const server_;

@@ -55,6 +55,9 @@ struct TabletServerOptions {
   // The commit log writes in each writer's own call instead of on a thread
   // of its own (CommitLogOptions::inline_writes): the simulator's choice.
   bool inline_commit_log = false;
+  // A lazy write nothing else syncs is synced this long after it was
+  // written (CommitLogOptions::lazy_sync_delay).
+  absl::Duration lazy_sync_delay = absl::Milliseconds(10);
   // Minor compaction by age: flush a tablet whose oldest unflushed write is
   // older than this.
   absl::Duration flush_max_age = absl::Seconds(60);
@@ -189,6 +192,9 @@ class TabletServer {
   absl::Status MutateRow(std::string_view table, std::string_view row,
                          absl::Span<const Mutation> mutations, int64_t timestamp = kServerTimestamp,
                          bool durable = true);
+  // Makes every lazy write so far durable (one sync of the commit log,
+  // none if nothing written is unsynced).
+  absl::Status SyncLazyWrites();
   std::vector<absl::Status> MutateRows(std::string_view table,
                                        absl::Span<const RowMutations> entries);
   // Asynchronous forms (see Tablet::MutateRowAsync): `write->done` runs on

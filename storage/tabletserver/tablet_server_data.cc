@@ -96,6 +96,8 @@ auto TabletServer::WithTablet(std::string_view table, std::string_view row, Fn f
   }
 }
 
+absl::Status TabletServer::SyncLazyWrites() { return log_->SyncWritten(); }
+
 absl::Status TabletServer::MutateRow(std::string_view table, std::string_view row,
                                      absl::Span<const Mutation> mutations, int64_t timestamp,
                                      bool durable) {

@@ -30,6 +30,7 @@ class TabletServer::LogAdapter : public TabletLog {
   }
   uint64_t last_lsn() const override { return log_->last_lsn(); }
   uint64_t synced_lsn() const override { return log_->synced_lsn(); }
+  absl::Status SyncWritten() override { return log_->SyncWritten(); }
 
  private:
   commitlog::CommitLog* log_;

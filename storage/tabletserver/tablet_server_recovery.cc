@@ -77,6 +77,7 @@ absl::Status TabletServer::Recover() {
   log_options.sync = options_.sync_log;
   log_options.preallocate = options_.preallocate_log;
   log_options.inline_writes = options_.inline_commit_log;
+  log_options.lazy_sync_delay = options_.lazy_sync_delay;
   MS_ASSIGN_OR_RETURN(log_, commitlog::CommitLog::Open(log_options));
   log_adapter_ = std::make_unique<LogAdapter>(log_.get());
   if (!log_->recovery_note().empty()) MS_LOG_WARN("{}", log_->recovery_note());

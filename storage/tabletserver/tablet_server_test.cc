@@ -701,6 +701,36 @@ TEST_F(TabletServerTest, UnloadDuringWritesKeepsEveryAcknowledgedWrite) {
   for (const std::string& row : acked) ASSERT_EQ(Value(*server, "t", row), "v") << row;
 }
 
+// A flush makes a tablet's writes durable in SSTables whether or not the
+// commit log has synced them; the log is synced first, so a lazy write of
+// one tablet never becomes durable while an earlier lazy write of another
+// can still be lost with the log's unsynced tail.
+TEST_F(TabletServerTest, AFlushSyncsTheCommitLogFirst) {
+  TabletServerOptions o = Options();
+  o.lazy_sync_delay = absl::InfiniteDuration();  // only a flush or a durable write syncs
+  auto server = Open(o);
+  for (const char* table : {"t", "u"}) {
+    absl::Status cs = server->CreateTable(Schema(table));
+    ASSERT_TRUE(cs.ok()) << cs;
+    // A tablet's first write reserves sequence numbers, with a flush.
+    ASSERT_TRUE(server->MutateRow(table, "first", {Mutation::SetCell("cf", "q", "v")}).ok());
+  }
+  ASSERT_TRUE(server
+                  ->MutateRow("u", "earlier", {Mutation::SetCell("cf", "q", "v")}, kServerTimestamp,
+                              /*durable=*/false)
+                  .ok());
+  ASSERT_TRUE(server
+                  ->MutateRow("t", "later", {Mutation::SetCell("cf", "q", "v")}, kServerTimestamp,
+                              /*durable=*/false)
+                  .ok());
+  const uint64_t syncs = server->Stats().log.syncs;
+  ASSERT_TRUE(server->UnloadTablet(server->ListTablets("t")[0].id()).ok());
+  EXPECT_EQ(server->Stats().log.syncs, syncs + 1);
+  // Nothing written since: the next flush needs no sync.
+  ASSERT_TRUE(server->UnloadTablet(server->ListTablets("u")[0].id()).ok());
+  EXPECT_EQ(server->Stats().log.syncs, syncs + 1);
+}
+
 TEST_F(TabletServerTest, MaintenanceFlushesOldWritesAndDeletesSegments) {
   TabletServerOptions o = Options();
   o.log_segment_bytes = 4096;
