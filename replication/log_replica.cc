@@ -389,25 +389,45 @@ uint64_t LogReplica::DurableEpoch() {
 
 void LogReplica::NoteDurableTop(const GroupRef& group, uint64_t position, uint64_t epoch) {
   absl::MutexLock lock(&durable_tops_mu_);
-  if (epoch != durable_epoch_) return;                                 // a truncation ran meanwhile
-  if (durable_tops_.size() >= kMaxDurableTops) durable_tops_.clear();  // forgetting is safe
-  uint64_t& top = durable_tops_[GroupKey(group)];
-  top = std::max(top, position);
+  // A truncation ran meanwhile, or runs: the top may be lower.
+  if (epoch != durable_epoch_ || truncations_ > 0) return;
+  std::string key = GroupKey(group);
+  auto it = durable_tops_.find(key);
+  if (it == durable_tops_.end()) {
+    // Forgetting is safe (what is not known is applied durably).
+    if (durable_tops_.size() >= kMaxDurableTops ||
+        durable_tops_bytes_ + key.size() > kMaxDurableTopsBytes) {
+      durable_tops_.clear();
+      durable_tops_bytes_ = 0;
+    }
+    durable_tops_bytes_ += key.size();
+    it = durable_tops_.emplace(std::move(key), position).first;
+  }
+  it->second = std::max(it->second, position);
 }
 
-void LogReplica::ForgetDurableTops() {
+void LogReplica::BeginTruncation() {
   absl::MutexLock lock(&durable_tops_mu_);
+  ++truncations_;
   ++durable_epoch_;
   durable_tops_.clear();
+  durable_tops_bytes_ = 0;
 }
 
-bool LogReplica::LazyApplyOk(const GroupRef& group, uint64_t position, const LogEntry& entry,
-                             uint64_t* epoch) {
-  if (!entry.payload().empty()) return false;
+void LogReplica::EndTruncation() {
+  absl::MutexLock lock(&durable_tops_mu_);
+  --truncations_;
+  ++durable_epoch_;
+}
+
+bool LogReplica::LazyApplyOk(const GroupRef& group, uint64_t position, uint64_t state_top,
+                             const LogEntry& entry, uint64_t* epoch) {
+  if (state_top < position || !entry.payload().empty()) return false;
   for (const RowChange& rc : entry.changes())
     if (!rc.table().empty()) return false;
   absl::MutexLock lock(&durable_tops_mu_);
   *epoch = durable_epoch_;
+  if (truncations_ > 0) return false;
   auto it = durable_tops_.find(GroupKey(group));
   return it != durable_tops_.end() && it->second >= position;
 }

@@ -215,25 +215,32 @@ class LogReplica {
   // Positions this replica's log holds durably beyond what it applied.
   // A synced Paxos write here (an accept, a promise) writes the top with
   // its position: once it succeeded, the top here is at least that
-  // position for good — unless a truncation of the log lowers it, which
-  // forgets every durable top and moves the epoch on (a step that began in
-  // an earlier epoch notes nothing). Applying a position at most that high
+  // position for good — unless a truncation of the log lowers it. Its
+  // start forgets every durable top; while it runs nothing is noted or
+  // trusted; its start and its end each move the epoch on (a step that
+  // began in an earlier epoch notes nothing). Applying a position at most that high
   // may then write its applied record lazily (LazyApplyOk): if a power cut
   // loses the record, the durable top stays above what is applied, and
   // every current read here catches the replica up before reading. In
   // memory only, bounded; what it does not know is applied durably.
   uint64_t DurableEpoch();
   void NoteDurableTop(const GroupRef& group, uint64_t position, uint64_t epoch);
-  void ForgetDurableTops();
+  void BeginTruncation();
+  void EndTruncation();
   // Whether applying `position` of `group`, whose entry is `entry`, may
-  // write its applied record lazily: the entry writes only the group's own
-  // rows (anything else is read without the group's log, so it must be
-  // durable once applied) and the durable top here reaches `position`.
-  // Sets `*epoch` to the epoch that answer holds for: if it has moved on
-  // by the time the lazy write is done, the write is synced.
-  bool LazyApplyOk(const GroupRef& group, uint64_t position, const LogEntry& entry,
-                   uint64_t* epoch);
+  // write its applied record lazily: the durable top reaches `position`,
+  // and so does the top this apply read from the log here (`state_top`:
+  // a guard, where it can be, against a durable top noted for a table
+  // since dropped and created again under its name), no truncation runs,
+  // and
+  // the entry writes only the group's own rows (anything else is read
+  // without the group's log, so it must be durable once applied). Sets
+  // `*epoch` to the epoch that answer holds for: if it has moved on by the
+  // time the lazy write is done, the write is synced.
+  bool LazyApplyOk(const GroupRef& group, uint64_t position, uint64_t state_top,
+                   const LogEntry& entry, uint64_t* epoch);
   static constexpr size_t kMaxDurableTops = 1 << 16;
+  static constexpr size_t kMaxDurableTopsBytes = size_t{8} << 20;  // of keys
 
   storage::BigtableClient* const bigtable_;
   const ReplicaType type_;
@@ -243,7 +250,9 @@ class LogReplica {
   absl::Mutex durable_tops_mu_;
   // By table and root row (GroupKey).
   absl::flat_hash_map<std::string, uint64_t> durable_tops_ ABSL_GUARDED_BY(durable_tops_mu_);
+  size_t durable_tops_bytes_ ABSL_GUARDED_BY(durable_tops_mu_) = 0;
   uint64_t durable_epoch_ ABSL_GUARDED_BY(durable_tops_mu_) = 0;
+  int truncations_ ABSL_GUARDED_BY(durable_tops_mu_) = 0;  // in flight
 };
 
 // True for the OutOfRange refusal of a position beyond a replica's top.

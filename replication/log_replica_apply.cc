@@ -311,7 +311,8 @@ void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
   *req.mutable_group() = group;
   req.set_from(next);
   req.set_to(next);
-  auto apply = [this, group, sealing, applied, next, top, learn = std::move(learn),
+  auto apply = [this, group, sealing, applied, next, top, state_top = state.top(),
+                learn = std::move(learn),
                 done = std::move(done)](absl::StatusOr<ReadLogReply> log) mutable {
     if (!log.ok()) return done(log.status());
     if (log->positions_size() == 0) {  // a hole: wait for catch-up
@@ -327,7 +328,7 @@ void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
     // holds the entry, and current reads catch up first. The entry's data
     // is lazy in any case, made durable by the record or by any later sync.
     uint64_t epoch = 0;
-    const bool lazy = LazyApplyOk(group, next, writer->entry, &epoch);
+    const bool lazy = LazyApplyOk(group, next, state_top, writer->entry, &epoch);
     AppliedRecord rec;
     rec.set_position(next);
     rec.set_timestamp(std::max(applied.timestamp(), writer->entry.timestamp()));
@@ -353,9 +354,9 @@ void LogReplica::ApplyFrom(GroupRef group, Sealing sealing, StateReply state,
       if (lazy) {
         // A truncation that began after the lazy decision may lower the
         // top it counted on; then the record is synced before the apply
-        // is reported. (One that began before it forgot the durable tops
-        // first; a lazy write done before it began is ahead of its synced
-        // write in the log.)
+        // is reported. (One that ran before it forgot the durable tops,
+        // and one running refuses lazy applies; a lazy write done before
+        // one began is ahead of its synced removal in the log.)
         then = [this, epoch, inner = std::move(then)](absl::StatusOr<bool> r) mutable {
           if (!r.ok() || DurableEpoch() == epoch) return inner(std::move(r));
           bigtable_->SyncLazyWrites([r = *r, inner = std::move(inner)](absl::Status s) mutable {
@@ -428,10 +429,23 @@ void LogReplica::Truncate(TruncateRequest request, Callback<TruncateReply> done)
 
 void LogReplica::TruncateSealed(GroupRef group, uint64_t keep, bool apply, Sealing sealing,
                                 Callback<TruncateReply> done) {
-  // The top may go down: positions above it are no longer held here. A
-  // Paxos step racing this one may note its top again; so every durable
-  // top is forgotten again once the removal is written.
-  ForgetDurableTops();
+  // The top may go down: positions above it are no longer held here.
+  // While the removal is in flight no durable top is noted or trusted,
+  // and once it is written (or failed: it may be in) every one noted
+  // before is forgotten again.
+  if (apply) {
+    // Ended when `done` runs, or if it is dropped unrun (a shutdown).
+    struct Ending {
+      LogReplica* replica;
+      ~Ending() { replica->EndTruncation(); }
+    };
+    BeginTruncation();
+    done = [ending = std::unique_ptr<Ending>(new Ending{this}),
+            done = std::move(done)](absl::StatusOr<TruncateReply> r) mutable {
+      ending.reset();
+      done(std::move(r));
+    };
+  }
   State(group, [this, group, keep, apply, sealing = std::move(sealing),
                 done = std::move(done)](absl::StatusOr<StateReply> state) mutable {
     if (!state.ok()) return done(state.status());
@@ -484,8 +498,7 @@ void LogReplica::TruncateSealed(GroupRef group, uint64_t keep, bool apply, Seali
           }
           bigtable_->MutateRow(
               group.table(), group.root(), std::move(removal), storage::kServerTimestamp,
-              [this, reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
-                ForgetDurableTops();  // even after a failure: the removal may be in
+              [reply = std::move(reply), done = std::move(done)](absl::Status s) mutable {
                 if (!s.ok()) return done(s);
                 done(std::move(reply));
               });

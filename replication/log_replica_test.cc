@@ -207,11 +207,10 @@ TEST_F(LogReplicaTest, TheNextPositionIsAppliedInTwoRowWritesAndARepeatInNone) {
   EXPECT_EQ(st->top(), 3u);
 }
 
-// Forwards to another client, holding back the first row write that
-// records an applied position until released.
-class HoldingBigtable : public storage::BigtableClient {
+// Forwards every call to another client; wrappers below override a few.
+class ForwardingBigtable : public storage::BigtableClient {
  public:
-  explicit HoldingBigtable(storage::BigtableClient* to) : to_(to) {}
+  explicit ForwardingBigtable(storage::BigtableClient* to) : to_(to) {}
   void ReadRow(std::string table, std::string row, storage::ReadOptions options,
                Callback<absl::StatusOr<std::optional<storage::Row>>> done) override {
     to_->ReadRow(std::move(table), std::move(row), std::move(options), std::move(done));
@@ -225,6 +224,38 @@ class HoldingBigtable : public storage::BigtableClient {
     to_->MutateRow(std::move(table), std::move(row), std::move(mutations), timestamp,
                    std::move(done));
   }
+  void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,
+                         std::vector<storage::Mutation> if_true,
+                         std::vector<storage::Mutation> if_false,
+                         Callback<absl::StatusOr<bool>> done) override {
+    to_->CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate),
+                           std::move(if_true), std::move(if_false), std::move(done));
+  }
+  void MutateRowLazily(std::string table, std::string row, std::vector<storage::Mutation> mutations,
+                       int64_t timestamp, Callback<absl::Status> done) override {
+    to_->MutateRowLazily(std::move(table), std::move(row), std::move(mutations), timestamp,
+                         std::move(done));
+  }
+  void CheckAndMutateRowLazily(std::string table, std::string row, storage::RowFilter predicate,
+                               std::vector<storage::Mutation> if_true,
+                               std::vector<storage::Mutation> if_false,
+                               Callback<absl::StatusOr<bool>> done) override {
+    to_->CheckAndMutateRowLazily(std::move(table), std::move(row), std::move(predicate),
+                                 std::move(if_true), std::move(if_false), std::move(done));
+  }
+  void SyncLazyWrites(Callback<absl::Status> done) override {
+    to_->SyncLazyWrites(std::move(done));
+  }
+
+ protected:
+  storage::BigtableClient* const to_;
+};
+
+// Forwards to another client, holding back the first row write that
+// records an applied position until released.
+class HoldingBigtable : public ForwardingBigtable {
+ public:
+  using ForwardingBigtable::ForwardingBigtable;
   void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,
                          std::vector<storage::Mutation> if_true,
                          std::vector<storage::Mutation> if_false,
@@ -244,6 +275,14 @@ class HoldingBigtable : public storage::BigtableClient {
     }
     run();
   }
+  // Held the same way (and written durably).
+  void CheckAndMutateRowLazily(std::string table, std::string row, storage::RowFilter predicate,
+                               std::vector<storage::Mutation> if_true,
+                               std::vector<storage::Mutation> if_false,
+                               Callback<absl::StatusOr<bool>> done) override {
+    CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate), std::move(if_true),
+                      std::move(if_false), std::move(done));
+  }
   void Hold() {
     absl::MutexLock lock(&mu_);
     hold_ = true;
@@ -261,7 +300,6 @@ class HoldingBigtable : public storage::BigtableClient {
   }
 
  private:
-  storage::BigtableClient* const to_;
   absl::Mutex mu_;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   absl::Notification held_;
@@ -270,48 +308,74 @@ class HoldingBigtable : public storage::BigtableClient {
 
 // Forwards to another client, counting the writes of applied records by
 // how they were asked for: durably, or lazily.
-class ApplyCountingBigtable : public storage::BigtableClient {
+class ApplyCountingBigtable : public ForwardingBigtable {
  public:
-  explicit ApplyCountingBigtable(storage::BigtableClient* to) : to_(to) {}
-  void ReadRow(std::string table, std::string row, storage::ReadOptions options,
-               Callback<absl::StatusOr<std::optional<storage::Row>>> done) override {
-    to_->ReadRow(std::move(table), std::move(row), std::move(options), std::move(done));
-  }
-  void ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
-                Callback<absl::StatusOr<std::vector<storage::Row>>> done) override {
-    to_->ReadRows(std::move(table), std::move(range), std::move(options), std::move(done));
-  }
+  using ForwardingBigtable::ForwardingBigtable;
   void MutateRow(std::string table, std::string row, std::vector<storage::Mutation> mutations,
                  int64_t timestamp, Callback<absl::Status> done) override {
     Count(mutations, &durable);
-    to_->MutateRow(std::move(table), std::move(row), std::move(mutations), timestamp,
-                   std::move(done));
+    bool removal = false;  // a truncation's: it deletes the top
+    for (const storage::Mutation& m : mutations)
+      removal =
+          removal || (m.qualifier == "S:top" && m.type == storage::Mutation::Type::kDeleteCells);
+    auto run = [this, table = std::move(table), row = std::move(row),
+                mutations = std::move(mutations), timestamp, done = std::move(done)]() mutable {
+      to_->MutateRow(std::move(table), std::move(row), std::move(mutations), timestamp,
+                     std::move(done));
+    };
+    {
+      absl::MutexLock lock(&mu_);
+      if (removal && hold_removal_) {
+        held_ = std::move(run);
+        return;
+      }
+    }
+    run();
+  }
+  // Holds the next truncation's removal until ReleaseRemoval.
+  void HoldRemoval() {
+    absl::MutexLock lock(&mu_);
+    hold_removal_ = true;
+  }
+  bool RemovalHeld() {
+    absl::MutexLock lock(&mu_);
+    return held_ != nullptr;
+  }
+  void ReleaseRemoval() {
+    absl::AnyInvocable<void()> run;
+    {
+      absl::MutexLock lock(&mu_);
+      hold_removal_ = false;
+      run = std::move(held_);
+    }
+    if (run) run();
   }
   void MutateRowLazily(std::string table, std::string row, std::vector<storage::Mutation> mutations,
                        int64_t timestamp, Callback<absl::Status> done) override {
     Count(mutations, &lazy);
-    to_->MutateRowLazily(std::move(table), std::move(row), std::move(mutations), timestamp,
-                         std::move(done));
+    ForwardingBigtable::MutateRowLazily(std::move(table), std::move(row), std::move(mutations),
+                                        timestamp, std::move(done));
   }
   void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,
                          std::vector<storage::Mutation> if_true,
                          std::vector<storage::Mutation> if_false,
                          Callback<absl::StatusOr<bool>> done) override {
     Count(if_true, &durable);
-    to_->CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate),
-                           std::move(if_true), std::move(if_false), std::move(done));
+    ForwardingBigtable::CheckAndMutateRow(std::move(table), std::move(row), std::move(predicate),
+                                          std::move(if_true), std::move(if_false), std::move(done));
   }
   void CheckAndMutateRowLazily(std::string table, std::string row, storage::RowFilter predicate,
                                std::vector<storage::Mutation> if_true,
                                std::vector<storage::Mutation> if_false,
                                Callback<absl::StatusOr<bool>> done) override {
     Count(if_true, &lazy);
-    to_->CheckAndMutateRowLazily(std::move(table), std::move(row), std::move(predicate),
-                                 std::move(if_true), std::move(if_false), std::move(done));
+    ForwardingBigtable::CheckAndMutateRowLazily(std::move(table), std::move(row),
+                                                std::move(predicate), std::move(if_true),
+                                                std::move(if_false), std::move(done));
   }
   void SyncLazyWrites(Callback<absl::Status> done) override {
     ++syncs;
-    to_->SyncLazyWrites(std::move(done));
+    ForwardingBigtable::SyncLazyWrites(std::move(done));
   }
   std::atomic<int> durable{0}, lazy{0};  // applied records written
   std::atomic<int> syncs{0};             // SyncLazyWrites calls
@@ -321,7 +385,9 @@ class ApplyCountingBigtable : public storage::BigtableClient {
     for (const storage::Mutation& m : ms)
       if (m.qualifier == "S:applied") ++*n;
   }
-  storage::BigtableClient* const to_;
+  absl::Mutex mu_;
+  bool hold_removal_ ABSL_GUARDED_BY(mu_) = false;
+  absl::AnyInvocable<void()> held_ ABSL_GUARDED_BY(mu_);
 };
 
 // A replica applies a position with a lazy applied record only where a
@@ -385,6 +451,39 @@ TEST_F(LogReplicaTest, TheAppliedRecordIsLazyOnlyWhereTheLogHereHoldsThePosition
   ASSERT_TRUE(Apply(r, 7, Set("w7", "root/k", "seven", 700)).ok());
   EXPECT_EQ(counting.lazy.load(), 3);
   EXPECT_EQ(counting.durable.load(), 4);
+  // While a truncation's removal is in flight, a position accepted here
+  // meanwhile is not trusted: its top may be removed before it is synced.
+  ASSERT_TRUE(Step(r, 8, true, 0, 0, "w8")->ok());
+  ASSERT_TRUE(Step(r, 9, true, 0, 0, "w9")->ok());
+  counting.HoldRemoval();
+  keep.set_keep_through(8);
+  absl::Notification truncated;
+  absl::Status truncate_status;
+  r.Truncate(keep, [&](absl::StatusOr<TruncateReply> reply) {
+    truncate_status = reply.status();
+    truncated.Notify();
+  });
+  for (int i = 0; i < 1000 && !counting.RemovalHeld(); ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(counting.RemovalHeld());
+  ASSERT_TRUE(Step(r, 8, true, 0, 0, "w8")->ok());
+  ASSERT_TRUE(Apply(r, 8, Set("w8", "root/k", "eight", 800)).ok());
+  EXPECT_EQ(counting.lazy.load(), 3);
+  EXPECT_EQ(counting.durable.load(), 5);
+  counting.ReleaseRemoval();
+  ASSERT_TRUE(truncated.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(truncate_status.ok()) << truncate_status;
+  // A truncation that only lists what it would remove forgets nothing.
+  ASSERT_TRUE(Step(r, 9, true, 0, 0, "w9")->ok());
+  ASSERT_TRUE(Step(r, 10, true, 0, 0, "w10")->ok());
+  keep.set_keep_through(9);
+  keep.set_apply(false);
+  absl::StatusOr<TruncateReply> listed =
+      Await<TruncateReply>([&](auto cb) { r.Truncate(keep, std::move(cb)); });
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->positions_size(), 1);
+  ASSERT_TRUE(Apply(r, 9, Set("w9", "root/k", "nine", 900)).ok());
+  EXPECT_EQ(counting.lazy.load(), 4);
+  EXPECT_EQ(counting.durable.load(), 5);
 }
 
 // An apply of position 2 that read the log state before position 3 was

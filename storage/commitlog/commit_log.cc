@@ -344,6 +344,20 @@ absl::Status CommitLog::Recover() {
   // reached the one before, even if every record up to there is in
   // segments since deleted (flushed) and the last holds none yet.
   if (!segments.empty()) last = std::max(last, segments.back().first_lsn - 1);
+  // After a process crash the last segment's tail may be written and not
+  // synced (lazy records): it counts as synced from here on, so it is
+  // made so before tablets replay it and flush. (Earlier segments were
+  // synced before the next one began.)
+  if (!options_.read_only && options_.sync && !segments.empty()) {
+    const int fd = ::open(segments.back().path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open", segments.back().path);
+    if (::fdatasync(fd) != 0) {
+      absl::Status s = Errno("fdatasync", segments.back().path);
+      ::close(fd);
+      return s;
+    }
+    ::close(fd);
+  }
   absl::MutexLock lock(&mu_);
   segments_ = std::move(segments);
   last_lsn_ = last;

@@ -278,6 +278,9 @@ class CommitLog {
   // the writer thread syncs them options_.lazy_sync_delay after, unless a
   // durable record's sync does first.
   uint64_t lazy_through_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the first of them was written, plus the delay: lazy groups that
+  // keep coming do not put the sync off.
+  absl::Time lazy_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // The writer thread's sync of lazy records nobody else synced (under
   // write_mu_).
   void SyncLazyRecords();
@@ -297,6 +300,8 @@ class CommitLog {
   // Every record through this LSN is written to the files (stored once a
   // group's write returns, before any of its callbacks runs).
   std::atomic<uint64_t> written_lsn_{0};
+  // Held (before mu_) by one SyncWritten at a time.
+  absl::Mutex sync_written_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   // Held while a group is written and its callbacks run: the files belong
   // to whoever holds it (the writer thread, or inline appenders).

@@ -245,6 +245,31 @@ TEST_F(CommitLogTest, ALazyRecordNothingFollowsIsSyncedAfterTheDelay) {
   EXPECT_EQ((*log)->stats().syncs, 1u);
 }
 
+// Lazy records that keep coming do not put their sync off: it comes the
+// delay after the first of them, not after the last.
+TEST_F(CommitLogTest, LazyRecordsKeepComingAndAreSyncedAfterTheDelayAnyway) {
+  CommitLogOptions o;
+  o.dir = dir_.path() + "/log";
+  o.preallocate = false;
+  o.lazy_sync_delay = absl::Milliseconds(50);
+  auto log = CommitLog::Open(o);
+  ASSERT_TRUE(log.ok()) << log.status();
+  absl::StatusOr<uint64_t> first = (*log)->Append("t", "lazy", /*durable=*/false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // One every 5 ms (well inside the delay) for up to 10 s, queued for the
+  // writer thread (which then writes each as a group of its own).
+  const auto start = std::chrono::steady_clock::now();
+  while ((*log)->synced_lsn() < *first &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    ASSERT_TRUE((*log)
+                    ->AppendAsync(
+                        "t", "lazy", [](absl::Status, uint64_t) {}, false)
+                    .ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE((*log)->synced_lsn(), *first);
+}
+
 // SyncWritten makes every written record durable with one sync of its own,
 // and none when nothing written is unsynced.
 TEST_F(CommitLogTest, SyncWrittenMakesLazyRecordsDurable) {

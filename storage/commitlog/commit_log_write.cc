@@ -121,14 +121,15 @@ void CommitLog::WriterLoop() {
       };
       mu_.Await(absl::Condition(
           +[](CommitLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            // (Lazy records while an appender writes wait for it: its
+            // group may sync them, and the writer must not spin.)
             return (!log->pending_.empty() && !log->appender_writing_) || log->stopping_ ||
-                   log->lazy_through_ != 0;
+                   (log->lazy_through_ != 0 && !log->appender_writing_);
           },
           this));
       // Lazy records written and nothing to write: they get the next
       // durable record's sync, or after options_.lazy_sync_delay their own.
-      if (!work(this) &&
-          !mu_.AwaitWithTimeout(absl::Condition(work, this), options_.lazy_sync_delay)) {
+      if (!work(this) && !mu_.AwaitWithDeadline(absl::Condition(work, this), lazy_deadline_)) {
         if (lazy_through_ == 0 || appender_writing_) continue;
         writer_busy_ = true;
         mu_.Unlock();
@@ -219,7 +220,11 @@ CommitLog::GroupResult CommitLog::WritePending() {
       if (sync || !options_.sync) synced_lsn_ = std::max(synced_lsn_, first + records - 1);
       // Lazy records written, not synced: the writer thread's to sync if
       // nothing else does. (Those of a synced group are synced.)
+      const uint64_t lazy_before = lazy_through_;
       lazy_through_ = sync || !options_.sync ? 0 : first + records - 1;
+      // From the first of them, however many lazy groups follow.
+      if (lazy_before == 0 && lazy_through_ != 0)
+        lazy_deadline_ = absl::Now() + options_.lazy_sync_delay;
       stats_.max_batch_records = std::max(stats_.max_batch_records, appended);
       size_t bucket = 0;
       while (bucket + 1 < stats_.batch_histogram.size() && (uint64_t{2} << bucket) <= appended)
@@ -294,15 +299,22 @@ CommitLog::SyncFile::~SyncFile() {
 }
 
 absl::Status CommitLog::SyncWritten() {
+  const uint64_t wanted = written_lsn_.load(std::memory_order_acquire);
+  // One sync at a time: callers that queued behind one find their records
+  // synced by it (a clean-up sweep asks once per group).
+  absl::MutexLock one(&sync_written_mu_);
   std::shared_ptr<const SyncFile> file;
   uint64_t through;
   {
     absl::MutexLock lock(&mu_);
+    if (wanted <= synced_lsn_ || !options_.sync) return absl::OkStatus();
+    // Records written and not durable, and the log has failed: they never
+    // will be.
     if (!error_.ok()) return error_;
     // Records in an earlier segment were synced when it was closed, before
     // sync_file_ moved on; those of the current one are in sync_file_.
     through = written_lsn_.load(std::memory_order_acquire);
-    if (through <= synced_lsn_ || !options_.sync || sync_file_ == nullptr) return absl::OkStatus();
+    if (sync_file_ == nullptr) return absl::OkStatus();
     file = sync_file_;
   }
   absl::Status status;

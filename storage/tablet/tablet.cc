@@ -102,17 +102,23 @@ namespace {
 // its record in the shared commit log is: a lazy record (not yet synced)
 // flushed so would outlive earlier lazy records of other tablets that a
 // power cut takes with the log's unsynced tail — an applied record kept, the
-// rows it vouches for lost. So the log is synced before every flush. The
-// memtables a flush writes are picked before this is called, and every
-// write in them was written to the log first.
+// rows it vouches for lost. So the log is synced before every flush. Every
+// write in a memtable a flush picks was written to the log before the flush
+// was scheduled, so before this runs.
 class SyncLogBeforeFlush : public rocksdb::EventListener {
  public:
   SyncLogBeforeFlush(TabletLog* log, std::string path) : log_(log), path_(std::move(path)) {}
   void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
-    // A failed sync has failed the log: the server stops taking writes and
-    // must restart, recovering from what the log holds.
+    // A listener cannot stop the flush. If the log holds records it cannot
+    // make durable (its sync failed, or it had failed before), the flush
+    // would make some of them durable out of order: stop the process
+    // instead, as after any failed fsync; it restarts from what the log
+    // holds.
     if (absl::Status s = log_->SyncWritten(); !s.ok())
-      MS_LOG_ERROR("tablet {}: syncing the commit log before a flush: {}", path_, s.ToString());
+      MS_CHECK_OK(absl::Status(s.code(), StrCat("tablet ", path_,
+                                                ": syncing the commit log before "
+                                                "a flush: ",
+                                                s.message())));
   }
 
  private:

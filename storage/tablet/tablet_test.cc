@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/coding.h"
+#include "base/logging.h"
 #include "base/random.h"
 #include "base/test_util.h"
 #include "gmock/gmock.h"
@@ -95,6 +96,43 @@ class TabletTest : public ::testing::Test {
   std::unique_ptr<TabletResources> resources_ = std::make_unique<TabletResources>();
   std::unique_ptr<Tablet> tablet_;
 };
+
+// A shared log that takes every record at once and whose SyncWritten
+// fails: one that failed with records written and not synced.
+class UnsyncableLog : public TabletLog {
+ public:
+  absl::StatusOr<uint64_t> AppendAsync(std::string_view, std::string_view, Callback done,
+                                       bool) override {
+    const uint64_t lsn = ++last_;
+    done(absl::OkStatus(), lsn);
+    return lsn;
+  }
+  absl::StatusOr<uint64_t> Append(std::string_view, std::string_view, bool) override {
+    return ++last_;
+  }
+  uint64_t last_lsn() const override { return last_; }
+  uint64_t synced_lsn() const override { return 0; }
+  absl::Status SyncWritten() override { return absl::InternalError("fdatasync: I/O error"); }
+
+ private:
+  std::atomic<uint64_t> last_{0};
+};
+
+// A flush makes what it writes durable whatever the log says, so a tablet
+// whose shared log cannot be synced first stops the process rather than
+// flush records the log may lose.
+TEST_F(TabletTest, AFlushWhoseLogCannotBeSyncedStopsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        megastore::LogToStderr();
+        UnsyncableLog log;
+        Open(TabletOptions{.log = &log, .log_id = "t1"});
+        Set("r", "cf", "q", "v", 5);
+        (void)tablet_->Flush();
+      },
+      "syncing the commit log before a flush: fdatasync: I/O error");
+}
 
 TEST_F(TabletTest, MutateRowAsyncWithoutASharedLogWritesBeforeReturning) {
   auto w = std::make_unique<Tablet::RowWrite>();
