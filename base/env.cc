@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/time/clock.h"
+#include "base/thread_name.h"
 
 namespace megastore {
 
@@ -15,10 +16,12 @@ Env::TimerId TimerQueue::Add(int64_t when, std::function<void()> fn) {
   return id;
 }
 
-bool TimerQueue::Cancel(Env::TimerId id) {
+bool TimerQueue::Cancel(Env::TimerId id, std::function<void()>* fn) {
   auto it = deadline_of_.find(id);
   if (it == deadline_of_.end()) return false;
-  timers_.erase({it->second, id});
+  auto timer = timers_.find({it->second, id});
+  if (fn != nullptr) *fn = std::move(timer->second);
+  timers_.erase(timer);
   deadline_of_.erase(it);
   return true;
 }
@@ -98,7 +101,12 @@ Env::TimerId RealEnv::Schedule(absl::Duration after, std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = timers_.Add(when, std::move(fn));
-    if (!thread_.joinable()) thread_ = std::thread([this] { TimerLoop(); });
+    if (!thread_.joinable()) {
+      thread_ = std::thread([this] {
+        SetThreadName("ms-timer");
+        TimerLoop();
+      });
+    }
     // Waking the thread costs a hand-off: only for a timer due before it
     // would look anyway.
     wake = when < next_wake_;
@@ -108,8 +116,9 @@ Env::TimerId RealEnv::Schedule(absl::Duration after, std::function<void()> fn) {
 }
 
 bool RealEnv::Cancel(TimerId id) {
+  std::function<void()> fn;  // destroyed after the lock is released
   std::lock_guard<std::mutex> lock(mu_);
-  return timers_.Cancel(id);
+  return timers_.Cancel(id, &fn);
 }
 
 uint64_t RealEnv::Random64() {
@@ -157,8 +166,9 @@ Env::TimerId ManualEnv::Schedule(absl::Duration after, std::function<void()> fn)
 }
 
 bool ManualEnv::Cancel(TimerId id) {
+  std::function<void()> fn;  // destroyed after the lock is released
   absl::MutexLock lock(&mu_);
-  return timers_.Cancel(id);
+  return timers_.Cancel(id, &fn);
 }
 
 uint64_t ManualEnv::Random64() {

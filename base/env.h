@@ -106,7 +106,10 @@ class ABSL_SCOPED_LOCKABLE EnvMutexLock {
 class TimerQueue {
  public:
   Env::TimerId Add(int64_t when, std::function<void()> fn);
-  bool Cancel(Env::TimerId id);
+  // Removes a timer; its function is moved to `*fn` (when given) so the
+  // caller can destroy it outside its lock (it may hold the last reference
+  // to an object whose destructor schedules).
+  bool Cancel(Env::TimerId id, std::function<void()>* fn = nullptr);
   // Removes and returns the earliest timer due at or before `now`, if any.
   bool PopDue(int64_t now, std::function<void()>* fn);
   // The time of the earliest pending timer, or INT64_MAX if none.

@@ -1,6 +1,7 @@
 #include "base/env.h"
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -79,6 +80,32 @@ TEST(RealEnvTest, AnEarlierTimerWakesTheThreadWaitingForALaterOne) {
   env.Schedule(absl::Milliseconds(30), [] {});
   env.Schedule(absl::Milliseconds(50), [&] { later.Notify(); });
   EXPECT_TRUE(later.WaitForNotificationWithTimeout(absl::Seconds(20)));
+}
+
+// A cancelled timer's function may hold the last reference to something
+// whose destructor schedules again: it is destroyed outside the Env's lock.
+template <typename E>
+void CancelDestroysTheFunctionOutsideTheLock(E& env) {
+  struct SchedulesWhenDestroyed {
+    Env* env;
+    ~SchedulesWhenDestroyed() {
+      env->Cancel(env->Schedule(absl::Hours(1), [] {}));
+    }
+  };
+  auto held = std::make_shared<SchedulesWhenDestroyed>(SchedulesWhenDestroyed{&env});
+  const Env::TimerId id = env.Schedule(absl::Hours(1), [held] {});
+  held.reset();
+  EXPECT_TRUE(env.Cancel(id));
+}
+
+TEST(ManualEnvTest, CancelDestroysTheFunctionOutsideTheLock) {
+  ManualEnv env;
+  CancelDestroysTheFunctionOutsideTheLock(env);
+}
+
+TEST(RealEnvTest, CancelDestroysTheFunctionOutsideTheLock) {
+  RealEnv env(7);
+  CancelDestroysTheFunctionOutsideTheLock(env);
 }
 
 TEST(RealEnvTest, ClocksAreSane) {

@@ -23,8 +23,8 @@ absl::Duration Jitter(GroupClient* c, absl::Duration max) {
   return absl::Microseconds(static_cast<int64_t>(c->env()->Random64() % us) + 1);
 }
 
-void Later(GroupClient* c, absl::Duration d, std::function<void()> fn) {
-  c->env()->Schedule(d, [life = c->lifetime(), fn = std::move(fn)] {
+Env::TimerId Later(GroupClient* c, absl::Duration d, std::function<void()> fn) {
+  return c->env()->Schedule(d, [life = c->lifetime(), fn = std::move(fn)] {
     GroupClient::Entry entry(life);
     if (entry) fn();
   });

@@ -29,7 +29,8 @@ absl::Duration Capped(GroupClient* c, int64_t deadline, absl::Duration d);
 // A random pause in (0, max].
 absl::Duration Jitter(GroupClient* c, absl::Duration max);
 // Runs `fn` after `d` on the Env's timer, unless the client is gone by then.
-void Later(GroupClient* c, absl::Duration d, std::function<void()> fn);
+// The timer's id, for Env::Cancel.
+Env::TimerId Later(GroupClient* c, absl::Duration d, std::function<void()> fn);
 // How long one request may wait: `timeout` (default: the client's RPC
 // timeout), never past `deadline` (0: no deadline), at least 1 ms.
 absl::Duration RequestTimeout(GroupClient* c, std::optional<absl::Duration> timeout,

@@ -182,17 +182,34 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     // for the acceptor's own storage) is lost: retry after a backoff.
     const absl::Duration wait =
         limit.value_or(c_->options().rpc_timeout + c_->options().rpc_timeout / 4);
-    Later(c_, Capped(c_, deadline_, wait), [self = shared_from_this(), round] {
-      bool retry = false;
-      {
-        absl::MutexLock lock(&self->mu_);
-        if (!self->finished_ && self->round_ == round && self->retry_armed_ != round) {
-          self->retry_armed_ = round;
-          retry = true;
-        }
+    // Cancelled once the position is decided: a decided driver (its value,
+    // perhaps megabytes) is not kept for the rest of the round's time, nor
+    // the timer thread woken for it. (Until then the timer keeps the driver:
+    // a round whose answers all came back undecided is retried from here.)
+    const Env::TimerId timer =
+        Later(c_, Capped(c_, deadline_, wait), [self = shared_from_this(), round] {
+          bool retry = false;
+          {
+            absl::MutexLock lock(&self->mu_);
+            if (!self->finished_ && self->round_ == round && self->retry_armed_ != round) {
+              self->retry_armed_ = round;
+              retry = true;
+            }
+          }
+          if (retry) self->ScheduleRetry(round, self->Backoff(round));
+        });
+    Env::TimerId earlier = 0;
+    bool finished;
+    {
+      absl::MutexLock lock(&mu_);
+      finished = finished_;
+      if (!finished) {
+        earlier = round_timer_;
+        round_timer_ = timer;
       }
-      if (retry) self->ScheduleRetry(round, self->Backoff(round));
-    });
+    }
+    if (finished) c_->env()->Cancel(timer);
+    if (earlier != 0) c_->env()->Cancel(earlier);
   }
 
   // The pause after failed round `round`: random, up to max_backoff, doubling
@@ -236,13 +253,16 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
 
   void Finish(absl::StatusOr<Chosen> result) {
     Callback<Chosen> done;
+    Env::TimerId timer = 0;
     {
       absl::MutexLock lock(&mu_);
       if (!done_) return;
       finished_ = true;
       done = std::move(done_);
       done_ = nullptr;
+      std::swap(timer, round_timer_);
     }
+    if (timer != 0) c_->env()->Cancel(timer);
     done(std::move(result));
   }
 
@@ -257,6 +277,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   int64_t started_ ABSL_GUARDED_BY(mu_) = 0;        // the first round's start
   uint64_t retry_armed_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  Env::TimerId round_timer_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none armed
   std::set<int> beyond_top_ ABSL_GUARDED_BY(mu_);  // acceptors that refused the position as too far
   std::set<int> out_of_space_ ABSL_GUARDED_BY(mu_);  // ... or for a full disk
   std::set<int> denied_ ABSL_GUARDED_BY(mu_);        // ... or by their access policy

@@ -4,6 +4,7 @@
 // read through RpcTransport. The simulator checks the protocol; this checks
 // the same code under concurrency and real I/O.
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include "base/await.h"
@@ -96,6 +97,64 @@ TEST_F(ReplicationRpcTest, ACommitAtOneDatacenterIsReadCurrentlyAtAnother) {
   for (int i = 0; i < 10; ++i) Append(a, "g/k", StrCat(i % 10));
   EXPECT_EQ(CurrentValue(b, "g/k"), "0123456789");
   EXPECT_EQ(CurrentValue(a, "g/k"), "0123456789");
+}
+
+// Forwards to another Env, keeping the timers scheduled for at least
+// `long_after` that have neither run nor been cancelled.
+class LongTimerEnv : public Env {
+ public:
+  LongTimerEnv(Env* to, absl::Duration long_after) : to_(to), long_after_(long_after) {}
+  int64_t NowMicros() override { return to_->NowMicros(); }
+  int64_t MonotonicMicros() override { return to_->MonotonicMicros(); }
+  TimerId Schedule(absl::Duration after, std::function<void()> fn) override {
+    if (after < long_after_) return to_->Schedule(after, std::move(fn));
+    auto id = std::make_shared<std::atomic<TimerId>>(0);
+    const TimerId t = to_->Schedule(after, [this, id, fn = std::move(fn)] {
+      Forget(id->load());
+      fn();
+    });
+    id->store(t);
+    absl::MutexLock lock(&mu_);
+    outstanding_.insert(t);
+    return t;
+  }
+  bool Cancel(TimerId id) override {
+    const bool cancelled = to_->Cancel(id);
+    if (cancelled) Forget(id);
+    return cancelled;
+  }
+  void SleepFor(absl::Duration d) override { to_->SleepFor(d); }
+  uint64_t Random64() override { return to_->Random64(); }
+  uint64_t seed() const override { return to_->seed(); }
+  size_t outstanding() {
+    absl::MutexLock lock(&mu_);
+    return outstanding_.size();
+  }
+
+ private:
+  void Forget(TimerId id) {
+    absl::MutexLock lock(&mu_);
+    outstanding_.erase(id);
+  }
+  Env* const to_;
+  const absl::Duration long_after_;
+  absl::Mutex mu_;
+  std::set<TimerId> outstanding_ ABSL_GUARDED_BY(mu_);
+};
+
+// A decided position's round timer is cancelled with it: a busy client
+// does not keep every recent commit's value alive for a request timeout,
+// nor wake its timer thread for each.
+TEST_F(ReplicationRpcTest, ADecidedPositionLeavesNoRoundTimerBehind) {
+  LongTimerEnv env(&env_, absl::Seconds(5));
+  rpc::RpcTransport ta;
+  GroupClientOptions o = Options(0);
+  o.leader_timeout = absl::Seconds(10);  // every round timer counts as long
+  o.rpc_timeout = absl::Seconds(10);
+  GroupClient a(&env, &ta, o);
+  for (int i = 0; i < 5; ++i) Append(a, "g/k", StrCat(i));
+  EXPECT_EQ(CurrentValue(a, "g/k"), "01234");
+  EXPECT_EQ(env.outstanding(), 0u);
 }
 
 // A client that hands back a forged read position (a re-encoded token, a

@@ -17,6 +17,7 @@
 #include "base/rpc/listen.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
 
 namespace megastore::http {
 
@@ -336,6 +337,7 @@ struct HttpServer::Impl {
                   c->tls ? tls::PeerPrincipal(c->tls->native_handle()) : ""};
       asio::post(pool,
                  [this, c, version, keep_alive, head, handler = &h->second, req = std::move(req)] {
+                   NameThreadOnce("ms-http-worker");
                    Response r = (*handler)(req);
                    asio::post(io, [this, c, version, keep_alive, head, r = std::move(r)]() mutable {
                      Reply(c, version, std::move(r), /*linger=*/false, keep_alive, head);
@@ -477,7 +479,10 @@ absl::Status HttpServer::Start() {
   MS_RETURN_IF_ERROR(rpc::Listen(impl_->acceptor, impl_->listen, "HTTP"));
   impl_->port = impl_->acceptor.local_endpoint().port();
   impl_->Accept();
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    SetThreadName("ms-http");
+    impl->io.run();
+  });
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/rpc/rpc.h"
 #include "base/rpc/rpc_internal.h"
+#include "base/thread_name.h"
 #include "base/tls/certs.h"
 
 namespace megastore::rpc {
@@ -111,7 +112,10 @@ struct LocalCall : std::enable_shared_from_this<LocalCall> {
       done(std::move(reply));
     };
     if (held_answers != nullptr) return held_answers->Hold(std::move(answer));
-    asio::post(CompletionPool(), std::move(answer));
+    asio::post(CompletionPool(), [answer = std::move(answer)] {
+      NameThreadOnce("ms-rpc-complete");
+      answer();
+    });
   }
   void Expire() {
     Complete(absl::DeadlineExceededError(
@@ -131,7 +135,11 @@ void LocalDeadlines::Add(LocalCall* call, const std::shared_ptr<LocalCall>& shar
   call->in_queue = queue_.emplace(due, shared);
   if (!running_) {
     running_ = true;
-    std::thread([this] { Loop(); }).detach();  // lives as long as the process
+    std::thread([this] {  // lives as long as the process
+      SetThreadName("ms-deadlines");
+      Loop();
+    })
+        .detach();
   }
   if (due + kSlackMicros < next_look_) wake_.Signal();
 }

@@ -39,6 +39,7 @@
 #include "base/status.h"
 #include "base/strings.h"
 #include "base/thread_batch.h"
+#include "base/thread_name.h"
 
 namespace megastore::rpc {
 
@@ -510,9 +511,11 @@ void RpcServer::Impl::Connection::Dispatch(RpcEnvelope request) {
     std::shared_ptr<Responder> r = responder;
     if (m->inline_handler(ctx, request.body(), r)) return;
   }
-  asio::post(server->workers,
-             [m, ctx = std::move(ctx), request = std::move(request),
-              responder = std::move(responder)]() { m->handler(ctx, request.body(), responder); });
+  asio::post(server->workers, [m, ctx = std::move(ctx), request = std::move(request),
+                               responder = std::move(responder)]() {
+    NameThreadOnce("ms-rpc-worker");
+    m->handler(ctx, request.body(), responder);
+  });
 }
 
 void RpcServer::Impl::Accept() {
@@ -611,6 +614,7 @@ bool DispatchLocal(RpcServer::Impl& server, std::string_view method, std::string
     return true;
   asio::post(server.workers, [m, ctx = std::move(ctx), request = std::move(request),
                               responder = std::move(responder)]() mutable {
+    NameThreadOnce("ms-rpc-worker");
     if (!m->answers_on_worker) return m->handler(ctx, request, std::move(responder));
     // In-process answers given on this thread wait for the handler to
     // return, then run here: it holds none of its locks any more.
@@ -649,7 +653,10 @@ absl::Status RpcServer::Start() {
   impl_->work.emplace(impl_->io.get_executor());
   impl_->Accept();
   for (int i = 0; i < std::max(1, impl_->options.io_threads); ++i) {
-    impl_->io_threads.emplace_back([impl = impl_.get()] { impl->io.run(); });
+    impl_->io_threads.emplace_back([impl = impl_.get()] {
+      SetThreadName("ms-rpc-io");
+      impl->io.run();
+    });
   }
   return absl::OkStatus();
 }

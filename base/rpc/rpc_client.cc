@@ -35,6 +35,7 @@
 #include "base/rpc/rpc_internal.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
 
 namespace megastore::rpc {
 
@@ -437,7 +438,10 @@ struct RpcClient::Impl : std::enable_shared_from_this<Impl> {
 
 RpcClient::RpcClient(ClientOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
   impl_->work.emplace(impl_->io.get_executor());
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    SetThreadName("ms-rpc-client");
+    impl->io.run();
+  });
 }
 
 RpcClient::~RpcClient() {

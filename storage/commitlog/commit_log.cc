@@ -19,6 +19,7 @@
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
 #include "storage/commitlog/commit_log_internal.h"
 
 namespace megastore::storage::commitlog {
@@ -206,10 +207,18 @@ absl::StatusOr<std::unique_ptr<CommitLog>> CommitLog::Open(const CommitLogOption
       absl::MutexLock lock(&log->prep_mu_);
       log->next_prepare_bytes_ = std::min<uint64_t>(kFirstPreparedBytes, options.segment_bytes);
     }
-    log->preparer_ = std::thread([raw = log.get()] { raw->PreparerLoop(); });
+    log->preparer_ = std::thread([raw = log.get()] {
+      SetThreadName("ms-log-prepare");
+      raw->PreparerLoop();
+    });
   }
   MS_RETURN_IF_ERROR(log->StartSegment(log->last_lsn() + 1));
-  if (!options.inline_writes) log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
+  if (!options.inline_writes) {
+    log->writer_ = std::thread([raw = log.get()] {
+      SetThreadName("ms-log-writer");
+      raw->WriterLoop();
+    });
+  }
   return log;
 }
 

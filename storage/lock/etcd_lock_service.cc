@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "base/logging.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
 
 namespace megastore::storage::lock {
 
@@ -244,7 +245,10 @@ class EtcdWatch : public LockService::Watch {
 EtcdLockService::EtcdLockService(EtcdOptions options) : impl_(std::make_shared<Impl>()) {
   impl_->options = std::move(options);
   for (int i = 0; i < std::max(1, impl_->options.threads); ++i)
-    impl_->threads.emplace_back([impl = impl_.get()] { impl->Work(); });
+    impl_->threads.emplace_back([impl = impl_.get()] {
+      SetThreadName("ms-etcd-lock");
+      impl->Work();
+    });
 }
 
 EtcdLockService::~EtcdLockService() {

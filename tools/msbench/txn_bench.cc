@@ -19,6 +19,7 @@
 #include "base/random.h"
 #include "base/rpc/rpc_transport.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
 #include "replication/schema_table.h"
 #include "schema/compiler.h"
 #include "server/datacenter.h"
@@ -146,6 +147,7 @@ class Bench {
     const int64_t start = env->MonotonicMicros();
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
+        SetThreadName("msbench-client");
         Random rng(seed * 1000003 + static_cast<uint64_t>(c));
         Database& db =
             *servers_[static_cast<size_t>(placement_[static_cast<size_t>(c) % placement_.size()])]
