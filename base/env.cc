@@ -53,8 +53,11 @@ class StdThread : public Env::Thread {
 };
 }  // namespace
 
-std::unique_ptr<Env::Thread> Env::StartThread(std::string /*name*/, std::function<void()> fn) {
-  return std::make_unique<StdThread>(std::move(fn));
+std::unique_ptr<Env::Thread> Env::StartThread(std::string name, std::function<void()> fn) {
+  return std::make_unique<StdThread>([name = std::move(name), fn = std::move(fn)] {
+    SetThreadName(name);
+    fn();
+  });
 }
 
 Env* Env::Default() {

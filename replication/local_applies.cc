@@ -110,8 +110,14 @@ void GroupClient::AfterLocalApplies(const std::string& root, int64_t deadline,
                        }
                        once->Run(b, /*from_timer=*/true);
                      });
-  absl::MutexLock l(&once->mu);
-  if (once->fn) once->timer = timer;  // else it already ran: the timer finds nothing to do
+  {
+    absl::MutexLock l(&once->mu);
+    if (once->fn) {
+      once->timer = timer;
+      return;
+    }
+  }
+  env_->Cancel(timer);  // it already ran: the timer has nothing to do
 }
 
 void GroupClient::LocalBehind(const std::string& root, uint64_t position) {

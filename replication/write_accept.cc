@@ -202,7 +202,9 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
     bool finished;
     {
       absl::MutexLock lock(&mu_);
-      finished = finished_;
+      // Finished, or a later round armed its own timer meanwhile (this
+      // thread stalled after scheduling): this one is not needed.
+      finished = finished_ || round != round_;
       if (!finished) {
         earlier = round_timer_;
         round_timer_ = timer;

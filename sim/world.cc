@@ -96,7 +96,10 @@ Env::TimerId SimEnv::Schedule(absl::Duration after, std::function<void()> fn) {
   return timers_.Add(now() + d, std::move(fn));
 }
 
-bool SimEnv::Cancel(TimerId id) { return timers_.Cancel(id); }
+bool SimEnv::Cancel(TimerId id) {
+  std::function<void()> fn;  // destroyed once the queue is consistent again
+  return timers_.Cancel(id, &fn);
+}
 
 std::unique_ptr<Env::Thread> SimEnv::StartThread(std::string name, std::function<void()> fn) {
   auto task = std::make_shared<Task>();

@@ -18,6 +18,7 @@
 #include "base/logging.h"
 #include "base/status.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
 #include "storage/commitlog/log_format.h"
 #include "storage/tabletserver/tablet_server.h"
 #include "storage/tabletserver/tablet_server_internal.h"
@@ -376,6 +377,7 @@ void TabletServer::ScheduleMaintenance() {
     // METADATA through the cell, and may wait for it) would delay every
     // other timer, lock-session renewals among them.
     std::thread([this, state] {
+      SetThreadName("ms-maintenance");
       absl::Status s = RunMaintenance();
       if (!s.ok()) MS_LOG_ERROR("tablet server maintenance: {}", s.ToString());
       ScheduleMaintenance();
