@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "base/env.h"
+#include "base/lifetime.h"
 #include "base/transport.h"
 
 namespace megastore {
@@ -30,10 +31,11 @@ class DelayedTransport : public Transport {
             absl::Duration timeout, ReplyCallback done) override;
 
  private:
-  struct State;
   Env* const env_;
+  Transport* const inner_;
   const OneWay one_way_;
-  std::shared_ptr<State> state_;
+  // Entered by the delay timers: they run only while the transport lives.
+  std::shared_ptr<Lifetime> life_ = std::make_shared<Lifetime>();
 };
 
 }  // namespace megastore

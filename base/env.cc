@@ -81,6 +81,13 @@ RealEnv::~RealEnv() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Timers that never ran are destroyed outside the lock: what they hold
+  // may schedule or cancel as it goes (and finds the Env stopping).
+  TimerQueue pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(pending, timers_);
+  }
 }
 
 int64_t RealEnv::NowMicros() {
@@ -103,6 +110,7 @@ Env::TimerId RealEnv::Schedule(absl::Duration after, std::function<void()> fn) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return 0;  // `fn` is destroyed outside the lock
     id = timers_.Add(when, std::move(fn));
     if (!thread_.joinable()) {
       thread_ = std::thread([this] {
@@ -136,6 +144,7 @@ void RealEnv::TimerLoop() {
     if (timers_.PopDue(MonotonicMicros(), &fn)) {
       lock.unlock();
       fn();
+      fn = nullptr;  // what it holds goes outside the lock too
       lock.lock();
       continue;
     }

@@ -37,7 +37,8 @@ class Env {
 
   // Runs `fn` once, no earlier than `after` from now (monotonic), on the
   // Env's timer thread (RealEnv) or inside ManualEnv::Advance. `fn` must not
-  // block for long: it delays every later timer. Thread-safe.
+  // block for long: it delays every later timer. Thread-safe. While a
+  // RealEnv is destroyed, nothing more is scheduled (the id is 0).
   virtual TimerId Schedule(absl::Duration after, std::function<void()> fn) = 0;
   // Cancels a timer that has not started running. Returns true if it was
   // cancelled, false if it already ran, is running, or is unknown.

@@ -108,6 +108,45 @@ TEST(RealEnvTest, CancelDestroysTheFunctionOutsideTheLock) {
   CancelDestroysTheFunctionOutsideTheLock(env);
 }
 
+// Likewise a function that ran: it is destroyed before the timer thread
+// takes the lock again (else a destructor that schedules would deadlock it).
+TEST(RealEnvTest, ATimersFunctionThatRanIsDestroyedOutsideTheLock) {
+  RealEnv env(7);
+  absl::Notification destroyed;
+  struct SchedulesWhenDestroyed {
+    Env* env;
+    absl::Notification* destroyed;
+    ~SchedulesWhenDestroyed() {
+      env->Schedule(absl::ZeroDuration(), [n = destroyed] { n->Notify(); });
+    }
+  };
+  // (Built in place: a temporary copy's destructor would schedule too.)
+  std::shared_ptr<SchedulesWhenDestroyed> held(new SchedulesWhenDestroyed{&env, &destroyed});
+  env.Schedule(absl::ZeroDuration(), [held] {});
+  held.reset();
+  EXPECT_TRUE(destroyed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+}
+
+// Timers that never ran go with the Env, outside its lock; what they hold
+// finds it stopping and schedules nothing (no timer thread started anew on
+// a dying Env).
+TEST(RealEnvTest, TimersLeftAtItsEndAreDestroyedAndScheduleNothing) {
+  auto env = std::make_unique<RealEnv>(7);
+  struct SchedulesWhenDestroyed {
+    Env* env;
+    Env::TimerId* got;
+    ~SchedulesWhenDestroyed() {
+      *got = env->Schedule(absl::ZeroDuration(), [] {});
+    }
+  };
+  Env::TimerId got = 99;
+  std::shared_ptr<SchedulesWhenDestroyed> held(new SchedulesWhenDestroyed{env.get(), &got});
+  env->Schedule(absl::Hours(1), [held] {});
+  held.reset();
+  env.reset();
+  EXPECT_EQ(got, 0u);
+}
+
 TEST(RealEnvTest, ClocksAreSane) {
   RealEnv env(1);
   // After 2020-01-01 in microseconds.

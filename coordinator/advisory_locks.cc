@@ -20,6 +20,9 @@ std::string Reply(bool granted, size_t waiting) {
 }  // namespace
 
 AdvisoryLocks::~AdvisoryLocks() {
+  // A wait or lease timer already popped off the timer queue (Cancel cannot
+  // stop it) finds the locks gone.
+  life_->End();
   std::vector<Responder> dropped;
   {
     absl::MutexLock lock(&mu_);
@@ -67,7 +70,9 @@ void AdvisoryLocks::Serve(std::string_view method, std::string request, Responde
         if (wait <= absl::ZeroDuration()) {
           answers.emplace_back(std::move(w.respond), Reply(false, l.waiters.size()));
         } else {
-          w.timer = env_->Schedule(wait, [this, key, id] { GiveUp(key, id); });
+          w.timer = env_->Schedule(wait, [life = life_, this, key, id] {
+            Lifetime::Run(life, [&] { GiveUp(key, id); });
+          });
           l.waiters.push_back(std::move(w));
         }
       } else {
@@ -123,7 +128,9 @@ void AdvisoryLocks::GrantNextLocked(const std::string& key,
   l.holder = w.owner;
   l.grant = ++next_id_;  // unique across locks, so a stale lease timer never matches
   const uint64_t grant = l.grant;
-  l.lease_timer = env_->Schedule(w.lease, [this, key, grant] { Expire(key, grant); });
+  l.lease_timer = env_->Schedule(w.lease, [life = life_, this, key, grant] {
+    Lifetime::Run(life, [&] { Expire(key, grant); });
+  });
   out->emplace_back(std::move(w.respond), Reply(true, l.waiters.size()));
 }
 

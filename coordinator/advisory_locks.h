@@ -14,11 +14,13 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
+#include "base/lifetime.h"
 #include "base/transport.h"
 
 namespace megastore::coordinator {
@@ -65,6 +67,7 @@ class AdvisoryLocks {
   std::map<std::string, Lock> locks_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<Lifetime> life_ = std::make_shared<Lifetime>();  // entered by the timers
 };
 
 }  // namespace megastore::coordinator

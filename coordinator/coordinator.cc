@@ -61,7 +61,12 @@ Coordinator::Coordinator(Env* env, Transport* transport, CoordinatorOptions opti
   grant_.assign(options_.lock_services.size(), 0);
 }
 
-Coordinator::~Coordinator() { Stop(); }
+Coordinator::~Coordinator() {
+  Stop();
+  // A renewal popped off the timer queue (Cancel cannot stop it) or a lock
+  // service's late answer finds the coordinator gone.
+  life_->End();
+}
 
 void Coordinator::Start() {
   uint64_t generation;
@@ -125,7 +130,9 @@ void Coordinator::Renew(uint64_t generation) {
     if (!running_ || generation != generation_) return;
     ServingLocked();
     paused = env_->MonotonicMicros() < paused_until_;
-    timer_ = env_->Schedule(options_.renew_interval, [this, generation] { Renew(generation); });
+    timer_ = env_->Schedule(options_.renew_interval, [life = life_, this, generation] {
+      Lifetime::Run(life, [&] { Renew(generation); });
+    });
   }
   if (paused) return;
   const int64_t sent = env_->MonotonicMicros();
@@ -134,36 +141,38 @@ void Coordinator::Renew(uint64_t generation) {
     req.set_name(LockName(options_.name));
     req.set_owner(owner_);
     req.set_lease_micros(absl::ToInt64Microseconds(options_.lease));
-    transport_->Call(options_.lock_services[i], "lock.Acquire", req.SerializeAsString(),
-                     options_.rpc_timeout, [this, i, sent](absl::StatusOr<std::string> r) {
-                       storage::lock::LockReply reply;
-                       // Grant id 0: a lock service too old to say whether
-                       // the lock was free meanwhile; its grant counts for nothing.
-                       if (!r.ok() || !reply.ParseFromString(*r) || !reply.granted()) return;
-                       absl::MutexLock lock(&mu_);
-                       if (!running_) return;
-                       if (reply.grant() == 0) {
-                         if (!warned_no_grant_id_)
-                           MS_LOG_ERROR(
-                               "coordinator {}: lock service {} grants without grant ids (an older "
-                               "version?); its lock is not counted until it is upgraded",
-                               options_.name, options_.lock_services[i]);
-                         warned_no_grant_id_ = true;
-                         return;
-                       }
-                       if (reply.grant() != grant_[i]) {
-                         // A new grant: the lock was free at that service
-                         // since the last one we saw, and a writer may
-                         // have counted on that instead of invalidating us.
-                         grant_[i] = reply.grant();
-                         ResetLocked();
-                       }
-                       held_until_[i] =
-                           std::max(held_until_[i],
-                                    sent + absl::ToInt64Microseconds(storage::lock::HolderLease(
-                                               options_.lease, options_.max_clock_drift)));
-                       ServingLocked();
-                     });
+    transport_->Call(
+        options_.lock_services[i], "lock.Acquire", req.SerializeAsString(), options_.rpc_timeout,
+        [life = life_, this, i, sent](absl::StatusOr<std::string> r) {
+          Lifetime::Entry in(life);
+          if (!in) return;
+          storage::lock::LockReply reply;
+          // Grant id 0: a lock service too old to say whether
+          // the lock was free meanwhile; its grant counts for nothing.
+          if (!r.ok() || !reply.ParseFromString(*r) || !reply.granted()) return;
+          absl::MutexLock lock(&mu_);
+          if (!running_) return;
+          if (reply.grant() == 0) {
+            if (!warned_no_grant_id_)
+              MS_LOG_ERROR(
+                  "coordinator {}: lock service {} grants without grant ids (an older "
+                  "version?); its lock is not counted until it is upgraded",
+                  options_.name, options_.lock_services[i]);
+            warned_no_grant_id_ = true;
+            return;
+          }
+          if (reply.grant() != grant_[i]) {
+            // A new grant: the lock was free at that service
+            // since the last one we saw, and a writer may
+            // have counted on that instead of invalidating us.
+            grant_[i] = reply.grant();
+            ResetLocked();
+          }
+          held_until_[i] =
+              std::max(held_until_[i], sent + absl::ToInt64Microseconds(storage::lock::HolderLease(
+                                                  options_.lease, options_.max_clock_drift)));
+          ServingLocked();
+        });
   }
 }
 

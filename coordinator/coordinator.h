@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
+#include "base/lifetime.h"
 #include "base/transport.h"
 #include "coordinator/advisory_locks.h"
 
@@ -126,6 +127,8 @@ class Coordinator {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool warned_no_grant_id_ ABSL_GUARDED_BY(mu_) = false;
   AdvisoryLocks advisory_locks_{env_};
+  // Entered by the renewal timer and the lock services' answers.
+  std::shared_ptr<Lifetime> life_ = std::make_shared<Lifetime>();
 };
 
 }  // namespace megastore::coordinator

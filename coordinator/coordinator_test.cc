@@ -1,7 +1,9 @@
 #include "coordinator/coordinator.h"
 
 #include <map>
+#include <memory>
 #include <set>
+#include <vector>
 
 #include "coordinator/coordinator.pb.h"
 #include "gtest/gtest.h"
@@ -243,6 +245,38 @@ TEST(CoordinatorGrantIdTest, AGrantWithoutAnIdIsNotCounted) {
   c.Start();
   env.Advance(absl::Seconds(1));
   EXPECT_FALSE(c.serving());
+}
+
+// A lock service's answer that arrives after the coordinator is gone (the
+// datacenter's transport outlives it) does nothing. (Touching the freed
+// coordinator is what AddressSanitizer builds catch here.)
+TEST(CoordinatorLifetimeTest, AnAnswerAfterTheCoordinatorIsGoneDoesNothing) {
+  struct SlowLockService : Transport {
+    void Call(std::string_view, std::string_view, std::string, absl::Duration,
+              ReplyCallback done) override {
+      parked.push_back(std::move(done));
+    }
+    std::vector<Transport::ReplyCallback> parked;
+  } slow;
+  ManualEnv env;
+  CoordinatorOptions o;
+  o.name = "A";
+  o.lock_services = {"B/lock", "C/lock"};
+  o.lease = absl::Seconds(2);
+  o.renew_interval = absl::Milliseconds(500);
+  auto c = std::make_unique<Coordinator>(&env, &slow, o);
+  c->Start();
+  ASSERT_EQ(slow.parked.size(), 2u);
+  c.reset();
+  for (Transport::ReplyCallback& done : slow.parked) {
+    storage::lock::LockReply r;
+    r.set_granted(true);
+    r.set_held(true);
+    r.set_grant(7);
+    done(r.SerializeAsString());
+  }
+  env.Advance(absl::Seconds(1));  // and no renewal is left scheduled
+  EXPECT_EQ(slow.parked.size(), 2u);
 }
 
 TEST(CoordinatorOptionsTest, ALeaseThatCannotOutlastARenewalIsRefused) {

@@ -25,29 +25,10 @@ const char* ToString(ReadLevel level) {
   return "?";
 }
 
-GroupClient::Entry::Entry(std::shared_ptr<Lifetime> life) : life_(std::move(life)) {
-  absl::MutexLock lock(&life_->mu);
-  if (life_->dead) return;
-  ++life_->active;
-  entered_ = true;
-}
-
-GroupClient::Entry::~Entry() {
-  if (!entered_) return;
-  absl::MutexLock lock(&life_->mu);
-  --life_->active;
-}
-
 GroupClient::~GroupClient() {
-  {
-    absl::MutexLock lock(&lifetime_->mu);
-    lifetime_->dead = true;
-    // Callbacks on other threads finish. (One on this thread — destroying
-    // the client from its own callback — would wait forever: not allowed.)
-    lifetime_->mu.Await(absl::Condition(
-        +[](Lifetime* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return l->active == 0; },
-        lifetime_.get()));
-  }
+  // Callbacks on other threads finish. (One on this thread — destroying
+  // the client from its own callback — would wait forever: not allowed.)
+  lifetime_->End();
   // Reads still waiting for local applies are dropped here, while the
   // client is whole (what they hold may call into it as it goes).
   std::map<std::string, LocalApplies> waiting;

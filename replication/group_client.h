@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/histogram.h"
+#include "base/lifetime.h"
 #include "base/top_counts.h"
 #include "base/transport.h"
 #include "coordinator/coordinator_client.h"
@@ -67,21 +68,8 @@ class GroupClient {
 
   // What a reply or timer callback holds to enter the client's code: false
   // once the client is being destroyed (the callback must then do nothing).
-  struct Lifetime {
-    absl::Mutex mu;
-    int active ABSL_GUARDED_BY(mu) = 0;
-    bool dead ABSL_GUARDED_BY(mu) = false;
-  };
-  class Entry {
-   public:
-    explicit Entry(std::shared_ptr<Lifetime> life);
-    ~Entry();
-    explicit operator bool() const { return entered_; }
-
-   private:
-    std::shared_ptr<Lifetime> life_;
-    bool entered_ = false;
-  };
+  using Lifetime = ::megastore::Lifetime;
+  using Entry = Lifetime::Entry;
   const std::shared_ptr<Lifetime>& lifetime() const { return lifetime_; }
 
   // Every operation ends by `deadline`, a time of env()->MonotonicMicros()

@@ -31,7 +31,7 @@ void ReplicationServer::CleanupTick() {
   {
     absl::MutexLock lock(&mu_);
     if (!running_) return;
-    cleanup_timer_ = env_->Schedule(options_.cleanup.interval, [this] { CleanupTick(); });
+    cleanup_timer_ = ScheduleTick(options_.cleanup.interval, &ReplicationServer::CleanupTick);
     if (cleaning_) return;
     cleaning_ = true;
   }

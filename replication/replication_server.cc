@@ -44,6 +44,9 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
 
 ReplicationServer::~ReplicationServer() {
   Stop();
+  // A tick popped off the timer queue (Cancel cannot stop it) finds the
+  // server gone.
+  life_->End();
   // A sweep or clean-up under way calls back into this server when its
   // requests are answered: wait for it (it ends at its next step, now that
   // the server is stopped). Not in the simulator, whose loop delivers
@@ -292,9 +295,15 @@ void ReplicationServer::Start() {
   if (running_) return;
   running_ = true;
   stopped_ = false;
-  timer_ = env_->Schedule(options_.sweep_interval, [this] { Tick(); });
+  timer_ = ScheduleTick(options_.sweep_interval, &ReplicationServer::Tick);
   if (options_.cleanup.enabled)
-    cleanup_timer_ = env_->Schedule(options_.cleanup.interval, [this] { CleanupTick(); });
+    cleanup_timer_ = ScheduleTick(options_.cleanup.interval, &ReplicationServer::CleanupTick);
+}
+
+Env::TimerId ReplicationServer::ScheduleTick(absl::Duration after,
+                                             void (ReplicationServer::*tick)()) {
+  return env_->Schedule(
+      after, [life = life_, this, tick] { Lifetime::Run(life, [&] { (this->*tick)(); }); });
 }
 
 void ReplicationServer::Stop() {
@@ -316,7 +325,7 @@ void ReplicationServer::Tick() {
   {
     absl::MutexLock lock(&mu_);
     if (!running_) return;
-    timer_ = env_->Schedule(options_.sweep_interval, [this] { Tick(); });
+    timer_ = ScheduleTick(options_.sweep_interval, &ReplicationServer::Tick);
     if (sweeping_) return;
     sweeping_ = true;
   }

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/env.h"
 #include "base/histogram.h"
+#include "base/lifetime.h"
 #include "base/top_counts.h"
 #include "base/transport.h"
 #include "replication/group_client.h"
@@ -151,6 +152,9 @@ class ReplicationServer {
   void AskVouch(const GroupRef& group, uint64_t position, absl::AnyInvocable<void(bool)> done);
   void Tick();
   void CleanupTick();
+  // Schedules `tick` (Tick or CleanupTick) on the Env's timer, entered
+  // through life_.
+  Env::TimerId ScheduleTick(absl::Duration after, void (ReplicationServer::*tick)());
   // Notes `group` for the next clean-up sweep.
   void NoteForCleanup(const GroupRef& group);
   static constexpr size_t kMaxCleanupGroups = 100000;
@@ -189,7 +193,6 @@ class ReplicationServer {
   Env* const env_;
   const ReplicationServerOptions options_;
   LogReplica replica_;
-  GroupClient client_;
 
   mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
@@ -212,6 +215,12 @@ class ReplicationServer {
   Counters counters_;
   LatencyHistogram paxos_latency_, read_latency_;
   TopCounts<3> groups_;  // by Key(group): writes, conflicts, highest position
+  // Entered by the sweep and clean-up timers.
+  std::shared_ptr<Lifetime> life_ = std::make_shared<Lifetime>();
+  // Last, so destroyed first: a reply to its requests (a vouch, a sweep's
+  // catch-up) that calls into this server is let in only while every other
+  // member is whole.
+  GroupClient client_;
 };
 
 }  // namespace megastore::replication

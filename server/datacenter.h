@@ -140,6 +140,9 @@ class Datacenter {
 
   Env* const env_;
   const DatacenterOptions options_;
+  // Before the tablets: an asynchronous tablet write still finishing on the
+  // commit log's thread as they close counts itself here.
+  std::unique_ptr<storage::ServiceMetrics> tablet_metrics_;
   std::unique_ptr<storage::TabletServer> tablets_;
   std::unique_ptr<storage::lock::LockService> cell_lock_;
   std::unique_ptr<storage::cell::CellClient> cell_client_;
@@ -157,7 +160,6 @@ class Datacenter {
   std::atomic<replication::ReplicationServer*> serving_replication_{nullptr};
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;
-  std::unique_ptr<storage::ServiceMetrics> tablet_metrics_;
   int64_t started_micros_ = 0;
   std::atomic<bool> coordinator_disabled_{false};
   std::atomic<bool> replica_disabled_{false};
