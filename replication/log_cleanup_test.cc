@@ -1,5 +1,6 @@
 // Log clean-up and catch-up from a snapshot at one replica
-// (LogReplica::Clean, SnapshotRows, InstallRows, FinishSnapshot).
+// (LogReplica::Clean, SnapshotRows, InstallRows, FinishSnapshot), and what
+// the replication server's background sweeps keep track of.
 #include <map>
 
 #include "base/await.h"
@@ -469,6 +470,68 @@ TEST(LogCleanupTest, CleanLimitFollowsTheSlowestReplicaTheWitnessRuleAndTheBacku
   EXPECT_EQ(CleanLimit(three, 7, false, {state(9, 0), state(9, 0), state(9, 0), state(9, 0)}),
             std::nullopt);
   EXPECT_EQ(CleanLimit(three, 0, false, {state(9, 0)}), std::nullopt);
+}
+
+}  // namespace
+}  // namespace megastore::replication
+
+namespace megastore::replication {
+namespace {
+
+// A transport with nobody at the other end.
+class NoNetwork : public Transport {
+ public:
+  void Call(std::string_view, std::string_view, std::string, absl::Duration,
+            ReplyCallback done) override {
+    done(absl::UnavailableError("no network in this test"));
+  }
+};
+
+TEST(ReplicationServerSweepTest, AGroupAppliedThroughEveryPositionAskedIsLeftOutOfTheSweep) {
+  Store store;
+  NoNetwork net;
+  ReplicationServerOptions o;
+  for (const char* dc : {"A", "B", "C"}) {
+    ReplicaInfo r;
+    r.name = dc;
+    r.replication = StrCat("repl-", dc);
+    o.cluster.replicas.push_back(r);
+  }
+  o.cleanup.enabled = false;
+  ReplicationServer server(Env::Default(), &net, store.bigtable.get(), o);
+  auto serve = [&](std::string_view method, const google::protobuf::Message& req) {
+    return Await<std::string>(
+        [&](auto cb) { server.Serve(method, req.SerializeAsString(), std::move(cb)); });
+  };
+  auto accept = [&](uint64_t pos) {
+    PaxosRequest req;
+    *req.mutable_group() = Group();
+    req.set_position(pos);
+    req.set_accept(true);
+    req.mutable_ballot()->set_round(1);
+    req.mutable_ballot()->set_proposer(7);
+    req.set_value(Entry(pos, "root/a", StrCat("v", pos)).SerializeAsString());
+    return serve("repl.Paxos", req);
+  };
+  auto apply = [&](uint64_t pos) {
+    ApplyRequest req;
+    *req.mutable_group() = Group();
+    req.set_position(pos);
+    req.set_value(Entry(pos, "root/a", StrCat("v", pos)).SerializeAsString());
+    return serve("repl.Apply", req);
+  };
+
+  ASSERT_TRUE(accept(1).ok());
+  EXPECT_EQ(server.stats().sweep_pending, 1u) << "accepted here, not applied yet";
+  ASSERT_TRUE(apply(1).ok());
+  EXPECT_EQ(server.stats().sweep_pending, 0u) << "applied through every position asked";
+
+  // Position 2 accepted; position 1 applied again does not cover it.
+  ASSERT_TRUE(accept(2).ok());
+  ASSERT_TRUE(apply(1).ok());
+  EXPECT_EQ(server.stats().sweep_pending, 1u) << "position 2 is accepted here but not applied";
+  ASSERT_TRUE(apply(2).ok());
+  EXPECT_EQ(server.stats().sweep_pending, 0u);
 }
 
 }  // namespace

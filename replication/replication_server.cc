@@ -118,6 +118,7 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   {
     absl::MutexLock lock(&mu_);
     s.cleanup_pending = cleanup_due_.size();
+    s.sweep_pending = seen_.size();
   }
   return s;
 }
@@ -162,7 +163,7 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
   if (method == "repl.Paxos") {
     PaxosRequest req;
     if (!Parse(method, request, &req, respond)) return;
-    Note(req.group());
+    Note(req.group(), 0, req.position());
     if (req.accept()) NoteForCleanup(req.group());
     PaxosCount count{GroupKey(req.group()), req.accept(),       req.ballot().round() == 0,
                      req.position(),        req.value().size(), env_->MonotonicMicros()};
@@ -205,6 +206,7 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     const ApplyRequest copy = req;
     replica_.Apply(std::move(req), [this, copy, answer = Answer<ApplyReply>(std::move(respond))](
                                        absl::StatusOr<ApplyReply> r) mutable {
+      if (r.ok()) NoteApplied(copy.group(), r->applied().position());
       if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
       // This replica missed earlier positions (or the applies of two
       // positions crossed on the way): it records this one if another
@@ -214,7 +216,12 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
                [this, copy, answer = std::move(answer), r = std::move(r)](bool reached) mutable {
                  if (!reached) return answer(std::move(r));
                  Note(copy.group(), copy.position());
-                 replica_.Apply(copy, copy.position() - 1, std::move(answer));
+                 replica_.Apply(copy, copy.position() - 1,
+                                [this, group = copy.group(),
+                                 answer = std::move(answer)](absl::StatusOr<ApplyReply> r) mutable {
+                                  if (r.ok()) NoteApplied(group, r->applied().position());
+                                  answer(std::move(r));
+                                });
                });
     });
   } else if (method == "repl.SnapshotRows") {
@@ -282,12 +289,20 @@ size_t ReplicationServer::groups_behind() const {
   return n;
 }
 
-void ReplicationServer::Note(const GroupRef& group, uint64_t behind) {
+void ReplicationServer::Note(const GroupRef& group, uint64_t behind, uint64_t asked) {
   absl::MutexLock lock(&mu_);
   Seen& s = seen_[GroupKey(group)];
   s.group = group;
   s.last = env_->MonotonicMicros();
   s.behind = std::max(s.behind, behind);
+  s.asked = std::max(s.asked, asked);
+}
+
+void ReplicationServer::NoteApplied(const GroupRef& group, uint64_t applied) {
+  absl::MutexLock lock(&mu_);
+  auto it = seen_.find(GroupKey(group));
+  if (it != seen_.end() && it->second.asked <= applied && it->second.behind <= applied)
+    seen_.erase(it);
 }
 
 void ReplicationServer::Start() {

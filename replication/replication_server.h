@@ -104,6 +104,7 @@ class ReplicationServer {
     uint64_t applies = 0;    // repl.Apply
     uint64_t sweeps = 0;
     uint64_t sweep_catchups = 0;  // incomplete writes the sweep finished
+    uint64_t sweep_pending = 0;   // groups the next sweeps look at (gauge)
     uint64_t gap_votes =
         0;  // votes on a position past this replica's top, another replica vouching
     uint64_t vouches_shed =
@@ -142,8 +143,16 @@ class ReplicationServer {
     int64_t last = 0;  // monotonic micros of the last Paxos request
     uint64_t behind =
         0;  // a position applied elsewhere that this replica refused (it missed earlier ones)
+    uint64_t asked = 0;  // the highest position of a Paxos request here
   };
-  void Note(const GroupRef& group, uint64_t behind = 0);
+  // Notes Paxos traffic for `group` (a request for position `asked`), or a
+  // position applied elsewhere that this replica missed (`behind`): the
+  // sweep looks at the group once it has been quiet for sweep_age.
+  void Note(const GroupRef& group, uint64_t behind = 0, uint64_t asked = 0);
+  // The group is applied here through `applied`: if that covers every
+  // position noted for it, the sweep has nothing to finish there and
+  // forgets it (it would only read the log state to find that out).
+  void NoteApplied(const GroupRef& group, uint64_t applied);
   // Asks the other replicas whether one reached `position` of `group`
   // (SomeReplicaReached), as one of at most kMaxVouchesInFlight such
   // questions: beyond that (a flood of requests for positions this replica

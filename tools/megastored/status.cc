@@ -257,6 +257,10 @@ std::string MetricsText(const StatusSources& s) {
        &replication::ReplicationServer::Stats::cleanup_blocked},
   };
   static const Counter kCleanupGauges[] = {
+      {"megastore_replication_sweep_pending_groups",
+       "Groups with Paxos traffic here not known to be applied through it: the incomplete-write "
+       "sweep reads their log state once they are quiet.",
+       &replication::ReplicationServer::Stats::sweep_pending},
       {"megastore_log_cleanup_pending_groups", "Groups waiting for a clean-up sweep.",
        &replication::ReplicationServer::Stats::cleanup_pending},
       {"megastore_log_root_row_max_bytes",

@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
               "every call over loopback TCP, as between processes (default: calls between the "
               "datacenters in this process skip TCP)");
   x->add_flag("--preload,!--no-preload", txn.preload,
-              "commit once in every group before measuring (so each group has a leader)");
+              "commit once in every group before measuring (so each group has a leader), then read "
+              "it once at every datacenter clients run in (so their coordinators know it)");
   x->add_flag("--encrypted", txn.encrypted,
               "the schema is ENCRYPTED: every cell is sealed at rest (AES-256-GCM)");
   bool encrypt_compare = false;
