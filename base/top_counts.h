@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 
 namespace megastore {
@@ -43,8 +43,10 @@ class TopCounts {
       for (const auto& [key, c] : counts_)
         if (c[kind] > 0) out.emplace_back(key, c);
     }
-    std::sort(out.begin(), out.end(),
-              [kind](const auto& a, const auto& b) { return a.second[kind] > b.second[kind]; });
+    // Ties in key order (the map's own order is arbitrary).
+    std::sort(out.begin(), out.end(), [kind](const auto& a, const auto& b) {
+      return a.second[kind] != b.second[kind] ? a.second[kind] > b.second[kind] : a.first < b.first;
+    });
     if (out.size() > n) out.resize(n);
     return out;
   }
@@ -67,7 +69,7 @@ class TopCounts {
 
   const size_t max_keys_;
   mutable absl::Mutex mu_;
-  std::map<std::string, std::array<uint64_t, Kinds>> counts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::array<uint64_t, Kinds>> counts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace megastore

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/env.h"
@@ -121,7 +122,7 @@ class Coordinator {
   int64_t paused_until_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> held_until_ ABSL_GUARDED_BY(mu_);  // per lock service, monotonic micros
   std::vector<uint64_t> grant_ ABSL_GUARDED_BY(mu_);  // per lock service, the grant id last seen
-  std::map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, GroupState> groups_ ABSL_GUARDED_BY(mu_);
   Stats counts_ ABSL_GUARDED_BY(mu_);  // its counters (the group counts are computed)
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

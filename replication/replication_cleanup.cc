@@ -59,8 +59,12 @@ void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
   run->done = std::move(done);
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [key, group] : cleanup_due_) run->groups.push_back(group);
+    // In key order, whatever the hash map's: a simulation replays exactly.
+    std::vector<std::pair<std::string, GroupRef>> due(cleanup_due_.begin(), cleanup_due_.end());
     cleanup_due_.clear();
+    std::sort(due.begin(), due.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [key, group] : due) run->groups.push_back(std::move(group));
   }
   counters_.cleanup_sweeps++;
   // One group at a time: clean-up is background work.

@@ -355,8 +355,13 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
   {
     absl::MutexLock lock(&mu_);
     const int64_t cutoff = env_->MonotonicMicros() - absl::ToInt64Microseconds(options_.sweep_age);
-    for (const auto& [key, seen] : seen_)
-      if (seen.last <= cutoff) due.emplace_back(seen.group, seen.behind);
+    // In key order, whatever the hash map's: a simulation replays exactly.
+    std::vector<const std::pair<const std::string, Seen>*> quiet;
+    for (const auto& entry : seen_)
+      if (entry.second.last <= cutoff) quiet.push_back(&entry);
+    std::sort(quiet.begin(), quiet.end(),
+              [](const auto* a, const auto* b) { return a->first < b->first; });
+    for (const auto* entry : quiet) due.emplace_back(entry->second.group, entry->second.behind);
   }
   struct Pending {
     absl::Mutex mu;

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "base/env.h"
 #include "base/histogram.h"
@@ -207,11 +208,11 @@ class ReplicationServer {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Stop() was called
   bool sweeping_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
   Env::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
   Env::TimerId cleanup_timer_ ABSL_GUARDED_BY(mu_) = 0;
   bool cleaning_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, GroupRef> cleanup_due_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, GroupRef> cleanup_due_ ABSL_GUARDED_BY(mu_);
 
   struct Counters {
     std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0},
