@@ -57,15 +57,17 @@ struct CleanupRun {
 void ReplicationServer::CleanupSweep(absl::AnyInvocable<void()> done) {
   auto run = std::make_shared<CleanupRun>();
   run->done = std::move(done);
+  std::vector<std::pair<std::string, GroupRef>> due;
   {
     absl::MutexLock lock(&mu_);
-    // In key order, whatever the hash map's: a simulation replays exactly.
-    std::vector<std::pair<std::string, GroupRef>> due(cleanup_due_.begin(), cleanup_due_.end());
+    due.assign(std::make_move_iterator(cleanup_due_.begin()),
+               std::make_move_iterator(cleanup_due_.end()));
     cleanup_due_.clear();
-    std::sort(due.begin(), due.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [key, group] : due) run->groups.push_back(std::move(group));
   }
+  // In key order, whatever the hash map's (a simulation replays exactly);
+  // sorted outside the lock every request takes.
+  std::sort(due.begin(), due.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [key, group] : due) run->groups.push_back(std::move(group));
   counters_.cleanup_sweeps++;
   // One group at a time: clean-up is background work.
   struct Step {

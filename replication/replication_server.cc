@@ -1,6 +1,7 @@
 #include "replication/replication_server.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "base/logging.h"
 #include "base/strings.h"
@@ -206,7 +207,13 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     const ApplyRequest copy = req;
     replica_.Apply(std::move(req), [this, copy, answer = Answer<ApplyReply>(std::move(respond))](
                                        absl::StatusOr<ApplyReply> r) mutable {
-      if (r.ok()) NoteApplied(copy.group(), r->applied().position());
+      if (r.ok()) {
+        NoteApplied(copy.group(), r->applied().position());
+      } else if (!IsBeyondTop(r.status())) {
+        // Failed part way (a later position learned, not applied): the
+        // sweep looks at the group again, whatever an earlier apply cleared.
+        Note(copy.group(), 0, copy.position());
+      }
       if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
       // This replica missed earlier positions (or the applies of two
       // positions crossed on the way): it records this one if another
@@ -355,14 +362,14 @@ void ReplicationServer::Sweep(absl::AnyInvocable<void()> done) {
   {
     absl::MutexLock lock(&mu_);
     const int64_t cutoff = env_->MonotonicMicros() - absl::ToInt64Microseconds(options_.sweep_age);
-    // In key order, whatever the hash map's: a simulation replays exactly.
-    std::vector<const std::pair<const std::string, Seen>*> quiet;
-    for (const auto& entry : seen_)
-      if (entry.second.last <= cutoff) quiet.push_back(&entry);
-    std::sort(quiet.begin(), quiet.end(),
-              [](const auto* a, const auto* b) { return a->first < b->first; });
-    for (const auto* entry : quiet) due.emplace_back(entry->second.group, entry->second.behind);
+    for (const auto& [key, seen] : seen_)
+      if (seen.last <= cutoff) due.emplace_back(seen.group, seen.behind);
   }
+  // In key order, whatever the hash map's (a simulation replays exactly);
+  // sorted outside the lock every request takes.
+  std::sort(due.begin(), due.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first.table(), a.first.root()) < std::tie(b.first.table(), b.first.root());
+  });
   struct Pending {
     absl::Mutex mu;
     size_t left;

@@ -256,7 +256,7 @@ std::string MetricsText(const StatusSources& s) {
        "Group clean-ups held back: a replica did not answer, or no backup covers the positions.",
        &replication::ReplicationServer::Stats::cleanup_blocked},
   };
-  static const Counter kCleanupGauges[] = {
+  static const Counter kGauges[] = {
       {"megastore_replication_sweep_pending_groups",
        "Groups with Paxos traffic here not known to be applied through it: the incomplete-write "
        "sweep reads their log state once they are quiet.",
@@ -281,16 +281,17 @@ std::string MetricsText(const StatusSources& s) {
   };
   for (const Counter& c : kReplication) emit(c, "counter");
   for (const Counter& c : kCleanup) emit(c, "counter");
-  for (const Counter& c : kCleanupGauges) emit(c, "gauge");
+  for (const Counter& c : kGauges) emit(c, "gauge");
   out += Family("megastore_log_groups", "gauge",
                 "Entity groups with Paxos traffic at this replica since it started.");
   for (Datacenter* dc : s.datacenters)
     if (dc->replication() != nullptr)
       out += StrCat("megastore_log_groups{datacenter=\"", dc->options().name, "\"} ",
                     dc->replication()->groups_seen(), "\n");
-  out += Family("megastore_replication_groups_behind", "gauge",
-                "Entity groups this replica knows it is behind in (another replica applied a "
-                "position it missed), until its sweep catches them up.");
+  out +=
+      Family("megastore_replication_groups_behind", "gauge",
+             "Entity groups this replica knows it is behind in (another replica applied a "
+             "position it missed), until its sweep catches them up or a later apply covers them.");
   for (Datacenter* dc : s.datacenters)
     if (dc->replication() != nullptr)
       out += StrCat("megastore_replication_groups_behind{datacenter=\"", dc->options().name, "\"} ",
