@@ -16,9 +16,7 @@ using internal::DeadlineFrom;
 using internal::DecidePosition;
 
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
-                         Callback<CommitResult> done, int64_t deadline_in) {
-  const uint64_t position = at.position + 1;
-  const int local = options_.local;
+                         Callback<CommitResult> done, int64_t deadline_in, Promote promote) {
   const int64_t now = env_->NowMicros();
   const int64_t skew = absl::ToInt64Microseconds(options_.max_clock_skew);
   if (at.timestamp > now && at.timestamp - now > skew) {
@@ -37,24 +35,49 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   bool group_rows_only = entry.payload().empty();
   for (const RowChange& rc : entry.changes())
     group_rows_only = group_rows_only && rc.table().empty();
-  entry.set_timestamp(std::max(now, at.timestamp + 1));
+  const int64_t deadline = DeadlineFrom(this, deadline_in);
+  ProposeAfter(std::move(group), at, std::move(entry), group_rows_only, deadline, 0,
+               std::move(promote), env_->MonotonicMicros(), std::move(done));
+}
+
+void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry entry,
+                               bool group_rows_only, int64_t deadline, int promotions,
+                               Promote promote, int64_t started, Callback<CommitResult> done) {
+  const uint64_t position = at.position + 1;
+  const int local = options_.local;
+  entry.set_timestamp(std::max(env_->NowMicros(), at.timestamp + 1));
   entry.set_next_leader(Votes(options_.replicas[local].type) ? local : -1);
   std::optional<int> leader;
   for (size_t i = 0; i < voters_.size(); ++i)
     if (voters_[i] == at.next_leader) leader = static_cast<int>(i);
   const int64_t timestamp = entry.timestamp();
   std::string value = entry.SerializeAsString();
-  const int64_t deadline = DeadlineFrom(this, deadline_in);
   DecidePosition(
       this, group, position, value, leader, deadline,
-      [this, group, position, value, timestamp, deadline, group_rows_only,
-       started = env_->MonotonicMicros(),
+      [this, group, at, position, value, timestamp, deadline, group_rows_only, started, promotions,
+       entry = std::move(entry), promote = std::move(promote),
        done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
         if (!chosen.ok()) {
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
           return done(chosen.status());
         }
         const bool ours = chosen->value == value;
+        if (!ours && promote && promotions < kMaxPromotions &&
+            position < std::numeric_limits<uint64_t>::max() && !internal::Expired(this, deadline)) {
+          // Promotion: the winner wrote nothing this transaction read, so
+          // its reads still hold after the winner's position, and the same
+          // entry goes to the next one (the winner's nominee leading it).
+          LogEntry winner;
+          if (winner.ParseFromString(chosen->value) && promote(winner)) {
+            stats_.promotions.fetch_add(1, std::memory_order_relaxed);
+            LogPosition next = at;
+            next.position = position;
+            next.timestamp = std::max(at.timestamp, winner.timestamp());
+            next.next_leader = winner.next_leader();
+            return ProposeAfter(std::move(group), next, std::move(entry), group_rows_only, deadline,
+                                promotions + 1, std::move(promote), started, std::move(done));
+          }
+        }
         if (ours) {
           stats_.commits.fetch_add(1, std::memory_order_relaxed);
           if (chosen->fast) stats_.fast_path.fetch_add(1, std::memory_order_relaxed);

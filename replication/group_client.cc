@@ -53,6 +53,7 @@ GroupClient::Stats GroupClient::stats() const {
   s.commits = stats_.commits.load();
   s.fast_path = stats_.fast_path.load();
   s.conflicts = stats_.conflicts.load();
+  s.promotions = stats_.promotions.load();
   s.unknown = stats_.unknown.load();
   s.locks_granted = stats_.locks_granted.load();
   s.locks_missed = stats_.locks_missed.load();

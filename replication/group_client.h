@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -108,10 +109,19 @@ class GroupClient {
   // Rows of a global index table at the local replica (newest data).
   void ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
                  Callback<ScanReply> done, int64_t deadline = 0);
+  // Whether a commit that lost its position to `winner` may be proposed
+  // again at the next position unchanged: true only if the winner wrote
+  // nothing the transaction read (docs/transactions.md, "Promotion").
+  using Promote = std::function<bool(const LogEntry& winner)>;
   // Proposes `entry` for position at.position + 1. Sets the entry's
-  // timestamp and next-leader nominee; the caller sets a unique `id`.
+  // timestamp and next-leader nominee; the caller sets a unique `id`. With
+  // `promote`, an entry that loses its position to one `promote` accepts
+  // is proposed again at the next position (at most kMaxPromotions times
+  // in a row, within the deadline) instead of ending Aborted.
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done,
-              int64_t deadline = 0);
+              int64_t deadline = 0, Promote promote = nullptr);
+  // Positions a commit may be promoted past, in a row.
+  static constexpr int kMaxPromotions = 256;
   // Whether some replica other than the local one knows the group's log
   // reached `position` (its top or applied position is at least that):
   // asks them all, answers true at the first that does, false once all
@@ -150,6 +160,7 @@ class GroupClient {
     uint64_t commits = 0;            // our entry was chosen
     uint64_t fast_path = 0;          // ... by the leader's ballot-0 accept, one round trip
     uint64_t conflicts = 0;          // another writer's entry took the position (Aborted)
+    uint64_t promotions = 0;         // ... and ours went on to the next position instead
     uint64_t unknown = 0;            // no value chosen in time (outcome unknown)
     uint64_t locks_granted = 0;      // advisory locks taken
     uint64_t locks_missed = 0;       // advisory lock requests that went ahead without it
@@ -190,7 +201,7 @@ class GroupClient {
   std::vector<int> lock_homes_;
   const ReplicaInfo* LockHome(const GroupRef& group) const;
   struct Counters {
-    std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, unknown{0};
+    std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, promotions{0}, unknown{0};
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
     std::atomic<uint64_t> catchups{0}, invalidations{0}, snapshot_catchups{0};
     std::atomic<uint64_t> first_reads{0}, first_reads_again{0};
@@ -241,6 +252,11 @@ class GroupClient {
   // unapplied (0: none), is caught up to first.
   void ReadPositionAfterApplies(GroupRef group, ReadLevel level, Callback<LogPosition> done,
                                 int64_t deadline, int64_t started, uint64_t behind);
+  // Commit's proposal of `entry` for at.position + 1 (`promotions`: how
+  // many positions it lost and was promoted past so far).
+  void ProposeAfter(GroupRef group, const LogPosition& at, LogEntry entry, bool group_rows_only,
+                    int64_t deadline, int promotions, Promote promote, int64_t started,
+                    Callback<CommitResult> done);
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };

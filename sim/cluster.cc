@@ -90,6 +90,15 @@ class Clients {
     return out;
   }
 
+  // Positions the clients' writes lost and were promoted past.
+  uint64_t Promotions() const {
+    uint64_t n = 0;
+    for (const auto& cl : clients_)
+      if (cl->gc != nullptr) n += cl->gc->stats().promotions;
+    for (const auto& gc : graveyard_) n += gc->stats().promotions;
+    return n;
+  }
+
   void Crash(int i) {
     Client& cl = *clients_[i];
     if (!cl.up) return;
@@ -232,19 +241,36 @@ class Clients {
         Guard(cl, [this, &cl, g, k, e, cas](absl::StatusOr<LogPosition> p) mutable {
           if (!p.ok()) return Next(cl);  // nothing invoked yet: try another
           const LogPosition at = *p;
-          auto commit = [this, &cl, g, k, at](Event e) {
+          auto commit = [this, &cl, g, k, at, cas](Event e) {
             Invoke(cl, e);
-            cl.gc->Commit(Group(g), at, WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
-                          Guard(cl, [this, &cl](absl::StatusOr<replication::CommitResult> r) {
-                            if (r.ok())
-                              return Complete(cl, Event::Type::kOk, std::nullopt, r->position);
-                            // The contract (group_client.h): Aborted and Unavailable
-                            // mean nothing was written; anything else is unknown.
-                            const bool failed =
-                                absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
-                            Complete(cl, failed ? Event::Type::kFail : Event::Type::kInfo,
-                                     std::nullopt, 0);
-                          }));
+            // Promotion past a lost position (docs/transactions.md): a blind
+            // write read nothing, a compare-and-set read its own row. The
+            // history checks each compare-and-set against the log just
+            // before the position it committed at, so a promotion past a
+            // writer of that row fails the seed.
+            GroupClient::Promote promote;
+            if (c_->options().promote) {
+              promote = [row = Row(g, k), cas](const replication::LogEntry& winner) {
+                if (!cas) return true;
+                for (const replication::RowChange& rc : winner.changes())
+                  if (rc.row() == row) return false;
+                return true;
+              };
+            }
+            cl.gc->Commit(
+                Group(g), at, WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
+                Guard(cl,
+                      [this, &cl](absl::StatusOr<replication::CommitResult> r) {
+                        if (r.ok())
+                          return Complete(cl, Event::Type::kOk, std::nullopt, r->position);
+                        // The contract (group_client.h): Aborted and Unavailable
+                        // mean nothing was written; anything else is unknown.
+                        const bool failed =
+                            absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
+                        Complete(cl, failed ? Event::Type::kFail : Event::Type::kInfo, std::nullopt,
+                                 0);
+                      }),
+                0, std::move(promote));
           };
           if (!cas) return commit(e);
           cl.gc->Read(
@@ -670,6 +696,7 @@ SimResult RunSimulation(const SimOptions& options) {
   backups.Stop();
   if (result.status.ok()) result.status = Converge(cluster, log_invariants, &logs, &result.stats);
   result.stats.positions_cleaned = cluster.PositionsCleaned();
+  result.stats.promotions = clients.Promotions();
   result.stats.snapshot_catchups = log_invariants.snapshots();
   if (result.status.ok()) result.status = log_invariants.status();  // catch-up wrote too
   result.stats.log_checks = log_invariants.checks();

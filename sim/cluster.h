@@ -33,6 +33,10 @@ struct SimOptions {
   int ops_per_client = 25;
   // Which operations clients run (weights).
   int read_weight = 4, write_weight = 2, cas_weight = 2, delete_weight = 1;
+  // A write or compare-and-set that loses its log position to an entry
+  // that did not write what it read goes on to the next position
+  // (GroupClient::Commit's promote test) instead of failing.
+  bool promote = true;
   // The bank (sim/bank.h): app servers moving money between entity
   // groups by two-phase commit and queues, each running `bank_ops`
   // transfers or collections. 0 clients: none.
@@ -85,6 +89,7 @@ struct SimStats {
   uint64_t late_writes = 0, repeated_writes = 0;  // Bigtable writes made late or twice
   uint64_t positions_cleaned = 0;  // log positions clean-up removed, summed over replicas
   uint64_t snapshot_catchups = 0;  // catch-ups that copied another replica's data
+  uint64_t promotions = 0;         // lost positions the clients' writes went on past
   int wipes = 0;                   // read-only replicas' data wiped
 };
 

@@ -44,12 +44,12 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
   if (verbose)
     std::cout << "seed " << o.seed << " ok: " << s.bank_ok << " bank operations done; " << s.ops_ok
               << " ok, " << s.ops_failed << " failed, " << s.ops_unknown << " unknown; "
-              << s.positions << " log positions; " << s.faults << " faults; " << s.messages
-              << " messages (" << s.dropped << " dropped); " << s.late_writes << " late and "
-              << s.repeated_writes << " repeated Bigtable writes; " << s.valid_checks
-              << " coordinator \"valid\" answers and " << s.log_checks << " log writes checked; "
-              << s.positions_cleaned << " log positions cleaned up, " << s.wipes
-              << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
+              << s.positions << " log positions, " << s.promotions << " promotions; " << s.faults
+              << " faults; " << s.messages << " messages (" << s.dropped << " dropped); "
+              << s.late_writes << " late and " << s.repeated_writes << " repeated Bigtable writes; "
+              << s.valid_checks << " coordinator \"valid\" answers and " << s.log_checks
+              << " log writes checked; " << s.positions_cleaned << " log positions cleaned up, "
+              << s.wipes << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
               << s.virtual_micros / 1000 << " ms virtual\n";
   return 0;
 }
@@ -136,6 +136,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-faults", no_faults, "Run without injected faults");
+  bool no_promote = false;
+  app.add_flag("--no-promote", no_promote,
+               "Writes that lose their log position fail instead of going on to the next "
+               "position when the winner did not write what they read");
   bool no_wipe = false;
   app.add_flag("--no-wipe", no_wipe,
                "Never replace a read-only replica's disk (by default a fault now and then does: "
@@ -203,6 +207,7 @@ int main(int argc, char** argv) {
   o.groups = groups;
   o.ops_per_client = ops;
   o.faults = !no_faults;
+  o.promote = !no_promote;
   o.wipe_read_only = !no_wipe;
   o.buggify = !no_buggify;
   o.vary_timing = !fixed_timing;

@@ -44,8 +44,8 @@ void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix
   auto self = shared_from_this();
   const schema::TableDescriptor* t = *table;
   const std::string end = range->end;
-  ctx_.client->Scan(
-      group_, position_, *start, end, kEntityFamily, options.limit,
+  ScanGroup(
+      *start, end, kEntityFamily, options.limit,
       [self, t, start = *start, end, limit = options.limit,
        done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
         if (!reply.ok()) return done(reply.status());
@@ -90,8 +90,7 @@ void Transaction::Query(std::string table_name, std::vector<KeyValue> key_prefix
         }
         if ((cut || reply->more()) && !last.empty()) result.cursor = last;
         done(std::move(result));
-      },
-      deadline_);
+      });
 }
 
 void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> values,
@@ -111,8 +110,8 @@ void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> value
   absl::StatusOr<std::string> start = ResumeAt(*range, options.cursor);
   if (!start.ok()) return done(start.status());
   auto self = shared_from_this();
-  ctx_.client->Scan(
-      group_, position_, *start, range->end, schema::kIndexFamily, options.limit,
+  ScanGroup(
+      *start, range->end, schema::kIndexFamily, options.limit,
       [self, index, done = std::move(done)](absl::StatusOr<replication::ScanReply> reply) mutable {
         if (!reply.ok()) return done(reply.status());
         // Fetch the entities one after another, in index order.
@@ -149,8 +148,7 @@ void Transaction::IndexQuery(std::string index_name, std::vector<KeyValue> value
           f->keys.emplace_back(r.key(), std::move(*key));
         }
         Fetch::Step(f);
-      },
-      deadline_);
+      });
 }
 
 namespace {
@@ -212,20 +210,18 @@ struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
   void Fetch(size_t i, const std::string& from) {
     auto self = shared_from_this();
     Cursor& c = cursors[i];
-    ctx.client->Scan(
-        group, at, c.prefix + from, c.end, schema::kIndexFamily, kPage,
-        [self, i](absl::StatusOr<replication::ScanReply> r) {
-          if (!r.ok()) return self->Fail(r.status());
-          Cursor& c = self->cursors[i];
-          for (const auto& row : r->rows()) {
-            if (row.key().compare(0, c.prefix.size(), c.prefix) != 0) continue;
-            c.ahead.push_back(row.key().substr(c.prefix.size()));
-          }
-          c.exhausted = !r->more() || r->rows_size() == 0;
-          if (!c.ahead.empty()) c.resume = c.ahead.back() + std::string(1, '\0');
-          self->Step();
-        },
-        deadline);
+    txn->ScanGroup(c.prefix + from, c.end, schema::kIndexFamily, kPage,
+                   [self, i](absl::StatusOr<replication::ScanReply> r) {
+                     if (!r.ok()) return self->Fail(r.status());
+                     Cursor& c = self->cursors[i];
+                     for (const auto& row : r->rows()) {
+                       if (row.key().compare(0, c.prefix.size(), c.prefix) != 0) continue;
+                       c.ahead.push_back(row.key().substr(c.prefix.size()));
+                     }
+                     c.exhausted = !r->more() || r->rows_size() == 0;
+                     if (!c.ahead.empty()) c.resume = c.ahead.back() + std::string(1, '\0');
+                     self->Step();
+                   });
   }
   void Fail(absl::Status s) {
     if (done) std::exchange(done, nullptr)(std::move(s));
@@ -363,14 +359,11 @@ void Transaction::IndexIntersect(
     void Page() {
       const Scan& s = scans[current];
       auto self = shared_from_this();
-      txn->ctx_.client->Scan(
-          txn->group_, txn->position_, from.empty() ? s.range.start : from, s.range.end,
-          schema::kIndexFamily, 0,
-          [self](absl::StatusOr<replication::ScanReply> r) {
-            if (!r.ok()) return self->done(r.status());
-            self->Collect(*r);
-          },
-          txn->deadline_);
+      txn->ScanGroup(from.empty() ? s.range.start : from, s.range.end, schema::kIndexFamily, 0,
+                     [self](absl::StatusOr<replication::ScanReply> r) {
+                       if (!r.ok()) return self->done(r.status());
+                       self->Collect(*r);
+                     });
     }
     void Collect(const replication::ScanReply& r) {
       const Scan& s = scans[current];

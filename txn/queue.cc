@@ -46,8 +46,8 @@ void Transaction::ReadQueue(std::string queue, int64_t limit,
     return;
   const std::string prefix = QueuePrefix(group_.root(), queue);
   auto self = shared_from_this();
-  ctx_.client->Scan(
-      group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, limit,
+  ScanGroup(
+      prefix, PrefixSuccessor(prefix), kEntityFamily, limit,
       [self, prefix, queue,
        done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
         if (!r.ok()) return done(r.status());
@@ -69,8 +69,7 @@ void Transaction::ReadQueue(std::string queue, int64_t limit,
           }
         }
         done(std::move(out));
-      },
-      deadline_);
+      });
 }
 
 absl::Status Transaction::Consume(const QueueMessage& m) {
@@ -145,19 +144,19 @@ void Unlist(Context ctx, std::string root, absl::AnyInvocable<void(absl::Status)
       [ctx, root](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> commit) {
         auto c = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(commit));
         const std::string prefix = RowAfter(root, schema::kOutboxRow);
-        ctx.client->Scan(t->group(), t->position(), prefix, PrefixSuccessor(prefix), kEntityFamily,
-                         1, [ctx, root, t, c](absl::StatusOr<replication::ScanReply> r) {
-                           if (!r.ok()) return (*c)(r.status());
-                           if (r->rows_size() == 0) {
-                             schema::BigtableWrite unlist;
-                             unlist.table = OutboxTable(*ctx.layout);
-                             unlist.row = root;
-                             unlist.mutations.push_back(storage::Mutation::DeleteCells(
-                                 schema::kIndexFamily, kListedColumn));
-                             if (absl::Status s = t->AddRepair(unlist); !s.ok()) return (*c)(s);
-                           }
-                           (*c)(absl::OkStatus());
-                         });
+        t->ScanGroup(prefix, PrefixSuccessor(prefix), kEntityFamily, 1,
+                     [ctx, root, t, c](absl::StatusOr<replication::ScanReply> r) {
+                       if (!r.ok()) return (*c)(r.status());
+                       if (r->rows_size() == 0) {
+                         schema::BigtableWrite unlist;
+                         unlist.table = OutboxTable(*ctx.layout);
+                         unlist.row = root;
+                         unlist.mutations.push_back(
+                             storage::Mutation::DeleteCells(schema::kIndexFamily, kListedColumn));
+                         if (absl::Status s = t->AddRepair(unlist); !s.ok()) return (*c)(s);
+                       }
+                       (*c)(absl::OkStatus());
+                     });
       },
       [parked](absl::StatusOr<CommitInfo> info) { (*parked)(info.status()); });
 }
@@ -211,8 +210,8 @@ void DeliverPending(Context ctx, std::string source_root, Callback<int> done) {
        done = std::move(done)](absl::StatusOr<std::shared_ptr<Transaction>> t) mutable {
         if (!t.ok()) return done(t.status());
         const std::string prefix = RowAfter(source_root, schema::kOutboxRow);
-        ctx.client->Scan(
-            (*t)->group(), (*t)->position(), prefix, PrefixSuccessor(prefix), kEntityFamily, 0,
+        (*t)->ScanGroup(
+            prefix, PrefixSuccessor(prefix), kEntityFamily, 0,
             [ctx, source_root, prefix,
              done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
               if (!r.ok()) return done(r.status());

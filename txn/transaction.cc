@@ -163,6 +163,7 @@ absl::StatusOr<std::string> Transaction::RowOf(const schema::TableDescriptor& ta
 
 void Transaction::ReadRow(const schema::TableDescriptor* table, std::string row,
                           Callback<std::optional<Entity>> done) {
+  NoteRead(row);
   auto self = shared_from_this();
   bool first = false;  // this read finds the deferred position
   if (!position_known_.load(std::memory_order_acquire)) {
@@ -264,6 +265,7 @@ void Transaction::RawGet(std::string row, Callback<std::map<std::string, std::st
     }
   }
   if (buffered) return done(std::move(*buffered));
+  NoteRead(row);
   ctx_.client->Read(
       group_, position_, row, kEntityFamily,
       [self = shared_from_this(),
@@ -463,8 +465,47 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
   ProposeEntry(std::move(entry), std::move(done));
 }
 
+void Transaction::NoteRead(const std::string& row) {
+  absl::MutexLock lock(&mu_);
+  read_rows_.insert(row);
+}
+
+void Transaction::NoteRange(std::string start, std::string end) {
+  absl::MutexLock lock(&mu_);
+  read_ranges_.emplace_back(std::move(start), std::move(end));
+}
+
+void Transaction::ScanGroup(std::string start, std::string end, std::string family, int64_t limit,
+                            Callback<replication::ScanReply> done) {
+  NoteRange(start, end);
+  ctx_.client->Scan(group_, position_, std::move(start), std::move(end), std::move(family), limit,
+                    std::move(done), deadline_);
+}
+
+bool Transaction::UnaffectedBy(const replication::LogEntry& winner) const {
+  if (winner.noop()) return true;
+  // Queue messages and two-phase records are the transaction layer's own
+  // protocol: not judged here.
+  if (!winner.payload().empty()) return false;
+  absl::MutexLock lock(&mu_);
+  if (prepare_ || two_phase_bookkeeping_) return false;
+  for (const replication::RowChange& rc : winner.changes()) {
+    if (!rc.table().empty()) continue;  // another table: not read at the group's position
+    if (read_rows_.count(rc.row()) > 0) return false;
+    for (const auto& [start, end] : read_ranges_)
+      if (rc.row() >= start && (end.empty() || rc.row() < end)) return false;
+  }
+  return true;
+}
+
 void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done) {
   entry.set_id(fmt::format("txn-{:016x}", ctx_.client->env()->Random64()));
+  replication::GroupClient::Promote promote;
+  if (options_.promote) {
+    promote = [self = shared_from_this()](const replication::LogEntry& winner) {
+      return self->UnaffectedBy(winner);
+    };
+  }
   ctx_.client->Commit(
       group_, position_, std::move(entry),
       [done = std::move(done)](absl::StatusOr<replication::CommitResult> r) mutable {
@@ -475,7 +516,7 @@ void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo>
         info.wrote = true;
         done(info);
       },
-      deadline_);
+      deadline_, std::move(promote));
 }
 
 std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {

@@ -26,7 +26,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -119,6 +121,22 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   void IndexIntersect(std::vector<std::pair<std::string, std::vector<KeyValue>>> conditions,
                       QueryOptions options, Callback<QueryResult> done);
 
+  // Rows of the group in [start, end) (end "": unbounded) as of the read
+  // position, which must be known; at most `limit` (0: one replica
+  // answer's worth). Every read of the group's rows goes through here or
+  // the row reads (Get, RawGet), which record what they cover: a commit
+  // that loses its position is promoted past the winner only if the
+  // winner wrote none of it (UnaffectedBy).
+  void ScanGroup(std::string start, std::string end, std::string family, int64_t limit,
+                 Callback<replication::ScanReply> done);
+  // Whether this transaction's reads still hold after `winner` (the entry
+  // that took the position its commit proposed for): true if the winner
+  // is a no-op, or writes no row of the group this transaction read or
+  // scanned. A winner carrying queue or two-phase payload, a two-phase
+  // prepare or bookkeeping transaction of our own, and reads taken before
+  // the position was known are never judged unaffected.
+  bool UnaffectedBy(const replication::LogEntry& winner) const;
+
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);
   absl::Status Delete(std::string_view table, std::vector<KeyValue> key);
@@ -181,6 +199,9 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // what waited for it.
   void SetPosition(absl::StatusOr<replication::LogPosition> at);
   void FinishCommit(Callback<CommitInfo> done);
+  // Records a read of the group's `row`, or of [start, end), in the read set.
+  void NoteRead(const std::string& row);
+  void NoteRange(std::string start, std::string end);
   // Gives the advisory lock back, if held (idempotent).
   void ReleaseLock();
 
@@ -201,6 +222,10 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   mutable absl::Mutex mu_;
   std::map<std::string, Write> writes_ ABSL_GUARDED_BY(mu_);  // by row, in row order
   std::map<std::string, Row> read_ ABSL_GUARDED_BY(mu_);      // rows read at the position
+  // The read set: every row and range of the group read at the position
+  // (for promotion; docs/transactions.md, "Promotion").
+  std::set<std::string> read_rows_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, std::string>> read_ranges_ ABSL_GUARDED_BY(mu_);
   // Rows outside the entity layout (queues): row -> cells to set ("" value
   // and delete flag: delete).
   std::map<std::string, std::vector<replication::CellChange>> raw_writes_ ABSL_GUARDED_BY(mu_);

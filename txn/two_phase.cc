@@ -25,6 +25,7 @@ std::optional<replication::ScanRange> Transaction::PreparedScan() {
     if (std::exchange(prepared_scan_asked_, true)) return std::nullopt;
   }
   const std::string prefix = RowAfter(group_.root(), schema::kPreparedRow);
+  NoteRange(prefix, PrefixSuccessor(prefix));
   replication::ScanRange range;
   range.set_start(prefix);
   range.set_end(PrefixSuccessor(prefix));
@@ -48,13 +49,11 @@ void Transaction::ResolvePrepared(Callback<bool> done) {
   if (kept) return ResolvePreparedRows(*kept, std::move(done));
   const std::string prefix = RowAfter(group_.root(), schema::kPreparedRow);
   auto self = shared_from_this();
-  ctx_.client->Scan(
-      group_, position_, prefix, PrefixSuccessor(prefix), kEntityFamily, 1,
-      [self, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
-        if (!r.ok()) return done(r.status());
-        self->ResolvePreparedRows(*r, std::move(done));
-      },
-      deadline_);
+  ScanGroup(prefix, PrefixSuccessor(prefix), kEntityFamily, 1,
+            [self, done = std::move(done)](absl::StatusOr<replication::ScanReply> r) mutable {
+              if (!r.ok()) return done(r.status());
+              self->ResolvePreparedRows(*r, std::move(done));
+            });
 }
 
 void Transaction::ResolvePreparedRows(const replication::ScanReply& rows, Callback<bool> done) {

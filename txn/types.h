@@ -50,6 +50,11 @@ struct TransactionOptions {
   bool advisory_lock = false;
   absl::Duration lock_wait = absl::Seconds(2);
   absl::Duration lock_lease = absl::Seconds(5);
+  // Promotion: a commit that loses its log position to a writer that
+  // wrote nothing this transaction read goes on to the next position
+  // instead of ending Aborted (docs/transactions.md, "Promotion"). Off:
+  // every lost position aborts, as in the original Megastore.
+  bool promote = true;
   // The replica to read at (an index into the client's replicas; it must
   // hold data): -1, the client's local one. The commit goes to every
   // replica wherever the reads were served.

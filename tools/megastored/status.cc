@@ -132,9 +132,10 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();
     html += StrCat("<h2>Gateway client</h2><p>commits ", st.commits, ", on the fast path ",
-                   st.fast_path, ", conflicts ", st.conflicts, ", unknown outcomes ", st.unknown,
-                   ", retries ", s.gateway->retries(), ", catch-ups ", st.catchups,
-                   ", coordinator invalidations ", st.invalidations, "</p>");
+                   st.fast_path, ", conflicts ", st.conflicts, ", promotions ", st.promotions,
+                   ", unknown outcomes ", st.unknown, ", retries ", s.gateway->retries(),
+                   ", catch-ups ", st.catchups, ", coordinator invalidations ", st.invalidations,
+                   "</p>");
     for (bool by_conflicts : {false, true}) {
       const auto hot = s.gateway->context().client->HottestGroups(10, by_conflicts);
       if (hot.empty()) continue;
@@ -400,6 +401,9 @@ std::string MetricsText(const StatusSources& s) {
         Family("megastore_client_fast_path_commits_total", "counter",
                "Commits chosen by the leader's accept, one round trip."),
         "megastore_client_fast_path_commits_total ", st.fast_path, "\n",
+        Family("megastore_client_promotions_total", "counter",
+               "Log positions a commit lost to a writer of nothing it read and went on past."),
+        "megastore_client_promotions_total ", st.promotions, "\n",
         Family("megastore_client_retries_total", "counter",
                "Transactions retried after a conflict."),
         "megastore_client_retries_total ", s.gateway->retries(), "\n",

@@ -89,9 +89,9 @@ int main(int argc, char** argv) {
   megastore::tools::TxnBenchOptions txn;
   CLI::App* x = app.add_subcommand(
       "txn",
-      "Read-modify-write transactions through the client API on three datacenters in this "
-      "process with emulated WAN latency: every (clients, groups) pair; throughput, p50/p99, "
-      "conflict, retry and fast-path rates");
+      "Transactions through the client API on three datacenters in this process with emulated "
+      "WAN latency, each on one entity of its group (--workload, --rows-per-group): every "
+      "(clients, groups) pair; throughput, p50/p99, conflict, retry and fast-path rates");
   x->add_option("--clients", txn.clients, "concurrent clients (threads), a comma-separated list")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024))
@@ -117,6 +117,16 @@ int main(int argc, char** argv) {
   x->add_option("--value-size", txn.value_size, "bytes written per transaction")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
+  x->add_option("--rows-per-group", txn.rows_per_group,
+                "entities of its group a transaction picks one from, uniformly (1: all of a "
+                "group's transactions touch one entity)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000'000}))
+      ->capture_default_str();
+  x->add_option("--workload", txn.workload,
+                "rmw: read an entity and write it back changed; blind: write it without reading; "
+                "read-mostly: nine transactions in ten only read it, the tenth is an rmw")
+      ->check(CLI::IsMember({"rmw", "blind", "read-mostly"}))
+      ->capture_default_str();
   x->add_flag("--sync,!--no-sync", txn.sync,
               "fsync each tablet server's commit log on every write");
   x->add_flag("--tcp", txn.tcp,
@@ -131,6 +141,9 @@ int main(int argc, char** argv) {
   x->add_flag("--encrypt-compare", encrypt_compare,
               "run the matrix twice in this run, with a plain and then an ENCRYPTED schema, to "
               "compare them");
+  x->add_flag("--promote,!--no-promote", txn.promote,
+              "a commit that lost its position to a writer of nothing it read goes on to the next "
+              "position (--no-promote: it aborts and Run retries it from scratch)");
   x->add_flag("--advisory-lock", txn.advisory_lock,
               "each transaction takes its group's advisory lock first (the remedy for hot groups)");
   x->add_option("--baseline", txn.baseline,

@@ -34,9 +34,10 @@
 namespace megastore::tools {
 namespace {
 
-// Each transaction reads one of ten items of its group and writes it back
-// incremented: a read-modify-write, so concurrent writers to one group
-// conflict (Megastore serializes a group's transactions through its log).
+// Each transaction works on one item of its group (--rows-per-group of
+// them): by default it reads it and writes it back incremented, a
+// read-modify-write, so concurrent writers to one group conflict (Megastore
+// serializes a group's transactions through its log).
 constexpr char kSchema[] = R"(
 CREATE SCHEMA Bench
 CREATE TABLE Counter {
@@ -49,7 +50,9 @@ CREATE TABLE Item {
   optional bytes payload;
 } PRIMARY KEY(group_id, id), ENTITY GROUP KEY(group_id) REFERENCES Counter;
 )";
-constexpr int64_t kItemsPerGroup = 10;
+
+// What one transaction does with its item.
+enum class Kind { kReadModifyWrite, kBlindWrite, kRead };
 
 struct Cell {
   int clients = 0;
@@ -58,6 +61,7 @@ struct Cell {
   double p50_ms = 0, p99_ms = 0;  // a transaction from Begin to the end of Commit, retries included
   double conflict_rate = 0;       // commit attempts that lost their position
   double retries_per_txn = 0;     // Run's retries per committed transaction
+  double promotions = 0;          // positions lost and promoted past, per committed transaction
   double fast_path = 0;           // commits chosen by the leader's ballot-0 accept
   double lock_missed = 0;         // advisory lock requests that went ahead without the lock
   double cpu_us = 0;  // this process's CPU time (cluster and clients) per committed transaction
@@ -76,32 +80,45 @@ class Bench {
       : o_(o), servers_(std::move(servers)), placement_(std::move(placement)) {
     payload_.assign(static_cast<size_t>(o.value_size), 'x');
     options_.advisory_lock = o.advisory_lock;
+    options_.promote = o.promote;
+    const schema::TableDescriptor* table =
+        servers_.front()->db->layout().schema().FindTable("Item");
+    for (const auto& f : table->fields()) {
+      if (f.name() == "group_id") group_field_ = f.number();
+      if (f.name() == "id") id_field_ = f.number();
+      if (f.name() == "value") value_field_ = f.number();
+      if (f.name() == "payload") payload_field_ = f.number();
+    }
   }
 
-  // One read-modify-write transaction on group `g`.
-  absl::StatusOr<CommitInfo> Transact(Database& db, int64_t g, int64_t item) {
+  // One transaction on item `item` of group `g`.
+  absl::StatusOr<CommitInfo> Transact(Database& db, int64_t g, int64_t item,
+                                      Kind kind = Kind::kReadModifyWrite) {
     return db.Run(
         "Counter", {g},
         [&](Transaction& t) -> absl::Status {
-          absl::StatusOr<std::optional<schema::Entity>> e = t.Get("Item", {g, item});
-          if (!e.ok()) return e.status();
-          const schema::TableDescriptor* table = db.layout().schema().FindTable("Item");
-          schema::Entity next;
           int64_t value = 0;
-          if (e->has_value()) next = **e;
-          for (const auto& f : table->fields()) {
-            if (f.name() == "value" && e->has_value())
-              value = std::get<int64_t>((**e).fields.at(f.number()).at(0));
+          if (kind != Kind::kBlindWrite) {
+            absl::StatusOr<std::optional<schema::Entity>> e = t.Get("Item", {g, item});
+            if (!e.ok()) return e.status();
+            if (kind == Kind::kRead) return absl::OkStatus();
+            if (e->has_value()) value = std::get<int64_t>((**e).fields.at(value_field_).at(0));
           }
-          for (const auto& f : table->fields()) {
-            if (f.name() == "group_id") next.fields[f.number()] = {g};
-            if (f.name() == "id") next.fields[f.number()] = {item};
-            if (f.name() == "value") next.fields[f.number()] = {value + 1};
-            if (f.name() == "payload") next.fields[f.number()] = {payload_};
-          }
+          schema::Entity next;
+          next.fields[group_field_] = {g};
+          next.fields[id_field_] = {item};
+          next.fields[value_field_] = {value + 1};
+          next.fields[payload_field_] = {payload_};
           return t.Put("Item", std::move(next));
         },
         options_);
+  }
+
+  // The next transaction's kind for the configured workload.
+  Kind NextKind(Random& rng) const {
+    if (o_.workload == "blind") return Kind::kBlindWrite;
+    if (o_.workload == "read-mostly" && rng.Uniform(10) != 0) return Kind::kRead;
+    return Kind::kReadModifyWrite;
   }
 
   // Commits once in each of the first `groups` groups, `threads` at a time,
@@ -184,9 +201,11 @@ class Bench {
         Database& db = *servers_[static_cast<size_t>(Site(c))]->db;
         while (!stop.load(std::memory_order_relaxed)) {
           const int64_t g = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(groups)));
-          const int64_t item = static_cast<int64_t>(rng.Uniform(kItemsPerGroup));
+          const int64_t item =
+              static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(o_.rows_per_group)));
+          const Kind kind = NextKind(rng);
           const int64_t t0 = env->MonotonicMicros();
-          absl::StatusOr<CommitInfo> r = Transact(db, g, item);
+          absl::StatusOr<CommitInfo> r = Transact(db, g, item, kind);
           const int64_t t1 = env->MonotonicMicros();
           if (r.ok()) {
             latencies[static_cast<size_t>(c)].push_back(static_cast<double>(t1 - t0) / 1000.0);
@@ -215,12 +234,14 @@ class Bench {
     cell.p50_ms = Percentile(all, 0.50);
     cell.p99_ms = Percentile(all, 0.99);
     uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
+    uint64_t promotions = 0;
     uint64_t invalidations = 0, catchups = 0, first_reads = 0, first_again = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
       const auto now = servers_[i]->db->context().client->stats();
       commits += now.commits - before[i].commits;
       fast += now.fast_path - before[i].fast_path;
       conflicts += now.conflicts - before[i].conflicts;
+      promotions += now.promotions - before[i].promotions;
       locked += now.locks_granted - before[i].locks_granted;
       invalidations += now.invalidations - before[i].invalidations;
       catchups += now.catchups - before[i].catchups;
@@ -244,6 +265,8 @@ class Bench {
     if (locked + unlocked > 0)
       cell.lock_missed = static_cast<double>(unlocked) / static_cast<double>(locked + unlocked);
     if (cell.committed > 0)
+      cell.promotions = static_cast<double>(promotions) / static_cast<double>(cell.committed);
+    if (cell.committed > 0)
       cell.retries_per_txn = static_cast<double>(retries) / static_cast<double>(cell.committed);
     return cell;
   }
@@ -254,6 +277,7 @@ class Bench {
   std::vector<int> placement_;  // client i runs at servers_[placement_[i % size]]
   std::string payload_;
   TransactionOptions options_;
+  int group_field_ = 0, id_field_ = 0, value_field_ = 0, payload_field_ = 0;  // Item's fields
 };
 
 // The median of one figure over runs.
@@ -378,16 +402,18 @@ int RunTxnBench(const TxnBenchOptions& o) {
     }
     if (rc == 0 && !o.json) {
       std::printf(
-          "replicas %s, clients at %s, WAN one-way %s, %s writes, %s, %s, %s, %.1f s per cell, "
-          "median of %d run(s)\n",
-          o.replicas.c_str(), o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
+          "workload %s on one of %lld entities per group, replicas %s, clients at %s, WAN "
+          "one-way %s, %s writes, %s, %s, %s, %s, %.1f s per cell, median of %d run(s)\n",
+          o.workload.c_str(), static_cast<long long>(o.rows_per_group), o.replicas.c_str(),
+          o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
           o.tcp ? "every call over TCP" : "in-process calls between datacenters",
           o.advisory_lock ? "advisory locks" : "no advisory locks",
+          o.promote ? "promotion" : "no promotion",
           o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
-      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %9s %7s %7s", "clients", "groups", "txn/s",
-                  "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "fast-path", "errors",
-                  "cpu us");
+      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %8s %9s %7s %7s", "clients", "groups", "txn/s",
+                  "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "promo/tx", "fast-path",
+                  "errors", "cpu us");
       if (o.baseline == "etcd") std::printf(" %9s %8s", "etcd put/s", "vs etcd");
       std::printf("\n");
     }
@@ -400,7 +426,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
               bench.Measure(clients, groups, o.seed + static_cast<uint64_t>(run)));
       if (etcd)
         for (int clients : o.clients)
-          etcd_results[clients].push_back(etcd->Measure(clients, max_groups * kItemsPerGroup,
+          etcd_results[clients].push_back(etcd->Measure(clients, max_groups * o.rows_per_group,
                                                         o.value_size, o.seconds,
                                                         o.seed + static_cast<uint64_t>(run)));
     }
@@ -421,6 +447,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double p99 = MedianOf(runs, [](const Cell& c) { return c.p99_ms; });
         const double conflict = MedianOf(runs, [](const Cell& c) { return c.conflict_rate; });
         const double retry = MedianOf(runs, [](const Cell& c) { return c.retries_per_txn; });
+        const double promoted = MedianOf(runs, [](const Cell& c) { return c.promotions; });
         const double fast = MedianOf(runs, [](const Cell& c) { return c.fast_path; });
         const double missed = MedianOf(runs, [](const Cell& c) { return c.lock_missed; });
         const double cpu_us = MedianOf(runs, [](const Cell& c) { return c.cpu_us; });
@@ -439,29 +466,33 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double vs_etcd = etcd_puts > 0 ? tput / etcd_puts : 0;
         if (o.json) {
           std::printf(
-              "{\"bench\":\"txn\",\"clients\":%d,\"groups\":%lld,\"replicas\":\"%s\",\"at\":\"%s\","
+              "{\"bench\":\"txn\",\"clients\":%d,\"groups\":%lld,\"workload\":\"%s\","
+              "\"rows_per_group\":%lld,\"replicas\":\"%s\",\"at\":\"%s\","
               "\"wan\":\"%s\",\"sync\":%s,\"tcp\":%s,\"seconds\":%.2f,\"runs\":%d,\"txn_per_s\":%."
               "1f,"
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
-              "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"fast_path_rate\":%.4f,"
+              "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"promotions_per_txn\":%.4f,"
+              "\"promote\":%s,\"fast_path_rate\":%.4f,"
               "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu,"
               "\"cpu_us_per_txn\":%.0f,\"invalidations_per_commit\":%.4f,"
               "\"catchups_per_txn\":%.4f,\"first_read_again_rate\":%.4f%s}"
               "\n",
-              clients, static_cast<long long>(groups), o.replicas.c_str(), o.at.c_str(),
+              clients, static_cast<long long>(groups), o.workload.c_str(),
+              static_cast<long long>(o.rows_per_group), o.replicas.c_str(), o.at.c_str(),
               o.wan.c_str(), o.sync ? "true" : "false", o.tcp ? "true" : "false", o.seconds, o.runs,
-              tput, p50, p99, floor_ms, ratio, conflict, retry, fast,
-              o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
-              static_cast<unsigned long long>(errors), cpu_us, invalidations, catchups, again,
+              tput, p50, p99, floor_ms, ratio, conflict, retry, promoted,
+              o.promote ? "true" : "false", fast, o.advisory_lock ? "true" : "false", missed,
+              o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors), cpu_us,
+              invalidations, catchups, again,
               etcd ? fmt::format(",\"etcd_puts_per_s\":{:.1f},\"ratio_vs_etcd\":{:.3f}", etcd_puts,
                                  vs_etcd)
                          .c_str()
                    : "");
         } else {
-          std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.1f%% %7llu %7.0f",
+          std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.3f %8.1f%% %7llu %7.0f",
                       clients, static_cast<long long>(groups), tput, p50, p99, ratio,
-                      100 * conflict, retry, 100 * fast, static_cast<unsigned long long>(errors),
-                      cpu_us);
+                      100 * conflict, retry, promoted, 100 * fast,
+                      static_cast<unsigned long long>(errors), cpu_us);
           if (etcd) std::printf(" %9.1f %7.2fx", etcd_puts, vs_etcd);
           std::printf("\n");
         }
