@@ -365,8 +365,11 @@ absl::StatusOr<Database::IndexReport> Database::RepairIndexes(
       any = true;
       // Commit right after the examined read: if the group changed since,
       // the fixes may be stale — the commit then loses its position
-      // (Aborted) and the next round examines the group again.
-      auto t = std::make_shared<txn::Transaction>(ctx, TransactionOptions{}, g.group, g.at);
+      // (Aborted) and the next round examines the group again. Never
+      // promoted: the examination's reads are not this transaction's.
+      TransactionOptions options;
+      options.promote = false;
+      auto t = std::make_shared<txn::Transaction>(ctx, options, g.group, g.at);
       for (const schema::BigtableWrite& w : g.fixes) MS_RETURN_IF_ERROR(t->AddRepair(w));
       absl::StatusOr<CommitInfo> info =
           Await<CommitInfo>(env_, [&](auto cb) { t->Commit(std::move(cb)); });

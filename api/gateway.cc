@@ -418,8 +418,13 @@ class RequestHandler {
       at.timestamp = token.timestamp();
       at.next_leader = token.next_leader();
       at.replica = token.replica();
+      // Conditional on nothing committed in the group since the token's
+      // read, whatever it wrote: the reads behind the token are not this
+      // transaction's, so a lost position is never promoted past.
+      TransactionOptions conditional = options_;
+      conditional.promote = false;
       auto t = std::make_shared<txn::Transaction>(
-          ctx_, options_, group, at,
+          ctx_, conditional, group, at,
           ctx_.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options_.deadline));
       MS_RETURN_IF_ERROR(Apply(req, *t));
       info = Await<txn::CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });

@@ -304,6 +304,19 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   EXPECT_NE(lost.json.find("ABORTED"), std::string::npos) << lost.json;
   Gateway::Reply now = Post("/v1/get", R"({"table": "User", "key": ["8"]})");
   EXPECT_NE(now.json.find("\"v2\""), std::string::npos) << now.json;
+  // Conditional on the whole group, not only on the rows it writes: a
+  // token-conditioned write of another entity, after a commit in the group,
+  // is refused too (never promoted past it).
+  const std::string before_other = token_of(now.json);
+  ASSERT_EQ(commit(token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json), "v5")
+                .status,
+            200);
+  Gateway::Reply skewed = Post(
+      "/v1/commit",
+      StrCat(R"({"root_table": "User", "root_key": ["8"], "read_token": ")", before_other,
+             R"(", "mutations": [{"table": "Photo", "put": {"user_id": 8, "photo_id": 1,
+             "time": "1", "full_url": "u"}}]})"));
+  EXPECT_EQ(skewed.status, 409) << "the group changed since that read: " << skewed.json;
 
   Gateway::Reply other_group = Post(
       "/v1/commit",
@@ -321,7 +334,7 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   Gateway::Reply refused = commit(loose, "v4");
   EXPECT_EQ(refused.status, 412) << refused.json;
   EXPECT_NE(refused.json.find("inconsistent read"), std::string::npos) << refused.json;
-  EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json.find("\"v2\""),
+  EXPECT_NE(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json.find("\"v5\""),
             std::string::npos);
 }
 

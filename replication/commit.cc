@@ -70,6 +70,7 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
           LogEntry winner;
           if (winner.ParseFromString(chosen->value) && promote(winner)) {
             stats_.promotions.fetch_add(1, std::memory_order_relaxed);
+            group_counts_.Add(group.root(), 1);  // a lost position, as a conflict is
             LogPosition next = at;
             next.position = position;
             next.timestamp = std::max(at.timestamp, winner.timestamp());

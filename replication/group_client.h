@@ -183,8 +183,8 @@ class GroupClient {
   // a ReadFirst that found the position with its read, of both together).
   const LatencyHistogram& commit_latency() const { return commit_latency_; }
   const LatencyHistogram& read_latency() const { return read_latency_; }
-  // The entity groups with the most commits (or conflicts) by this client,
-  // most first: (root row, count).
+  // The entity groups with the most commits (or lost positions: conflicts
+  // and promotions) by this client, most first: (root row, count).
   std::vector<std::pair<std::string, uint64_t>> HottestGroups(size_t n, bool by_conflicts) const;
 
   // The replicas that vote, in acceptor-id order (paxos::AcceptorId i is

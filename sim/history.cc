@@ -139,7 +139,23 @@ absl::Status CheckHistory(const std::vector<Event>& history,
     if (oit == open.end()) return absl::InternalError(StrCat(Describe(e), ": completes nothing"));
     const Event& inv = *oit->second;
     open.erase(oit);
-    if (e.type == Event::Type::kInfo) continue;
+    if (e.type == Event::Type::kInfo) {
+      // Outcome unknown: if it is in the log anyway, a compare-and-set's
+      // expectation must have held just before its position (a promotion
+      // past a writer of its row would break it).
+      auto it = inv.value ? v.position_of.find(*inv.value) : v.position_of.end();
+      if (inv.f == Event::Op::kCas && it != v.position_of.end()) {
+        const auto& before = v.after[it->second - 1];
+        auto cur = before.find(inv.key);
+        const std::optional<std::string> actual =
+            cur == before.end() ? std::nullopt : std::optional<std::string>(cur->second);
+        if (actual != inv.expected)
+          return absl::InternalError(StrCat(Describe(e), ": outcome unknown, in the log at ",
+                                            it->second, " but expected ", OrNull(inv.expected),
+                                            " and the log had ", OrNull(actual), " before it"));
+      }
+      continue;
+    }
     auto it = e.value ? v.position_of.find(*e.value) : v.position_of.end();
     const bool in_log = it != v.position_of.end();
     if (e.f != Event::Op::kRead) {

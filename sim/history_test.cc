@@ -120,6 +120,24 @@ TEST(CheckHistoryTest, ACasWhoseExpectationDidNotHoldIsCaught) {
   EXPECT_NE(CheckHistory(h.events, Log()).message().find("expected"), std::string::npos);
 }
 
+// An unknown outcome that made it into the log is held to its expectation
+// too (a promotion past a writer of its row would break it).
+TEST(CheckHistoryTest, ACasOfUnknownOutcomeInTheLogIsCheckedAtItsPosition) {
+  for (const char* expected : {"a", "zzz"}) {
+    H h;
+    Event& inv = h.Add(0, Event::Type::kInvoke, Event::Op::kCas, "g/k");
+    inv.value = "b";
+    inv.expected = expected;
+    h.Add(0, Event::Type::kInfo, Event::Op::kCas, "g/k");
+    const absl::Status s = CheckHistory(h.events, Log());
+    if (std::string(expected) == "a") {
+      EXPECT_TRUE(s.ok()) << s;
+    } else {
+      EXPECT_NE(s.message().find("outcome unknown"), std::string::npos) << s;
+    }
+  }
+}
+
 TEST(CheckHistoryTest, AWriteTwiceInTheLogOrAHoleIsCaught) {
   auto log = Log();
   log["g"][4].id = "a";

@@ -478,7 +478,7 @@ void Transaction::NoteRange(std::string start, std::string end) {
 void Transaction::ScanGroup(std::string start, std::string end, std::string family, int64_t limit,
                             Callback<replication::ScanReply> done) {
   NoteRange(start, end);
-  ctx_.client->Scan(group_, position_, std::move(start), std::move(end), std::move(family), limit,
+  ctx_.client->Scan(group_, position(), std::move(start), std::move(end), std::move(family), limit,
                     std::move(done), deadline_);
 }
 

@@ -132,9 +132,8 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // Whether this transaction's reads still hold after `winner` (the entry
   // that took the position its commit proposed for): true if the winner
   // is a no-op, or writes no row of the group this transaction read or
-  // scanned. A winner carrying queue or two-phase payload, a two-phase
-  // prepare or bookkeeping transaction of our own, and reads taken before
-  // the position was known are never judged unaffected.
+  // scanned. A winner carrying an opaque payload, and a two-phase prepare
+  // or bookkeeping transaction of our own, are never judged unaffected.
   bool UnaffectedBy(const replication::LogEntry& winner) const;
 
   // Buffer a write; checked against the schema now.
@@ -163,6 +162,9 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   // `deadline`: env MonotonicMicros by which every step must end (0: none).
   // `position` nullopt: found with the first read (Begin's `deferred`).
+  // A transaction made at a position read elsewhere (a read token, an
+  // examination) knows nothing of those reads: give it options.promote =
+  // false, or a lost position would be promoted past writes they saw.
   Transaction(Context ctx, TransactionOptions options, replication::GroupRef group,
               std::optional<replication::LogPosition> position, int64_t deadline = 0,
               std::string lock_owner = "");
