@@ -308,13 +308,13 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
   // token-conditioned write of another entity, after a commit in the group,
   // is refused too (never promoted past it).
   const std::string before_other = token_of(now.json);
-  ASSERT_EQ(commit(token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json), "v5")
-                .status,
-            200);
-  Gateway::Reply skewed = Post(
-      "/v1/commit",
-      StrCat(R"({"root_table": "User", "root_key": ["8"], "read_token": ")", before_other,
-             R"(", "mutations": [{"table": "Photo", "put": {"user_id": 8, "photo_id": 1,
+  ASSERT_EQ(
+      commit(token_of(Post("/v1/get", R"({"table": "User", "key": ["8"]})").json), "v5").status,
+      200);
+  Gateway::Reply skewed =
+      Post("/v1/commit",
+           StrCat(R"({"root_table": "User", "root_key": ["8"], "read_token": ")", before_other,
+                  R"(", "mutations": [{"table": "Photo", "put": {"user_id": 8, "photo_id": 1,
              "time": "1", "full_url": "u"}}]})"));
   EXPECT_EQ(skewed.status, 409) << "the group changed since that read: " << skewed.json;
 
