@@ -66,7 +66,7 @@ gnuplot <<GNUPLOT
 set terminal svg size 1000,450 dynamic font "sans,11"
 set output "$out"
 set multiplot layout 1,2
-set key top left font ",9"
+set key bottom right font ",9"
 set grid
 set logscale x 2
 set xlabel "clients"
@@ -77,6 +77,7 @@ $(plot 2)
 set ylabel "p99 latency (ms)"
 set autoscale y
 set logscale y 10
+set key top left
 set title "p99 latency"
 $(plot 3)
 unset multiplot
