@@ -107,7 +107,10 @@ class Bench {
           schema::Entity next;
           next.fields[group_field_] = {g};
           next.fields[id_field_] = {item};
-          next.fields[value_field_] = {value + 1};
+          // A blind write writes a value of its own: the same value again
+          // would change nothing, and an unchanged entity commits nothing.
+          next.fields[value_field_] = {kind == Kind::kBlindWrite ? blind_seq_.fetch_add(1) + 1
+                                                                 : value + 1};
           next.fields[payload_field_] = {payload_};
           return t.Put("Item", std::move(next));
         },
@@ -278,6 +281,7 @@ class Bench {
   std::string payload_;
   TransactionOptions options_;
   int group_field_ = 0, id_field_ = 0, value_field_ = 0, payload_field_ = 0;  // Item's fields
+  std::atomic<int64_t> blind_seq_{0};  // the values blind writes write
 };
 
 // The median of one figure over runs.
