@@ -166,8 +166,6 @@ struct MergeJoin : std::enable_shared_from_this<MergeJoin> {
   std::shared_ptr<Transaction> txn;
   Context ctx;
   replication::GroupRef group;
-  replication::LogPosition at;
-  int64_t deadline = 0;
   const schema::IndexDescriptor* index0 = nullptr;  // to decode keys
   const schema::TableDescriptor* table = nullptr;
   std::vector<Cursor> cursors;
@@ -295,8 +293,6 @@ void Transaction::IndexIntersect(
   join->txn = shared_from_this();
   join->ctx = ctx_;
   join->group = group_;
-  join->at = position_;
-  join->deadline = deadline_;
   join->limit = options.limit;
   if (!options.cursor.empty()) join->target = options.cursor + std::string(1, '\0');
   join->done = std::move(done);

@@ -484,8 +484,8 @@ void Transaction::ScanGroup(std::string start, std::string end, std::string fami
 
 bool Transaction::UnaffectedBy(const replication::LogEntry& winner) const {
   if (winner.noop()) return true;
-  // Queue messages and two-phase records are the transaction layer's own
-  // protocol: not judged here.
+  // An opaque payload (this layer writes none: its queue messages and
+  // two-phase records are rows, judged below) cannot be judged here.
   if (!winner.payload().empty()) return false;
   absl::MutexLock lock(&mu_);
   if (prepare_ || two_phase_bookkeeping_) return false;
