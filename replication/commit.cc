@@ -55,7 +55,7 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
   DecidePosition(
       this, group, position, value, leader, deadline,
       [this, group, at, position, value, timestamp, deadline, group_rows_only, started, promotions,
-       entry = std::move(entry), promote = std::move(promote),
+       promote = std::move(promote),
        done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
         if (!chosen.ok()) {
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
@@ -67,8 +67,11 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
           // Promotion: the winner wrote nothing this transaction read, so
           // its reads still hold after the winner's position, and the same
           // entry goes to the next one (the winner's nominee leading it).
-          LogEntry winner;
-          if (winner.ParseFromString(chosen->value) && promote(winner)) {
+          // (Our entry is parsed back from the value sent rather than kept
+          // twice in memory while the position is decided.)
+          LogEntry winner, entry;
+          if (winner.ParseFromString(chosen->value) && promote(winner) &&
+              entry.ParseFromString(value)) {
             stats_.promotions.fetch_add(1, std::memory_order_relaxed);
             group_counts_.Add(group.root(), 1);  // a lost position, as a conflict is
             LogPosition next = at;
