@@ -112,10 +112,26 @@ absl::Status Database::PauseBeforeRetry(Retry& retry, absl::Duration total, absl
   return failure;
 }
 
+absl::Status Database::AwaitTurn(Retry& retry, absl::Duration total, const txn::Transaction& t,
+                                 int64_t since, absl::Status failure) {
+  if (!retry.attempts_left()) return failure;
+  if (retry.Expired()) return txn::DeadlinePassed(total, retry.attempts());
+  absl::StatusOr<bool> turn = Await<bool>(env_, [&](auto cb) {
+    client_->AwaitTurn(t.group(), since, std::move(cb), retry.deadline());
+  });
+  if (!turn.ok())
+    return retry.deadline() != 0 ? txn::DeadlinePassed(total, retry.attempts()) : failure;
+  retries_.fetch_add(1);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
                                          std::vector<schema::KeyValue> root_key, const Body& fn,
                                          TransactionOptions options) {
   const absl::Duration total = options.deadline;
+  // Orders this app server's commits to the group, oldest first.
+  if (options.first_attempt == 0)
+    options.first_attempt = std::max<int64_t>(1, env_->MonotonicMicros());
   Retry retry = txn::TransactionRetry(env_, options);
   while (true) {
     if (absl::Status s = txn::StartAttempt(retry, total, &options); !s.ok()) return s;
@@ -153,6 +169,12 @@ absl::StatusOr<CommitInfo> Database::Run(std::string_view root_table,
     // outcome at all).
     if (!absl::IsAborted(info.status()) && !txn::PositionFailure((*t)->txn_->position_failure()))
       return info.status();
+    if (replication::GroupClient::HasTurn(info.status())) {
+      std::shared_ptr<txn::Transaction> failed = (*t)->txn_;
+      t->reset();  // its advisory lock goes back before the wait
+      MS_RETURN_IF_ERROR(AwaitTurn(retry, total, *failed, options.first_attempt, info.status()));
+      continue;
+    }
     t->reset();
     MS_RETURN_IF_ERROR(PauseBeforeRetry(retry, total, info.status()));
   }

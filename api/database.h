@@ -217,6 +217,11 @@ class Database {
   // before the next attempt and returns OK, or returns what to report: the
   // deadline passing, or `failure` if the attempts are used up.
   absl::Status PauseBeforeRetry(Retry& retry, absl::Duration total, absl::Status failure);
+  // Run's wait before retrying a commit that lost to one of this app
+  // server's own and was kept a turn (GroupClient::AwaitTurn), for the
+  // transaction `t` that failed with `failure`.
+  absl::Status AwaitTurn(Retry& retry, absl::Duration total, const txn::Transaction& t,
+                         int64_t since, absl::Status failure);
   // Begin; `deferred`: the position is read with the first read (Run).
   absl::StatusOr<std::unique_ptr<Transaction>> BeginTransaction(
       std::string_view root_table, std::vector<schema::KeyValue> root_key,

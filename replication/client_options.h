@@ -55,6 +55,16 @@ struct GroupClientOptions {
   // (a forged or corrupted position), and a replica refuses to accept such
   // an entry. Must exceed the clock skew between datacenters.
   absl::Duration max_clock_skew = kDefaultMaxClockSkew;
+  // Commits of one group from this client that arrive while one of its
+  // proposals for the group is in flight wait for it, and then go
+  // together in one log entry when none read what another writes
+  // (docs/replication.md, "Combined entries"). false: every commit
+  // proposes on its own, racing this client's others for the position.
+  bool combine = true;
+  // At most this many commits, and this many bytes of changes, share one
+  // entry (a larger commit goes alone).
+  int max_combined = 128;
+  int64_t max_combined_bytes = 1 << 20;
 };
 
 enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };

@@ -36,6 +36,12 @@ GroupClient::~GroupClient() {
     absl::MutexLock lock(&applies_mu_);
     waiting.swap(local_applies_);
   }
+  // So are commits waiting behind a proposal (never answered).
+  absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes;
+  {
+    absl::MutexLock lock(&lanes_mu_);
+    lanes.swap(lanes_);
+  }
 }
 
 GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions options)
@@ -51,6 +57,9 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
 GroupClient::Stats GroupClient::stats() const {
   Stats s;
   s.commits = stats_.commits.load();
+  s.entries = stats_.entries.load();
+  s.combined = stats_.combined.load();
+  s.turns = stats_.turns.load();
   s.fast_path = stats_.fast_path.load();
   s.conflicts = stats_.conflicts.load();
   s.promotions = stats_.promotions.load();

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -33,6 +34,10 @@
 #include "replication/replication.pb.h"
 
 namespace megastore::replication {
+
+namespace internal {
+struct Chosen;  // write_steps.h
+}  // namespace internal
 
 struct CommitResult {
   uint64_t position = 0;
@@ -111,15 +116,44 @@ class GroupClient {
                  Callback<ScanReply> done, int64_t deadline = 0);
   // Whether a commit that lost its position to `winner` may be proposed
   // again at the next position unchanged: true only if the winner wrote
-  // nothing the transaction read (docs/transactions.md, "Promotion").
+  // nothing the transaction read (docs/transactions.md, "Promotion"). The
+  // same test decides whether a commit may follow `winner` in one combined
+  // entry (`winner` is then the commit before it). Judged by the rows and
+  // columns `winner` changes: their values may have been cleared.
   using Promote = std::function<bool(const LogEntry& winner)>;
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`. With
   // `promote`, an entry that loses its position to one `promote` accepts
   // is proposed again at the next position (at most kMaxPromotions times
   // in a row, within the deadline) instead of ending Aborted.
+  //
+  // With options().combine, a commit that arrives while this client's
+  // proposal for the group is in flight waits for its outcome, and then
+  // goes in the next proposal together with the others waiting whose
+  // `promote` accepts those before them (and whose rows are disjoint from
+  // theirs): one log entry, one position and timestamp for all. A commit
+  // that read before positions this client saw decided passes them as a
+  // promotion would, without a round trip; one that cannot pass one ends
+  // Aborted at once. The proposal's deadline is its members' earliest.
+  // Waiting commits go oldest `since` first (a time of
+  // env()->MonotonicMicros(): when the transaction's first attempt began;
+  // 0: now), so a retry goes ahead of commits begun after it.
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done,
-              int64_t deadline = 0, Promote promote = nullptr);
+              int64_t deadline = 0, Promote promote = nullptr, int64_t since = 0);
+  // Whether an Aborted commit may wait for its turn (AwaitTurn) rather
+  // than back off: it lost to a position this client's lane judged, and a
+  // turn was kept for its retry.
+  static bool HasTurn(const absl::Status& status);
+  // Turns: a retry of a commit that ended Aborted with a turn waits here
+  // until every retry of the group's commits from this client begun before
+  // it (`since`, as for Commit) has had its turn, and the previous turn's
+  // commit was decided; `done(true)` then, and until that retry's commit
+  // reaches the lane (at most kTurnHold) commits begun after it wait. So
+  // this app server's writers of one entity take turns, oldest first,
+  // instead of racing each other (docs/replication.md, "Combined
+  // entries"). DeadlineExceeded at `deadline`.
+  void AwaitTurn(GroupRef group, int64_t since, Callback<bool> done, int64_t deadline = 0);
+  static constexpr absl::Duration kTurnHold = absl::Milliseconds(100);
   // Positions a commit may be promoted past, in a row.
   static constexpr int kMaxPromotions = 256;
   // Whether some replica other than the local one knows the group's log
@@ -158,6 +192,9 @@ class GroupClient {
   // What this client's Commits came to, since it was made.
   struct Stats {
     uint64_t commits = 0;            // our entry was chosen
+    uint64_t entries = 0;            // ... the log entries those commits were in
+    uint64_t combined = 0;           // ... commits that shared their entry with others
+    uint64_t turns = 0;              // retries given their turn (AwaitTurn)
     uint64_t fast_path = 0;          // ... by the leader's ballot-0 accept, one round trip
     uint64_t conflicts = 0;          // another writer's entry took the position (Aborted)
     uint64_t promotions = 0;         // ... and ours went on to the next position instead
@@ -202,6 +239,7 @@ class GroupClient {
   const ReplicaInfo* LockHome(const GroupRef& group) const;
   struct Counters {
     std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, promotions{0}, unknown{0};
+    std::atomic<uint64_t> entries{0}, combined{0}, turns{0};
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
     std::atomic<uint64_t> catchups{0}, invalidations{0}, snapshot_catchups{0};
     std::atomic<uint64_t> first_reads{0}, first_reads_again{0};
@@ -257,6 +295,101 @@ class GroupClient {
   void ProposeAfter(GroupRef group, const LogPosition& at, LogEntry entry, bool group_rows_only,
                     int64_t deadline, int promotions, Promote promote, int64_t started,
                     Callback<CommitResult> done);
+  // How a decided position's commits are answered (`answers`: each one's
+  // start, for commit_latency_, and callback): with the result if `ours`,
+  // once visible (and applied here unless `group_rows_only`), else Aborted
+  // once the winner is applied here.
+  struct Answer {
+    int64_t started;
+    Callback<CommitResult> done;
+  };
+  // (`turn`: a conflict carries a turn, HasTurn; `answered` runs once all
+  // are answered.)
+  void FinishPosition(GroupRef group, uint64_t position, internal::Chosen chosen, bool ours,
+                      int64_t timestamp, bool group_rows_only, int64_t deadline,
+                      std::vector<Answer> answers, bool turn = false,
+                      absl::AnyInvocable<void()> answered = nullptr);
+  // Aborted "conflict: another writer committed log position p", with a
+  // turn for its retry.
+  static absl::Status TurnConflict(uint64_t position);
+
+  // ---- combined entries (replication/combine.cc) ----
+  // A commit waiting for this client's proposal of its group, or in it.
+  struct Member {
+    LogPosition at;  // what its reads saw; promotions move it on
+    LogEntry entry;  // its id and changes (lent to the proposal in flight)
+    Promote promote;
+    bool group_rows_only = true;
+    int64_t deadline = 0;
+    int64_t started = 0;
+    int64_t since = 0;  // when its transaction's first attempt began
+    int promotions = 0;
+    size_t bytes = 0;               // its changes' encoded size
+    std::vector<std::string> rows;  // the rows it writes: table '\0' row
+    Callback<CommitResult> done;
+  };
+  using MemberPtr = std::unique_ptr<Member>;
+  // One group's commits from this client: one proposal in flight at most.
+  struct Lane {
+    GroupRef group;
+    bool busy = false;               // a proposal is in flight
+    int64_t busy_until = 0;          // its deadline
+    std::vector<MemberPtr> waiting;  // oldest first
+    // The position after the last one this lane saw decided (0: none),
+    // and the entries of the last few decided, which waiting commits that
+    // read before them are judged against.
+    uint64_t next = 0;
+    std::map<uint64_t, LogEntry> decided;
+    size_t decided_bytes = 0;
+    // Retries waiting for their turn, any order (the oldest `since` goes
+    // next). A placeholder (no `done`) keeps the place of a commit just
+    // refused until its retry asks, or `expires`.
+    struct Turn {
+      int64_t since = 0;
+      int64_t created = 0;  // commits begun after it wait until kTurnHold after this
+      int64_t expires = 0;
+      int64_t deadline = 0;
+      Callback<bool> done;
+    };
+    std::vector<Turn> turns;
+    // The retry whose turn it is (-1: none): until its commit arrives (or
+    // granted_until) commits begun after it wait; the next turn is given
+    // once its commit is decided.
+    int64_t granted = -1;
+    int64_t granted_until = 0;
+    bool granted_arrived = false;
+    // Decided positions whose commits are still being answered: the next
+    // turn waits for them, so its retry reads what they wrote.
+    int answering = 0;
+    int64_t timer_at = 0;  // when the lane's timer fires (0: none set)
+    bool idle() const {
+      return !busy && waiting.empty() && turns.empty() && granted < 0 && answering == 0;
+    }
+  };
+  absl::Mutex lanes_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(lanes_mu_);
+  struct Plan;
+  void Enqueue(GroupRef group, MemberPtr member);
+  Plan PlanNext(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
+  void RunPlan(Plan plan);
+  void ProposeMembers(GroupRef group, uint64_t position, LogPosition base,
+                      std::vector<MemberPtr> members);
+  void MembersDecided(GroupRef group, uint64_t position, std::string value,
+                      std::vector<MemberPtr> members, absl::StatusOr<internal::Chosen> chosen);
+  void WaitingExpired(std::string key, Member* member);
+  // Keeps a refused commit's place for its retry.
+  void KeepTurn(Lane& lane, int64_t since) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
+  // Gives the next turn if it is due; the callbacks to run (outside the
+  // lock), and when to look again (0: no timer needed).
+  struct Turns {
+    std::vector<std::pair<Callback<bool>, absl::Status>> run;
+    int64_t again = 0;
+  };
+  Turns NextTurn(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
+  // A lane's timer: expired turns and holds, then a plan if idle.
+  void LaneTimer(const std::string& key);
+  void RunTurns(const std::string& key, Turns turns);
+
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
 };

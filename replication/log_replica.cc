@@ -84,9 +84,21 @@ absl::Status CheckGroup(const GroupRef& group) {
 // A group's log entry writes only its own schema's tables: the group's table
 // and the tables named after it ("PhotoApp.PhotosByTag", "PhotoApp.outboxes").
 // Otherwise a writer allowed one schema could write another's rows
-// through its own group's log.
-absl::Status CheckEntryTables(const GroupRef& group, const LogEntry& entry, std::string_view method,
-                              uint64_t position) {
+// through its own group's log. A combined entry's members name themselves
+// and account for its changes exactly.
+absl::Status CheckEntry(const GroupRef& group, const LogEntry& entry, std::string_view method,
+                        uint64_t position) {
+  uint64_t member_changes = 0;
+  for (const LogEntry::Member& m : entry.members()) {
+    if (m.id().empty())
+      return absl::InvalidArgumentError(
+          StrCat(method, ": the entry for position ", position, " has a member with no id"));
+    member_changes += m.changes();
+  }
+  if (entry.members_size() > 0 && member_changes != static_cast<uint64_t>(entry.changes_size()))
+    return absl::InvalidArgumentError(
+        StrCat(method, ": the entry for position ", position, " has ", entry.changes_size(),
+               " changes but its members account for ", member_changes));
   for (const RowChange& change : entry.changes()) {
     for (const CellChange& c : change.cells()) {
       if (c.family() == kLogFamily)
@@ -227,8 +239,7 @@ void LogReplica::Paxos(PaxosRequest request, uint64_t known_elsewhere, Callback<
     if (!entry->ParseFromString(request.value()))
       return done(absl::InvalidArgumentError(StrCat("repl.Paxos: the value proposed for position ",
                                                     request.position(), " is not a log entry")));
-    if (absl::Status s =
-            CheckEntryTables(request.group(), *entry, "repl.Paxos", request.position());
+    if (absl::Status s = CheckEntry(request.group(), *entry, "repl.Paxos", request.position());
         !s.ok())
       return done(s);
     if (absl::Status s = CheckTimestamp(request.group(), request.position(), entry->timestamp());

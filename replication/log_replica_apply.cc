@@ -134,7 +134,7 @@ void LogReplica::Apply(ApplyRequest request, uint64_t known_elsewhere, Callback<
   if (!entry.ParseFromString(request.value()))
     return done(absl::InvalidArgumentError(
         StrCat("repl.Apply: the value of position ", request.position(), " is not a log entry")));
-  if (absl::Status s = CheckEntryTables(request.group(), entry, "repl.Apply", request.position());
+  if (absl::Status s = CheckEntry(request.group(), entry, "repl.Apply", request.position());
       !s.ok())
     return done(s);
   const GroupRef group = request.group();

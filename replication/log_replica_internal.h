@@ -11,6 +11,7 @@
 
 #include "base/coding.h"
 #include "base/logging.h"
+#include "base/status.h"
 #include "base/strings.h"
 #include "paxos/paxos.h"
 #include "replication/log_replica.h"
@@ -279,8 +280,9 @@ absl::Status BeyondTop(const GroupRef& group, uint64_t position, uint64_t top);
 absl::Status CleanedUp(const GroupRef& group, uint64_t position, uint64_t cleaned);
 
 // InvalidArgument if `entry` writes the log's own family, or a table that
-// is not its group's schema's (`method` and `position` name the request).
-absl::Status CheckEntryTables(const GroupRef& group, const LogEntry& entry, std::string_view method,
-                              uint64_t position);
+// is not its group's schema's, or its members (a combined entry's) do not
+// account for its changes (`method` and `position` name the request).
+absl::Status CheckEntry(const GroupRef& group, const LogEntry& entry, std::string_view method,
+                        uint64_t position);
 
 }  // namespace megastore::replication

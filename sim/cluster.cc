@@ -60,15 +60,23 @@ class Clients {
     for (size_t i = 0; i < c_->size(); ++i)
       if (c_->type(static_cast<int>(i)) != ReplicaType::kWitness)
         data_dcs.push_back(static_cast<int>(i));
+    const int sessions = std::max(1, c_->options().sessions);
     for (int i = 0; i < c_->options().clients; ++i) {
       auto cl = std::make_unique<Client>();
       cl->id = i;
-      cl->process = i;
       cl->dc = data_dcs[i % data_dcs.size()];
       cl->address = StrCat("client", i, "@", DcName(cl->dc));
       c_->net().AddNode(cl->address, cl->dc);
+      for (int j = 0; j < sessions; ++j) {
+        auto se = std::make_unique<Session>();
+        se->id = i * sessions + j;
+        se->process = se->id;
+        se->app = cl.get();
+        cl->sessions.push_back(std::move(se));
+      }
       clients_.push_back(std::move(cl));
     }
+    processes_ = c_->options().clients * sessions;
   }
 
   void Start() {
@@ -77,35 +85,46 @@ class Clients {
 
   bool AllDone() const {
     for (const auto& cl : clients_)
-      if (cl->done < c_->options().ops_per_client) return false;
+      for (const auto& se : cl->sessions)
+        if (se->done < c_->options().ops_per_client) return false;
     return true;
   }
 
   std::string Stuck() const {
     std::string out;
     for (const auto& cl : clients_)
-      if (cl->done < c_->options().ops_per_client)
-        out += StrCat(" client", cl->id, "@", DcName(cl->dc), " (", cl->done, " ops done, ",
-                      cl->busy ? "an operation open" : "idle", ")");
+      for (const auto& se : cl->sessions)
+        if (se->done < c_->options().ops_per_client)
+          out += StrCat(" client", cl->id, "@", DcName(cl->dc), " session ", se->id, " (", se->done,
+                        " ops done, ", se->busy ? "an operation open" : "idle", ")");
     return out;
   }
 
-  // Positions the clients' writes lost and were promoted past.
-  uint64_t Promotions() const {
-    uint64_t n = 0;
+  // What the clients' commits came to (GroupClient::Stats, summed).
+  GroupClient::Stats Stats() const {
+    GroupClient::Stats sum;
+    auto add = [&sum](const GroupClient& gc) {
+      const GroupClient::Stats s = gc.stats();
+      sum.promotions += s.promotions;
+      sum.commits += s.commits;
+      sum.entries += s.entries;
+      sum.combined += s.combined;
+    };
     for (const auto& cl : clients_)
-      if (cl->gc != nullptr) n += cl->gc->stats().promotions;
-    for (const auto& gc : graveyard_) n += gc->stats().promotions;
-    return n;
+      if (cl->gc != nullptr) add(*cl->gc);
+    for (const auto& gc : graveyard_) add(*gc);
+    return sum;
   }
 
+  // An app server crashes: its operations in flight end with unknown outcomes.
   void Crash(int i) {
     Client& cl = *clients_[i];
     if (!cl.up) return;
     c_->net().Crash(cl.address);
     cl.up = false;
     ++cl.incarnation;
-    if (cl.busy) Complete(cl, Event::Type::kInfo, std::nullopt, 0);
+    for (auto& se : cl.sessions)
+      if (se->busy) Complete(*se, Event::Type::kInfo, std::nullopt, 0);
     graveyard_.push_back(std::move(cl.gc));
   }
 
@@ -131,19 +150,28 @@ class Clients {
   }
 
  private:
+  struct Session;
+  // An app server: one GroupClient shared by its sessions, whose commits
+  // to one group combine into shared log entries.
   struct Client {
     int id = 0;
     int dc = 0;
     std::string address;
     bool up = true;
     uint64_t incarnation = 0;
+    std::unique_ptr<ProcessEnv> env;  // its own wall clock
+    std::unique_ptr<GroupClient> gc;
+    std::vector<std::unique_ptr<Session>> sessions;
+  };
+  // One stream of operations on an app server, one at a time.
+  struct Session {
+    int id = 0;
     int process = 0;  // history process id: changes after an unknown outcome
     int done = 0;
     int seq = 0;
     bool busy = false;
     Event invoke;
-    std::unique_ptr<ProcessEnv> env;  // its own wall clock
-    std::unique_ptr<GroupClient> gc;
+    Client* app = nullptr;
   };
 
   void Boot(Client& cl) {
@@ -152,44 +180,45 @@ class Clients {
     if (!cl.env) cl.env = std::make_unique<ProcessEnv>(&c_->env());
     cl.gc = std::make_unique<GroupClient>(cl.env.get(), c_->net().TransportFor(cl.address),
                                           c_->ClientOptions(cl.dc));
-    Next(cl);
+    for (auto& se : cl.sessions) Next(*se);
   }
 
-  // Runs `fn` later if the client is still the same incarnation.
+  // Runs `fn` later if the session's app server is still the same incarnation.
   template <typename Fn>
-  auto Guard(Client& cl, Fn fn) {
-    return [this, &cl, inc = cl.incarnation, fn = std::move(fn)](auto&&... args) mutable {
+  auto Guard(Session& se, Fn fn) {
+    Client& cl = *se.app;
+    return [&cl, inc = cl.incarnation, fn = std::move(fn)](auto&&... args) mutable {
       if (cl.incarnation != inc) return;
       fn(std::forward<decltype(args)>(args)...);
     };
   }
 
-  void Next(Client& cl) {
-    if (cl.done >= c_->options().ops_per_client) return;
+  void Next(Session& se) {
+    if (se.done >= c_->options().ops_per_client) return;
     const absl::Duration think = absl::Microseconds(c_->env().Uniform(20'000));
-    c_->env().Schedule(think, [this, &cl, inc = cl.incarnation] {
-      if (cl.incarnation == inc) Begin(cl);
+    c_->env().Schedule(think, [this, &se, inc = se.app->incarnation] {
+      if (se.app->incarnation == inc) Begin(se);
     });
   }
 
-  void Record(Client& cl, Event e) {
-    e.process = cl.process;
+  void Record(Session& se, Event e) {
+    e.process = se.process;
     e.time = c_->env().now();
     if (c_->env().tracing())
       c_->env().Trace(StrCat("history ", ToJson(e), e.position ? StrCat(" @", e.position) : ""));
     history_->push_back(std::move(e));
   }
 
-  void Invoke(Client& cl, Event e) {
-    cl.busy = true;
+  void Invoke(Session& se, Event e) {
+    se.busy = true;
     e.type = Event::Type::kInvoke;
-    cl.invoke = e;
-    Record(cl, std::move(e));
+    se.invoke = e;
+    Record(se, std::move(e));
   }
 
-  void Complete(Client& cl, Event::Type type, std::optional<std::string> read_value,
+  void Complete(Session& se, Event::Type type, std::optional<std::string> read_value,
                 uint64_t position) {
-    Event e = cl.invoke;
+    Event e = se.invoke;
     e.type = type;
     e.position = position;
     if (e.f == Event::Op::kRead) e.value = std::move(read_value);
@@ -197,15 +226,16 @@ class Clients {
       uint64_t& a = acked_[e.key.substr(0, e.key.find('/'))];
       a = std::max(a, position);
     }
-    Record(cl, std::move(e));
-    cl.busy = false;
-    ++cl.done;
-    if (type == Event::Type::kInfo) cl.process += static_cast<int>(clients_.size());
-    if (cl.up) Next(cl);
+    Record(se, std::move(e));
+    se.busy = false;
+    ++se.done;
+    if (type == Event::Type::kInfo) se.process += processes_;
+    if (se.app->up) Next(se);
   }
 
-  void Begin(Client& cl) {
+  void Begin(Session& se) {
     const SimOptions& o = c_->options();
+    GroupClient* gc = se.app->gc.get();
     const int g = static_cast<int>(c_->env().Uniform(o.groups));
     const int k = static_cast<int>(c_->env().Uniform(o.keys));
     const uint64_t pick =
@@ -218,65 +248,72 @@ class Clients {
                                   ReadLevel::kInconsistent};
       const ReadLevel level = levels[c_->env().Uniform(4)];
       e.level = replication::ToString(level);
-      Invoke(cl, e);
-      cl.gc->ReadPosition(
-          Group(g), level, Guard(cl, [this, &cl, g, k](absl::StatusOr<LogPosition> p) {
-            if (!p.ok()) return Complete(cl, Event::Type::kFail, std::nullopt, 0);
+      Invoke(se, e);
+      gc->ReadPosition(
+          Group(g), level, Guard(se, [this, &se, gc, g, k](absl::StatusOr<LogPosition> p) {
+            if (!p.ok()) return Complete(se, Event::Type::kFail, std::nullopt, 0);
             const LogPosition at = *p;
-            cl.gc->Read(Group(g), at, Row(g, k), kDataFamily,
-                        Guard(cl, [this, &cl, at](absl::StatusOr<replication::ReadReply> r) {
-                          if (!r.ok()) return Complete(cl, Event::Type::kFail, std::nullopt, 0);
-                          Complete(cl, Event::Type::kOk, ValueOf(*r), at.position);
-                        }));
+            gc->Read(Group(g), at, Row(g, k), kDataFamily,
+                     Guard(se, [this, &se, at](absl::StatusOr<replication::ReadReply> r) {
+                       if (!r.ok()) return Complete(se, Event::Type::kFail, std::nullopt, 0);
+                       Complete(se, Event::Type::kOk, ValueOf(*r), at.position);
+                     }));
           }));
       return;
     }
     const bool del = pick >= static_cast<uint64_t>(o.read_weight + o.write_weight + o.cas_weight);
     const bool cas = !del && pick >= static_cast<uint64_t>(o.read_weight + o.write_weight);
     e.f = del ? Event::Op::kDelete : cas ? Event::Op::kCas : Event::Op::kWrite;
-    e.value = StrCat(del ? "d" : "c", cl.id, "-", ++cl.seq);
+    e.value = StrCat(del ? "d" : "c", se.id, "-", ++se.seq);
+    // Half the compare-and-sets read another entity of the group than the
+    // one they write (what a transaction's read set and write set can be).
+    int rk = k;
+    if (cas && o.keys > 1 && c_->env().Uniform(2) == 0)
+      rk = (k + 1 + static_cast<int>(c_->env().Uniform(o.keys - 1))) % o.keys;
+    if (rk != k) e.read_key = Row(g, rk);
     // The transaction's read (not an operation of its own in the history).
-    cl.gc->ReadPosition(
+    gc->ReadPosition(
         Group(g), ReadLevel::kCurrent,
-        Guard(cl, [this, &cl, g, k, e, cas](absl::StatusOr<LogPosition> p) mutable {
-          if (!p.ok()) return Next(cl);  // nothing invoked yet: try another
+        Guard(se, [this, &se, gc, g, k, rk, e, cas](absl::StatusOr<LogPosition> p) mutable {
+          if (!p.ok()) return Next(se);  // nothing invoked yet: try another
           const LogPosition at = *p;
-          auto commit = [this, &cl, g, k, at, cas](Event e) {
-            Invoke(cl, e);
-            // Promotion past a lost position (docs/transactions.md): a blind
-            // write read nothing, a compare-and-set read its own row. The
-            // history checks each compare-and-set against the log just
-            // before the position it committed at, so a promotion past a
-            // writer of that row fails the seed.
+          auto commit = [this, &se, gc, g, k, rk, at, cas](Event e) {
+            Invoke(se, e);
+            // Promotion past a lost position, and combination with other
+            // writes in one entry (docs/transactions.md): a blind write
+            // read nothing, a compare-and-set the row it read. The history
+            // checks each compare-and-set against the log just before it
+            // (before its position, and the members ahead of it in a
+            // combined entry), so passing a writer of that row fails the
+            // seed.
             GroupClient::Promote promote;
             if (c_->options().promote) {
-              promote = [row = Row(g, k), cas](const replication::LogEntry& winner) {
+              promote = [row = Row(g, rk), cas](const replication::LogEntry& winner) {
                 if (!cas) return true;
                 for (const replication::RowChange& rc : winner.changes())
                   if (rc.row() == row) return false;
                 return true;
               };
             }
-            cl.gc->Commit(
-                Group(g), at, WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
-                Guard(cl,
-                      [this, &cl](absl::StatusOr<replication::CommitResult> r) {
-                        if (r.ok())
-                          return Complete(cl, Event::Type::kOk, std::nullopt, r->position);
-                        // The contract (group_client.h): Aborted and Unavailable
-                        // mean nothing was written; anything else is unknown.
-                        const bool failed =
-                            absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
-                        Complete(cl, failed ? Event::Type::kFail : Event::Type::kInfo, std::nullopt,
-                                 0);
-                      }),
-                0, std::move(promote));
+            gc->Commit(Group(g), at, WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
+                       Guard(se,
+                             [this, &se](absl::StatusOr<replication::CommitResult> r) {
+                               if (r.ok())
+                                 return Complete(se, Event::Type::kOk, std::nullopt, r->position);
+                               // The contract (group_client.h): Aborted and Unavailable
+                               // mean nothing was written; anything else is unknown.
+                               const bool failed =
+                                   absl::IsAborted(r.status()) || absl::IsUnavailable(r.status());
+                               Complete(se, failed ? Event::Type::kFail : Event::Type::kInfo,
+                                        std::nullopt, 0);
+                             }),
+                       0, std::move(promote));
           };
           if (!cas) return commit(e);
-          cl.gc->Read(
-              Group(g), at, Row(g, k), kDataFamily,
-              Guard(cl, [&cl, e, commit, this](absl::StatusOr<replication::ReadReply> r) mutable {
-                if (!r.ok()) return Next(cl);
+          gc->Read(
+              Group(g), at, Row(g, rk), kDataFamily,
+              Guard(se, [&se, e, commit, this](absl::StatusOr<replication::ReadReply> r) mutable {
+                if (!r.ok()) return Next(se);
                 e.expected = ValueOf(*r);
                 commit(e);
               }));
@@ -286,6 +323,7 @@ class Clients {
   Cluster* const c_;
   std::vector<Event>* const history_;
   std::vector<std::unique_ptr<Client>> clients_;
+  int processes_ = 0;  // sessions in all: history process ids are unique modulo this
   std::vector<std::unique_ptr<GroupClient>> graveyard_;
   std::map<std::string, uint64_t> acked_;
 };
@@ -579,18 +617,31 @@ absl::Status Converge(Cluster& c, const LogInvariants& learned,
       LogRecord& rec = gl[pos];
       rec.id = e.id();
       rec.noop = e.noop();
-      for (const auto& rc : e.changes())
-        for (const auto& cc : rc.cells())
-          rec.writes[rc.row()] =
-              cc.delete_cells() ? std::nullopt : std::optional<std::string>(cc.value());
+      auto writes = [&e](int from, int to, LogRecord::Writes* out) {
+        for (int i = from; i < to && i < e.changes_size(); ++i)
+          for (const auto& cc : e.changes(i).cells())
+            (*out)[e.changes(i).row()] =
+                cc.delete_cells() ? std::nullopt : std::optional<std::string>(cc.value());
+      };
+      if (e.members_size() == 0) writes(0, e.changes_size(), &rec.writes);
+      int next = 0;  // a combined entry: each member's changes follow the last one's
+      for (const auto& m : e.members()) {
+        rec.members.push_back(LogRecord::Member{m.id(), {}});
+        writes(next, next + static_cast<int>(m.changes()), &rec.members.back().writes);
+        next += static_cast<int>(m.changes());
+      }
     }
     stats->positions += top;
     // Every data replica ends with the same entity values: the log's.
     for (int k = 0; k < o.keys; ++k) {
       std::optional<std::string> want;
+      auto note = [&want, row = Row(g, k)](const LogRecord::Writes& writes) {
+        auto it = writes.find(row);
+        if (it != writes.end()) want = it->second;
+      };
       for (const auto& [pos, rec] : gl) {
-        auto it = rec.writes.find(Row(g, k));
-        if (it != rec.writes.end()) want = it->second;
+        note(rec.writes);
+        for (const LogRecord::Member& m : rec.members) note(m.writes);
       }
       for (int dc = 0; dc < n; ++dc) {
         if (c.type(dc) == ReplicaType::kWitness) continue;
@@ -696,7 +747,13 @@ SimResult RunSimulation(const SimOptions& options) {
   backups.Stop();
   if (result.status.ok()) result.status = Converge(cluster, log_invariants, &logs, &result.stats);
   result.stats.positions_cleaned = cluster.PositionsCleaned();
-  result.stats.promotions = clients.Promotions();
+  {
+    const GroupClient::Stats st = clients.Stats();
+    result.stats.promotions = st.promotions;
+    result.stats.combined = st.combined;
+    result.stats.entries = st.entries;
+    result.stats.commits = st.commits;
+  }
   result.stats.snapshot_catchups = log_invariants.snapshots();
   if (result.status.ok()) result.status = log_invariants.status();  // catch-up wrote too
   result.stats.log_checks = log_invariants.checks();

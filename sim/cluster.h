@@ -28,6 +28,13 @@ struct SimOptions {
   double disk_ms = 1;     // one Bigtable operation
 
   int clients = 4;  // spread over the datacenters with data
+  // Operations each client (app server) runs at once, through its one
+  // GroupClient: with more than one, its commits to a group combine into
+  // shared log entries.
+  int sessions = 1;
+  // GroupClientOptions::combine for every app server (false: each commit
+  // proposes on its own).
+  bool combine = true;
   int groups = 2;
   int keys = 3;  // entities per group
   int ops_per_client = 25;
@@ -90,6 +97,9 @@ struct SimStats {
   uint64_t positions_cleaned = 0;  // log positions clean-up removed, summed over replicas
   uint64_t snapshot_catchups = 0;  // catch-ups that copied another replica's data
   uint64_t promotions = 0;         // lost positions the clients' writes went on past
+  uint64_t commits = 0;            // the clients' writes committed ...
+  uint64_t entries = 0;            // ... in this many log entries
+  uint64_t combined = 0;           // ... of which this many shared theirs with others
   int wipes = 0;                   // read-only replicas' data wiped
 };
 

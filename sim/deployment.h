@@ -172,6 +172,7 @@ class Cluster {
     o.rpc_timeout = absl::Milliseconds(250);
     o.max_backoff = absl::Milliseconds(40);
     o.deadline = absl::Seconds(5);
+    o.combine = options_.combine;
     return o;
   }
 

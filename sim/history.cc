@@ -54,8 +54,9 @@ const char* Name(Event::Op f) {
 }
 
 std::string Describe(const Event& e) {
-  return StrCat("process ", e.process, " ", Name(e.f), " ", e.key, e.level.empty() ? "" : " ",
-                e.level, " at ", e.time, "us");
+  return StrCat("process ", e.process, " ", Name(e.f), " ", e.key,
+                e.read_key.empty() ? "" : StrCat(" (reading ", e.read_key, ")"),
+                e.level.empty() ? "" : " ", e.level, " at ", e.time, "us");
 }
 
 std::pair<std::string, std::string> SplitKey(const std::string& key) {
@@ -76,6 +77,7 @@ std::string ToJson(const Event& e) {
   }
   std::string out = StrCat("{\"process\":", e.process, ",\"type\":\"", Name(e.type), "\",\"f\":\"",
                            Name(e.f), "\",\"key\":", Quote(e.key), ",\"value\":", value);
+  if (!e.read_key.empty()) out += StrCat(",\"read_key\":", Quote(e.read_key));
   if (e.f == Event::Op::kRead) out += StrCat(",\"level\":\"", e.level, "\"");
   out += StrCat(",\"time\":", e.time * 1000, "}");
   return out;
@@ -87,6 +89,17 @@ absl::Status CheckHistory(const std::vector<Event>& history,
   struct GroupView {
     std::vector<std::map<std::string, std::string>> after;  // [position] -> key -> value
     std::map<std::string, uint64_t> position_of;            // value -> position
+    // value -> the state just before its operation took effect
+    std::map<std::string, std::map<std::string, std::string>> before;
+  };
+  auto apply = [](const LogRecord::Writes& writes, std::map<std::string, std::string>* state) {
+    for (const auto& [key, value] : writes) {
+      if (value) {
+        (*state)[key] = *value;
+      } else {
+        state->erase(key);
+      }
+    }
   };
   std::map<std::string, GroupView> views;
   std::map<std::string, std::set<std::string>> ever_written;  // key -> values
@@ -100,16 +113,15 @@ absl::Status CheckHistory(const std::vector<Event>& history,
             StrCat("group ", group, ": log has a hole at position ", expect));
       ++expect;
       std::map<std::string, std::string> state = v.after.back();
-      if (!rec.noop && !v.position_of.emplace(rec.id, pos).second)
-        return absl::InternalError(StrCat("group ", group, ": operation ", rec.id,
-                                          " is in the log twice (positions ", v.position_of[rec.id],
-                                          " and ", pos, ")"));
-      for (const auto& [key, value] : rec.writes) {
-        if (value) {
-          state[key] = *value;
-        } else {
-          state.erase(key);
-        }
+      std::vector<LogRecord::Member> ops = rec.members;
+      if (ops.empty() && !rec.noop) ops.push_back(LogRecord::Member{rec.id, rec.writes});
+      for (const LogRecord::Member& op : ops) {
+        if (!v.position_of.emplace(op.id, pos).second)
+          return absl::InternalError(StrCat("group ", group, ": operation ", op.id,
+                                            " is in the log twice (positions ",
+                                            v.position_of[op.id], " and ", pos, ")"));
+        v.before[op.id] = state;
+        apply(op.writes, &state);
       }
       v.after.push_back(std::move(state));
     }
@@ -145,8 +157,8 @@ absl::Status CheckHistory(const std::vector<Event>& history,
       // past a writer of its row would break it).
       auto it = inv.value ? v.position_of.find(*inv.value) : v.position_of.end();
       if (inv.f == Event::Op::kCas && it != v.position_of.end()) {
-        const auto& before = v.after[it->second - 1];
-        auto cur = before.find(inv.key);
+        const auto& before = v.before.at(it->first);
+        auto cur = before.find(inv.read_key.empty() ? inv.key : inv.read_key);
         const std::optional<std::string> actual =
             cur == before.end() ? std::nullopt : std::optional<std::string>(cur->second);
         if (actual != inv.expected)
@@ -173,14 +185,14 @@ absl::Status CheckHistory(const std::vector<Event>& history,
         return absl::InternalError(StrCat(Describe(e), ": acknowledged at position ", e.position,
                                           ", but the log has it at ", it->second));
       if (e.f == Event::Op::kCas) {
-        const auto& before = v.after[e.position - 1];
-        auto cur = before.find(e.key);
+        const auto& before = v.before.at(it->first);
+        auto cur = before.find(inv.read_key.empty() ? inv.key : inv.read_key);
         const std::optional<std::string> actual =
             cur == before.end() ? std::nullopt : std::optional<std::string>(cur->second);
         if (actual != inv.expected)
           return absl::InternalError(StrCat(Describe(e), ": expected ", OrNull(inv.expected),
                                             " but the log had ", OrNull(actual),
-                                            " before position ", e.position));
+                                            " just before it (position ", e.position, ")"));
       }
       acked[group] = std::max(acked[group], e.position);
       continue;

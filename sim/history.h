@@ -20,8 +20,11 @@ struct Event {
   std::string key;                      // "<group>/<entity>"
   std::optional<std::string> value;     // read result / written value / cas new / delete's id
   std::optional<std::string> expected;  // cas
-  std::string level;                    // reads: current | snapshot | inconsistent
-  int64_t time = 0;                     // virtual micros
+  // cas: the entity `expected` is of, when not `key` (another of its group):
+  // it writes `key` only if `read_key` held `expected`.
+  std::string read_key;
+  std::string level;  // reads: current | snapshot | inconsistent
+  int64_t time = 0;   // virtual micros
   // Not exported: the log position a read was served at, or a commit's.
   uint64_t position = 0;
 };
@@ -32,10 +35,18 @@ std::string ToJson(const Event& e);
 // One entity group's final log: position -> entry. The simulator's writes
 // each set one key to a value no other write uses, and each entry's id is
 // that value (a delete's: its own unique id), so an id names its operation.
+// A combined entry holds several operations, in their serial order.
 struct LogRecord {
+  using Writes =
+      std::map<std::string, std::optional<std::string>>;  // key -> value (nullopt: delete)
   std::string id;
   bool noop = false;
-  std::map<std::string, std::optional<std::string>> writes;  // key -> value (nullopt: delete)
+  Writes writes;
+  struct Member {
+    std::string id;
+    Writes writes;
+  };
+  std::vector<Member> members;  // a combined entry's (then `id` and `writes` are unused)
 };
 using GroupLog = std::map<uint64_t, LogRecord>;
 
@@ -43,7 +54,8 @@ using GroupLog = std::map<uint64_t, LogRecord>;
 //  * every acknowledged write/cas is in the log exactly once, at the position
 //    it reported; no failed one is in it; none is in it twice;
 //  * every ok read (current, snapshot) returned the value its position's
-//    prefix of the log gives; a cas's expected value held just before it;
+//    prefix of the log gives; a cas's expected value held just before it
+//    (before its position, and the members ahead of it in its entry);
 //  * a current read is at or after every commit acknowledged, and every
 //    current read completed, before it was invoked;
 //  * an inconsistent read returned a value some write wrote (or nothing).

@@ -148,6 +148,46 @@ TEST(CheckHistoryTest, AWriteTwiceInTheLogOrAHoleIsCaught) {
   EXPECT_NE(CheckHistory({}, holed).message().find("hole"), std::string::npos);
 }
 
+// A combined entry at 3: "x" sets g/j, then "y" sets g/k if g/j held
+// nothing, then "z" sets g/k if g/j held "x". Only z's expectation held.
+TEST(CheckHistoryTest, ACombinedEntrysMembersAreCheckedInTheirSerialOrder) {
+  auto log = Log();
+  log["g"][3].noop = false;
+  log["g"][3].members.push_back(LogRecord::Member{"x", {{"g/j", "x"}}});
+  log["g"][3].members.push_back(LogRecord::Member{"z", {{"g/k", "z"}}});
+  auto cas = [](H& h, const std::string& value, std::optional<std::string> expected) {
+    Event& inv = h.Add(0, Event::Type::kInvoke, Event::Op::kCas, "g/k");
+    inv.value = value;
+    inv.expected = std::move(expected);
+    inv.read_key = "g/j";
+    Event& ok = h.Add(0, Event::Type::kOk, Event::Op::kCas, "g/k");
+    ok.value = value;
+    ok.position = 3;
+    ok.read_key = "g/j";
+  };
+  H good;
+  good.Write(1, "g/j", "x", Event::Type::kOk, 3);
+  cas(good, "z", "x");
+  good.Read(2, "g/k", "current", "z", 3);
+  good.Read(2, "g/j", "current", "x", 3);
+  EXPECT_TRUE(CheckHistory(good.events, log).ok()) << CheckHistory(good.events, log);
+
+  // y expected g/j empty, but x ahead of it in the entry had set it.
+  auto bad_log = log;
+  bad_log["g"][3].members.insert(bad_log["g"][3].members.begin() + 1,
+                                 LogRecord::Member{"y", {{"g/k", "y"}}});
+  H bad;
+  cas(bad, "y", std::nullopt);
+  const absl::Status s = CheckHistory(bad.events, bad_log);
+  EXPECT_NE(s.message().find("expected null but the log had \"x\" just before it"),
+            std::string::npos)
+      << s;
+  // A member twice, within an entry or across entries, is caught too.
+  auto twice = log;
+  twice["g"][3].members.push_back(LogRecord::Member{"b", {}});
+  EXPECT_NE(CheckHistory({}, twice).message().find("twice"), std::string::npos);
+}
+
 // g/k = a at 1, b at 2, deleted at 3 (by d1).
 TEST(CheckHistoryTest, ADeleteIsCheckedLikeAWriteAndItsKeyReadsAsNothing) {
   auto log = Log();

@@ -24,7 +24,9 @@ using megastore::StrCat;
 using megastore::sim::SimOptions;
 using megastore::sim::SimResult;
 
-int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
+// `flags`: the options that shape the run, for the replay command.
+int RunOne(const SimOptions& o, const std::string& history_path, bool verbose,
+           const std::string& flags) {
   SimResult r = megastore::sim::RunSimulation(o);
   for (const std::string& line : r.trace) std::cout << line << "\n";
   if (!history_path.empty()) {
@@ -38,18 +40,20 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose) {
   const auto& s = r.stats;
   if (!r.status.ok()) {
     std::cerr << "mssim: seed " << o.seed << " FAILED: " << r.status.message() << "\n"
-              << "replay: mssim --seed=" << o.seed << " --trace\n";
+              << "replay: mssim --seed=" << o.seed << flags << " --no-cell --trace\n";
     return 1;
   }
   if (verbose)
     std::cout << "seed " << o.seed << " ok: " << s.bank_ok << " bank operations done; " << s.ops_ok
               << " ok, " << s.ops_failed << " failed, " << s.ops_unknown << " unknown; "
-              << s.positions << " log positions, " << s.promotions << " promotions; " << s.faults
-              << " faults; " << s.messages << " messages (" << s.dropped << " dropped); "
-              << s.late_writes << " late and " << s.repeated_writes << " repeated Bigtable writes; "
-              << s.valid_checks << " coordinator \"valid\" answers and " << s.log_checks
-              << " log writes checked; " << s.positions_cleaned << " log positions cleaned up, "
-              << s.wipes << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
+              << s.positions << " log positions, " << s.promotions << " promotions, " << s.commits
+              << " writes committed in " << s.entries << " entries (" << s.combined
+              << " combined); " << s.faults << " faults; " << s.messages << " messages ("
+              << s.dropped << " dropped); " << s.late_writes << " late and " << s.repeated_writes
+              << " repeated Bigtable writes; " << s.valid_checks
+              << " coordinator \"valid\" answers and " << s.log_checks << " log writes checked; "
+              << s.positions_cleaned << " log positions cleaned up, " << s.wipes
+              << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
               << s.virtual_micros / 1000 << " ms virtual\n";
   return 0;
 }
@@ -140,6 +144,16 @@ int main(int argc, char** argv) {
   app.add_flag("--no-promote", no_promote,
                "Writes that lose their log position fail instead of going on to the next "
                "position when the winner did not write what they read");
+  bool no_combine = false;
+  app.add_flag("--no-combine", no_combine,
+               "Each write proposes on its own instead of waiting behind its app server's "
+               "proposal for the group and sharing the next log entry");
+  int sessions = 1;
+  app.add_option("--sessions", sessions,
+                 "Operations each client runs at once through its one GroupClient (more than "
+                 "one: its writes to a group combine into shared log entries)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   bool no_wipe = false;
   app.add_flag("--no-wipe", no_wipe,
                "Never replace a read-only replica's disk (by default a fault now and then does: "
@@ -208,6 +222,8 @@ int main(int argc, char** argv) {
   o.ops_per_client = ops;
   o.faults = !no_faults;
   o.promote = !no_promote;
+  o.combine = !no_combine;
+  o.sessions = sessions;
   o.wipe_read_only = !no_wipe;
   o.buggify = !no_buggify;
   o.vary_timing = !fixed_timing;
@@ -221,11 +237,26 @@ int main(int argc, char** argv) {
   co.faults = !no_faults;
   co.buggify = !no_buggify;
   co.ops_per_client = cell_ops;
+  // What a replay of one of the deployment's seeds needs besides the seed.
+  std::string flags;
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (opt->count() == 0 || name == "--seed" || name == "--seeds" || name == "--first" ||
+        name == "--trace" || name == "--history" || name == "--verbose" || name == "--help" ||
+        name == "--require-fault-points" || name == "--no-cell" || name == "--cell-only" ||
+        name == "--cell-ops")
+      continue;
+    if (opt->get_expected_min() == 0) {
+      flags += " " + name;
+    } else {
+      for (const std::string& r : opt->results()) flags += " " + name + "=" + r;
+    }
+  }
   // One seed's runs: the deployment, then the cell.
   auto run_seed = [&](uint64_t s, bool verbose_seed) {
     if (!cell_only) {
       o.seed = s;
-      if (RunOne(o, history, verbose_seed) != 0) return 1;
+      if (RunOne(o, history, verbose_seed, flags) != 0) return 1;
     }
     if (!no_cell) {
       co.seed = s;

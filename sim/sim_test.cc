@@ -69,6 +69,24 @@ TEST(SimulationTest, FiveReplicasWithContendedGroups) {
   }
 }
 
+// App servers running several operations at once share one GroupClient:
+// their writes to a group combine into shared log entries, and the history
+// check (each compare-and-set against the members ahead of it) holds.
+TEST(SimulationTest, WritesOfOneAppServerCombineIntoSharedEntriesAndStayCorrect) {
+  uint64_t combined = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    SimOptions o;
+    o.seed = seed;
+    o.sessions = 4;
+    o.groups = 1;
+    SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.status.ok()) << "seed " << seed << ": " << r.status;
+    EXPECT_LT(r.stats.entries, r.stats.commits) << "seed " << seed;
+    combined += r.stats.combined;
+  }
+  EXPECT_GT(combined, 20u);
+}
+
 TEST(MeasurementsTest, ReportCoversEveryScenario) {
   const std::string report = RunMeasurements(1, 5);
   for (const char* row : {"commit, uncontended", "current read, group valid at A",

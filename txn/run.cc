@@ -78,8 +78,14 @@ void RunAtRow(Context ctx, std::string root, Body body, Callback<CommitInfo> don
 namespace {
 
 struct RunOp : std::enable_shared_from_this<RunOp> {
-  RunOp(Context ctx, TransactionOptions options)
-      : ctx(ctx), options(options), retry(TransactionRetry(ctx.client->env(), options)) {}
+  RunOp(Context ctx, TransactionOptions o)
+      : ctx(ctx), options(Ordered(ctx, o)), retry(TransactionRetry(ctx.client->env(), options)) {}
+  // Orders this app server's commits to the group, oldest first.
+  static TransactionOptions Ordered(const Context& ctx, TransactionOptions o) {
+    if (o.first_attempt == 0)
+      o.first_attempt = std::max<int64_t>(1, ctx.client->env()->MonotonicMicros());
+    return o;
+  }
   Context ctx;
   std::string root_table;
   std::vector<KeyValue> root_key;
@@ -105,6 +111,10 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
             if (!s.ok()) return self->Finish(s, PositionFailure(t->position_failure()));
             t->Commit([self, t](absl::StatusOr<CommitInfo> info) {
               if (info.ok()) info->attempts = self->retry.attempts();
+              // Lost to one of this app server's own commits: wait for
+              // its turn rather than a random pause.
+              if (!info.ok() && replication::GroupClient::HasTurn(info.status()))
+                return self->AwaitTurn(t->group(), info.status());
               // After Commit only a conflict is certain not to have
               // committed (or a position never found: nothing proposed).
               const bool retry =
@@ -114,6 +124,22 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
           });
         },
         /*deferred=*/true);
+  }
+
+  void AwaitTurn(const replication::GroupRef& group, absl::Status failure) {
+    if (!retry.attempts_left()) return Finish(failure, false);
+    if (retry.Expired()) return Finish(DeadlinePassed(options.deadline, retry.attempts()), false);
+    ctx.client->AwaitTurn(
+        group, options.first_attempt,
+        [self = shared_from_this(), failure](absl::StatusOr<bool> turn) {
+          if (!turn.ok())
+            return self->Finish(self->retry.deadline() != 0
+                                    ? DeadlinePassed(self->options.deadline, self->retry.attempts())
+                                    : failure,
+                                false);
+          self->Attempt();
+        },
+        retry.deadline());
   }
 
   void Finish(absl::StatusOr<CommitInfo> result, bool retryable) {

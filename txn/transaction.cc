@@ -500,8 +500,16 @@ bool Transaction::UnaffectedBy(const replication::LogEntry& winner) const {
 
 void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done) {
   entry.set_id(fmt::format("txn-{:016x}", ctx_.client->env()->Random64()));
+  // Two-phase prepares and bookkeeping are never promoted (UnaffectedBy):
+  // with no test they race for their position instead of waiting behind
+  // this app server's other commits to the group.
+  bool judged;
+  {
+    absl::MutexLock lock(&mu_);
+    judged = !prepare_ && !two_phase_bookkeeping_;
+  }
   replication::GroupClient::Promote promote;
-  if (options_.promote) {
+  if (options_.promote && judged) {
     promote = [self = shared_from_this()](const replication::LogEntry& winner) {
       return self->UnaffectedBy(winner);
     };
@@ -516,7 +524,7 @@ void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo>
         info.wrote = true;
         done(info);
       },
-      deadline_, std::move(promote));
+      deadline_, std::move(promote), options_.first_attempt);
 }
 
 std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {

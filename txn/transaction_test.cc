@@ -391,6 +391,145 @@ TEST_F(TransactionTest, WithPromotionOffEveryLoserAborts) {
   EXPECT_EQ(clients_[1]->stats().promotions, 0u);
 }
 
+// Combined entries: commits of one group from one client that wait behind
+// its proposal in flight go together in the next entry when none read what
+// another before it writes; one that did, or that read what a position
+// decided since wrote, ends Aborted without a round trip of its own.
+TEST_F(TransactionTest, CommitsWaitingBehindOneClientsProposalShareTheNextLogEntry) {
+  Open();
+  std::vector<std::shared_ptr<Transaction>> txns;
+  for (int64_t id = 1; id <= 4; ++id) {
+    txns.push_back(Begin(1));
+    ASSERT_TRUE(Get(*txns.back(), 1, id).ok());
+    ASSERT_TRUE(txns.back()->Put("Account", Account(*layout_, 1, id, 10 * id)).ok());
+  }
+  const replication::GroupClient::Stats before = clients_[0]->stats();
+  std::vector<std::optional<absl::StatusOr<CommitInfo>>> done(txns.size());
+  for (size_t i = 0; i < txns.size(); ++i)
+    txns[i]->Commit([&done, i](auto r) { done[i] = std::move(r); });
+  for (auto& d : done) ASSERT_TRUE(Await(d).ok()) << d->status();
+  // The first went alone; the other three waited for it and went together.
+  EXPECT_EQ((*done[1])->position, (*done[0])->position + 1);
+  for (size_t i = 2; i < done.size(); ++i) {
+    EXPECT_EQ((*done[i])->position, (*done[1])->position);
+    EXPECT_EQ((*done[i])->timestamp, (*done[1])->timestamp);
+  }
+  const replication::GroupClient::Stats after = clients_[0]->stats();
+  EXPECT_EQ(after.commits - before.commits, 4u);
+  EXPECT_EQ(after.entries - before.entries, 2u);
+  EXPECT_EQ(after.combined - before.combined, 3u);
+  auto reader = Begin(1, {}, 2);
+  for (int64_t id = 1; id <= 4; ++id) {
+    absl::StatusOr<std::optional<Entity>> e = Get(*reader, 1, id);
+    ASSERT_TRUE(e.ok() && e->has_value()) << id;
+    EXPECT_EQ(Balance(*layout_, **e), 10 * id);
+  }
+}
+
+TEST_F(TransactionTest, ACommitThatReadWhatAnEarlierOneWritesNeverSharesOrFollowsItsEntry) {
+  Open();
+  // a goes first, alone. b writes account 5; c read account 5 (absent)
+  // and writes account 6 from it: c may not follow b. d read account 1,
+  // which a writes: d may not follow a. e is independent of all of them.
+  auto a = Begin(1), b = Begin(1), c = Begin(1), d = Begin(1), e = Begin(1);
+  ASSERT_TRUE(Get(*a, 1, 1).ok());
+  ASSERT_TRUE(a->Put("Account", Account(*layout_, 1, 1, 10)).ok());
+  ASSERT_TRUE(Get(*b, 1, 5).ok());
+  ASSERT_TRUE(b->Put("Account", Account(*layout_, 1, 5, 50)).ok());
+  ASSERT_TRUE(Get(*c, 1, 5).ok());
+  ASSERT_TRUE(c->Put("Account", Account(*layout_, 1, 6, 60)).ok());
+  ASSERT_TRUE(Get(*d, 1, 1).ok());
+  ASSERT_TRUE(d->Put("Account", Account(*layout_, 1, 7, 70)).ok());
+  ASSERT_TRUE(Get(*e, 1, 8).ok());
+  ASSERT_TRUE(e->Put("Account", Account(*layout_, 1, 8, 80)).ok());
+  std::optional<absl::StatusOr<CommitInfo>> ra, rb, rc, rd, re;
+  a->Commit([&](auto r) { ra = std::move(r); });
+  b->Commit([&](auto r) { rb = std::move(r); });
+  c->Commit([&](auto r) { rc = std::move(r); });
+  d->Commit([&](auto r) { rd = std::move(r); });
+  e->Commit([&](auto r) { re = std::move(r); });
+  ASSERT_TRUE(Await(ra).ok());
+  ASSERT_TRUE(Await(rb).ok());
+  ASSERT_TRUE(Await(re).ok());
+  EXPECT_EQ(Await(rc).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Await(rd).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*rb)->position, (*ra)->position + 1);
+  EXPECT_EQ((*re)->position, (*rb)->position);
+  auto reader = Begin(1, {}, 2);
+  for (int64_t id : {6, 7}) {
+    absl::StatusOr<std::optional<Entity>> gone = Get(*reader, 1, id);
+    ASSERT_TRUE(gone.ok());
+    EXPECT_FALSE(gone->has_value()) << "account " << id << " was written by an aborted commit";
+  }
+}
+
+// Writers of one entity on one app server take turns: each that lost to
+// another's commit waits for its turn (oldest first) and commits on its
+// next attempt, instead of racing the others after a random pause.
+TEST_F(TransactionTest, OneAppServersWritersOfOneEntityTakeTurnsOldestFirst) {
+  Open();
+  sim::SimEnv& env = cluster_->env();
+  std::vector<int> order;  // which writer committed, in log order
+  auto increment = [&](int w) {
+    return [&, w](std::shared_ptr<Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
+      auto parked = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+      t->Get("Account", {int64_t{1}, int64_t{1}}, [this, t, parked, w](auto a) {
+        if (!a.ok()) return (*parked)(a.status());
+        const int64_t b = a->has_value() ? Balance(*layout_, **a) : 0;
+        (*parked)(t->Put("Account", Account(*layout_, 1, 1, b + 1, StrCat("w", w))));
+      });
+    };
+  };
+  const int writers = 8;
+  int finished = 0;
+  std::vector<int> attempts(writers, 0);
+  for (int w = 0; w < writers; ++w) {
+    TransactionOptions o;
+    o.max_attempts = 3;  // too few to survive a race among eight by chance
+    o.first_attempt = env.MonotonicMicros() + 1 + w;  // their order
+    txn::Run(Ctx(0), "Branch", {int64_t{1}}, o, increment(w), [&, w](absl::StatusOr<CommitInfo> r) {
+      EXPECT_TRUE(r.ok()) << "writer " << w << ": " << r.status();
+      if (r.ok()) attempts[w] = r->attempts;
+      order.push_back(w);
+      ++finished;
+    });
+  }
+  env.RunUntil(env.now() + 120'000'000, [&] { return finished == writers; });
+  ASSERT_EQ(finished, writers);
+  for (int w = 0; w < writers; ++w) EXPECT_LE(attempts[w], 2) << "writer " << w;
+  // The first to reach the lane went at once; the others lost to it and
+  // then took turns in the order they began.
+  std::vector<int> rest(order.begin() + 1, order.end());
+  EXPECT_TRUE(std::is_sorted(rest.begin(), rest.end())) << ::testing::PrintToString(order);
+  EXPECT_EQ(clients_[0]->stats().turns, static_cast<uint64_t>(writers - 1));
+  auto t = Begin(1);
+  absl::StatusOr<std::optional<Entity>> e = Get(*t, 1, 1);
+  ASSERT_TRUE(e.ok() && e->has_value());
+  EXPECT_EQ(Balance(*layout_, **e), writers);
+}
+
+TEST_F(TransactionTest, WithCombiningOffEveryCommitProposesOnItsOwn) {
+  Open();
+  replication::GroupClientOptions o = cluster_->ClientOptions(0);
+  o.combine = false;
+  cluster_->net().AddNode("solo", 0);
+  clients_[0] = std::make_unique<replication::GroupClient>(&cluster_->env(),
+                                                           cluster_->net().TransportFor("solo"), o);
+  auto a = Begin(1), b = Begin(1);
+  ASSERT_TRUE(Get(*a, 1, 1).ok());
+  ASSERT_TRUE(a->Put("Account", Account(*layout_, 1, 1, 10)).ok());
+  ASSERT_TRUE(Get(*b, 1, 2).ok());
+  ASSERT_TRUE(b->Put("Account", Account(*layout_, 1, 2, 20)).ok());
+  std::optional<absl::StatusOr<CommitInfo>> ra, rb;
+  a->Commit([&](auto r) { ra = std::move(r); });
+  b->Commit([&](auto r) { rb = std::move(r); });
+  ASSERT_TRUE(Await(ra).ok());
+  ASSERT_TRUE(Await(rb).ok());
+  EXPECT_NE((*ra)->position, (*rb)->position);
+  EXPECT_EQ(clients_[0]->stats().combined, 0u);
+  EXPECT_EQ(clients_[0]->stats().entries, 2u);
+}
+
 // A transaction's first read brings along the group's undecided two-phase
 // transactions, so its commit needs no scan of its own: with every
 // repl.Scan request lost, a read-modify-write still commits, and one in a

@@ -55,6 +55,12 @@ struct TransactionOptions {
   // instead of ending Aborted (docs/transactions.md, "Promotion"). Off:
   // every lost position aborts, as in the original Megastore.
   bool promote = true;
+  // When the transaction's first attempt began (a time of the Env's
+  // MonotonicMicros; Run sets it): an app server's commits to a group wait
+  // oldest first, and a retry after a conflict with one of them waits for
+  // its turn (GroupClient::AwaitTurn) instead of a random pause. 0: the
+  // attempt's own start.
+  int64_t first_attempt = 0;
   // The replica to read at (an index into the client's replicas; it must
   // hold data): -1, the client's local one. The commit goes to every
   // replica wherever the reads were served.

@@ -132,7 +132,8 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();
     html += StrCat("<h2>Gateway client</h2><p>commits ", st.commits, ", on the fast path ",
-                   st.fast_path, ", conflicts ", st.conflicts, ", promotions ", st.promotions,
+                   st.fast_path, " (in ", st.entries, " log entries, ", st.combined,
+                   " sharing theirs), conflicts ", st.conflicts, ", promotions ", st.promotions,
                    ", unknown outcomes ", st.unknown, ", retries ", s.gateway->retries(),
                    ", catch-ups ", st.catchups, ", coordinator invalidations ", st.invalidations,
                    "</p>");
@@ -404,6 +405,13 @@ std::string MetricsText(const StatusSources& s) {
         Family("megastore_client_promotions_total", "counter",
                "Log positions a commit lost to a writer of nothing it read and went on past."),
         "megastore_client_promotions_total ", st.promotions, "\n",
+        Family("megastore_client_log_entries_total", "counter",
+               "Log entries this client's commits were chosen in (fewer than the commits when "
+               "they combine)."),
+        "megastore_client_log_entries_total ", st.entries, "\n",
+        Family("megastore_client_combined_commits_total", "counter",
+               "Commits that shared their log entry with other commits of this client."),
+        "megastore_client_combined_commits_total ", st.combined, "\n",
         Family("megastore_client_retries_total", "counter",
                "Transactions retried after a conflict."),
         "megastore_client_retries_total ", s.gateway->retries(), "\n",

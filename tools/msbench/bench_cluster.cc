@@ -93,7 +93,8 @@ absl::Status RecordSchema(server::LocalCluster& cluster, const schema::SchemaDes
 
 absl::StatusOr<std::unique_ptr<AppServer>> OpenAppServer(server::LocalCluster& cluster,
                                                          const std::string& here,
-                                                         const schema::SchemaDescriptor& schema) {
+                                                         const schema::SchemaDescriptor& schema,
+                                                         bool combine) {
   auto s = std::make_unique<AppServer>();
   s->rpc = std::make_unique<rpc::RpcTransport>();
   s->wan = std::make_unique<DelayedTransport>(Env::Default(), s->rpc.get(),
@@ -103,6 +104,7 @@ absl::StatusOr<std::unique_ptr<AppServer>> OpenAppServer(server::LocalCluster& c
   d.local = here;
   d.schema = schema;
   d.transport = s->wan.get();
+  d.replication.combine = combine;
   MS_ASSIGN_OR_RETURN(s->db, Database::Open(d));
   return s;
 }

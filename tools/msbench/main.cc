@@ -144,6 +144,9 @@ int main(int argc, char** argv) {
   x->add_flag("--promote,!--no-promote", txn.promote,
               "a commit that lost its position to a writer of nothing it read goes on to the next "
               "position (--no-promote: it aborts and Run retries it from scratch)");
+  x->add_flag("--combine,!--no-combine", txn.combine,
+              "an app server's commits to a group that wait behind its proposal in flight share "
+              "the next log entry (--no-combine: each proposes on its own)");
   x->add_flag("--advisory-lock", txn.advisory_lock,
               "each transaction takes its group's advisory lock first (the remedy for hot groups)");
   x->add_option("--baseline", txn.baseline,

@@ -62,6 +62,7 @@ struct Cell {
   double conflict_rate = 0;       // commit attempts that lost their position
   double retries_per_txn = 0;     // Run's retries per committed transaction
   double promotions = 0;          // positions lost and promoted past, per committed transaction
+  double per_entry = 0;           // committed transactions per log entry they were in
   double fast_path = 0;           // commits chosen by the leader's ballot-0 accept
   double lock_missed = 0;         // advisory lock requests that went ahead without the lock
   double cpu_us = 0;  // this process's CPU time (cluster and clients) per committed transaction
@@ -237,7 +238,7 @@ class Bench {
     cell.p50_ms = Percentile(all, 0.50);
     cell.p99_ms = Percentile(all, 0.99);
     uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
-    uint64_t promotions = 0;
+    uint64_t promotions = 0, entries = 0;
     uint64_t invalidations = 0, catchups = 0, first_reads = 0, first_again = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
       const auto now = servers_[i]->db->context().client->stats();
@@ -245,6 +246,7 @@ class Bench {
       fast += now.fast_path - before[i].fast_path;
       conflicts += now.conflicts - before[i].conflicts;
       promotions += now.promotions - before[i].promotions;
+      entries += now.entries - before[i].entries;
       locked += now.locks_granted - before[i].locks_granted;
       invalidations += now.invalidations - before[i].invalidations;
       catchups += now.catchups - before[i].catchups;
@@ -267,6 +269,7 @@ class Bench {
           static_cast<double>(first_again) / static_cast<double>(first_reads + first_again);
     if (locked + unlocked > 0)
       cell.lock_missed = static_cast<double>(unlocked) / static_cast<double>(locked + unlocked);
+    if (entries > 0) cell.per_entry = static_cast<double>(commits) / static_cast<double>(entries);
     if (cell.committed > 0)
       cell.promotions = static_cast<double>(promotions) / static_cast<double>(cell.committed);
     if (cell.committed > 0)
@@ -356,7 +359,8 @@ int RunTxnBench(const TxnBenchOptions& o) {
     std::vector<int> client_servers;
     for (int dc : placement) {
       if (server_of[static_cast<size_t>(dc)] < 0) {
-        auto s = OpenAppServer(**cluster, names[static_cast<size_t>(dc)], compiled.descriptor);
+        auto s = OpenAppServer(**cluster, names[static_cast<size_t>(dc)], compiled.descriptor,
+                               o.combine);
         if (!s.ok()) return fail(s.status());
         server_of[static_cast<size_t>(dc)] = static_cast<int>(servers.size());
         servers.push_back(std::move(*s));
@@ -407,17 +411,18 @@ int RunTxnBench(const TxnBenchOptions& o) {
     if (rc == 0 && !o.json) {
       std::printf(
           "workload %s on one of %lld entities per group, replicas %s, clients at %s, WAN "
-          "one-way %s, %s writes, %s, %s, %s, %s, %.1f s per cell, median of %d run(s)\n",
+          "one-way %s, %s writes, %s, %s, %s, %s, %s, %.1f s per cell, median of %d run(s)\n",
           o.workload.c_str(), static_cast<long long>(o.rows_per_group), o.replicas.c_str(),
           o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
           o.tcp ? "every call over TCP" : "in-process calls between datacenters",
           o.advisory_lock ? "advisory locks" : "no advisory locks",
           o.promote ? "promotion" : "no promotion",
+          o.combine ? "combined entries" : "one commit per entry",
           o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
-      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %8s %9s %7s %7s", "clients", "groups", "txn/s",
-                  "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "promo/tx", "fast-path",
-                  "errors", "cpu us");
+      std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %8s %8s %9s %7s %7s", "clients", "groups",
+                  "txn/s", "p50 ms", "p99 ms", "p50/RTT", "conflict", "retry/tx", "promo/tx",
+                  "tx/entry", "fast-path", "errors", "cpu us");
       if (o.baseline == "etcd") std::printf(" %9s %8s", "etcd put/s", "vs etcd");
       std::printf("\n");
     }
@@ -452,6 +457,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double conflict = MedianOf(runs, [](const Cell& c) { return c.conflict_rate; });
         const double retry = MedianOf(runs, [](const Cell& c) { return c.retries_per_txn; });
         const double promoted = MedianOf(runs, [](const Cell& c) { return c.promotions; });
+        const double per_entry = MedianOf(runs, [](const Cell& c) { return c.per_entry; });
         const double fast = MedianOf(runs, [](const Cell& c) { return c.fast_path; });
         const double missed = MedianOf(runs, [](const Cell& c) { return c.lock_missed; });
         const double cpu_us = MedianOf(runs, [](const Cell& c) { return c.cpu_us; });
@@ -476,7 +482,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
               "1f,"
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"promotions_per_txn\":%.4f,"
-              "\"promote\":%s,\"fast_path_rate\":%.4f,"
+              "\"promote\":%s,\"combine\":%s,\"txns_per_entry\":%.3f,\"fast_path_rate\":%.4f,"
               "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu,"
               "\"cpu_us_per_txn\":%.0f,\"invalidations_per_commit\":%.4f,"
               "\"catchups_per_txn\":%.4f,\"first_read_again_rate\":%.4f%s}"
@@ -485,18 +491,18 @@ int RunTxnBench(const TxnBenchOptions& o) {
               static_cast<long long>(o.rows_per_group), o.replicas.c_str(), o.at.c_str(),
               o.wan.c_str(), o.sync ? "true" : "false", o.tcp ? "true" : "false", o.seconds, o.runs,
               tput, p50, p99, floor_ms, ratio, conflict, retry, promoted,
-              o.promote ? "true" : "false", fast, o.advisory_lock ? "true" : "false", missed,
-              o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors), cpu_us,
-              invalidations, catchups, again,
+              o.promote ? "true" : "false", o.combine ? "true" : "false", per_entry, fast,
+              o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
+              static_cast<unsigned long long>(errors), cpu_us, invalidations, catchups, again,
               etcd ? fmt::format(",\"etcd_puts_per_s\":{:.1f},\"ratio_vs_etcd\":{:.3f}", etcd_puts,
                                  vs_etcd)
                          .c_str()
                    : "");
         } else {
-          std::printf("%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.3f %8.1f%% %7llu %7.0f",
-                      clients, static_cast<long long>(groups), tput, p50, p99, ratio,
-                      100 * conflict, retry, promoted, 100 * fast,
-                      static_cast<unsigned long long>(errors), cpu_us);
+          std::printf(
+              "%7d %7lld %9.1f %8.1f %8.1f %8.2f %8.1f%% %8.3f %8.3f %8.2f %8.1f%% %7llu %7.0f",
+              clients, static_cast<long long>(groups), tput, p50, p99, ratio, 100 * conflict, retry,
+              promoted, per_entry, 100 * fast, static_cast<unsigned long long>(errors), cpu_us);
           if (etcd) std::printf(" %9.1f %7.2fx", etcd_puts, vs_etcd);
           std::printf("\n");
         }

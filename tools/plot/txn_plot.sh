@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Plots `msbench txn --json` results: throughput and p99 latency against the
 # number of clients, one line per workload (workload, rows per group,
-# groups, promotion, advisory lock), as one SVG with two panels.
+# groups, promotion, combining, advisory lock, where the clients run), as
+# one SVG with two panels.
 #
 #   build/bin/msbench txn --groups=1 --clients=1,16,64 --rows-per-group=1000 --json > hot.jsonl
 #   build/bin/msbench txn --groups=1 --clients=1,16,64 --rows-per-group=1 --json >> hot.jsonl
@@ -41,6 +42,9 @@ awk -v dir="$dir" '
     }
     label = val["workload"] " rows=" val["rows_per_group"] " groups=" val["groups"]
     if (val["promote"] == "false") label = label " no-promote"
+    if (field("combine") == "false") label = label " no-combine"
+    at = field("at")
+    if (at != "" && at != "A,B") label = label " at=" at
     if (val["advisory_lock"] == "true") label = label " lock"
     if (!(label in id)) { id[label] = ++series; print label > (dir "/labels") }
     print val["clients"], val["txn_per_s"], val["p99_ms"] >> (dir "/s" id[label])
