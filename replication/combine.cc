@@ -198,13 +198,13 @@ void GroupClient::RunTurns(const std::string& key, Turns turns) {
   }
   if (turns.again == 0) return;
   const int64_t wait = std::max<int64_t>(0, turns.again - env_->MonotonicMicros());
-  env_->Schedule(absl::Microseconds(wait), [this, life = lifetime_, key] {
+  env_->Schedule(absl::Microseconds(wait), [this, life = lifetime_, key, at = turns.again] {
     Entry in(life);
-    if (in) LaneTimer(key);
+    if (in) LaneTimer(key, at);
   });
 }
 
-void GroupClient::LaneTimer(const std::string& key) {
+void GroupClient::LaneTimer(const std::string& key, int64_t at) {
   Plan plan;
   Turns turns;
   {
@@ -212,9 +212,9 @@ void GroupClient::LaneTimer(const std::string& key) {
     auto it = lanes_.find(key);
     if (it == lanes_.end()) return;
     Lane& lane = *it->second;
-    lane.timer_at = 0;  // (this one, or a sooner one that already ran)
-    turns = NextTurn(lane);
+    if (at != 0 && lane.timer_at == at) lane.timer_at = 0;  // the lane's timer, not a stale one
     if (!lane.busy) plan = PlanNext(lane);
+    turns = NextTurn(lane);  // (after the plan, which may end a turn or keep one)
     if (lane.idle()) lanes_.erase(it);
   }
   RunTurns(key, std::move(turns));
@@ -306,8 +306,13 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
         stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         group_counts_.Add(lane.group.root(), 1);
         leaves(*m);
-        KeepTurn(lane, m->since);
-        plan.refused.emplace_back(std::move(m), TurnConflict(a + 1));
+        absl::Status conflict =
+            absl::AbortedError(StrCat("conflict: another writer committed log position ", a + 1));
+        if (m->turns) {
+          KeepTurn(lane, m->since);
+          conflict = TurnConflict(a + 1);
+        }
+        plan.refused.emplace_back(std::move(m), std::move(conflict));
         continue;
       }
       uint64_t failed = 0;
@@ -330,8 +335,14 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
         stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         group_counts_.Add(lane.group.root(), 1);
         leaves(*m);
-        KeepTurn(lane, m->since);
-        plan.refused.emplace_back(std::move(m), TurnConflict(failed != 0 ? failed : q - 1));
+        const uint64_t lost = failed != 0 ? failed : q - 1;
+        absl::Status conflict =
+            absl::AbortedError(StrCat("conflict: another writer committed log position ", lost));
+        if (m->turns) {
+          KeepTurn(lane, m->since);
+          conflict = TurnConflict(lost);
+        }
+        plan.refused.emplace_back(std::move(m), std::move(conflict));
         continue;
       }
       stats_.promotions.fetch_add(passed, std::memory_order_relaxed);
@@ -498,8 +509,8 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
         } else {
           stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
           answered(*m);
-          KeepTurn(lane, m->since);
-          answers.push_back(Answer{m->started, std::move(m->done)});
+          if (m->turns) KeepTurn(lane, m->since);
+          answers.push_back(Answer{m->started, std::move(m->done), m->turns});
         }
       }
       // Promoted commits keep their place, ahead of those that came since.
@@ -549,11 +560,11 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
         auto it = lanes_.find(key);
         if (it != lanes_.end() && it->second->answering > 0) --it->second->answering;
       }
-      LaneTimer(key);
+      LaneTimer(key, 0);
     };
   }
   FinishPosition(std::move(group), position, std::move(*chosen), ours, timestamp, group_rows_only,
-                 deadline, std::move(answers), /*turn=*/true, std::move(answered));
+                 deadline, std::move(answers), std::move(answered));
 }
 
 }  // namespace megastore::replication

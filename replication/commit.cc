@@ -55,7 +55,8 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   m->group_rows_only = group_rows_only;
   m->deadline = deadline;
   m->started = started;
-  m->since = since != 0 ? since : started;
+  m->since = since > 0 ? since : started;
+  m->turns = since > 0;
   m->bytes = entry.ByteSizeLong();
   for (const RowChange& rc : entry.changes()) {
     std::string row = rc.table();
@@ -127,17 +128,16 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
 
 void GroupClient::FinishPosition(GroupRef group, uint64_t position, Chosen chosen, bool ours,
                                  int64_t timestamp, bool group_rows_only, int64_t deadline,
-                                 std::vector<Answer> answers, bool turn,
-                                 absl::AnyInvocable<void()> answered) {
+                                 std::vector<Answer> answers, absl::AnyInvocable<void()> answered) {
   // The answers, once the value is visible (and, unless acknowledged
   // early, applied here).
-  auto answer = [this, position, timestamp, ours, turn, answers = std::move(answers),
+  auto answer = [this, position, timestamp, ours, answers = std::move(answers),
                  answered = std::move(answered)](absl::Status visible) mutable {
     for (Answer& a : answers) {
       if (!ours) {
-        a.done(turn ? TurnConflict(position)
-                    : absl::AbortedError(
-                          StrCat("conflict: another writer committed log position ", position)));
+        a.done(a.turn ? TurnConflict(position)
+                      : absl::AbortedError(
+                            StrCat("conflict: another writer committed log position ", position)));
         continue;
       }
       // A failed local apply is harmless: the next read applies it.

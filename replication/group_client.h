@@ -302,13 +302,12 @@ class GroupClient {
   struct Answer {
     int64_t started;
     Callback<CommitResult> done;
+    bool turn = false;  // a conflict carries a turn
   };
-  // (`turn`: a conflict carries a turn, HasTurn; `answered` runs once all
-  // are answered.)
+  // (`answered` runs once all are answered.)
   void FinishPosition(GroupRef group, uint64_t position, internal::Chosen chosen, bool ours,
                       int64_t timestamp, bool group_rows_only, int64_t deadline,
-                      std::vector<Answer> answers, bool turn = false,
-                      absl::AnyInvocable<void()> answered = nullptr);
+                      std::vector<Answer> answers, absl::AnyInvocable<void()> answered = nullptr);
   // Aborted "conflict: another writer committed log position p", with a
   // turn for its retry.
   static absl::Status TurnConflict(uint64_t position);
@@ -322,7 +321,8 @@ class GroupClient {
     bool group_rows_only = true;
     int64_t deadline = 0;
     int64_t started = 0;
-    int64_t since = 0;  // when its transaction's first attempt began
+    int64_t since = 0;   // when its transaction's first attempt began
+    bool turns = false;  // its caller waits for a turn after a conflict (a `since` given)
     int promotions = 0;
     size_t bytes = 0;               // its changes' encoded size
     std::vector<std::string> rows;  // the rows it writes: table '\0' row
@@ -386,8 +386,9 @@ class GroupClient {
     int64_t again = 0;
   };
   Turns NextTurn(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
-  // A lane's timer: expired turns and holds, then a plan if idle.
-  void LaneTimer(const std::string& key);
+  // A lane's timer set for `at` (0: a nudge, no timer): expired turns and
+  // holds, a plan if idle, the next turn if due.
+  void LaneTimer(const std::string& key, int64_t at);
   void RunTurns(const std::string& key, Turns turns);
 
   Counters stats_;

@@ -111,8 +111,8 @@ struct RunOp : std::enable_shared_from_this<RunOp> {
             if (!s.ok()) return self->Finish(s, PositionFailure(t->position_failure()));
             t->Commit([self, t](absl::StatusOr<CommitInfo> info) {
               if (info.ok()) info->attempts = self->retry.attempts();
-              // Lost to one of this app server's own commits: wait for
-              // its turn rather than a random pause.
+              // Lost a position this app server's lane judged: wait for
+              // the turn it kept rather than a random pause.
               if (!info.ok() && replication::GroupClient::HasTurn(info.status()))
                 return self->AwaitTurn(t->group(), info.status());
               // After Commit only a conflict is certain not to have
