@@ -56,17 +56,22 @@ struct GroupClient::Plan {
   std::vector<std::pair<Member*, int64_t>> watch;
 };
 
+GroupClient::Lane* GroupClient::LaneOf(const std::string& key, GroupRef group) {
+  std::unique_ptr<Lane>& lane = lanes_[key];
+  if (lane == nullptr) {
+    lane = std::make_unique<Lane>();
+    lane->group = std::move(group);
+  }
+  return lane.get();
+}
+
 void GroupClient::Enqueue(GroupRef group, MemberPtr m) {
   std::string key = LaneKey(group);
   Plan plan;
   Turns turns;
   {
     absl::MutexLock lock(&lanes_mu_);
-    std::unique_ptr<Lane>& lane = lanes_[key];
-    if (lane == nullptr) {
-      lane = std::make_unique<Lane>();
-      lane->group = std::move(group);
-    }
+    Lane* lane = LaneOf(key, std::move(group));
     // Waiting behind a proposal that may outlive this commit's deadline:
     // a timer answers it then (nothing proposed: Aborted).
     const bool watch = lane->busy && m->deadline < lane->busy_until;
@@ -118,11 +123,7 @@ void GroupClient::AwaitTurn(GroupRef group, int64_t since, Callback<bool> done,
   Turns turns;
   {
     absl::MutexLock lock(&lanes_mu_);
-    std::unique_ptr<Lane>& lane = lanes_[key];
-    if (lane == nullptr) {
-      lane = std::make_unique<Lane>();
-      lane->group = std::move(group);
-    }
+    Lane* lane = LaneOf(key, std::move(group));
     Lane::Turn* turn = nullptr;
     for (Lane::Turn& t : lane->turns)
       if (t.since == since && t.done == nullptr) turn = &t;

@@ -137,7 +137,9 @@ class GroupClient {
   // Aborted at once. The proposal's deadline is its members' earliest.
   // Waiting commits go oldest `since` first (a time of
   // env()->MonotonicMicros(): when the transaction's first attempt began;
-  // 0: now), so a retry goes ahead of commits begun after it.
+  // 0: now), so a retry goes ahead of commits begun after it. A caller
+  // that gives a `since` waits for its turn (AwaitTurn) when a conflict
+  // carries one (HasTurn); without one, no turn is kept for it.
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done,
               int64_t deadline = 0, Promote promote = nullptr, int64_t since = 0);
   // Whether an Aborted commit may wait for its turn (AwaitTurn) rather
@@ -369,6 +371,8 @@ class GroupClient {
   absl::Mutex lanes_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(lanes_mu_);
   struct Plan;
+  // The lane of `group` (key: LaneKey), made if there is none.
+  Lane* LaneOf(const std::string& key, GroupRef group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
   void Enqueue(GroupRef group, MemberPtr member);
   Plan PlanNext(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
   void RunPlan(Plan plan);
