@@ -654,6 +654,44 @@ TEST_F(LogReplicaTest, AnEntryWritingAnotherSchemasTableIsRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(Apply(r, 2, lookalike).status()));
 }
 
+// A combined entry's members must account for its changes exactly and
+// name themselves: anything else is refused, at accept and at apply.
+TEST_F(LogReplicaTest, ACombinedEntryWhoseMembersDoNotAddUpIsRefused) {
+  LogReplica r(bigtable_.get(), ReplicaType::kFull);
+  LogEntry combined = Set("c1", "root/a", "one", 100);
+  *combined.add_changes() = Set("c1", "root/b", "two", 100).changes(0);
+  auto member = [&combined](const std::string& id, uint32_t changes) {
+    LogEntry::Member* m = combined.add_members();
+    m->set_id(id);
+    m->set_changes(changes);
+  };
+  member("x", 1);
+  member("y", 2);  // one change too many
+  auto accept = [&](const LogEntry& e) {
+    PaxosRequest req;
+    *req.mutable_group() = Group();
+    req.set_position(1);
+    req.set_accept(true);
+    req.set_value(e.SerializeAsString());
+    return Await<PaxosReply>([&](auto cb) { r.Paxos(req, std::move(cb)); }).status();
+  };
+  absl::Status a = accept(combined);
+  EXPECT_TRUE(absl::IsInvalidArgument(a)) << a;
+  EXPECT_NE(a.message().find("has 2 changes but its members account for 3"), std::string::npos)
+      << a;
+  EXPECT_TRUE(absl::IsInvalidArgument(Apply(r, 1, combined).status()));
+  combined.mutable_members(1)->set_changes(1);
+  combined.mutable_members(1)->clear_id();
+  a = accept(combined);
+  EXPECT_NE(a.message().find("a member with no id"), std::string::npos) << a;
+  // Members that add up are applied like any entry: every change.
+  combined.mutable_members(1)->set_id("y");
+  ASSERT_TRUE(accept(combined).ok());
+  ASSERT_TRUE(Apply(r, 1, combined).ok());
+  EXPECT_EQ(Value(r, "root/a", 100), "one");
+  EXPECT_EQ(Value(r, "root/b", 100), "two");
+}
+
 TEST_F(LogReplicaTest, ALateRepeatedApplyNeverHidesALaterPositionsData) {
   LogReplica r(bigtable_.get(), ReplicaType::kFull);
   const LogEntry del = Delete("d", "root/k", 200);
