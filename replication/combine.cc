@@ -32,6 +32,13 @@ constexpr size_t kLaneBytes = 4 << 20;
 // The payload that marks a conflict with a turn kept for its retry.
 constexpr char kTurnPayload[] = "megastore.replication/turn";
 
+// A waiting commit's answer at its deadline: certainly not written.
+absl::Status ExpiredWaiting() {
+  return absl::AbortedError(
+      "the deadline passed while the commit waited behind this client's proposal for its "
+      "entity group: nothing was proposed");
+}
+
 std::string LaneKey(const GroupRef& g) {
   std::string key = g.table();
   key.push_back('\0');
@@ -73,20 +80,16 @@ void GroupClient::Enqueue(GroupRef group, MemberPtr m) {
     absl::MutexLock lock(&lanes_mu_);
     Lane* lane = LaneOf(key, std::move(group));
     // Waiting behind a proposal that may outlive this commit's deadline:
-    // a timer answers it then (nothing proposed: Aborted).
-    const bool watch = lane->busy && m->deadline < lane->busy_until;
-    if (watch) plan.watch.emplace_back(m.get(), m->deadline);
+    // a timer answers it then (nothing proposed: Aborted). (A lane that is
+    // not busy plans at once, below, and watches what it leaves waiting.)
+    if (lane->busy && m->deadline < lane->busy_until) plan.watch.emplace_back(m.get(), m->deadline);
     if (lane->granted >= 0 && m->since == lane->granted) {
       // The retry whose turn it is: its turn lasts until it is decided.
       lane->granted_arrived = true;
       lane->granted_until = m->deadline;
     }
     lane->waiting.push_back(std::move(m));
-    if (!lane->busy) {
-      std::vector<std::pair<Member*, int64_t>> watched = std::move(plan.watch);
-      plan = PlanNext(*lane);
-      plan.watch.insert(plan.watch.end(), watched.begin(), watched.end());
-    }
+    if (!lane->busy) plan = PlanNext(*lane);
     turns = NextTurn(*lane);
     if (lane->idle()) lanes_.erase(key);
   }
@@ -239,10 +242,7 @@ void GroupClient::WaitingExpired(std::string key, Member* member) {
       break;
     }
   }
-  if (expired != nullptr)
-    expired->done(absl::AbortedError(
-        "the deadline passed while the commit waited behind this client's proposal for its "
-        "entity group: nothing was proposed"));
+  if (expired != nullptr) expired->done(ExpiredWaiting());
 }
 
 GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
@@ -278,10 +278,7 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
   for (MemberPtr& m : lane.waiting) {
     if (internal::Expired(this, m->deadline)) {
       leaves(*m);
-      plan.refused.emplace_back(
-          std::move(m), absl::AbortedError("the deadline passed while the commit waited behind "
-                                           "this client's proposal for its entity group: nothing "
-                                           "was proposed"));
+      plan.refused.emplace_back(std::move(m), ExpiredWaiting());
       continue;
     }
     if (closed || plan.members.size() >= static_cast<size_t>(std::max(1, options_.max_combined)) ||
