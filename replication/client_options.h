@@ -65,6 +65,14 @@ struct GroupClientOptions {
   // entry (a larger commit goes alone).
   int max_combined = 128;
   int64_t max_combined_bytes = 1 << 20;
+  // Hot groups: once another app server's commit took a position this
+  // client proposed for, a group's commits go to its home — one full
+  // replica's replication server, the same for every app server — which
+  // combines and proposes them with everyone else's, until no other app
+  // server's commits were seen there for `hot_for` (docs/replication.md,
+  // "Hot groups"). false: always proposed here.
+  bool forward = true;
+  absl::Duration hot_for = absl::Seconds(2);
 };
 
 enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };

@@ -5,7 +5,7 @@
 //
 // A lane (one per group with commits waiting or in flight) keeps the
 // entries of the last positions it saw decided. A commit that read before
-// some of them passes each as a promotion would (its `promote` test), here
+// some of them passes each as a promotion would (Unaffected by it), here
 // and without a round trip; one that fails the test for a position ends
 // Aborted at once: the writer of that position changed what it read.
 #include <algorithm>
@@ -39,13 +39,6 @@ absl::Status ExpiredWaiting() {
       "entity group: nothing was proposed");
 }
 
-std::string LaneKey(const GroupRef& g) {
-  std::string key = g.table();
-  key.push_back('\0');
-  key += g.root();
-  return key;
-}
-
 }  // namespace
 
 struct GroupClient::Plan {
@@ -73,7 +66,7 @@ GroupClient::Lane* GroupClient::LaneOf(const std::string& key, GroupRef group) {
 }
 
 void GroupClient::Enqueue(GroupRef group, MemberPtr m) {
-  std::string key = LaneKey(group);
+  std::string key = GroupKey(group);
   Plan plan;
   Turns turns;
   {
@@ -98,15 +91,32 @@ void GroupClient::Enqueue(GroupRef group, MemberPtr m) {
   RunPlan(std::move(plan));
 }
 
+bool GroupClient::Unaffected(const ReadSet& reads, const LogEntry& winner) {
+  if (winner.noop()) return true;
+  // An opaque payload (the transaction layer writes none: its queue
+  // messages and two-phase records are rows, judged below) cannot be judged.
+  if (!winner.payload().empty()) return false;
+  for (const RowChange& rc : winner.changes()) {
+    if (!rc.table().empty()) continue;  // another table: not read at the group's position
+    if (std::binary_search(reads.rows().begin(), reads.rows().end(), rc.row())) return false;
+    for (const ReadSet::Range& r : reads.ranges())
+      if (rc.row() >= r.start() && (r.end().empty() || rc.row() < r.end())) return false;
+  }
+  return true;
+}
+
 bool GroupClient::HasTurn(const absl::Status& status) {
   return absl::IsAborted(status) && status.GetPayload(kTurnPayload).has_value();
 }
 
+absl::Status GroupClient::WithTurn(absl::Status status) {
+  status.SetPayload(kTurnPayload, absl::Cord("1"));
+  return status;
+}
+
 absl::Status GroupClient::TurnConflict(uint64_t position) {
-  absl::Status s =
-      absl::AbortedError(StrCat("conflict: another writer committed log position ", position));
-  s.SetPayload(kTurnPayload, absl::Cord("1"));
-  return s;
+  return WithTurn(
+      absl::AbortedError(StrCat("conflict: another writer committed log position ", position)));
 }
 
 void GroupClient::KeepTurn(Lane& lane, int64_t since) {
@@ -122,7 +132,10 @@ void GroupClient::KeepTurn(Lane& lane, int64_t since) {
 void GroupClient::AwaitTurn(GroupRef group, int64_t since, Callback<bool> done,
                             int64_t deadline_in) {
   const int64_t deadline = internal::DeadlineFrom(this, deadline_in);
-  std::string key = LaneKey(group);
+  // A hot group's turns are kept at its home, with its commits.
+  if (const ReplicaInfo* home = HomeFor(group); home != nullptr)
+    return AwaitTurnAt(*home, std::move(group), since, std::move(done), deadline);
+  std::string key = GroupKey(group);
   Turns turns;
   {
     absl::MutexLock lock(&lanes_mu_);
@@ -300,7 +313,7 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
     }
     if (a + 1 < q) {
       // Read before positions decided since: pass each as a promotion would.
-      if (m->promote == nullptr) {
+      if (m->reads == nullptr) {
         stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
         group_counts_.Add(lane.group.root(), 1);
         leaves(*m);
@@ -319,7 +332,7 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
         auto it = lane.decided.find(pos);
         if (it == lane.decided.end()) {
           known = false;
-        } else if (!m->promote(it->second)) {
+        } else if (!Unaffected(*m->reads, it->second)) {
           failed = pos;
         }
       }
@@ -356,13 +369,13 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
       // writes are serialized before its reads), writes none of their rows,
       // fits, and neither it nor the members before it would give up more
       // than half their time to an earlier deadline of the other's.
-      bool joins = m->promote != nullptr && m->entry.payload().empty() &&
+      bool joins = m->reads != nullptr && m->entry.payload().empty() &&
                    bytes + m->bytes <= static_cast<size_t>(options_.max_combined_bytes) &&
                    2 * (deadline - now) >= m->deadline - now &&
                    2 * (m->deadline - now) >= deadline - now;
       for (const std::string& row : m->rows) joins = joins && !taken.contains(row);
       for (size_t i = 0; joins && i < plan.members.size(); ++i)
-        joins = m->promote(plan.members[i]->entry);
+        joins = Unaffected(*m->reads, plan.members[i]->entry);
       if (!joins) {
         keep.push_back(std::move(m));
         continue;
@@ -396,7 +409,7 @@ void GroupClient::RunPlan(Plan plan) {
   for (auto& [m, status] : plan.refused) m->done(status);
   for (MemberPtr& m : plan.alone)
     ProposeAfter(plan.group, m->at, std::move(m->entry), m->group_rows_only, m->deadline,
-                 m->promotions, std::move(m->promote), m->started, std::move(m->done));
+                 m->promotions, std::move(m->reads), m->started, std::move(m->done));
   if (!plan.members.empty())
     ProposeMembers(std::move(plan.group), plan.position, plan.base, std::move(plan.members));
 }
@@ -445,6 +458,7 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
   LogEntry decided;
   const bool judged = chosen.ok() && decided.ParseFromString(chosen->value);
   const int64_t timestamp = judged ? decided.timestamp() : 0;
+  if (judged && !ours && !decided.noop()) NoteHot(group);  // another app server's entry
   if (chosen.ok() && !ours) {
     // Lost: the members take their changes back.
     LogEntry mine;
@@ -464,7 +478,7 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
   int64_t deadline = std::numeric_limits<int64_t>::max();  // the proposal's
   Plan plan;
   Turns turns;
-  const std::string key = LaneKey(group);
+  const std::string key = GroupKey(group);
   {
     absl::MutexLock lock(&lanes_mu_);
     Lane& lane = *lanes_[key];  // busy: not erased while this was decided
@@ -495,9 +509,9 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
           continue;
         }
         group_counts_.Add(group.root(), 1);  // a lost position, promoted or not
-        if (judged && m->promote && m->promotions < kMaxPromotions &&
+        if (judged && m->reads && m->promotions < kMaxPromotions &&
             position < std::numeric_limits<uint64_t>::max() &&
-            !internal::Expired(this, m->deadline) && m->promote(decided)) {
+            !internal::Expired(this, m->deadline) && Unaffected(*m->reads, decided)) {
           stats_.promotions.fetch_add(1, std::memory_order_relaxed);
           ++m->promotions;
           m->at.position = position;

@@ -17,7 +17,7 @@ using internal::DeadlineFrom;
 using internal::DecidePosition;
 
 void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
-                         Callback<CommitResult> done, int64_t deadline_in, Promote promote,
+                         Callback<CommitResult> done, int64_t deadline_in, Reads reads,
                          int64_t since) {
   const int64_t now = env_->NowMicros();
   const int64_t skew = absl::ToInt64Microseconds(options_.max_clock_skew);
@@ -39,19 +39,29 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
     group_rows_only = group_rows_only && rc.table().empty();
   const int64_t deadline = DeadlineFrom(this, deadline_in);
   const int64_t started = env_->MonotonicMicros();
-  // A commit no promote test judges (conditional on reads made elsewhere,
+  // A commit with no read set to judge (conditional on reads made elsewhere,
   // or one that could follow nobody) would only ever wait behind this
   // client's other commits and then lose: it races for its position as
   // without combining. So does one a replica would refuse, so as not to
   // spoil an entry it shares.
-  if (!options_.combine || promote == nullptr ||
-      !CheckEntry(group, entry, "commit", at.position + 1).ok()) {
+  if (reads == nullptr || !CheckEntry(group, entry, "commit", at.position + 1).ok()) {
     return ProposeAfter(std::move(group), at, std::move(entry), group_rows_only, deadline, 0,
-                        std::move(promote), started, std::move(done));
+                        std::move(reads), started, std::move(done));
+  }
+  // A hot group's commit goes to the group's home (replication/forward.cc),
+  // unless it writes outside the group: its caller's reads of those rows
+  // go to this datacenter, which the home would not wait for.
+  if (const ReplicaInfo* home = group_rows_only ? HomeFor(group) : nullptr; home != nullptr) {
+    return Forward(*home, std::move(group), at, std::move(entry), std::move(reads), deadline, since,
+                   started, std::move(done));
+  }
+  if (!options_.combine) {
+    return ProposeAfter(std::move(group), at, std::move(entry), group_rows_only, deadline, 0,
+                        std::move(reads), started, std::move(done));
   }
   auto m = std::make_unique<Member>();
   m->at = at;
-  m->promote = std::move(promote);
+  m->reads = std::move(reads);
   m->group_rows_only = group_rows_only;
   m->deadline = deadline;
   m->started = started;
@@ -70,8 +80,8 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
 }
 
 void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry entry,
-                               bool group_rows_only, int64_t deadline, int promotions,
-                               Promote promote, int64_t started, Callback<CommitResult> done) {
+                               bool group_rows_only, int64_t deadline, int promotions, Reads reads,
+                               int64_t started, Callback<CommitResult> done) {
   const uint64_t position = at.position + 1;
   const int local = options_.local;
   entry.set_timestamp(std::max(env_->NowMicros(), at.timestamp + 1));
@@ -84,14 +94,17 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
   DecidePosition(
       this, group, position, value, leader, deadline,
       [this, group, at, position, value, timestamp, deadline, group_rows_only, started, promotions,
-       promote = std::move(promote),
-       done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
+       reads = std::move(reads), done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
         if (!chosen.ok()) {
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
           return done(chosen.status());
         }
         const bool ours = chosen->value == value;
-        if (!ours && promote && promotions < kMaxPromotions &&
+        if (!ours && options_.forward) {
+          LogEntry winner;  // another app server's entry: the group is hot
+          if (winner.ParseFromString(chosen->value) && !winner.noop()) NoteHot(group);
+        }
+        if (!ours && reads && promotions < kMaxPromotions &&
             position < std::numeric_limits<uint64_t>::max() && !internal::Expired(this, deadline)) {
           // Promotion: the winner wrote nothing this transaction read, so
           // its reads still hold after the winner's position, and the same
@@ -99,7 +112,7 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
           // (Our entry is parsed back from the value sent rather than kept
           // twice in memory while the position is decided.)
           LogEntry winner, entry;
-          if (winner.ParseFromString(chosen->value) && promote(winner) &&
+          if (winner.ParseFromString(chosen->value) && Unaffected(*reads, winner) &&
               entry.ParseFromString(value)) {
             stats_.promotions.fetch_add(1, std::memory_order_relaxed);
             group_counts_.Add(group.root(), 1);  // a lost position, as a conflict is
@@ -108,7 +121,7 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
             next.timestamp = std::max(at.timestamp, winner.timestamp());
             next.next_leader = winner.next_leader();
             return ProposeAfter(std::move(group), next, std::move(entry), group_rows_only, deadline,
-                                promotions + 1, std::move(promote), started, std::move(done));
+                                promotions + 1, std::move(reads), started, std::move(done));
           }
         }
         if (ours) {

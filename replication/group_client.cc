@@ -52,6 +52,7 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
     if (options_.replicas[i].type == ReplicaType::kFull &&
         !options_.replicas[i].coordinator.empty())
       lock_homes_.push_back(i);
+  origin_ = env_->Random64();
 }
 
 GroupClient::Stats GroupClient::stats() const {
@@ -60,6 +61,7 @@ GroupClient::Stats GroupClient::stats() const {
   s.entries = stats_.entries.load();
   s.combined = stats_.combined.load();
   s.turns = stats_.turns.load();
+  s.forwarded = stats_.forwarded.load();
   s.fast_path = stats_.fast_path.load();
   s.conflicts = stats_.conflicts.load();
   s.promotions = stats_.promotions.load();

@@ -114,23 +114,28 @@ class GroupClient {
   // Rows of a global index table at the local replica (newest data).
   void ScanIndex(std::string table, std::string start, std::string end, int64_t limit,
                  Callback<ScanReply> done, int64_t deadline = 0);
-  // Whether a commit that lost its position to `winner` may be proposed
-  // again at the next position unchanged: true only if the winner wrote
-  // nothing the transaction read (docs/transactions.md, "Promotion"). The
-  // same test decides whether a commit may follow `winner` in one combined
-  // entry (`winner` is then the commit before it). Judged by the rows and
-  // columns `winner` changes: their values may have been cleared.
-  using Promote = std::function<bool(const LogEntry& winner)>;
+  // What a commit's transaction read of its group (nullptr: nothing it
+  // read can be judged here — such a commit is never promoted, combined or
+  // sent to the group's home). A commit that lost its position to `winner`
+  // may be proposed again at the next position unchanged only if
+  // Unaffected(reads, winner): the winner wrote nothing the transaction
+  // read (docs/transactions.md, "Promotion"). The same test decides whether
+  // a commit may follow `winner` in one combined entry (`winner` is then
+  // the commit before it). Judged by the rows `winner` changes: their
+  // values may have been cleared.
+  using Reads = std::shared_ptr<const ReadSet>;
+  static bool Unaffected(const ReadSet& reads, const LogEntry& winner);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`. With
-  // `promote`, an entry that loses its position to one `promote` accepts
-  // is proposed again at the next position (at most kMaxPromotions times
-  // in a row, within the deadline) instead of ending Aborted.
+  // `reads`, an entry that loses its position to one that left them
+  // unaffected is proposed again at the next position (at most
+  // kMaxPromotions times in a row, within the deadline) instead of ending
+  // Aborted.
   //
   // With options().combine, a commit that arrives while this client's
   // proposal for the group is in flight waits for its outcome, and then
-  // goes in the next proposal together with the others waiting whose
-  // `promote` accepts those before them (and whose rows are disjoint from
+  // goes in the next proposal together with the others waiting that
+  // those before them leave unaffected (and whose rows are disjoint from
   // theirs): one log entry, one position and timestamp for all. A commit
   // that read before positions this client saw decided passes them as a
   // promotion would, without a round trip; one that cannot pass one ends
@@ -140,8 +145,16 @@ class GroupClient {
   // 0: now), so a retry goes ahead of commits begun after it. A caller
   // that gives a `since` waits for its turn (AwaitTurn) when a conflict
   // carries one (HasTurn); without one, no turn is kept for it.
+  //
+  // With options().forward, while the group is hot — this client lost a
+  // position to another app server's entry, or the group's home reports
+  // commits from others, within options().hot_for — a commit with `reads`
+  // that writes only its group's rows is sent to the group's home instead
+  // (repl.Commit): the replication server of one full replica, the same
+  // for every app server, combines and proposes it with everyone else's
+  // (docs/replication.md, "Hot groups").
   void Commit(GroupRef group, const LogPosition& at, LogEntry entry, Callback<CommitResult> done,
-              int64_t deadline = 0, Promote promote = nullptr, int64_t since = 0);
+              int64_t deadline = 0, Reads reads = nullptr, int64_t since = 0);
   // Whether an Aborted commit may wait for its turn (AwaitTurn) rather
   // than back off: it lost to a position this client's lane judged, and a
   // turn was kept for its retry.
@@ -197,6 +210,7 @@ class GroupClient {
     uint64_t entries = 0;            // ... the log entries those commits were in
     uint64_t combined = 0;           // ... commits that shared their entry with others
     uint64_t turns = 0;              // retries given their turn (AwaitTurn)
+    uint64_t forwarded = 0;          // commits sent to their hot group's home (answered there)
     uint64_t fast_path = 0;          // ... by the leader's ballot-0 accept, one round trip
     uint64_t conflicts = 0;          // another writer's entry took the position (Aborted)
     uint64_t promotions = 0;         // ... and ours went on to the next position instead
@@ -212,6 +226,13 @@ class GroupClient {
     uint64_t first_reads_again = 0;  // ... that found the position the usual way and read again
   };
   Stats stats() const;
+  // The group is hot for options().hot_for from now: another app server's
+  // entry took a position this client proposed for, or its home says other
+  // app servers send it commits of the group (in an answer to one, or to
+  // an accept: the write steps, replication/write_accept.cc).
+  void NoteHot(const GroupRef& group) ABSL_LOCKS_EXCLUDED(hot_mu_);
+  // This client as it names itself to hot groups' homes (random).
+  uint64_t origin() const { return origin_; }
   // Counts an invalidation sent (the write steps, replication/write_invalidate.cc).
   void NoteInvalidation() { stats_.invalidations.fetch_add(1, std::memory_order_relaxed); }
   // Counts a ReadFirst answered in one request, or (`again`) not.
@@ -241,7 +262,7 @@ class GroupClient {
   const ReplicaInfo* LockHome(const GroupRef& group) const;
   struct Counters {
     std::atomic<uint64_t> commits{0}, fast_path{0}, conflicts{0}, promotions{0}, unknown{0};
-    std::atomic<uint64_t> entries{0}, combined{0}, turns{0};
+    std::atomic<uint64_t> entries{0}, combined{0}, turns{0}, forwarded{0};
     std::atomic<uint64_t> locks_granted{0}, locks_missed{0};
     std::atomic<uint64_t> catchups{0}, invalidations{0}, snapshot_catchups{0};
     std::atomic<uint64_t> first_reads{0}, first_reads_again{0};
@@ -295,7 +316,7 @@ class GroupClient {
   // Commit's proposal of `entry` for at.position + 1 (`promotions`: how
   // many positions it lost and was promoted past so far).
   void ProposeAfter(GroupRef group, const LogPosition& at, LogEntry entry, bool group_rows_only,
-                    int64_t deadline, int promotions, Promote promote, int64_t started,
+                    int64_t deadline, int promotions, Reads reads, int64_t started,
                     Callback<CommitResult> done);
   // How a decided position's commits are answered (`answers`: each one's
   // start, for commit_latency_, and callback): with the result if `ours`,
@@ -319,7 +340,7 @@ class GroupClient {
   struct Member {
     LogPosition at;  // what its reads saw; promotions move it on
     LogEntry entry;  // its id and changes (lent to the proposal in flight)
-    Promote promote;
+    Reads reads;
     bool group_rows_only = true;
     int64_t deadline = 0;
     int64_t started = 0;
@@ -394,6 +415,32 @@ class GroupClient {
   // holds, a plan if idle, the next turn if due.
   void LaneTimer(const std::string& key, int64_t at);
   void RunTurns(const std::string& key, Turns turns);
+
+  // ---- hot groups' homes (replication/forward.cc) ----
+  // This client, to the homes it sends commits to (random).
+  uint64_t origin_ = 0;
+  struct Hot {
+    int64_t until = 0;   // the group's commits go to its home until then
+    int64_t failed = 0;  // ... but not before this: the home did not answer
+  };
+  absl::Mutex hot_mu_;
+  absl::flat_hash_map<std::string, Hot> hot_ ABSL_GUARDED_BY(hot_mu_);
+  static constexpr size_t kMaxHotGroups = 10000;
+  // After a home did not answer, the group's commits are proposed here
+  // for this long.
+  static constexpr absl::Duration kHomeFailedFor = absl::Seconds(5);
+  // Where a commit of `group` goes now: its home, or nullptr (here).
+  const ReplicaInfo* HomeFor(const GroupRef& group) ABSL_LOCKS_EXCLUDED(hot_mu_);
+  // The group's home did not answer: propose here for kHomeFailedFor.
+  void HomeFailed(const GroupRef& group) ABSL_LOCKS_EXCLUDED(hot_mu_);
+  void Forward(const ReplicaInfo& home, GroupRef group, const LogPosition& at, LogEntry entry,
+               Reads reads, int64_t deadline, int64_t since, int64_t started,
+               Callback<CommitResult> done);
+  // AwaitTurn at the group's home.
+  void AwaitTurnAt(const ReplicaInfo& home, GroupRef group, int64_t since, Callback<bool> done,
+                   int64_t deadline);
+  // Aborted `status`, marked as carrying a turn.
+  static absl::Status WithTurn(absl::Status status);
 
   Counters stats_;
   std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();

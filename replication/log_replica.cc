@@ -74,6 +74,13 @@ const char* ToString(ReplicaType type) {
 
 bool Votes(ReplicaType type) { return type != ReplicaType::kReadOnly; }
 
+std::string GroupKey(const GroupRef& g) {
+  std::string k = g.table();
+  k.push_back('\0');
+  k += g.root();
+  return k;
+}
+
 absl::Status CheckGroup(const GroupRef& group) {
   if (group.table().empty()) return absl::InvalidArgumentError("request names no table");
   if (group.root().empty())
@@ -384,14 +391,6 @@ void LogReplica::PaxosStep(std::shared_ptr<PaxosRequest> req, int attempt,
         PaxosAttempt(req, req->position(), attempt + 1, std::move(sealing), std::move(done));
       });
 }
-
-namespace {
-
-std::string GroupKey(const GroupRef& group) {
-  return StrCat(group.table(), std::string_view("\0", 1), group.root());
-}
-
-}  // namespace
 
 uint64_t LogReplica::DurableEpoch() {
   absl::MutexLock lock(&durable_tops_mu_);

@@ -263,6 +263,8 @@ bool IsCleanedUp(const absl::Status& s);
 
 // Validates a request's group reference (InvalidArgument naming the problem).
 absl::Status CheckGroup(const GroupRef& group);
+// A group's key in maps: table, NUL, root row.
+std::string GroupKey(const GroupRef& group);
 
 // The Bigtable mutations that apply `entry`'s changes to one row (sealed
 // with `cipher` if given, for the row cipher->StoredRow(change.row())).

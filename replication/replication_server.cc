@@ -27,13 +27,6 @@ auto Answer(Responder respond) {
 
 }  // namespace
 
-std::string GroupKey(const GroupRef& g) {
-  std::string k = g.table();
-  k.push_back('\0');
-  k += g.root();
-  return k;
-}
-
 ReplicationServer::ReplicationServer(Env* env, Transport* transport,
                                      storage::BigtableClient* bigtable,
                                      ReplicationServerOptions options)
@@ -41,7 +34,12 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
       options_(std::move(options)),
       replica_(bigtable, options_.cluster.replicas[options_.cluster.local].type, env,
                options_.cluster.max_clock_skew, options_.encryption),
-      client_(env, transport, options_.cluster) {}
+      client_(env, transport, [this] {
+        // It is the home its groups' commits are sent to: it never sends them on.
+        GroupClientOptions o = options_.cluster;
+        o.forward = false;
+        return o;
+      }()) {}
 
 ReplicationServer::~ReplicationServer() {
   Stop();
@@ -116,6 +114,13 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   s.largest_log_bytes = counters_.largest_log_bytes.load();
   s.largest_log_positions = counters_.largest_log_positions.load();
   s.kept_log_bytes = counters_.kept_log_bytes.load();
+  const CommitHome::Stats home = home_.stats();
+  s.home_commits = home.commits;
+  s.home_shed = home.shed;
+  const GroupClient::Stats own = client_.stats();
+  s.home_entries = own.entries;
+  s.home_combined = own.combined;
+  s.home_promotions = own.promotions;
   {
     absl::MutexLock lock(&mu_);
     s.cleanup_pending = cleanup_due_.size();
@@ -168,9 +173,14 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     if (req.accept()) NoteForCleanup(req.group());
     PaxosCount count{GroupKey(req.group()), req.accept(),       req.ballot().round() == 0,
                      req.position(),        req.value().size(), env_->MonotonicMicros()};
-    auto answer = [this, count = std::move(count),
+    const uint64_t origin = req.origin();
+    auto answer = [this, count = std::move(count), origin,
                    respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
       CountPaxos(count, r);
+      // As a hot group's home: the proposer should send its commits here.
+      if (r.ok() && count.accept && origin != 0 &&
+          home_.OthersSend(count.group_key, origin, env_->MonotonicMicros()))
+        r->set_hot(true);
       if (!r.ok()) return respond(r.status());
       respond(r->SerializeAsString());
     };
@@ -280,6 +290,10 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     ScanIndexRequest req;
     if (!Parse(method, request, &req, respond)) return;
     replica_.ScanIndex(std::move(req), Timed<ScanReply>(std::move(respond)));
+  } else if (method == "repl.Commit") {
+    home_.ServeCommit(request, std::move(respond));
+  } else if (method == "repl.AwaitTurn") {
+    home_.ServeAwaitTurn(request, std::move(respond));
   } else if (method == "repl.Scan") {
     ScanRequest req;
     if (!Parse(method, request, &req, respond)) return;

@@ -21,6 +21,7 @@
 #include "base/lifetime.h"
 #include "base/top_counts.h"
 #include "base/transport.h"
+#include "replication/commit_home.h"
 #include "replication/group_client.h"
 #include "replication/log_replica.h"
 
@@ -54,9 +55,6 @@ struct ReplicationServerOptions {
   LogCleanupOptions cleanup;
 };
 
-// A group's key in the server's maps: table, NUL, root row.
-std::string GroupKey(const GroupRef& group);
-
 // The highest position a group may be cleaned through at replica `local`
 // of `replicas`, given every replica's state (nullopt where one did not
 // answer): a data replica, what every data replica applied; a witness, what
@@ -74,13 +72,14 @@ class ReplicationServer {
   ~ReplicationServer();
 
   // Serves repl.Paxos, repl.State, repl.ReadLog, repl.Apply, repl.Read, repl.Scan,
-  // repl.ScanIndex.
+  // repl.ScanIndex, ...; and, as the home of hot groups, repl.Commit and
+  // repl.AwaitTurn (replication/commit_home.h).
   void Serve(std::string_view method, std::string request, Responder respond);
   static constexpr std::string_view kMethods[] = {
       "repl.Paxos",        "repl.State",       "repl.ReadLog",        "repl.Apply",
       "repl.Read",         "repl.Scan",        "repl.ScanIndex",      "repl.Truncate",
       "repl.SnapshotRows", "repl.InstallRows", "repl.FinishSnapshot", "repl.MarkBackup",
-      "repl.SealBackup",   "repl.ListGroups"};
+      "repl.SealBackup",   "repl.ListGroups",  "repl.Commit",         "repl.AwaitTurn"};
 
   // Starts the periodic sweep; Stop() ends it.
   void Start();
@@ -120,6 +119,15 @@ class ReplicationServer {
     uint64_t largest_log_bytes = 0;      // the largest group log seen by the last sweep (gauge)
     uint64_t largest_log_positions = 0;  // ... and the most positions one kept (gauge)
     uint64_t kept_log_bytes = 0;         // log bytes of the groups the last sweep looked at (gauge)
+    // Hot groups' commits app servers sent here (repl.Commit), and those
+    // refused unproposed for too many under way.
+    uint64_t home_commits = 0;
+    uint64_t home_shed = 0;
+    // What this server's own client committed: commits sent here, and
+    // the log entries they took (combined entries hold several).
+    uint64_t home_entries = 0;
+    uint64_t home_combined = 0;
+    uint64_t home_promotions = 0;  // lost positions they went on past
   };
   Stats stats() const;
   const LatencyHistogram& paxos_latency() const { return paxos_latency_; }
@@ -227,9 +235,12 @@ class ReplicationServer {
   TopCounts<3> groups_;  // by Key(group): writes, conflicts, highest position
   // Entered by the sweep and clean-up timers.
   std::shared_ptr<Lifetime> life_ = std::make_shared<Lifetime>();
+  // Proposes the commits app servers send here through client_ (whose
+  // replies it answers: destroyed after it).
+  CommitHome home_{&client_};
   // Last, so destroyed first: a reply to its requests (a vouch, a sweep's
-  // catch-up) that calls into this server is let in only while every other
-  // member is whole.
+  // catch-up, a hot group's commit) that calls into this server is let in
+  // only while every other member is whole.
   GroupClient client_;
 };
 

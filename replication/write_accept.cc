@@ -66,6 +66,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       req.mutable_ballot()->set_round(m.ballot.round);
       req.mutable_ballot()->set_proposer(m.ballot.proposer);
       req.set_value(m.value);
+      req.set_origin(c_->origin());
       const int replica = c_->voters()[m.acceptor];
       CallProto<PaxosReply>(
           c_, c_->options().replicas[replica].replication, "repl.Paxos", req,
@@ -77,6 +78,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   }
 
   void OnReply(const paxos::Message& request, uint64_t round, absl::StatusOr<PaxosReply> r) {
+    if (r.ok() && r->hot()) c_->NoteHot(group_);  // the group's home asks for its commits
     if (!r.ok()) {
       // A position no replica knows the group to have reached (a forged
       // read position): once a majority says so, stop retrying. Nothing of

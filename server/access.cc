@@ -115,6 +115,10 @@ constexpr MethodRule kRules[] = {
     {"repl.Read", Action::kRead, 2},
     {"repl.Scan", Action::kRead, 2},
     {"repl.ScanIndex", Action::kRead, 1},
+    // A hot group's commit sent to its home, which proposes it (only the
+    // group's own rows: the home checks), and a retry's turn there.
+    {"repl.Commit", Action::kWrite, 2},
+    {"repl.AwaitTurn", Action::kWrite, 2},
     {"coord.Check", Action::kRead, 1},
     {"coord.Validate", Action::kRead, 1},
     {"coord.Invalidate", Action::kWrite, 1},

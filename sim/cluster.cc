@@ -109,6 +109,7 @@ class Clients {
       sum.commits += s.commits;
       sum.entries += s.entries;
       sum.combined += s.combined;
+      sum.forwarded += s.forwarded;
     };
     for (const auto& cl : clients_)
       if (cl->gc != nullptr) add(*cl->gc);
@@ -286,14 +287,11 @@ class Clients {
             // (before its position, and the members ahead of it in a
             // combined entry), so passing a writer of that row fails the
             // seed.
-            GroupClient::Promote promote;
+            GroupClient::Reads reads;
             if (c_->options().promote) {
-              promote = [row = Row(g, rk), cas](const replication::LogEntry& winner) {
-                if (!cas) return true;
-                for (const replication::RowChange& rc : winner.changes())
-                  if (rc.row() == row) return false;
-                return true;
-              };
+              auto r = std::make_shared<replication::ReadSet>();
+              if (cas) r->add_rows(Row(g, rk));
+              reads = std::move(r);
             }
             gc->Commit(Group(g), at, WriteEntry(Row(g, k), *e.value, e.f == Event::Op::kDelete),
                        Guard(se,
@@ -307,7 +305,7 @@ class Clients {
                                Complete(se, failed ? Event::Type::kFail : Event::Type::kInfo,
                                         std::nullopt, 0);
                              }),
-                       0, std::move(promote));
+                       0, std::move(reads));
           };
           if (!cas) return commit(e);
           gc->Read(
@@ -753,6 +751,12 @@ SimResult RunSimulation(const SimOptions& options) {
     result.stats.combined = st.combined;
     result.stats.entries = st.entries;
     result.stats.commits = st.commits;
+    result.stats.forwarded = st.forwarded;
+    // Writes sent to their group's home were committed (and combined) by
+    // its replication server's client.
+    const replication::ReplicationServer::Stats home = cluster.HomeStats();
+    result.stats.entries += home.home_entries;
+    result.stats.combined += home.home_combined;
   }
   result.stats.snapshot_catchups = log_invariants.snapshots();
   if (result.status.ok()) result.status = log_invariants.status();  // catch-up wrote too

@@ -35,6 +35,9 @@ struct SimOptions {
   // GroupClientOptions::combine for every app server (false: each commit
   // proposes on its own).
   bool combine = true;
+  // GroupClientOptions::forward for every app server (false: a hot
+  // group's commits are never sent to its home).
+  bool forward = true;
   int groups = 2;
   int keys = 3;  // entities per group
   int ops_per_client = 25;
@@ -100,6 +103,7 @@ struct SimStats {
   uint64_t commits = 0;            // the clients' writes committed ...
   uint64_t entries = 0;            // ... in this many log entries
   uint64_t combined = 0;           // ... of which this many shared theirs with others
+  uint64_t forwarded = 0;          // the clients' writes sent to their group's home
   int wipes = 0;                   // read-only replicas' data wiped
 };
 

@@ -173,6 +173,7 @@ class Cluster {
     o.max_backoff = absl::Milliseconds(40);
     o.deadline = absl::Seconds(5);
     o.combine = options_.combine;
+    o.forward = options_.forward;
     return o;
   }
 
@@ -336,6 +337,22 @@ class Cluster {
       if (dc->repl) n += dc->repl->stats().positions_removed;
     for (const auto& r : graveyard_repl_) n += r->stats().positions_removed;
     return n;
+  }
+
+  // What the replication servers did as hot groups' homes, summed over
+  // every one that ran.
+  replication::ReplicationServer::Stats HomeStats() const {
+    replication::ReplicationServer::Stats sum;
+    auto add = [&sum](const replication::ReplicationServer& r) {
+      const replication::ReplicationServer::Stats s = r.stats();
+      sum.home_commits += s.home_commits;
+      sum.home_entries += s.home_entries;
+      sum.home_combined += s.home_combined;
+    };
+    for (const auto& dc : dcs_)
+      if (dc->repl) add(*dc->repl);
+    for (const auto& r : graveyard_repl_) add(*r);
+    return sum;
   }
 
   bool repl_up(int i) const { return dcs_[i]->repl != nullptr; }

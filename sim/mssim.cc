@@ -47,13 +47,13 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose,
     std::cout << "seed " << o.seed << " ok: " << s.bank_ok << " bank operations done; " << s.ops_ok
               << " ok, " << s.ops_failed << " failed, " << s.ops_unknown << " unknown; "
               << s.positions << " log positions, " << s.promotions << " promotions, " << s.commits
-              << " writes committed in " << s.entries << " entries (" << s.combined
-              << " combined); " << s.faults << " faults; " << s.messages << " messages ("
-              << s.dropped << " dropped); " << s.late_writes << " late and " << s.repeated_writes
-              << " repeated Bigtable writes; " << s.valid_checks
-              << " coordinator \"valid\" answers and " << s.log_checks << " log writes checked; "
-              << s.positions_cleaned << " log positions cleaned up, " << s.wipes
-              << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
+              << " writes committed in " << s.entries << " entries (" << s.combined << " combined; "
+              << s.forwarded << " sent to their group's home); " << s.faults << " faults; "
+              << s.messages << " messages (" << s.dropped << " dropped); " << s.late_writes
+              << " late and " << s.repeated_writes << " repeated Bigtable writes; "
+              << s.valid_checks << " coordinator \"valid\" answers and " << s.log_checks
+              << " log writes checked; " << s.positions_cleaned << " log positions cleaned up, "
+              << s.wipes << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
               << s.virtual_micros / 1000 << " ms virtual\n";
   return 0;
 }
@@ -148,6 +148,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-combine", no_combine,
                "Each write proposes on its own instead of waiting behind its app server's "
                "proposal for the group and sharing the next log entry");
+  bool no_forward = false;
+  app.add_flag("--no-forward", no_forward,
+               "Never send a hot group's writes to its home: each app server proposes its own, "
+               "racing the others");
   int sessions = 1;
   app.add_option("--sessions", sessions,
                  "Operations each client runs at once through its one GroupClient (more than "
@@ -223,6 +227,7 @@ int main(int argc, char** argv) {
   o.faults = !no_faults;
   o.promote = !no_promote;
   o.combine = !no_combine;
+  o.forward = !no_forward;
   o.sessions = sessions;
   o.wipe_read_only = !no_wipe;
   o.buggify = !no_buggify;

@@ -482,38 +482,26 @@ void Transaction::ScanGroup(std::string start, std::string end, std::string fami
                     std::move(done), deadline_);
 }
 
-bool Transaction::UnaffectedBy(const replication::LogEntry& winner) const {
-  if (winner.noop()) return true;
-  // An opaque payload (this layer writes none: its queue messages and
-  // two-phase records are rows, judged below) cannot be judged here.
-  if (!winner.payload().empty()) return false;
+replication::GroupClient::Reads Transaction::Reads() const {
   absl::MutexLock lock(&mu_);
-  if (prepare_ || two_phase_bookkeeping_) return false;
-  for (const replication::RowChange& rc : winner.changes()) {
-    if (!rc.table().empty()) continue;  // another table: not read at the group's position
-    if (read_rows_.count(rc.row()) > 0) return false;
-    for (const auto& [start, end] : read_ranges_)
-      if (rc.row() >= start && (end.empty() || rc.row() < end)) return false;
+  // Two-phase prepares and bookkeeping are never promoted: their writes
+  // rest on reads made elsewhere (the decision group's, the participants').
+  if (prepare_ || two_phase_bookkeeping_) return nullptr;
+  auto reads = std::make_shared<replication::ReadSet>();
+  for (const std::string& row : read_rows_) reads->add_rows(row);  // (a set: ascending)
+  for (const auto& [start, end] : read_ranges_) {
+    replication::ReadSet::Range* r = reads->add_ranges();
+    r->set_start(start);
+    r->set_end(end);
   }
-  return true;
+  return reads;
 }
 
 void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo> done) {
   entry.set_id(fmt::format("txn-{:016x}", ctx_.client->env()->Random64()));
-  // Two-phase prepares and bookkeeping are never promoted (UnaffectedBy):
-  // with no test they race for their position instead of waiting behind
-  // this app server's other commits to the group.
-  bool judged;
-  {
-    absl::MutexLock lock(&mu_);
-    judged = !prepare_ && !two_phase_bookkeeping_;
-  }
-  replication::GroupClient::Promote promote;
-  if (options_.promote && judged) {
-    promote = [self = shared_from_this()](const replication::LogEntry& winner) {
-      return self->UnaffectedBy(winner);
-    };
-  }
+  // With no read set (promotion off, or a two-phase record) the commit
+  // races for its position on its own.
+  replication::GroupClient::Reads reads = options_.promote ? Reads() : nullptr;
   ctx_.client->Commit(
       group_, position_, std::move(entry),
       [done = std::move(done)](absl::StatusOr<replication::CommitResult> r) mutable {
@@ -524,7 +512,7 @@ void Transaction::ProposeEntry(replication::LogEntry entry, Callback<CommitInfo>
         info.wrote = true;
         done(info);
       },
-      deadline_, std::move(promote), options_.first_attempt);
+      deadline_, std::move(reads), options_.first_attempt);
 }
 
 std::vector<storage::TableSchema> TablesFor(const schema::Layout& layout) {

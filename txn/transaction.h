@@ -126,15 +126,14 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // answer's worth). Every read of the group's rows goes through here or
   // the row reads (Get, RawGet), which record what they cover: a commit
   // that loses its position is promoted past the winner only if the
-  // winner wrote none of it (UnaffectedBy).
+  // winner wrote none of it (Reads).
   void ScanGroup(std::string start, std::string end, std::string family, int64_t limit,
                  Callback<replication::ScanReply> done);
-  // Whether this transaction's reads still hold after `winner` (the entry
-  // that took the position its commit proposed for): true if the winner
-  // is a no-op, or writes no row of the group this transaction read or
-  // scanned. A winner carrying an opaque payload, and a two-phase prepare
-  // or bookkeeping transaction of our own, are never judged unaffected.
-  bool UnaffectedBy(const replication::LogEntry& winner) const;
+  // What this transaction read of its group, as the promotion test
+  // judges it (GroupClient::Unaffected: its reads still hold after an
+  // entry that writes none of these rows); nullptr for a two-phase prepare
+  // or bookkeeping transaction, which is never promoted.
+  replication::GroupClient::Reads Reads() const;
 
   // Buffer a write; checked against the schema now.
   absl::Status Put(std::string_view table, Entity entity);

@@ -131,12 +131,12 @@ std::string StatusHtml(const StatusSources& s, int64_t started_micros) {
 
   if (s.gateway != nullptr) {
     const auto st = s.gateway->context().client->stats();
-    html += StrCat("<h2>Gateway client</h2><p>commits ", st.commits, ", on the fast path ",
-                   st.fast_path, " (in ", st.entries, " log entries, ", st.combined,
-                   " sharing theirs), conflicts ", st.conflicts, ", promotions ", st.promotions,
-                   ", unknown outcomes ", st.unknown, ", retries ", s.gateway->retries(),
-                   ", catch-ups ", st.catchups, ", coordinator invalidations ", st.invalidations,
-                   "</p>");
+    html += StrCat(
+        "<h2>Gateway client</h2><p>commits ", st.commits, ", on the fast path ", st.fast_path,
+        " (in ", st.entries, " log entries, ", st.combined, " sharing theirs; ", st.forwarded,
+        " sent to their hot group's home), conflicts ", st.conflicts, ", promotions ",
+        st.promotions, ", unknown outcomes ", st.unknown, ", retries ", s.gateway->retries(),
+        ", catch-ups ", st.catchups, ", coordinator invalidations ", st.invalidations, "</p>");
     for (bool by_conflicts : {false, true}) {
       const auto hot = s.gateway->context().client->HottestGroups(10, by_conflicts);
       if (hot.empty()) continue;
@@ -243,6 +243,16 @@ std::string MetricsText(const StatusSources& s) {
        "questions were "
        "in flight.",
        &replication::ReplicationServer::Stats::vouches_shed},
+      {"megastore_replication_home_commits_total",
+       "Commits of hot groups that app servers sent this replica, as the groups' home.",
+       &replication::ReplicationServer::Stats::home_commits},
+      {"megastore_replication_home_shed_total",
+       "... of those, refused unproposed (too many under way here): their senders proposed "
+       "them.",
+       &replication::ReplicationServer::Stats::home_shed},
+      {"megastore_replication_home_log_entries_total",
+       "Log entries this replica's server proposed those commits in (fewer when they combine).",
+       &replication::ReplicationServer::Stats::home_entries},
   };
   static const Counter kCleanup[] = {
       {"megastore_log_cleanup_sweeps_total", "Log clean-up sweeps run.",
@@ -412,6 +422,9 @@ std::string MetricsText(const StatusSources& s) {
         Family("megastore_client_combined_commits_total", "counter",
                "Commits that shared their log entry with other commits of this client."),
         "megastore_client_combined_commits_total ", st.combined, "\n",
+        Family("megastore_client_sent_home_commits_total", "counter",
+               "Commits of hot groups sent to the group's home replica, which proposed them."),
+        "megastore_client_sent_home_commits_total ", st.forwarded, "\n",
         Family("megastore_client_retries_total", "counter",
                "Transactions retried after a conflict."),
         "megastore_client_retries_total ", s.gateway->retries(), "\n",

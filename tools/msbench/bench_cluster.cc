@@ -94,7 +94,7 @@ absl::Status RecordSchema(server::LocalCluster& cluster, const schema::SchemaDes
 absl::StatusOr<std::unique_ptr<AppServer>> OpenAppServer(server::LocalCluster& cluster,
                                                          const std::string& here,
                                                          const schema::SchemaDescriptor& schema,
-                                                         bool combine) {
+                                                         bool combine, bool forward) {
   auto s = std::make_unique<AppServer>();
   s->rpc = std::make_unique<rpc::RpcTransport>();
   s->wan = std::make_unique<DelayedTransport>(Env::Default(), s->rpc.get(),
@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<AppServer>> OpenAppServer(server::LocalCluster& c
   d.schema = schema;
   d.transport = s->wan.get();
   d.replication.combine = combine;
+  d.replication.forward = forward;
   MS_ASSIGN_OR_RETURN(s->db, Database::Open(d));
   return s;
 }

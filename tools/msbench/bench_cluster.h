@@ -36,11 +36,11 @@ struct AppServer {
   std::unique_ptr<DelayedTransport> wan;
   std::unique_ptr<Database> db;
 };
-// `combine`: GroupClientOptions::combine of its client library.
+// `combine`, `forward`: GroupClientOptions' of its client library.
 absl::StatusOr<std::unique_ptr<AppServer>> OpenAppServer(server::LocalCluster& cluster,
                                                          const std::string& here,
                                                          const schema::SchemaDescriptor& schema,
-                                                         bool combine = true);
+                                                         bool combine = true, bool forward = true);
 
 // The p-th quantile (0..1) of `v` (reorders it); 0 for an empty one.
 double Percentile(std::vector<double>& v, double p);

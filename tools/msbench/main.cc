@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   x->add_flag("--combine,!--no-combine", txn.combine,
               "an app server's commits to a group that wait behind its proposal in flight share "
               "the next log entry (--no-combine: each proposes on its own)");
+  x->add_flag("--forward,!--no-forward", txn.forward,
+              "a group whose positions app servers at different datacenters take from each "
+              "other has its commits sent to its home replica, which proposes them together "
+              "(--no-forward: each app server proposes its own)");
   x->add_flag("--advisory-lock", txn.advisory_lock,
               "each transaction takes its group's advisory lock first (the remedy for hot groups)");
   x->add_option("--baseline", txn.baseline,

@@ -69,6 +69,7 @@ struct Cell {
   double invalidations = 0;     // coordinator invalidations sent per commit
   double catchups = 0;          // catch-ups (reads that found their replica behind) per transaction
   double first_read_again = 0;  // first reads whose position needed more than the one request
+  double sent_home = 0;         // commits sent to their hot group's home, per commit attempted
   uint64_t committed = 0;
   uint64_t errors = 0;  // transactions that failed (Unavailable, gave up, ...)
   std::string first_error;
@@ -76,9 +77,10 @@ struct Cell {
 
 class Bench {
  public:
-  Bench(const TxnBenchOptions& o, std::vector<std::unique_ptr<AppServer>> servers,
-        std::vector<int> placement)
-      : o_(o), servers_(std::move(servers)), placement_(std::move(placement)) {
+  // `cluster`: where hot groups' homes count what they committed.
+  Bench(const TxnBenchOptions& o, server::LocalCluster* cluster,
+        std::vector<std::unique_ptr<AppServer>> servers, std::vector<int> placement)
+      : o_(o), cluster_(cluster), servers_(std::move(servers)), placement_(std::move(placement)) {
     payload_.assign(static_cast<size_t>(o.value_size), 'x');
     options_.advisory_lock = o.advisory_lock;
     options_.promote = o.promote;
@@ -186,6 +188,7 @@ class Bench {
     cell.groups = groups;
     std::vector<replication::GroupClient::Stats> before;
     uint64_t retries_before = 0;
+    const HomeCounts homes_before = Homes();
     for (auto& s : servers_) {
       before.push_back(s->db->context().client->stats());
       retries_before += s->db->retries();
@@ -238,7 +241,7 @@ class Bench {
     cell.p50_ms = Percentile(all, 0.50);
     cell.p99_ms = Percentile(all, 0.99);
     uint64_t commits = 0, fast = 0, conflicts = 0, retries = 0, locked = 0, unlocked = 0;
-    uint64_t promotions = 0, entries = 0;
+    uint64_t promotions = 0, entries = 0, forwarded = 0;
     uint64_t invalidations = 0, catchups = 0, first_reads = 0, first_again = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
       const auto now = servers_[i]->db->context().client->stats();
@@ -246,6 +249,7 @@ class Bench {
       fast += now.fast_path - before[i].fast_path;
       conflicts += now.conflicts - before[i].conflicts;
       promotions += now.promotions - before[i].promotions;
+      forwarded += now.forwarded - before[i].forwarded;
       entries += now.entries - before[i].entries;
       locked += now.locks_granted - before[i].locks_granted;
       invalidations += now.invalidations - before[i].invalidations;
@@ -256,10 +260,17 @@ class Bench {
       retries += servers_[i]->db->retries();
     }
     retries -= retries_before;
+    // Commits sent to their group's home (GroupClient::Stats::forwarded)
+    // count as commits of their app server, in entries the home made.
+    const HomeCounts homes = Homes();
+    entries += homes.entries - homes_before.entries;
+    promotions += homes.promotions - homes_before.promotions;
     if (commits + conflicts > 0)
       cell.conflict_rate =
           static_cast<double>(conflicts) / static_cast<double>(commits + conflicts);
     if (commits > 0) cell.fast_path = static_cast<double>(fast) / static_cast<double>(commits);
+    if (commits + conflicts > 0)
+      cell.sent_home = static_cast<double>(forwarded) / static_cast<double>(commits + conflicts);
     if (commits > 0)
       cell.invalidations = static_cast<double>(invalidations) / static_cast<double>(commits);
     if (cell.committed > 0)
@@ -278,7 +289,24 @@ class Bench {
   }
 
  private:
+  // The entries and promotions of the commits hot groups' homes made.
+  struct HomeCounts {
+    uint64_t entries = 0, promotions = 0;
+  };
+  HomeCounts Homes() const {
+    HomeCounts h;
+    for (int i = 0; i < cluster_->size(); ++i) {
+      replication::ReplicationServer* r = cluster_->datacenter(i).replication();
+      if (r == nullptr) continue;
+      const replication::ReplicationServer::Stats s = r->stats();
+      h.entries += s.home_entries;
+      h.promotions += s.home_promotions;
+    }
+    return h;
+  }
+
   const TxnBenchOptions& o_;
+  server::LocalCluster* const cluster_;
   std::vector<std::unique_ptr<AppServer>> servers_;
   std::vector<int> placement_;  // client i runs at servers_[placement_[i % size]]
   std::string payload_;
@@ -360,14 +388,14 @@ int RunTxnBench(const TxnBenchOptions& o) {
     for (int dc : placement) {
       if (server_of[static_cast<size_t>(dc)] < 0) {
         auto s = OpenAppServer(**cluster, names[static_cast<size_t>(dc)], compiled.descriptor,
-                               o.combine);
+                               o.combine, o.forward);
         if (!s.ok()) return fail(s.status());
         server_of[static_cast<size_t>(dc)] = static_cast<int>(servers.size());
         servers.push_back(std::move(*s));
       }
       client_servers.push_back(server_of[static_cast<size_t>(dc)]);
     }
-    Bench bench(o, std::move(servers), client_servers);
+    Bench bench(o, cluster->get(), std::move(servers), client_servers);
 
     // The floor: a commit needs at least one round trip from the client's
     // datacenter to the nearest other voter.
@@ -411,13 +439,15 @@ int RunTxnBench(const TxnBenchOptions& o) {
     if (rc == 0 && !o.json) {
       std::printf(
           "workload %s on one of %lld entities per group, replicas %s, clients at %s, WAN "
-          "one-way %s, %s writes, %s, %s, %s, %s, %s, %.1f s per cell, median of %d run(s)\n",
+          "one-way %s, %s writes, %s, %s, %s, %s, %s, %s, %.1f s per cell, median of %d "
+          "run(s)\n",
           o.workload.c_str(), static_cast<long long>(o.rows_per_group), o.replicas.c_str(),
           o.at.c_str(), o.wan.c_str(), o.sync ? "synced" : "unsynced",
           o.tcp ? "every call over TCP" : "in-process calls between datacenters",
           o.advisory_lock ? "advisory locks" : "no advisory locks",
           o.promote ? "promotion" : "no promotion",
           o.combine ? "combined entries" : "one commit per entry",
+          o.forward ? "hot groups' commits sent home" : "no commits sent home",
           o.encrypted ? "encrypted at rest" : "not encrypted", o.seconds, o.runs);
       std::printf("one WAN round trip (client to nearest other voter): %.1f ms\n", floor_ms);
       std::printf("%7s %7s %9s %8s %8s %8s %9s %8s %8s %8s %9s %7s %7s", "clients", "groups",
@@ -464,6 +494,7 @@ int RunTxnBench(const TxnBenchOptions& o) {
         const double invalidations = MedianOf(runs, [](const Cell& c) { return c.invalidations; });
         const double catchups = MedianOf(runs, [](const Cell& c) { return c.catchups; });
         const double again = MedianOf(runs, [](const Cell& c) { return c.first_read_again; });
+        const double sent_home = MedianOf(runs, [](const Cell& c) { return c.sent_home; });
         uint64_t errors = 0;
         std::string first_error;
         for (const Cell& c : runs) {
@@ -482,18 +513,20 @@ int RunTxnBench(const TxnBenchOptions& o) {
               "1f,"
               "\"p50_ms\":%.2f,\"p99_ms\":%.2f,\"rtt_ms\":%.1f,\"p50_over_rtt\":%.3f,"
               "\"conflict_rate\":%.4f,\"retries_per_txn\":%.4f,\"promotions_per_txn\":%.4f,"
-              "\"promote\":%s,\"combine\":%s,\"txns_per_entry\":%.3f,\"fast_path_rate\":%.4f,"
+              "\"promote\":%s,\"combine\":%s,\"forward\":%s,\"txns_per_entry\":%.3f,\"fast_path_"
+              "rate\":%.4f,"
               "\"advisory_lock\":%s,\"lock_missed_rate\":%.4f,\"encrypted\":%s,\"errors\":%llu,"
               "\"cpu_us_per_txn\":%.0f,\"invalidations_per_commit\":%.4f,"
-              "\"catchups_per_txn\":%.4f,\"first_read_again_rate\":%.4f%s}"
+              "\"catchups_per_txn\":%.4f,\"first_read_again_rate\":%.4f,\"sent_home_rate\":%.4f%s}"
               "\n",
               clients, static_cast<long long>(groups), o.workload.c_str(),
               static_cast<long long>(o.rows_per_group), o.replicas.c_str(), o.at.c_str(),
               o.wan.c_str(), o.sync ? "true" : "false", o.tcp ? "true" : "false", o.seconds, o.runs,
               tput, p50, p99, floor_ms, ratio, conflict, retry, promoted,
-              o.promote ? "true" : "false", o.combine ? "true" : "false", per_entry, fast,
-              o.advisory_lock ? "true" : "false", missed, o.encrypted ? "true" : "false",
-              static_cast<unsigned long long>(errors), cpu_us, invalidations, catchups, again,
+              o.promote ? "true" : "false", o.combine ? "true" : "false",
+              o.forward ? "true" : "false", per_entry, fast, o.advisory_lock ? "true" : "false",
+              missed, o.encrypted ? "true" : "false", static_cast<unsigned long long>(errors),
+              cpu_us, invalidations, catchups, again, sent_home,
               etcd ? fmt::format(",\"etcd_puts_per_s\":{:.1f},\"ratio_vs_etcd\":{:.3f}", etcd_puts,
                                  vs_etcd)
                          .c_str()
@@ -511,6 +544,11 @@ int RunTxnBench(const TxnBenchOptions& o) {
         if (!o.json && again > 0)
           std::printf("        first reads that needed more than one request: %.1f%%\n",
                       100 * again);
+        if (!o.json && sent_home > 0)
+          std::printf(
+              "        commits sent to their group's home: %.1f%% (the fast-path column counts "
+              "the others)\n",
+              100 * sent_home);
         if (errors > 0 && !o.json) std::printf("        first error: %s\n", first_error.c_str());
       }
     }

@@ -34,6 +34,7 @@ struct TxnBenchOptions {
   bool advisory_lock = false;  // transactions take their group's advisory lock
   bool promote = true;         // a commit that lost its position may go on to the next
   bool combine = true;         // an app server's commits to a group share log entries
+  bool forward = true;         // a hot group's commits go to its home
   bool encrypted = false;      // the schema is ENCRYPTED: every cell sealed at rest
   // "etcd": also start three etcd members on loopback and measure their
   // puts with the same clients and value size, in the same run.

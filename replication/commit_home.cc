@@ -1,0 +1,258 @@
+#include "replication/commit_home.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "base/strings.h"
+#include "replication/log_replica.h"
+
+namespace megastore::replication {
+
+namespace {
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  if (b > 0 && a > std::numeric_limits<int64_t>::max() - b)
+    return std::numeric_limits<int64_t>::max();
+  if (b < 0 && a < std::numeric_limits<int64_t>::min() - b)
+    return std::numeric_limits<int64_t>::min();
+  return a + b;
+}
+
+int64_t SaturatingSub(int64_t a, int64_t b) {
+  if (b == std::numeric_limits<int64_t>::min()) return SaturatingAdd(SaturatingAdd(a, 1), -(b + 1));
+  return SaturatingAdd(a, -b);
+}
+
+// Why an entry cannot be committed through a home, or OK.
+absl::Status CheckForwarded(const LogEntry& entry) {
+  if (entry.id().empty()) return absl::InvalidArgumentError("the entry has no id");
+  if (entry.noop() || !entry.payload().empty() || entry.members_size() > 0)
+    return absl::InvalidArgumentError(
+        "only a transaction's own changes are committed through a group's home (no no-op, "
+        "payload or members)");
+  if (entry.changes_size() == 0) return absl::InvalidArgumentError("the entry changes nothing");
+  for (const RowChange& rc : entry.changes())
+    if (!rc.table().empty())
+      return absl::InvalidArgumentError(
+          StrCat("the entry writes table ", rc.table(),
+                 ": only entries that write their group's rows alone go through its home"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t CommitHome::DeadlineFor(int64_t budget, int64_t now) const {
+  budget = std::min(budget, absl::ToInt64Microseconds(client_->options().deadline));
+  // Answer before the sender stops waiting: keep back a quarter of its
+  // time (at most half a second) for the reply's way back.
+  return now + budget - std::min<int64_t>(budget / 4, 500'000);
+}
+
+int64_t CommitHome::OffsetOf(uint64_t origin, int64_t sent, int64_t now) {
+  int64_t offset = SaturatingSub(now, sent);
+  absl::MutexLock lock(&mu_);
+  auto it = offsets_.find(origin);
+  if (it == offsets_.end() && offsets_.size() >= kMaxSenders) {
+    absl::erase_if(offsets_, [now](const auto& kv) {
+      return now - kv.second.seen > absl::ToInt64Microseconds(kMaxAge);
+    });
+  }
+  if (it != offsets_.end()) {
+    it->second.offset = std::min(it->second.offset, offset);
+    it->second.seen = now;
+    offset = it->second.offset;
+  } else if (offsets_.size() < kMaxSenders) {
+    offsets_[origin] = Offset{offset, now};
+  }
+  return offset;
+}
+
+int64_t CommitHome::LocalSince(int64_t since, int64_t sent, int64_t offset, int64_t now) {
+  if (since <= 0) return 0;
+  const int64_t local = SaturatingAdd(std::min(since, sent), offset);
+  return std::clamp(local, std::max<int64_t>(1, now - absl::ToInt64Microseconds(kMaxAge)), now);
+}
+
+bool CommitHome::OthersSend(const std::string& key, uint64_t origin, int64_t now) {
+  if (senders_size_.load(std::memory_order_relaxed) == 0) return false;  // the common case
+  const int64_t window = absl::ToInt64Microseconds(client_->options().hot_for);
+  absl::MutexLock lock(&mu_);
+  auto it = senders_.find(key);
+  if (it == senders_.end()) return false;
+  for (int i = 0; i < kSendersPerGroup; ++i)
+    if (it->second.origin[i] != origin && it->second.seen[i] != 0 &&
+        now - it->second.seen[i] < window)
+      return true;
+  return false;
+}
+
+bool CommitHome::Contended(const std::string& key, uint64_t origin, int64_t now) {
+  const int64_t window = absl::ToInt64Microseconds(client_->options().hot_for);
+  absl::MutexLock lock(&mu_);
+  auto it = senders_.find(key);
+  if (it == senders_.end()) {
+    if (senders_.size() >= kMaxGroups) {
+      absl::erase_if(senders_, [now, window](const auto& kv) {
+        for (int64_t seen : kv.second.seen)
+          if (now - seen < window) return false;
+        return true;
+      });
+      if (senders_.size() >= kMaxGroups) return false;
+    }
+    it = senders_.emplace(key, Senders{}).first;
+  }
+  senders_size_.store(senders_.size(), std::memory_order_relaxed);
+  Senders& s = it->second;
+  bool others = false;
+  int slot = -1, oldest = 0;
+  for (int i = 0; i < kSendersPerGroup; ++i) {
+    if (s.origin[i] == origin) {
+      slot = i;
+    } else if (s.seen[i] != 0 && now - s.seen[i] < window) {
+      others = true;
+    }
+    if (s.seen[i] < s.seen[oldest]) oldest = i;
+  }
+  if (slot < 0) slot = oldest;
+  s.origin[slot] = origin;
+  s.seen[slot] = now;
+  return others;
+}
+
+void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
+  CommitRequest request;
+  if (!request.ParseFromString(bytes))
+    return respond(absl::InvalidArgumentError("repl.Commit: malformed request"));
+  const int64_t now = client_->env()->MonotonicMicros();
+  CommitReply reply;
+  auto refuse = [&](absl::Status s) {
+    reply.set_code(static_cast<int>(s.code()));
+    reply.set_message(std::string(s.message()));
+    respond(reply.SerializeAsString());
+  };
+  absl::Status bad = CheckGroup(request.group());
+  if (bad.ok()) bad = CheckForwarded(request.entry());
+  if (bad.ok() && request.budget_micros() <= 0)
+    bad = absl::InvalidArgumentError("the budget must be positive");
+  if (bad.ok() && (request.reads().rows_size() > kMaxReadRows ||
+                   request.reads().ranges_size() > kMaxReadRanges))
+    bad = absl::InvalidArgumentError(StrCat("the read set has more than ", kMaxReadRows,
+                                            " rows or ", kMaxReadRanges, " ranges"));
+  const GroupClientOptions& o = client_->options();
+  if (bad.ok() && o.replicas[o.local].type != ReplicaType::kFull)
+    bad = absl::UnavailableError(
+        StrCat(o.replicas[o.local].name, " is not a full replica: no group's home"));
+  if (!bad.ok()) return refuse(absl::Status(bad.code(), StrCat("repl.Commit: ", bad.message())));
+  const int64_t offset = OffsetOf(request.origin(), request.sent(), now);
+  const int64_t window =
+      std::min(request.budget_micros(), absl::ToInt64Microseconds(kRemember) / 2);
+  if (SaturatingAdd(SaturatingAdd(request.sent(), offset), window) < now)
+    return refuse(absl::DeadlineExceededError(
+        "repl.Commit: the request arrived after its sender stopped waiting for it: not proposed"));
+  const std::string id = request.entry().id();
+  std::optional<std::string> copy;  // a copy's answer, given already
+  bool shed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!answered_.empty() &&
+           now - answered_.front().first > absl::ToInt64Microseconds(kRemember)) {
+      known_.erase(answered_.front().second);
+      answered_.pop_front();
+    }
+    auto it = known_.find(id);
+    if (it != known_.end()) {
+      // A copy of a commit under way or answered: it gets the same answer.
+      if (!it->second.answered) return it->second.waiting.push_back(std::move(respond));
+      copy = it->second.reply;
+    } else if (known_.size() >= kMaxRemembered ||
+               in_flight_.load(std::memory_order_relaxed) >= kMaxInFlight) {
+      shed = true;
+    } else {
+      known_.emplace(id, Known{});
+      in_flight_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (copy) return respond(std::move(*copy));
+  if (shed) {
+    shed_.fetch_add(1, std::memory_order_relaxed);
+    return refuse(absl::UnavailableError(
+        StrCat("the group's home has too many commits under way or just answered (", kMaxInFlight,
+               " / ", kMaxRemembered, "): propose it yourself")));
+  }
+  commits_.fetch_add(1, std::memory_order_relaxed);
+  reply.set_contended(Contended(GroupKey(request.group()), request.origin(), now));
+  auto reads = std::make_shared<ReadSet>(std::move(*request.mutable_reads()));
+  // The promotion test finds rows by binary search.
+  if (!std::is_sorted(reads->rows().begin(), reads->rows().end()))
+    std::sort(reads->mutable_rows()->begin(), reads->mutable_rows()->end());
+  LogPosition at;
+  at.position = request.position();
+  at.timestamp = request.timestamp();
+  at.next_leader = request.next_leader();
+  at.replica = o.local;
+  const int64_t since = LocalSince(request.since(), request.sent(), offset, now);
+  client_->Commit(
+      std::move(*request.mutable_group()), at, std::move(*request.mutable_entry()),
+      [this, id, reply = std::move(reply),
+       respond = std::move(respond)](absl::StatusOr<CommitResult> r) mutable {
+        if (r.ok()) {
+          reply.set_position(r->position);
+          reply.set_timestamp(r->timestamp);
+        } else {
+          reply.set_code(static_cast<int>(r.status().code()));
+          reply.set_message(std::string(r.status().message()));
+          reply.set_turn(GroupClient::HasTurn(r.status()));
+        }
+        std::string bytes = reply.SerializeAsString();
+        Answered(id, bytes);
+        respond(std::move(bytes));
+      },
+      DeadlineFor(request.budget_micros(), now), std::move(reads), since);
+}
+
+void CommitHome::Answered(const std::string& id, const std::string& reply) {
+  std::vector<Responder> copies;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    Known& k = known_[id];
+    k.answered = true;
+    k.reply = reply;
+    copies = std::move(k.waiting);
+    k.waiting.clear();
+    answered_.emplace_back(client_->env()->MonotonicMicros(), id);
+  }
+  for (Responder& r : copies) r(reply);
+}
+
+void CommitHome::ServeAwaitTurn(const std::string& bytes, Responder respond) {
+  TurnRequest request;
+  if (!request.ParseFromString(bytes))
+    return respond(absl::InvalidArgumentError("repl.AwaitTurn: malformed request"));
+  if (absl::Status s = CheckGroup(request.group()); !s.ok()) return respond(s);
+  if (request.budget_micros() <= 0)
+    return respond(absl::InvalidArgumentError("repl.AwaitTurn: the budget must be positive"));
+  const int64_t now = client_->env()->MonotonicMicros();
+  const int64_t since = LocalSince(request.since(), request.sent(),
+                                   OffsetOf(request.origin(), request.sent(), now), now);
+  if (since == 0) return respond(TurnReply().SerializeAsString());  // no turn to wait for
+  if (in_flight_.fetch_add(1) >= kMaxInFlight) {
+    in_flight_.fetch_sub(1);
+    return respond(TurnReply().SerializeAsString());  // go ahead without one
+  }
+  client_->AwaitTurn(
+      std::move(*request.mutable_group()), since,
+      [this, respond = std::move(respond)](absl::StatusOr<bool> r) mutable {
+        in_flight_.fetch_sub(1);
+        if (!r.ok()) return respond(r.status());
+        TurnReply reply;
+        reply.set_granted(*r);
+        respond(reply.SerializeAsString());
+      },
+      DeadlineFor(request.budget_micros(), now));
+}
+
+}  // namespace megastore::replication

@@ -1,0 +1,220 @@
+// A replication server as the home of hot groups (replication/commit_home.h):
+// repl.Commit requests sent to it straight, on the simulated deployment.
+#include "replication/commit_home.h"
+
+#include <optional>
+
+#include "base/proto_call.h"
+#include "gtest/gtest.h"
+#include "sim/deployment.h"
+
+namespace megastore::replication {
+namespace {
+
+class CommitHomeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sim::SimOptions o;
+    o.seed = 7;
+    cluster_ = std::make_unique<sim::Cluster>(o);
+    ASSERT_TRUE(cluster_->Open().ok());
+    cluster_->net().AddNode("app", 1);
+    transport_ = cluster_->net().TransportFor("app");
+    client_ =
+        std::make_unique<GroupClient>(&cluster_->env(), transport_, cluster_->ClientOptions(1));
+    home_ = cluster_->ClientOptions(1).replicas[0].replication;
+  }
+
+  template <typename T>
+  T Await(std::optional<T>& done) {
+    sim::SimEnv& env = cluster_->env();
+    env.RunUntil(env.now() + 60'000'000, [&] { return done.has_value(); });
+    EXPECT_TRUE(done.has_value()) << "the operation never finished";
+    return std::move(done).value_or(T(absl::UnknownError("never finished")));
+  }
+
+  static GroupRef Group() {
+    GroupRef g;
+    g.set_table(sim::kTable);
+    g.set_root("g1");
+    return g;
+  }
+
+  LogPosition ReadAt() {
+    std::optional<absl::StatusOr<LogPosition>> p;
+    client_->ReadPosition(Group(), ReadLevel::kCurrent, [&](auto r) { p = std::move(r); });
+    absl::StatusOr<LogPosition> at = Await(p);
+    EXPECT_TRUE(at.ok()) << at.status();
+    return at.value_or(LogPosition());
+  }
+  uint64_t Position() { return ReadAt().position; }
+
+  // A commit of `id` writing row `row`, read at `position`, having read `read`.
+  CommitRequest Request(const std::string& id, const std::string& row, uint64_t position,
+                        std::vector<std::string> read = {}) {
+    CommitRequest r;
+    *r.mutable_group() = Group();
+    r.set_position(position);
+    r.set_next_leader(-1);
+    r.mutable_entry()->set_id(id);
+    RowChange* rc = r.mutable_entry()->add_changes();
+    rc->set_row(row);
+    CellChange* cc = rc->add_cells();
+    cc->set_family(sim::kDataFamily);
+    cc->set_qualifier("v");
+    cc->set_value(id);
+    for (std::string& row : read) r.mutable_reads()->add_rows(std::move(row));
+    r.set_budget_micros(5'000'000);
+    r.set_origin(42);
+    r.set_sent(cluster_->env().MonotonicMicros());
+    return r;
+  }
+
+  void Send(const CommitRequest& r, std::optional<absl::StatusOr<CommitReply>>* out) {
+    CallProto<CommitReply>(transport_, home_, "repl.Commit", r, absl::Seconds(10),
+                           [out](absl::StatusOr<CommitReply> reply) { *out = std::move(reply); });
+  }
+
+  absl::StatusOr<CommitReply> Commit(const CommitRequest& r) {
+    std::optional<absl::StatusOr<CommitReply>> out;
+    Send(r, &out);
+    return Await(out);
+  }
+
+  std::unique_ptr<sim::Cluster> cluster_;
+  Transport* transport_ = nullptr;
+  std::unique_ptr<GroupClient> client_;
+  std::string home_;
+};
+
+TEST_F(CommitHomeTest, ACommitIsProposedAtTheNextPositionAndAnswered) {
+  const uint64_t p = Position();
+  absl::StatusOr<CommitReply> r = Commit(Request("one", "g1/a", p));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->code(), 0) << r->message();
+  EXPECT_EQ(r->position(), p + 1);
+  EXPECT_GT(r->timestamp(), 0);
+  EXPECT_FALSE(r->contended());  // nobody else sent this group's commits here
+  EXPECT_EQ(Position(), p + 1);
+}
+
+// Two copies of one request (a network that delivers twice) commit once:
+// the copy gets the first one's answer.
+TEST_F(CommitHomeTest, ACopyOfACommitGetsTheFirstOnesAnswerAndCommitsNothingMore) {
+  const uint64_t p = Position();
+  const CommitRequest r = Request("twice", "g1/a", p);
+  std::optional<absl::StatusOr<CommitReply>> first, copy;
+  Send(r, &first);
+  Send(r, &copy);
+  absl::StatusOr<CommitReply> a = Await(first), b = Await(copy);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->code(), 0) << a->message();
+  EXPECT_EQ(b->code(), 0) << b->message();
+  EXPECT_EQ(a->position(), p + 1);
+  EXPECT_EQ(b->position(), p + 1);
+  // ... and again once answered.
+  absl::StatusOr<CommitReply> late = Commit(r);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->position(), p + 1);
+  EXPECT_EQ(Position(), p + 1);
+  EXPECT_EQ(cluster_->HomeStats().home_commits, 1u);
+}
+
+// Promotion at the home judges the reads the request carries: a commit
+// whose read another commit wrote since is refused; one that read nothing
+// of it goes on to the next position.
+TEST_F(CommitHomeTest, ACommitWhoseReadAnotherWroteSinceIsRefusedAndOthersArePromoted) {
+  const uint64_t p = Position();
+  absl::StatusOr<CommitReply> w = Commit(Request("writer", "g1/a", p));
+  ASSERT_TRUE(w.ok() && w->code() == 0);
+  absl::StatusOr<CommitReply> stale = Commit(Request("stale", "g1/b", p, {"g1/a"}));
+  ASSERT_TRUE(stale.ok());
+  EXPECT_EQ(stale->code(), static_cast<int>(absl::StatusCode::kAborted)) << stale->message();
+  absl::StatusOr<CommitReply> fine = Commit(Request("fine", "g1/c", p, {"g1/b"}));
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(fine->code(), 0) << fine->message();
+  EXPECT_EQ(fine->position(), p + 2);
+  EXPECT_EQ(Position(), p + 2);
+}
+
+TEST_F(CommitHomeTest, AnotherSendersCommitsMakeTheGroupContended) {
+  const uint64_t p = Position();
+  ASSERT_TRUE(Commit(Request("mine", "g1/a", p)).ok());
+  CommitRequest other = Request("theirs", "g1/b", p);
+  other.set_origin(43);
+  absl::StatusOr<CommitReply> r = Commit(other);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->code(), 0) << r->message();
+  EXPECT_TRUE(r->contended());
+}
+
+// An app server that never lost a position learns that a group is hot
+// from the home's answer to its accept, and sends its next commit there.
+TEST_F(CommitHomeTest, TheHomeOfAHotGroupAsksProposersForTheirCommits) {
+  const uint64_t p = Position();
+  CommitRequest theirs = Request("theirs", "g1/a", p);
+  theirs.set_origin(43);
+  ASSERT_TRUE(Commit(theirs).ok());
+  auto commit = [&](const std::string& id, const std::string& row) {
+    LogEntry e = Request(id, row, 0).entry();
+    std::optional<absl::StatusOr<CommitResult>> r;
+    client_->Commit(
+        Group(), ReadAt(), std::move(e), [&](auto x) { r = std::move(x); }, 0,
+        std::make_shared<ReadSet>());
+    absl::StatusOr<CommitResult> done = Await(r);
+    EXPECT_TRUE(done.ok()) << done.status();
+  };
+  commit("mine", "g1/b");
+  EXPECT_EQ(client_->stats().forwarded, 0u);  // proposed here: nobody said otherwise yet
+  commit("mine again", "g1/c");
+  EXPECT_EQ(client_->stats().forwarded, 1u);
+  EXPECT_EQ(Position(), p + 3);
+}
+
+TEST_F(CommitHomeTest, MalformedStaleOrOutOfGroupRequestsAreRefusedUnproposed) {
+  const uint64_t p = Position();
+  std::optional<absl::StatusOr<std::string>> garbage;
+  transport_->Call(home_, "repl.Commit", std::string("\xff\xff\xff garbage", 12), absl::Seconds(5),
+                   [&](absl::StatusOr<std::string> r) { garbage = std::move(r); });
+  EXPECT_EQ(Await(garbage).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto refused = [&](CommitRequest r, absl::StatusCode code, std::string_view why) {
+    absl::StatusOr<CommitReply> reply = Commit(r);
+    ASSERT_TRUE(reply.ok()) << why << ": " << reply.status();
+    EXPECT_EQ(reply->code(), static_cast<int>(code)) << why << ": " << reply->message();
+    EXPECT_FALSE(reply->message().empty()) << why;
+  };
+  CommitRequest other_table = Request("x1", "g1/a", p);
+  other_table.mutable_entry()->mutable_changes(0)->set_table("an_index");
+  refused(other_table, absl::StatusCode::kInvalidArgument, "another table");
+  CommitRequest no_id = Request("", "g1/a", p);
+  refused(no_id, absl::StatusCode::kInvalidArgument, "no id");
+  CommitRequest payload = Request("x2", "g1/a", p);
+  payload.mutable_entry()->set_payload("opaque");
+  refused(payload, absl::StatusCode::kInvalidArgument, "a payload");
+  CommitRequest empty = Request("x3", "g1/a", p);
+  empty.mutable_entry()->clear_changes();
+  refused(empty, absl::StatusCode::kInvalidArgument, "no changes");
+  CommitRequest no_budget = Request("x4", "g1/a", p);
+  no_budget.set_budget_micros(0);
+  refused(no_budget, absl::StatusCode::kInvalidArgument, "no budget");
+  CommitRequest no_group = Request("x5", "g1/a", p);
+  no_group.mutable_group()->clear_root();
+  refused(no_group, absl::StatusCode::kInvalidArgument, "no group");
+  CommitRequest huge = Request("x6", "g1/a", p);
+  for (int i = 0; i <= CommitHome::kMaxReadRows; ++i) huge.mutable_reads()->add_rows("r");
+  refused(huge, absl::StatusCode::kInvalidArgument, "a huge read set");
+  EXPECT_EQ(Position(), p);  // nothing was proposed
+  // Sent longer ago than its budget (by the sender's clock as this home
+  // maps it, from the sender's earlier requests): its sender gave up.
+  absl::StatusOr<CommitReply> fresh = Commit(Request("x7", "g1/a", p));
+  ASSERT_TRUE(fresh.ok() && fresh->code() == 0);
+  CommitRequest stale = Request("x8", "g1/b", p + 1);
+  stale.set_budget_micros(1'000'000);
+  stale.set_sent(stale.sent() - 20'000'000);
+  refused(stale, absl::StatusCode::kDeadlineExceeded, "stale");
+  EXPECT_EQ(Position(), p + 1);
+}
+
+}  // namespace
+}  // namespace megastore::replication

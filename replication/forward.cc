@@ -1,0 +1,146 @@
+// Hot groups (docs/replication.md, "Hot groups"): an app server that lost a
+// position of a group to another app server's entry sends the group's
+// commits to the group's home — the replication server of one full replica,
+// picked by a hash of the group so every app server picks the same — which
+// combines them with everyone else's (replication/commit_home.h). Its
+// answer says whether others still send commits there; the group stays hot
+// while they do.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "base/strings.h"
+#include "replication/client_calls.h"
+
+namespace megastore::replication {
+
+const ReplicaInfo* GroupClient::HomeFor(const GroupRef& group) {
+  if (!options_.forward) return nullptr;
+  const ReplicaInfo* home = LockHome(group);
+  if (home == nullptr || home->replication.empty()) return nullptr;
+  const int64_t now = env_->MonotonicMicros();
+  absl::MutexLock lock(&hot_mu_);
+  auto it = hot_.find(GroupKey(group));
+  if (it == hot_.end()) return nullptr;
+  if (now >= it->second.until && now >= it->second.failed) {
+    hot_.erase(it);
+    return nullptr;
+  }
+  return now < it->second.until && now >= it->second.failed ? home : nullptr;
+}
+
+void GroupClient::NoteHot(const GroupRef& group) {
+  if (!options_.forward) return;
+  const int64_t now = env_->MonotonicMicros();
+  absl::MutexLock lock(&hot_mu_);
+  if (hot_.size() >= kMaxHotGroups) {
+    // Forget the groups that cooled down; with none, this one is not noted.
+    absl::erase_if(
+        hot_, [now](const auto& kv) { return now >= kv.second.until && now >= kv.second.failed; });
+    if (hot_.size() >= kMaxHotGroups) return;
+  }
+  Hot& hot = hot_[GroupKey(group)];
+  hot.until = std::max(hot.until, now + absl::ToInt64Microseconds(options_.hot_for));
+}
+
+void GroupClient::HomeFailed(const GroupRef& group) {
+  const int64_t now = env_->MonotonicMicros();
+  absl::MutexLock lock(&hot_mu_);
+  auto it = hot_.find(GroupKey(group));
+  if (it == hot_.end()) return;
+  it->second.failed = now + absl::ToInt64Microseconds(kHomeFailedFor);
+  it->second.until = 0;
+}
+
+void GroupClient::Forward(const ReplicaInfo& home, GroupRef group, const LogPosition& at,
+                          LogEntry entry, Reads reads, int64_t deadline, int64_t since,
+                          int64_t started, Callback<CommitResult> done) {
+  const int64_t now = env_->MonotonicMicros();
+  // Kept until answered: a home that refuses it unproposed (Unavailable)
+  // leaves it to be proposed here.
+  auto request = std::make_shared<CommitRequest>();
+  *request->mutable_group() = group;
+  request->set_position(at.position);
+  request->set_timestamp(at.timestamp);
+  request->set_next_leader(at.next_leader);
+  *request->mutable_entry() = std::move(entry);
+  *request->mutable_reads() = *reads;
+  request->set_budget_micros(std::max<int64_t>(1, deadline - now));
+  request->set_origin(origin_);
+  request->set_since(since);
+  request->set_sent(now);
+  stats_.forwarded.fetch_add(1, std::memory_order_relaxed);
+  internal::CallProto<CommitReply>(
+      this, home.replication, "repl.Commit", *request,
+      [this, group = std::move(group), at, request, reads = std::move(reads), deadline, since,
+       started, home = home.name, done = std::move(done)](absl::StatusOr<CommitReply> r) mutable {
+        if (!r.ok()) {
+          // The home may have proposed it, or even committed it: the
+          // outcome is unknown. The group's commits are proposed here for
+          // a while.
+          HomeFailed(group);
+          stats_.unknown.fetch_add(1, std::memory_order_relaxed);
+          return done(absl::DeadlineExceededError(
+              StrCat("outcome unknown: the commit was sent to its entity group's home at ", home,
+                     ", which did not answer (", r.status().ToString(),
+                     "); do not retry it blindly, read the group first")));
+        }
+        if (r->code() == static_cast<int>(absl::StatusCode::kUnavailable)) {
+          // Refused unproposed (the home is overloaded, or no home): propose it here.
+          HomeFailed(group);
+          return Commit(std::move(group), at, std::move(*request->mutable_entry()), std::move(done),
+                        deadline, std::move(reads), since);
+        }
+        if (r->contended()) NoteHot(group);
+        const auto code = static_cast<absl::StatusCode>(r->code());
+        if (code == absl::StatusCode::kOk) {
+          stats_.commits.fetch_add(1, std::memory_order_relaxed);
+          commit_latency_.Observe(env_->MonotonicMicros() - started);
+          group_counts_.Add(group.root(), 0);
+          return done(CommitResult{r->position(), r->timestamp()});
+        }
+        switch (code) {
+          case absl::StatusCode::kAborted:
+            stats_.conflicts.fetch_add(1, std::memory_order_relaxed);
+            group_counts_.Add(group.root(), 1);
+            [[fallthrough]];
+          case absl::StatusCode::kInvalidArgument:
+          case absl::StatusCode::kFailedPrecondition:
+          case absl::StatusCode::kResourceExhausted:
+          case absl::StatusCode::kDeadlineExceeded: {
+            absl::Status status(code, StrCat(r->message(), " (at the group's home, ", home, ")"));
+            return done(r->turn() && code == absl::StatusCode::kAborted ? WithTurn(status)
+                                                                        : status);
+          }
+          default:
+            // Not an outcome the home gives: the commit may be anywhere.
+            HomeFailed(group);
+            stats_.unknown.fetch_add(1, std::memory_order_relaxed);
+            return done(absl::DeadlineExceededError(StrCat(
+                "outcome unknown: the entity group's home at ", home, " answered code ", r->code(),
+                " (", r->message(), "); do not retry it blindly, read the group first")));
+        }
+      },
+      absl::Microseconds(std::max<int64_t>(1, deadline - now)), deadline);
+}
+
+void GroupClient::AwaitTurnAt(const ReplicaInfo& home, GroupRef group, int64_t since,
+                              Callback<bool> done, int64_t deadline) {
+  const int64_t now = env_->MonotonicMicros();
+  TurnRequest request;
+  *request.mutable_group() = std::move(group);
+  request.set_origin(origin_);
+  request.set_since(since);
+  request.set_sent(now);
+  request.set_budget_micros(std::max<int64_t>(1, deadline - now));
+  internal::CallProto<TurnReply>(
+      this, home.replication, "repl.AwaitTurn", request,
+      [done = std::move(done)](absl::StatusOr<TurnReply> r) mutable {
+        // Turns only order retries: without an answer the retry goes ahead.
+        if (r.ok() || !absl::IsDeadlineExceeded(r.status())) return done(true);
+        done(r.status());
+      },
+      absl::Microseconds(std::max<int64_t>(1, deadline - now)), deadline);
+}
+
+}  // namespace megastore::replication
