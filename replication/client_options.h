@@ -73,6 +73,12 @@ struct GroupClientOptions {
   // "Hot groups"). false: always proposed here.
   bool forward = true;
   absl::Duration hot_for = absl::Seconds(2);
+  // Answer a commit only once it is applied at the local replica too
+  // (otherwise one that writes only its group's rows is answered once
+  // visible, its local apply finishing behind). A group's home sets it:
+  // its answers, and the turns given after them, go to app servers whose
+  // next reads then find the entry applied rather than only accepted.
+  bool answer_after_local_apply = false;
 };
 
 enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };

@@ -105,6 +105,13 @@ bool GroupClient::Unaffected(const ReadSet& reads, const LogEntry& winner) {
   return true;
 }
 
+bool GroupClient::Holds(const LogEntry& entry, const std::string& id) {
+  if (entry.id() == id) return true;
+  for (const LogEntry::Member& m : entry.members())
+    if (m.id() == id) return true;
+  return false;
+}
+
 bool GroupClient::HasTurn(const absl::Status& status) {
   return absl::IsAborted(status) && status.GetPayload(kTurnPayload).has_value();
 }
@@ -332,6 +339,12 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
         auto it = lane.decided.find(pos);
         if (it == lane.decided.end()) {
           known = false;
+        } else if (Holds(it->second, m->entry.id())) {
+          // A copy of this commit took the position: it goes alone to
+          // that position (chosen already: Paxos gives back the copy) and
+          // finds itself committed there.
+          known = false;
+          m->at.position = pos - 1;
         } else if (!Unaffected(*m->reads, it->second)) {
           failed = pos;
         }
@@ -439,6 +452,7 @@ void GroupClient::ProposeMembers(GroupRef group, uint64_t position, LogPosition 
   }
   entry.set_timestamp(timestamp);
   entry.set_next_leader(Votes(options_.replicas[options_.local].type) ? options_.local : -1);
+  entry.set_origin(origin_);
   std::optional<int> leader;
   for (size_t i = 0; i < voters_.size(); ++i)
     if (voters_[i] == base.next_leader) leader = static_cast<int>(i);
@@ -458,7 +472,8 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
   LogEntry decided;
   const bool judged = chosen.ok() && decided.ParseFromString(chosen->value);
   const int64_t timestamp = judged ? decided.timestamp() : 0;
-  if (judged && !ours && !decided.noop()) NoteHot(group);  // another app server's entry
+  if (judged && !ours && !decided.noop() && decided.origin() != origin_)
+    NoteHot(group);  // another app server's entry: the group is contended
   if (chosen.ok() && !ours) {
     // Lost: the members take their changes back.
     LogEntry mine;
@@ -482,7 +497,7 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
   {
     absl::MutexLock lock(&lanes_mu_);
     Lane& lane = *lanes_[key];  // busy: not erased while this was decided
-    std::vector<MemberPtr> promoted;
+    std::vector<MemberPtr> promoted, itself;
     // A turn ends when its commit is answered.
     auto answered = [&lane](const Member& m) {
       if (m.since == lane.granted) lane.granted = -1;
@@ -506,6 +521,14 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
           group_rows_only = group_rows_only && m->group_rows_only;
           answered(*m);
           answers.push_back(Answer{m->started, std::move(m->done)});
+          continue;
+        }
+        if (judged && Holds(decided, m->entry.id())) {
+          // A copy of it took the position: it goes alone to that position
+          // and finds itself committed there (ProposeAfter).
+          answered(*m);
+          m->at.position = position - 1;
+          itself.push_back(std::move(m));
           continue;
         }
         group_counts_.Add(group.root(), 1);  // a lost position, promoted or not
@@ -551,6 +574,7 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
     if (ours && !answers.empty()) ++lane.answering;
     lane.busy = false;
     plan = PlanNext(lane);
+    for (MemberPtr& m : itself) plan.alone.push_back(std::move(m));
     turns = NextTurn(lane);
     if (lane.idle()) lanes_.erase(key);
   }

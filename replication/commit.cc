@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/strings.h"
+#include "replication/commit_home.h"
 #include "replication/log_replica_internal.h"
 #include "replication/write_steps.h"
 
@@ -51,7 +52,9 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   // A hot group's commit goes to the group's home (replication/forward.cc),
   // unless it writes outside the group: its caller's reads of those rows
   // go to this datacenter, which the home would not wait for.
-  if (const ReplicaInfo* home = group_rows_only ? HomeFor(group) : nullptr; home != nullptr) {
+  if (const ReplicaInfo* home =
+          group_rows_only && CommitHome::Bounded(*reads) ? HomeFor(group) : nullptr;
+      home != nullptr) {
     return Forward(*home, std::move(group), at, std::move(entry), std::move(reads), deadline, since,
                    started, std::move(done));
   }
@@ -86,34 +89,41 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
   const int local = options_.local;
   entry.set_timestamp(std::max(env_->NowMicros(), at.timestamp + 1));
   entry.set_next_leader(Votes(options_.replicas[local].type) ? local : -1);
+  entry.set_origin(origin_);
   std::optional<int> leader;
   for (size_t i = 0; i < voters_.size(); ++i)
     if (voters_[i] == at.next_leader) leader = static_cast<int>(i);
-  const int64_t timestamp = entry.timestamp();
+  int64_t timestamp = entry.timestamp();
+  std::string id = entry.id();
   std::string value = entry.SerializeAsString();
   DecidePosition(
       this, group, position, value, leader, deadline,
-      [this, group, at, position, value, timestamp, deadline, group_rows_only, started, promotions,
-       reads = std::move(reads), done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
+      [this, group, at, position, id = std::move(id), value, timestamp, deadline, group_rows_only,
+       started, promotions, reads = std::move(reads),
+       done = std::move(done)](absl::StatusOr<Chosen> chosen) mutable {
         if (!chosen.ok()) {
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
           return done(chosen.status());
         }
-        const bool ours = chosen->value == value;
-        if (!ours && options_.forward) {
-          LogEntry winner;  // another app server's entry: the group is hot
-          if (winner.ParseFromString(chosen->value) && !winner.noop()) NoteHot(group);
+        bool ours = chosen->value == value;
+        LogEntry winner;
+        const bool judged = !ours && winner.ParseFromString(chosen->value);
+        if (judged && !id.empty() && Holds(winner, id)) {
+          // A copy of this commit took the position: it is committed there.
+          ours = true;
+          timestamp = winner.timestamp();
+        } else if (judged && !winner.noop() && winner.origin() != origin_) {
+          NoteHot(group);  // another app server's entry: the group is contended
         }
-        if (!ours && reads && promotions < kMaxPromotions &&
+        if (!ours && judged && reads && promotions < kMaxPromotions &&
             position < std::numeric_limits<uint64_t>::max() && !internal::Expired(this, deadline)) {
           // Promotion: the winner wrote nothing this transaction read, so
           // its reads still hold after the winner's position, and the same
           // entry goes to the next one (the winner's nominee leading it).
           // (Our entry is parsed back from the value sent rather than kept
           // twice in memory while the position is decided.)
-          LogEntry winner, entry;
-          if (winner.ParseFromString(chosen->value) && Unaffected(*reads, winner) &&
-              entry.ParseFromString(value)) {
+          LogEntry entry;
+          if (Unaffected(*reads, winner) && entry.ParseFromString(value)) {
             stats_.promotions.fetch_add(1, std::memory_order_relaxed);
             group_counts_.Add(group.root(), 1);  // a lost position, as a conflict is
             LogPosition next = at;
@@ -171,7 +181,7 @@ void GroupClient::FinishPosition(GroupRef group, uint64_t position, Chosen chose
     if (answered) answered();
   };
   const bool local_data = options_.replicas[options_.local].type != ReplicaType::kWitness;
-  if (!local_data || !ours || !group_rows_only) {
+  if (!local_data || !ours || !group_rows_only || options_.answer_after_local_apply) {
     // Acknowledged once visible and applied here (at once if this is a
     // witness); a lost race too, so the retry's read finds the winner
     // applied. The other replicas apply behind.

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/status.h"
 #include "base/strings.h"
 #include "replication/log_replica.h"
 
@@ -26,9 +27,18 @@ int64_t SaturatingSub(int64_t a, int64_t b) {
   return SaturatingAdd(a, -b);
 }
 
-// Why an entry cannot be committed through a home, or OK.
-absl::Status CheckForwarded(const LogEntry& entry) {
-  if (entry.id().empty()) return absl::InvalidArgumentError("the entry has no id");
+// Why a request cannot be committed through a home, or OK.
+absl::Status CheckForwarded(const CommitRequest& r) {
+  MS_RETURN_IF_ERROR(CheckGroup(r.group()));
+  if (r.group().table().size() > CommitHome::kMaxTableBytes ||
+      r.group().root().size() > CommitHome::kMaxRootBytes)
+    return absl::InvalidArgumentError(StrCat("the group's table or root key is longer than ",
+                                             CommitHome::kMaxTableBytes, " / ",
+                                             CommitHome::kMaxRootBytes, " bytes"));
+  const LogEntry& entry = r.entry();
+  if (entry.id().empty() || entry.id().size() > CommitHome::kMaxIdBytes)
+    return absl::InvalidArgumentError(
+        StrCat("the entry's id must have 1 to ", CommitHome::kMaxIdBytes, " bytes"));
   if (entry.noop() || !entry.payload().empty() || entry.members_size() > 0)
     return absl::InvalidArgumentError(
         "only a transaction's own changes are committed through a group's home (no no-op, "
@@ -39,6 +49,11 @@ absl::Status CheckForwarded(const LogEntry& entry) {
       return absl::InvalidArgumentError(
           StrCat("the entry writes table ", rc.table(),
                  ": only entries that write their group's rows alone go through its home"));
+  if (!CommitHome::Bounded(r.reads()))
+    return absl::InvalidArgumentError(StrCat("the read set has more than ",
+                                             CommitHome::kMaxReadRows, " rows or ",
+                                             CommitHome::kMaxReadRanges, " ranges"));
+  if (r.budget_micros() <= 0) return absl::InvalidArgumentError("the budget must be positive");
   return absl::OkStatus();
 }
 
@@ -55,7 +70,8 @@ int64_t CommitHome::OffsetOf(uint64_t origin, int64_t sent, int64_t now) {
   int64_t offset = SaturatingSub(now, sent);
   absl::MutexLock lock(&mu_);
   auto it = offsets_.find(origin);
-  if (it == offsets_.end() && offsets_.size() >= kMaxSenders) {
+  if (it == offsets_.end() && offsets_.size() >= kMaxSenders && now - offsets_pruned_ > 1'000'000) {
+    offsets_pruned_ = now;
     absl::erase_if(offsets_, [now](const auto& kv) {
       return now - kv.second.seen > absl::ToInt64Microseconds(kMaxAge);
     });
@@ -73,45 +89,46 @@ int64_t CommitHome::OffsetOf(uint64_t origin, int64_t sent, int64_t now) {
 int64_t CommitHome::LocalSince(int64_t since, int64_t sent, int64_t offset, int64_t now) {
   if (since <= 0) return 0;
   const int64_t local = SaturatingAdd(std::min(since, sent), offset);
-  return std::clamp(local, std::max<int64_t>(1, now - absl::ToInt64Microseconds(kMaxAge)), now);
+  const int64_t lo = std::max<int64_t>(1, now - absl::ToInt64Microseconds(kMaxAge));
+  return std::clamp(local, lo, std::max(lo, now));
 }
 
 bool CommitHome::OthersSend(const std::string& key, uint64_t origin, int64_t now) {
   if (senders_size_.load(std::memory_order_relaxed) == 0) return false;  // the common case
-  const int64_t window = absl::ToInt64Microseconds(client_->options().hot_for);
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   auto it = senders_.find(key);
   if (it == senders_.end()) return false;
   for (int i = 0; i < kSendersPerGroup; ++i)
     if (it->second.origin[i] != origin && it->second.seen[i] != 0 &&
-        now - it->second.seen[i] < window)
+        now - it->second.seen[i] < hot_for_)
       return true;
   return false;
 }
 
 bool CommitHome::Contended(const std::string& key, uint64_t origin, int64_t now) {
-  const int64_t window = absl::ToInt64Microseconds(client_->options().hot_for);
   absl::MutexLock lock(&mu_);
   auto it = senders_.find(key);
   if (it == senders_.end()) {
     if (senders_.size() >= kMaxGroups) {
-      absl::erase_if(senders_, [now, window](const auto& kv) {
+      if (now - senders_pruned_ <= 1'000'000) return false;
+      senders_pruned_ = now;
+      absl::erase_if(senders_, [this, now](const auto& kv) {
         for (int64_t seen : kv.second.seen)
-          if (now - seen < window) return false;
+          if (now - seen < hot_for_) return false;
         return true;
       });
       if (senders_.size() >= kMaxGroups) return false;
     }
     it = senders_.emplace(key, Senders{}).first;
+    senders_size_.store(senders_.size(), std::memory_order_relaxed);
   }
-  senders_size_.store(senders_.size(), std::memory_order_relaxed);
   Senders& s = it->second;
   bool others = false;
   int slot = -1, oldest = 0;
   for (int i = 0; i < kSendersPerGroup; ++i) {
     if (s.origin[i] == origin) {
       slot = i;
-    } else if (s.seen[i] != 0 && now - s.seen[i] < window) {
+    } else if (s.seen[i] != 0 && now - s.seen[i] < hot_for_) {
       others = true;
     }
     if (s.seen[i] < s.seen[oldest]) oldest = i;
@@ -122,65 +139,76 @@ bool CommitHome::Contended(const std::string& key, uint64_t origin, int64_t now)
   return others;
 }
 
+void CommitHome::Forget(int64_t now) {
+  while (!answered_.empty() &&
+         (now - answered_.front().first > remember_ || answered_.size() > kMaxRemembered)) {
+    known_.erase(answered_.front().second);
+    answered_.pop_front();
+  }
+}
+
 void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
   CommitRequest request;
   if (!request.ParseFromString(bytes))
     return respond(absl::InvalidArgumentError("repl.Commit: malformed request"));
   const int64_t now = client_->env()->MonotonicMicros();
   CommitReply reply;
-  auto refuse = [&](absl::Status s) {
+  auto refuse = [&](const absl::Status& s) {
     reply.set_code(static_cast<int>(s.code()));
-    reply.set_message(std::string(s.message()));
+    reply.set_message(StrCat("repl.Commit: ", s.message()));
     respond(reply.SerializeAsString());
   };
-  absl::Status bad = CheckGroup(request.group());
-  if (bad.ok()) bad = CheckForwarded(request.entry());
-  if (bad.ok() && request.budget_micros() <= 0)
-    bad = absl::InvalidArgumentError("the budget must be positive");
-  if (bad.ok() && (request.reads().rows_size() > kMaxReadRows ||
-                   request.reads().ranges_size() > kMaxReadRanges))
-    bad = absl::InvalidArgumentError(StrCat("the read set has more than ", kMaxReadRows,
-                                            " rows or ", kMaxReadRanges, " ranges"));
+  if (absl::Status bad = CheckForwarded(request); !bad.ok()) return refuse(bad);
   const GroupClientOptions& o = client_->options();
-  if (bad.ok() && o.replicas[o.local].type != ReplicaType::kFull)
-    bad = absl::UnavailableError(
-        StrCat(o.replicas[o.local].name, " is not a full replica: no group's home"));
-  if (!bad.ok()) return refuse(absl::Status(bad.code(), StrCat("repl.Commit: ", bad.message())));
-  const int64_t offset = OffsetOf(request.origin(), request.sent(), now);
-  const int64_t window =
-      std::min(request.budget_micros(), absl::ToInt64Microseconds(kRemember) / 2);
-  if (SaturatingAdd(SaturatingAdd(request.sent(), offset), window) < now)
+  if (o.replicas[o.local].type != ReplicaType::kFull)
+    return refuse(absl::UnavailableError(
+        StrCat(o.replicas[o.local].name, " is not a full replica: no group's home")));
+  // Sent longer ago than its sender waits (by its wall clock, within the
+  // allowed skew of this one): given up on, and maybe proposed again by a
+  // copy already forgotten here.
+  const int64_t window = std::min(request.budget_micros(), absl::ToInt64Microseconds(kMaxWindow)) +
+                         absl::ToInt64Microseconds(o.max_clock_skew);
+  if (request.sent_wall() <= 0 ||
+      SaturatingAdd(request.sent_wall(), window) < client_->env()->NowMicros())
     return refuse(absl::DeadlineExceededError(
-        "repl.Commit: the request arrived after its sender stopped waiting for it: not proposed"));
+        "the request arrived after its sender stopped waiting for it: not proposed"));
+  const int64_t offset = OffsetOf(request.origin(), request.sent(), now);
   const std::string id = request.entry().id();
   std::optional<std::string> copy;  // a copy's answer, given already
-  bool shed = false;
+  bool shed = false, crowded = false;
   {
     absl::MutexLock lock(&mu_);
-    while (!answered_.empty() &&
-           now - answered_.front().first > absl::ToInt64Microseconds(kRemember)) {
-      known_.erase(answered_.front().second);
-      answered_.pop_front();
-    }
+    Forget(now);
     auto it = known_.find(id);
     if (it != known_.end()) {
       // A copy of a commit under way or answered: it gets the same answer.
-      if (!it->second.answered) return it->second.waiting.push_back(std::move(respond));
-      copy = it->second.reply;
-    } else if (known_.size() >= kMaxRemembered ||
-               in_flight_.load(std::memory_order_relaxed) >= kMaxInFlight) {
-      shed = true;
+      if (it->second.answered) {
+        copy = it->second.reply;
+      } else if (it->second.waiting.size() < kMaxCopiesWaiting) {
+        return it->second.waiting.push_back(std::move(respond));
+      } else {
+        crowded = true;
+      }
     } else {
       known_.emplace(id, Known{});
-      in_flight_.fetch_add(1, std::memory_order_relaxed);
+      shed = in_flight_.load(std::memory_order_relaxed) >= kMaxInFlight;
+      if (!shed) in_flight_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   if (copy) return respond(std::move(*copy));
+  // (The first is under way: this copy's sender learns nothing from it.)
+  if (crowded)
+    return respond(absl::ResourceExhaustedError(
+        StrCat("repl.Commit: ", kMaxCopiesWaiting, " copies of this request wait already")));
   if (shed) {
+    // Refused unproposed, and so are its copies (its id is answered).
     shed_.fetch_add(1, std::memory_order_relaxed);
-    return refuse(absl::UnavailableError(
-        StrCat("the group's home has too many commits under way or just answered (", kMaxInFlight,
-               " / ", kMaxRemembered, "): propose it yourself")));
+    reply.set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+    reply.set_message(StrCat("repl.Commit: the group's home has ", kMaxInFlight,
+                             " commits under way: propose it yourself"));
+    std::string answer = reply.SerializeAsString();
+    Answered(id, answer);
+    return respond(std::move(answer));
   }
   commits_.fetch_add(1, std::memory_order_relaxed);
   reply.set_contended(Contended(GroupKey(request.group()), request.origin(), now));
@@ -198,6 +226,7 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
       std::move(*request.mutable_group()), at, std::move(*request.mutable_entry()),
       [this, id, reply = std::move(reply),
        respond = std::move(respond)](absl::StatusOr<CommitResult> r) mutable {
+        in_flight_.fetch_sub(1, std::memory_order_relaxed);
         if (r.ok()) {
           reply.set_position(r->position);
           reply.set_timestamp(r->timestamp);
@@ -206,23 +235,22 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
           reply.set_message(std::string(r.status().message()));
           reply.set_turn(GroupClient::HasTurn(r.status()));
         }
-        std::string bytes = reply.SerializeAsString();
-        Answered(id, bytes);
-        respond(std::move(bytes));
+        std::string answer = reply.SerializeAsString();
+        Answered(id, answer);
+        respond(std::move(answer));
       },
       DeadlineFor(request.budget_micros(), now), std::move(reads), since);
 }
 
-void CommitHome::Answered(const std::string& id, const std::string& reply) {
+void CommitHome::Answered(const std::string& id, std::string reply) {
   std::vector<Responder> copies;
   {
     absl::MutexLock lock(&mu_);
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
     Known& k = known_[id];
     k.answered = true;
-    k.reply = reply;
     copies = std::move(k.waiting);
     k.waiting.clear();
+    k.reply = reply;
     answered_.emplace_back(client_->env()->MonotonicMicros(), id);
   }
   for (Responder& r : copies) r(reply);
@@ -233,20 +261,23 @@ void CommitHome::ServeAwaitTurn(const std::string& bytes, Responder respond) {
   if (!request.ParseFromString(bytes))
     return respond(absl::InvalidArgumentError("repl.AwaitTurn: malformed request"));
   if (absl::Status s = CheckGroup(request.group()); !s.ok()) return respond(s);
+  if (request.group().table().size() > kMaxTableBytes ||
+      request.group().root().size() > kMaxRootBytes)
+    return respond(absl::InvalidArgumentError("repl.AwaitTurn: the group's key is too long"));
   if (request.budget_micros() <= 0)
     return respond(absl::InvalidArgumentError("repl.AwaitTurn: the budget must be positive"));
   const int64_t now = client_->env()->MonotonicMicros();
   const int64_t since = LocalSince(request.since(), request.sent(),
                                    OffsetOf(request.origin(), request.sent(), now), now);
   if (since == 0) return respond(TurnReply().SerializeAsString());  // no turn to wait for
-  if (in_flight_.fetch_add(1) >= kMaxInFlight) {
-    in_flight_.fetch_sub(1);
+  if (turns_.fetch_add(1) >= kMaxTurns) {
+    turns_.fetch_sub(1);
     return respond(TurnReply().SerializeAsString());  // go ahead without one
   }
   client_->AwaitTurn(
       std::move(*request.mutable_group()), since,
       [this, respond = std::move(respond)](absl::StatusOr<bool> r) mutable {
-        in_flight_.fetch_sub(1);
+        turns_.fetch_sub(1);
         if (!r.ok()) return respond(r.status());
         TurnReply reply;
         reply.set_granted(*r);

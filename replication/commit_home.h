@@ -8,14 +8,18 @@
 // once rather than each one racing the others.
 //
 // A request is hostile until checked: the entry must write only its
-// group's rows, the read set and the budget are bounded, and a sender's
-// clock is mapped onto this one's (per sender, so a retry's `since` maps to
-// the same instant each time) and clamped.
+// group's rows, ids, keys, the read set and the budget are bounded, and a
+// sender's monotonic clock is mapped onto this one's (per sender, so a
+// retry's `since` maps to the same instant each time) and clamped.
 //
-// A request delivered twice must not commit twice: commits are known by
-// their entry's id while under way and for kRemember after (a copy gets
-// the first one's answer), and a request older than that — by the
-// sender's clock as mapped here, against its budget — is refused.
+// A request delivered twice must not commit twice. A copy that arrives
+// while the first is under way, or up to remember() after it was answered,
+// gets the first one's answer (its entry id is known here). A request sent
+// longer ago than its budget (at most kMaxWindow), by its sender's wall
+// clock, which is within max_clock_skew of this one, is refused: so no copy
+// outlives the memory of the first. And should a copy be proposed after
+// all, it finds the first in the log and answers that it is committed
+// there instead of being promoted past it (GroupClient::Holds).
 #pragma once
 
 #include <atomic>
@@ -35,15 +39,20 @@ namespace megastore::replication {
 class CommitHome {
  public:
   // `client` proposes the commits sent here; it must not itself send
-  // commits to homes (options().forward false), and must outlive this.
-  explicit CommitHome(GroupClient* client) : client_(client) {}
+  // commits to homes (options().forward false), and must outlive this
+  // server's requests (it need not be constructed yet). `hot_for` and
+  // `max_clock_skew`: the cluster's GroupClientOptions.
+  CommitHome(GroupClient* client, absl::Duration hot_for, absl::Duration max_clock_skew)
+      : client_(client),
+        hot_for_(absl::ToInt64Microseconds(hot_for)),
+        remember_(absl::ToInt64Microseconds(kMaxWindow + max_clock_skew + absl::Seconds(5))) {}
 
   void ServeCommit(const std::string& request, Responder respond);
-  // Whether a sender other than `origin` sent commits of the group (key:
-  // GroupKey) here within the client's hot_for: an accept from `origin`
-  // is answered that the group is hot.
-  bool OthersSend(const std::string& key, uint64_t origin, int64_t now);
   void ServeAwaitTurn(const std::string& request, Responder respond);
+  // Whether a sender other than `origin` sent commits of the group (key:
+  // GroupKey) here within hot_for: an accept from `origin` is answered that
+  // the group is hot.
+  bool OthersSend(const std::string& key, uint64_t origin, int64_t now);
 
   struct Stats {
     uint64_t commits = 0;  // commits sent here (answered with any outcome)
@@ -52,40 +61,48 @@ class CommitHome {
   Stats stats() const { return Stats{commits_.load(), shed_.load()}; }
 
   // Bounds on what a request may ask of the home.
-  static constexpr int kMaxInFlight = 10000;    // commits and turns under way here
-  static constexpr int kMaxReadRows = 100000;   // rows in a read set
-  static constexpr int kMaxReadRanges = 10000;  // ranges in a read set
-  static constexpr size_t kMaxSenders = 10000;  // senders whose clock offset is kept
-  static constexpr size_t kMaxGroups = 100000;  // groups whose recent senders are kept
+  static constexpr int kMaxInFlight = 10000;       // commits under way here
+  static constexpr int kMaxTurns = 10000;          // retries waiting for their turn here
+  static constexpr int kMaxReadRows = 100000;      // rows in a read set
+  static constexpr int kMaxReadRanges = 1000;      // ranges in a read set
+  static constexpr size_t kMaxIdBytes = 256;       // an entry id
+  static constexpr size_t kMaxTableBytes = 256;    // a group's table name
+  static constexpr size_t kMaxRootBytes = 4096;    // a group's root row key
+  static constexpr size_t kMaxCopiesWaiting = 16;  // copies of one request waiting for it
+  static constexpr size_t kMaxSenders = 10000;     // senders whose clock offset is kept
+  static constexpr size_t kMaxGroups = 100000;     // groups whose recent senders are kept
   static constexpr int kSendersPerGroup = 4;
+  static constexpr size_t kMaxRemembered = 1000000;  // answered ids kept (oldest go first)
   // How far back a sender's `since` may lie (older ones are clamped to it).
   static constexpr absl::Duration kMaxAge = absl::Seconds(60);
-  // How long an answered commit's id and answer are kept (longer than any
-  // sender waits: budgets are cut to the client's deadline), and at most
-  // how many.
-  // A request is stale once it was sent more than its budget, and at most
-  // kRemember / 2, ago. With kMaxRemembered answered commits younger than
-  // kRemember, more are refused unproposed.
-  static constexpr absl::Duration kRemember = absl::Seconds(30);
-  static constexpr size_t kMaxRemembered = 200000;
+  // The longest a request is taken after it was sent (its budget, if less).
+  static constexpr absl::Duration kMaxWindow = absl::Seconds(15);
+  // Whether `reads` is within the bounds above (a sender checks before
+  // sending: a larger read set is proposed where it was made).
+  static bool Bounded(const ReadSet& reads) {
+    return reads.rows_size() <= kMaxReadRows && reads.ranges_size() <= kMaxReadRanges;
+  }
 
  private:
-  // This clock minus the sender's: the least (now - sent) seen from it, so
-  // a request's send time on this clock is estimated no later than it was.
+  // This clock minus the sender's: the least (now - sent) seen from it.
   int64_t OffsetOf(uint64_t origin, int64_t sent, int64_t now);
   // `since` (on the sender's clock) on this one, given its offset: 0 for 0.
   static int64_t LocalSince(int64_t since, int64_t sent, int64_t offset, int64_t now);
   // Notes `origin` sending a commit of the group; whether another sender
-  // did within the client's hot_for.
+  // did within hot_for.
   bool Contended(const std::string& key, uint64_t origin, int64_t now);
   // The deadline here for a sender that waits `budget` micros from now.
   int64_t DeadlineFor(int64_t budget, int64_t now) const;
-  // The commit with id `id` was answered `reply`: the copies waiting for it
-  // get it too.
-  void Answered(const std::string& id, const std::string& reply);
+  // The commit with id `id` was answered `reply` (serialized): copies that
+  // wait for it get it too, and later ones for remember_.
+  void Answered(const std::string& id, std::string reply) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets answers older than remember_, or beyond kMaxRemembered.
+  void Forget(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   GroupClient* const client_;
-  std::atomic<int> in_flight_{0};
+  const int64_t hot_for_;
+  const int64_t remember_;
+  std::atomic<int> in_flight_{0}, turns_{0};
   std::atomic<uint64_t> commits_{0}, shed_{0};
 
   absl::Mutex mu_;
@@ -100,6 +117,9 @@ class CommitHome {
   };
   absl::flat_hash_map<std::string, Senders> senders_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> senders_size_{0};  // senders_.size(), read without the lock
+  // When the full maps above were last pruned (at most once a second).
+  int64_t offsets_pruned_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t senders_pruned_ ABSL_GUARDED_BY(mu_) = 0;
   // Commits by entry id: under way (copies wait in `waiting`) or answered.
   struct Known {
     bool answered = false;

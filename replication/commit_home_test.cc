@@ -67,6 +67,7 @@ class CommitHomeTest : public ::testing::Test {
     r.set_budget_micros(5'000'000);
     r.set_origin(42);
     r.set_sent(cluster_->env().MonotonicMicros());
+    r.set_sent_wall(cluster_->env().NowMicros());
     return r;
   }
 
@@ -137,6 +138,29 @@ TEST_F(CommitHomeTest, ACommitWhoseReadAnotherWroteSinceIsRefusedAndOthersArePro
   EXPECT_EQ(Position(), p + 2);
 }
 
+// A commit that finds itself in a position it lost — a copy took it —
+// is committed there, not promoted past itself (which would write it
+// twice).
+TEST_F(CommitHomeTest, ACommitFoundInTheLogIsCommittedThereNotPromotedPastItself) {
+  const LogPosition at = ReadAt();
+  absl::StatusOr<CommitReply> first = Commit(Request("same", "g1/a", at.position));
+  ASSERT_TRUE(first.ok() && first->code() == 0);
+  for (bool combine : {true, false}) {
+    GroupClientOptions o = cluster_->ClientOptions(1);
+    o.combine = combine;  // through a lane, or proposed on its own
+    GroupClient client(&cluster_->env(), transport_, o);
+    std::optional<absl::StatusOr<CommitResult>> r;
+    client.Commit(
+        Group(), at, Request("same", "g1/a", at.position).entry(),
+        [&](auto x) { r = std::move(x); }, 0, std::make_shared<ReadSet>());
+    absl::StatusOr<CommitResult> again = Await(r);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->position, first->position());
+    EXPECT_EQ(again->timestamp, first->timestamp());
+  }
+  EXPECT_EQ(Position(), at.position + 1);
+}
+
 TEST_F(CommitHomeTest, AnotherSendersCommitsMakeTheGroupContended) {
   const uint64_t p = Position();
   ASSERT_TRUE(Commit(Request("mine", "g1/a", p)).ok());
@@ -205,15 +229,19 @@ TEST_F(CommitHomeTest, MalformedStaleOrOutOfGroupRequestsAreRefusedUnproposed) {
   for (int i = 0; i <= CommitHome::kMaxReadRows; ++i) huge.mutable_reads()->add_rows("r");
   refused(huge, absl::StatusCode::kInvalidArgument, "a huge read set");
   EXPECT_EQ(Position(), p);  // nothing was proposed
-  // Sent longer ago than its budget (by the sender's clock as this home
-  // maps it, from the sender's earlier requests): its sender gave up.
-  absl::StatusOr<CommitReply> fresh = Commit(Request("x7", "g1/a", p));
-  ASSERT_TRUE(fresh.ok() && fresh->code() == 0);
-  CommitRequest stale = Request("x8", "g1/b", p + 1);
+  CommitRequest long_id = Request(std::string(CommitHome::kMaxIdBytes + 1, 'i'), "g1/a", p);
+  refused(long_id, absl::StatusCode::kInvalidArgument, "a long id");
+  // Sent longer ago (by the sender's wall clock) than its budget plus the
+  // clock skew allowed: its sender gave up.
+  CommitRequest stale = Request("x8", "g1/b", p);
   stale.set_budget_micros(1'000'000);
-  stale.set_sent(stale.sent() - 20'000'000);
+  stale.set_sent_wall(stale.sent_wall() - 1'000'000 -
+                      absl::ToInt64Microseconds(cluster_->ClientOptions(0).max_clock_skew) - 1);
   refused(stale, absl::StatusCode::kDeadlineExceeded, "stale");
-  EXPECT_EQ(Position(), p + 1);
+  CommitRequest undated = Request("x9", "g1/b", p);
+  undated.clear_sent_wall();
+  refused(undated, absl::StatusCode::kDeadlineExceeded, "no send time");
+  EXPECT_EQ(Position(), p);  // nothing was proposed
 }
 
 }  // namespace

@@ -15,18 +15,21 @@
 namespace megastore::replication {
 
 const ReplicaInfo* GroupClient::HomeFor(const GroupRef& group) {
-  if (!options_.forward) return nullptr;
+  // (Most commits are of groups nobody else writes: no lock, no hash.)
+  if (!options_.forward || hot_size_.load(std::memory_order_relaxed) == 0) return nullptr;
   const ReplicaInfo* home = LockHome(group);
   if (home == nullptr || home->replication.empty()) return nullptr;
+  const size_t index = static_cast<size_t>(home - options_.replicas.data());
   const int64_t now = env_->MonotonicMicros();
   absl::MutexLock lock(&hot_mu_);
   auto it = hot_.find(GroupKey(group));
   if (it == hot_.end()) return nullptr;
-  if (now >= it->second.until && now >= it->second.failed) {
-    hot_.erase(it);
+  if (now >= it->second) {
+    hot_.erase(it);  // cooled down
+    hot_size_.store(hot_.size(), std::memory_order_relaxed);
     return nullptr;
   }
-  return now < it->second.until && now >= it->second.failed ? home : nullptr;
+  return now >= homes_[index].until ? home : nullptr;
 }
 
 void GroupClient::NoteHot(const GroupRef& group) {
@@ -35,21 +38,25 @@ void GroupClient::NoteHot(const GroupRef& group) {
   absl::MutexLock lock(&hot_mu_);
   if (hot_.size() >= kMaxHotGroups) {
     // Forget the groups that cooled down; with none, this one is not noted.
-    absl::erase_if(
-        hot_, [now](const auto& kv) { return now >= kv.second.until && now >= kv.second.failed; });
+    absl::erase_if(hot_, [now](const auto& kv) { return now >= kv.second; });
     if (hot_.size() >= kMaxHotGroups) return;
   }
-  Hot& hot = hot_[GroupKey(group)];
-  hot.until = std::max(hot.until, now + absl::ToInt64Microseconds(options_.hot_for));
+  int64_t& until = hot_[GroupKey(group)];
+  until = std::max(until, now + absl::ToInt64Microseconds(options_.hot_for));
+  hot_size_.store(hot_.size(), std::memory_order_relaxed);
 }
 
-void GroupClient::HomeFailed(const GroupRef& group) {
+void GroupClient::HomeAnswered(size_t home, bool ok) {
   const int64_t now = env_->MonotonicMicros();
   absl::MutexLock lock(&hot_mu_);
-  auto it = hot_.find(GroupKey(group));
-  if (it == hot_.end()) return;
-  it->second.failed = now + absl::ToInt64Microseconds(kHomeFailedFor);
-  it->second.until = 0;
+  HomeHealth& h = homes_[home];
+  if (ok) {
+    h.pause = 0;
+    return;
+  }
+  h.pause = std::clamp(2 * h.pause, absl::ToInt64Microseconds(kHomeFailedFor),
+                       absl::ToInt64Microseconds(kHomeFailedMax));
+  h.until = now + h.pause;
 }
 
 void GroupClient::Forward(const ReplicaInfo& home, GroupRef group, const LogPosition& at,
@@ -69,16 +76,19 @@ void GroupClient::Forward(const ReplicaInfo& home, GroupRef group, const LogPosi
   request->set_origin(origin_);
   request->set_since(since);
   request->set_sent(now);
+  request->set_sent_wall(env_->NowMicros());
   stats_.forwarded.fetch_add(1, std::memory_order_relaxed);
+  const size_t index = static_cast<size_t>(&home - options_.replicas.data());
   internal::CallProto<CommitReply>(
       this, home.replication, "repl.Commit", *request,
       [this, group = std::move(group), at, request, reads = std::move(reads), deadline, since,
-       started, home = home.name, done = std::move(done)](absl::StatusOr<CommitReply> r) mutable {
+       started, index, home = home.name,
+       done = std::move(done)](absl::StatusOr<CommitReply> r) mutable {
         if (!r.ok()) {
           // The home may have proposed it, or even committed it: the
-          // outcome is unknown. The group's commits are proposed here for
+          // outcome is unknown. Its groups' commits are proposed here for
           // a while.
-          HomeFailed(group);
+          HomeAnswered(index, false);
           stats_.unknown.fetch_add(1, std::memory_order_relaxed);
           return done(absl::DeadlineExceededError(
               StrCat("outcome unknown: the commit was sent to its entity group's home at ", home,
@@ -86,11 +96,16 @@ void GroupClient::Forward(const ReplicaInfo& home, GroupRef group, const LogPosi
                      "); do not retry it blindly, read the group first")));
         }
         if (r->code() == static_cast<int>(absl::StatusCode::kUnavailable)) {
-          // Refused unproposed (the home is overloaded, or no home): propose it here.
-          HomeFailed(group);
+          // Refused unproposed (the home is overloaded, or no home; it
+          // will refuse copies of this request too): propose it here.
+          HomeAnswered(index, false);
           return Commit(std::move(group), at, std::move(*request->mutable_entry()), std::move(done),
                         deadline, std::move(reads), since);
         }
+        HomeAnswered(index, true);
+        // Others still send the group's commits there: it stays hot. (Not
+        // told so, it cools down after hot_for: cooling at once would
+        // make a group flap while its writers wait for their turns.)
         if (r->contended()) NoteHot(group);
         const auto code = static_cast<absl::StatusCode>(r->code());
         if (code == absl::StatusCode::kOk) {
@@ -114,7 +129,7 @@ void GroupClient::Forward(const ReplicaInfo& home, GroupRef group, const LogPosi
           }
           default:
             // Not an outcome the home gives: the commit may be anywhere.
-            HomeFailed(group);
+            HomeAnswered(index, false);
             stats_.unknown.fetch_add(1, std::memory_order_relaxed);
             return done(absl::DeadlineExceededError(StrCat(
                 "outcome unknown: the entity group's home at ", home, " answered code ", r->code(),

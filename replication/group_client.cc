@@ -53,6 +53,7 @@ GroupClient::GroupClient(Env* env, Transport* transport, GroupClientOptions opti
         !options_.replicas[i].coordinator.empty())
       lock_homes_.push_back(i);
   origin_ = env_->Random64();
+  homes_.resize(options_.replicas.size());
 }
 
 GroupClient::Stats GroupClient::stats() const {

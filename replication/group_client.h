@@ -125,6 +125,12 @@ class GroupClient {
   // values may have been cleared.
   using Reads = std::shared_ptr<const ReadSet>;
   static bool Unaffected(const ReadSet& reads, const LogEntry& winner);
+  // Whether `entry` is, or has as a member, the commit with id `id`: a
+  // commit that finds itself in a position it lost (a copy of it — the
+  // same request delivered twice to a group's home, or proposed both
+  // there and here — took it) is committed there, never promoted past
+  // itself.
+  static bool Holds(const LogEntry& entry, const std::string& id);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`. With
   // `reads`, an entry that loses its position to one that left them
@@ -419,20 +425,25 @@ class GroupClient {
   // ---- hot groups' homes (replication/forward.cc) ----
   // This client, to the homes it sends commits to (random).
   uint64_t origin_ = 0;
-  struct Hot {
-    int64_t until = 0;   // the group's commits go to its home until then
-    int64_t failed = 0;  // ... but not before this: the home did not answer
-  };
   absl::Mutex hot_mu_;
-  absl::flat_hash_map<std::string, Hot> hot_ ABSL_GUARDED_BY(hot_mu_);
+  // Until when each hot group's commits go to its home.
+  absl::flat_hash_map<std::string, int64_t> hot_ ABSL_GUARDED_BY(hot_mu_);
+  std::atomic<size_t> hot_size_{0};  // hot_.size(), read without the lock
   static constexpr size_t kMaxHotGroups = 10000;
-  // After a home did not answer, the group's commits are proposed here
-  // for this long.
+  // A home that did not answer is not sent commits until `until`; each
+  // failure in a row doubles the pause, from kHomeFailedFor to
+  // kHomeFailedMax.
+  struct HomeHealth {
+    int64_t until = 0;
+    int64_t pause = 0;
+  };
+  std::vector<HomeHealth> homes_ ABSL_GUARDED_BY(hot_mu_);  // by replica index
   static constexpr absl::Duration kHomeFailedFor = absl::Seconds(5);
+  static constexpr absl::Duration kHomeFailedMax = absl::Seconds(60);
   // Where a commit of `group` goes now: its home, or nullptr (here).
   const ReplicaInfo* HomeFor(const GroupRef& group) ABSL_LOCKS_EXCLUDED(hot_mu_);
-  // The group's home did not answer: propose here for kHomeFailedFor.
-  void HomeFailed(const GroupRef& group) ABSL_LOCKS_EXCLUDED(hot_mu_);
+  // The home (replica index) answered, or (`ok` false) did not.
+  void HomeAnswered(size_t home, bool ok) ABSL_LOCKS_EXCLUDED(hot_mu_);
   void Forward(const ReplicaInfo& home, GroupRef group, const LogPosition& at, LogEntry entry,
                Reads reads, int64_t deadline, int64_t since, int64_t started,
                Callback<CommitResult> done);

@@ -35,9 +35,11 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
       replica_(bigtable, options_.cluster.replicas[options_.cluster.local].type, env,
                options_.cluster.max_clock_skew, options_.encryption),
       client_(env, transport, [this] {
-        // It is the home its groups' commits are sent to: it never sends them on.
+        // It is the home its groups' commits are sent to: it never sends
+        // them on, and answers them once applied here.
         GroupClientOptions o = options_.cluster;
         o.forward = false;
+        o.answer_after_local_apply = true;
         return o;
       }()) {}
 

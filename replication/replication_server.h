@@ -237,7 +237,7 @@ class ReplicationServer {
   std::shared_ptr<Lifetime> life_ = std::make_shared<Lifetime>();
   // Proposes the commits app servers send here through client_ (whose
   // replies it answers: destroyed after it).
-  CommitHome home_{&client_};
+  CommitHome home_{&client_, options_.cluster.hot_for, options_.cluster.max_clock_skew};
   // Last, so destroyed first: a reply to its requests (a vouch, a sweep's
   // catch-up, a hot group's commit) that calls into this server is let in
   // only while every other member is whole.

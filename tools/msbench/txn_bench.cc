@@ -183,6 +183,10 @@ class Bench {
   }
 
   Cell Measure(int clients, int64_t groups, uint64_t seed) {
+    // Groups the previous cell made hot cool down first: every cell starts
+    // with each app server proposing its own commits.
+    if (o_.forward)
+      absl::SleepFor(replication::GroupClientOptions().hot_for + absl::Milliseconds(500));
     Cell cell;
     cell.clients = clients;
     cell.groups = groups;

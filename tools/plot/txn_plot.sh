@@ -43,6 +43,7 @@ awk -v dir="$dir" '
     label = val["workload"] " rows=" val["rows_per_group"] " groups=" val["groups"]
     if (val["promote"] == "false") label = label " no-promote"
     if (field("combine") == "false") label = label " no-combine"
+    if (field("forward") == "false") label = label " no-forward"
     at = field("at")
     if (at != "" && at != "A,B") label = label " at=" at
     if (val["advisory_lock"] == "true") label = label " lock"
