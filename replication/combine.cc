@@ -106,6 +106,7 @@ bool GroupClient::Unaffected(const ReadSet& reads, const LogEntry& winner) {
 }
 
 bool GroupClient::Holds(const LogEntry& entry, const std::string& id) {
+  if (id.empty()) return false;  // (a no-op has no id either)
   if (entry.id() == id) return true;
   for (const LogEntry::Member& m : entry.members())
     if (m.id() == id) return true;

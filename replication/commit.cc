@@ -108,7 +108,7 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
         bool ours = chosen->value == value;
         LogEntry winner;
         const bool judged = !ours && winner.ParseFromString(chosen->value);
-        if (judged && !id.empty() && Holds(winner, id)) {
+        if (judged && Holds(winner, id)) {
           // A copy of this commit took the position: it is committed there.
           ours = true;
           timestamp = winner.timestamp();

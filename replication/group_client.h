@@ -129,7 +129,7 @@ class GroupClient {
   // commit that finds itself in a position it lost (a copy of it — the
   // same request delivered twice to a group's home, or proposed both
   // there and here — took it) is committed there, never promoted past
-  // itself.
+  // itself. False for an empty `id`.
   static bool Holds(const LogEntry& entry, const std::string& id);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`. With
