@@ -108,7 +108,8 @@ void GroupClient::ProposeAfter(GroupRef group, const LogPosition& at, LogEntry e
         bool ours = chosen->value == value;
         LogEntry winner;
         const bool judged = !ours && winner.ParseFromString(chosen->value);
-        if (judged && Holds(winner, id)) {
+        LogEntry mine;
+        if (judged && Holds(winner, id) && mine.ParseFromString(value) && Carries(winner, mine)) {
           // A copy of this commit took the position: it is committed there.
           ours = true;
           timestamp = winner.timestamp();

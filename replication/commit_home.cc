@@ -140,8 +140,7 @@ bool CommitHome::Contended(const std::string& key, uint64_t origin, int64_t now)
 }
 
 void CommitHome::Forget(int64_t now) {
-  while (!answered_.empty() &&
-         (now - answered_.front().first > remember_ || answered_.size() > kMaxRemembered)) {
+  while (!answered_.empty() && now - answered_.front().first > remember_) {
     known_.erase(answered_.front().second);
     answered_.pop_front();
   }
@@ -163,19 +162,18 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
   if (o.replicas[o.local].type != ReplicaType::kFull)
     return refuse(absl::UnavailableError(
         StrCat(o.replicas[o.local].name, " is not a full replica: no group's home")));
-  // Sent longer ago than its sender waits (by its wall clock, within the
-  // allowed skew of this one): given up on, and maybe proposed again by a
-  // copy already forgotten here.
-  const int64_t window = std::min(request.budget_micros(), absl::ToInt64Microseconds(kMaxWindow)) +
-                         absl::ToInt64Microseconds(o.max_clock_skew);
-  if (request.sent_wall() <= 0 ||
-      SaturatingAdd(request.sent_wall(), window) < client_->env()->NowMicros())
-    return refuse(absl::DeadlineExceededError(
-        "the request arrived after its sender stopped waiting for it: not proposed"));
   const int64_t offset = OffsetOf(request.origin(), request.sent(), now);
   const std::string id = request.entry().id();
+  // Sent longer ago than its sender waits (by its wall clock, within the
+  // allowed skew of this one): given up on, and maybe proposed by a copy
+  // already forgotten here. (A copy of one remembered gets its answer.)
+  const int64_t window = std::min(request.budget_micros(), absl::ToInt64Microseconds(kMaxWindow)) +
+                         absl::ToInt64Microseconds(o.max_clock_skew);
+  const bool stale = request.sent_wall() <= 0 ||
+                     SaturatingAdd(request.sent_wall(), window) < client_->env()->NowMicros();
   std::optional<std::string> copy;  // a copy's answer, given already
-  bool shed = false, crowded = false;
+  absl::Status refused;             // refused unproposed, and not remembered
+  bool shed = false;
   {
     absl::MutexLock lock(&mu_);
     Forget(now);
@@ -187,8 +185,16 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
       } else if (it->second.waiting.size() < kMaxCopiesWaiting) {
         return it->second.waiting.push_back(std::move(respond));
       } else {
-        crowded = true;
+        // (The first is under way: this copy's sender learns nothing.)
+        refused = absl::ResourceExhaustedError(
+            StrCat("repl.Commit: ", kMaxCopiesWaiting, " copies of this request wait already"));
       }
+    } else if (stale) {
+      refused = absl::DeadlineExceededError(
+          "the request arrived after its sender stopped waiting for it: not proposed");
+    } else if (known_.size() >= kMaxRemembered) {
+      refused = absl::UnavailableError(StrCat("the group's home remembers ", kMaxRemembered,
+                                              " commits answered lately: propose it yourself"));
     } else {
       known_.emplace(id, Known{});
       shed = in_flight_.load(std::memory_order_relaxed) >= kMaxInFlight;
@@ -196,10 +202,8 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
     }
   }
   if (copy) return respond(std::move(*copy));
-  // (The first is under way: this copy's sender learns nothing from it.)
-  if (crowded)
-    return respond(absl::ResourceExhaustedError(
-        StrCat("repl.Commit: ", kMaxCopiesWaiting, " copies of this request wait already")));
+  if (absl::IsResourceExhausted(refused)) return respond(refused);  // as if lost: unknown
+  if (!refused.ok()) return refuse(refused);
   if (shed) {
     // Refused unproposed, and so are its copies (its id is answered).
     shed_.fetch_add(1, std::memory_order_relaxed);
@@ -230,6 +234,11 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
         if (r.ok()) {
           reply.set_position(r->position);
           reply.set_timestamp(r->timestamp);
+        } else if (absl::IsUnavailable(r.status())) {
+          // (Commit never answers it; were it to, it must not read as
+          // "refused unproposed" to the sender.)
+          reply.set_code(static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+          reply.set_message(StrCat("outcome unknown: ", r.status().message()));
         } else {
           reply.set_code(static_cast<int>(r.status().code()));
           reply.set_message(std::string(r.status().message()));

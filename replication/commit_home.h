@@ -45,7 +45,7 @@ class CommitHome {
   CommitHome(GroupClient* client, absl::Duration hot_for, absl::Duration max_clock_skew)
       : client_(client),
         hot_for_(absl::ToInt64Microseconds(hot_for)),
-        remember_(absl::ToInt64Microseconds(kMaxWindow + max_clock_skew + absl::Seconds(5))) {}
+        remember_(absl::ToInt64Microseconds(kMaxWindow + 2 * max_clock_skew + absl::Seconds(5))) {}
 
   void ServeCommit(const std::string& request, Responder respond);
   void ServeAwaitTurn(const std::string& request, Responder respond);
@@ -72,7 +72,7 @@ class CommitHome {
   static constexpr size_t kMaxSenders = 10000;     // senders whose clock offset is kept
   static constexpr size_t kMaxGroups = 100000;     // groups whose recent senders are kept
   static constexpr int kSendersPerGroup = 4;
-  static constexpr size_t kMaxRemembered = 1000000;  // answered ids kept (oldest go first)
+  static constexpr size_t kMaxRemembered = 1000000;  // ids kept; beyond, new ones are shed
   // How far back a sender's `since` may lie (older ones are clamped to it).
   static constexpr absl::Duration kMaxAge = absl::Seconds(60);
   // The longest a request is taken after it was sent (its budget, if less).
@@ -96,7 +96,7 @@ class CommitHome {
   // The commit with id `id` was answered `reply` (serialized): copies that
   // wait for it get it too, and later ones for remember_.
   void Answered(const std::string& id, std::string reply) ABSL_LOCKS_EXCLUDED(mu_);
-  // Forgets answers older than remember_, or beyond kMaxRemembered.
+  // Forgets answers older than remember_.
   void Forget(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   GroupClient* const client_;

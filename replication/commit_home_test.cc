@@ -161,6 +161,35 @@ TEST_F(CommitHomeTest, ACommitFoundInTheLogIsCommittedThereNotPromotedPastItself
   EXPECT_EQ(Position(), at.position + 1);
 }
 
+// An entry that names a commit's id as a member without carrying its
+// changes (forged by another writer) does not make the commit committed:
+// it is judged as any winner, and here promoted past it.
+TEST_F(CommitHomeTest, AnEntryNamingACommitWithoutItsChangesIsNotTakenForIt) {
+  const LogPosition at = ReadAt();
+  LogEntry forged = Request("forger", "g1/z", at.position).entry();
+  LogEntry::Member* victim = forged.add_members();
+  victim->set_id("victim");
+  victim->set_changes(0);
+  LogEntry::Member* forger = forged.add_members();
+  forger->set_id("forger");
+  forger->set_changes(1);
+  std::optional<absl::StatusOr<CommitResult>> f;
+  client_->Commit(Group(), at, forged, [&](auto x) { f = std::move(x); });
+  absl::StatusOr<CommitResult> taken = Await(f);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(taken->position, at.position + 1);
+  GroupClientOptions o = cluster_->ClientOptions(1);
+  o.combine = false;
+  GroupClient client(&cluster_->env(), transport_, o);
+  std::optional<absl::StatusOr<CommitResult>> r;
+  client.Commit(
+      Group(), at, Request("victim", "g1/a", at.position).entry(),
+      [&](auto x) { r = std::move(x); }, 0, std::make_shared<ReadSet>());
+  absl::StatusOr<CommitResult> mine = Await(r);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->position, at.position + 2);  // promoted past it, not "committed" in it
+}
+
 TEST_F(CommitHomeTest, AnotherSendersCommitsMakeTheGroupContended) {
   const uint64_t p = Position();
   ASSERT_TRUE(Commit(Request("mine", "g1/a", p)).ok());

@@ -131,6 +131,11 @@ class GroupClient {
   // there and here — took it) is committed there, never promoted past
   // itself. False for an empty `id`.
   static bool Holds(const LogEntry& entry, const std::string& id);
+  // Whether `entry` carries `mine`: its id and exactly its changes, as the
+  // entry itself or as one of its members. What a commit that lost its
+  // position checks before taking the winner for its own (an id alone
+  // could be named by a forged member list).
+  static bool Carries(const LogEntry& entry, const LogEntry& mine);
   // Proposes `entry` for position at.position + 1. Sets the entry's
   // timestamp and next-leader nominee; the caller sets a unique `id`. With
   // `reads`, an entry that loses its position to one that left them
