@@ -115,20 +115,20 @@ bool GroupClient::Holds(const LogEntry& entry, const std::string& id) {
 
 bool GroupClient::Carries(const LogEntry& entry, const LogEntry& mine) {
   if (!Holds(entry, mine.id())) return false;
-  auto same = [&](int from, uint32_t count) {
-    if (static_cast<int64_t>(count) != mine.changes_size() ||
-        static_cast<int64_t>(from) + count > entry.changes_size())
-      return false;
+  // (Counts are 64-bit: a member list is only trusted as far as it goes.)
+  auto same = [&](int64_t from, int64_t count) {
+    if (count != mine.changes_size() || from + count > entry.changes_size()) return false;
     for (int i = 0; i < mine.changes_size(); ++i)
-      if (entry.changes(from + i).SerializeAsString() != mine.changes(i).SerializeAsString())
+      if (entry.changes(static_cast<int>(from) + i).SerializeAsString() !=
+          mine.changes(i).SerializeAsString())
         return false;
     return true;
   };
-  if (entry.members_size() == 0) return same(0, static_cast<uint32_t>(entry.changes_size()));
-  int from = 0;
+  if (entry.members_size() == 0) return same(0, entry.changes_size());
+  int64_t from = 0;
   for (const LogEntry::Member& m : entry.members()) {
     if (m.id() == mine.id()) return same(from, m.changes());
-    from += static_cast<int>(m.changes());
+    from += m.changes();
   }
   return false;
 }
