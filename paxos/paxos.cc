@@ -14,6 +14,7 @@ std::string Message::ToString() const {
   std::string out = StrCat(kTypes[static_cast<int>(type)], "(", ballot.ToString(), ") proposer ",
                            proposer, " acceptor ", acceptor);
   if (type == Type::kAccept) out += StrCat(" value \"", value, "\"");
+  if (completes_majority) out += " completes-majority";
   if (type == Type::kPromise || type == Type::kAccepted) {
     out += StrCat(ok ? " ok" : " refused", " promised ", promised.ToString());
   }
@@ -156,6 +157,10 @@ std::vector<Message> Proposer::AcceptAll(const std::set<AcceptorId>& skip) {
     m.proposer = options_.id;
     m.ballot = ballot_;
     m.value = proposal_;
+    // (Those in accepted_by_ accepted this round's ballot and proposal.)
+    m.completes_majority = static_cast<int>(accepted_by_.size()) + 1 >= majority();
+    for (AcceptorId need : options_.learn_needs)
+      m.completes_majority = m.completes_majority && (need == a || accepted_by_.count(need) > 0);
     out.push_back(m);
   }
   return out;

@@ -39,6 +39,11 @@ struct Message {
   uint64_t proposer = 0;    // the proposer it goes to or comes from
   Ballot ballot;            // the ballot the request is for (echoed in replies)
   std::string value;        // kAccept: the value
+  // kAccept: acceptors holding a majority but one — and among them every
+  // acceptor of ProposerOptions::learn_needs but the recipient — already
+  // accepted this ballot and value, so an acceptor that accepts it
+  // completes the majority: its replica may learn the value as chosen.
+  bool completes_majority = false;
   // Replies:
   bool ok = false;
   Ballot promised;  // the acceptor's promise after handling the request
@@ -131,6 +136,10 @@ struct ProposerOptions {
   uint64_t id = 1;  // unique among proposers of this position, > 0 (random 64-bit in production)
   // The leader of this position: try the fast path there first.
   std::optional<AcceptorId> leader;
+  // Acceptors that must all be among those that accepted before an accept
+  // says it completes the majority (Message::completes_majority): those
+  // whose replicas' readers must not miss a value another learned early.
+  std::set<AcceptorId> learn_needs;
 };
 
 class Proposer {

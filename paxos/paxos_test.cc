@@ -55,6 +55,54 @@ TEST(PaxosTest, AnUncontendedWriterWinsOnTheFastPathInOneRoundTrip) {
   for (const auto& a : acceptors) EXPECT_EQ(a.accepted_value, "v");
 }
 
+// After the leader's fast-path accept, an accept to one more acceptor
+// completes a majority of three (its replica may learn the value), not of
+// five; a prepared round's accepts complete nothing (none accepted yet).
+TEST(PaxosTest, AcceptsAfterTheLeadersSayWhetherTheyCompleteAMajority) {
+  for (int n : {3, 5}) {
+    Proposer p(ProposerOptions{n, 1, 0, {}}, "v");
+    std::vector<Message> out = p.Start().TakeMessages();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_FALSE(out[0].completes_majority);
+    Message accepted;
+    accepted.type = Message::Type::kAccepted;
+    accepted.acceptor = 0;
+    accepted.proposer = 1;
+    accepted.ok = true;
+    std::vector<Message> next = p.Step(accepted).TakeMessages();
+    ASSERT_EQ(next.size(), static_cast<size_t>(n - 1));
+    for (const Message& m : next) EXPECT_EQ(m.completes_majority, n == 3) << n;
+  }
+  {
+    // With acceptors 0 and 1 needed: only the accept to 1 completes it.
+    Proposer p(ProposerOptions{3, 1, 0, {0, 1}}, "v");
+    p.Start().TakeMessages();
+    Message accepted;
+    accepted.type = Message::Type::kAccepted;
+    accepted.acceptor = 0;
+    accepted.proposer = 1;
+    accepted.ok = true;
+    for (const Message& m : p.Step(accepted).TakeMessages())
+      EXPECT_EQ(m.completes_majority, m.acceptor == 1) << m.ToString();
+  }
+  Proposer slow(ProposerOptions{3, 2, std::nullopt}, "w");
+  std::vector<Message> prepares = slow.Start().TakeMessages();
+  ASSERT_EQ(prepares.size(), 3u);
+  for (int a = 0; a < 2; ++a) {
+    Message promise;
+    promise.type = Message::Type::kPromise;
+    promise.acceptor = a;
+    promise.proposer = 2;
+    promise.ballot = slow.ballot();
+    promise.ok = true;
+    std::vector<Message> accepts = slow.Step(promise).TakeMessages();
+    for (const Message& m : accepts) EXPECT_FALSE(m.completes_majority);
+    if (a == 1) {
+      EXPECT_EQ(accepts.size(), 3u);
+    }
+  }
+}
+
 TEST(PaxosTest, TheSecondWriterAtTheLeaderIsRefusedAndLearnsTheWinnersValue) {
   std::vector<AcceptorState> acceptors(3);
   Proposer a(ProposerOptions{3, 1, 0}, "a"), b(ProposerOptions{3, 2, 0}, "b");
@@ -221,6 +269,7 @@ struct Explorer {
   uint64_t chosen_outcomes = 0;
   // How often each report was seen (so a test can show it explored them).
   uint64_t learned_decisions = 0, late_accepts = 0, winner_first_stalls = 0;
+  uint64_t majority_learns = 0;  // accepts that completed a majority and were learned
 
   void Check(const World& w) {
     std::set<std::string> at_ballot_zero;
@@ -284,8 +333,19 @@ struct Explorer {
     if (m.type == Message::Type::kPrepare || m.type == Message::Type::kAccept) {
       const size_t i = static_cast<size_t>(m.acceptor);
       for (Message& reply : Acceptor(w.acceptors[i], m, w.learned[i])) {
-        if (m.type == Message::Type::kAccept && reply.ok && !reply.learned)
-          w.accepted[{m.ballot, m.value}].insert(m.acceptor);
+        if (m.type == Message::Type::kAccept && reply.ok && !reply.learned) {
+          std::set<AcceptorId>& who = w.accepted[{m.ballot, m.value}];
+          who.insert(m.acceptor);
+          if (m.completes_majority) {
+            // The acceptor's replica learns the value at once: it must be
+            // chosen (a majority accepted this ballot and value).
+            ASSERT_GT(static_cast<int>(who.size()), acceptors / 2)
+                << "an accept said it completes a majority, but only " << who.size()
+                << " accepted: " << m.ToString();
+            ++majority_learns;
+            if (!w.learned[i]) w.learned[i] = m.value;
+          }
+        }
         w.in_flight.push_back(std::move(reply));
       }
     } else {
@@ -391,8 +451,12 @@ Explorer ExploreAll(int acceptors, const std::vector<ProposerOptions>& options, 
 // its first round: two writers racing for the leader, and a fast-path
 // writer against one that prepares.
 TEST(PaxosModelTest, EveryMessageOrderOfTheFirstRoundWithThreeAcceptors) {
-  ExploreAll(3, {ProposerOptions{3, 1, 0}, ProposerOptions{3, 2, 0}}, /*retries=*/0, /*drops=*/1,
-             /*dups=*/1);
+  const Explorer e = ExploreAll(3, {ProposerOptions{3, 1, 0}, ProposerOptions{3, 2, 0}},
+                                /*retries=*/0, /*drops=*/1, /*dups=*/1);
+  ExploreAll(3, {ProposerOptions{3, 1, 0, {0, 1}}, ProposerOptions{3, 2, 0, {0, 1}}}, 0, 1, 1);
+  // After the leader's fast-path accept the others' accepts complete a
+  // majority, and their replicas learn the value (checked: it is chosen).
+  EXPECT_GT(e.majority_learns, 0u);
   ExploreAll(3, {ProposerOptions{3, 1, 0}, ProposerOptions{3, 2, std::nullopt}}, 0, 1, 0);
 }
 
@@ -406,6 +470,7 @@ TEST(PaxosModelTest, EveryOrderWithLearnedValuesAndRetries) {
   EXPECT_GT(e.learned_decisions, 0u);
   EXPECT_GT(e.late_accepts, 0u);
   EXPECT_GT(e.winner_first_stalls, 0u);
+  EXPECT_GT(e.majority_learns, 0u);
 }
 
 TEST(PaxosModelTest, EveryMessageOrderOfTheFirstRoundWithFiveAcceptors) {

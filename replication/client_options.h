@@ -79,6 +79,13 @@ struct GroupClientOptions {
   // its answers, and the turns given after them, go to app servers whose
   // next reads then find the entry applied rather than only accepted.
   bool answer_after_local_apply = false;
+  // Give a group's next turn (AwaitTurn) as soon as the commit of the turn
+  // before it is proposed, not once it is decided and answered: the grant
+  // names that proposal's position, and the retry's reads wait until their
+  // replica has applied it (GroupClient::AwaitTurn). The retry's round
+  // trip to the home then overlaps the Paxos round before it. A group's
+  // home sets it.
+  bool early_turns = false;
 };
 
 enum class ReadLevel { kCurrent, kSnapshot, kInconsistent };

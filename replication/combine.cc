@@ -161,8 +161,25 @@ void GroupClient::AwaitTurn(GroupRef group, int64_t since, Callback<bool> done,
                             int64_t deadline_in) {
   const int64_t deadline = internal::DeadlineFrom(this, deadline_in);
   // A hot group's turns are kept at its home, with its commits.
-  if (const ReplicaInfo* home = HomeFor(group); home != nullptr)
+  if (const ReplicaInfo* home = HomeFor(group); home != nullptr) {
+    LeaveLane(group, since);
     return AwaitTurnAt(*home, std::move(group), since, std::move(done), deadline);
+  }
+  GroupRef copy = group;
+  AwaitTurnAfter(
+      std::move(group), since,
+      [this, group = std::move(copy),
+       done = std::move(done)](absl::StatusOr<uint64_t> after) mutable {
+        if (!after.ok()) return done(after.status());
+        if (*after != 0) SetReadFloor(group, *after);
+        done(true);
+      },
+      deadline);
+}
+
+void GroupClient::AwaitTurnAfter(GroupRef group, int64_t since, Callback<uint64_t> done,
+                                 int64_t deadline_in) {
+  const int64_t deadline = internal::DeadlineFrom(this, deadline_in);
   std::string key = GroupKey(group);
   Turns turns;
   {
@@ -186,6 +203,26 @@ void GroupClient::AwaitTurn(GroupRef group, int64_t since, Callback<bool> done,
   RunTurns(key, std::move(turns));
 }
 
+void GroupClient::LeaveLane(const GroupRef& group, int64_t since) {
+  if (since <= 0) return;
+  const std::string key = GroupKey(group);
+  Turns turns;
+  {
+    absl::MutexLock lock(&lanes_mu_);
+    auto it = lanes_.find(key);
+    if (it == lanes_.end()) return;
+    Lane& lane = *it->second;
+    // Its place, kept since it lost here, and its turn, if given here: the
+    // others need not wait for a retry that went to the group's home.
+    std::erase_if(lane.turns,
+                  [since](const Lane::Turn& t) { return t.since == since && t.done == nullptr; });
+    if (lane.granted == since) lane.granted = -1;
+    turns = NextTurn(lane);
+    if (lane.idle()) lanes_.erase(it);
+  }
+  RunTurns(key, std::move(turns));
+}
+
 GroupClient::Turns GroupClient::NextTurn(Lane& lane) {
   Turns out;
   const int64_t now = env_->MonotonicMicros();
@@ -203,7 +240,9 @@ GroupClient::Turns GroupClient::NextTurn(Lane& lane) {
   }
   lane.turns = std::move(live);
   if (lane.granted >= 0 && now >= lane.granted_until) lane.granted = -1;
-  if (lane.granted < 0 && lane.answering == 0 && !lane.turns.empty()) {
+  // (With early turns the next retry's reads wait for the position
+  // instead: see turn_after.)
+  if (lane.granted < 0 && (options_.early_turns || lane.answering == 0) && !lane.turns.empty()) {
     auto oldest = std::min_element(
         lane.turns.begin(), lane.turns.end(),
         [](const Lane::Turn& x, const Lane::Turn& y) { return x.since < y.since; });
@@ -213,7 +252,7 @@ GroupClient::Turns GroupClient::NextTurn(Lane& lane) {
       lane.granted = oldest->since;
       lane.granted_until = now + absl::ToInt64Microseconds(kTurnHold);
       lane.granted_arrived = false;
-      out.run.emplace_back(std::move(oldest->done), absl::OkStatus());
+      out.run.emplace_back(std::move(oldest->done), lane.turn_after);
       lane.turns.erase(oldest);
     }
   }
@@ -234,13 +273,7 @@ GroupClient::Turns GroupClient::NextTurn(Lane& lane) {
 }
 
 void GroupClient::RunTurns(const std::string& key, Turns turns) {
-  for (auto& [done, status] : turns.run) {
-    if (status.ok()) {
-      done(true);
-    } else {
-      done(status);
-    }
-  }
+  for (auto& [done, after] : turns.run) done(std::move(after));
   if (turns.again == 0) return;
   const int64_t wait = std::max<int64_t>(0, turns.again - env_->MonotonicMicros());
   env_->Schedule(absl::Microseconds(wait), [this, life = lifetime_, key, at = turns.again] {
@@ -414,6 +447,12 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
         keep.push_back(std::move(m));
         continue;
       }
+    }
+    if (options_.early_turns && m->since == lane.granted) {
+      // The turn's commit is on its way: the next turn may go now, its
+      // reads waiting for this proposal's position.
+      lane.granted = -1;
+      lane.turn_after = q;
     }
     closed = !m->entry.payload().empty();
     bytes += m->bytes;
@@ -593,6 +632,12 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
     // (A lost race needs no wait: the retry's current read finds the
     // winner wherever it is applied.)
     if (ours && !answers.empty()) ++lane.answering;
+    // A turn given early: its retry reads once this position is applied,
+    // so the time its commit may take to come counts from now.
+    if (options_.early_turns && lane.granted >= 0 && !lane.granted_arrived &&
+        position == lane.turn_after)
+      lane.granted_until = std::max(lane.granted_until,
+                                    env_->MonotonicMicros() + absl::ToInt64Microseconds(kTurnHold));
     lane.busy = false;
     plan = PlanNext(lane);
     for (MemberPtr& m : itself) plan.alone.push_back(std::move(m));

@@ -55,6 +55,7 @@ void GroupClient::Commit(GroupRef group, const LogPosition& at, LogEntry entry,
   if (const ReplicaInfo* home =
           group_rows_only && CommitHome::Bounded(*reads) ? HomeFor(group) : nullptr;
       home != nullptr) {
+    LeaveLane(group, since);
     return Forward(*home, std::move(group), at, std::move(entry), std::move(reads), deadline, since,
                    started, std::move(done));
   }

@@ -93,6 +93,31 @@ int64_t CommitHome::LocalSince(int64_t since, int64_t sent, int64_t offset, int6
   return std::clamp(local, lo, std::max(lo, now));
 }
 
+int64_t CommitHome::StableSince(uint64_t origin, int64_t since, int64_t sent, int64_t offset,
+                                int64_t now) {
+  const int64_t local = LocalSince(since, sent, offset, now);
+  if (local == 0) return 0;
+  absl::MutexLock lock(&mu_);
+  const std::pair<uint64_t, int64_t> key{origin, since};
+  auto it = sinces_.find(key);
+  if (it != sinces_.end()) {
+    it->second.seen = now;
+    return it->second.local;
+  }
+  if (sinces_.size() >= kMaxSinces) {
+    // Forget those no request named for as long as a request is taken; if
+    // none, this one is not kept (its turn may then be missed, not wrong).
+    if (now - sinces_pruned_ <= 1'000'000) return local;
+    sinces_pruned_ = now;
+    absl::erase_if(sinces_, [now](const auto& kv) {
+      return now - kv.second.seen > absl::ToInt64Microseconds(kMaxWindow);
+    });
+    if (sinces_.size() >= kMaxSinces) return local;
+  }
+  sinces_.emplace(key, Since{local, now});
+  return local;
+}
+
 bool CommitHome::OthersSend(const std::string& key, uint64_t origin, int64_t now) {
   if (senders_size_.load(std::memory_order_relaxed) == 0) return false;  // the common case
   absl::ReaderMutexLock lock(&mu_);
@@ -225,7 +250,7 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
   at.timestamp = request.timestamp();
   at.next_leader = request.next_leader();
   at.replica = o.local;
-  const int64_t since = LocalSince(request.since(), request.sent(), offset, now);
+  const int64_t since = StableSince(request.origin(), request.since(), request.sent(), offset, now);
   client_->Commit(
       std::move(*request.mutable_group()), at, std::move(*request.mutable_entry()),
       [this, id, reply = std::move(reply),
@@ -276,20 +301,21 @@ void CommitHome::ServeAwaitTurn(const std::string& bytes, Responder respond) {
   if (request.budget_micros() <= 0)
     return respond(absl::InvalidArgumentError("repl.AwaitTurn: the budget must be positive"));
   const int64_t now = client_->env()->MonotonicMicros();
-  const int64_t since = LocalSince(request.since(), request.sent(),
-                                   OffsetOf(request.origin(), request.sent(), now), now);
+  const int64_t since = StableSince(request.origin(), request.since(), request.sent(),
+                                    OffsetOf(request.origin(), request.sent(), now), now);
   if (since == 0) return respond(TurnReply().SerializeAsString());  // no turn to wait for
   if (turns_.fetch_add(1) >= kMaxTurns) {
     turns_.fetch_sub(1);
     return respond(TurnReply().SerializeAsString());  // go ahead without one
   }
-  client_->AwaitTurn(
+  client_->AwaitTurnAfter(
       std::move(*request.mutable_group()), since,
-      [this, respond = std::move(respond)](absl::StatusOr<bool> r) mutable {
+      [this, respond = std::move(respond)](absl::StatusOr<uint64_t> after) mutable {
         turns_.fetch_sub(1);
-        if (!r.ok()) return respond(r.status());
+        if (!after.ok()) return respond(after.status());
         TurnReply reply;
-        reply.set_granted(*r);
+        reply.set_granted(true);
+        reply.set_after(*after);
         respond(reply.SerializeAsString());
       },
       DeadlineFor(request.budget_micros(), now));

@@ -70,6 +70,7 @@ class CommitHome {
   static constexpr size_t kMaxRootBytes = 4096;    // a group's root row key
   static constexpr size_t kMaxCopiesWaiting = 16;  // copies of one request waiting for it
   static constexpr size_t kMaxSenders = 10000;     // senders whose clock offset is kept
+  static constexpr size_t kMaxSinces = 100000;     // senders' `since` values kept (StableSince)
   static constexpr size_t kMaxGroups = 100000;     // groups whose recent senders are kept
   static constexpr int kSendersPerGroup = 4;
   static constexpr size_t kMaxRemembered = 1000000;  // ids kept; beyond, new ones are shed
@@ -88,6 +89,11 @@ class CommitHome {
   int64_t OffsetOf(uint64_t origin, int64_t sent, int64_t now);
   // `since` (on the sender's clock) on this one, given its offset: 0 for 0.
   static int64_t LocalSince(int64_t since, int64_t sent, int64_t offset, int64_t now);
+  // The same, the same for every request naming this sender's `since`: a
+  // retry's turn and its commit must agree on it (the turn is known by it),
+  // though the sender's offset may be learned better in between.
+  int64_t StableSince(uint64_t origin, int64_t since, int64_t sent, int64_t offset, int64_t now)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Notes `origin` sending a commit of the group; whether another sender
   // did within hot_for.
   bool Contended(const std::string& key, uint64_t origin, int64_t now);
@@ -116,6 +122,12 @@ class CommitHome {
     int64_t seen[kSendersPerGroup] = {};
   };
   absl::flat_hash_map<std::string, Senders> senders_ ABSL_GUARDED_BY(mu_);
+  struct Since {
+    int64_t local = 0;  // on this clock
+    int64_t seen = 0;
+  };
+  absl::flat_hash_map<std::pair<uint64_t, int64_t>, Since> sinces_ ABSL_GUARDED_BY(mu_);
+  int64_t sinces_pruned_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<size_t> senders_size_{0};  // senders_.size(), read without the lock
   // When the full maps above were last pruned (at most once a second).
   int64_t offsets_pruned_ ABSL_GUARDED_BY(mu_) = 0;

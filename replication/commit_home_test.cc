@@ -1,5 +1,6 @@
-// A replication server as the home of hot groups (replication/commit_home.h):
-// repl.Commit requests sent to it straight, on the simulated deployment.
+// A replication server's side of commits, on the simulated deployment: as
+// the home of hot groups (replication/commit_home.h), repl.Commit requests
+// sent to it straight; as an acceptor, an accept that completes a majority.
 #include "replication/commit_home.h"
 
 #include <optional>
@@ -13,9 +14,14 @@ namespace {
 
 class CommitHomeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start({}); }
+
+  // A deployment of `replicas` (default: three full).
+  void Start(std::vector<ReplicaType> replicas) {
     sim::SimOptions o;
     o.seed = 7;
+    if (!replicas.empty()) o.replicas = std::move(replicas);
+    client_.reset();
     cluster_ = std::make_unique<sim::Cluster>(o);
     ASSERT_TRUE(cluster_->Open().ok());
     cluster_->net().AddNode("app", 1);
@@ -97,6 +103,43 @@ TEST_F(CommitHomeTest, ACommitIsProposedAtTheNextPositionAndAnswered) {
   EXPECT_GT(r->timestamp(), 0);
   EXPECT_FALSE(r->contended());  // nobody else sent this group's commits here
   EXPECT_EQ(Position(), p + 1);
+}
+
+// An accept that completes a majority (after the leader's fast-path
+// accept, of three voters) is learned and applied by the replica that
+// accepts it, without the writer's apply (lost here) — but only when every
+// full replica then holds the value: with three full replicas the third
+// may have missed it, and its coordinator must be invalidated (by the
+// writer, after the decision) before the value is read anywhere.
+TEST_F(CommitHomeTest, AnAcceptThatCompletesAMajorityIsAppliedWithoutTheWritersApply) {
+  for (bool witness : {true, false}) {
+    SCOPED_TRACE(witness ? "full, full, witness" : "three full");
+    Start({ReplicaType::kFull, ReplicaType::kFull,
+           witness ? ReplicaType::kWitness : ReplicaType::kFull});
+    auto commit = [&](const std::string& id) {
+      LogEntry e = Request(id, "g1/" + id, 0).entry();
+      std::optional<absl::StatusOr<CommitResult>> done;
+      client_->Commit(Group(), ReadAt(), std::move(e), [&](auto r) { done = std::move(r); });
+      absl::StatusOr<CommitResult> r = Await(done);
+      EXPECT_TRUE(r.ok()) << r.status();
+      return r.ok() ? r->position : 0;
+    };
+    // The first nominates the writer's replica (datacenter 1) leader of the next.
+    const uint64_t first = commit("first");
+    ASSERT_GT(first, 0u);
+    cluster_->net().set_method_loss("repl.Apply", 1.0, /*to_dc=*/0);
+    const uint64_t second = commit("second");
+    ASSERT_EQ(second, first + 1);
+    StateRequest req;
+    *req.mutable_group() = Group();
+    std::optional<absl::StatusOr<StateReply>> state;
+    CallProto<StateReply>(transport_, home_, "repl.State", req, absl::Seconds(10),
+                          [&](absl::StatusOr<StateReply> r) { state = std::move(r); });
+    absl::StatusOr<StateReply> s = Await(state);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->applied().position(), witness ? second : first);
+    EXPECT_EQ(cluster_->HomeStats().learned_on_accept > 0, witness);
+  }
 }
 
 // Two copies of one request (a network that delivers twice) commit once:
@@ -188,6 +231,100 @@ TEST_F(CommitHomeTest, AnEntryNamingACommitWithoutItsChangesIsNotTakenForIt) {
   absl::StatusOr<CommitResult> mine = Await(r);
   ASSERT_TRUE(mine.ok()) << mine.status();
   EXPECT_EQ(mine->position, at.position + 2);  // promoted past it, not "committed" in it
+}
+
+// Turns at the home: two commits that lost to a writer of the row they
+// read each keep a turn. The older gets it, and once its retry is proposed
+// the younger's is given at once, naming that proposal's position, before
+// the older's commit is decided. The home knows a retry by its sender's
+// `since` whatever it learned of the sender's clock in between (the
+// retry's request shows less time on the way than the first ones).
+TEST_F(CommitHomeTest, TheNextTurnIsGivenOnceTheTurnsRetryIsProposedNamingItsPosition) {
+  const uint64_t p = Position();
+  CommitRequest writer = Request("writer", "g1/a", p);
+  writer.set_origin(44);
+  ASSERT_TRUE(Commit(writer).ok());  // at p + 1
+  const int64_t now = cluster_->env().MonotonicMicros();
+  const int64_t old_since = now - 2000, young_since = now - 1000;
+  auto lose = [&](const std::string& id, int64_t since) {
+    CommitRequest r = Request(id, "g1/a", p, {"g1/a"});
+    r.set_since(since);
+    r.set_sent(r.sent() - 5000);  // as if 5 ms on the way
+    absl::StatusOr<CommitReply> reply = Commit(r);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->code(), static_cast<int>(absl::StatusCode::kAborted)) << reply->message();
+    EXPECT_TRUE(reply->turn());
+  };
+  lose("old", old_since);
+  lose("young", young_since);
+  auto ask = [&](int64_t since, std::optional<absl::StatusOr<TurnReply>>* out) {
+    TurnRequest t;
+    *t.mutable_group() = Group();
+    t.set_origin(42);
+    t.set_since(since);
+    t.set_sent(cluster_->env().MonotonicMicros() - 5000);
+    t.set_budget_micros(5'000'000);
+    CallProto<TurnReply>(transport_, home_, "repl.AwaitTurn", t, absl::Seconds(10),
+                         [out](absl::StatusOr<TurnReply> r) { *out = std::move(r); });
+  };
+  std::optional<absl::StatusOr<TurnReply>> old_turn, young_turn;
+  ask(old_since, &old_turn);
+  absl::StatusOr<TurnReply> first = Await(old_turn);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->granted());
+  // The older's retry, read after the writer (sent now: no time on the
+  // way); the younger asks for its turn meanwhile.
+  CommitRequest retry = Request("old, again", "g1/a", p + 1, {"g1/a"});
+  retry.set_since(old_since);
+  std::optional<absl::StatusOr<CommitReply>> retried;
+  Send(retry, &retried);
+  ask(young_since, &young_turn);
+  absl::StatusOr<TurnReply> second = Await(young_turn);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->granted());
+  EXPECT_EQ(second->after(), p + 2);
+  EXPECT_FALSE(retried.has_value()) << "the next turn waited for the decision";
+  absl::StatusOr<CommitReply> done = Await(retried);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->code(), 0) << done->message();
+  EXPECT_EQ(done->position(), p + 2);
+}
+
+// An app server whose own lane kept a place for a retry that then went to
+// the group's home (the group turned hot meanwhile) gives that place up:
+// its other retries do not wait for it.
+TEST_F(CommitHomeTest, APlaceKeptHereForARetryThatWentHomeIsGivenUp) {
+  GroupClientOptions o = cluster_->ClientOptions(1);
+  o.hot_for = absl::Milliseconds(1);
+  GroupClient client(&cluster_->env(), transport_, o);
+  sim::SimEnv& env = cluster_->env();
+  auto commit = [&](const std::string& id, const LogPosition& at, int64_t since) {
+    std::optional<absl::StatusOr<CommitResult>> r;
+    auto reads = std::make_shared<ReadSet>();
+    reads->add_rows("g1/a");
+    client.Commit(
+        Group(), at, Request(id, "g1/a", 0).entry(), [&](auto x) { r = std::move(x); }, 0,
+        std::move(reads), since);
+    return Await(r);
+  };
+  const LogPosition at = ReadAt();
+  ASSERT_TRUE(commit("writer", at, 0).ok());
+  const int64_t old_since = env.MonotonicMicros();
+  absl::StatusOr<CommitResult> lost = commit("lost", at, old_since);  // read before the writer
+  ASSERT_TRUE(GroupClient::HasTurn(lost.status())) << lost.status();
+  const int64_t kept = env.MonotonicMicros();  // its place is kept from about now
+  client.NoteHot(Group());
+  std::optional<absl::StatusOr<bool>> went_home, here;
+  client.AwaitTurn(Group(), old_since, [&](auto r) { went_home = std::move(r); });
+  ASSERT_TRUE(Await(went_home).ok());
+  EXPECT_EQ(client.stats().turns, 0u);  // given at the home, not here
+  // Cooled down: a younger retry's turn is kept here again, and is given
+  // at once rather than after the older's place expires.
+  env.RunUntil(env.now() + 2'000, [] { return false; });
+  client.AwaitTurn(Group(), old_since + 1, [&](auto r) { here = std::move(r); });
+  ASSERT_TRUE(Await(here).ok());
+  EXPECT_EQ(client.stats().turns, 1u);
+  EXPECT_LT(env.MonotonicMicros() - kept, absl::ToInt64Microseconds(GroupClient::kTurnHold) / 2);
 }
 
 TEST_F(CommitHomeTest, AnotherSendersCommitsMakeTheGroupContended) {

@@ -6,6 +6,7 @@
 // answer says whether others still send commits there; the group stays hot
 // while they do.
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -148,14 +149,77 @@ void GroupClient::AwaitTurnAt(const ReplicaInfo& home, GroupRef group, int64_t s
   request.set_since(since);
   request.set_sent(now);
   request.set_budget_micros(std::max<int64_t>(1, deadline - now));
+  GroupRef copy = request.group();
   internal::CallProto<TurnReply>(
       this, home.replication, "repl.AwaitTurn", request,
-      [done = std::move(done)](absl::StatusOr<TurnReply> r) mutable {
+      [this, group = std::move(copy), done = std::move(done)](absl::StatusOr<TurnReply> r) mutable {
+        if (r.ok() && r->after() != 0) SetReadFloor(group, r->after());
         // Turns only order retries: without an answer the retry goes ahead.
         if (r.ok() || !absl::IsDeadlineExceeded(r.status())) return done(true);
         done(r.status());
       },
       absl::Microseconds(std::max<int64_t>(1, deadline - now)), deadline);
+}
+
+void GroupClient::SetReadFloor(const GroupRef& group, uint64_t position) {
+  const int64_t now = env_->MonotonicMicros();
+  absl::MutexLock lock(&floors_mu_);
+  if (floors_.size() >= kMaxReadFloors) {
+    absl::erase_if(floors_, [now](const auto& kv) { return now >= kv.second.until; });
+    if (floors_.size() >= kMaxReadFloors) return;  // the retry reads without waiting
+  }
+  ReadFloor& f = floors_[GroupKey(group)];
+  f.position = std::max(f.position, position);
+  f.until = now + absl::ToInt64Microseconds(kReadFloorWait);
+  floors_size_.store(floors_.size(), std::memory_order_relaxed);
+}
+
+bool GroupClient::HasReadFloor(const GroupRef& group) {
+  if (floors_size_.load(std::memory_order_relaxed) == 0) return false;
+  absl::MutexLock lock(&floors_mu_);
+  return floors_.contains(GroupKey(group));
+}
+
+void GroupClient::AwaitReadFloor(const GroupRef& group, int64_t deadline,
+                                 absl::AnyInvocable<void()> then) {
+  const std::string key = GroupKey(group);
+  const int64_t now = env_->MonotonicMicros();
+  uint64_t floor = 0;
+  {
+    absl::MutexLock lock(&floors_mu_);
+    auto it = floors_.find(key);
+    if (it == floors_.end()) return then();
+    if (now >= it->second.until || now >= deadline) {
+      floors_.erase(it);  // waited long enough: read what is there
+      floors_size_.store(floors_.size(), std::memory_order_relaxed);
+      return then();
+    }
+    floor = it->second.position;
+  }
+  StateRequest req;
+  *req.mutable_group() = group;
+  internal::CallProto<StateReply>(
+      this, options_.replicas[options_.local].replication, "repl.State", req,
+      [this, group, key, floor, deadline,
+       then = std::move(then)](absl::StatusOr<StateReply> state) mutable {
+        if (!state.ok() || state->applied().position() >= floor) {
+          {
+            absl::MutexLock lock(&floors_mu_);
+            auto it = floors_.find(key);
+            if (it != floors_.end() && it->second.position <= floor) floors_.erase(it);
+            floors_size_.store(floors_.size(), std::memory_order_relaxed);
+          }
+          return then();
+        }
+        // (The Env's timers take copyable callbacks.)
+        auto next = std::make_shared<absl::AnyInvocable<void()>>(std::move(then));
+        env_->Schedule(kReadFloorPoll,
+                       [this, life = lifetime_, group = std::move(group), deadline, next] {
+                         Entry in(life);
+                         if (in) AwaitReadFloor(group, deadline, std::move(*next));
+                       });
+      },
+      std::nullopt, deadline);
 }
 
 }  // namespace megastore::replication

@@ -178,8 +178,18 @@ class GroupClient {
   // this app server's writers of one entity take turns, oldest first,
   // instead of racing each other (docs/replication.md, "Combined
   // entries"). DeadlineExceeded at `deadline`.
+  //
+  // With options().early_turns the next turn is given once the previous
+  // turn's commit is proposed; the grant names that proposal's position,
+  // and this client's reads of the group at its local replica then wait
+  // (at most kReadFloorWait) until the replica has applied it.
   void AwaitTurn(GroupRef group, int64_t since, Callback<bool> done, int64_t deadline = 0);
+  // The same at this client's own lane only (never at a home), answering
+  // with the position the retry's reads must wait for (0: none) instead of
+  // waiting for it here: a home's side of repl.AwaitTurn.
+  void AwaitTurnAfter(GroupRef group, int64_t since, Callback<uint64_t> done, int64_t deadline = 0);
   static constexpr absl::Duration kTurnHold = absl::Milliseconds(100);
+  static constexpr absl::Duration kReadFloorWait = absl::Milliseconds(100);
   // Positions a commit may be promoted past, in a row.
   static constexpr int kMaxPromotions = 256;
   // Whether some replica other than the local one knows the group's log
@@ -383,7 +393,7 @@ class GroupClient {
       int64_t created = 0;  // commits begun after it wait until kTurnHold after this
       int64_t expires = 0;
       int64_t deadline = 0;
-      Callback<bool> done;
+      Callback<uint64_t> done;  // given the position its reads wait for (0: none)
     };
     std::vector<Turn> turns;
     // The retry whose turn it is (-1: none): until its commit arrives (or
@@ -392,6 +402,9 @@ class GroupClient {
     int64_t granted = -1;
     int64_t granted_until = 0;
     bool granted_arrived = false;
+    // With early_turns: the position of the last granted turn's proposal,
+    // which the next turn's reads wait for.
+    uint64_t turn_after = 0;
     // Decided positions whose commits are still being answered: the next
     // turn waits for them, so its retry reads what they wrote.
     int answering = 0;
@@ -418,10 +431,13 @@ class GroupClient {
   // Gives the next turn if it is due; the callbacks to run (outside the
   // lock), and when to look again (0: no timer needed).
   struct Turns {
-    std::vector<std::pair<Callback<bool>, absl::Status>> run;
+    std::vector<std::pair<Callback<uint64_t>, absl::StatusOr<uint64_t>>> run;
     int64_t again = 0;
   };
   Turns NextTurn(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
+  // A retry begun at `since` went to the group's home: the turn or place
+  // this client's own lane keeps for it is given up.
+  void LeaveLane(const GroupRef& group, int64_t since) ABSL_LOCKS_EXCLUDED(lanes_mu_);
   // A lane's timer set for `at` (0: a nudge, no timer): expired turns and
   // holds, a plan if idle, the next turn if due.
   void LaneTimer(const std::string& key, int64_t at);
@@ -455,6 +471,26 @@ class GroupClient {
   // AwaitTurn at the group's home.
   void AwaitTurnAt(const ReplicaInfo& home, GroupRef group, int64_t since, Callback<bool> done,
                    int64_t deadline);
+  // Read floors: a turn given while the commit before it is decided at
+  // `position` (early_turns). Until the local replica has applied it, or
+  // kReadFloorWait passed, this client's reads of the group at the local
+  // replica wait: the retry reads what that commit wrote.
+  struct ReadFloor {
+    uint64_t position = 0;
+    int64_t until = 0;
+  };
+  absl::Mutex floors_mu_;
+  absl::flat_hash_map<std::string, ReadFloor> floors_ ABSL_GUARDED_BY(floors_mu_);
+  std::atomic<size_t> floors_size_{0};  // floors_.size(), read without the lock
+  static constexpr size_t kMaxReadFloors = 10000;
+  static constexpr absl::Duration kReadFloorPoll = absl::Milliseconds(1);
+  void SetReadFloor(const GroupRef& group, uint64_t position) ABSL_LOCKS_EXCLUDED(floors_mu_);
+  // Calls `then` at once if no floor is set for the group; otherwise once
+  // the local replica applied it, kReadFloorWait passed, or `deadline`,
+  // and the floor is gone.
+  void AwaitReadFloor(const GroupRef& group, int64_t deadline, absl::AnyInvocable<void()> then)
+      ABSL_LOCKS_EXCLUDED(floors_mu_);
+  bool HasReadFloor(const GroupRef& group) ABSL_LOCKS_EXCLUDED(floors_mu_);
   // Aborted `status`, marked as carrying a turn.
   static absl::Status WithTurn(absl::Status status);
 

@@ -293,6 +293,19 @@ void GroupClient::ReadFirst(GroupRef group, ReadLevel level, std::string row, st
                             Callback<FirstRead> done, int64_t deadline_in, int replica,
                             std::optional<ScanRange> also_scan) {
   const int64_t deadline = DeadlineFrom(this, deadline_in);
+  // A turn given while the commit before it is being decided: first the
+  // local replica applies that commit.
+  if (level == ReadLevel::kCurrent && (replica < 0 || replica == options_.local) &&
+      HasReadFloor(group)) {
+    GroupRef g = group;
+    return AwaitReadFloor(
+        g, deadline,
+        [this, group = std::move(group), level, row = std::move(row), family = std::move(family),
+         done = std::move(done), deadline, replica, also_scan = std::move(also_scan)]() mutable {
+          ReadFirst(std::move(group), level, std::move(row), std::move(family), std::move(done),
+                    deadline, replica, std::move(also_scan));
+        });
+  }
   ReadRequest read;
   *read.mutable_group() = group;
   read.set_row(std::move(row));
@@ -348,6 +361,15 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   // sees its own writes and needs no catch-up. One that has not ended
   // within half the time left, or failed, is caught up to instead (a
   // current read does that anyway).
+  if (level == ReadLevel::kCurrent && local == options_.local && HasReadFloor(group)) {
+    GroupRef g = group;
+    return AwaitReadFloor(g, deadline,
+                          [this, group = std::move(group), level, done = std::move(done), deadline,
+                           replica]() mutable {
+                            ReadPosition(std::move(group), level, std::move(done), deadline,
+                                         replica);
+                          });
+  }
   const int64_t started = env_->MonotonicMicros();
   if (local != options_.local)
     return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);

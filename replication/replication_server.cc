@@ -40,6 +40,7 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
         GroupClientOptions o = options_.cluster;
         o.forward = false;
         o.answer_after_local_apply = true;
+        o.early_turns = true;
         return o;
       }()) {}
 
@@ -107,6 +108,7 @@ ReplicationServer::Stats ReplicationServer::stats() const {
   s.sweeps = counters_.sweeps.load();
   s.sweep_catchups = counters_.sweep_catchups.load();
   s.gap_votes = counters_.gap_votes.load();
+  s.learned_on_accept = counters_.learned_on_accept.load();
   s.vouches_shed = counters_.vouches_shed.load();
   s.cleanup_sweeps = counters_.cleanup_sweeps.load();
   s.groups_cleaned = counters_.groups_cleaned.load();
@@ -167,6 +169,38 @@ void ReplicationServer::AskVouch(const GroupRef& group, uint64_t position,
       env_->MonotonicMicros() + absl::ToInt64Microseconds(options_.cluster.rpc_timeout));
 }
 
+void ReplicationServer::ApplyChosen(ApplyRequest req,
+                                    absl::AnyInvocable<void(absl::StatusOr<ApplyReply>)> answer) {
+  NoteForCleanup(req.group());
+  const ApplyRequest copy = req;
+  replica_.Apply(std::move(req), [this, copy, answer = std::move(answer)](
+                                     absl::StatusOr<ApplyReply> r) mutable {
+    if (r.ok()) {
+      NoteApplied(copy.group(), r->applied().position());
+    } else if (!IsBeyondTop(r.status())) {
+      // Failed part way (a later position learned, not applied): the
+      // sweep looks at the group again, whatever an earlier apply cleared.
+      Note(copy.group(), 0, copy.position());
+    }
+    if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
+    // This replica missed earlier positions (or the applies of two
+    // positions crossed on the way): it records this one if another
+    // replica knows the group got to the previous one, as it would be
+    // for any chosen position; the sweep then fills what it missed.
+    AskVouch(copy.group(), copy.position() - 1,
+             [this, copy, answer = std::move(answer), r = std::move(r)](bool reached) mutable {
+               if (!reached) return answer(std::move(r));
+               Note(copy.group(), copy.position());
+               replica_.Apply(copy, copy.position() - 1,
+                              [this, group = copy.group(),
+                               answer = std::move(answer)](absl::StatusOr<ApplyReply> r) mutable {
+                                if (r.ok()) NoteApplied(group, r->applied().position());
+                                answer(std::move(r));
+                              });
+             });
+  });
+}
+
 void ReplicationServer::Serve(std::string_view method, std::string request, Responder respond) {
   if (method == "repl.Paxos") {
     PaxosRequest req;
@@ -176,15 +210,30 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     PaxosCount count{GroupKey(req.group()), req.accept(),       req.ballot().round() == 0,
                      req.position(),        req.value().size(), env_->MonotonicMicros()};
     const uint64_t origin = req.origin();
-    auto answer = [this, count = std::move(count), origin,
+    // An accept that completes a majority: once accepted here, the value is
+    // chosen, and this replica applies it now rather than a round trip
+    // later, when the writer's apply comes (which then finds it done).
+    std::optional<ApplyRequest> learn;
+    if (req.accept() && req.chosen_if_accepted()) {
+      learn.emplace();
+      *learn->mutable_group() = req.group();
+      learn->set_position(req.position());
+      learn->set_value(req.value());
+    }
+    auto answer = [this, count = std::move(count), origin, learn = std::move(learn),
                    respond = std::move(respond)](absl::StatusOr<PaxosReply> r) mutable {
       CountPaxos(count, r);
+      const bool chosen = learn && r.ok() && r->ok() && !r->learned();
       // As a hot group's home: the proposer should send its commits here.
       if (r.ok() && count.accept && origin != 0 &&
           home_.OthersSend(count.group_key, origin, env_->MonotonicMicros()))
         r->set_hot(true);
       if (!r.ok()) return respond(r.status());
       respond(r->SerializeAsString());
+      if (chosen) {
+        counters_.learned_on_accept++;
+        ApplyChosen(std::move(*learn), [](absl::StatusOr<ApplyReply>) {});
+      }
     };
     const PaxosRequest copy = req;
     replica_.Paxos(std::move(req), [this, copy, answer = std::move(answer)](
@@ -215,34 +264,7 @@ void ReplicationServer::Serve(std::string_view method, std::string request, Resp
     ApplyRequest req;
     if (!Parse(method, request, &req, respond)) return;
     counters_.applies++;
-    NoteForCleanup(req.group());
-    const ApplyRequest copy = req;
-    replica_.Apply(std::move(req), [this, copy, answer = Answer<ApplyReply>(std::move(respond))](
-                                       absl::StatusOr<ApplyReply> r) mutable {
-      if (r.ok()) {
-        NoteApplied(copy.group(), r->applied().position());
-      } else if (!IsBeyondTop(r.status())) {
-        // Failed part way (a later position learned, not applied): the
-        // sweep looks at the group again, whatever an earlier apply cleared.
-        Note(copy.group(), 0, copy.position());
-      }
-      if (r.ok() || !IsBeyondTop(r.status())) return answer(std::move(r));
-      // This replica missed earlier positions (or the applies of two
-      // positions crossed on the way): it records this one if another
-      // replica knows the group got to the previous one, as it would be
-      // for any chosen position; the sweep then fills what it missed.
-      AskVouch(copy.group(), copy.position() - 1,
-               [this, copy, answer = std::move(answer), r = std::move(r)](bool reached) mutable {
-                 if (!reached) return answer(std::move(r));
-                 Note(copy.group(), copy.position());
-                 replica_.Apply(copy, copy.position() - 1,
-                                [this, group = copy.group(),
-                                 answer = std::move(answer)](absl::StatusOr<ApplyReply> r) mutable {
-                                  if (r.ok()) NoteApplied(group, r->applied().position());
-                                  answer(std::move(r));
-                                });
-               });
-    });
+    ApplyChosen(std::move(req), Answer<ApplyReply>(std::move(respond)));
   } else if (method == "repl.SnapshotRows") {
     SnapshotRowsRequest req;
     if (!Parse(method, request, &req, respond)) return;

@@ -109,6 +109,9 @@ class ReplicationServer {
         0;  // votes on a position past this replica's top, another replica vouching
     uint64_t vouches_shed =
         0;  // such requests refused without asking, kMaxVouchesInFlight being out
+    // Accepts that completed a majority (PaxosRequest.chosen_if_accepted):
+    // positions learned and applied here without waiting for the writer.
+    uint64_t learned_on_accept = 0;
     // Log clean-up.
     uint64_t cleanup_sweeps = 0;
     uint64_t groups_cleaned = 0;         // groups whose log lost positions
@@ -162,6 +165,10 @@ class ReplicationServer {
   // position noted for it, the sweep has nothing to finish there and
   // forgets it (it would only read the log state to find that out).
   void NoteApplied(const GroupRef& group, uint64_t applied);
+  // repl.Apply's work: records a chosen value and applies what follows it
+  // (a replica that missed earlier positions records it if another
+  // vouches the group got that far).
+  void ApplyChosen(ApplyRequest req, absl::AnyInvocable<void(absl::StatusOr<ApplyReply>)> answer);
   // Asks the other replicas whether one reached `position` of `group`
   // (SomeReplicaReached), as one of at most kMaxVouchesInFlight such
   // questions: beyond that (a flood of requests for positions this replica
@@ -224,7 +231,8 @@ class ReplicationServer {
 
   struct Counters {
     std::atomic<uint64_t> paxos{0}, accepted{0}, fast_path{0}, log_bytes{0}, rejected{0}, reads{0},
-        applies{0}, sweeps{0}, sweep_catchups{0}, gap_votes{0}, vouches_shed{0};
+        applies{0}, sweeps{0}, sweep_catchups{0}, gap_votes{0}, vouches_shed{0},
+        learned_on_accept{0};
     std::atomic<uint64_t> cleanup_sweeps{0}, groups_cleaned{0}, positions_removed{0},
         bytes_reclaimed{0}, cleanup_blocked{0}, largest_log_bytes{0}, largest_log_positions{0},
         kept_log_bytes{0};

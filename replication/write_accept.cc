@@ -28,9 +28,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
         group_(std::move(group)),
         position_(position),
         deadline_(deadline),
-        proposer_(paxos::ProposerOptions{static_cast<int>(c->voters().size()), ProposerId(c),
-                                         kSkipFastPath.Fire() ? std::nullopt : leader_voter},
-                  std::move(value)),
+        proposer_(Options(c, kSkipFastPath.Fire() ? std::nullopt : leader_voter), std::move(value)),
         done_(std::move(done)) {}
 
   void Start() {
@@ -51,6 +49,22 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
   }
 
  private:
+  static paxos::ProposerOptions Options(GroupClient* c, std::optional<int> leader_voter) {
+    paxos::ProposerOptions o;
+    o.acceptors = static_cast<int>(c->voters().size());
+    o.id = ProposerId(c);
+    o.leader = leader_voter;
+    // An acceptor learns a value early (PaxosRequest.chosen_if_accepted)
+    // only once every full replica holds it: a full replica's coordinator
+    // vouches for current reads there, and one that missed the value must
+    // be invalidated before anyone reads it — which the writer does only
+    // after the decision. A witness serves no reads.
+    for (size_t v = 0; v < c->voters().size(); ++v)
+      if (c->options().replicas[c->voters()[v]].type == ReplicaType::kFull)
+        o.learn_needs.insert(static_cast<int>(v));
+    return o;
+  }
+
   static uint64_t ProposerId(GroupClient* c) {
     uint64_t id = 0;
     while (id == 0) id = c->env()->Random64();
@@ -67,6 +81,7 @@ class PositionDriver : public std::enable_shared_from_this<PositionDriver> {
       req.mutable_ballot()->set_proposer(m.ballot.proposer);
       req.set_value(m.value);
       req.set_origin(c_->origin());
+      req.set_chosen_if_accepted(m.completes_majority);
       const int replica = c_->voters()[m.acceptor];
       CallProto<PaxosReply>(
           c_, c_->options().replicas[replica].replication, "repl.Paxos", req,

@@ -756,6 +756,7 @@ SimResult RunSimulation(const SimOptions& options) {
     // its replication server's client.
     const replication::ReplicationServer::Stats home = cluster.HomeStats();
     result.stats.entries += home.home_entries;
+    result.stats.learned_on_accept = home.learned_on_accept;
     result.stats.combined += home.home_combined;
   }
   result.stats.snapshot_catchups = log_invariants.snapshots();

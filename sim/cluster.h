@@ -104,7 +104,9 @@ struct SimStats {
   uint64_t entries = 0;            // ... in this many log entries
   uint64_t combined = 0;           // ... of which this many shared theirs with others
   uint64_t forwarded = 0;          // the clients' writes sent to their group's home
-  int wipes = 0;                   // read-only replicas' data wiped
+  uint64_t learned_on_accept =
+      0;          // positions replicas learned from an accept completing a majority
+  int wipes = 0;  // read-only replicas' data wiped
 };
 
 struct SimResult {

@@ -339,8 +339,8 @@ class Cluster {
     return n;
   }
 
-  // What the replication servers did as hot groups' homes, summed over
-  // every one that ran.
+  // What the replication servers did as hot groups' homes, and the
+  // positions they learned on accept, summed over every one that ran.
   replication::ReplicationServer::Stats HomeStats() const {
     replication::ReplicationServer::Stats sum;
     auto add = [&sum](const replication::ReplicationServer& r) {
@@ -348,6 +348,7 @@ class Cluster {
       sum.home_commits += s.home_commits;
       sum.home_entries += s.home_entries;
       sum.home_combined += s.home_combined;
+      sum.learned_on_accept += s.learned_on_accept;
     };
     for (const auto& dc : dcs_)
       if (dc->repl) add(*dc->repl);

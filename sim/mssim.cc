@@ -48,12 +48,13 @@ int RunOne(const SimOptions& o, const std::string& history_path, bool verbose,
               << " ok, " << s.ops_failed << " failed, " << s.ops_unknown << " unknown; "
               << s.positions << " log positions, " << s.promotions << " promotions, " << s.commits
               << " writes committed in " << s.entries << " entries (" << s.combined << " combined; "
-              << s.forwarded << " sent to their group's home); " << s.faults << " faults; "
-              << s.messages << " messages (" << s.dropped << " dropped); " << s.late_writes
-              << " late and " << s.repeated_writes << " repeated Bigtable writes; "
-              << s.valid_checks << " coordinator \"valid\" answers and " << s.log_checks
-              << " log writes checked; " << s.positions_cleaned << " log positions cleaned up, "
-              << s.wipes << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
+              << s.forwarded << " sent to their group's home; " << s.learned_on_accept
+              << " learned on accept); " << s.faults << " faults; " << s.messages << " messages ("
+              << s.dropped << " dropped); " << s.late_writes << " late and " << s.repeated_writes
+              << " repeated Bigtable writes; " << s.valid_checks
+              << " coordinator \"valid\" answers and " << s.log_checks << " log writes checked; "
+              << s.positions_cleaned << " log positions cleaned up, " << s.wipes
+              << " replicas wiped, " << s.snapshot_catchups << " snapshot catch-ups; "
               << s.virtual_micros / 1000 << " ms virtual\n";
   return 0;
 }
