@@ -187,16 +187,26 @@ void GroupClient::AwaitTurnAfter(GroupRef group, int64_t since, Callback<uint64_
     Lane* lane = LaneOf(key, std::move(group));
     Lane::Turn* turn = nullptr;
     for (Lane::Turn& t : lane->turns)
-      if (t.since == since && t.done == nullptr) turn = &t;
-    if (turn == nullptr) {
-      lane->turns.emplace_back();
-      turn = &lane->turns.back();
-      turn->since = since;
-      turn->created = env_->MonotonicMicros();
+      if (t.since == since) turn = &t;
+    if (turn != nullptr && turn->done != nullptr) {
+      // A second ask for one retry's turn (a request delivered twice): one
+      // turn, both told.
+      turn->done = [first = std::move(turn->done),
+                    second = std::move(done)](absl::StatusOr<uint64_t> r) mutable {
+        first(r);
+        second(std::move(r));
+      };
+    } else {
+      if (turn == nullptr) {
+        lane->turns.emplace_back();
+        turn = &lane->turns.back();
+        turn->since = since;
+        turn->created = env_->MonotonicMicros();
+      }
+      turn->deadline = deadline;
+      turn->expires = deadline;
+      turn->done = std::move(done);
     }
-    turn->deadline = deadline;
-    turn->expires = deadline;
-    turn->done = std::move(done);
     turns = NextTurn(*lane);
     if (lane->idle()) lanes_.erase(key);
   }
@@ -355,8 +365,10 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
       plan.refused.emplace_back(std::move(m), ExpiredWaiting());
       continue;
     }
+    // (The turn's own commit is not held: with early turns a place for an
+    // older retry may be kept after its turn was given.)
     if (closed || plan.members.size() >= static_cast<size_t>(std::max(1, options_.max_combined)) ||
-        m->since > hold) {
+        (m->since > hold && m->since != lane.granted)) {
       keep.push_back(std::move(m));
       continue;
     }
@@ -448,11 +460,11 @@ GroupClient::Plan GroupClient::PlanNext(Lane& lane) {
         continue;
       }
     }
-    if (options_.early_turns && m->since == lane.granted) {
-      // The turn's commit is on its way: the next turn may go now, its
-      // reads waiting for this proposal's position.
-      lane.granted = -1;
+    if (options_.early_turns) {
+      // The next turn's reads wait for every proposal so far; once the
+      // turn's own commit is on its way, the next turn may go.
       lane.turn_after = q;
+      if (m->since == lane.granted) lane.granted = -1;
     }
     closed = !m->entry.payload().empty();
     bytes += m->bytes;
@@ -563,7 +575,8 @@ void GroupClient::MembersDecided(GroupRef group, uint64_t position, std::string 
       if (m.since == lane.granted) lane.granted = -1;
     };
     if (!chosen.ok()) {
-      lane.next = 0;  // who knows what was chosen
+      lane.next = 0;                                         // who knows what was chosen
+      if (lane.turn_after == position) lane.turn_after = 0;  // maybe never: not waited for
       stats_.unknown.fetch_add(members.size(), std::memory_order_relaxed);
       for (const MemberPtr& m : members) answered(*m);
     } else {

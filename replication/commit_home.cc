@@ -98,24 +98,31 @@ int64_t CommitHome::StableSince(uint64_t origin, int64_t since, int64_t sent, in
   const int64_t local = LocalSince(since, sent, offset, now);
   if (local == 0) return 0;
   absl::MutexLock lock(&mu_);
-  const std::pair<uint64_t, int64_t> key{origin, since};
-  auto it = sinces_.find(key);
-  if (it != sinces_.end()) {
+  auto it = sinces_.find(std::make_pair(origin, since));
+  if (it == sinces_.end()) return local;
+  it->second.seen = now;
+  return it->second.local;
+}
+
+void CommitHome::KeepSince(std::pair<uint64_t, int64_t> sender, int64_t local) {
+  if (local == 0) return;
+  const int64_t now = client_->env()->MonotonicMicros();
+  absl::MutexLock lock(&mu_);
+  if (auto it = sinces_.find(sender); it != sinces_.end()) {
     it->second.seen = now;
-    return it->second.local;
+    return;
   }
   if (sinces_.size() >= kMaxSinces) {
     // Forget those no request named for as long as a request is taken; if
     // none, this one is not kept (its turn may then be missed, not wrong).
-    if (now - sinces_pruned_ <= 1'000'000) return local;
+    if (now - sinces_pruned_ <= 1'000'000) return;
     sinces_pruned_ = now;
     absl::erase_if(sinces_, [now](const auto& kv) {
       return now - kv.second.seen > absl::ToInt64Microseconds(kMaxWindow);
     });
-    if (sinces_.size() >= kMaxSinces) return local;
+    if (sinces_.size() >= kMaxSinces) return;
   }
-  sinces_.emplace(key, Since{local, now});
-  return local;
+  sinces_.emplace(sender, Since{local, now});
 }
 
 bool CommitHome::OthersSend(const std::string& key, uint64_t origin, int64_t now) {
@@ -253,8 +260,9 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
   const int64_t since = StableSince(request.origin(), request.since(), request.sent(), offset, now);
   client_->Commit(
       std::move(*request.mutable_group()), at, std::move(*request.mutable_entry()),
-      [this, id, reply = std::move(reply),
-       respond = std::move(respond)](absl::StatusOr<CommitResult> r) mutable {
+      [this, id, reply = std::move(reply), respond = std::move(respond),
+       sender = std::make_pair(request.origin(), request.since()),
+       since](absl::StatusOr<CommitResult> r) mutable {
         in_flight_.fetch_sub(1, std::memory_order_relaxed);
         if (r.ok()) {
           reply.set_position(r->position);
@@ -268,6 +276,8 @@ void CommitHome::ServeCommit(const std::string& bytes, Responder respond) {
           reply.set_code(static_cast<int>(r.status().code()));
           reply.set_message(std::string(r.status().message()));
           reply.set_turn(GroupClient::HasTurn(r.status()));
+          // Its retry's turn, and the retry, are known by this `since`.
+          if (reply.turn()) KeepSince(sender, since);
         }
         std::string answer = reply.SerializeAsString();
         Answered(id, answer);
@@ -308,6 +318,9 @@ void CommitHome::ServeAwaitTurn(const std::string& bytes, Responder respond) {
     turns_.fetch_sub(1);
     return respond(TurnReply().SerializeAsString());  // go ahead without one
   }
+  // (A retry of a commit refused elsewhere, as its app server's lane: its
+  // commit comes by this `since` too.)
+  KeepSince({request.origin(), request.since()}, since);
   client_->AwaitTurnAfter(
       std::move(*request.mutable_group()), since,
       [this, respond = std::move(respond)](absl::StatusOr<uint64_t> after) mutable {

@@ -94,6 +94,11 @@ class CommitHome {
   // though the sender's offset may be learned better in between.
   int64_t StableSince(uint64_t origin, int64_t since, int64_t sent, int64_t offset, int64_t now)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Records a sender's (origin, since) as `local`: a commit refused with a
+  // turn, or a retry asking for its turn, whose commit comes by it. Kept while
+  // requests name it within kMaxWindow; at most kMaxSinces (beyond, a turn
+  // may be missed, never given wrongly).
+  void KeepSince(std::pair<uint64_t, int64_t> sender, int64_t local) ABSL_LOCKS_EXCLUDED(mu_);
   // Notes `origin` sending a commit of the group; whether another sender
   // did within hot_for.
   bool Contended(const std::string& key, uint64_t origin, int64_t now);

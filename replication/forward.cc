@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/strings.h"
 #include "replication/client_calls.h"
@@ -165,61 +166,95 @@ void GroupClient::SetReadFloor(const GroupRef& group, uint64_t position) {
   const int64_t now = env_->MonotonicMicros();
   absl::MutexLock lock(&floors_mu_);
   if (floors_.size() >= kMaxReadFloors) {
-    absl::erase_if(floors_, [now](const auto& kv) { return now >= kv.second.until; });
+    absl::erase_if(floors_, [now](const auto& kv) {
+      return now >= kv.second.until && kv.second.waiting.empty() && !kv.second.polling;
+    });
     if (floors_.size() >= kMaxReadFloors) return;  // the retry reads without waiting
   }
   ReadFloor& f = floors_[GroupKey(group)];
-  f.position = std::max(f.position, position);
-  f.until = now + absl::ToInt64Microseconds(kReadFloorWait);
+  if (position > f.position) {
+    // (Only a higher floor is waited for anew: a home that keeps naming
+    // one position the replica never reaches holds no read up for long.)
+    f.group = group;
+    f.position = position;
+    f.until = now + absl::ToInt64Microseconds(kReadFloorWait);
+  }
   floors_size_.store(floors_.size(), std::memory_order_relaxed);
 }
 
 bool GroupClient::HasReadFloor(const GroupRef& group) {
   if (floors_size_.load(std::memory_order_relaxed) == 0) return false;
+  const int64_t now = env_->MonotonicMicros();
   absl::MutexLock lock(&floors_mu_);
-  return floors_.contains(GroupKey(group));
+  auto it = floors_.find(GroupKey(group));
+  return it != floors_.end() && now < it->second.until;
 }
 
 void GroupClient::AwaitReadFloor(const GroupRef& group, int64_t deadline,
                                  absl::AnyInvocable<void()> then) {
   const std::string key = GroupKey(group);
   const int64_t now = env_->MonotonicMicros();
-  uint64_t floor = 0;
+  bool poll = false;
   {
     absl::MutexLock lock(&floors_mu_);
     auto it = floors_.find(key);
-    if (it == floors_.end()) return then();
-    if (now >= it->second.until || now >= deadline) {
-      floors_.erase(it);  // waited long enough: read what is there
-      floors_size_.store(floors_.size(), std::memory_order_relaxed);
-      return then();
+    const int64_t give_up = std::min(deadline, now + absl::ToInt64Microseconds(kReadFloorWait));
+    if (it != floors_.end() && now < it->second.until && now < give_up) {
+      it->second.waiting.emplace_back(give_up, std::move(then));
+      poll = !std::exchange(it->second.polling, true);
     }
-    floor = it->second.position;
+  }
+  if (then) return then();  // no floor (any more), or no time to wait
+  if (poll) PollReadFloor(key);
+}
+
+void GroupClient::PollReadFloor(const std::string& key) {
+  GroupRef group;
+  {
+    absl::MutexLock lock(&floors_mu_);
+    auto it = floors_.find(key);
+    if (it == floors_.end()) return;
+    group = it->second.group;
   }
   StateRequest req;
-  *req.mutable_group() = group;
+  *req.mutable_group() = std::move(group);
   internal::CallProto<StateReply>(
       this, options_.replicas[options_.local].replication, "repl.State", req,
-      [this, group, key, floor, deadline,
-       then = std::move(then)](absl::StatusOr<StateReply> state) mutable {
-        if (!state.ok() || state->applied().position() >= floor) {
-          {
-            absl::MutexLock lock(&floors_mu_);
-            auto it = floors_.find(key);
-            if (it != floors_.end() && it->second.position <= floor) floors_.erase(it);
+      [this, key](absl::StatusOr<StateReply> state) {
+        std::vector<absl::AnyInvocable<void()>> go;
+        bool again = false;
+        {
+          const int64_t now = env_->MonotonicMicros();
+          absl::MutexLock lock(&floors_mu_);
+          auto it = floors_.find(key);
+          if (it == floors_.end()) return;
+          ReadFloor& f = it->second;
+          // Reached (or unknown: the read finds out itself): every read goes.
+          const bool reached = !state.ok() || state->applied().position() >= f.position;
+          std::vector<std::pair<int64_t, absl::AnyInvocable<void()>>> still;
+          for (auto& [give_up, then] : f.waiting) {
+            if (reached || now >= give_up) {
+              go.push_back(std::move(then));
+            } else {
+              still.emplace_back(give_up, std::move(then));
+            }
+          }
+          f.waiting = std::move(still);
+          again = !f.waiting.empty();
+          f.polling = again;
+          if (!again && (reached || now >= f.until)) {
+            floors_.erase(it);
             floors_size_.store(floors_.size(), std::memory_order_relaxed);
           }
-          return then();
         }
-        // (The Env's timers take copyable callbacks.)
-        auto next = std::make_shared<absl::AnyInvocable<void()>>(std::move(then));
-        env_->Schedule(kReadFloorPoll,
-                       [this, life = lifetime_, group = std::move(group), deadline, next] {
-                         Entry in(life);
-                         if (in) AwaitReadFloor(group, deadline, std::move(*next));
-                       });
+        for (auto& then : go) then();
+        if (!again) return;
+        env_->Schedule(kReadFloorPoll, [this, life = lifetime_, key] {
+          Entry in(life);
+          if (in) PollReadFloor(key);
+        });
       },
-      std::nullopt, deadline);
+      kReadFloorWait);
 }
 
 }  // namespace megastore::replication

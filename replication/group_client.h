@@ -398,7 +398,7 @@ class GroupClient {
     std::vector<Turn> turns;
     // The retry whose turn it is (-1: none): until its commit arrives (or
     // granted_until) commits begun after it wait; the next turn is given
-    // once its commit is decided.
+    // once its commit is decided (with early_turns: once it is proposed).
     int64_t granted = -1;
     int64_t granted_until = 0;
     bool granted_arrived = false;
@@ -476,8 +476,14 @@ class GroupClient {
   // kReadFloorWait passed, this client's reads of the group at the local
   // replica wait: the retry reads what that commit wrote.
   struct ReadFloor {
+    GroupRef group;
     uint64_t position = 0;
-    int64_t until = 0;
+    int64_t until = 0;  // reads begun later do not wait for it
+    // Reads waiting (each until its own time, at most kReadFloorWait after
+    // it began), and whether a poll of the local replica is under way
+    // for them: one per group, however many wait.
+    std::vector<std::pair<int64_t, absl::AnyInvocable<void()>>> waiting;
+    bool polling = false;
   };
   absl::Mutex floors_mu_;
   absl::flat_hash_map<std::string, ReadFloor> floors_ ABSL_GUARDED_BY(floors_mu_);
@@ -491,6 +497,15 @@ class GroupClient {
   void AwaitReadFloor(const GroupRef& group, int64_t deadline, absl::AnyInvocable<void()> then)
       ABSL_LOCKS_EXCLUDED(floors_mu_);
   bool HasReadFloor(const GroupRef& group) ABSL_LOCKS_EXCLUDED(floors_mu_);
+  // Asks the local replica where the group's floor (key) stands; answers
+  // the reads that may go, again in kReadFloorPoll while some wait.
+  void PollReadFloor(const std::string& key) ABSL_LOCKS_EXCLUDED(floors_mu_);
+  // ReadFirst and ReadPosition once past the read floor.
+  void ReadFirstPastFloor(GroupRef group, ReadLevel level, std::string row, std::string family,
+                          Callback<FirstRead> done, int64_t deadline, int replica,
+                          std::optional<ScanRange> also_scan);
+  void ReadPositionPastFloor(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                             int64_t deadline, int local);
   // Aborted `status`, marked as carrying a turn.
   static absl::Status WithTurn(absl::Status status);
 

@@ -302,10 +302,17 @@ void GroupClient::ReadFirst(GroupRef group, ReadLevel level, std::string row, st
         g, deadline,
         [this, group = std::move(group), level, row = std::move(row), family = std::move(family),
          done = std::move(done), deadline, replica, also_scan = std::move(also_scan)]() mutable {
-          ReadFirst(std::move(group), level, std::move(row), std::move(family), std::move(done),
-                    deadline, replica, std::move(also_scan));
+          ReadFirstPastFloor(std::move(group), level, std::move(row), std::move(family),
+                             std::move(done), deadline, replica, std::move(also_scan));
         });
   }
+  ReadFirstPastFloor(std::move(group), level, std::move(row), std::move(family), std::move(done),
+                     deadline, replica, std::move(also_scan));
+}
+
+void GroupClient::ReadFirstPastFloor(GroupRef group, ReadLevel level, std::string row,
+                                     std::string family, Callback<FirstRead> done, int64_t deadline,
+                                     int replica, std::optional<ScanRange> also_scan) {
   ReadRequest read;
   *read.mutable_group() = group;
   read.set_row(std::move(row));
@@ -356,23 +363,29 @@ void GroupClient::ReadPosition(GroupRef group, ReadLevel level, Callback<LogPosi
   if (options_.replicas[local].type == ReplicaType::kWitness)
     return done(absl::InvalidArgumentError(StrCat("read at replica ", options_.replicas[local].name,
                                                   ": a witness holds no data to read")));
+  // A turn given while the commit before it is being decided: first the
+  // local replica applies that commit.
+  if (level == ReadLevel::kCurrent && local == options_.local && HasReadFloor(group)) {
+    GroupRef g = group;
+    return AwaitReadFloor(
+        g, deadline,
+        [this, group = std::move(group), level, done = std::move(done), deadline, local]() mutable {
+          ReadPositionPastFloor(std::move(group), level, std::move(done), deadline, local);
+        });
+  }
+  ReadPositionPastFloor(std::move(group), level, std::move(done), deadline, local);
+}
+
+void GroupClient::ReadPositionPastFloor(GroupRef group, ReadLevel level, Callback<LogPosition> done,
+                                        int64_t deadline, int local) {
+  const int64_t started = env_->MonotonicMicros();
+  if (local != options_.local)
+    return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
   // This client's own commits acknowledged before their local apply
   // finished: the read waits for those applies (already under way), so it
   // sees its own writes and needs no catch-up. One that has not ended
   // within half the time left, or failed, is caught up to instead (a
   // current read does that anyway).
-  if (level == ReadLevel::kCurrent && local == options_.local && HasReadFloor(group)) {
-    GroupRef g = group;
-    return AwaitReadFloor(g, deadline,
-                          [this, group = std::move(group), level, done = std::move(done), deadline,
-                           replica]() mutable {
-                            ReadPosition(std::move(group), level, std::move(done), deadline,
-                                         replica);
-                          });
-  }
-  const int64_t started = env_->MonotonicMicros();
-  if (local != options_.local)
-    return ReadPositionAt(std::move(group), level, std::move(done), deadline, local, started);
   const std::string root = group.root();
   AfterLocalApplies(root, started + std::max<int64_t>(0, deadline - started) / 2,
                     [this, group = std::move(group), level, done = std::move(done), deadline,
