@@ -1,0 +1,288 @@
+"""Tests of the campaign's checker on known-good and known-bad histories.
+
+    python3 -m unittest discover -s tools/campaign/checker -p 'test_*.py'
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import history  # noqa: E402
+import listappend  # noqa: E402
+import register  # noqa: E402
+
+MSCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "msck.py")
+
+
+class H:
+    """Builds a history: h.invoke(p, f, key, value, t); h.ok(p, ...)."""
+
+    def __init__(self):
+        self.lines = []
+
+    def ev(self, kind, process, f, key, value, time):
+        e = {"process": process, "type": kind, "f": f, "value": value, "time": time}
+        if key is not None:
+            e["key"] = key
+        self.lines.append(json.dumps(e))
+        return self
+
+    def op(self, process, f, key, invoke_value, start, end, kind="ok", value="same"):
+        """One whole operation (the events are sorted by time at the end)."""
+        self.ev("invoke", process, f, key, invoke_value, start)
+        if kind is not None:
+            self.ev(kind, process, f, key, invoke_value if value == "same" else value, end)
+        return self
+
+    def ops(self):
+        lines = sorted(self.lines, key=lambda l: json.loads(l)["time"])
+        return history.parse_lines(lines)
+
+
+def txn(h, process, start, end, invoked, completed=None, kind="ok"):
+    h.ev("invoke", process, "txn", None, invoked, start)
+    if kind is not None:
+        h.ev(kind, process, "txn", None, completed if completed is not None else invoked, end)
+
+
+class HistoryTest(unittest.TestCase):
+    def test_pairs_invocations_with_completions(self):
+        ops = H().op(1, "write", "x", 1, 0, 10).op(2, "read", "x", None, 5, 20,
+                                                      value=1).ops()
+        self.assertEqual([(o.f, o.type, o.invoke, o.complete) for o in ops],
+                         [("write", "ok", 0, 10), ("read", "ok", 5, 20)])
+        self.assertEqual(ops[1].value, 1)
+
+    def test_an_operation_never_answered_is_unknown(self):
+        ops = H().op(1, "write", "x", 1, 0, None, kind=None).ops()
+        self.assertEqual(ops[0].type, "info")
+        self.assertEqual(ops[0].complete, float("inf"))
+
+    def test_malformed_lines_are_refused_naming_the_line(self):
+        bad = [
+            ['{"process": 1, "type": "invoke", "f": "read", "time": 1'],
+            ['[1, 2]'],
+            ['{"type": "invoke", "f": "read", "time": 1}'],
+            ['{"process": "1", "type": "invoke", "f": "read", "time": 1}'],
+            ['{"process": 1, "type": "begin", "f": "read", "time": 1}'],
+            ['{"process": 1, "type": "ok", "f": "read", "time": 1}'],
+            ['{"process": 1, "type": "invoke", "f": "read", "time": 5}',
+             '{"process": 1, "type": "ok", "f": "read", "time": 4}'],
+            ['{"process": 1, "type": "invoke", "f": "read", "time": 1}',
+             '{"process": 1, "type": "invoke", "f": "read", "time": 2}'],
+            ['{"process": 1, "type": "invoke", "f": "read", "time": 1}',
+             '{"process": 1, "type": "info", "f": "read", "time": 2}',
+             '{"process": 1, "type": "invoke", "f": "read", "time": 3}'],
+            ['{"process": 1, "type": "invoke", "f": "read", "key": "x", "time": 1}',
+             '{"process": 1, "type": "ok", "f": "write", "key": "x", "time": 2}'],
+            ['{"process": true, "type": "invoke", "f": "read", "time": 1}'],
+        ]
+        for lines in bad:
+            with self.assertRaises(history.HistoryError, msg=lines) as e:
+                history.parse_lines(lines)
+            self.assertIn("line ", str(e.exception))
+
+
+class RegisterTest(unittest.TestCase):
+    def check(self, h):
+        return register.check(h.ops())
+
+    def test_sequential_writes_and_reads(self):
+        h = H().op(1, "read", "x", None, 0, 1, value=None)
+        h.op(1, "write", "x", 1, 2, 3).op(1, "read", "x", None, 4, 5, value=1)
+        h.op(2, "write", "x", 2, 6, 7).op(2, "read", "x", None, 8, 9, value=2)
+        self.assertTrue(self.check(h).valid)
+
+    def test_a_stale_read_after_a_write_completed_is_not_linearizable(self):
+        h = H().op(1, "write", "x", 1, 0, 10).op(1, "write", "x", 2, 11, 20)
+        h.op(2, "read", "x", None, 21, 30, value=1)
+        r = self.check(h)
+        self.assertFalse(r.valid)
+        self.assertEqual(r.key, "x")
+        self.assertEqual(r.ops[0].value, 1)
+
+    def test_a_read_concurrent_with_a_write_may_see_either_value(self):
+        for seen in (1, 2):
+            h = H().op(1, "write", "x", 1, 0, 10).op(1, "write", "x", 2, 11, 30)
+            h.op(2, "read", "x", None, 12, 20, value=seen)
+            self.assertTrue(self.check(h).valid, seen)
+
+    def test_reads_cannot_go_back_once_one_saw_the_new_value(self):
+        h = H().op(1, "write", "x", 1, 0, 10).op(1, "write", "x", 2, 11, 100)
+        h.op(2, "read", "x", None, 12, 20, value=2).op(3, "read", "x", None, 21, 30, value=1)
+        self.assertFalse(self.check(h).valid)
+
+    def test_an_unknown_write_may_or_may_not_have_happened(self):
+        for seen in (None, 5):
+            h = H().op(1, "write", "x", 5, 0, 5, kind="info")  # (told "unknown" at 5)
+            h.op(2, "read", "x", None, 50, 60, value=seen)
+            self.assertTrue(self.check(h).valid, seen)
+        # ... but not appear and then vanish.
+        h = H().op(1, "write", "x", 5, 0, None, kind=None)  # (never answered)
+        h.op(2, "read", "x", None, 50, 60, value=5).op(2, "read", "x", None, 61, 70, value=None)
+        self.assertFalse(self.check(h).valid)
+
+    def test_a_failed_write_is_never_seen(self):
+        h = H().op(1, "write", "x", 5, 0, 10, kind="fail")
+        h.op(2, "read", "x", None, 20, 30, value=5)
+        self.assertFalse(self.check(h).valid)
+
+    def test_keys_are_checked_apart(self):
+        h = H().op(1, "write", "x", 1, 0, 10).op(2, "write", "y", 1, 0, 10)
+        h.op(3, "read", "y", None, 20, 30, value=1).op(3, "read", "x", None, 31, 40, value=None)
+        r = self.check(h)
+        self.assertFalse(r.valid)
+        self.assertEqual(r.key, "x")
+
+    def test_many_concurrent_operations_are_searched_in_bounded_states(self):
+        h = H()
+        for p in range(12):
+            h.op(p, "write", "x", p, 0, 1000)
+        h.op(99, "read", "x", None, 1001, 1002, value=7)
+        self.assertTrue(self.check(h).valid)
+        r = register.check(h.ops(), budget=3)
+        self.assertIsNone(r.valid)
+        self.assertIn("gave up", r.reason)
+
+
+class ListAppendTest(unittest.TestCase):
+    def kinds(self, h, realtime=True):
+        return sorted({a.kind for a in listappend.check(h.ops(), realtime=realtime)})
+
+    def test_serial_transactions_have_no_anomaly(self):
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1], ["r", "x", None]],
+            [["append", "x", 1], ["r", "x", [1]]])
+        txn(h, 2, 20, 30, [["append", "x", 2], ["append", "y", 1], ["r", "y", None]],
+            [["append", "x", 2], ["append", "y", 1], ["r", "y", [1]]])
+        txn(h, 1, 40, 50, [["r", "x", None], ["r", "y", None]],
+            [["r", "x", [1, 2]], ["r", "y", [1]]])
+        self.assertEqual(self.kinds(h), [])
+
+    def test_g0_write_cycle(self):
+        # T1 appends x1 y1, T2 appends x2 y2; x shows T1 before T2, y the reverse.
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1], ["append", "y", 1]])
+        txn(h, 2, 0, 10, [["append", "x", 2], ["append", "y", 2]])
+        txn(h, 3, 20, 30, [["r", "x", None], ["r", "y", None]],
+            [["r", "x", [1, 2]], ["r", "y", [2, 1]]])
+        self.assertIn("G0", self.kinds(h))
+
+    def test_g1a_aborted_read(self):
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1]], kind="fail")
+        txn(h, 2, 20, 30, [["r", "x", None]], [["r", "x", [1]]])
+        self.assertIn("G1a", self.kinds(h))
+
+    def test_g1b_intermediate_read(self):
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1], ["append", "x", 2]])
+        txn(h, 2, 5, 15, [["r", "x", None]], [["r", "x", [1]]])
+        txn(h, 3, 20, 30, [["r", "x", None]], [["r", "x", [1, 2]]])
+        self.assertIn("G1b", self.kinds(h))
+
+    def test_g1c_circular_information_flow(self):
+        # T1 reads T2's append to y, T2 reads T1's append to x.
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1], ["r", "y", None]],
+            [["append", "x", 1], ["r", "y", [1]]])
+        txn(h, 2, 0, 10, [["append", "y", 1], ["r", "x", None]],
+            [["append", "y", 1], ["r", "x", [1]]])
+        self.assertIn("G1c", self.kinds(h))
+
+    def test_write_skew_is_g_single_or_g2(self):
+        # Each reads the other's key empty and appends to its own.
+        h = H()
+        txn(h, 1, 0, 10, [["r", "y", None], ["append", "x", 1]],
+            [["r", "y", []], ["append", "x", 1]])
+        txn(h, 2, 0, 10, [["r", "x", None], ["append", "y", 1]],
+            [["r", "x", []], ["append", "y", 1]])
+        txn(h, 3, 20, 30, [["r", "x", None], ["r", "y", None]],
+            [["r", "x", [1]], ["r", "y", [1]]])
+        kinds = self.kinds(h)
+        self.assertTrue("G2" in kinds or "G-single" in kinds, kinds)
+
+    def test_incompatible_orders_and_duplicates(self):
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1]])
+        txn(h, 2, 0, 10, [["append", "x", 2]])
+        txn(h, 3, 20, 30, [["r", "x", None]], [["r", "x", [1, 2]]])
+        txn(h, 4, 20, 30, [["r", "x", None]], [["r", "x", [2, 1]]])
+        txn(h, 5, 20, 30, [["r", "x", None]], [["r", "x", [1, 1]]])
+        kinds = self.kinds(h)
+        self.assertIn("incompatible-order", kinds)
+        self.assertIn("duplicate-elements", kinds)
+
+    def test_garbage_and_internal_reads(self):
+        h = H()
+        txn(h, 1, 0, 10, [["r", "x", None]], [["r", "x", [9]]])
+        txn(h, 2, 20, 30, [["append", "y", 1], ["r", "y", None]],
+            [["append", "y", 1], ["r", "y", []]])
+        kinds = self.kinds(h)
+        self.assertIn("garbage-read", kinds)
+        self.assertIn("internal", kinds)
+
+    def test_a_lost_append(self):
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1]])
+        txn(h, 2, 20, 30, [["r", "x", None]], [["r", "x", []]])
+        self.assertIn("lost-append", self.kinds(h))
+
+    def test_a_stale_read_breaks_strict_serializability_only(self):
+        # T1 appends x1 and completes; T2 begins after and reads x empty;
+        # a later read shows x1. Serializable (T2 before T1), not strict.
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1]])
+        txn(h, 2, 20, 30, [["r", "x", None]], [["r", "x", []]])
+        txn(h, 3, 40, 50, [["r", "x", None]], [["r", "x", [1]]])
+        self.assertEqual(self.kinds(h, realtime=False), [])
+        self.assertEqual(self.kinds(h), ["strict-serializability"])
+
+    def test_an_unknown_transaction_counts_if_its_appends_were_seen(self):
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1]], kind=None)
+        txn(h, 2, 20, 30, [["r", "x", None]], [["r", "x", [1]]])
+        self.assertEqual(self.kinds(h), [])
+
+
+class CommandTest(unittest.TestCase):
+    def run_msck(self, lines, *flags):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("\n".join(lines) + "\n")
+        try:
+            return subprocess.run([sys.executable, MSCK, *flags, f.name], capture_output=True,
+                                  text=True, timeout=60)
+        finally:
+            os.unlink(f.name)
+
+    def test_exit_status_says_the_verdict(self):
+        good = H().op(1, "write", "x", 1, 0, 10).op(2, "read", "x", None, 20, 30, value=1)
+        r = self.run_msck(sorted(good.lines, key=lambda l: json.loads(l)["time"]),
+                          "--model=register")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("linearizable", r.stdout)
+        bad = H().op(1, "write", "x", 1, 0, 10).op(2, "read", "x", None, 20, 30, value=None)
+        r = self.run_msck(sorted(bad.lines, key=lambda l: json.loads(l)["time"]),
+                          "--model=register")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("NOT linearizable", r.stdout)
+
+    def test_a_malformed_history_or_flag_is_refused(self):
+        r = self.run_msck(["{not json"], "--model=register")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("line 1", r.stderr)
+        r = self.run_msck(["{}"], "--model=bank")
+        self.assertEqual(r.returncode, 2)
+        r = self.run_msck(['{"process": 1, "type": "invoke", "f": "txn", "value": [["x"]], '
+                           '"time": 1}'], "--model=list-append")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("micro-operation", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
