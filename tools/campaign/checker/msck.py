@@ -6,6 +6,10 @@
     msck.py --model=list-append HISTORY.jsonl   list-append transactions: no
                                                  G0/G1a/G1b/G1c/G2 anomalies, no lost
                                                  appends, strict serializability
+    msck.py --model=bank --total=N HISTORY.jsonl
+                                                 every read's balances sum to N
+    msck.py --model=queue [--drained] HISTORY.jsonl
+                                                 every message delivered exactly once
 
 Exit status: 0 no anomaly, 1 anomalies (each printed), 2 a malformed
 history or a bad flag (the message names the line), 3 the search gave up
@@ -18,15 +22,23 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bank  # noqa: E402
 import history  # noqa: E402
 import listappend  # noqa: E402
+import queues  # noqa: E402
 import register  # noqa: E402
 
 
 def main(argv):
     p = argparse.ArgumentParser(prog="msck.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, choices=["register", "list-append"],
+    p.add_argument("--model", required=True, choices=["register", "list-append", "bank", "queue"],
                    help="the consistency model the history must satisfy")
+    p.add_argument("--total", type=int, help="bank: the sum every read's balances must show")
+    p.add_argument("--allow-negative", action="store_true",
+                   help="bank: balances may go below zero")
+    p.add_argument("--drained", action="store_true",
+                   help="queue: the queues were drained at the end: every committed message "
+                        "must have been delivered")
     p.add_argument("--budget", type=int, default=2_000_000,
                    help="register: the most search states per key before giving up "
                         "(default 2,000,000)")
@@ -37,6 +49,8 @@ def main(argv):
     args = p.parse_args(argv)
     if args.budget < 1:
         p.error("--budget must be positive")
+    if args.model == "bank" and args.total is None:
+        p.error("--model=bank needs --total")
     try:
         ops = history.read_file(args.history)
     except (OSError, UnicodeDecodeError) as e:
@@ -56,18 +70,23 @@ def main(argv):
                 return 1
             print(f"msck: {len(ops)} operations: linearizable")
             return 0
-        anomalies = listappend.check(ops, realtime=not args.no_realtime)
+        if args.model == "bank":
+            anomalies = bank.check(ops, args.total, allow_negative=args.allow_negative)
+        elif args.model == "queue":
+            anomalies = queues.check(ops, drained=args.drained)
+        else:
+            anomalies = listappend.check(ops, realtime=not args.no_realtime)
     except ValueError as e:
         print(f"msck: {args.history}: {e}", file=sys.stderr)
         return 2
     if anomalies:
-        print(f"msck: {len(ops)} transactions: {len(anomalies)} anomalies")
+        print(f"msck: {len(ops)} operations: {len(anomalies)} anomalies")
         for a in anomalies:
             print(f"  {a.kind}: {a.message}")
             for t in a.txns[:4]:
                 print(f"      {t}")
         return 1
-    print(f"msck: {len(ops)} transactions: no anomaly")
+    print(f"msck: {len(ops)} operations: no anomaly")
     return 0
 
 

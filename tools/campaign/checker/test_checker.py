@@ -12,8 +12,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bank  # noqa: E402
 import history  # noqa: E402
 import listappend  # noqa: E402
+import queues  # noqa: E402
 import register  # noqa: E402
 
 MSCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "msck.py")
@@ -250,6 +252,52 @@ class ListAppendTest(unittest.TestCase):
         self.assertEqual(self.kinds(h), [])
 
 
+class BankTest(unittest.TestCase):
+    def kinds(self, h, **kw):
+        return sorted({a.kind for a in bank.check(h.ops(), 100, **kw)})
+
+    def test_transfers_keep_the_total(self):
+        h = H().op(1, "read", None, None, 0, 1, value={"a": 50, "b": 50})
+        h.op(2, "transfer", None, {"from": "a", "to": "b", "amount": 10}, 2, 3)
+        h.op(1, "read", None, None, 4, 5, value={"a": 40, "b": 60})
+        h.op(2, "transfer", None, {"from": "b", "to": "a", "amount": 5}, 6, 7, kind="fail")
+        self.assertEqual(self.kinds(h), [])
+
+    def test_a_debit_without_its_credit_breaks_the_total(self):
+        h = H().op(1, "read", None, None, 0, 1, value={"a": 50, "b": 50})
+        h.op(1, "read", None, None, 4, 5, value={"a": 40, "b": 50})
+        self.assertEqual(self.kinds(h), ["wrong-total"])
+
+    def test_missing_accounts_and_negative_balances(self):
+        h = H().op(1, "read", None, None, 0, 1, value={"a": 50, "b": 50})
+        h.op(1, "read", None, None, 2, 3, value={"a": 100})
+        h.op(1, "read", None, None, 4, 5, value={"a": 110, "b": -10})
+        self.assertEqual(self.kinds(h), ["negative-balance", "wrong-accounts"])
+        self.assertEqual(self.kinds(h, allow_negative=True), ["wrong-accounts"])
+
+
+class QueueTest(unittest.TestCase):
+    def kinds(self, h, drained=True):
+        return sorted({a.kind for a in queues.check(h.ops(), drained=drained)})
+
+    def test_each_message_once(self):
+        h = H().op(1, "enqueue", None, "m1", 0, 10).op(1, "enqueue", None, "m2", 11, 20)
+        h.op(2, "dequeue", None, None, 5, 8, value=[])  # (delivery is asynchronous)
+        h.op(2, "dequeue", None, None, 30, 40, value=["m2", "m1"])
+        h.op(1, "enqueue", None, "m3", 41, 50, kind="info")  # unknown: either way
+        self.assertEqual(self.kinds(h), [])
+
+    def test_duplicates_phantoms_aborted_and_lost_messages(self):
+        h = H().op(1, "enqueue", None, "m1", 0, 10).op(1, "enqueue", None, "m2", 11, 20,
+                                                        kind="fail")
+        h.op(1, "enqueue", None, "m3", 21, 30)
+        h.op(2, "dequeue", None, None, 31, 40, value=["m1", "m2", "m9"])
+        h.op(2, "dequeue", None, None, 41, 50, value=["m1"])
+        self.assertEqual(self.kinds(h), ["aborted-delivery", "duplicate-delivery", "lost-message",
+                                         "phantom-delivery"])
+        self.assertNotIn("lost-message", self.kinds(h, drained=False))
+
+
 class CommandTest(unittest.TestCase):
     def run_msck(self, lines, *flags):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -276,7 +324,9 @@ class CommandTest(unittest.TestCase):
         r = self.run_msck(["{not json"], "--model=register")
         self.assertEqual(r.returncode, 2)
         self.assertIn("line 1", r.stderr)
-        r = self.run_msck(["{}"], "--model=bank")
+        r = self.run_msck(["{}"], "--model=bank")  # no --total
+        self.assertEqual(r.returncode, 2)
+        r = self.run_msck(["{}"], "--model=stack")
         self.assertEqual(r.returncode, 2)
         r = self.run_msck(['{"process": 1, "type": "invoke", "f": "txn", "value": [["x"]], '
                            '"time": 1}'], "--model=list-append")
