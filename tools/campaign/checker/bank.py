@@ -9,15 +9,7 @@ the reverse) is a broken snapshot — and, unless negative balances are
 allowed, none below zero.
 """
 
-
-class Anomaly:
-    def __init__(self, kind, message, op):
-        self.kind = kind
-        self.message = message
-        self.txns = [op]
-
-    def __repr__(self):
-        return f"{self.kind}: {self.message}"
+from history import Anomaly
 
 
 def check(ops, total, allow_negative=False):
@@ -41,13 +33,13 @@ def check(ops, total, allow_negative=False):
             missing = sorted(accounts - set(v))
             extra = sorted(set(v) - accounts)
             anomalies.append(Anomaly("wrong-accounts", f"a read shows accounts {sorted(v)}"
-                                     f" (missing {missing}, extra {extra})", o))
+                                     f" (missing {missing}, extra {extra})", [o]))
             continue
         s = sum(v.values())
         if s != total:
             anomalies.append(Anomaly("wrong-total", f"a read's balances sum to {s}, not "
-                                     f"{total}: {v}", o))
+                                     f"{total}: {v}", [o]))
         negative = {a: b for a, b in v.items() if b < 0}
         if negative and not allow_negative:
-            anomalies.append(Anomaly("negative-balance", f"a read shows {negative}", o))
+            anomalies.append(Anomaly("negative-balance", f"a read shows {negative}", [o]))
     return anomalies

@@ -30,6 +30,18 @@ class HistoryError(Exception):
     """A history that is not well formed (the message names the line)."""
 
 
+class Anomaly:
+    """What a model's check found: its kind, a message, the operations."""
+
+    def __init__(self, kind, message, ops=()):
+        self.kind = kind
+        self.message = message
+        self.txns = list(ops)
+
+    def __repr__(self):
+        return f"{self.kind}: {self.message}"
+
+
 class Op:
     """One operation: its invocation and completion, paired."""
 

@@ -31,15 +31,7 @@ as far as their appends were observed:
 import bisect
 import collections
 
-
-class Anomaly:
-    def __init__(self, kind, message, txns=()):
-        self.kind = kind
-        self.message = message
-        self.txns = list(txns)
-
-    def __repr__(self):
-        return f"{self.kind}: {self.message}"
+from history import Anomaly
 
 
 def _micro_ops(op, value, lineno):

@@ -12,15 +12,7 @@ been delivered; an unknown enqueue may or may not have been.
 
 import collections
 
-
-class Anomaly:
-    def __init__(self, kind, message, ops=()):
-        self.kind = kind
-        self.message = message
-        self.txns = list(ops)
-
-    def __repr__(self):
-        return f"{self.kind}: {self.message}"
+from history import Anomaly
 
 
 def _id_ok(x):
