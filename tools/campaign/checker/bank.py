@@ -26,7 +26,7 @@ def check(ops, total, allow_negative=False):
         v = o.value
         if not isinstance(v, dict) or any(
                 not isinstance(b, int) or isinstance(b, bool) for b in v.values()):
-            raise ValueError(f"line {o.line}: a read's value maps accounts to integer balances")
+            raise ValueError(f"line {o.complete_line}: a read's value maps accounts to integer balances")
         if accounts is None:
             accounts = set(v)
         if set(v) != accounts:

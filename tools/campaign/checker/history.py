@@ -46,7 +46,7 @@ class Op:
     """One operation: its invocation and completion, paired."""
 
     __slots__ = ("index", "process", "f", "key", "invoke_value", "value", "type", "invoke",
-                 "complete", "line")
+                 "complete", "line", "complete_line")
 
     def __init__(self, index, process, f, key, invoke_value, invoke, line):
         self.index = index
@@ -58,12 +58,24 @@ class Op:
         self.type = None  # "ok", "fail" or "info"; None while outstanding
         self.invoke = invoke
         self.complete = math.inf  # unknown outcomes never complete
-        self.line = line
+        self.line = line  # the invocation's line
+        self.complete_line = None  # the completion's line, once it comes
 
     def __repr__(self):
         return (f"Op(#{self.index} line {self.line} process {self.process} {self.f} "
                 f"key={self.key!r} value={self.value!r} {self.type} "
                 f"[{self.invoke}, {self.complete}])")
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not a number a history may hold")
+
+
+def _finite(text):
+    v = float(text)
+    if math.isinf(v):
+        raise ValueError(f"{text} is out of range")
+    return v
 
 
 def _field(event, name, kinds, lineno, required=True):
@@ -95,9 +107,11 @@ def parse_lines(lines):
         if lineno > MAX_EVENTS:
             raise HistoryError(f"line {lineno}: more than {MAX_EVENTS} events")
         try:
-            event = json.loads(line)
+            event = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite)
         except ValueError as e:
             raise HistoryError(f"line {lineno}: not JSON ({e})") from None
+        except RecursionError:
+            raise HistoryError(f"line {lineno}: nested too deeply") from None
         if not isinstance(event, dict):
             raise HistoryError(f"line {lineno}: not a JSON object")
         process = _field(event, "process", (int,), lineno)
@@ -132,6 +146,7 @@ def parse_lines(lines):
             raise HistoryError(f"line {lineno}: completes {f} {key!r}, but process "
                                f"{process} invoked {op.f} {op.key!r} (line {op.line})")
         op.type = kind
+        op.complete_line = lineno
         if kind == "info":
             retired.add(process)
         else:

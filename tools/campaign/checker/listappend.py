@@ -68,29 +68,37 @@ class _Txn:
 
 def check(ops, realtime=True):
     """Returns a list of Anomaly (empty: none found). `realtime`: also look
-    for cycles through real-time order (strict serializability)."""
+    for lost appends and cycles through real-time order (strict
+    serializability). A history whose transactions are not well formed
+    (micro-operations, a value appended twice) raises ValueError."""
     txns = []
     for o in ops:
         if o.f != "txn":
             raise ValueError(f"line {o.line}: a list-append operation is a txn, not {o.f!r}")
-        value = o.value if o.type == "ok" else o.invoke_value
-        mops = _micro_ops(o, value, o.line)
+        invoked = _micro_ops(o, o.invoke_value, o.line)
+        mops = invoked
         if o.type == "ok":
-            invoked = _micro_ops(o, o.invoke_value, o.line)
+            mops = _micro_ops(o, o.value, o.complete_line)
             if [(f, k) for f, k, _ in invoked] != [(f, k) for f, k, _ in mops]:
-                return [Anomaly("malformed", f"line {o.line}: the completion's micro-operations "
-                                             f"differ from the invocation's")]
+                raise ValueError(f"line {o.complete_line}: the completion's micro-operations "
+                                 f"differ from the invocation's (line {o.line})")
+            for (f, k, v), (_, _, w) in zip(invoked, mops):
+                if f == "append" and v != w:
+                    raise ValueError(f"line {o.complete_line}: the completion appends {w} to "
+                                     f"key {k!r}, the invocation {v} (line {o.line})")
         txns.append(_Txn(o, mops))
     anomalies = []
 
-    # Who appended what.
+    # Who appended what. Values are unique per key by the workload's
+    # contract: a value appended twice makes every inference unsound.
     writer = {}  # (key, value) -> txn index
     for t, txn in enumerate(txns):
         for f, k, v in txn.mops:
             if f == "append":
                 if (k, v) in writer:
-                    anomalies.append(Anomaly("duplicate-append", f"value {v} appended to key "
-                                             f"{k!r} twice", [txns[writer[(k, v)]], txn]))
+                    raise ValueError(f"line {txn.op.line}: value {v} is appended to key {k!r} "
+                                     f"again (first on line {txns[writer[(k, v)]].op.line}); "
+                                     f"values must be unique per key")
                 writer[(k, v)] = t
 
     # Reads: the committed ones reveal the version order.
@@ -112,17 +120,28 @@ def check(ops, realtime=True):
             if longest[:len(v)] != v:
                 anomalies.append(Anomaly("incompatible-order", f"reads of key {k!r} disagree: "
                                          f"{v} is not a prefix of {longest}", [txns[t]]))
+        first_reader = None
         for v in longest:
             w = writer.get((k, v))
             if w is None:
                 anomalies.append(Anomaly("garbage-read", f"key {k!r} shows {v}, which no "
                                          f"transaction appended"))
             elif txns[w].status == "fail":
-                readers = [txns[t] for t, r in rs if v in r]
+                if first_reader is None:
+                    first_reader = {}
+                    for t, r in rs:
+                        for x in r:
+                            first_reader.setdefault(x, t)
                 anomalies.append(Anomaly("G1a", f"key {k!r} shows {v}, appended by a "
-                                         f"transaction that failed", [txns[w]] + readers[:1]))
+                                         f"transaction that failed",
+                                         [txns[w], txns[first_reader[v]]]))
 
     # Intermediate reads, and reads that contradict the transaction's own writes.
+    appends_of = collections.defaultdict(list)  # (txn index, key) -> its appends, in order
+    for t, txn in enumerate(txns):
+        for f, k, v in txn.mops:
+            if f == "append":
+                appends_of[(t, k)].append(v)
     for t, txn in enumerate(txns):
         if txn.status != "ok":
             continue
@@ -141,54 +160,71 @@ def check(ops, realtime=True):
                 anomalies.append(Anomaly("internal", f"a read of key {k!r} ({v}) does not end in "
                                          f"the transaction's own appends {mine[k]}", [txn]))
             last_read[k] = v
+        # A read showing some, not all, of another transaction's appends to
+        # a key saw it half done.
         for f, k, v in txn.mops:
             if f != "r" or not v:
                 continue
-            w = writer.get((k, v[-1]))
-            if w is None or w == t:
-                continue
-            appended = [x for g, kk, x in txns[w].mops if g == "append" and kk == k]
-            if appended and appended[-1] != v[-1]:
-                anomalies.append(Anomaly("G1b", f"key {k!r} read as {v}, ending in {v[-1]}, "
-                                         f"which its transaction followed with "
-                                         f"{appended[appended.index(v[-1]) + 1:]}",
-                                         [txns[w], txn]))
+            shown = set(v)
+            for w in {writer.get((k, x)) for x in v}:
+                if w is None or w == t:
+                    continue
+                missing = [x for x in appends_of[(w, k)] if x not in shown]
+                if missing:
+                    anomalies.append(Anomaly("G1b", f"key {k!r} read as {v}, with some of "
+                                             f"another transaction's appends but not "
+                                             f"{missing}", [txns[w], txn]))
 
-    # Lost appends: committed, never seen, though a read began after.
+    # The transactions that took effect: committed ones, and unknown ones
+    # whose appends some committed read shows. An unknown one took effect
+    # before the first read showing it completed.
+    effective = {t: txn.op.complete for t, txn in enumerate(txns) if txn.status == "ok"}
+    for k, rs in reads.items():
+        for t, v in rs:
+            for x in v:
+                w = writer.get((k, x))
+                if w is not None and txns[w].status == "info":
+                    effective[w] = min(effective.get(w, float("inf")), txns[t].op.complete)
+
+    # Lost appends: took effect, never seen, though a read began after.
     seen = {(k, x) for k, rs in reads.items() for _, v in rs for x in v}
-    for (k, v), w in writer.items():
-        if txns[w].status != "ok" or (k, v) in seen:
-            continue
-        later = [txns[t] for t, _ in reads.get(k, ()) if txns[t].op.invoke > txns[w].op.complete]
-        if later:
-            anomalies.append(Anomaly("lost-append", f"value {v} appended to key {k!r} by a "
-                                     f"committed transaction is in no read, though "
-                                     f"{len(later)} began after it", [txns[w], later[0]]))
+    if realtime:
+        for (k, v), w in writer.items():
+            if w not in effective or (k, v) in seen:
+                continue
+            later = [txns[t] for t, _ in reads.get(k, ()) if txns[t].op.invoke > effective[w]]
+            if later:
+                anomalies.append(Anomaly("lost-append", f"value {v} appended to key {k!r} by a "
+                                         f"transaction that took effect is in no read, though "
+                                         f"{len(later)} began after it", [txns[w], later[0]]))
 
-    anomalies += _cycles(txns, writer, order, reads, realtime)
+    anomalies += _cycles(txns, writer, order, reads, effective, seen, realtime)
     return anomalies
 
 
-def _cycles(txns, writer, order, reads, realtime):
-    """Dependency graph of the transactions that took effect (ok, and info
-    ones whose appends were read); cycles, serializability first."""
+def _cycles(txns, writer, order, reads, effective, seen, realtime):
+    """Dependency graph of the transactions that took effect; cycles,
+    serializability first."""
     edges = collections.defaultdict(dict)  # from -> {to: kind}
 
     def add(a, b, kind):
         if a != b and kind not in edges[a].get(b, ""):
             edges[a][b] = edges[a].get(b, "") + kind + " "
 
-    effective = set(t for t, x in enumerate(txns) if x.status == "ok")
-    for k, versions in order.items():
-        for v in versions:
-            w = writer.get((k, v))
-            if w is not None and txns[w].status == "info":
-                effective.add(w)
+    # Appends that took effect but no read shows: they follow every version
+    # any read shows, and every read precedes them.
+    unseen = collections.defaultdict(list)  # key -> [txn index]
+    for (k, v), w in writer.items():
+        if w in effective and (k, v) not in seen:
+            unseen[k].append(w)
     for k, versions in order.items():
         ws = [writer.get((k, v)) for v in versions]
         for a, b in zip(ws, ws[1:]):
             if a is not None and b is not None:
                 add(a, b, "ww")
+        if ws and ws[-1] is not None:
+            for b in unseen[k]:
+                add(ws[-1], b, "ww")
         for t, v in reads[k]:
             if v:
                 w = writer.get((k, v[-1]))
@@ -198,6 +234,10 @@ def _cycles(txns, writer, order, reads, realtime):
                 nxt = writer.get((k, versions[len(v)]))
                 if nxt is not None:
                     add(t, nxt, "rw")
+            for b in unseen[k]:
+                add(t, b, "rw")
+    done_by = effective  # txn index -> when it had surely taken effect
+    effective = set(effective)
     out = []
     cycle = _find_cycle(effective, edges)
     if cycle:
@@ -206,8 +246,7 @@ def _cycles(txns, writer, order, reads, realtime):
         # Real time as a chain of completion points: t -> its completion
         # point; point i -> point i+1; the last point before t's invocation
         # -> t. Then a path t1 ~> t2 exists iff t1 completed before t2 began.
-        nodes = sorted((txns[t].op.complete, t) for t in effective
-                       if txns[t].op.complete != float("inf"))
+        nodes = sorted((done_by[t], t) for t in effective if done_by[t] != float("inf"))
         times = [c for c, _ in nodes]
         rt = collections.defaultdict(dict)
         for a, bs in edges.items():

@@ -13,12 +13,14 @@
 
 Exit status: 0 no anomaly, 1 anomalies (each printed), 2 a malformed
 history or a bad flag (the message names the line), 3 the search gave up
-(no verdict: raise --budget). Shares no code with the system it checks.
+(no verdict: raise --budget), 4 the checker itself failed (a bug: no
+verdict). Shares no code with the system it checks.
 """
 
 import argparse
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,6 +32,22 @@ import register  # noqa: E402
 
 
 def main(argv):
+    """Runs the check; any failure of the checker itself is status 4, never
+    a verdict."""
+    try:
+        return _main(argv)
+    except SystemExit:
+        raise
+    except MemoryError:
+        print("msck: out of memory: no verdict", file=sys.stderr)
+        return 4
+    except Exception:  # noqa: BLE001 - a checker bug must not read as anomalies
+        traceback.print_exc()
+        print("msck: internal error: no verdict", file=sys.stderr)
+        return 4
+
+
+def _main(argv):
     p = argparse.ArgumentParser(prog="msck.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, choices=["register", "list-append", "bank", "queue"],
                    help="the consistency model the history must satisfy")

@@ -35,7 +35,7 @@ def check(ops, drained=False):
             if o.type != "ok":
                 continue
             if not isinstance(o.value, list) or not all(_id_ok(x) for x in o.value):
-                raise ValueError(f"line {o.line}: a dequeue's value is the list of message ids "
+                raise ValueError(f"line {o.complete_line}: a dequeue's value is the list of message ids "
                                  f"received")
             for x in o.value:
                 delivered[x].append(o)

@@ -20,8 +20,10 @@ import json
 import math
 
 
-def _hashable(v):
-    return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
+def _tag(v):
+    """A value as the register compares it: its JSON text, so that true and
+    1, 1 and 1.0, or a list and a string holding its JSON differ."""
+    return json.dumps(v, sort_keys=True)
 
 
 class Result:
@@ -35,52 +37,67 @@ class Result:
         return f"Result(valid={self.valid}, key={self.key!r}, reason={self.reason!r})"
 
 
+def _order(node):
+    """The operations placed along a search path (a chain of (i, parent))."""
+    out = []
+    while node is not None:
+        out.append(node[0])
+        node = node[1]
+    return tuple(reversed(out))
+
+
 def _check_key(ops, budget):
-    """ops: one key's operations (ok reads and writes, info writes).
-    Returns (valid, placed_most, states) where placed_most is the longest
-    order placed when invalid."""
-    ops = sorted(ops, key=lambda o: o.invoke)
+    """ops: one key's operations (ok reads and writes, info writes), sorted
+    by invocation. Returns (valid, placed_most, states) where placed_most is
+    the longest order placed when invalid."""
     n = len(ops)
-    written = [_hashable(o.invoke_value) for o in ops]
-    read = [_hashable(o.value) for o in ops]
+    written = [_tag(o.invoke_value) for o in ops]
+    read = [_tag(o.value) for o in ops]
     required = 0
     for i, o in enumerate(ops):
         if o.type == "ok":
             required |= 1 << i
-    # Depth-first search over (placed bitmask, value); iterative.
+    # The ok operations by completion: the horizon (earliest completion of
+    # an unplaced ok operation) is the first unplaced one along this list.
+    by_complete = sorted((i for i in range(n) if ops[i].type == "ok"),
+                         key=lambda i: ops[i].complete)
+    # Depth-first search over (placed bitmask, value); iterative. A state
+    # carries where its horizon and its first unplaced operation are, both
+    # only moving forward as operations are placed, and its path as a
+    # parent chain (not a copied tuple).
     seen = set()
-    stack = [(0, None, ())]
-    best = ()
+    initial = _tag(None)
+    stack = [(0, initial, 0, 0, None, 0)]
+    best, best_depth = None, 0
     states = 0
     while stack:
-        placed, value, order = stack.pop()
+        placed, value, h, lo, path, depth = stack.pop()
         if placed & required == required:
-            return True, order, states
+            return True, _order(path), states
         if (placed, value) in seen:
             continue
         seen.add((placed, value))
         states += 1
         if states > budget:
-            return None, best, states
-        if len(order) > len(best):
-            best = order
-        # The earliest completion among unplaced ok operations: nothing
-        # invoked after it can go next.
-        horizon = math.inf
-        for i in range(n):
-            if not placed >> i & 1 and ops[i].type == "ok":
-                horizon = min(horizon, ops[i].complete)
-        for i in range(n):
+            return None, _order(best), states
+        if depth > best_depth:
+            best, best_depth = path, depth
+        while h < len(by_complete) and placed >> by_complete[h] & 1:
+            h += 1
+        horizon = ops[by_complete[h]].complete if h < len(by_complete) else math.inf
+        while lo < n and placed >> lo & 1:
+            lo += 1
+        for i in range(lo, n):
             if placed >> i & 1:
                 continue
             o = ops[i]
             if o.invoke > horizon:
                 break  # sorted by invocation: none after it either
             if o.f == "write":
-                stack.append((placed | 1 << i, written[i], order + (i,)))
+                stack.append((placed | 1 << i, written[i], h, lo, (i, path), depth + 1))
             elif read[i] == value:
-                stack.append((placed | 1 << i, value, order + (i,)))
-    return False, best, states
+                stack.append((placed | 1 << i, value, h, lo, (i, path), depth + 1))
+    return False, _order(best), states
 
 
 def check(ops, budget=2_000_000):
@@ -97,14 +114,14 @@ def check(ops, budget=2_000_000):
         by_key.setdefault(o.key, []).append(o)
     unknown = None
     for key in sorted(by_key, key=repr):
-        key_ops = by_key[key]
+        key_ops = sorted(by_key[key], key=lambda o: o.invoke)
         valid, order, states = _check_key(key_ops, budget)
         if valid is None:
             unknown = Result(None, key, f"the search for key {key!r} gave up after {states} "
                                         f"states (raise the budget)")
             continue
         if not valid:
-            ordered = sorted(key_ops, key=lambda o: o.invoke)
+            ordered = key_ops
             placed = {ordered[i].index for i in order}
             stuck = [o for o in ordered if o.index not in placed and o.type == "ok"]
             value = None

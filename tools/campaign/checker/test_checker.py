@@ -152,6 +152,18 @@ class RegisterTest(unittest.TestCase):
         self.assertIn("gave up", r.reason)
 
 
+class RegisterValueTest(unittest.TestCase):
+    def test_values_of_different_types_differ(self):
+        # true is not 1, 1 is not 1.0, a list is not the string of its JSON.
+        for written, read in ((True, 1), (1, 1.0), ([1], "[1]"), (None, "null")):
+            h = H().op(1, "write", "x", written, 0, 10).op(2, "read", "x", None, 20, 30,
+                                                            value=read)
+            self.assertFalse(register.check(h.ops()).valid, (written, read))
+            h = H().op(1, "write", "x", written, 0, 10).op(2, "read", "x", None, 20, 30,
+                                                            value=written)
+            self.assertTrue(register.check(h.ops()).valid, written)
+
+
 class ListAppendTest(unittest.TestCase):
     def kinds(self, h, realtime=True):
         return sorted({a.kind for a in listappend.check(h.ops(), realtime=realtime)})
@@ -209,6 +221,33 @@ class ListAppendTest(unittest.TestCase):
         kinds = self.kinds(h)
         self.assertTrue("G2" in kinds or "G-single" in kinds, kinds)
 
+    def test_write_skew_seen_only_as_empty_reads(self):
+        # No read ever shows either append: the anti-dependencies still hold.
+        h = H()
+        txn(h, 1, 0, 10, [["r", "y", None], ["append", "x", 1]],
+            [["r", "y", []], ["append", "x", 1]])
+        txn(h, 2, 0, 10, [["r", "x", None], ["append", "y", 1]],
+            [["r", "x", []], ["append", "y", 1]])
+        kinds = self.kinds(h, realtime=False)
+        self.assertTrue("G2" in kinds or "G-single" in kinds, kinds)
+
+    def test_a_lost_update(self):
+        # Both read x empty and append to it; nobody reads x again.
+        h = H()
+        txn(h, 1, 0, 10, [["r", "x", None], ["append", "x", 1]],
+            [["r", "x", []], ["append", "x", 1]])
+        txn(h, 2, 0, 10, [["r", "x", None], ["append", "x", 2]],
+            [["r", "x", []], ["append", "x", 2]])
+        self.assertNotEqual(self.kinds(h, realtime=False), [])
+
+    def test_g1b_in_the_middle_of_a_read(self):
+        # T2 reads T1's first append to x but not its second, then another's.
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1], ["append", "x", 3]])
+        txn(h, 2, 0, 10, [["append", "x", 5]])
+        txn(h, 3, 20, 30, [["r", "x", None]], [["r", "x", [1, 5]]])
+        self.assertIn("G1b", self.kinds(h))
+
     def test_incompatible_orders_and_duplicates(self):
         h = H()
         txn(h, 1, 0, 10, [["append", "x", 1]])
@@ -244,6 +283,31 @@ class ListAppendTest(unittest.TestCase):
         txn(h, 3, 40, 50, [["r", "x", None]], [["r", "x", [1]]])
         self.assertEqual(self.kinds(h, realtime=False), [])
         self.assertEqual(self.kinds(h), ["strict-serializability"])
+
+    def test_a_lost_append_of_an_unknown_transaction_that_took_effect(self):
+        # T1's outcome is unknown; a read shows its append to x, so its
+        # append to y happened before that read completed.
+        h = H()
+        txn(h, 1, 0, 10, [["append", "x", 1], ["append", "y", 1]], kind=None)
+        txn(h, 2, 20, 30, [["r", "x", None]], [["r", "x", [1]]])
+        txn(h, 3, 40, 50, [["r", "y", None]], [["r", "y", []]])
+        self.assertIn("lost-append", self.kinds(h))
+        self.assertNotIn("lost-append", self.kinds(h, realtime=False))
+
+    def test_ill_formed_transactions_are_refused(self):
+        h = H()  # a completion whose micro-operations differ
+        txn(h, 1, 0, 10, [["r", "x", None]], [["r", "y", []]])
+        with self.assertRaisesRegex(ValueError, "line 2: .*differ"):
+            listappend.check(h.ops())
+        h = H()  # a completion changing the value appended
+        txn(h, 1, 0, 10, [["append", "x", 1]], [["append", "x", 2]])
+        with self.assertRaisesRegex(ValueError, "line 2: .*appends 2"):
+            listappend.check(h.ops())
+        h = H()  # a value appended twice (a failed attempt and its retry)
+        txn(h, 1, 0, 10, [["append", "x", 1]], kind="fail")
+        txn(h, 2, 20, 30, [["append", "x", 1]])
+        with self.assertRaisesRegex(ValueError, "appended to key 'x' again"):
+            listappend.check(h.ops())
 
     def test_an_unknown_transaction_counts_if_its_appends_were_seen(self):
         h = H()
@@ -332,6 +396,33 @@ class CommandTest(unittest.TestCase):
                            '"time": 1}'], "--model=list-append")
         self.assertEqual(r.returncode, 2)
         self.assertIn("micro-operation", r.stderr)
+        r = self.run_msck(['{"process": 1, "type": "invoke", "f": "write", "key": "x", '
+                           '"value": NaN, "time": 1}'], "--model=register")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("NaN", r.stderr)
+        r = self.run_msck(['{"process": 1, "type": "invoke", "f": "write", "key": "x", '
+                           '"value": ' + "[" * 50000 + "]" * 50000 + ', "time": 1}'],
+                          "--model=register")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("line 1: nested too deeply", r.stderr)
+
+    def test_a_failure_of_the_checker_is_not_a_verdict(self):
+        import msck
+        saved = register.check
+        register.check = lambda ops, budget: 1 / 0
+        try:
+            with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+                f.write(H().op(1, "write", "x", 1, 0, 10).lines[0] + "\n")
+            with open(os.devnull, "w") as devnull:
+                saved_err, sys.stderr = sys.stderr, devnull
+                try:
+                    status = msck.main(["--model=register", f.name])
+                finally:
+                    sys.stderr = saved_err
+            self.assertEqual(status, 4)
+        finally:
+            register.check = saved
+            os.unlink(f.name)
 
 
 if __name__ == "__main__":
