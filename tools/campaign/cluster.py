@@ -1,0 +1,329 @@
+"""A megastore cluster as separate processes on this host, for the campaign.
+
+Each datacenter runs as one `megastored --config --datacenter` process (or,
+for a split datacenter, one process per role: tablet+lock, coordinator,
+replication), plus a gateway process of its own (`--roles=gateway`) that
+clients talk to, so that killing a datacenter's storage does not take its
+clients' endpoint with it. Ports are picked free on 127.0.0.1 and written
+into a generated config; every process's output goes to a log file in the
+run's directory.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+
+# One-way delays of the emulated WAN, ms, between datacenters by index.
+LINK_MS = {(0, 1): 2, (0, 2): 4, (1, 2): 3, (0, 3): 5, (1, 3): 4, (2, 3): 3, (0, 4): 6,
+           (1, 4): 5, (2, 4): 4, (3, 4): 3}
+
+TOPOLOGIES = {
+    # name: (datacenter types, datacenters whose roles run apart)
+    "three-full": (["full", "full", "full"], []),
+    "witness": (["full", "full", "witness"], []),
+    "split-roles": (["full", "full", "full"], ["C"]),
+    "five-full": (["full", "full", "full", "full", "full"], []),
+}
+
+
+class ClusterError(Exception):
+    pass
+
+
+def free_port(rng, taken):
+    """A port free on 127.0.0.1 now, below the ephemeral range, not yet
+    given to this cluster."""
+    for _ in range(1000):
+        port = rng.randint(10000, 32000)
+        if port in taken:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        taken.add(port)
+        return port
+    raise ClusterError("no free port on 127.0.0.1 after 1,000 tries")
+
+
+class Process:
+    """One megastored process: started, killed, paused and restarted by
+    name ("A", "C/coordinator", "B/gateway")."""
+
+    def __init__(self, name, argv, log_path, env=None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.popen = None
+        self.paused = False
+        self.starts = 0
+
+    def start(self, wait_ready=True, timeout=60):
+        self.starts += 1
+        log = open(self.log_path, "ab")
+        log.write(f"=== start {self.starts}: {' '.join(self.argv)}\n".encode())
+        log.flush()
+        self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log,
+                                      stdin=subprocess.DEVNULL, env=self.env,
+                                      start_new_session=True)
+        log.close()
+        self.paused = False
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout):
+        """Reads the process's stdout until "megastored: ready" (the rest
+        of its stdout is drained into the log by a thread)."""
+        import threading
+        deadline = time.monotonic() + timeout
+        lines = []
+        out = self.popen.stdout
+        while True:
+            line = out.readline()
+            if not line:
+                code = self.popen.wait()
+                raise ClusterError(f"{self.name} exited with status {code} before it was ready "
+                                   f"(log: {self.log_path}): {b''.join(lines[-5:]).decode()}")
+            lines.append(line)
+            if b"megastored: ready" in line:
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{self.name} not ready after {timeout} s "
+                                   f"(log: {self.log_path})")
+        with open(self.log_path, "ab") as log:
+            log.write(b"".join(lines))
+
+        def drain(stream, path):
+            with open(path, "ab") as log:
+                for chunk in iter(lambda: stream.readline(), b""):
+                    log.write(chunk)
+                    log.flush()
+
+        threading.Thread(target=drain, args=(out, self.log_path), daemon=True).start()
+
+    def alive(self):
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self):
+        if self.alive():
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+        self.paused = False
+
+    def pause(self):
+        if self.alive():
+            os.killpg(self.popen.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self):
+        if self.alive() and self.paused:
+            os.killpg(self.popen.pid, signal.SIGCONT)
+        self.paused = False
+
+    def stop(self, timeout=20):
+        """SIGTERM (a clean shutdown), then SIGKILL if it lingers."""
+        if not self.alive():
+            return None
+        self.resume()
+        self.popen.terminate()
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+DISK_MB = 512  # the tmpfs holding the data of a datacenter whose disk fills
+
+
+class Cluster:
+    """A cluster of `topology` in `workdir`, from the binaries in `bindir`.
+
+    `network`: a network.Network (each datacenter in its namespace) or
+    None (every process on 127.0.0.1). `faketime`: run every process under
+    libfaketime, its offset in workdir/clock/NAME.rc (clock faults).
+    `disk_dc`: a datacenter whose data lives on a tmpfs of DISK_MB (disk-full
+    faults)."""
+
+    def __init__(self, topology, workdir, bindir, rng, schema_pb, network=None, faketime=False,
+                 disk_dc=None):
+        if topology not in TOPOLOGIES:
+            raise ClusterError(f"no topology {topology!r} (one of {', '.join(TOPOLOGIES)})")
+        self.topology = topology
+        self.workdir = workdir
+        self.bindir = bindir
+        self.schema = schema_pb
+        types, split = TOPOLOGIES[topology]
+        self.names = [chr(ord("A") + i) for i in range(len(types))]
+        self.types = dict(zip(self.names, types))
+        self.split = split
+        self.network = network
+        self.faketime = faketime
+        self.disk_dc = disk_dc
+        self.mounted = []
+        taken = set()
+        self.address = {n: free_port(rng, taken) for n in self.names}
+        self.role_ports = {n: {"coordinator": free_port(rng, taken),
+                               "replication": free_port(rng, taken)} for n in split}
+        self.gateway_port = {n: free_port(rng, taken) for n in self.names}
+        self.config_path = os.path.join(workdir, "cluster.textproto")
+        self.secret_path = os.path.join(workdir, "gateway.secret")
+        self.processes = {}  # name -> Process
+        self._write_config()
+        self._define_processes()
+
+    def host(self, dc):
+        """The address `dc`'s processes listen on."""
+        return self.network.ip(dc) if self.network else "127.0.0.1"
+
+    def _write_config(self):
+        lines = ["# Written by the campaign runner."]
+        for n in self.names:
+            h = self.host(n)
+            lines.append(f'datacenters {{ name: "{n}" type: "{self.types[n]}" '
+                         f'address: "{h}:{self.address[n]}"')
+            if n in self.split:
+                r = self.role_ports[n]
+                lines.append(f'  roles {{ coordinator: "{h}:{r["coordinator"]}" '
+                             f'replication: "{h}:{r["replication"]}" }}')
+            lines.append("}")
+        for i, a in enumerate(self.names):
+            for j, b in enumerate(self.names):
+                if i < j:
+                    lines.append(f'links {{ a: "{a}" b: "{b}" one_way_ms: {LINK_MS[(i, j)]} }}')
+        with open(self.config_path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        with open(self.secret_path, "wb") as f:
+            f.write(os.urandom(32).hex().encode())
+
+    def _define_processes(self):
+        megastored = os.path.join(self.bindir, "megastored")
+        logs = os.path.join(self.workdir, "logs")
+        os.makedirs(logs, exist_ok=True)
+
+        def base(dc):
+            return [megastored, f"--config={self.config_path}", f"--datacenter={dc}",
+                    "--no-sync", "--log-level=warn"]
+
+        for n in self.names:
+            data = os.path.join(self.workdir, "data", n)
+            storage = ["--data=" + data, "--schema=" + self.schema]
+            if n in self.split:
+                self._add(f"{n}/tablet,lock", base(n) + storage + ["--roles=tablet,lock"], logs)
+                self._add(f"{n}/coordinator", base(n) + ["--roles=coordinator"], logs)
+                self._add(f"{n}/replication", base(n) + ["--roles=replication"], logs)
+            else:
+                self._add(n, base(n) + storage, logs)
+            self._add(f"{n}/gateway", base(n) + [
+                "--roles=gateway", "--schema=" + self.schema,
+                f"--gateway={self.host(n)}:{self.gateway_port[n]}",
+                "--gateway-secret-file=" + self.secret_path], logs)
+
+    def _add(self, name, argv, logs):
+        file_name = name.replace("/", "-").replace(",", "+")
+        path = os.path.join(logs, file_name + ".log")
+        dc = name.split("/")[0]
+        if self.network:
+            argv = self.network.exec_prefix(dc) + argv
+        env = None
+        if self.faketime:
+            clock_dir = os.path.join(self.workdir, "clock")
+            os.makedirs(clock_dir, exist_ok=True)
+            rc = os.path.join(clock_dir, file_name + ".rc")
+            with open(rc, "w") as f:
+                f.write("+0\n")
+            env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE=rc,
+                       FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+        self.processes[name] = Process(name, argv, path, env)
+
+    def clock_file(self, name):
+        return os.path.join(self.workdir, "clock",
+                            name.replace("/", "-").replace(",", "+") + ".rc")
+
+    def mount_disk(self):
+        """The disk-full datacenter's data directory on a tmpfs of its own."""
+        if not self.disk_dc:
+            return
+        path = os.path.join(self.workdir, "data", self.disk_dc)
+        os.makedirs(path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ClusterError(f"mount tmpfs on {path}: {r.stderr.strip()}")
+        self.mounted.append(path)
+
+    def unmount_disk(self):
+        for path in self.mounted:
+            subprocess.run(["umount", "-l", path], capture_output=True)
+        self.mounted = []
+
+    def ballast_path(self):
+        return os.path.join(self.workdir, "data", self.disk_dc, "ballast")
+
+    def storage_processes(self, dc):
+        """The processes holding `dc`'s roles (not its gateway)."""
+        return [p for name, p in self.processes.items()
+                if name.split("/")[0] == dc and not name.endswith("/gateway")]
+
+    def start(self, timeout=90):
+        self.mount_disk()
+        for name, p in self.processes.items():
+            if not name.endswith("/gateway"):
+                p.start()
+        for name, p in self.processes.items():
+            if name.endswith("/gateway"):
+                p.start()
+        self.wait_healthy(timeout)
+
+    def wait_healthy(self, timeout):
+        """Until `msadmin cluster status` says every datacenter is up and
+        every coordinator serving."""
+        msadmin = os.path.join(self.bindir, "msadmin")
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            r = subprocess.run([msadmin, "cluster", "status", f"--config={self.config_path}",
+                                "--timeout=2"], capture_output=True, text=True)
+            if r.returncode == 0:
+                return
+            last = r.stdout + r.stderr
+            time.sleep(0.3)
+        raise ClusterError(f"the cluster is not healthy after {timeout} s: {last.strip()}")
+
+    def gateways(self):
+        """(datacenter, host, port) of each gateway."""
+        return [(n, self.host(n), self.gateway_port[n]) for n in self.names]
+
+    def stop(self):
+        """Stops every process (clean shutdown first). Returns the names of
+        those that did not exit 0."""
+        bad = []
+        for name, p in reversed(list(self.processes.items())):
+            code = p.stop()
+            if code not in (0, None):
+                bad.append(f"{name} exited {code}")
+        return bad
+
+    def kill_all(self):
+        for p in self.processes.values():
+            p.kill()
+        self.unmount_disk()
+
+
+def compile_schema(bindir, workdir):
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = os.path.join(workdir, "schema")
+    r = subprocess.run([os.path.join(bindir, "msc"), os.path.join(here, "campaign.msdl"),
+                        f"--out={out}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ClusterError(f"msc failed: {r.stdout}{r.stderr}")
+    return os.path.join(out, "Campaign.schema.pb")
+

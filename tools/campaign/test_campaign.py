@@ -1,0 +1,254 @@
+"""Tests of the campaign runner's parts that decide what a history says:
+how a gateway's answer becomes ok/fail/info, the seeded schedules and
+their validation, and the report's availability figures.
+
+    python3 -m unittest discover -s tools/campaign -p 'test_campaign.py'
+"""
+
+import http.server
+import json
+import os
+import random
+import socket
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import faults  # noqa: E402
+import report  # noqa: E402
+import workloads  # noqa: E402
+
+
+class FakeGateway:
+    """A loopback HTTP server answering each POST with the next scripted
+    (status, body) — or, for "reset", closing the connection unanswered."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", 0))
+                outer.requests.append((self.path, json.loads(self.rfile.read(n))))
+                status, body = outer.script.pop(0)
+                if status == "reset":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def err(code, status):
+    return {"error": {"code": code, "status": status, "message": status.lower()}}
+
+
+class OutcomeTest(unittest.TestCase):
+    def write_outcome(self, answer):
+        fake = FakeGateway([answer])
+        try:
+            gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
+            w = workloads.Register(random.Random(1))
+            kind, value, _ = w.run(gw, "write", "g1/r0", 7)
+            gw.close()
+            return kind, value, fake.requests
+        finally:
+            fake.close()
+
+    def test_a_commit_is_ok_only_on_200(self):
+        kind, value, requests = self.write_outcome((200, {"position": "3", "wrote": True}))
+        self.assertEqual((kind, value), ("ok", 7))
+        self.assertEqual(requests[0][0], "/v1/commit")
+        self.assertEqual(requests[0][1]["mutations"][0]["put"]["value"], "7")
+
+    def test_not_committed_statuses_fail(self):
+        for code, status in ((409, "ABORTED"), (503, "UNAVAILABLE"), (400, "INVALID_ARGUMENT"),
+                             (412, "FAILED_PRECONDITION"), (403, "PERMISSION_DENIED")):
+            self.assertEqual(self.write_outcome((code, err(code, status)))[0], "fail", code)
+
+    def test_unknown_outcomes_are_info(self):
+        self.assertEqual(self.write_outcome((504, err(504, "DEADLINE_EXCEEDED")))[0], "info")
+        self.assertEqual(self.write_outcome((500, err(500, "INTERNAL")))[0], "info")
+        # The request reached the server and the connection broke: unknown.
+        self.assertEqual(self.write_outcome(("reset", None))[0], "info")
+
+    def test_a_refused_connection_never_sent_the_commit(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nothing listens there now
+        gw = workloads.Gateway("127.0.0.1", port, timeout=5)
+        kind, _, error = workloads.Register(random.Random(1)).run(gw, "write", "g1/r0", 7)
+        self.assertEqual(kind, "fail")
+        self.assertIn("not sent", error)
+
+    def test_a_failed_read_is_a_fail_and_a_missing_key_reads_null(self):
+        fake = FakeGateway([("reset", None), (200, {"found": False, "entity": None}),
+                            (200, {"found": True, "entity": {"value": "12"}})])
+        try:
+            gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
+            w = workloads.Register(random.Random(1))
+            self.assertEqual(w.run(gw, "read", "g1/r0", None)[:2], ("fail", None))
+            self.assertEqual(w.run(gw, "read", "g1/r0", None)[:2], ("ok", None))
+            self.assertEqual(w.run(gw, "read", "g1/r0", None)[:2], ("ok", 12))
+            self.assertEqual(fake.requests[1][1]["level"], "current")
+            gw.close()
+        finally:
+            fake.close()
+
+    def test_a_list_append_commits_with_the_read_token_and_reports_its_reads(self):
+        fake = FakeGateway([
+            (200, {"replies": [{"found": True, "entity": {"elems": ["4", "9"]}, "readToken": "T"},
+                               {"found": False, "entity": None, "readToken": "T"}]}),
+            (200, {"position": "5", "wrote": True})])
+        try:
+            gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
+            w = workloads.ListAppend(random.Random(1))
+            mops = [["r", "g1/l0", None], ["append", "g1/l1", 11], ["r", "g1/l1", None]]
+            kind, done, _ = w.run(gw, "txn", None, mops)
+            self.assertEqual(kind, "ok")
+            self.assertEqual(done, [["r", "g1/l0", [4, 9]], ["append", "g1/l1", 11],
+                                    ["r", "g1/l1", [11]]])
+            commit = fake.requests[1][1]
+            self.assertEqual(commit["readToken"], "T")
+            self.assertEqual(commit["mutations"], [
+                {"table": "Slot", "put": {"grp": "1", "name": "l1", "elems": ["11"]}}])
+            gw.close()
+        finally:
+            fake.close()
+
+    def test_a_conflicting_list_append_fails_and_keeps_its_invocation(self):
+        fake = FakeGateway([(200, {"replies": [{"found": False, "readToken": "T"}]}),
+                            (409, err(409, "ABORTED"))])
+        try:
+            gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
+            mops = [["append", "g1/l0", 3]]
+            kind, value, _ = workloads.ListAppend(random.Random(1)).run(gw, "txn", None, mops)
+            self.assertEqual((kind, value), ("fail", mops))
+            gw.close()
+        finally:
+            fake.close()
+
+
+class FakeCluster:
+    names = ["A", "B", "C"]
+    disk_dc = "B"
+    processes = {"A": None, "B": None, "C": None, "A/gateway": None, "B/gateway": None,
+                 "C/gateway": None}
+
+
+class ScheduleTest(unittest.TestCase):
+    def test_a_seed_gives_one_schedule(self):
+        a = faults.make_schedule(random.Random("7-schedule"), FakeCluster, 60)
+        b = faults.make_schedule(random.Random("7-schedule"), FakeCluster, 60)
+        c = faults.make_schedule(random.Random("8-schedule"), FakeCluster, 60)
+        self.assertEqual(a, b)
+        self.assertNotEqual(a, c)
+        self.assertTrue(a)
+
+    def test_faults_come_one_at_a_time_and_end_before_the_recovery(self):
+        for seed in range(50):
+            s = faults.make_schedule(random.Random(seed), FakeCluster, 40, recovery=5)
+            end = 0
+            for f in s:
+                self.assertGreaterEqual(f["at"], end)
+                end = f["at"] + f["duration"]
+                self.assertLessEqual(end, 35)
+            faults.validate(s, FakeCluster)
+
+    def test_every_kind_draws_a_valid_fault(self):
+        for kind in faults.KINDS:
+            s = faults.make_schedule(random.Random(kind), FakeCluster, 300, kinds=[kind])
+            self.assertTrue(s, kind)
+            faults.validate(s, FakeCluster)
+            self.assertEqual({f["kind"] for f in s}, {kind})
+
+    def test_only_the_kinds_asked_for(self):
+        s = faults.make_schedule(random.Random(1), FakeCluster, 120, kinds=["pause"])
+        self.assertEqual({f["kind"] for f in s}, {"pause"})
+        self.assertEqual(faults.make_schedule(random.Random(1), FakeCluster, 120, kinds=[]), [])
+
+    def test_a_bad_saved_schedule_is_refused_naming_the_fault(self):
+        good = {"at": 1, "kind": "kill", "target": "A", "duration": 2}
+        for bad, words in (({}, "a schedule is a JSON list"),
+                           ([good, dict(good, kind="flood")], "fault 1: kind 'flood'"),
+                           ([dict(good, target="Z")], "no target 'Z'"),
+                           ([dict(good, at=-1)], "at must be"),
+                           ([dict(good, duration=True)], "duration must be"),
+                           ([dict(good, extra=1)], "exactly"),
+                           ([dict(good, kind="pause", target="A/gateway")], "no target"),
+                           ([dict(good, kind="cut", target="A")], "no target 'A' for cut"),
+                           ([dict(good, kind="one-way", target="A>A")], "no target"),
+                           ([dict(good, kind="flaky", target="A-B")], "integer amount"),
+                           ([dict(good, kind="flaky", target="A-B", amount=101)], "amount"),
+                           ([dict(good, kind="clock", target="B/gateway", amount=1.5)],
+                            "amount"),
+                           ([dict(good, amount=3)], "takes no amount"),
+                           ([dict(good, kind="disk-full", target="A")], "one of B")):
+            with self.assertRaisesRegex(faults.ScheduleError, words):
+                faults.validate(bad, FakeCluster)
+
+
+class ReportTest(unittest.TestCase):
+    def events(self):
+        ev = []
+
+        def op(p, f, v, t0, t1, kind):
+            ev.append({"process": p, "type": "invoke", "f": f, "value": v, "time": t0})
+            if t1 is not None:
+                ev.append({"process": p, "type": kind, "f": f, "value": v, "time": t1})
+
+        s = 10**9
+        op(1, "read", None, 0, s // 10, "ok")
+        op(2, "write", 1, 2 * s, 3 * s, "fail")  # in the fault, failed
+        op(3, "read", None, 2 * s + 1, 2 * s + 2, "ok")  # in the fault, ok
+        op(4, "write", 2, 4 * s, 5 * s, "ok")  # after the fault: first commit
+        op(5, "write", 3, 2 * s + 5, None, None)  # never answered
+        ev.sort(key=lambda e: e["time"])
+        return ev
+
+    def test_availability_during_each_fault(self):
+        ops = report.operations(self.events())
+        self.assertEqual(len(ops), 5)
+        a = report.availability(ops, [{"kind": "pause", "target": "A", "start": 2 * 10**9,
+                                       "end": 3 * 10**9}], workloads.is_commit)
+        self.assertEqual(a[0]["ops"], 3)
+        self.assertAlmostEqual(a[0]["ok_share"], 1 / 3)
+        self.assertAlmostEqual(a[0]["first_commit_s"], 3.0)
+
+    def test_the_report_and_plot_name_the_faults(self):
+        ops = report.operations(self.events())
+        windows = [{"kind": "kill", "target": "B/gateway", "start": 10**9, "end": 2 * 10**9}]
+        svg = report.latency_svg(ops, windows, 6 * 10**9)
+        self.assertIn("kill B/gateway", svg)
+        self.assertEqual(svg.count("<circle"), 4 + 3)  # four answered, three in the legend
+        run = {"seed": 5, "verdict": "ok", "workload": "register", "topology": "witness",
+               "clients": 6, "seconds": 6}
+        md = report.markdown(run, ops, report.availability(ops, windows, workloads.is_commit),
+                             "msck: 5 operations: linearizable", "replay-command")
+        self.assertIn("| 1.0 s | kill B/gateway |", md)
+        self.assertIn("replay-command", md)
+
+
+if __name__ == "__main__":
+    unittest.main()
