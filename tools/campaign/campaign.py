@@ -110,6 +110,7 @@ def final_phase(rec, workload, cluster_, timeout, deadline_s=90):
 
 def one_run(args, seed, out_dir, schedule_file=None):
     """One run; returns its summary dict."""
+    began = time.monotonic()
     rng = random.Random(f"{seed}-plan")
     topology = args.topology or rng.choice(sorted(clusterlib.TOPOLOGIES))
     workload_name = args.workload or rng.choice(sorted(workloads.WORKLOADS))
@@ -161,12 +162,22 @@ def one_run(args, seed, out_dir, schedule_file=None):
     summary["replay"] = replay
     rec = Recorder()
     injector = None
+    phases = summary["phases"] = {}
+    mark = [time.monotonic()]
+
+    def phase(name):
+        now = time.monotonic()
+        phases[name] = round(now - mark[0], 2)
+        mark[0] = now
+        log(f"{name}: {phases[name]} s")
+
     try:
         log(f"starting {topology} for {workload_name}")
         if net:
             net.setup()
         c.start()
         workload.setup(workloads.Gateway(*c.gateways()[0][1:], args.timeout))
+        phase("start")
         rec.t0 = time.monotonic_ns()
         stop = threading.Event()
         threads = []
@@ -184,19 +195,23 @@ def one_run(args, seed, out_dir, schedule_file=None):
         injector.join(120)
         if injector.error:
             summary["problems"].append(f"fault injection: {injector.error}")
+        phase("faults")
         injector.heal_all()
         c.wait_healthy(120)
         time.sleep(1.0)
         stop.set()
         for t in threads:
             t.join(args.timeout + 5)
+        phase("heal")
         summary["problems"] += final_phase(rec, workload, c, args.timeout)
+        phase("final reads")
         run_ns = rec.clock()
         for name, p in c.processes.items():
             if not p.alive():
                 summary["problems"].append(f"{name} is not running at the end (log "
                                            f"{p.log_path})")
         summary["problems"] += [f"{b} on SIGTERM" for b in c.stop()]
+        phase("stop")
     except (clusterlib.ClusterError, network.NetworkError, RuntimeError, OSError) as e:
         summary["problems"].append(f"{type(e).__name__}: {e}")
         c.kill_all()
@@ -213,8 +228,10 @@ def one_run(args, seed, out_dir, schedule_file=None):
     ops = report.operations(rec.events)
     summary["ops"] = len(ops)
     summary["ok_ops"] = sum(1 for o in ops if o[3] == "ok")
+    mark[0] = time.monotonic()
     check = subprocess.run([sys.executable, MSCK, *workload.msck_args(), history_path],
                            capture_output=True, text=True)
+    phase("check")
     check_text = check.stdout + check.stderr
     with open(os.path.join(run_dir, "msck.txt"), "w") as f:
         f.write(check_text)
@@ -236,6 +253,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
         f.write(report.latency_svg(ops, windows, run_ns))
     with open(os.path.join(run_dir, "report.md"), "w") as f:
         f.write(report.markdown(summary, ops, summary["availability"], check_text, replay))
+    summary["wall_s"] = round(time.monotonic() - began, 1)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if summary["verdict"] == "ok" and not args.keep:
@@ -252,10 +270,16 @@ def campaign_summary(runs, out_dir, command):
             k = by_kind.setdefault(a["kind"], {"n": 0, "ops": 0, "ok": 0, "first": []})
             k["n"] += 1
             k["ops"] += a["ops"]
-            k["ok"] += round((a["ok_share"] or 0) * a["ops"])
+            k["ok"] += a["ok"]
             if a["first_commit_s"] is not None:
                 k["first"].append(a["first_commit_s"])
+    calm = by_kind.pop("none", None)
     fault_counts = ", ".join(f"{kind} {k['n']}" for kind, k in sorted(by_kind.items()))
+    workloads_ = {}
+    for r in runs:
+        w = workloads_.setdefault(r["workload"], [0, 0])
+        w[0] += 1
+        w[1] += r["ops"]
     verdicts = {}
     for r in runs:
         verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
@@ -263,9 +287,18 @@ def campaign_summary(runs, out_dir, command):
              f"* runs: {len(runs)} ({', '.join(f'{v}: {n}' for v, n in sorted(verdicts.items()))})",
              f"* client operations: {sum(r['ops'] for r in runs):,} "
              f"({sum(r.get('ok_ops', 0) for r in runs):,} ok)",
-             f"* faults injected: {sum(k['n'] for k in by_kind.values())} ({fault_counts})", "",
+             f"* by workload: " + ", ".join(f"{w} {n} runs, {ops:,} ops"
+                                           for w, (n, ops) in sorted(workloads_.items())),
+             f"* faults injected: {sum(k['n'] for k in by_kind.values())} ({fault_counts})",
+             f"* wall time: {sum(r.get('wall_s', 0) for r in runs) / 60:.1f} min", "",
+             "Availability: operations invoked while each kind of fault lasted (conflicts "
+             "left out), the share that succeeded, and the time from a fault's start to the "
+             "first successful commit invoked after it.", "",
              "| fault | windows | ops invoked during | ok share | first commit after (median, max) |",
              "|---|---|---|---|---|"]
+    if calm and calm["ops"]:
+        lines.append(f"| no fault | — | {calm['ops']} | {100 * calm['ok'] / calm['ops']:.1f}% "
+                     f"| — |")
     for kind, k in sorted(by_kind.items()):
         first = sorted(k["first"])
         med = f"{first[len(first) // 2]:.2f} s" if first else "—"

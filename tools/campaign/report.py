@@ -29,14 +29,21 @@ def operations(events):
     return ops
 
 
+def _conflict(o):
+    """An operation refused for contention (409), not for a fault."""
+    return o[3] == "fail" and o[6].startswith("409")
+
+
 def availability(ops, windows, is_commit):
-    """Per fault window: operations invoked in it, the share that were ok,
-    and seconds from the fault's start to the first ok commit invoked after
-    it (None if none before the window ended... or ever)."""
+    """Per fault window: operations invoked in it (conflicts, which are the
+    workload's contention and not the fault's doing, left out), the share
+    that were ok, and seconds from the fault's start to the first ok commit
+    invoked after it (None if there was none). The last entry, kind
+    "none", is the same for the operations invoked outside every fault."""
     out = []
     for w in windows:
         start, end = w["start"], w.get("end", w["start"])
-        inside = [o for o in ops if start <= o[0] <= end]
+        inside = [o for o in ops if start <= o[0] <= end and not _conflict(o)]
         ok = sum(1 for o in inside if o[3] == "ok")
         first = None
         for o in ops:
@@ -44,9 +51,15 @@ def availability(ops, windows, is_commit):
                 first = (o[1] - start) / 1e9
                 break
         out.append({"kind": w["kind"], "target": w["target"], "start_s": start / 1e9,
-                    "seconds": (end - start) / 1e9, "ops": len(inside),
+                    "seconds": (end - start) / 1e9, "ops": len(inside), "ok": ok,
                     "ok_share": ok / len(inside) if inside else None,
                     "first_commit_s": first})
+    outside = [o for o in ops if not _conflict(o) and not any(
+        w["start"] <= o[0] <= w.get("end", w["start"]) for w in windows)]
+    ok = sum(1 for o in outside if o[3] == "ok")
+    out.append({"kind": "none", "target": "", "start_s": 0.0, "seconds": 0.0,
+                "ops": len(outside), "ok": ok,
+                "ok_share": ok / len(outside) if outside else None, "first_commit_s": None})
     return out
 
 
@@ -127,15 +140,22 @@ def markdown(run, ops, avail, check, replay):
              f"* workload **{run['workload']}**, topology **{run['topology']}**, "
              f"{run['clients']} clients, {run['seconds']} s",
              f"* operations: {len(ops)} ({', '.join(f'{f} {t}: {n}' for (f, t), n in sorted(counts.items()))})",
-             f"* faults: {len(avail)}",
+             f"* faults: {sum(1 for a in avail if a['kind'] != 'none')}",
              f"* replay: `{replay}`", "",
              "![latency over time, faults shaded](latency.svg)", "",
              "## Checker", "", "```", check.strip() or "(no output)", "```", ""]
-    if avail:
+    faults_ = [a for a in avail if a["kind"] != "none"]
+    calm = [a for a in avail if a["kind"] == "none"]
+    if faults_:
         lines += ["## Faults and availability", "",
+                  "Operations invoked during each fault (conflicts left out), the share "
+                  "that succeeded, and the time from the fault to the first successful "
+                  "commit invoked after it began.", "",
                   "| at | fault | lasted | ops invoked | ok | first commit after |",
                   "|---|---|---|---|---|---|"]
-        for a in avail:
+        for a in calm:
+            lines.append(f"| — | no fault | — | {a['ops']} | {_pct(a['ok_share'])} | — |")
+        for a in faults_:
             lines.append(f"| {a['start_s']:.1f} s | {a['kind']} {a['target']} | "
                          f"{a['seconds']:.1f} s | {a['ops']} | {_pct(a['ok_share'])} | "
                          f"{_secs(a['first_commit_s'])} |")

@@ -224,24 +224,27 @@ class ReportTest(unittest.TestCase):
         op(3, "read", None, 2 * s + 1, 2 * s + 2, "ok")  # in the fault, ok
         op(4, "write", 2, 4 * s, 5 * s, "ok")  # after the fault: first commit
         op(5, "write", 3, 2 * s + 5, None, None)  # never answered
+        op(6, "write", 4, 2 * s + 6, 2 * s + 9, "fail")  # a conflict: left out
+        ev[-1]["error"] = "409 conflict: another writer committed log position 9"
         ev.sort(key=lambda e: e["time"])
         return ev
 
     def test_availability_during_each_fault(self):
         ops = report.operations(self.events())
-        self.assertEqual(len(ops), 5)
+        self.assertEqual(len(ops), 6)
         a = report.availability(ops, [{"kind": "pause", "target": "A", "start": 2 * 10**9,
                                        "end": 3 * 10**9}], workloads.is_commit)
         self.assertEqual(a[0]["ops"], 3)
         self.assertAlmostEqual(a[0]["ok_share"], 1 / 3)
         self.assertAlmostEqual(a[0]["first_commit_s"], 3.0)
+        self.assertEqual((a[1]["kind"], a[1]["ops"], a[1]["ok_share"]), ("none", 2, 1.0))
 
     def test_the_report_and_plot_name_the_faults(self):
         ops = report.operations(self.events())
         windows = [{"kind": "kill", "target": "B/gateway", "start": 10**9, "end": 2 * 10**9}]
         svg = report.latency_svg(ops, windows, 6 * 10**9)
         self.assertIn("kill B/gateway", svg)
-        self.assertEqual(svg.count("<circle"), 4 + 3)  # four answered, three in the legend
+        self.assertEqual(svg.count("<circle"), 5 + 3)  # five answered, three in the legend
         run = {"seed": 5, "verdict": "ok", "workload": "register", "topology": "witness",
                "clients": 6, "seconds": 6}
         md = report.markdown(run, ops, report.availability(ops, windows, workloads.is_commit),

@@ -100,6 +100,47 @@ def _check_key(ops, budget):
     return False, _order(best), states
 
 
+class _Known:
+    """An unknown write that some read saw: it happened, before the first
+    such read completed — an ok write over [invoke, that completion]."""
+
+    def __init__(self, op, complete):
+        self.op = op
+        self.f = "write"
+        self.type = "ok"
+        self.invoke = op.invoke
+        self.complete = complete
+        self.invoke_value = op.invoke_value
+        self.value = op.invoke_value
+        self.index = op.index
+
+    def __repr__(self):
+        return f"{self.op!r} (seen by a read completed at {self.complete})"
+
+
+def _settle_unknown_writes(ops):
+    """One key's operations with its unknown writes settled where the reads
+    decide them: a write whose value no read returned is left out (values
+    are unique, so placing it can only make reads harder to explain), and
+    one whose value a read returned becomes a write known to have happened
+    before that read completed. Without this, every unknown write doubles
+    the states the search may visit."""
+    first_read = {}
+    for o in ops:
+        if o.f == "read" and o.type == "ok":
+            t = _tag(o.value)
+            first_read[t] = min(first_read.get(t, math.inf), o.complete)
+    out = []
+    for o in ops:
+        if o.f == "write" and o.type == "info":
+            seen = first_read.get(_tag(o.invoke_value))
+            if seen is None:
+                continue
+            o = _Known(o, max(seen, o.invoke))
+        out.append(o)
+    return out
+
+
 def check(ops, budget=2_000_000):
     """Checks register operations (f "read"/"write", any key). Returns a
     Result: valid, or the first key found not linearizable, with the longest
@@ -114,7 +155,7 @@ def check(ops, budget=2_000_000):
         by_key.setdefault(o.key, []).append(o)
     unknown = None
     for key in sorted(by_key, key=repr):
-        key_ops = sorted(by_key[key], key=lambda o: o.invoke)
+        key_ops = sorted(_settle_unknown_writes(by_key[key]), key=lambda o: o.invoke)
         valid, order, states = _check_key(key_ops, budget)
         if valid is None:
             unknown = Result(None, key, f"the search for key {key!r} gave up after {states} "
