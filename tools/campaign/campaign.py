@@ -6,13 +6,17 @@ with the system). docs/campaign.md says how to run it and what it checks.
 
 import argparse
 import json
+import math
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -108,8 +112,53 @@ def final_phase(rec, workload, cluster_, timeout, deadline_s=90):
     return problems
 
 
+def _status_of(error):
+    """The HTTP status an error line starts with, or None."""
+    head = error.split(" ", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+# Statuses that never come from a healthy cluster serving this workload: a
+# run that sees them tested nothing (a runner or schema bug).
+IMPOSSIBLE = {401, 404, 405, 413}
+CLOCK_REFUSAL = "beyond this clock"  # the 400 a writer gives after a read from its future
+
+
+def _judge_operations(ops, final_from, summary):
+    """Problems the history shows besides anomalies: no commit succeeded
+    before the final reads, statuses that mean the test itself is broken,
+    client-side errors."""
+    problems = []
+    commits_ok = sum(1 for o in ops if o[0] < final_from and o[3] == "ok" and
+                     workloads.is_commit(o[2], o[4]))
+    summary["commits_ok"] = commits_ok
+    if commits_ok == 0:
+        problems.append("no commit succeeded before the final reads")
+    statuses = {}
+    for o in ops:
+        if o[3] == "ok" or not o[6]:
+            continue
+        code = _status_of(o[6])
+        key = str(code) if code else o[6].split(":", 1)[0][:40]
+        statuses[key] = statuses.get(key, 0) + 1
+        if code in IMPOSSIBLE or (code == 400 and CLOCK_REFUSAL not in o[6]):
+            problems.append(f"a request answered {o[6][:200]}")
+        elif o[6].startswith("client error") or o[6].startswith("gateway answered"):
+            problems.append(o[6][:200])
+    summary["errors_by_kind"] = statuses
+    # One line per kind of problem is enough.
+    seen, out = set(), []
+    for p_ in problems:
+        k = re.sub(r"\d+", "N", p_)[:60]
+        if k not in seen:
+            seen.add(k)
+            out.append(p_)
+    return out
+
+
 def one_run(args, seed, out_dir, schedule_file=None):
-    """One run; returns its summary dict."""
+    """One run; returns its summary dict. Whatever goes wrong in the run
+    becomes one of its problems (verdict "error"), never an exception."""
     began = time.monotonic()
     rng = random.Random(f"{seed}-plan")
     topology = args.topology or rng.choice(sorted(clusterlib.TOPOLOGIES))
@@ -119,49 +168,20 @@ def one_run(args, seed, out_dir, schedule_file=None):
         shutil.rmtree(run_dir)
     os.makedirs(run_dir)
     summary = {"seed": seed, "topology": topology, "workload": workload_name,
-               "seconds": args.seconds, "verdict": "error", "problems": [], "ops": 0,
-               "faults": {}, "availability": [], "dir": run_dir}
+               "seconds": args.seconds, "clients": args.clients, "verdict": "error",
+               "problems": [], "ops": 0, "faults": {}, "availability": [], "dir": run_dir}
+    kinds_flag = ",".join(args.fault_kinds) or "none"
+    replay = (f"tools/campaign/campaign --seed={seed} --runs=1 --seconds={args.seconds} "
+              f"--clients={args.clients} --topology={topology} --workload={workload_name} "
+              f"--faults={kinds_flag} --schedule={os.path.join(run_dir, 'schedule.json')}")
+    if workload_name == "register" and args.register_read_level != "current":
+        replay += f" --register-read-level={args.register_read_level}"
+    summary["replay"] = replay
 
     def log(msg):
         if args.verbose:
             print(f"  [{seed}] {msg}", flush=True)
 
-    schema = clusterlib.compile_schema(args.bin, run_dir)
-    names = [chr(ord("A") + i) for i in range(len(clusterlib.TOPOLOGIES[topology][0]))]
-    saved = faults.load(schedule_file) if schedule_file else None
-    kinds = {f.get("kind") for f in saved if isinstance(f, dict)} if saved else set(
-        args.fault_kinds)
-    disk_dc = None
-    if "disk-full" in kinds:
-        disk_dc = rng.choice(names)
-        if saved:  # the replayed schedule names it
-            disk_dc = next(f["target"] for f in saved if f.get("kind") == "disk-full")
-    net = None
-    if kinds & set(faults.NETWORK_KINDS):
-        net = network.Network(network.new_tag(), names)  # set up below
-    c = clusterlib.Cluster(topology, run_dir, args.bin, random.Random(f"{seed}-ports"), schema,
-                           network=net, faketime="clock" in kinds, disk_dc=disk_dc)
-    if saved is not None:
-        schedule = saved
-        faults.validate(schedule, c)  # a ScheduleError: main says so, status 2
-    else:
-        schedule = faults.make_schedule(random.Random(f"{seed}-schedule"), c, args.seconds,
-                                        args.fault_kinds)
-    with open(os.path.join(run_dir, "schedule.json"), "w") as f:
-        json.dump(schedule, f, indent=1)
-    workload = workloads.WORKLOADS[workload_name](random.Random(f"{seed}-workload"))
-    if workload_name == "register":
-        workload.read_level = args.register_read_level
-    clients = args.clients * len(c.names)
-    summary["clients"] = clients
-    replay = (f"tools/campaign/campaign --seed={seed} --runs=1 --seconds={args.seconds} "
-              f"--clients={args.clients} --topology={topology} --workload={workload_name} "
-              f"--schedule={os.path.join(run_dir, 'schedule.json')}")
-    if workload_name == "register" and args.register_read_level != "current":
-        replay += f" --register-read-level={args.register_read_level}"
-    summary["replay"] = replay
-    rec = Recorder()
-    injector = None
     phases = summary["phases"] = {}
     mark = [time.monotonic()]
 
@@ -171,16 +191,57 @@ def one_run(args, seed, out_dir, schedule_file=None):
         mark[0] = now
         log(f"{name}: {phases[name]} s")
 
+    rec = Recorder()
+    stop = threading.Event()
+    threads = []
+    injector = None
+    net = None
+    c = None
+    workload = None
+    run_ns = 0
+    final_from = math.inf
     try:
+        # The environment follows the fault kinds asked for (a replay asks
+        # for the same ones), so a saved schedule runs as it first did.
+        names = [chr(ord("A") + i) for i in range(len(clusterlib.TOPOLOGIES[topology][0]))]
+        kinds = set(args.fault_kinds)
+        disk_dc = rng.choice(names) if "disk-full" in kinds else None
+        if kinds & set(faults.NETWORK_KINDS):
+            net = network.Network(network.new_tag(), names)
+        schema = clusterlib.compile_schema(args.bin, run_dir)
+        c = clusterlib.Cluster(topology, run_dir, args.bin, random.Random(f"{seed}-ports"),
+                               schema, network=net, faketime="clock" in kinds, disk_dc=disk_dc)
+        if schedule_file:
+            schedule = faults.load(schedule_file)
+            faults.validate(schedule, c)
+            extra = {f["kind"] for f in schedule} - kinds
+            if extra:
+                raise faults.ScheduleError(f"the schedule has {', '.join(sorted(extra))} "
+                                           f"faults: give --faults={kinds_flag} with them")
+        else:
+            schedule = faults.make_schedule(random.Random(f"{seed}-schedule"), c, args.seconds,
+                                            args.fault_kinds)
+        with open(os.path.join(run_dir, "schedule.json"), "w") as f:
+            json.dump(schedule, f, indent=1)
+        workload = workloads.WORKLOADS[workload_name](random.Random(f"{seed}-workload"))
+        if workload_name == "register":
+            workload.read_level = args.register_read_level
+        clients = args.clients * len(c.names)
+        summary["clients"] = clients
+
         log(f"starting {topology} for {workload_name}")
         if net:
             net.setup()
         c.start()
-        workload.setup(workloads.Gateway(*c.gateways()[0][1:], args.timeout))
+        setup_gw = workloads.Gateway(*c.gateways()[0][1:], args.timeout)
+        try:
+            workload.setup(setup_gw)
+        except (workloads.Sent, workloads.NotSent) as e:
+            raise RuntimeError(f"workload setup: {e}") from None
+        finally:
+            setup_gw.close()
         phase("start")
         rec.t0 = time.monotonic_ns()
-        stop = threading.Event()
-        threads = []
         for i in range(clients):
             t = threading.Thread(target=client, args=(rec, workload, seed, i,
                                                       c.gateways()[i % len(c.names)], stop,
@@ -192,7 +253,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
         while rec.clock() < args.seconds * 1e9:
             time.sleep(0.1)
         injector.stop.set()
-        injector.join(120)
+        injector.join()  # its restarts are bounded (60 s each)
         if injector.error:
             summary["problems"].append(f"fault injection: {injector.error}")
         phase("faults")
@@ -202,22 +263,32 @@ def one_run(args, seed, out_dir, schedule_file=None):
         stop.set()
         for t in threads:
             t.join(args.timeout + 5)
+        stuck = sum(1 for t in threads if t.is_alive())
+        if stuck:
+            summary["problems"].append(f"{stuck} client threads still waiting "
+                                       f"{args.timeout + 5:g} s after the run ended")
         phase("heal")
+        final_from = rec.clock()
         summary["problems"] += final_phase(rec, workload, c, args.timeout)
         phase("final reads")
         run_ns = rec.clock()
-        for name, p in c.processes.items():
-            if not p.alive():
-                summary["problems"].append(f"{name} is not running at the end (log "
-                                           f"{p.log_path})")
-        summary["problems"] += [f"{b} on SIGTERM" for b in c.stop()]
+        summary["problems"] += c.crashes()
+        summary["problems"] += c.stop()
         phase("stop")
-    except (clusterlib.ClusterError, network.NetworkError, RuntimeError, OSError) as e:
+    except faults.ScheduleError:
+        raise  # a bad --schedule: main says so (status 2)
+    except Exception as e:  # noqa: BLE001 - the run is an error, the campaign goes on
         summary["problems"].append(f"{type(e).__name__}: {e}")
-        c.kill_all()
         run_ns = rec.clock()
     finally:
-        c.kill_all()
+        stop.set()
+        for t in threads:
+            t.join(args.timeout + 5)
+        if c is not None:
+            summary["problems"] += c.crashes()
+            c.kill_all()
+            if sys.exc_info()[0] is not None:
+                c.unmount_disk()  # interrupted: leave nothing mounted
         if net:
             net.teardown()
     history_path = os.path.join(run_dir, "history.jsonl")
@@ -228,36 +299,41 @@ def one_run(args, seed, out_dir, schedule_file=None):
     ops = report.operations(rec.events)
     summary["ops"] = len(ops)
     summary["ok_ops"] = sum(1 for o in ops if o[3] == "ok")
-    mark[0] = time.monotonic()
-    check = subprocess.run([sys.executable, MSCK, *workload.msck_args(), history_path],
-                           capture_output=True, text=True)
-    phase("check")
-    check_text = check.stdout + check.stderr
+    if workload is not None and ops:
+        summary["problems"] += _judge_operations(ops, final_from, summary)
+        mark[0] = time.monotonic()
+        check = subprocess.run([sys.executable, MSCK, *workload.msck_args(), history_path],
+                               capture_output=True, text=True)
+        check_text = check.stdout + check.stderr
+        phase("check")
+    else:
+        check = None
+        check_text = "(no history to check)"
     with open(os.path.join(run_dir, "msck.txt"), "w") as f:
         f.write(check_text)
-    summary["msck_status"] = check.returncode
-    if check.returncode == 1:
+    summary["msck_status"] = check.returncode if check else None
+    if check is not None and check.returncode == 1:
         summary["verdict"] = "ANOMALY"
-    elif check.returncode != 0:
-        summary["verdict"] = "error"
+    elif check is not None and check.returncode != 0:
         summary["problems"].append(f"msck exit {check.returncode}: {check_text.strip()[-300:]}")
-    elif summary["problems"]:
-        summary["verdict"] = "error"
-    elif summary["ok_ops"] == 0:
-        summary["verdict"] = "error"
-        summary["problems"].append("no operation succeeded")
-    else:
+    elif check is not None and not summary["problems"]:
         summary["verdict"] = "ok"
     summary["availability"] = report.availability(ops, windows, workloads.is_commit)
     with open(os.path.join(run_dir, "latency.svg"), "w") as f:
         f.write(report.latency_svg(ops, windows, run_ns))
     with open(os.path.join(run_dir, "report.md"), "w") as f:
         f.write(report.markdown(summary, ops, summary["availability"], check_text, replay))
+    # The data stays for runs that are not ok (the tmpfs's copied out first).
+    if c is not None:
+        if summary["verdict"] != "ok" or args.keep:
+            c.save_disk()
+        c.unmount_disk()
+    if summary["verdict"] == "ok" and not args.keep:
+        shutil.rmtree(os.path.join(run_dir, "data"), ignore_errors=True)
+        shutil.rmtree(os.path.join(run_dir, "cores"), ignore_errors=True)
     summary["wall_s"] = round(time.monotonic() - began, 1)
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    if summary["verdict"] == "ok" and not args.keep:
-        shutil.rmtree(os.path.join(run_dir, "data"), ignore_errors=True)
     return summary
 
 
@@ -420,6 +496,26 @@ def main(argv):
     print(f"campaign: {args.runs} run(s) from seed {seed}, {args.seconds:g} s each, "
           f"writing {out_dir}", flush=True)
     runs = []
+
+    def interrupted(signum, frame):
+        # Once: a second signal must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        return _campaign(args, seed, out_dir, command, runs)
+    except KeyboardInterrupt:
+        print(f"campaign: interrupted after {len(runs)} runs; every process stopped and "
+              f"namespace removed", file=sys.stderr)
+        if runs:
+            campaign_summary(runs, out_dir, command)
+        return 130
+
+
+def _campaign(args, seed, out_dir, command, runs):
     status = 0
     for i in range(args.runs):
         s = seed + i
@@ -428,6 +524,12 @@ def main(argv):
         except faults.ScheduleError as e:
             print(f"campaign: --schedule: {e}", file=sys.stderr)
             return 2
+        except Exception as e:  # noqa: BLE001 - a runner bug: this run is an error
+            traceback.print_exc()
+            summary = {"seed": s, "topology": "?", "workload": "?", "verdict": "error",
+                       "problems": [f"the runner failed: {type(e).__name__}: {e}"], "ops": 0,
+                       "faults": {}, "availability": [], "dir": os.path.join(out_dir, f"run-{s}"),
+                       "replay": f"tools/campaign/campaign --seed={s} --runs=1"}
         runs.append(summary)
         nf = sum(summary["faults"].values())
         print(f"run {s}: {summary['verdict']}: {summary['workload']} on {summary['topology']}, "

@@ -10,9 +10,13 @@ run's directory.
 """
 
 import os
+import queue
+import resource
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 # One-way delays of the emulated WAN, ms, between datacenters by index.
@@ -54,65 +58,96 @@ def free_port(rng, taken):
 
 class Process:
     """One megastored process: started, killed, paused and restarted by
-    name ("A", "C/coordinator", "B/gateway")."""
+    name ("A", "C/coordinator", "B/gateway"). An exit the runner did not
+    cause (anything but its own SIGKILL or SIGTERM) is recorded in
+    `crashes`, with the exit status, before the process is started again;
+    a crash leaves its core file in the run's `cores/NAME/`."""
 
-    def __init__(self, name, argv, log_path, env=None):
+    def __init__(self, name, argv, log_path, env=None, core_dir=None):
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self.env = env
+        self.core_dir = core_dir
         self.popen = None
         self.paused = False
+        self.expect_exit = False
         self.starts = 0
+        self.crashes = []  # exit statuses of exits nobody asked for
+
+    def check_exit(self):
+        """Records an exit the runner did not cause (once)."""
+        if (self.popen is not None and self.popen.poll() is not None and
+                not self.expect_exit):
+            self.crashes.append(self.popen.returncode)
+            self.expect_exit = True  # recorded
 
     def start(self, wait_ready=True, timeout=60):
+        self.check_exit()
         self.starts += 1
         log = open(self.log_path, "ab")
         log.write(f"=== start {self.starts}: {' '.join(self.argv)}\n".encode())
         log.flush()
+        cwd = None
+        if self.core_dir:
+            os.makedirs(self.core_dir, exist_ok=True)
+            cwd = self.core_dir  # core_pattern "core" writes into the working directory
+
+        def limits():
+            resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,
+                                                      resource.RLIM_INFINITY))
+
         self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log,
-                                      stdin=subprocess.DEVNULL, env=self.env,
-                                      start_new_session=True)
+                                      stdin=subprocess.DEVNULL, env=self.env, cwd=cwd,
+                                      start_new_session=True, preexec_fn=limits)
         log.close()
         self.paused = False
+        self.expect_exit = False
         if wait_ready:
             self.wait_ready(timeout)
 
     def wait_ready(self, timeout):
-        """Reads the process's stdout until "megastored: ready" (the rest
-        of its stdout is drained into the log by a thread)."""
-        import threading
-        deadline = time.monotonic() + timeout
-        lines = []
-        out = self.popen.stdout
-        while True:
-            line = out.readline()
-            if not line:
-                code = self.popen.wait()
-                raise ClusterError(f"{self.name} exited with status {code} before it was ready "
-                                   f"(log: {self.log_path}): {b''.join(lines[-5:]).decode()}")
-            lines.append(line)
-            if b"megastored: ready" in line:
-                break
-            if time.monotonic() > deadline:
-                raise ClusterError(f"{self.name} not ready after {timeout} s "
-                                   f"(log: {self.log_path})")
-        with open(self.log_path, "ab") as log:
-            log.write(b"".join(lines))
+        """Waits (at most `timeout` s) for "megastored: ready" on the
+        process's stdout; a thread copies its stdout into the log."""
+        lines = queue.Queue()
+        ready = threading.Event()
 
         def drain(stream, path):
             with open(path, "ab") as log:
-                for chunk in iter(lambda: stream.readline(), b""):
-                    log.write(chunk)
+                for line in iter(stream.readline, b""):
+                    log.write(line)
                     log.flush()
+                    if b"megastored: ready" in line:
+                        ready.set()
+            stream.close()
+            lines.put(None)  # end of output
 
-        threading.Thread(target=drain, args=(out, self.log_path), daemon=True).start()
+        threading.Thread(target=drain, args=(self.popen.stdout, self.log_path),
+                         daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.is_set():
+            try:
+                lines.get(timeout=0.1)
+                if ready.is_set():
+                    break
+                code = self.popen.wait()
+                self.expect_exit = True  # reported here, not as a crash
+                raise ClusterError(f"{self.name} exited with status {code} before it was "
+                                   f"ready (log: {self.log_path})")
+            except queue.Empty:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ClusterError(f"{self.name} not ready after {timeout} s "
+                                   f"(log: {self.log_path})")
 
     def alive(self):
         return self.popen is not None and self.popen.poll() is None
 
     def kill(self):
+        self.check_exit()
         if self.alive():
+            self.expect_exit = True
             os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait()
         self.paused = False
@@ -128,16 +163,20 @@ class Process:
         self.paused = False
 
     def stop(self, timeout=20):
-        """SIGTERM (a clean shutdown), then SIGKILL if it lingers."""
+        """SIGTERM (a clean shutdown), then SIGKILL if it lingers. Returns
+        None if it was not running (a crash is in `crashes`), else its exit
+        status, or "no exit in N s"."""
+        self.check_exit()
         if not self.alive():
             return None
         self.resume()
+        self.expect_exit = True
         self.popen.terminate()
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            return None
+            return f"no exit {timeout} s after SIGTERM"
 
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
@@ -241,8 +280,10 @@ class Cluster:
             with open(rc, "w") as f:
                 f.write("+0\n")
             env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE=rc,
-                       FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
-        self.processes[name] = Process(name, argv, path, env)
+                       FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1",
+                       DONT_FAKE_MONOTONIC="1")  # the older libfaketime's name
+        self.processes[name] = Process(name, argv, path, env,
+                                       core_dir=os.path.join(self.workdir, "cores", file_name))
 
     def clock_file(self, name):
         return os.path.join(self.workdir, "clock",
@@ -303,19 +344,35 @@ class Cluster:
         return [(n, self.host(n), self.gateway_port[n]) for n in self.names]
 
     def stop(self):
-        """Stops every process (clean shutdown first). Returns the names of
-        those that did not exit 0."""
+        """Stops every process (clean shutdown first). Returns what went
+        wrong: a process that did not exit 0 on SIGTERM."""
         bad = []
         for name, p in reversed(list(self.processes.items())):
             code = p.stop()
             if code not in (0, None):
-                bad.append(f"{name} exited {code}")
+                bad.append(f"{name} exited {code} on SIGTERM" if isinstance(code, int) else
+                           f"{name}: {code}")
         return bad
+
+    def crashes(self):
+        """Every exit the runner did not cause, as problems."""
+        out = []
+        for name, p in self.processes.items():
+            p.check_exit()
+            for code in p.crashes:
+                out.append(f"{name} died on its own (exit status {code}; log {p.log_path})")
+        return out
 
     def kill_all(self):
         for p in self.processes.values():
             p.kill()
-        self.unmount_disk()
+
+    def save_disk(self):
+        """Copies the tmpfs's data beside it (data/DC.saved) before it is
+        unmounted, for a run whose data is kept."""
+        for path in self.mounted:
+            shutil.copytree(path, path + ".saved", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("ballast"))
 
 
 def compile_schema(bindir, workdir):

@@ -144,6 +144,14 @@ def validate(schedule, cluster):
             raise ScheduleError(f"fault {i}: {f['kind']} takes no amount")
 
 
+def set_clock(path, offset):
+    """Writes a libfaketime offset file whole (a reader never sees it empty)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as out:
+        out.write(offset + "\n")
+    os.replace(tmp, path)
+
+
 class Injector(threading.Thread):
     """Runs a schedule against a cluster; records each fault's window
     (times on the run's clock, ns) in `windows`."""
@@ -219,13 +227,8 @@ class Injector(threading.Thread):
             return net.heal
         if kind == "clock":
             path = c.clock_file(target)
-            with open(path, "w") as out:
-                out.write(f"{f['amount']:+d}s\n")
-
-            def reset():
-                with open(path, "w") as out:
-                    out.write("+0\n")
-            return reset
+            set_clock(path, f"{f['amount']:+d}s")
+            return lambda: set_clock(path, "+0")
         # disk-full: a ballast file takes every free byte of the tmpfs.
         path = c.ballast_path()
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
@@ -257,8 +260,7 @@ class Injector(threading.Thread):
             c.network.heal()
         if c.faketime:
             for name in c.processes:
-                with open(c.clock_file(name), "w") as out:
-                    out.write("+0\n")
+                set_clock(c.clock_file(name), "+0")
         if c.disk_dc:
             try:
                 os.unlink(c.ballast_path())

@@ -13,6 +13,7 @@ Needs root (CAP_NET_ADMIN), iproute2 and nftables (`./ms deps`).
 import os
 import shutil
 import subprocess
+import time
 
 RUN_DIR = "/run/megastore-campaign"
 
@@ -87,9 +88,19 @@ class Network:
         return f"{self.subnet}.254"
 
     def setup(self):
+        """Creates the bridge and the namespaces; on any failure removes what
+        it made."""
+        self.teardown()  # leftovers of an earlier run under this tag
         os.makedirs(RUN_DIR, exist_ok=True)
         with open(os.path.join(RUN_DIR, f"{self.tag}.pid"), "w") as f:
             f.write(str(os.getpid()))
+        try:
+            self._setup()
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _setup(self):
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.host_ip()}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
@@ -109,9 +120,22 @@ class Network:
                  "{ type filter hook input priority 0; }")
 
     def teardown(self):
-        for dc in self.names or "ABCDE":
+        """Removes the namespaces, the veth pairs and the bridge. A namespace
+        goes away only when its last process has, so the host ends of the
+        veth pairs are deleted here too (which deletes both ends), and the
+        teardown waits until they are gone."""
+        names = self.names or list("ABCDE")
+        for dc in names:
             _run("ip", "netns", "del", self.ns(dc), check=False)
+            _run("ip", "link", "del", f"ms{self.tag}{dc}h", check=False)
         _run("ip", "link", "del", self.bridge, check=False)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            links = _run("ip", "-o", "link", "show", check=False).stdout
+            if not any(f"ms{self.tag}{dc}" in links for dc in names) and \
+                    self.bridge not in links:
+                break
+            time.sleep(0.1)
         try:
             os.unlink(os.path.join(RUN_DIR, f"{self.tag}.pid"))
         except OSError:
@@ -136,9 +160,10 @@ class Network:
 
 def new_tag():
     """A tag no namespace on this host uses yet."""
-    existing = _run("ip", "netns", "list", check=False).stdout
+    existing = (_run("ip", "netns", "list", check=False).stdout +
+                _run("ip", "-o", "link", "show", check=False).stdout)
     for n in range(os.getpid() % 9000, os.getpid() % 9000 + 9000):
         tag = str(1000 + n % 9000)
-        if f"ms{tag}" not in existing:
+        if f"ms{tag}" not in existing and f"msb{tag}" not in existing:
             return tag
     raise NetworkError("no free namespace tag")

@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import cluster  # noqa: E402
 import faults  # noqa: E402
 import report  # noqa: E402
 import workloads  # noqa: E402
@@ -207,6 +208,62 @@ class ScheduleTest(unittest.TestCase):
                            ([dict(good, kind="disk-full", target="A")], "one of B")):
             with self.assertRaisesRegex(faults.ScheduleError, words):
                 faults.validate(bad, FakeCluster)
+
+
+class ProcessTest(unittest.TestCase):
+    def proc(self, script, name="A"):
+        import tempfile
+        d = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        return cluster.Process(name, ["sh", "-c", script], os.path.join(d, "log"),
+                               core_dir=os.path.join(d, "cores"))
+
+    def test_an_exit_nobody_caused_is_a_crash_even_if_restarted(self):
+        p = self.proc("echo 'megastored: ready'; sleep 0.3; exit 3")
+        p.start(timeout=10)
+        p.popen.wait()
+        p.start(timeout=10)  # a heal restarts it: the crash is kept
+        self.assertEqual(p.crashes, [3])
+        p.kill()
+        self.assertEqual(p.crashes, [3])
+
+    def test_the_runners_own_kills_and_stops_are_not_crashes(self):
+        p = self.proc("echo 'megastored: ready'; exec sleep 30")
+        p.start(timeout=10)
+        p.kill()
+        p.start(timeout=10)
+        self.assertEqual(p.stop(timeout=5), -15)  # sh's sleep dies of SIGTERM
+        self.assertEqual(p.crashes, [])
+
+    def test_a_process_never_ready_times_out(self):
+        p = self.proc("exec sleep 30")
+        with self.assertRaisesRegex(cluster.ClusterError, "not ready after 1 s"):
+            p.start(timeout=1)
+        self.assertFalse(p.alive())
+        p = self.proc("echo starting; exit 2")
+        with self.assertRaisesRegex(cluster.ClusterError, "exited with status 2 before"):
+            p.start(timeout=10)
+        self.assertEqual(p.crashes, [])
+
+
+class JudgeTest(unittest.TestCase):
+    def test_a_run_that_committed_nothing_or_saw_impossible_statuses_is_not_ok(self):
+        import campaign
+        # (invoke, complete, f, type, value, dc, error)
+        refused = [(1, 2, "write", "fail", 1, "A", "400 mutations[0]: no table Slott"),
+                   (3, 4, "read", "ok", None, "A", ""),
+                   (9, 10, "write", "ok", 2, "A", "")]  # only in the final phase
+        summary = {}
+        problems = campaign._judge_operations(refused, 5, summary)
+        self.assertIn("no commit succeeded before the final reads", problems)
+        self.assertTrue(any("no table Slott" in p for p in problems), problems)
+        fine = [(1, 2, "write", "ok", 1, "A", ""),
+                (3, 4, "write", "fail", 2, "A", "409 conflict: another writer"),
+                (5, 6, "write", "fail", 3, "A", "400 the read position's timestamp 9 us is "
+                                                 "beyond this clock (1 us)"),
+                (7, 8, "write", "info", 4, "A", "504 outcome unknown")]
+        self.assertEqual(campaign._judge_operations(fine, 100, summary), [])
+        self.assertEqual(summary["errors_by_kind"], {"409": 1, "400": 1, "504": 1})
 
 
 class ReportTest(unittest.TestCase):

@@ -97,6 +97,18 @@ def _commit_outcome(status):
     return "info"
 
 
+def _bad_batch(replies, n):
+    """Why a batchGet's replies of one group cannot be used, or "": one
+    reply per get, all read at one log position."""
+    if not isinstance(replies, list) or len(replies) != n:
+        return f"gateway answered {len(replies) if isinstance(replies, list) else 'no'} " \
+               f"replies for {n} gets"
+    positions = {r.get("position") for r in replies if isinstance(r, dict)}
+    if len(positions) != 1:
+        return f"gateway answered one group's keys at positions {sorted(map(str, positions))}"
+    return ""
+
+
 def _slot_key(grp, name):
     return [str(grp), name]
 
@@ -213,8 +225,9 @@ class ListAppend(Workload):
         if status != 200:
             return "fail", mops, _error(status, reply)
         replies = reply.get("replies", [])
-        if len(replies) != len(names):
-            return "fail", mops, f"batchGet answered {len(replies)} replies for {len(names)} gets"
+        bad = _bad_batch(replies, len(names))
+        if bad:
+            return "fail", mops, bad
         lists = {}
         for n, r in zip(names, replies):
             entity = r.get("entity") if r.get("found") else None
@@ -285,6 +298,9 @@ class Bank(Workload):
         if status != 200:
             return None, None, _error(status, reply)
         replies = reply.get("replies", [])
+        bad = _bad_batch(replies, len(names))
+        if bad:
+            return None, None, bad
         balances = {}
         for n, r in zip(names, replies):
             if r.get("found") and r.get("entity", {}).get("value") is not None:
