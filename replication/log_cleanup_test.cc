@@ -1,7 +1,10 @@
 // Log clean-up and catch-up from a snapshot at one replica
 // (LogReplica::Clean, SnapshotRows, InstallRows, FinishSnapshot), and what
 // the replication server's background sweeps keep track of.
+#include <functional>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "base/await.h"
 #include "base/logging.h"
@@ -487,9 +490,8 @@ class NoNetwork : public Transport {
   }
 };
 
-TEST(ReplicationServerSweepTest, AGroupAppliedThroughEveryPositionAskedIsLeftOutOfTheSweep) {
-  Store store;
-  NoNetwork net;
+// A server of replica A of three, its log clean-up off.
+ReplicationServerOptions ThreeReplicas() {
   ReplicationServerOptions o;
   for (const char* dc : {"A", "B", "C"}) {
     ReplicaInfo r;
@@ -498,6 +500,13 @@ TEST(ReplicationServerSweepTest, AGroupAppliedThroughEveryPositionAskedIsLeftOut
     o.cluster.replicas.push_back(r);
   }
   o.cleanup.enabled = false;
+  return o;
+}
+
+TEST(ReplicationServerSweepTest, AGroupAppliedThroughEveryPositionAskedIsLeftOutOfTheSweep) {
+  Store store;
+  NoNetwork net;
+  ReplicationServerOptions o = ThreeReplicas();
   ReplicationServer server(Env::Default(), &net, store.bigtable.get(), o);
   auto serve = [&](std::string_view method, const google::protobuf::Message& req) {
     return Await<std::string>(
@@ -532,6 +541,90 @@ TEST(ReplicationServerSweepTest, AGroupAppliedThroughEveryPositionAskedIsLeftOut
   EXPECT_EQ(server.stats().sweep_pending, 1u) << "position 2 is accepted here but not applied";
   ASSERT_TRUE(apply(2).ok());
   EXPECT_EQ(server.stats().sweep_pending, 0u);
+}
+
+// A Bigtable that, while `hold` is set, keeps each answer instead of
+// delivering it: a server's Bigtable calls still in flight when it stops.
+class HoldingBigtable : public storage::BigtableClient {
+ public:
+  explicit HoldingBigtable(storage::BigtableClient* inner) : inner_(inner) {}
+  bool hold = false;
+  int calls = 0;
+  std::vector<std::function<void()>> held;
+
+  void Release() {
+    auto answers = std::move(held);
+    hold = false;
+    for (auto& a : answers) a();
+  }
+  void ReadRow(std::string table, std::string row, storage::ReadOptions options,
+               Callback<absl::StatusOr<std::optional<storage::Row>>> done) override {
+    ++calls;
+    inner_->ReadRow(table, row, options, Keep(std::move(done)));
+  }
+  void ReadRows(std::string table, storage::RowRange range, storage::ReadOptions options,
+                Callback<absl::StatusOr<std::vector<storage::Row>>> done) override {
+    ++calls;
+    inner_->ReadRows(table, range, options, Keep(std::move(done)));
+  }
+  void MutateRow(std::string table, std::string row, std::vector<storage::Mutation> mutations,
+                 int64_t timestamp, Callback<absl::Status> done) override {
+    ++calls;
+    inner_->MutateRow(table, row, mutations, timestamp, Keep(std::move(done)));
+  }
+  void CheckAndMutateRow(std::string table, std::string row, storage::RowFilter predicate,
+                         std::vector<storage::Mutation> if_true,
+                         std::vector<storage::Mutation> if_false,
+                         Callback<absl::StatusOr<bool>> done) override {
+    ++calls;
+    inner_->CheckAndMutateRow(table, row, predicate, if_true, if_false, Keep(std::move(done)));
+  }
+
+ private:
+  template <typename T>
+  Callback<T> Keep(Callback<T> done) {
+    return [this, done = std::make_shared<Callback<T>>(std::move(done))](T r) mutable {
+      if (!hold) return (*done)(std::move(r));
+      held.push_back([done, r = std::make_shared<T>(std::move(r))] { (*done)(std::move(*r)); });
+    };
+  }
+  storage::BigtableClient* const inner_;
+};
+
+TEST(ReplicationServerLifetimeTest, BigtableAnswersArrivingAfterTheServerIsGoneAreDropped) {
+  Store store;
+  HoldingBigtable bigtable(store.bigtable.get());
+  NoNetwork net;
+  ReplicationServerOptions o = ThreeReplicas();
+  auto server = std::make_unique<ReplicationServer>(Env::Default(), &net, &bigtable, o);
+  PaxosRequest accept;
+  *accept.mutable_group() = Group();
+  accept.set_position(1);
+  accept.set_accept(true);
+  accept.mutable_ballot()->set_round(1);
+  accept.mutable_ballot()->set_proposer(7);
+  accept.set_value(Entry(1, "root/a", "v1").SerializeAsString());
+  ASSERT_TRUE(Await<std::string>([&](auto cb) {
+                server->Serve("repl.Paxos", accept.SerializeAsString(), std::move(cb));
+              }).ok());
+
+  // An apply whose Bigtable answers are still in flight when the server
+  // (and its replica) are destroyed: the answers must not run their
+  // chains, which would continue in freed memory.
+  bigtable.hold = true;
+  ApplyRequest apply;
+  *apply.mutable_group() = Group();
+  apply.set_position(1);
+  apply.set_value(Entry(1, "root/a", "v1").SerializeAsString());
+  bool answered = false;
+  server->Serve("repl.Apply", apply.SerializeAsString(),
+                [&](absl::StatusOr<std::string>) { answered = true; });
+  ASSERT_FALSE(bigtable.held.empty()) << "the apply is waiting for Bigtable";
+  server.reset();
+  const int calls = bigtable.calls;
+  bigtable.Release();
+  EXPECT_EQ(bigtable.calls, calls) << "an answer continued the dead replica's chain";
+  EXPECT_FALSE(answered);
 }
 
 }  // namespace

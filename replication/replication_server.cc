@@ -32,7 +32,8 @@ ReplicationServer::ReplicationServer(Env* env, Transport* transport,
                                      ReplicationServerOptions options)
     : env_(env),
       options_(std::move(options)),
-      replica_(bigtable, options_.cluster.replicas[options_.cluster.local].type, env,
+      bigtable_(bigtable),
+      replica_(&bigtable_, options_.cluster.replicas[options_.cluster.local].type, env,
                options_.cluster.max_clock_skew, options_.encryption),
       client_(env, transport, [this] {
         // It is the home its groups' commits are sent to: it never sends
@@ -54,17 +55,24 @@ ReplicationServer::~ReplicationServer() {
   // the server is stopped). Not in the simulator, whose loop delivers
   // nothing while this waits (it keeps stopped servers until its end).
   if (env_->simulated()) return;
-  absl::MutexLock lock(&mu_);
-  const absl::Duration bound = 2 * options_.cluster.rpc_timeout + absl::Seconds(10);
-  if (!mu_.AwaitWithTimeout(absl::Condition(
-                                +[](ReplicationServer* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                                  return !s->sweeping_ && !s->cleaning_;
-                                },
-                                this),
-                            bound)) {
-    MS_LOG_ERROR("replication server: a sweep did not end within {} of the server stopping",
-                 absl::FormatDuration(bound));
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Duration bound = 2 * options_.cluster.rpc_timeout + absl::Seconds(10);
+    if (!mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](ReplicationServer* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                    return !s->sweeping_ && !s->cleaning_;
+                                  },
+                                  this),
+                              bound)) {
+      MS_LOG_ERROR("replication server: a sweep did not end within {} of the server stopping",
+                   absl::FormatDuration(bound));
+    }
   }
+  // Nothing waits for the replica's other chains (an apply learned on
+  // accept, a request whose caller gave up): from here their Bigtable
+  // answers are dropped, before the members they would run in go. Not
+  // under mu_: an answer running now may take it.
+  bigtable_.End();
 }
 
 // A read's answer, counted and timed.

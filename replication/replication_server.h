@@ -23,6 +23,7 @@
 #include "base/transport.h"
 #include "replication/commit_home.h"
 #include "replication/group_client.h"
+#include "replication/guarded_bigtable.h"
 #include "replication/log_replica.h"
 
 namespace megastore::replication {
@@ -217,6 +218,9 @@ class ReplicationServer {
 
   Env* const env_;
   const ReplicationServerOptions options_;
+  // The replica's Bigtable: its answers are dropped once the server is
+  // being destroyed (they would run the replica's chains in freed memory).
+  GuardedBigtable bigtable_;
   LogReplica replica_;
 
   mutable absl::Mutex mu_;

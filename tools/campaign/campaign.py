@@ -343,13 +343,18 @@ def campaign_summary(runs, out_dir, command):
     by_kind = {}
     for r in runs:
         for a in r["availability"]:
-            k = by_kind.setdefault(a["kind"], {"n": 0, "ops": 0, "ok": 0, "first": []})
+            k = by_kind.setdefault(a["kind"], {"n": 0, "ops": 0, "ok": 0, "first": [],
+                                               "secs": 0.0})
             k["n"] += 1
+            k["secs"] += a["seconds"]
             k["ops"] += a["ops"]
             k["ok"] += a["ok"]
             if a["first_commit_s"] is not None:
                 k["first"].append(a["first_commit_s"])
     calm = by_kind.pop("none", None)
+    if calm:  # the time outside every fault
+        calm["secs"] = sum(r.get("seconds", 0) for r in runs if r["availability"]) - sum(
+            k["secs"] for k in by_kind.values())
     fault_counts = ", ".join(f"{kind} {k['n']}" for kind, k in sorted(by_kind.items()))
     workloads_ = {}
     for r in runs:
@@ -370,17 +375,23 @@ def campaign_summary(runs, out_dir, command):
              "Availability: operations invoked while each kind of fault lasted (conflicts "
              "left out), the share that succeeded, and the time from a fault's start to the "
              "first successful commit invoked after it.", "",
-             "| fault | windows | ops invoked during | ok share | first commit after (median, max) |",
-             "|---|---|---|---|---|"]
+             "| fault | windows | seconds | ops invoked during | ok share | ok ops/s | "
+             "first commit after (median, max) |",
+             "|---|---|---|---|---|---|---|"]
+
+    def rate(k):
+        return f"{k['ok'] / k['secs']:.0f}" if k["secs"] > 0 else "—"
+
     if calm and calm["ops"]:
-        lines.append(f"| no fault | — | {calm['ops']} | {100 * calm['ok'] / calm['ops']:.1f}% "
-                     f"| — |")
+        lines.append(f"| no fault | — | {calm['secs']:.0f} | {calm['ops']} | "
+                     f"{100 * calm['ok'] / calm['ops']:.1f}% | {rate(calm)} | — |")
     for kind, k in sorted(by_kind.items()):
         first = sorted(k["first"])
         med = f"{first[len(first) // 2]:.2f} s" if first else "—"
         mx = f"{first[-1]:.2f} s" if first else "—"
         share = f"{100 * k['ok'] / k['ops']:.1f}%" if k["ops"] else "—"
-        lines.append(f"| {kind} | {k['n']} | {k['ops']} | {share} | {med}, {mx} |")
+        lines.append(f"| {kind} | {k['n']} | {k['secs']:.0f} | {k['ops']} | {share} | "
+                     f"{rate(k)} | {med}, {mx} |")
     lines += ["", "| run | workload | topology | ops | faults | verdict |", "|---|---|---|---|---|---|"]
     for r in runs:
         nf = sum(r["faults"].values())
