@@ -156,13 +156,27 @@ def _judge_operations(ops, final_from, summary):
     return out
 
 
+def plan(seed, topology, workload, kinds):
+    """A run's topology, workload and full-disk datacenter (None without
+    disk faults), from its seed. Each is drawn whether or not a flag fixes
+    it, so a replay that names the topology and workload draws the same
+    datacenter."""
+    rng = random.Random(f"{seed}-plan")
+    drawn_topology = rng.choice(sorted(clusterlib.TOPOLOGIES))
+    drawn_workload = rng.choice(sorted(workloads.WORKLOADS))
+    topology = topology or drawn_topology
+    workload = workload or drawn_workload
+    names = [chr(ord("A") + i) for i in range(len(clusterlib.TOPOLOGIES[topology][0]))]
+    disk_dc = rng.choice(names) if "disk-full" in kinds else None
+    return topology, workload, disk_dc
+
+
 def one_run(args, seed, out_dir, schedule_file=None):
     """One run; returns its summary dict. Whatever goes wrong in the run
     becomes one of its problems (verdict "error"), never an exception."""
     began = time.monotonic()
-    rng = random.Random(f"{seed}-plan")
-    topology = args.topology or rng.choice(sorted(clusterlib.TOPOLOGIES))
-    workload_name = args.workload or rng.choice(sorted(workloads.WORKLOADS))
+    topology, workload_name, disk_dc = plan(seed, args.topology, args.workload,
+                                            args.fault_kinds)
     run_dir = os.path.join(out_dir, f"run-{seed}")
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
@@ -205,7 +219,6 @@ def one_run(args, seed, out_dir, schedule_file=None):
         # for the same ones), so a saved schedule runs as it first did.
         names = [chr(ord("A") + i) for i in range(len(clusterlib.TOPOLOGIES[topology][0]))]
         kinds = set(args.fault_kinds)
-        disk_dc = rng.choice(names) if "disk-full" in kinds else None
         if kinds & set(faults.NETWORK_KINDS):
             net = network.Network(network.new_tag(), names)
         schema = clusterlib.compile_schema(args.bin, run_dir)

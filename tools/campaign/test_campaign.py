@@ -246,6 +246,15 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(p.crashes, [])
 
 
+class PlanTest(unittest.TestCase):
+    def test_a_replay_naming_topology_and_workload_plans_the_same_run(self):
+        import campaign
+        for seed in range(40):
+            t, w, d = campaign.plan(seed, None, None, ["disk-full"])
+            self.assertEqual(campaign.plan(seed, t, w, ["disk-full"]), (t, w, d))
+            self.assertIsNone(campaign.plan(seed, None, None, ["kill"])[2])
+
+
 class JudgeTest(unittest.TestCase):
     def test_a_run_that_committed_nothing_or_saw_impossible_statuses_is_not_ok(self):
         import campaign
