@@ -89,12 +89,18 @@ def _error(status, reply):
     return f"{status} {message[:160]}"
 
 
-def _commit_outcome(status):
+def _commit(gw, body):
+    """Sends a commit: (outcome, error) with outcome ok, fail (certainly
+    not committed) or info (unknown)."""
+    try:
+        status, reply = gw.post("/v1/commit", body)
+    except NotSent as e:
+        return "fail", f"not sent: {e}"
+    except Sent as e:
+        return "info", str(e)
     if status == 200:
-        return "ok"
-    if status in NOT_COMMITTED:
-        return "fail"
-    return "info"
+        return "ok", ""
+    return ("fail" if status in NOT_COMMITTED else "info"), _error(status, reply)
 
 
 def _bad_batch(replies, n):
@@ -156,15 +162,10 @@ class Register(Workload):
     def run(self, gw, f, key, value):
         grp, name = key[1:].split("/")
         if f == "write":
-            try:
-                status, reply = gw.post("/v1/commit", {
-                    "rootTable": "Grp", "rootKey": [grp], "mutations": [
-                        {"table": "Slot", "put": {"grp": grp, "name": name, "value": str(value)}}]})
-            except NotSent as e:
-                return "fail", value, f"not sent: {e}"
-            except Sent as e:
-                return "info", value, str(e)
-            return _commit_outcome(status), value, "" if status == 200 else _error(status, reply)
+            outcome, error = _commit(gw, {
+                "rootTable": "Grp", "rootKey": [grp], "mutations": [
+                    {"table": "Slot", "put": {"grp": grp, "name": name, "value": str(value)}}]})
+            return outcome, value, error
         try:
             status, reply = gw.post("/v1/get", {"table": "Slot", "key": _slot_key(grp, name),
                                                 "level": self.read_level})
@@ -248,17 +249,9 @@ class ListAppend(Workload):
         mutations = [{"table": "Slot", "put": {"grp": grp, "name": n,
                                                "elems": [str(x) for x in lists[n]]}}
                      for n in names if n in writes]
-        try:
-            status, reply = gw.post("/v1/commit", {"rootTable": "Grp", "rootKey": [grp],
-                                                   "mutations": mutations, "readToken": token})
-        except NotSent as e:
-            return "fail", mops, f"not sent: {e}"
-        except Sent as e:
-            return "info", mops, str(e)
-        outcome = _commit_outcome(status)
-        if outcome == "ok":
-            return "ok", done, ""
-        return outcome, mops, _error(status, reply)
+        outcome, error = _commit(gw, {"rootTable": "Grp", "rootKey": [grp],
+                                      "mutations": mutations, "readToken": token})
+        return outcome, done if outcome == "ok" else mops, error
 
     def final_ops(self):
         ops = []
@@ -328,18 +321,13 @@ class Bank(Workload):
         if balances[a] < amount:
             return "fail", value, "insufficient funds"
         g = str(self.GROUP)
-        try:
-            status, reply = gw.post("/v1/commit", {
-                "rootTable": "Grp", "rootKey": [g], "readToken": token, "mutations": [
-                    {"table": "Slot", "put": {"grp": g, "name": a,
-                                              "value": str(balances[a] - amount)}},
-                    {"table": "Slot", "put": {"grp": g, "name": b,
-                                              "value": str(balances[b] + amount)}}]})
-        except NotSent as e:
-            return "fail", value, f"not sent: {e}"
-        except Sent as e:
-            return "info", value, str(e)
-        return _commit_outcome(status), value, "" if status == 200 else _error(status, reply)
+        outcome, error = _commit(gw, {
+            "rootTable": "Grp", "rootKey": [g], "readToken": token, "mutations": [
+                {"table": "Slot", "put": {"grp": g, "name": a,
+                                          "value": str(balances[a] - amount)}},
+                {"table": "Slot", "put": {"grp": g, "name": b,
+                                          "value": str(balances[b] + amount)}}]})
+        return outcome, value, error
 
     def final_ops(self):
         return [("read", None, {"level": "current"})]
