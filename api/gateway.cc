@@ -4,16 +4,17 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/str_split.h"
 #include "api/gateway.pb.h"
 #include "api/gateway_request.h"
+#include "api/gateway_token.h"
 #include "base/await.h"
-#include "base/file.h"
 #include "base/http/http_server.h"
+#include "base/retry.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "schema/entity_json.h"
@@ -23,6 +24,10 @@ namespace megastore {
 
 namespace {
 
+using gateway::DecodeCursor;
+using gateway::DecodeToken;
+using gateway::EncodeCursor;
+using gateway::EncodeToken;
 using google::protobuf::util::JsonPrintOptions;
 using google::protobuf::util::MessageToJsonString;
 
@@ -82,55 +87,14 @@ absl::StatusOr<replication::ReadLevel> ParseLevel(const std::string& level,
       StrCat("level: \"", level, "\" is not current, snapshot or inconsistent"));
 }
 
-std::string EncodeToken(const TokenMac& mac, const txn::Transaction& t) {
-  gateway::ReadToken token;
-  token.set_root(t.group().root());
-  token.set_position(t.position().position);
-  token.set_timestamp(t.position().timestamp);
-  token.set_next_leader(t.position().next_leader);
-  token.set_replica(t.position().replica);
-  token.set_inconsistent(t.position().latest);
-  return absl::WebSafeBase64Escape(mac.Seal(token.SerializeAsString()));
-}
-
-absl::StatusOr<gateway::ReadToken> DecodeToken(const TokenMac& mac, const std::string& text) {
-  std::string sealed;
-  if (!absl::WebSafeBase64Unescape(text, &sealed))
-    return absl::InvalidArgumentError(
-        "read_token: not base64 (pass back the token a read returned, unchanged)");
-  absl::StatusOr<std::string> raw = mac.Open(sealed);
-  if (!raw.ok()) return absl::InvalidArgumentError(StrCat("read_token: ", raw.status().message()));
-  gateway::ReadToken token;
-  if (!token.ParseFromString(*raw)) return absl::InvalidArgumentError("read_token: unreadable");
-  return token;
-}
-
-// A query's cursor (the row after which its next page starts), sealed
-// like a read token so a client can neither forge nor alter one. Its
-// payload starts with 0xFF, which no ReadToken encoding does: a cursor is
-// never taken for a read token, nor the other way round.
-constexpr char kCursorMark = '\xff';
-
-std::string EncodeCursor(const TokenMac& mac, const std::string& cursor) {
-  if (cursor.empty()) return "";
-  return absl::WebSafeBase64Escape(mac.Seal(std::string(1, kCursorMark) + cursor));
-}
-
-absl::StatusOr<std::string> DecodeCursor(const TokenMac& mac, const std::string& text) {
-  if (text.empty()) return std::string();
-  std::string sealed;
-  if (!absl::WebSafeBase64Unescape(text, &sealed))
-    return absl::InvalidArgumentError(
-        "cursor: not base64 (pass back the cursor a query returned, unchanged)");
-  absl::StatusOr<std::string> raw = mac.Open(sealed);
-  if (!raw.ok()) return absl::InvalidArgumentError(StrCat("cursor: ", raw.status().message()));
-  if (raw->empty() || (*raw)[0] != kCursorMark)
-    return absl::InvalidArgumentError("cursor: not a query cursor");
-  return raw->substr(1);
-}
-
 // Most keys one /v1/batchGet reads (and at most --gateway-max-page).
 constexpr int64_t kMaxBatch = 100;
+// Most entity groups one /v1/commitAcross writes, messages one commit
+// sends, bytes in a queue's name, and characters in a message id.
+constexpr int kMaxCommitGroups = 16;
+constexpr int kMaxSends = 100;
+constexpr size_t kMaxQueueName = 256;
+constexpr size_t kMaxMessageId = 64;
 
 // Answers one request.
 class RequestHandler {
@@ -289,16 +253,20 @@ class RequestHandler {
     return reply;
   }
 
+  // A request's page `limit`: 0 is a full page (--gateway-max-page).
+  absl::StatusOr<int64_t> PageLimit(int64_t limit) {
+    if (limit < 0 || limit > max_page_) {
+      page_too_large_ = true;
+      return absl::InvalidArgumentError(StrCat(
+          "limit: ", limit, " is not between 0 (a full page of ", max_page_, ") and ", max_page_));
+    }
+    return limit == 0 ? max_page_ : limit;
+  }
+
   absl::StatusOr<gateway::QueryReply> Query(const gateway::QueryRequest& req) {
     const schema::SchemaIndex& sx = db_->layout().schema();
     txn::QueryOptions q;
-    if (req.limit() < 0 || req.limit() > max_page_) {
-      page_too_large_ = true;
-      return absl::InvalidArgumentError(StrCat("limit: ", req.limit(),
-                                               " is not between 0 (a full page of ", max_page_,
-                                               ") and ", max_page_));
-    }
-    q.limit = req.limit() == 0 ? max_page_ : req.limit();
+    MS_ASSIGN_OR_RETURN(q.limit, PageLimit(req.limit()));
     MS_ASSIGN_OR_RETURN(q.cursor, DecodeCursor(mac_, req.cursor()));
     MS_ASSIGN_OR_RETURN(const int replica, Replica(req.replica()));
     gateway::QueryReply reply;
@@ -363,7 +331,16 @@ class RequestHandler {
     reply.set_replica(ReplicaName(t.position().replica));
   }
 
-  // Buffers the request's mutations in `t`.
+  // A queue's name in a request: named by `what`, non-empty and bounded.
+  static absl::Status CheckQueueName(const std::string& queue, std::string_view what) {
+    if (queue.empty()) return absl::InvalidArgumentError(StrCat(what, ": missing"));
+    if (queue.size() > kMaxQueueName)
+      return absl::InvalidArgumentError(
+          StrCat(what, ": ", queue.size(), " bytes; a queue's name has at most ", kMaxQueueName));
+    return absl::OkStatus();
+  }
+
+  // Buffers the request's mutations, sends and consumes in `t`.
   absl::Status Apply(const gateway::CommitRequest& req, txn::Transaction& t) {
     for (int i = 0; i < req.mutations_size(); ++i) {
       const gateway::Mutation& m = req.mutations(i);
@@ -372,9 +349,11 @@ class RequestHandler {
       if (m.has_put() == (m.delete_key_size() > 0))
         return absl::InvalidArgumentError(StrCat(what, ": give exactly one of put and delete_key"));
       if (m.has_put()) {
-        MS_ASSIGN_OR_RETURN(schema::Entity e,
-                            schema::EntityFromJson(db_->layout().schema(), *table, m.put()));
-        if (absl::Status s = t.Put(table->name(), std::move(e)); !s.ok())
+        absl::StatusOr<schema::Entity> e =
+            schema::EntityFromJson(db_->layout().schema(), *table, m.put());
+        if (!e.ok())
+          return absl::Status(e.status().code(), StrCat(what, ".put: ", e.status().message()));
+        if (absl::Status s = t.Put(table->name(), *std::move(e)); !s.ok())
           return absl::Status(s.code(), StrCat(what, ": ", s.message()));
       } else {
         MS_ASSIGN_OR_RETURN(std::vector<schema::KeyValue> key,
@@ -384,55 +363,121 @@ class RequestHandler {
           return absl::Status(s.code(), StrCat(what, ": ", s.message()));
       }
     }
+    for (int i = 0; i < req.sends_size(); ++i) {
+      const gateway::QueueSend& m = req.sends(i);
+      const std::string what = StrCat("sends[", i, "]");
+      MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* table,
+                          Table(m.root_table(), what + ".root_table"));
+      MS_ASSIGN_OR_RETURN(
+          std::vector<schema::KeyValue> key,
+          schema::KeyFromJson(*table, table->primary_key(), m.root_key(), what + ".root_key"));
+      MS_RETURN_IF_ERROR(CheckQueueName(m.queue(), what + ".queue"));
+      if (absl::Status s = t.Send(table->name(), key, m.queue(), m.body()); !s.ok())
+        return absl::Status(s.code(), StrCat(what, ": ", s.message()));
+    }
+    for (int i = 0; i < req.consumes_size(); ++i) {
+      const gateway::QueueConsume& m = req.consumes(i);
+      const std::string what = StrCat("consumes[", i, "]");
+      MS_RETURN_IF_ERROR(CheckQueueName(m.queue(), what + ".queue"));
+      // Ids are what ReadQueue gave out: hex digits.
+      if (m.id().empty() || m.id().size() > kMaxMessageId ||
+          m.id().find_first_not_of("0123456789abcdef") != std::string::npos)
+        return absl::InvalidArgumentError(StrCat(what, ".id: \"",
+                                                 absl::CEscape(m.id().substr(0, kMaxMessageId)),
+                                                 "\" is not a message id /v1/readQueue returned"));
+      txn::QueueMessage message;
+      message.id = m.id();
+      message.queue = m.queue();
+      if (absl::Status s = t.Consume(message); !s.ok())
+        return absl::Status(s.code(), StrCat(what, ": ", s.message()));
+    }
     return absl::OkStatus();
   }
 
-  absl::StatusOr<gateway::CommitReply> Commit(const gateway::CommitRequest& req) {
+  // A commit request's group, and where its read token read (none: a
+  // blind write), checked before anything is done.
+  struct CommitTarget {
+    std::string root_row;
+    std::optional<replication::LogPosition> read_at;
+  };
+  absl::StatusOr<CommitTarget> CheckCommit(const gateway::CommitRequest& req) {
     MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root, Table(req.root_table(), "root_table"));
     MS_ASSIGN_OR_RETURN(
         std::vector<schema::KeyValue> root_key,
         schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
-    MS_ASSIGN_OR_RETURN(std::string root_row, db_->layout().GroupRow(*root, root_key));
-    if (req.mutations_size() == 0) return absl::InvalidArgumentError("mutations: none given");
+    CommitTarget c;
+    MS_ASSIGN_OR_RETURN(c.root_row, db_->layout().GroupRow(*root, root_key));
+    if (req.mutations_size() == 0 && req.sends_size() == 0 && req.consumes_size() == 0)
+      return absl::InvalidArgumentError("mutations: none given (nor sends or consumes)");
+    if (req.sends_size() > kMaxSends)
+      return absl::InvalidArgumentError(
+          StrCat("sends: ", req.sends_size(), " messages; one commit sends at most ", kMaxSends));
+    if (req.consumes_size() > max_page_)
+      return absl::InvalidArgumentError(StrCat(
+          "consumes: ", req.consumes_size(), " messages; one commit consumes at most ", max_page_));
+    if (req.read_token().empty()) {
+      if (req.consumes_size() > 0)
+        return absl::InvalidArgumentError(
+            "consumes: give the read_token of the /v1/readQueue that returned the messages (a "
+            "commit without one could consume a message another commit already consumed)");
+      return c;
+    }
+    absl::StatusOr<gateway::ReadToken> decoded = DecodeToken(mac_, req.read_token());
+    if (decoded.ok()) decoded = CheckToken(*std::move(decoded), c.root_row);
+    if (!decoded.ok()) {
+      bad_read_token_ = true;
+      return decoded.status();
+    }
+    const gateway::ReadToken& token = *decoded;
+    if (token.inconsistent()) {
+      inconsistent_token_ = true;
+      return absl::FailedPreconditionError(
+          "read_token: from an inconsistent read, which saw no position a commit could be "
+          "conditional on; read again at level current or snapshot");
+    }
+    replication::LogPosition& at = c.read_at.emplace();
+    at.position = token.position();
+    at.timestamp = token.timestamp();
+    at.next_leader = token.next_leader();
+    at.replica = token.replica();
+    return c;
+  }
+
+  // A transaction at the position of `c`'s read token, conditional on
+  // nothing committed in the group since, whatever it wrote: the reads
+  // behind the token are not this transaction's, so a lost position is
+  // never promoted past.
+  std::shared_ptr<txn::Transaction> AtToken(const CommitTarget& c, absl::Duration deadline) {
+    replication::GroupRef group;
+    group.set_table(db_->layout().entity_table());
+    group.set_root(c.root_row);
+    TransactionOptions conditional = options_;
+    conditional.promote = false;
+    return std::make_shared<txn::Transaction>(
+        ctx_, conditional, group, *c.read_at,
+        ctx_.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(deadline));
+  }
+
+  // Moves the messages a commit of group `root_row` sent into their
+  // queues now; a failure leaves them in the outbox for the sweeper
+  // (Database::SweepQueues), which delivers them exactly once too.
+  void Deliver(const std::string& root_row) {
+    (void)Await<int>([&](auto cb) { txn::DeliverPending(ctx_, root_row, std::move(cb)); });
+  }
+
+  absl::StatusOr<gateway::CommitReply> Commit(const gateway::CommitRequest& req) {
+    MS_ASSIGN_OR_RETURN(CommitTarget c, CheckCommit(req));
     absl::StatusOr<txn::CommitInfo> info;
-    if (!req.read_token().empty()) {
+    if (c.read_at) {
       // Commit right after the read: the next position, or a conflict.
-      absl::StatusOr<gateway::ReadToken> decoded = DecodeToken(mac_, req.read_token());
-      if (decoded.ok()) decoded = CheckToken(*std::move(decoded), root_row);
-      if (!decoded.ok()) {
-        bad_read_token_ = true;
-        return decoded.status();
-      }
-      const gateway::ReadToken& token = *decoded;
-      if (token.inconsistent()) {
-        inconsistent_token_ = true;
-        return absl::FailedPreconditionError(
-            "read_token: from an inconsistent read, which saw no position a commit could be "
-            "conditional on; read again at level current or snapshot");
-      }
-      replication::GroupRef group;
-      group.set_table(db_->layout().entity_table());
-      group.set_root(root_row);
-      replication::LogPosition at;
-      at.position = token.position();
-      at.timestamp = token.timestamp();
-      at.next_leader = token.next_leader();
-      at.replica = token.replica();
-      // Conditional on nothing committed in the group since the token's
-      // read, whatever it wrote: the reads behind the token are not this
-      // transaction's, so a lost position is never promoted past.
-      TransactionOptions conditional = options_;
-      conditional.promote = false;
-      auto t = std::make_shared<txn::Transaction>(
-          ctx_, conditional, group, at,
-          ctx_.client->env()->MonotonicMicros() + absl::ToInt64Microseconds(options_.deadline));
+      std::shared_ptr<txn::Transaction> t = AtToken(c, options_.deadline);
       MS_RETURN_IF_ERROR(Apply(req, *t));
       info = Await<txn::CommitInfo>([&](auto cb) { t->Commit(std::move(cb)); });
     } else {
       // A blind write: retried on conflict (it read nothing that could change).
       info = Await<txn::CommitInfo>([&](auto cb) {
         txn::RunAtRow(
-            ctx_, root_row,
+            ctx_, c.root_row,
             [&](std::shared_ptr<txn::Transaction> t, absl::AnyInvocable<void(absl::Status)> done) {
               done(Apply(req, *t));
             },
@@ -440,10 +485,111 @@ class RequestHandler {
       });
     }
     if (!info.ok()) return info.status();
+    if (info->wrote && req.sends_size() > 0) Deliver(c.root_row);
+    return CommitReplyOf(*info);
+  }
+
+  static gateway::CommitReply CommitReplyOf(const txn::CommitInfo& info) {
     gateway::CommitReply reply;
-    reply.set_position(info->position);
-    reply.set_timestamp(info->timestamp);
-    reply.set_wrote(info->wrote);
+    reply.set_position(info.position);
+    reply.set_timestamp(info.timestamp);
+    reply.set_wrote(info.wrote);
+    return reply;
+  }
+
+  // Commits to several groups at once (txn::CommitAcross: two-phase commit
+  // when more than one is written). With any read token the whole commit is
+  // conditional and a conflict is the client's (409); all blind, a
+  // conflict is retried from the groups' current positions.
+  absl::StatusOr<gateway::CommitReply> CommitAcross(const gateway::CommitAcrossRequest& req) {
+    if (req.commits_size() == 0) return absl::InvalidArgumentError("commits: none given");
+    if (req.commits_size() > kMaxCommitGroups)
+      return absl::InvalidArgumentError(StrCat("commits: ", req.commits_size(),
+                                               " entity groups; one commit writes at most ",
+                                               kMaxCommitGroups));
+    std::vector<CommitTarget> targets;
+    std::map<std::string, int> group_of;  // root row -> its commits[] index
+    bool conditional = false;
+    for (int i = 0; i < req.commits_size(); ++i) {
+      absl::StatusOr<CommitTarget> c = CheckCommit(req.commits(i));
+      if (!c.ok())
+        return absl::Status(c.status().code(), StrCat("commits[", i, "].", c.status().message()));
+      if (auto [it, added] = group_of.emplace(c->root_row, i); !added)
+        return absl::InvalidArgumentError(StrCat("commits[", i, "]: the entity group of commits[",
+                                                 it->second,
+                                                 "]; give each group once, with all its writes"));
+      conditional = conditional || c->read_at.has_value();
+      targets.push_back(*std::move(c));
+    }
+    Retry retry = txn::TransactionRetry(ctx_.client->env(), options_);
+    while (true) {
+      txn::TransactionOptions attempt = options_;
+      MS_RETURN_IF_ERROR(txn::StartAttempt(retry, options_.deadline, &attempt));
+      std::vector<std::shared_ptr<txn::Transaction>> parts;
+      absl::Status failed;
+      for (size_t i = 0; i < targets.size() && failed.ok(); ++i) {
+        const CommitTarget& c = targets[i];
+        absl::StatusOr<std::shared_ptr<txn::Transaction>> t =
+            c.read_at ? AtToken(c, attempt.deadline)
+                      : BeginAt(c.root_row, replication::ReadLevel::kCurrent,
+                                ctx_.client->options().local, attempt.deadline);
+        if (t.ok()) {
+          failed = Apply(req.commits(static_cast<int>(i)), **t);
+          parts.push_back(*std::move(t));
+        } else {
+          failed = t.status();
+        }
+        if (!failed.ok()) {
+          // Nothing was proposed: a position not found is as retryable as
+          // a conflict (blind parts only); anything else is the answer.
+          if (!txn::PositionFailure(failed) || conditional)
+            return absl::Status(failed.code(), StrCat("commits[", i, "].", failed.message()));
+        }
+      }
+      if (failed.ok()) {
+        absl::StatusOr<txn::CommitInfo> info =
+            Await<txn::CommitInfo>([&](auto cb) { txn::CommitAcross(ctx_, parts, std::move(cb)); });
+        if (info.ok()) {
+          for (int i = 0; i < req.commits_size(); ++i)
+            if (info->wrote && req.commits(i).sends_size() > 0)
+              Deliver(targets[static_cast<size_t>(i)].root_row);
+          return CommitReplyOf(*info);
+        }
+        if (!absl::IsAborted(info.status()) || conditional) return info.status();
+        failed = info.status();
+      }
+      parts.clear();
+      if (!retry.SleepBeforeRetry()) {
+        if (retry.attempts_left()) return txn::DeadlinePassed(options_.deadline, retry.attempts());
+        return failed;
+      }
+    }
+  }
+
+  absl::StatusOr<gateway::ReadQueueReply> ReadQueue(const gateway::ReadQueueRequest& req) {
+    MS_ASSIGN_OR_RETURN(const schema::TableDescriptor* root, Table(req.root_table(), "root_table"));
+    MS_ASSIGN_OR_RETURN(
+        std::vector<schema::KeyValue> root_key,
+        schema::KeyFromJson(*root, root->primary_key(), req.root_key(), "root_key"));
+    MS_RETURN_IF_ERROR(CheckQueueName(req.queue(), "queue"));
+    MS_ASSIGN_OR_RETURN(const int64_t limit, PageLimit(req.limit()));
+    MS_ASSIGN_OR_RETURN(replication::ReadLevel level,
+                        ParseLevel(req.level(), replication::ReadLevel::kCurrent));
+    MS_ASSIGN_OR_RETURN(int replica, Replica(req.replica()));
+    MS_ASSIGN_OR_RETURN(auto t, Begin(*root, root_key, level, replica));
+    MS_ASSIGN_OR_RETURN(std::vector<txn::QueueMessage> messages,
+                        Await<std::vector<txn::QueueMessage>>(
+                            [&](auto cb) { t->ReadQueue(req.queue(), limit, std::move(cb)); }));
+    gateway::ReadQueueReply reply;
+    for (txn::QueueMessage& m : messages) {
+      gateway::QueueMessage* out = reply.add_messages();
+      out->set_id(std::move(m.id));
+      out->set_queue(std::move(m.queue));
+      out->set_body(std::move(m.body));
+    }
+    reply.set_read_token(EncodeToken(mac_, *t));
+    reply.set_position(t->position().position);
+    reply.set_replica(ReplicaName(t->position().replica));
     return reply;
   }
 
@@ -520,10 +666,11 @@ Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
     }
     principal = it->second;
   }
-  if (options_.authorize && (path == "/v1/get" || path == "/v1/batchGet" || path == "/v1/query" ||
-                             path == "/v1/commit" || path == "/v1/schema")) {
-    if (absl::Status s =
-            options_.authorize(principal, path == "/v1/commit", db_->layout().entity_table());
+  const bool writes = path == "/v1/commit" || path == "/v1/commitAcross";
+  if (options_.authorize &&
+      (writes || path == "/v1/get" || path == "/v1/batchGet" || path == "/v1/query" ||
+       path == "/v1/readQueue" || path == "/v1/schema")) {
+    if (absl::Status s = options_.authorize(principal, writes, db_->layout().entity_table());
         !s.ok()) {
       Count(path, HttpStatus(s), Refusal::kDenied);
       return Error(s, "ACCESS_DENIED");
@@ -546,14 +693,21 @@ Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
   } else if (path == "/v1/commit") {
     reply = Serve<gateway::CommitRequest>(body, depth, &too_deep, h,
                                           [&](const auto& r) { return h.Commit(r); });
+  } else if (path == "/v1/commitAcross") {
+    reply = Serve<gateway::CommitAcrossRequest>(body, depth, &too_deep, h,
+                                                [&](const auto& r) { return h.CommitAcross(r); });
+  } else if (path == "/v1/readQueue") {
+    reply = Serve<gateway::ReadQueueRequest>(body, depth, &too_deep, h,
+                                             [&](const auto& r) { return h.ReadQueue(r); });
   } else if (path == "/v1/schema") {
     reply = Json(db_->layout().schema().schema());
   } else {
     endpoint = "other";
-    reply = Error(absl::NotFoundError(StrCat("no endpoint ", path,
-                                             "; try /v1/get, /v1/batchGet, /v1/query, /v1/commit, "
-                                             "/v1/schema")),
-                  "NO_SUCH_ENDPOINT");
+    reply =
+        Error(absl::NotFoundError(StrCat("no endpoint ", path,
+                                         "; try /v1/get, /v1/batchGet, /v1/query, /v1/readQueue, "
+                                         "/v1/commit, /v1/commitAcross, /v1/schema")),
+              "NO_SUCH_ENDPOINT");
   }
   Count(endpoint, reply.status,
         too_deep             ? Refusal::kTooDeep
@@ -563,86 +717,11 @@ Gateway::Reply Gateway::Handle(const std::string& path, const std::string& body,
   return reply;
 }
 
-void Gateway::Count(const std::string& path, int status, Refusal refusal) {
-  std::lock_guard<std::mutex> l(stats_mu_);
-  ++stats_.replies[{path, status}];
-  switch (refusal) {
-    case Refusal::kNone:
-      break;
-    case Refusal::kTooDeep:
-      ++stats_.too_deep;
-      break;
-    case Refusal::kPageTooLarge:
-      ++stats_.page_too_large;
-      break;
-    case Refusal::kBadReadToken:
-      ++stats_.bad_read_token;
-      break;
-    case Refusal::kWrongMethod:
-      ++stats_.wrong_method;
-      break;
-    case Refusal::kUnauthenticated:
-      ++stats_.unauthenticated;
-      break;
-    case Refusal::kDenied:
-      ++stats_.denied;
-      break;
-  }
-}
-
-GatewayStats Gateway::stats() const {
-  std::lock_guard<std::mutex> l(stats_mu_);
-  return stats_;
-}
-
-std::string GatewayStatsMetrics(const GatewayStats& s) {
-  std::string out =
-      "# HELP megastore_gateway_replies_total Gateway replies, by endpoint and HTTP status.\n"
-      "# TYPE megastore_gateway_replies_total counter\n";
-  for (const auto& [key, n] : s.replies)
-    out += StrCat("megastore_gateway_replies_total{endpoint=\"", key.first, "\",code=\"",
-                  key.second, "\"} ", n, "\n");
-  out +=
-      "# HELP megastore_gateway_refusals_total Gateway requests refused by a limit or a seal: "
-      "json_depth "
-      "(--gateway-max-json-depth), page_limit (--gateway-max-page), read_token (forged, altered or "
-      "foreign), "
-      "method, token (an unknown bearer token), access (the access policy).\n"
-      "# TYPE megastore_gateway_refusals_total counter\n";
-  out += StrCat("megastore_gateway_refusals_total{reason=\"json_depth\"} ", s.too_deep, "\n",
-                "megastore_gateway_refusals_total{reason=\"page_limit\"} ", s.page_too_large, "\n",
-                "megastore_gateway_refusals_total{reason=\"read_token\"} ", s.bad_read_token, "\n",
-                "megastore_gateway_refusals_total{reason=\"method\"} ", s.wrong_method, "\n",
-                "megastore_gateway_refusals_total{reason=\"token\"} ", s.unauthenticated, "\n",
-                "megastore_gateway_refusals_total{reason=\"access\"} ", s.denied, "\n");
-  return out;
-}
-
-absl::StatusOr<std::map<std::string, std::string>> LoadGatewayTokens(const std::string& path) {
-  MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 16 << 20));
-  std::map<std::string, std::string> tokens;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    constexpr absl::string_view kPrefix = "sha256:";
-    if (parts.size() != 2 || parts[0].substr(0, kPrefix.size()) != kPrefix ||
-        parts[0].size() != kPrefix.size() + 64 ||
-        parts[0].find_first_not_of("0123456789abcdef", kPrefix.size()) != std::string_view::npos)
-      return absl::InvalidArgumentError(
-          StrCat(path, ":", line_number,
-                 ": not \"sha256:HEX PRINCIPAL\" (msadmin acl token writes these lines)"));
-    tokens[std::string(parts[0].substr(kPrefix.size()))] = std::string(parts[1]);
-  }
-  return tokens;
-}
-
 absl::Status Gateway::Start() {
   server_ = std::make_unique<http::HttpServer>(options_.listen, options_.workers);
-  static constexpr const char* kEndpoints[] = {
-      "/v1/get", "/v1/batchGet", "/v1/query", "/v1/commit", "/v1/schema", "/healthz", "/readyz"};
+  static constexpr const char* kEndpoints[] = {"/v1/get",       "/v1/batchGet", "/v1/query",
+                                               "/v1/readQueue", "/v1/commit",   "/v1/commitAcross",
+                                               "/v1/schema",    "/healthz",     "/readyz"};
   for (const char* path : kEndpoints) {
     const std::string p = path;
     server_->HandleRequests(p, [this, p](const http::Request& req) {

@@ -17,12 +17,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace megastore::gateway;
   if (size < 1) return 0;
   std::unique_ptr<google::protobuf::Message> request;
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0:
       request = std::make_unique<GetRequest>();
       break;
     case 1:
       request = std::make_unique<QueryRequest>();
+      break;
+    case 2:
+      request = std::make_unique<ReadQueueRequest>();
+      break;
+    case 3:
+      request = std::make_unique<CommitAcrossRequest>();
       break;
     default:
       request = std::make_unique<CommitRequest>();

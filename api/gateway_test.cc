@@ -339,6 +339,169 @@ TEST_F(GatewayTest, AReadTokenMakesACommitConditionalOnNothingChangingSince) {
             std::string::npos);
 }
 
+// /v1/commitAcross writes several groups atomically (two-phase commit):
+// conditional on every read token given, all or nothing.
+TEST_F(GatewayTest, CommitAcrossWritesSeveralGroupsAtomically) {
+  auto user = [](const std::string& id, const std::string& name, const std::string& token = "") {
+    return StrCat(R"({"root_table": "User", "root_key": [")", id, R"("],)",
+                  token.empty() ? "" : StrCat(R"( "read_token": ")", token, R"(",)"),
+                  R"( "mutations": [{"table": "User", "put": {"user_id": ")", id, R"(", "name": ")",
+                  name, R"("}}]})");
+  };
+  Gateway::Reply blind = Post("/v1/commitAcross", StrCat(R"({"commits": [)", user("20", "a1"), ",",
+                                                         user("21", "b1"), "]}"));
+  ASSERT_EQ(blind.status, 200) << blind.json;
+  EXPECT_NE(blind.json.find(R"("wrote":true)"), std::string::npos) << blind.json;
+  auto name_of = [&](const std::string& id) {
+    return StringField(Post("/v1/get", StrCat(R"({"table": "User", "key": [")", id, R"("]})")).json,
+                       "name");
+  };
+  EXPECT_EQ(name_of("20"), "a1");
+  EXPECT_EQ(name_of("21"), "b1");
+
+  // Conditional on both reads: a commit in one group since makes the
+  // whole commit 409, and neither group is written.
+  auto token_of = [&](const std::string& id) {
+    return StringField(Post("/v1/get", StrCat(R"({"table": "User", "key": [")", id, R"("]})")).json,
+                       "readToken");
+  };
+  const std::string t20 = token_of("20"), t21 = token_of("21");
+  ASSERT_EQ(Post("/v1/commit", user("21", "b2")).status, 200);
+  Gateway::Reply stale = Post("/v1/commitAcross", StrCat(R"({"commits": [)", user("20", "a3", t20),
+                                                         ",", user("21", "b3", t21), "]}"));
+  EXPECT_EQ(stale.status, 409) << stale.json;
+  EXPECT_EQ(name_of("20"), "a1") << "an aborted two-phase commit wrote its other group";
+  EXPECT_EQ(name_of("21"), "b2");
+  Gateway::Reply fresh =
+      Post("/v1/commitAcross", StrCat(R"({"commits": [)", user("20", "a4", token_of("20")), ",",
+                                      user("21", "b4", token_of("21")), "]}"));
+  ASSERT_EQ(fresh.status, 200) << fresh.json;
+  EXPECT_EQ(name_of("20"), "a4");
+  EXPECT_EQ(name_of("21"), "b4");
+
+  // One group, once: the same as /v1/commit (no two-phase commit).
+  Gateway::Reply one = Post("/v1/commitAcross", StrCat(R"({"commits": [)", user("22", "c"), "]}"));
+  ASSERT_EQ(one.status, 200) << one.json;
+  EXPECT_NE(StringField(one.json, "position"), "0") << one.json;
+
+  std::string seventeen;
+  for (int i = 0; i < 17; ++i) seventeen += StrCat(i ? "," : "", user(StrCat(100 + i), "x"));
+  struct Case {
+    std::string body, expect;
+    int status;
+  };
+  const std::vector<Case> bad = {
+      {R"({"commits": []})", "commits: none given", 400},
+      {StrCat(R"({"commits": [)", user("20", "d"), ",", user("20", "e"), "]}"),
+       "commits[1]: the entity group of commits[0]", 400},
+      {StrCat(R"({"commits": [)", seventeen, "]}"), "at most 16", 400},
+      {StrCat(R"({"commits": [)", user("20", "d"), R"(, {"root_table": "Nope", "root_key": [1],
+          "mutations": [{"table": "User", "put": {"user_id": "1"}}]}]})"),
+       "commits[1].root_table: no table Nope", 404},
+      {StrCat(R"({"commits": [)", user("20", "d"), ",", user("21", "e", "bm90IGEgdG9rZW4"), "]}"),
+       "commits[1].read_token", 400},
+      {StrCat(R"({"commits": [)", user("20", "d"), R"(, {"root_table": "User", "root_key": ["21"],
+          "mutations": [{"table": "User", "put": {"user_id": "21", "age": 3}}]}]})"),
+       "commits[1].mutations[0]", 400},
+  };
+  for (const Case& c : bad) {
+    Gateway::Reply r = Post("/v1/commitAcross", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.json;
+    EXPECT_NE(r.json.find(c.expect), std::string::npos) << c.body << " -> " << r.json;
+  }
+  EXPECT_EQ(name_of("20"), "a4") << "a refused commit wrote";
+  EXPECT_EQ(name_of("21"), "b4") << "a refused commit wrote";
+}
+
+// Queues: a commit sends messages (atomically with its writes, delivered
+// once); /v1/readQueue reads them with a token; a commit carrying that
+// token consumes them, and only one commit can.
+TEST_F(GatewayTest, QueuesSendReadAndConsumeExactlyOnce) {
+  Gateway::Reply sent = Post("/v1/commit", R"({"root_table": "User", "root_key": ["30"],
+      "mutations": [{"table": "User", "put": {"user_id": "30", "name": "sender"}}],
+      "sends": [{"root_table": "User", "root_key": ["31"], "queue": "inbox", "body": "aGVsbG8="},
+                {"root_table": "User", "root_key": ["31"], "queue": "inbox", "body": "d29ybGQ="}]})");
+  ASSERT_EQ(sent.status, 200) << sent.json;
+  const std::string read_31 = R"({"root_table": "User", "root_key": ["31"], "queue": "inbox"})";
+  Gateway::Reply waiting = Post("/v1/readQueue", read_31);
+  ASSERT_EQ(waiting.status, 200) << waiting.json;
+  EXPECT_NE(waiting.json.find(R"("body":"aGVsbG8=")"), std::string::npos) << waiting.json;
+  EXPECT_NE(waiting.json.find(R"("body":"d29ybGQ=")"), std::string::npos) << waiting.json;
+  const std::string id = StringField(waiting.json, "id");
+  const std::string token = StringField(waiting.json, "readToken");
+  ASSERT_FALSE(id.empty()) << waiting.json;
+  auto consume = [&](const std::string& tok, const std::string& message_id) {
+    return Post("/v1/commit",
+                StrCat(R"({"root_table": "User", "root_key": ["31"], )",
+                       tok.empty() ? "" : StrCat(R"("read_token": ")", tok, R"(", )"),
+                       R"("consumes": [{"queue": "inbox", "id": ")", message_id, R"("}]})"));
+  };
+  Gateway::Reply blind = consume("", id);
+  EXPECT_EQ(blind.status, 400) << blind.json;
+  EXPECT_NE(blind.json.find("consumes: give the read_token"), std::string::npos) << blind.json;
+  Gateway::Reply bad_id = consume(token, "../x");
+  EXPECT_EQ(bad_id.status, 400) << bad_id.json;
+  EXPECT_NE(bad_id.json.find("consumes[0].id"), std::string::npos) << bad_id.json;
+  Gateway::Reply first = consume(token, id);
+  ASSERT_EQ(first.status, 200) << first.json;
+  Gateway::Reply twice = consume(token, id);
+  EXPECT_EQ(twice.status, 409) << "one read, two consumers: " << twice.json;
+  Gateway::Reply left = Post("/v1/readQueue", read_31);
+  ASSERT_EQ(left.status, 200) << left.json;
+  EXPECT_EQ(left.json.find(id), std::string::npos) << left.json;
+  EXPECT_NE(left.json.find(R"("id":")"), std::string::npos) << "the other one waits: " << left.json;
+
+  // Sent by a part of a two-phase commit: delivered once it commits.
+  Gateway::Reply across = Post("/v1/commitAcross", R"({"commits": [
+      {"root_table": "User", "root_key": ["32"],
+       "mutations": [{"table": "User", "put": {"user_id": "32", "name": "p"}}],
+       "sends": [{"root_table": "User", "root_key": ["31"], "queue": "other", "body": "eA=="}]},
+      {"root_table": "User", "root_key": ["33"],
+       "mutations": [{"table": "User", "put": {"user_id": "33", "name": "q"}}]}]})");
+  ASSERT_EQ(across.status, 200) << across.json;
+  Gateway::Reply other =
+      Post("/v1/readQueue",
+           R"({"root_table": "User", "root_key": ["31"], "queue": "other", "limit": 5})");
+  ASSERT_EQ(other.status, 200) << other.json;
+  EXPECT_NE(other.json.find(R"("body":"eA==")"), std::string::npos) << other.json;
+
+  struct Case {
+    std::string path, body, expect;
+    int status;
+  };
+  const std::vector<Case> bad = {
+      {"/v1/readQueue", R"({"root_table": "User", "root_key": ["31"]})", "queue: missing", 400},
+      {"/v1/readQueue",
+       StrCat(R"({"root_table": "User", "root_key": ["31"], "queue": ")", std::string(300, 'q'),
+              R"("})"),
+       "300 bytes", 400},
+      {"/v1/readQueue", R"({"root_table": "User", "root_key": ["31"], "queue": "q", "limit": -2})",
+       "limit: -2", 400},
+      {"/v1/commit", R"({"root_table": "User", "root_key": ["30"],
+          "sends": [{"root_table": "Nope", "root_key": [1], "queue": "q"}]})",
+       "sends[0].root_table: no table Nope", 404},
+      {"/v1/commit", R"({"root_table": "User", "root_key": ["30"],
+          "sends": [{"root_table": "User", "root_key": ["31"], "queue": ""}]})",
+       "sends[0].queue: missing", 400},
+      {"/v1/commit", R"({"root_table": "User", "root_key": ["30"]})", "none given", 400},
+  };
+  for (const Case& c : bad) {
+    Gateway::Reply r = Post(c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.json;
+    EXPECT_NE(r.json.find(c.expect), std::string::npos) << c.body << " -> " << r.json;
+  }
+  std::string many = R"({"root_table": "User", "root_key": ["30"], "sends": [)";
+  for (int i = 0; i < 101; ++i)
+    many += StrCat(i ? "," : "", R"({"root_table": "User", "root_key": ["31"], "queue": "q"})");
+  Gateway::Reply too_many = Post("/v1/commit", many + "]}");
+  EXPECT_EQ(too_many.status, 400) << too_many.json;
+  EXPECT_NE(too_many.json.find("at most 100"), std::string::npos) << too_many.json;
+  Gateway::Reply empty =
+      Post("/v1/readQueue", R"({"root_table": "User", "root_key": ["31"], "queue": "q"})");
+  EXPECT_NE(empty.json.find(R"("messages":[])"), std::string::npos)
+      << "refused sends sent nothing: " << empty.json;
+}
+
 // A read token carries the position and timestamp a commit builds on; a
 // client that re-encodes one (say, with a far-future position) must get
 // nothing committed. Before tokens were sealed, such a commit succeeded at
@@ -404,14 +567,22 @@ TEST_F(GatewayTest, BearerTokensAndTheAccessCheckDecideWhoMayDoWhat) {
   Gateway::Reply denied = g.Handle("/v1/commit", put, "Bearer reader-token");
   EXPECT_EQ(denied.status, 403) << denied.json;
   EXPECT_NE(denied.json.find("PERMISSION_DENIED"), std::string::npos) << denied.json;
+  Gateway::Reply denied_across =
+      g.Handle("/v1/commitAcross", StrCat(R"({"commits": [)", put, "]}"), "Bearer reader-token");
+  EXPECT_EQ(denied_across.status, 403) << denied_across.json;
+  EXPECT_EQ(g.Handle("/v1/readQueue", R"({"rootTable": "User", "rootKey": ["9"], "queue": "q"})",
+                     "Bearer reader-token")
+                .status,
+            200);
   EXPECT_EQ(g.Handle("/v1/commit", put, "Bearer wrong").status, 401);
   EXPECT_EQ(g.Handle("/v1/commit", put, "Basic cmVhZGVy").status, 401);
   EXPECT_EQ(g.Handle("/v1/commit", put, "", "tls-writer").status, 200)
       << "without a token: the TLS principal";
   EXPECT_EQ(asked, (std::vector<std::string>{"reader read PhotoApp", "reader write PhotoApp",
+                                             "reader write PhotoApp", "reader read PhotoApp",
                                              "tls-writer write PhotoApp"}));
   EXPECT_EQ(g.stats().unauthenticated, 2u);
-  EXPECT_EQ(g.stats().denied, 1u);
+  EXPECT_EQ(g.stats().denied, 2u);
 }
 
 TEST(GatewayTokens, TheFileHoldsHashesAndItsMistakesAreNamedByLine) {
