@@ -385,10 +385,20 @@ class RequestHandler {
         return absl::InvalidArgumentError(StrCat(what, ".id: \"",
                                                  absl::CEscape(m.id().substr(0, kMaxMessageId)),
                                                  "\" is not a message id /v1/readQueue returned"));
-      txn::QueueMessage message;
-      message.id = m.id();
-      message.queue = m.queue();
-      if (absl::Status s = t.Consume(message); !s.ok())
+      // Waiting as of the read (and, the commit being conditional on that
+      // read, still waiting at commit): a message consumed already, by
+      // another commit or earlier in this one, is refused, never consumed twice.
+      MS_ASSIGN_OR_RETURN(std::optional<txn::QueueMessage> message,
+                          Await<std::optional<txn::QueueMessage>>([&](auto cb) {
+                            t.ReadMessage(m.queue(), m.id(), std::move(cb));
+                          }));
+      if (!message)
+        return absl::FailedPreconditionError(
+            StrCat(what, ": message ", m.id(), " is not waiting in queue \"",
+                   absl::CEscape(m.queue()),
+                   "\" as of the read token's read (consumed already, or never sent); nothing "
+                   "was written"));
+      if (absl::Status s = t.Consume(*message); !s.ok())
         return absl::Status(s.code(), StrCat(what, ": ", s.message()));
     }
     return absl::OkStatus();
@@ -412,9 +422,9 @@ class RequestHandler {
     if (req.sends_size() > kMaxSends)
       return absl::InvalidArgumentError(
           StrCat("sends: ", req.sends_size(), " messages; one commit sends at most ", kMaxSends));
-    if (req.consumes_size() > max_page_)
+    if (req.consumes_size() > kMaxBatch)
       return absl::InvalidArgumentError(StrCat(
-          "consumes: ", req.consumes_size(), " messages; one commit consumes at most ", max_page_));
+          "consumes: ", req.consumes_size(), " messages; one commit consumes at most ", kMaxBatch));
     if (req.read_token().empty()) {
       if (req.consumes_size() > 0)
         return absl::InvalidArgumentError(
@@ -507,6 +517,11 @@ class RequestHandler {
       return absl::InvalidArgumentError(StrCat("commits: ", req.commits_size(),
                                                " entity groups; one commit writes at most ",
                                                kMaxCommitGroups));
+    int sends = 0;
+    for (const gateway::CommitRequest& c : req.commits()) sends += c.sends_size();
+    if (sends > kMaxSends)
+      return absl::InvalidArgumentError(
+          StrCat("commits: ", sends, " messages sent in all; one commit sends at most ", kMaxSends));
     std::vector<CommitTarget> targets;
     std::map<std::string, int> group_of;  // root row -> its commits[] index
     bool conditional = false;

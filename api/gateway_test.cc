@@ -378,6 +378,16 @@ TEST_F(GatewayTest, CommitAcrossWritesSeveralGroupsAtomically) {
   ASSERT_EQ(fresh.status, 200) << fresh.json;
   EXPECT_EQ(name_of("20"), "a4");
   EXPECT_EQ(name_of("21"), "b4");
+  // A part that changes nothing (a guard: it rewrites what it read) is
+  // conditional all the same.
+  const std::string guard = token_of("20");
+  ASSERT_EQ(Post("/v1/commit", user("20", "a5")).status, 200);
+  ASSERT_EQ(Post("/v1/commit", user("20", "a4")).status, 200);  // back as the guard read it
+  Gateway::Reply guarded =
+      Post("/v1/commitAcross", StrCat(R"({"commits": [)", user("20", "a4", guard), ",",
+                                      user("21", "b5", token_of("21")), "]}"));
+  EXPECT_EQ(guarded.status, 409) << "the guard's group changed since its read: " << guarded.json;
+  EXPECT_EQ(name_of("21"), "b4");
 
   // One group, once: the same as /v1/commit (no two-phase commit).
   Gateway::Reply one = Post("/v1/commitAcross", StrCat(R"({"commits": [)", user("22", "c"), "]}"));
@@ -446,6 +456,20 @@ TEST_F(GatewayTest, QueuesSendReadAndConsumeExactlyOnce) {
   ASSERT_EQ(first.status, 200) << first.json;
   Gateway::Reply twice = consume(token, id);
   EXPECT_EQ(twice.status, 409) << "one read, two consumers: " << twice.json;
+  // A later read's token does not make a consumed message consumable again,
+  // nor does naming one message twice in a commit.
+  const std::string later = StringField(Post("/v1/readQueue", read_31).json, "readToken");
+  Gateway::Reply again = consume(later, id);
+  EXPECT_EQ(again.status, 412) << again.json;
+  EXPECT_NE(again.json.find("is not waiting in queue"), std::string::npos) << again.json;
+  const std::string other_id = StringField(Post("/v1/readQueue", read_31).json, "id");
+  ASSERT_FALSE(other_id.empty());
+  Gateway::Reply doubled =
+      Post("/v1/commit", StrCat(R"({"root_table": "User", "root_key": ["31"], "read_token": ")",
+                                later, R"(", "consumes": [{"queue": "inbox", "id": ")", other_id,
+                                R"("}, {"queue": "inbox", "id": ")", other_id, R"("}]})"));
+  EXPECT_EQ(doubled.status, 412) << doubled.json;
+  EXPECT_NE(doubled.json.find("consumes[1]"), std::string::npos) << doubled.json;
   Gateway::Reply left = Post("/v1/readQueue", read_31);
   ASSERT_EQ(left.status, 200) << left.json;
   EXPECT_EQ(left.json.find(id), std::string::npos) << left.json;

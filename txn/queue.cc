@@ -72,6 +72,23 @@ void Transaction::ReadQueue(std::string queue, int64_t limit,
       });
 }
 
+void Transaction::ReadMessage(std::string queue, std::string id,
+                              Callback<std::optional<QueueMessage>> done) {
+  std::string row = QueuePrefix(group_.root(), queue) + id;
+  RawGet(row, [queue = std::move(queue), id = std::move(id), done = std::move(done)](
+                  absl::StatusOr<std::map<std::string, std::string>> cells) mutable {
+    if (!cells.ok()) return done(cells.status());
+    auto body = cells->find(kBodyColumn);
+    if (body == cells->end()) return done(std::optional<QueueMessage>());
+    QueueMessage m;
+    m.id = std::move(id);
+    m.queue = std::move(queue);
+    m.body = body->second;
+    if (auto source = cells->find(kSourceColumn); source != cells->end()) m.source = source->second;
+    done(std::optional<QueueMessage>(std::move(m)));
+  });
+}
+
 absl::Status Transaction::Consume(const QueueMessage& m) {
   if (m.id.empty()) return absl::InvalidArgumentError("the message has no id");
   RawWrite(QueuePrefix(group_.root(), m.queue) + m.id,

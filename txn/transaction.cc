@@ -446,7 +446,10 @@ void Transaction::FinishCommit(Callback<CommitInfo> done) {
     prepare = prepare_;
   }
   if (!built.ok()) return done(built);
-  if (entry.changes_size() == 0) {
+  // A prepare proposes its (maybe empty) prepared row even when nothing
+  // changes: that proposal is what makes the part conditional on nothing
+  // having committed in its group since its reads.
+  if (entry.changes_size() == 0 && !prepare) {
     CommitInfo info;
     info.position = position_.position;
     info.timestamp = position_.timestamp;

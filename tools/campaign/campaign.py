@@ -108,6 +108,7 @@ def final_phase(rec, workload, cluster_, timeout, deadline_s=90):
                 problems.append(f"final {f} {key or ''} did not succeed in {deadline_s} s")
                 break
             time.sleep(0.5)
+            value = workload.retry_value(f, key, value)
     gw.close()
     return problems
 

@@ -24,12 +24,23 @@ Workloads (their data: Slot rows of the Campaign schema's groups):
   bank        — transfers between five accounts of one group
                 (read-modify-write with the read token) and reads of every
                 account at the current or snapshot level: totals conserved.
+  bank-across — transfers between five accounts, each its own group, by
+                two-phase commit (/v1/commitAcross, conditional on both
+                reads); each account keeps a ledger of the transfers it took
+                part in, written with its balance: all or nothing.
+  queue       — messages sent from three groups to two groups' queues
+                (some by a two-phase commit's part); consumers read a queue
+                and consume what they read in a commit conditional on the
+                read that also writes a receipt listing it: each message
+                delivered exactly once, none lost.
 """
 
+import base64
 import http.client
 import itertools
 import json
 import threading
+import time
 
 NOT_COMMITTED = {400, 401, 403, 404, 405, 409, 412, 413, 429, 503}
 
@@ -89,11 +100,11 @@ def _error(status, reply):
     return f"{status} {message[:160]}"
 
 
-def _commit(gw, body):
-    """Sends a commit: (outcome, error) with outcome ok, fail (certainly
-    not committed) or info (unknown)."""
+def _commit(gw, body, path="/v1/commit"):
+    """Sends a commit (or a /v1/commitAcross): (outcome, error) with outcome
+    ok, fail (certainly not committed) or info (unknown)."""
     try:
-        status, reply = gw.post("/v1/commit", body)
+        status, reply = gw.post(path, body)
     except NotSent as e:
         return "fail", f"not sent: {e}"
     except Sent as e:
@@ -137,8 +148,14 @@ class Workload:
         """Writes the initial data (before any client starts)."""
 
     def final_ops(self):
-        """Operations run once at the end, after the faults healed."""
+        """Operations run once at the end, after the faults healed, each
+        until it succeeds (a generator may look at what the earlier ones
+        found)."""
         return []
+
+    def retry_value(self, f, key, value):
+        """The value of a final operation tried again after it failed."""
+        return value
 
     def msck_args(self):
         return [f"--model={self.name}"]
@@ -333,12 +350,205 @@ class Bank(Workload):
         return [("read", None, {"level": "current"})]
 
 
-WORKLOADS = {"register": Register, "list-append": ListAppend, "bank": Bank}
+class BankAcross(Workload):
+    name = "bank-across"
+    ACCOUNTS = {f"a{i}": 200 + i for i in range(5)}  # account -> its group
+    BALANCE = 100
+
+    def msck_args(self):
+        return ["--model=ledger", f"--initial={self.BALANCE}"]
+
+    def _account(self, acct, balance, ledger):
+        g = str(self.ACCOUNTS[acct])
+        return {"table": "Slot", "put": {"grp": g, "name": "account", "value": str(balance),
+                                         "elems": [str(x) for x in ledger]}}
+
+    def setup(self, gw):
+        for acct, g in self.ACCOUNTS.items():
+            status, reply = gw.post("/v1/commit", {"rootTable": "Grp", "rootKey": [str(g)],
+                                                   "mutations": [self._account(acct, self.BALANCE,
+                                                                               [])]})
+            if status != 200:
+                raise RuntimeError(f"bank-across setup: {_error(status, reply)}")
+
+    def next_op(self, rng):
+        if rng.random() < 0.7:
+            a, b = rng.sample(sorted(self.ACCOUNTS), 2)
+            return "transfer", None, {"id": self.unique(), "from": a, "to": b,
+                                      "amount": rng.randint(1, 10)}
+        return "read", None, {"accounts": sorted(rng.sample(sorted(self.ACCOUNTS),
+                                                            rng.randint(2, 5)))}
+
+    def _read(self, gw, accounts):
+        """({account: (balance, ledger, read token)}, error)."""
+        status, reply = gw.post("/v1/batchGet", {"gets": [
+            {"table": "Slot", "key": _slot_key(self.ACCOUNTS[a], "account"), "level": "current"}
+            for a in accounts]})
+        if status != 200:
+            return None, _error(status, reply)
+        replies = reply.get("replies", [])
+        if not isinstance(replies, list) or len(replies) != len(accounts):
+            return None, f"gateway answered {len(replies)} replies for {len(accounts)} gets"
+        out = {}
+        for a, r in zip(accounts, replies):
+            e = r.get("entity") if r.get("found") else None
+            if not e or e.get("value") is None:
+                return None, f"account {a} missing: {r}"
+            out[a] = (int(e["value"]), [int(x) for x in e.get("elems", [])],
+                      r.get("readToken", ""))
+        return out, ""
+
+    def run(self, gw, f, key, value):
+        if f == "touch":
+            outcome, error = _commit(gw, {"rootTable": "Grp", "rootKey": [key], "mutations": [
+                {"table": "Slot", "put": {"grp": key, "name": "touch",
+                                          "value": str(self.unique())}}]})
+            return outcome, value, error
+        accounts = value["accounts"] if f == "read" else [value["from"], value["to"]]
+        try:
+            read, err = self._read(gw, accounts)
+        except (Sent, NotSent) as e:
+            return "fail", value, str(e)
+        if read is None:
+            return "fail", value, err
+        if f == "read":
+            return "ok", {a: {"balance": b, "ledger": l} for a, (b, l, _) in read.items()}, ""
+        a, b, amount, tid = value["from"], value["to"], value["amount"], value["id"]
+        if read[a][0] < amount:
+            return "fail", value, "insufficient funds"
+        commits = []
+        for acct, delta in ((a, -amount), (b, amount)):
+            balance, ledger, token = read[acct]
+            commits.append({"rootTable": "Grp", "rootKey": [str(self.ACCOUNTS[acct])],
+                            "readToken": token,
+                            "mutations": [self._account(acct, balance + delta, ledger + [tid])]})
+        outcome, error = _commit(gw, {"commits": commits}, "/v1/commitAcross")
+        return outcome, value, error
+
+    def final_ops(self):
+        # Every account group written once more first: a write settles a
+        # two-phase transaction its group still holds prepared (its phase
+        # two may have failed in a fault), as the next writer always does.
+        for acct, g in sorted(self.ACCOUNTS.items()):
+            yield "touch", str(g), None
+        yield "read", None, {"accounts": sorted(self.ACCOUNTS)}
+
+
+class Queue(Workload):
+    name = "queue"
+    SENDERS = [300, 301, 302]
+    RECEIVERS = [310, 311]
+    QUEUE = "q"
+    BATCH = 10  # messages one dequeue consumes at most
+    QUIET_S = 15  # the final drain stops after this long with nothing new (sweeps: 10 s)
+
+    def __init__(self, rng):
+        super().__init__(rng)
+        self.drained = False
+        self.final_got = False
+
+    def msck_args(self):
+        return ["--model=queue"] + (["--drained"] if self.drained else [])
+
+    def next_op(self, rng):
+        if rng.random() < 0.5:
+            return "enqueue", None, self.unique()
+        return "dequeue", f"g{rng.choice(self.RECEIVERS)}", f"c{self.unique()}"
+
+    def _enqueue(self, gw, mid):
+        sender, receiver = self.SENDERS[mid % 3], self.RECEIVERS[(mid // 3) % 2]
+        send = {"rootTable": "Grp", "rootKey": [str(receiver)], "queue": self.QUEUE,
+                "body": base64.b64encode(str(mid).encode()).decode()}
+        if mid % 4:
+            return _commit(gw, {"rootTable": "Grp", "rootKey": [str(sender)], "sends": [send]})
+        # Every fourth from a part of a two-phase commit with another sender.
+        other = self.SENDERS[(mid + 1) % 3]
+        return _commit(gw, {"commits": [
+            {"rootTable": "Grp", "rootKey": [str(sender)], "sends": [send], "mutations": [
+                {"table": "Slot", "put": {"grp": str(sender), "name": "sent", "value": str(mid)}}]},
+            {"rootTable": "Grp", "rootKey": [str(other)], "mutations": [
+                {"table": "Slot", "put": {"grp": str(other), "name": "sent", "value": str(mid)}}]},
+        ]}, "/v1/commitAcross")
+
+    def _dequeue(self, gw, grp, cid):
+        try:
+            status, reply = gw.post("/v1/readQueue", {"rootTable": "Grp", "rootKey": [grp],
+                                                      "queue": self.QUEUE, "limit": self.BATCH})
+        except (Sent, NotSent) as e:
+            return "fail", cid, str(e)
+        if status != 200:
+            return "fail", cid, _error(status, reply)
+        messages = reply.get("messages", [])
+        ids = [int(base64.b64decode(m["body"]).decode()) for m in messages]
+        if not ids:
+            return "ok", [], ""
+        outcome, error = _commit(gw, {
+            "rootTable": "Grp", "rootKey": [grp], "readToken": reply.get("readToken", ""),
+            "consumes": [{"queue": self.QUEUE, "id": m["id"]} for m in messages],
+            "mutations": [{"table": "Slot", "put": {"grp": grp, "name": f"receipt-{cid}",
+                                                    "elems": [str(x) for x in ids]}}]})
+        return outcome, ids, error
+
+    def _receipts(self, gw, grp):
+        found, cursor = {}, ""
+        while True:
+            try:
+                status, reply = gw.post("/v1/query", {"table": "Slot", "keyPrefix": [grp],
+                                                      "cursor": cursor})
+            except (Sent, NotSent) as e:
+                return "fail", None, str(e)
+            if status != 200:
+                return "fail", None, _error(status, reply)
+            for e in reply.get("entities", []):
+                name = e.get("name", "")
+                if name.startswith("receipt-"):
+                    found[name[len("receipt-"):]] = [int(x) for x in e.get("elems", [])]
+            cursor = reply.get("cursor", "")
+            if not cursor:
+                return "ok", found, ""
+
+    def run(self, gw, f, key, value):
+        if f == "enqueue":
+            outcome, error = self._enqueue(gw, value)
+            return outcome, value, error
+        grp = key[1:]
+        if f == "receipts":
+            return self._receipts(gw, grp)
+        outcome, ids, error = self._dequeue(gw, grp, value)
+        if outcome == "ok" and ids:
+            self.final_got = True
+        return outcome, ids, error
+
+    def retry_value(self, f, key, value):
+        # A dequeue's receipt is named by its id: a new attempt gets a new
+        # one (the failed attempt's receipt may exist).
+        return f"c{self.unique()}" if f == "dequeue" else value
+
+    def final_ops(self):
+        # Drain: dequeue every receiver until nothing new arrived for a
+        # while (a message left in an outbox by a fault waits for a sweep),
+        # then read every receipt.
+        quiet_from = time.monotonic()
+        while time.monotonic() - quiet_from < self.QUIET_S:
+            self.final_got = False
+            for r in self.RECEIVERS:
+                yield "dequeue", f"g{r}", f"c{self.unique()}"
+            if self.final_got:
+                quiet_from = time.monotonic()
+            else:
+                time.sleep(1.0)
+        self.drained = True
+        for r in self.RECEIVERS:
+            yield "receipts", f"g{r}", None
+
+
+WORKLOADS = {"register": Register, "list-append": ListAppend, "bank": Bank,
+             "bank-across": BankAcross, "queue": Queue}
 
 
 def is_commit(f, value):
     """Whether an operation writes (for availability: time to first commit)."""
-    if f in ("write", "transfer"):
+    if f in ("write", "transfer", "enqueue"):
         return True
     if f == "txn":
         return any(m[0] == "append" for m in value)

@@ -10,6 +10,9 @@
                                                  every read's balances sum to N
     msck.py --model=queue [--drained] HISTORY.jsonl
                                                  every message delivered exactly once
+    msck.py --model=ledger --initial=N HISTORY.jsonl
+                                                 transfers across groups: all or
+                                                 nothing, ledgers match balances
 
 Exit status: 0 no anomaly, 1 anomalies (each printed), 2 a malformed
 history or a bad flag (the message names the line), 3 the search gave up
@@ -26,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bank  # noqa: E402
 import history  # noqa: E402
+import ledger  # noqa: E402
 import listappend  # noqa: E402
 import queues  # noqa: E402
 import register  # noqa: E402
@@ -49,9 +53,12 @@ def main(argv):
 
 def _main(argv):
     p = argparse.ArgumentParser(prog="msck.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, choices=["register", "list-append", "bank", "queue"],
+    p.add_argument("--model", required=True,
+                   choices=["register", "list-append", "bank", "queue", "ledger"],
                    help="the consistency model the history must satisfy")
     p.add_argument("--total", type=int, help="bank: the sum every read's balances must show")
+    p.add_argument("--initial", type=int,
+                   help="ledger: every account's balance before the first transfer")
     p.add_argument("--allow-negative", action="store_true",
                    help="bank: balances may go below zero")
     p.add_argument("--drained", action="store_true",
@@ -69,6 +76,8 @@ def _main(argv):
         p.error("--budget must be positive")
     if args.model == "bank" and args.total is None:
         p.error("--model=bank needs --total")
+    if args.model == "ledger" and args.initial is None:
+        p.error("--model=ledger needs --initial")
     try:
         ops = history.read_file(args.history)
     except (OSError, UnicodeDecodeError) as e:
@@ -92,6 +101,8 @@ def _main(argv):
             anomalies = bank.check(ops, args.total, allow_negative=args.allow_negative)
         elif args.model == "queue":
             anomalies = queues.check(ops, drained=args.drained)
+        elif args.model == "ledger":
+            anomalies = ledger.check(ops, args.initial)
         else:
             anomalies = listappend.check(ops, realtime=not args.no_realtime)
     except ValueError as e:

@@ -8,6 +8,15 @@ committed; but never twice, never one nobody sent, never one whose
 enqueue failed. With `drained` (the runner kept dequeuing after the last
 fault until the queues stayed empty), every committed message must have
 been delivered; an unknown enqueue may or may not have been.
+
+Receipts settle dequeues of unknown outcome. A dequeue whose invoke value
+is an id (a string) wrote a receipt under that id, atomically with
+consuming its messages; f "receipts" operations (the ok value maps
+dequeue ids to the message ids their receipts list; read once every
+dequeue had finished) are the receipts of every dequeue that took
+effect. With receipts: an unknown dequeue that has one delivered its
+messages; an ok dequeue must have one listing what it returned; a failed
+one must have none.
 """
 
 import collections
@@ -19,10 +28,49 @@ def _id_ok(x):
     return isinstance(x, (str, int)) and not isinstance(x, bool)
 
 
+def _receipts(ops):
+    """Every receipt the receipts operations read: dequeue id -> message ids
+    (None if there were no receipts operations)."""
+    found = None
+    for o in ops:
+        if o.f != "receipts" or o.type != "ok":
+            continue
+        if not isinstance(o.value, dict) or not all(
+                isinstance(v, list) and all(_id_ok(x) for x in v) for v in o.value.values()):
+            raise ValueError(f"line {o.complete_line}: a receipts value maps dequeue ids to "
+                             f"lists of message ids")
+        found = found if found is not None else {}
+        found.update(o.value)
+    return found
+
+
+def _settle(o, receipts, anomalies):
+    """The messages dequeue `o` delivered, as far as the history shows."""
+    cid = o.invoke_value
+    if receipts is None or not isinstance(cid, str):
+        return o.value if o.type == "ok" else []
+    receipt = receipts.get(cid)
+    if o.type == "fail":
+        if receipt is not None:
+            anomalies.append(Anomaly("aborted-dequeue-visible", f"dequeue {cid!r} failed, but "
+                                     f"its receipt exists", [o]))
+        return receipt or []
+    if o.type == "ok" and o.value and receipt is None:
+        anomalies.append(Anomaly("lost-receipt", f"dequeue {cid!r} succeeded with "
+                                 f"{len(o.value)} messages, but its receipt is gone", [o]))
+        return o.value
+    if o.type == "ok" and receipt is not None and sorted(map(str, receipt)) != sorted(
+            map(str, o.value)):
+        anomalies.append(Anomaly("receipt-mismatch", f"dequeue {cid!r} returned {o.value}, its "
+                                 f"receipt lists {receipt}", [o]))
+    return receipt if receipt is not None else []
+
+
 def check(ops, drained=False):
     anomalies = []
     sent = {}  # id -> enqueue op
     delivered = collections.defaultdict(list)  # id -> dequeue ops
+    receipts = _receipts(ops)
     for o in ops:
         if o.f == "enqueue":
             if not _id_ok(o.invoke_value):
@@ -32,16 +80,17 @@ def check(ops, drained=False):
                                  f"(ids must be unique)")
             sent[o.invoke_value] = o
         elif o.f == "dequeue":
-            if o.type != "ok":
-                continue
-            if not isinstance(o.value, list) or not all(_id_ok(x) for x in o.value):
+            if o.type == "ok" and (not isinstance(o.value, list) or
+                                   not all(_id_ok(x) for x in o.value)):
                 raise ValueError(f"line {o.complete_line}: a dequeue's value is the list of message ids "
                                  f"received")
-            for x in o.value:
+            for x in _settle(o, receipts, anomalies):
                 delivered[x].append(o)
+        elif o.f == "receipts":
+            continue
         else:
-            raise ValueError(f"line {o.line}: a queue operation is an enqueue or a dequeue, "
-                             f"not {o.f!r}")
+            raise ValueError(f"line {o.line}: a queue operation is an enqueue, a dequeue or "
+                             f"receipts, not {o.f!r}")
     for x, ds in delivered.items():
         e = sent.get(x)
         if len(ds) > 1:

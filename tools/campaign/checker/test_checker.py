@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bank  # noqa: E402
 import history  # noqa: E402
+import ledger  # noqa: E402
 import listappend  # noqa: E402
 import queues  # noqa: E402
 import register  # noqa: E402
@@ -378,6 +379,96 @@ class QueueTest(unittest.TestCase):
         self.assertNotIn("lost-message", self.kinds(h, drained=False))
 
 
+class QueueReceiptTest(unittest.TestCase):
+    """Receipts settle dequeues of unknown outcome."""
+
+    def kinds(self, h):
+        return sorted({a.kind for a in queues.check(h.ops(), drained=True)})
+
+    def test_an_unknown_dequeue_with_a_receipt_delivered(self):
+        h = H().op(1, "enqueue", None, "m1", 0, 10).op(1, "enqueue", None, "m2", 11, 20)
+        h.op(2, "dequeue", None, "c1", 21, 30, kind="info", value=["m1"])
+        h.op(3, "dequeue", None, "c2", 31, 40, value=["m2"])
+        h.op(3, "receipts", None, None, 50, 60, value={"c1": ["m1"], "c2": ["m2"]})
+        self.assertEqual(self.kinds(h), [])
+        # Without its receipt, m1 was never delivered: lost.
+        h = H().op(1, "enqueue", None, "m1", 0, 10)
+        h.op(2, "dequeue", None, "c1", 21, 30, kind="info", value=["m1"])
+        h.op(3, "receipts", None, None, 50, 60, value={})
+        self.assertEqual(self.kinds(h), ["lost-message"])
+
+    def test_receipts_of_failed_ok_and_twice_consumed_dequeues(self):
+        h = H().op(1, "enqueue", None, "m1", 0, 10).op(1, "enqueue", None, "m2", 11, 20)
+        h.op(2, "dequeue", None, "c1", 21, 30, kind="fail", value=["m1"])
+        h.op(2, "dequeue", None, "c2", 31, 40, value=["m2"])  # its receipt is gone
+        h.op(2, "dequeue", None, "c3", 41, 45, kind="info", value=["m1"])
+        h.op(3, "receipts", None, None, 50, 60, value={"c1": ["m1"], "c3": ["m1"]})
+        self.assertEqual(self.kinds(h), ["aborted-dequeue-visible", "duplicate-delivery",
+                                         "lost-receipt"])
+        h = H().op(1, "enqueue", None, "m1", 0, 10).op(1, "enqueue", None, "m2", 11, 20)
+        h.op(2, "dequeue", None, "c1", 21, 30, value=["m1"])
+        h.op(3, "receipts", None, None, 50, 60, value={"c1": ["m1", "m2"]})
+        self.assertEqual(self.kinds(h), ["receipt-mismatch"])
+
+
+def account(balance, *ids):
+    return {"balance": balance, "ledger": list(ids)}
+
+
+class LedgerTest(unittest.TestCase):
+    def kinds(self, h):
+        return sorted({a.kind for a in ledger.check(h.ops(), 100)})
+
+    def transfers(self, h):
+        h.op(1, "transfer", None, {"id": "t1", "from": "a", "to": "b", "amount": 10}, 0, 10)
+        h.op(1, "transfer", None, {"id": "t2", "from": "b", "to": "c", "amount": 5}, 11, 20,
+             kind="fail")
+        h.op(2, "transfer", None, {"id": "t3", "from": "c", "to": "a", "amount": 7}, 12, 25,
+             kind="info")
+        return h
+
+    def test_all_or_nothing_transfers_pass(self):
+        h = self.transfers(H())
+        h.op(3, "read", None, None, 5, 6, value={"a": account(100), "b": account(110, "t1")})
+        h.op(3, "read", None, None, 30, 40, value={"a": account(97, "t1", "t3"),
+                                                   "b": account(110, "t1"),
+                                                   "c": account(93, "t3")})
+        self.assertEqual(self.kinds(h), [])
+
+    def test_half_applied_lost_and_aborted_transfers(self):
+        h = self.transfers(H())
+        h.op(3, "read", None, None, 30, 40, value={"a": account(90, "t1"), "b": account(100),
+                                                   "c": account(100)})
+        self.assertEqual(self.kinds(h), ["half-applied", "wrong-total"])
+        h = self.transfers(H())
+        h.op(3, "read", None, None, 30, 40, value={"a": account(100), "b": account(100),
+                                                   "c": account(100)})
+        self.assertEqual(self.kinds(h), ["lost-transfer"])
+        h = self.transfers(H())
+        h.op(3, "read", None, None, 30, 40, value={"a": account(90, "t1"),
+                                                   "b": account(105, "t1", "t2"),
+                                                   "c": account(105, "t2")})
+        self.assertEqual(self.kinds(h), ["aborted-transfer-visible"])
+
+    def test_a_balance_off_its_ledger_a_regressed_ledger_and_phantoms(self):
+        h = self.transfers(H())
+        h.op(3, "read", None, None, 21, 22, value={"b": account(110, "t1")})
+        h.op(3, "read", None, None, 23, 24, value={"b": account(100)})  # t1 vanished
+        h.op(3, "read", None, None, 25, 26, value={"c": account(100, "t9")})
+        h.op(3, "read", None, None, 27, 28, value={"a": account(95, "t1")})
+        h.op(3, "read", None, None, 29, 29, value={"c": account(100, "t1")})
+        self.assertEqual(self.kinds(h), ["balance-ledger-mismatch", "ledger-regressed",
+                                         "misplaced-transfer", "phantom-transfer"])
+
+    def test_a_malformed_ledger_history_is_refused(self):
+        h = H().op(1, "transfer", None, {"from": "a"}, 0, 10)
+        with self.assertRaises(ValueError):
+            ledger.check(h.ops(), 100)
+        h = H().op(1, "read", None, None, 0, 10, value={"a": 100})
+        with self.assertRaises(ValueError):
+            ledger.check(h.ops(), 100)
+
+
 class CommandTest(unittest.TestCase):
     def run_msck(self, lines, *flags):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -405,6 +496,8 @@ class CommandTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("line 1", r.stderr)
         r = self.run_msck(["{}"], "--model=bank")  # no --total
+        self.assertEqual(r.returncode, 2)
+        r = self.run_msck(["{}"], "--model=ledger")  # no --initial
         self.assertEqual(r.returncode, 2)
         r = self.run_msck(["{}"], "--model=stack")
         self.assertEqual(r.returncode, 2)
