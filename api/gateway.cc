@@ -389,15 +389,13 @@ class RequestHandler {
       // read, still waiting at commit): a message consumed already, by
       // another commit or earlier in this one, is refused, never consumed twice.
       MS_ASSIGN_OR_RETURN(std::optional<txn::QueueMessage> message,
-                          Await<std::optional<txn::QueueMessage>>([&](auto cb) {
-                            t.ReadMessage(m.queue(), m.id(), std::move(cb));
-                          }));
+                          Await<std::optional<txn::QueueMessage>>(
+                              [&](auto cb) { t.ReadMessage(m.queue(), m.id(), std::move(cb)); }));
       if (!message)
-        return absl::FailedPreconditionError(
-            StrCat(what, ": message ", m.id(), " is not waiting in queue \"",
-                   absl::CEscape(m.queue()),
-                   "\" as of the read token's read (consumed already, or never sent); nothing "
-                   "was written"));
+        return absl::FailedPreconditionError(StrCat(
+            what, ": message ", m.id(), " is not waiting in queue \"", absl::CEscape(m.queue()),
+            "\" as of the read token's read (consumed already, or never sent); nothing "
+            "was written"));
       if (absl::Status s = t.Consume(*message); !s.ok())
         return absl::Status(s.code(), StrCat(what, ": ", s.message()));
     }
@@ -520,8 +518,8 @@ class RequestHandler {
     int sends = 0;
     for (const gateway::CommitRequest& c : req.commits()) sends += c.sends_size();
     if (sends > kMaxSends)
-      return absl::InvalidArgumentError(
-          StrCat("commits: ", sends, " messages sent in all; one commit sends at most ", kMaxSends));
+      return absl::InvalidArgumentError(StrCat(
+          "commits: ", sends, " messages sent in all; one commit sends at most ", kMaxSends));
     std::vector<CommitTarget> targets;
     std::map<std::string, int> group_of;  // root row -> its commits[] index
     bool conditional = false;

@@ -85,8 +85,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   absl::Status Consume(const QueueMessage& message);
   // The message `id` of this group's queue `queue` as of the read position
   // (nullopt if it is not waiting there: consumed, or never delivered).
-  void ReadMessage(std::string queue, std::string id,
-                   Callback<std::optional<QueueMessage>> done);
+  void ReadMessage(std::string queue, std::string id, Callback<std::optional<QueueMessage>> done);
   bool sent_messages() const;
 
   // Two-phase commit, phase one: instead of committing, records this

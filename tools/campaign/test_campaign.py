@@ -117,6 +117,25 @@ class OutcomeTest(unittest.TestCase):
         finally:
             fake.close()
 
+    def test_reads_at_every_level_are_named_by_their_level(self):
+        found = (200, {"found": True, "entity": {"value": "3"}})
+        fake = FakeGateway([found] * 3)
+        try:
+            gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
+            mixed = workloads.Register(random.Random(1))
+            self.assertEqual(mixed.run(gw, "read-snapshot", "g1/r0", None)[:2], ("ok", 3))
+            self.assertEqual(mixed.run(gw, "read-inconsistent", "g1/r0", None)[:2], ("ok", 3))
+            fs = {mixed.next_op(random.Random(i))[0] for i in range(200)}
+            self.assertEqual(fs, {"write", "read", "read-snapshot", "read-inconsistent"})
+            # One level for every read, named "read": the checker's own check.
+            stale = workloads.Register(random.Random(1), read_level="inconsistent")
+            self.assertEqual(stale.run(gw, "read", "g1/r0", None)[:2], ("ok", 3))
+            self.assertEqual([r[1]["level"] for r in fake.requests],
+                             ["snapshot", "inconsistent", "inconsistent"])
+            gw.close()
+        finally:
+            fake.close()
+
     def test_a_list_append_commits_with_the_read_token_and_reports_its_reads(self):
         fake = FakeGateway([
             (200, {"replies": [{"found": True, "entity": {"elems": ["4", "9"]}, "readToken": "T"},
@@ -149,6 +168,94 @@ class OutcomeTest(unittest.TestCase):
             gw.close()
         finally:
             fake.close()
+
+
+class CrossGroupWorkloadTest(unittest.TestCase):
+    """The cross-group workloads: what they send and how they classify."""
+
+    def run_with(self, script, fn):
+        fake = FakeGateway(script)
+        try:
+            gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
+            out = fn(gw)
+            gw.close()
+            return out, fake.requests
+        finally:
+            fake.close()
+
+    @staticmethod
+    def account(balance, ledger, token):
+        return {"found": True, "entity": {"value": str(balance), "elems": [str(x) for x in ledger]},
+                "readToken": token, "position": "4"}
+
+    def test_a_transfer_commits_both_groups_on_their_read_tokens(self):
+        w = workloads.BankAcross(random.Random(1))
+        value = {"id": 9, "from": "a0", "to": "a3", "amount": 5}
+        reads = (200, {"replies": [self.account(100, [], "tA"), self.account(40, [2], "tB")]})
+        (kind, got, _), requests = self.run_with(
+            [reads, (200, {"wrote": True})], lambda gw: w.run(gw, "transfer", None, value))
+        self.assertEqual((kind, got), ("ok", value))
+        path, body = requests[1]
+        self.assertEqual(path, "/v1/commitAcross")
+        first, second = body["commits"]
+        self.assertEqual((first["rootKey"], first["readToken"]), (["200"], "tA"))
+        self.assertEqual(first["mutations"][0]["put"]["value"], "95")
+        self.assertEqual(first["mutations"][0]["put"]["elems"], ["9"])
+        self.assertEqual((second["rootKey"], second["readToken"]), (["203"], "tB"))
+        self.assertEqual(second["mutations"][0]["put"]["elems"], ["2", "9"])
+        # An unknown outcome of the two-phase commit stays unknown.
+        (kind, _, _), _ = self.run_with(
+            [reads, (504, err(504, "DEADLINE_EXCEEDED"))],
+            lambda gw: w.run(gw, "transfer", None, value))
+        self.assertEqual(kind, "info")
+
+    def test_reads_report_balances_and_ledgers(self):
+        w = workloads.BankAcross(random.Random(1))
+        (kind, got, _), _ = self.run_with(
+            [(200, {"replies": [self.account(90, [1, 4], "t"), self.account(110, [1], "u")]})],
+            lambda gw: w.run(gw, "read", None, {"accounts": ["a0", "a1"]}))
+        self.assertEqual(kind, "ok")
+        self.assertEqual(got, {"a0": {"balance": 90, "ledger": [1, 4]},
+                               "a1": {"balance": 110, "ledger": [1]}})
+
+    def test_a_dequeue_consumes_what_it_read_with_a_receipt(self):
+        w = workloads.Queue(random.Random(1))
+        waiting = (200, {"messages": [{"id": "ab01", "queue": "q", "body": "MTc="},
+                                      {"id": "ab02", "queue": "q", "body": "MjE="}],
+                         "readToken": "tok"})
+        (kind, got, _), requests = self.run_with(
+            [waiting, (200, {"wrote": True})], lambda gw: w.run(gw, "dequeue", "g310", "c5"))
+        self.assertEqual((kind, got), ("ok", [17, 21]))
+        path, body = requests[1]
+        self.assertEqual(path, "/v1/commit")
+        self.assertEqual(body["readToken"], "tok")
+        self.assertEqual([c["id"] for c in body["consumes"]], ["ab01", "ab02"])
+        self.assertEqual(body["mutations"][0]["put"]["name"], "receipt-c5")
+        self.assertEqual(body["mutations"][0]["put"]["elems"], ["17", "21"])
+        # Unknown: the messages it tried stay in the history for the receipts.
+        (kind, got, _), _ = self.run_with(
+            [waiting, ("reset", None)], lambda gw: w.run(gw, "dequeue", "g310", "c6"))
+        self.assertEqual((kind, got), ("info", [17, 21]))
+        # An empty queue is an ok dequeue of nothing, with no commit.
+        (kind, got, _), requests = self.run_with(
+            [(200, {"messages": [], "readToken": "t"})],
+            lambda gw: w.run(gw, "dequeue", "g310", "c7"))
+        self.assertEqual((kind, got, len(requests)), ("ok", [], 1))
+        self.assertNotEqual(w.retry_value("dequeue", "g310", "c7"), "c7",
+                            "a retried final dequeue would overwrite the first one's receipt")
+
+    def test_an_enqueue_sends_its_id_and_some_go_through_two_phase_commit(self):
+        w = workloads.Queue(random.Random(1))
+        paths = []
+        for mid in (1, 4):
+            (kind, _, _), requests = self.run_with(
+                [(200, {"wrote": True})], lambda gw: w.run(gw, "enqueue", None, mid))
+            self.assertEqual(kind, "ok")
+            paths.append(requests[0][0])
+            body = requests[0][1]
+            sends = body["sends"] if "sends" in body else body["commits"][0]["sends"]
+            self.assertEqual(sends[0]["body"], {1: "MQ==", 4: "NA=="}[mid])
+        self.assertEqual(paths, ["/v1/commit", "/v1/commitAcross"])
 
 
 class FakeCluster:

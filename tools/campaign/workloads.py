@@ -164,17 +164,28 @@ class Workload:
 class Register(Workload):
     name = "register"
 
-    def __init__(self, rng, groups=2, keys=5, read_level="current"):
+    # History names of reads by level: current reads are checked for
+    # linearizability, the others for their own guarantees.
+    READS = {"current": "read", "snapshot": "read-snapshot", "inconsistent": "read-inconsistent"}
+
+    def __init__(self, rng, groups=2, keys=5, read_level="mixed"):
         super().__init__(rng)
         self.keys = [(g, f"r{k}") for g in range(1, groups + 1) for k in range(keys)]
-        self.read_level = read_level  # only current reads are linearizable
+        # "mixed": reads at every level, each named by its level. One level:
+        # every read at it, named "read" — at a level below current that
+        # history is not linearizable (a check of the checker).
+        self.read_level = read_level
 
     def next_op(self, rng):
         grp, name = rng.choice(self.keys)
         key = f"g{grp}/{name}"
         if rng.random() < 0.5:
             return "write", key, self.unique()
-        return "read", key, None
+        if self.read_level != "mixed":
+            return "read", key, None
+        r = rng.random()
+        level = "current" if r < 0.6 else "snapshot" if r < 0.8 else "inconsistent"
+        return self.READS[level], key, None
 
     def run(self, gw, f, key, value):
         grp, name = key[1:].split("/")
@@ -183,9 +194,12 @@ class Register(Workload):
                 "rootTable": "Grp", "rootKey": [grp], "mutations": [
                     {"table": "Slot", "put": {"grp": grp, "name": name, "value": str(value)}}]})
             return outcome, value, error
+        level = self.read_level
+        if f != "read" or level == "mixed":
+            level = {name: lvl for lvl, name in self.READS.items()}[f]
         try:
             status, reply = gw.post("/v1/get", {"table": "Slot", "key": _slot_key(grp, name),
-                                                "level": self.read_level})
+                                                "level": level})
         except (Sent, NotSent) as e:
             return "fail", None, str(e)
         if status != 200:

@@ -18,6 +18,7 @@ import ledger  # noqa: E402
 import listappend  # noqa: E402
 import queues  # noqa: E402
 import register  # noqa: E402
+import weakread  # noqa: E402
 
 MSCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "msck.py")
 
@@ -179,6 +180,35 @@ class RegisterValueTest(unittest.TestCase):
             h = H().op(1, "write", "x", written, 0, 10).op(2, "read", "x", None, 20, 30,
                                                             value=written)
             self.assertTrue(register.check(h.ops()).valid, written)
+
+
+class WeakReadTest(unittest.TestCase):
+    def kinds(self, h):
+        return sorted({a.kind for a in weakread.check(h.ops())})
+
+    def test_stale_but_real_and_monotonic_reads_pass(self):
+        h = H().op(1, "write", "x", 1, 0, 10).op(1, "write", "x", 2, 20, 30)
+        h.op(2, "read-snapshot", "x", None, 31, 32, value=1)  # stale: allowed
+        h.op(2, "read-snapshot", "x", None, 33, 34, value=2)
+        h.op(3, "read-inconsistent", "x", None, 5, 6, value=None)
+        h.op(3, "read-inconsistent", "x", None, 7, 8, value=1)  # concurrent with its write
+        self.assertEqual(self.kinds(h), [])
+        # The register model asks linearizability of current reads only.
+        self.assertTrue(register.check([o for o in h.ops()
+                                        if o.f not in weakread.WEAK_READS]).valid)
+
+    def test_phantom_aborted_future_and_regressed_reads(self):
+        h = H().op(1, "write", "x", 1, 0, 10).op(1, "write", "x", 2, 20, 30)
+        h.op(1, "write", "x", 3, 40, 50, kind="fail").op(1, "write", "x", 4, 60, 70)
+        h.op(2, "read-snapshot", "x", None, 31, 32, value=2)
+        h.op(2, "read-snapshot", "x", None, 33, 34, value=1)  # older than what it read
+        h.op(3, "read-inconsistent", "x", None, 51, 52, value=3)
+        h.op(4, "read-snapshot", "x", None, 52, 53, value=4)  # write began at 60
+        h.op(5, "read-snapshot", "x", None, 54, 55, value=9)
+        h.op(6, "read-inconsistent", "x", None, 31, 32, value=2)
+        h.op(6, "read-inconsistent", "x", None, 33, 34, value=None)  # None after a value
+        self.assertEqual(self.kinds(h), ["weak-read-aborted", "weak-read-from-future",
+                                         "weak-read-phantom", "weak-read-regressed"])
 
 
 class ListAppendTest(unittest.TestCase):
@@ -490,6 +520,11 @@ class CommandTest(unittest.TestCase):
                           "--model=register")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("NOT linearizable", r.stdout)
+        weak = H().op(1, "write", "x", 1, 0, 10).op(2, "read-snapshot", "x", None, 20, 30, value=7)
+        r = self.run_msck(sorted(weak.lines, key=lambda l: json.loads(l)["time"]),
+                          "--model=register")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("weak-read-phantom", r.stdout)
 
     def test_a_malformed_history_or_flag_is_refused(self):
         r = self.run_msck(["{not json"], "--model=register")
