@@ -5,6 +5,7 @@ with the system). docs/campaign.md says how to run it and what it checks.
 """
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -76,10 +77,10 @@ def run_op(rec, workload, gw, process, dc, f, key, value):
     return kind, error or ""
 
 
-def client(rec, workload, seed, index, gateway, stop, timeout):
+def client(rec, workload, seed, index, gateway, stop, timeout, tls):
     rng = random.Random(f"{seed}-client-{index}")
     dc, host, port = gateway
-    gw = workloads.Gateway(host, port, timeout)
+    gw = workloads.Gateway(host, port, timeout, tls)
     process = rec.new_process()
     while not stop.is_set():
         f, key, value = workload.next_op(rng)
@@ -96,7 +97,7 @@ def client(rec, workload, seed, index, gateway, stop, timeout):
 def final_phase(rec, workload, cluster_, timeout, deadline_s=90):
     """Once everything healed: each final operation until it succeeds."""
     dc, host, port = cluster_.gateways()[0]
-    gw = workloads.Gateway(host, port, timeout)
+    gw = workloads.Gateway(host, port, timeout, cluster_.tls)
     problems = []
     for f, key, value in workload.final_ops():
         end = time.monotonic() + deadline_s
@@ -157,10 +158,11 @@ def _judge_operations(ops, final_from, summary):
     return out
 
 
-def plan(seed, topology, workload, kinds):
-    """A run's topology, workload and full-disk datacenter (None without
-    disk faults), from its seed. Each is drawn whether or not a flag fixes
-    it, so a replay that names the topology and workload draws the same
+def plan(seed, topology, workload, kinds, tls="auto"):
+    """A run's topology, workload, full-disk datacenter (None without disk
+    faults) and whether it runs TLS (half the runs, unless `tls` is "on" or
+    "off"), from its seed. Each is drawn whether or not a flag fixes it, so
+    a replay that names the topology and workload draws the same
     datacenter."""
     rng = random.Random(f"{seed}-plan")
     drawn_topology = rng.choice(sorted(clusterlib.TOPOLOGIES))
@@ -169,26 +171,28 @@ def plan(seed, topology, workload, kinds):
     workload = workload or drawn_workload
     names = [chr(ord("A") + i) for i in range(len(clusterlib.TOPOLOGIES[topology][0]))]
     disk_dc = rng.choice(names) if "disk-full" in kinds else None
-    return topology, workload, disk_dc
+    drawn_tls = rng.random() < 0.5
+    return topology, workload, disk_dc, drawn_tls if tls == "auto" else tls == "on"
 
 
 def one_run(args, seed, out_dir, schedule_file=None):
     """One run; returns its summary dict. Whatever goes wrong in the run
     becomes one of its problems (verdict "error"), never an exception."""
     began = time.monotonic()
-    topology, workload_name, disk_dc = plan(seed, args.topology, args.workload,
-                                            args.fault_kinds)
+    topology, workload_name, disk_dc, tls = plan(seed, args.topology, args.workload,
+                                                 args.fault_kinds, args.tls)
     run_dir = os.path.join(out_dir, f"run-{seed}")
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     os.makedirs(run_dir)
-    summary = {"seed": seed, "topology": topology, "workload": workload_name,
+    summary = {"seed": seed, "topology": topology, "workload": workload_name, "tls": tls,
                "seconds": args.seconds, "clients": args.clients, "verdict": "error",
                "problems": [], "ops": 0, "faults": {}, "availability": [], "dir": run_dir}
     kinds_flag = ",".join(args.fault_kinds) or "none"
     replay = (f"tools/campaign/campaign --seed={seed} --runs=1 --seconds={args.seconds} "
               f"--clients={args.clients} --topology={topology} --workload={workload_name} "
-              f"--faults={kinds_flag} --schedule={os.path.join(run_dir, 'schedule.json')}")
+              f"--faults={kinds_flag} --tls={'on' if tls else 'off'} "
+              f"--schedule={os.path.join(run_dir, 'schedule.json')}")
     if workload_name == "register" and args.register_read_level != "mixed":
         replay += f" --register-read-level={args.register_read_level}"
     summary["replay"] = replay
@@ -224,7 +228,8 @@ def one_run(args, seed, out_dir, schedule_file=None):
             net = network.Network(network.new_tag(), names)
         schema = clusterlib.compile_schema(args.bin, run_dir)
         c = clusterlib.Cluster(topology, run_dir, args.bin, random.Random(f"{seed}-ports"),
-                               schema, network=net, faketime="clock" in kinds, disk_dc=disk_dc)
+                               schema, network=net, faketime="clock" in kinds, disk_dc=disk_dc,
+                               tls=tls)
         if schedule_file:
             schedule = faults.load(schedule_file)
             faults.validate(schedule, c)
@@ -247,7 +252,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
         if net:
             net.setup()
         c.start()
-        setup_gw = workloads.Gateway(*c.gateways()[0][1:], args.timeout)
+        setup_gw = workloads.Gateway(*c.gateways()[0][1:], args.timeout, c.tls)
         try:
             workload.setup(setup_gw)
         except (workloads.Sent, workloads.NotSent) as e:
@@ -259,7 +264,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
         for i in range(clients):
             t = threading.Thread(target=client, args=(rec, workload, seed, i,
                                                       c.gateways()[i % len(c.names)], stop,
-                                                      args.timeout), daemon=True)
+                                                      args.timeout, c.tls), daemon=True)
             t.start()
             threads.append(t)
         injector = faults.Injector(c, schedule, rec.clock, threading.Event(), log)
@@ -384,6 +389,10 @@ def campaign_summary(runs, out_dir, command):
              f"({sum(r.get('ok_ops', 0) for r in runs):,} ok)",
              f"* by workload: " + ", ".join(f"{w} {n} runs, {ops:,} ops"
                                            for w, (n, ops) in sorted(workloads_.items())),
+             f"* by topology: " + ", ".join(
+                 f"{t} {n}" for t, n in sorted(collections.Counter(
+                     r["topology"] for r in runs).items())) +
+             f"; with TLS: {sum(1 for r in runs if r.get('tls'))}",
              f"* faults injected: {sum(k['n'] for k in by_kind.values())} ({fault_counts})",
              f"* wall time: {sum(r.get('wall_s', 0) for r in runs) / 60:.1f} min", "",
              "Availability: operations invoked while each kind of fault lasted (conflicts "
@@ -453,6 +462,9 @@ def parse_args(argv):
                    help="the workload of every run (default: chosen by each run's seed)")
     p.add_argument("--topology", choices=sorted(clusterlib.TOPOLOGIES),
                    help="the cluster of every run (default: chosen by each run's seed)")
+    p.add_argument("--tls", choices=["auto", "on", "off"], default="auto",
+                   help="mutual TLS between the cluster's processes and to its gateways: on, "
+                        "off, or auto (default: half the runs, chosen by seed)")
     p.add_argument("--faults", default="",
                    help=f"comma-separated fault kinds to draw from (default all: "
                         f"{','.join(faults.KINDS)}); 'none' for no faults")
@@ -562,7 +574,8 @@ def _campaign(args, seed, out_dir, command, runs):
                        "replay": f"tools/campaign/campaign --seed={s} --runs=1"}
         runs.append(summary)
         nf = sum(summary["faults"].values())
-        print(f"run {s}: {summary['verdict']}: {summary['workload']} on {summary['topology']}, "
+        print(f"run {s}: {summary['verdict']}: {summary['workload']} on {summary['topology']}"
+              f"{' (TLS)' if summary.get('tls') else ''}, "
               f"{summary['ops']} ops ({summary.get('ok_ops', 0)} ok), {nf} faults "
               f"— {os.path.join(summary['dir'], 'report.md')}", flush=True)
         for prob in summary["problems"]:

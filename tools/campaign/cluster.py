@@ -190,10 +190,11 @@ class Cluster:
     None (every process on 127.0.0.1). `faketime`: run every process under
     libfaketime, its offset in workdir/clock/NAME.rc (clock faults).
     `disk_dc`: a datacenter whose data lives on a tmpfs of DISK_MB (disk-full
-    faults)."""
+    faults). `tls`: mutual TLS between every process and on the gateways,
+    with certificates of a CA made for the run (`msadmin certs`)."""
 
     def __init__(self, topology, workdir, bindir, rng, schema_pb, network=None, faketime=False,
-                 disk_dc=None):
+                 disk_dc=None, tls=False):
         if topology not in TOPOLOGIES:
             raise ClusterError(f"no topology {topology!r} (one of {', '.join(TOPOLOGIES)})")
         self.topology = topology
@@ -216,6 +217,7 @@ class Cluster:
         self.config_path = os.path.join(workdir, "cluster.textproto")
         self.secret_path = os.path.join(workdir, "gateway.secret")
         self.processes = {}  # name -> Process
+        self.tls = self._make_certs() if tls else None
         self._write_config()
         self._define_processes()
 
@@ -223,12 +225,40 @@ class Cluster:
         """The address `dc`'s processes listen on."""
         return self.network.ip(dc) if self.network else "127.0.0.1"
 
+    def _make_certs(self):
+        """A CA for the run, a certificate per datacenter (for its address)
+        and one for clients (the workloads and msadmin): their paths."""
+        msadmin = os.path.join(self.bindir, "msadmin")
+        d = os.path.join(self.workdir, "tls")
+        ca = os.path.join(d, "ca")
+
+        def run(*argv):
+            r = subprocess.run([msadmin, "certs", *argv], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise ClusterError(f"msadmin certs {argv[0]}: {(r.stdout + r.stderr).strip()}")
+
+        run("init", f"--dir={ca}")
+        for n in self.names:
+            run("issue", f"--dir={ca}", f"dc-{n}", f"--host={self.host(n)}", f"--out={d}")
+        run("issue", f"--dir={ca}", "campaign-client", f"--out={d}")
+        return {"ca": os.path.join(ca, "ca.crt"),
+                "cert": os.path.join(d, "campaign-client.crt"),
+                "key": os.path.join(d, "campaign-client.key"),
+                "dc": {n: (os.path.join(d, f"dc-{n}.crt"), os.path.join(d, f"dc-{n}.key"))
+                       for n in self.names}}
+
     def _write_config(self):
         lines = ["# Written by the campaign runner."]
+        if self.tls:
+            lines.append(f'tls {{ ca: "{self.tls["ca"]}" }}')
+            lines.append(f'client_tls {{ cert: "{self.tls["cert"]}" key: "{self.tls["key"]}" }}')
         for n in self.names:
             h = self.host(n)
             lines.append(f'datacenters {{ name: "{n}" type: "{self.types[n]}" '
                          f'address: "{h}:{self.address[n]}"')
+            if self.tls:
+                cert, key = self.tls["dc"][n]
+                lines.append(f'  tls {{ cert: "{cert}" key: "{key}" }}')
             if n in self.split:
                 r = self.role_ports[n]
                 lines.append(f'  roles {{ coordinator: "{h}:{r["coordinator"]}" '

@@ -137,7 +137,8 @@ def markdown(run, ops, avail, check, replay):
             key = re.sub(r"\d+", "N", o[6])[:100]  # one line per kind of error
             errors[key] = errors.get(key, 0) + 1
     lines = [f"# Campaign run {run['seed']}: {run['verdict']}", "",
-             f"* workload **{run['workload']}**, topology **{run['topology']}**, "
+             f"* workload **{run['workload']}**, topology **{run['topology']}**"
+             f"{' with TLS' if run.get('tls') else ''}, "
              f"{run['clients']} clients, {run['seconds']} s",
              f"* operations: {len(ops)} ({', '.join(f'{f} {t}: {n}' for (f, t), n in sorted(counts.items()))})",
              f"* faults: {sum(1 for a in avail if a['kind'] != 'none')}",

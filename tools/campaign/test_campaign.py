@@ -357,8 +357,10 @@ class PlanTest(unittest.TestCase):
     def test_a_replay_naming_topology_and_workload_plans_the_same_run(self):
         import campaign
         for seed in range(40):
-            t, w, d = campaign.plan(seed, None, None, ["disk-full"])
-            self.assertEqual(campaign.plan(seed, t, w, ["disk-full"]), (t, w, d))
+            t, w, d, tls = campaign.plan(seed, None, None, ["disk-full"])
+            self.assertEqual(campaign.plan(seed, t, w, ["disk-full"]), (t, w, d, tls))
+            self.assertEqual(campaign.plan(seed, t, w, ["disk-full"], "on")[3], True)
+            self.assertEqual(campaign.plan(seed, t, w, ["disk-full"], "off")[3], False)
             self.assertIsNone(campaign.plan(seed, None, None, ["kill"])[2])
 
 

@@ -39,6 +39,7 @@ import base64
 import http.client
 import itertools
 import json
+import ssl
 import threading
 import time
 
@@ -56,17 +57,29 @@ class NotSent(Exception):
 class Gateway:
     """One keep-alive connection to a gateway (one per client thread)."""
 
-    def __init__(self, host, port, timeout):
+    def __init__(self, host, port, timeout, tls=None):
+        """`tls`: {"ca", "cert", "key"} file paths for HTTPS with a client
+        certificate (mutual TLS), or None for plain HTTP."""
         self.host = host
         self.port = port
         self.timeout = timeout
+        self.context = None
+        if tls:
+            self.context = ssl.create_default_context(cafile=tls["ca"])
+            self.context.load_cert_chain(tls["cert"], tls["key"])
         self.conn = None
 
     def post(self, path, body):
         """(status, reply JSON). Raises NotSent or Sent on transport errors."""
         data = json.dumps(body).encode()
         if self.conn is None:
-            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            if self.context is not None:
+                self.conn = http.client.HTTPSConnection(self.host, self.port,
+                                                        timeout=self.timeout,
+                                                        context=self.context)
+            else:
+                self.conn = http.client.HTTPConnection(self.host, self.port,
+                                                       timeout=self.timeout)
             try:
                 self.conn.connect()
             except OSError as e:
