@@ -293,6 +293,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
         run_ns = rec.clock()
         summary["problems"] += c.crashes()
         summary["problems"] += c.stop()
+        summary["lease_exits"] = c.lease_exits()
         phase("stop")
     except faults.ScheduleError:
         raise  # a bad --schedule: main says so (status 2)
@@ -323,7 +324,8 @@ def one_run(args, seed, out_dir, schedule_file=None):
         mark[0] = time.monotonic()
         check = subprocess.run([sys.executable, MSCK, *workload.msck_args(), history_path],
                                capture_output=True, text=True)
-        check_text = check.stdout + check.stderr
+        check_text = (f"$ checker/msck.py {' '.join(workload.msck_args())} history.jsonl\n" +
+                      check.stdout + check.stderr)
         phase("check")
     else:
         check = None

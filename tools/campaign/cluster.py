@@ -2,7 +2,9 @@
 
 Each datacenter runs as one `megastored --config --datacenter` process (or,
 for a split datacenter, one process per role: tablet+lock, coordinator,
-replication), plus a gateway process of its own (`--roles=gateway`) that
+replication; for a datacenter whose Bigtable is a cell, the cell's lock
+service, two masters and two tablet servers besides the datacenter's own
+process), plus a gateway process of its own (`--roles=gateway`) that
 clients talk to, so that killing a datacenter's storage does not take its
 clients' endpoint with it. Ports are picked free on 127.0.0.1 and written
 into a generated config; every process's output goes to a log file in the
@@ -29,7 +31,16 @@ TOPOLOGIES = {
     "witness": (["full", "full", "witness"], []),
     "split-roles": (["full", "full", "full"], ["C"]),
     "five-full": (["full", "full", "full", "full", "full"], []),
+    "cell": (["full", "full", "full"], []),
 }
+# Topologies with a datacenter whose Bigtable is a cell: that datacenter.
+CELL = {"cell": "A"}
+CELL_MASTERS = 2
+CELL_TABLETS = 2
+# The status a cell's master or tablet server exits with when it lost its
+# lock-service session (it stops at once so that another takes over; a
+# supervisor starts it again).
+LOST_LEASE = 3
 
 
 class ClusterError(Exception):
@@ -63,12 +74,20 @@ class Process:
     `crashes`, with the exit status, before the process is started again;
     a crash leaves its core file in the run's `cores/NAME/`."""
 
-    def __init__(self, name, argv, log_path, env=None, core_dir=None):
+    def __init__(self, name, argv, log_path, env=None, core_dir=None,
+                 ready="megastored: ready", may_lose_lease=False):
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self.env = env
         self.core_dir = core_dir
+        self.ready_text = ready.encode()
+        # A cell's master or tablet server: exiting LOST_LEASE on its own is
+        # how it hands over, not a crash; it is started again.
+        self.may_lose_lease = may_lose_lease
+        self.lost_lease = False
+        self.lease_exits = 0
+        self.lock = threading.RLock()  # start/kill/pause from the injector and supervisor
         self.popen = None
         self.paused = False
         self.expect_exit = False
@@ -77,13 +96,35 @@ class Process:
 
     def check_exit(self):
         """Records an exit the runner did not cause (once)."""
-        if (self.popen is not None and self.popen.poll() is not None and
-                not self.expect_exit):
-            self.crashes.append(self.popen.returncode)
-            self.expect_exit = True  # recorded
+        with self.lock:
+            if (self.popen is not None and self.popen.poll() is not None and
+                    not self.expect_exit):
+                if self.may_lose_lease and self.popen.returncode == LOST_LEASE:
+                    self.lost_lease = True
+                    self.lease_exits += 1
+                else:
+                    self.crashes.append(self.popen.returncode)
+                self.expect_exit = True  # recorded
 
     def start(self, wait_ready=True, timeout=60):
+        with self.lock:
+            if not (self.may_lose_lease and wait_ready):
+                return self._start(wait_ready, timeout)
+            # A cell's server started again within its old session's lease
+            # cannot rejoin until that session expires (it exits 1 saying
+            # so): tried again, as a supervisor would, within `timeout`.
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    return self._start(True, max(1.0, deadline - time.monotonic()))
+                except ClusterError as e:
+                    if "before it was ready" not in str(e) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
+
+    def _start(self, wait_ready, timeout):
         self.check_exit()
+        self.lost_lease = False
         self.starts += 1
         log = open(self.log_path, "ab")
         log.write(f"=== start {self.starts}: {' '.join(self.argv)}\n".encode())
@@ -117,7 +158,7 @@ class Process:
                 for line in iter(stream.readline, b""):
                     log.write(line)
                     log.flush()
-                    if b"megastored: ready" in line:
+                    if self.ready_text in line:
                         ready.set()
             stream.close()
             lines.put(None)  # end of output
@@ -145,38 +186,53 @@ class Process:
         return self.popen is not None and self.popen.poll() is None
 
     def kill(self):
-        self.check_exit()
-        if self.alive():
-            self.expect_exit = True
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
-        self.paused = False
+        with self.lock:
+            self.check_exit()
+            if self.alive():
+                self.expect_exit = True
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+            self.paused = False
+            self.lost_lease = False  # the runner's kill: its heal restarts it
 
     def pause(self):
-        if self.alive():
-            os.killpg(self.popen.pid, signal.SIGSTOP)
-            self.paused = True
+        with self.lock:
+            if self.alive():
+                os.killpg(self.popen.pid, signal.SIGSTOP)
+                self.paused = True
 
     def resume(self):
-        if self.alive() and self.paused:
-            os.killpg(self.popen.pid, signal.SIGCONT)
-        self.paused = False
+        with self.lock:
+            if self.alive() and self.paused:
+                os.killpg(self.popen.pid, signal.SIGCONT)
+            self.paused = False
+
+    def restart_if_lost_lease(self, timeout=60):
+        """Starts it again if it exited LOST_LEASE on its own (a
+        supervisor's job); True if it did."""
+        with self.lock:
+            self.check_exit()
+            if not self.lost_lease or self.alive():
+                return False
+            self.start(True, timeout)
+            return True
 
     def stop(self, timeout=20):
         """SIGTERM (a clean shutdown), then SIGKILL if it lingers. Returns
         None if it was not running (a crash is in `crashes`), else its exit
         status, or "no exit in N s"."""
-        self.check_exit()
-        if not self.alive():
-            return None
-        self.resume()
-        self.expect_exit = True
-        self.popen.terminate()
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return f"no exit {timeout} s after SIGTERM"
+        with self.lock:
+            self.check_exit()
+            if not self.alive():
+                return None
+            self.resume()
+            self.expect_exit = True
+            self.popen.terminate()
+            try:
+                return self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                return f"no exit {timeout} s after SIGTERM"
 
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
@@ -214,6 +270,14 @@ class Cluster:
         self.role_ports = {n: {"coordinator": free_port(rng, taken),
                                "replication": free_port(rng, taken)} for n in split}
         self.gateway_port = {n: free_port(rng, taken) for n in self.names}
+        self.cell_dc = CELL.get(topology)
+        if self.cell_dc:
+            self.cell_ports = {"lock": free_port(rng, taken),
+                               "masters": [free_port(rng, taken) for _ in range(CELL_MASTERS)],
+                               "tablets": [free_port(rng, taken) for _ in range(CELL_TABLETS)]}
+        self.supervisor = None
+        self.supervising = threading.Event()
+        self.supervisor_problems = []
         self.config_path = os.path.join(workdir, "cluster.textproto")
         self.secret_path = os.path.join(workdir, "gateway.secret")
         self.processes = {}  # name -> Process
@@ -259,6 +323,9 @@ class Cluster:
             if self.tls:
                 cert, key = self.tls["dc"][n]
                 lines.append(f'  tls {{ cert: "{cert}" key: "{key}" }}')
+            if n == self.cell_dc:
+                lines.append(f'  bigtable_cell {{ name: "{n.lower()}" '
+                             f'lock_service: "{h}:{self.cell_ports["lock"]}" }}')
             if n in self.split:
                 r = self.role_ports[n]
                 lines.append(f'  roles {{ coordinator: "{h}:{r["coordinator"]}" '
@@ -285,6 +352,10 @@ class Cluster:
         for n in self.names:
             data = os.path.join(self.workdir, "data", n)
             storage = ["--data=" + data, "--schema=" + self.schema]
+            if n == self.cell_dc:
+                self._define_cell(n, megastored, logs)
+                # Its own process holds no tablets: the lock role's state only.
+                storage = ["--data=" + os.path.join(data, "dc"), "--schema=" + self.schema]
             if n in self.split:
                 self._add(f"{n}/tablet,lock", base(n) + storage + ["--roles=tablet,lock"], logs)
                 self._add(f"{n}/coordinator", base(n) + ["--roles=coordinator"], logs)
@@ -296,7 +367,29 @@ class Cluster:
                 f"--gateway={self.host(n)}:{self.gateway_port[n]}",
                 "--gateway-secret-file=" + self.secret_path], logs)
 
-    def _add(self, name, argv, logs):
+    def _define_cell(self, n, megastored, logs):
+        """Datacenter `n`'s Bigtable as a cell (docs/cell.md): its lock
+        service, masters (one active, the others standing by) and tablet
+        servers, sharing one data root."""
+        h = self.host(n)
+        root = os.path.join(self.workdir, "data", n, "cell")
+        lock = f"{h}:{self.cell_ports['lock']}"
+        common = ["--log-level=warn"]
+        if self.tls:
+            cert, key = self.tls["dc"][n]
+            common += [f"--tls-ca={self.tls['ca']}", f"--tls-cert={cert}", f"--tls-key={key}"]
+        cell = [f"--cell={n.lower()}", f"--lock-service={lock}", f"--data={root}"]
+        self._add(f"{n}/cell-lock", [megastored, "--roles=lock", f"--listen={lock}",
+                                     "--data=" + os.path.join(self.workdir, "data", n, "cell-lock")]
+                  + common, logs, ready="lock service listening")
+        for i, port in enumerate(self.cell_ports["masters"], 1):
+            self._add(f"{n}/master{i}", [megastored, "--roles=master", f"--listen={h}:{port}"] +
+                      cell + common, logs, ready="campaigning", may_lose_lease=True)
+        for i, port in enumerate(self.cell_ports["tablets"], 1):
+            self._add(f"{n}/tablet{i}", [megastored, f"--listen={h}:{port}", "--no-sync"] +
+                      cell + common, logs, ready="registered in cell", may_lose_lease=True)
+
+    def _add(self, name, argv, logs, ready="megastored: ready", may_lose_lease=False):
         file_name = name.replace("/", "-").replace(",", "+")
         path = os.path.join(logs, file_name + ".log")
         dc = name.split("/")[0]
@@ -313,7 +406,8 @@ class Cluster:
                        FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1",
                        DONT_FAKE_MONOTONIC="1")  # the older libfaketime's name
         self.processes[name] = Process(name, argv, path, env,
-                                       core_dir=os.path.join(self.workdir, "cores", file_name))
+                                       core_dir=os.path.join(self.workdir, "cores", file_name),
+                                       ready=ready, may_lose_lease=may_lose_lease)
 
     def clock_file(self, name):
         return os.path.join(self.workdir, "clock",
@@ -352,7 +446,41 @@ class Cluster:
         for name, p in self.processes.items():
             if name.endswith("/gateway"):
                 p.start()
+        if any(p.may_lose_lease for p in self.processes.values()):
+            self.supervisor = threading.Thread(target=self._supervise, daemon=True)
+            self.supervisor.start()
         self.wait_healthy(timeout)
+
+    def _supervise(self, give_up_s=90):
+        """Starts again a cell process that exited because it lost its
+        lock-service session (as a supervisor like systemd would); one that
+        cannot start (its lock service is down too) is tried again, for at
+        most `give_up_s` seconds."""
+        failing = {}  # name -> when its restarts began failing
+        while not self.supervising.wait(0.2):
+            for name, p in self.processes.items():
+                if not p.may_lose_lease:
+                    continue
+                try:
+                    if p.restart_if_lost_lease():
+                        failing.pop(name, None)
+                except ClusterError as e:
+                    p.lost_lease = True  # try again
+                    since = failing.setdefault(name, time.monotonic())
+                    if time.monotonic() - since > give_up_s:
+                        self.supervisor_problems.append(
+                            f"{name} lost its lease and could not start again in {give_up_s} s: "
+                            f"{e}")
+                        p.lost_lease = False
+                        failing.pop(name)
+
+    def stop_supervising(self):
+        self.supervising.set()
+        if self.supervisor is not None:
+            self.supervisor.join(120)
+
+    def lease_exits(self):
+        return sum(p.lease_exits for p in self.processes.values())
 
     def wait_healthy(self, timeout):
         """Until `msadmin cluster status` says every datacenter is up and
@@ -376,7 +504,8 @@ class Cluster:
     def stop(self):
         """Stops every process (clean shutdown first). Returns what went
         wrong: a process that did not exit 0 on SIGTERM."""
-        bad = []
+        self.stop_supervising()
+        bad = list(self.supervisor_problems)
         for name, p in reversed(list(self.processes.items())):
             code = p.stop()
             if code not in (0, None):
@@ -394,6 +523,7 @@ class Cluster:
         return out
 
     def kill_all(self):
+        self.stop_supervising()
         for p in self.processes.values():
             p.kill()
 

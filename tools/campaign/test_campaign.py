@@ -132,6 +132,8 @@ class OutcomeTest(unittest.TestCase):
             self.assertEqual(stale.run(gw, "read", "g1/r0", None)[:2], ("ok", 3))
             self.assertEqual([r[1]["level"] for r in fake.requests],
                              ["snapshot", "inconsistent", "inconsistent"])
+            self.assertEqual([r[1].get("replica") for r in fake.requests], ["A", "A", None],
+                             "a client's weak reads all at one replica")
             gw.close()
         finally:
             fake.close()
@@ -341,6 +343,39 @@ class ProcessTest(unittest.TestCase):
         p.start(timeout=10)
         self.assertEqual(p.stop(timeout=5), -15)  # sh's sleep dies of SIGTERM
         self.assertEqual(p.crashes, [])
+
+    def test_a_cell_process_that_lost_its_lease_is_restarted_not_a_crash(self):
+        import tempfile
+        d = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        p = cluster.Process("A/tablet1", ["sh", "-c", "echo 'registered in cell a'; sleep 0.2; "
+                                          "exit 3"], os.path.join(d, "log"),
+                            ready="registered in cell", may_lose_lease=True)
+        p.start(timeout=10)
+        p.popen.wait()
+        self.assertTrue(p.restart_if_lost_lease(timeout=10))
+        self.assertEqual((p.crashes, p.lease_exits, p.starts), ([], 1, 2))
+        p.popen.wait()
+        p.kill()  # the runner's own kill: its heal restarts it, not the supervisor
+        self.assertEqual(p.lease_exits, 2)
+        self.assertFalse(p.restart_if_lost_lease(timeout=10))
+        # Started within its old session's lease it cannot rejoin yet: tried
+        # again until it can.
+        mark = os.path.join(d, "mark")
+        r = cluster.Process("A/tablet2", ["sh", "-c", f"[ -e {mark} ] || {{ touch {mark}; exit 1; }}; "
+                                          "echo 'registered in cell a'; exec sleep 30"],
+                            os.path.join(d, "log3"), ready="registered in cell",
+                            may_lose_lease=True)
+        r.start(timeout=10)
+        self.assertEqual((r.starts, r.crashes), (2, []))
+        r.kill()
+        # Any other exit of a cell process is a crash.
+        q = cluster.Process("A/master1", ["sh", "-c", "echo campaigning; sleep 0.2; exit 1"],
+                            os.path.join(d, "log2"), ready="campaigning", may_lose_lease=True)
+        q.start(timeout=10)
+        q.popen.wait()
+        self.assertFalse(q.restart_if_lost_lease(timeout=10))
+        self.assertEqual(q.crashes, [1])
 
     def test_a_process_never_ready_times_out(self):
         p = self.proc("exec sleep 30")

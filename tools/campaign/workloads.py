@@ -180,6 +180,7 @@ class Register(Workload):
     # History names of reads by level: current reads are checked for
     # linearizability, the others for their own guarantees.
     READS = {"current": "read", "snapshot": "read-snapshot", "inconsistent": "read-inconsistent"}
+    WEAK_REPLICA = "A"
 
     def __init__(self, rng, groups=2, keys=5, read_level="mixed"):
         super().__init__(rng)
@@ -208,11 +209,17 @@ class Register(Workload):
                     {"table": "Slot", "put": {"grp": grp, "name": name, "value": str(value)}}]})
             return outcome, value, error
         level = self.read_level
+        get = {"table": "Slot", "key": _slot_key(grp, name)}
         if f != "read" or level == "mixed":
             level = {name: lvl for lvl, name in self.READS.items()}[f]
+            if level != "current":
+                # Every weak read at one replica (A holds data in every
+                # topology): its state only moves forward, so a client's
+                # weak reads may be checked for going back.
+                get["replica"] = self.WEAK_REPLICA
+        get["level"] = level
         try:
-            status, reply = gw.post("/v1/get", {"table": "Slot", "key": _slot_key(grp, name),
-                                                "level": level})
+            status, reply = gw.post("/v1/get", get)
         except (Sent, NotSent) as e:
             return "fail", None, str(e)
         if status != 200:
@@ -413,16 +420,20 @@ class BankAcross(Workload):
             for a in accounts]})
         if status != 200:
             return None, _error(status, reply)
-        replies = reply.get("replies", [])
-        if not isinstance(replies, list) or len(replies) != len(accounts):
-            return None, f"gateway answered {len(replies)} replies for {len(accounts)} gets"
+        replies = reply.get("replies") if isinstance(reply, dict) else None
+        if not isinstance(replies, list) or len(replies) != len(accounts) or not all(
+                isinstance(r, dict) for r in replies):
+            return None, f"gateway answered {str(replies)[:100]} to {len(accounts)} gets"
         out = {}
         for a, r in zip(accounts, replies):
             e = r.get("entity") if r.get("found") else None
-            if not e or e.get("value") is None:
-                return None, f"account {a} missing: {r}"
-            out[a] = (int(e["value"]), [int(x) for x in e.get("elems", [])],
-                      r.get("readToken", ""))
+            if not isinstance(e, dict) or e.get("value") is None:
+                return None, f"account {a} missing: {str(r)[:100]}"
+            try:
+                out[a] = (int(e["value"]), [int(x) for x in e.get("elems", [])],
+                          r.get("readToken", ""))
+            except (TypeError, ValueError):
+                return None, f"account {a} malformed: {str(e)[:100]}"
         return out, ""
 
     def run(self, gw, f, key, value):
@@ -457,7 +468,7 @@ class BankAcross(Workload):
         # two-phase transaction its group still holds prepared (its phase
         # two may have failed in a fault), as the next writer always does.
         for acct, g in sorted(self.ACCOUNTS.items()):
-            yield "touch", str(g), None
+            yield "touch", str(g), acct
         yield "read", None, {"accounts": sorted(self.ACCOUNTS)}
 
 
@@ -473,6 +484,7 @@ class Queue(Workload):
         super().__init__(rng)
         self.drained = False
         self.final_got = False
+        self.last_ok = False  # the outcome of the last operation run (the final phase's)
 
     def msck_args(self):
         return ["--model=queue"] + (["--drained"] if self.drained else [])
@@ -505,13 +517,17 @@ class Queue(Workload):
             return "fail", cid, str(e)
         if status != 200:
             return "fail", cid, _error(status, reply)
-        messages = reply.get("messages", [])
-        ids = [int(base64.b64decode(m["body"]).decode()) for m in messages]
+        messages = reply.get("messages") if isinstance(reply, dict) else None
+        try:
+            ids = [int(base64.b64decode(m["body"]).decode()) for m in messages]
+            consumes = [{"queue": self.QUEUE, "id": m["id"]} for m in messages]
+        except (TypeError, KeyError, ValueError) as e:
+            return "fail", cid, f"malformed readQueue reply ({e}): {str(reply)[:100]}"
         if not ids:
             return "ok", [], ""
         outcome, error = _commit(gw, {
             "rootTable": "Grp", "rootKey": [grp], "readToken": reply.get("readToken", ""),
-            "consumes": [{"queue": self.QUEUE, "id": m["id"]} for m in messages],
+            "consumes": consumes,
             "mutations": [{"table": "Slot", "put": {"grp": grp, "name": f"receipt-{cid}",
                                                     "elems": [str(x) for x in ids]}}]})
         return outcome, ids, error
@@ -535,10 +551,22 @@ class Queue(Workload):
                 return "ok", found, ""
 
     def run(self, gw, f, key, value):
+        out = self._run(gw, f, key, value)
+        self.last_ok = out[0] == "ok"
+        return out
+
+    def _run(self, gw, f, key, value):
         if f == "enqueue":
             outcome, error = self._enqueue(gw, value)
             return outcome, value, error
         grp = key[1:]
+        if f == "settle":
+            # A commit in a sender's group settles a two-phase transaction
+            # left prepared there (its messages wait inside it), and its
+            # send makes the gateway deliver the group's whole outbox now.
+            outcome, error = _commit(gw, {"rootTable": "Grp", "rootKey": [grp], "sends": [
+                {"rootTable": "Grp", "rootKey": [grp], "queue": "settle", "body": ""}]})
+            return outcome, value, error
         if f == "receipts":
             return self._receipts(gw, grp)
         outcome, ids, error = self._dequeue(gw, grp, value)
@@ -552,21 +580,28 @@ class Queue(Workload):
         return f"c{self.unique()}" if f == "dequeue" else value
 
     def final_ops(self):
-        # Drain: dequeue every receiver until nothing new arrived for a
-        # while (a message left in an outbox by a fault waits for a sweep),
-        # then read every receipt.
+        # Settle every sender's group, drain every receiver until nothing
+        # new arrived for a while (a message left in an outbox waits for a
+        # sweep), then read every receipt. Drained only if each of those
+        # succeeded (the final phase gives an operation up after 90 s).
+        complete = True
+        for s in self.SENDERS:
+            yield "settle", f"g{s}", None
+            complete = complete and self.last_ok
         quiet_from = time.monotonic()
         while time.monotonic() - quiet_from < self.QUIET_S:
             self.final_got = False
             for r in self.RECEIVERS:
                 yield "dequeue", f"g{r}", f"c{self.unique()}"
+                complete = complete and self.last_ok
             if self.final_got:
                 quiet_from = time.monotonic()
             else:
                 time.sleep(1.0)
-        self.drained = True
         for r in self.RECEIVERS:
             yield "receipts", f"g{r}", None
+            complete = complete and self.last_ok
+        self.drained = complete
 
 
 WORKLOADS = {"register": Register, "list-append": ListAppend, "bank": Bank,

@@ -9,8 +9,9 @@ ledgers check the rest:
 
 Operations: f "transfer" (invoke value {"id", "from", "to", "amount"},
 ids unique), f "read" (the ok value maps each account it read to
-{"balance": n, "ledger": [transfer ids]}) and f "touch" (a write to an
-account's group that changes neither; not checked).
+{"balance": n, "ledger": [transfer ids]}) and f "touch" (invoke value: an
+account; a write to its group that changes neither its balance nor its
+ledger, and settles a two-phase transaction left prepared there).
 
   * every read of an account: its balance is the initial balance plus the
     credits less the debits of the transfers in its ledger, each of which
@@ -19,9 +20,13 @@ account's group that changes neither; not checked).
   * a transfer that failed appears in no ledger;
   * an account's ledger only grows: a read that began after another read
     of it finished shows that read's ledger as a prefix (current reads
-    are linearizable per group);
-  * quiescent reads (begun after every transfer finished or was given up
-    on): the balances of all accounts sum to the total, every transfer in a ledger is in
+    are linearizable per group), and every two reads' ledgers of an
+    account are one a prefix of the other (each write appends to what it
+    read, conditionally: a ledger never forks);
+  * quiescent reads (begun after every transfer finished or began, and
+    after a touch of every account invoked after that finished — a group
+    whose phase two failed shows its old state until its next writer):
+    the balances of all accounts sum to the total, every transfer in a ledger is in
     both of its accounts' ledgers (never half applied), and every transfer
     that succeeded is in both.
 """
@@ -50,6 +55,7 @@ def check(ops, initial):
     anomalies = []
     transfers = {}
     reads = []
+    touches = []
     for o in ops:
         if o.f == "transfer":
             v = o.invoke_value
@@ -63,7 +69,10 @@ def check(ops, initial):
         elif o.f == "read":
             if o.type == "ok":
                 reads.append((o, _read_value(o)))
-        elif o.f != "touch":  # a write to an account's group of nothing checked here
+        elif o.f == "touch":
+            if o.type == "ok":
+                touches.append(o)
+        else:
             raise ValueError(f"line {o.line}: a ledger operation is a transfer, a read or a "
                              f"touch, not {o.f!r}")
 
@@ -128,12 +137,32 @@ def check(ops, initial):
                          f"{len(s['ledger'])} transfers, not extending the {len(old)} an "
                          f"earlier read showed", [other, o])
 
-    # Quiescent reads.
+    # Ledgers never fork: sorted by length, each extends the one before.
+    seen = {}  # account -> {ledger tuple: a read showing it}
+    for o, v in reads:
+        for acct, s in v.items():
+            seen.setdefault(acct, {}).setdefault(tuple(s["ledger"]), o)
+    for acct, ledgers in seen.items():
+        chain = sorted(ledgers, key=len)
+        for shorter, longer in zip(chain, chain[1:]):
+            if longer[:len(shorter)] != shorter:
+                once("ledger-forked", acct, f"account {acct!r}: one read shows "
+                     f"{len(shorter)} transfers, another {len(longer)} not extending them",
+                     [ledgers[shorter], ledgers[longer]])
+                break
+
+    # Quiescent reads: after every account's group was settled by a touch.
     last_transfer = max((t.complete if t.type != "info" else t.invoke
                          for t in transfers.values()), default=0)
-    quiet = [(o, v) for o, v in reads if o.invoke > last_transfer]
     accounts = {a for _, v in reads for a in v}
     accounts |= {t.invoke_value[end] for t in transfers.values() for end in ("from", "to")}
+    settled = {}
+    for t in touches:
+        if t.invoke > last_transfer:
+            a = t.invoke_value
+            settled[a] = min(settled.get(a, float("inf")), t.complete)
+    quiet_from = max(settled.values()) if settled and set(settled) >= accounts else None
+    quiet = [(o, v) for o, v in reads if quiet_from is not None and o.invoke > quiet_from]
     for o, v in quiet:
         total = initial * len(accounts)
         s = sum(a["balance"] for a in v.values())

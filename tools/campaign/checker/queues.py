@@ -16,7 +16,8 @@ dequeue ids to the message ids their receipts list; read once every
 dequeue had finished) are the receipts of every dequeue that took
 effect. With receipts: an unknown dequeue that has one delivered its
 messages; an ok dequeue must have one listing what it returned; a failed
-one must have none.
+one must have none; and every receipt is a dequeue's. f "settle" (a commit
+in a sender's group at the end, sending nothing checked) is allowed.
 """
 
 import collections
@@ -86,8 +87,8 @@ def check(ops, drained=False):
                                  f"received")
             for x in _settle(o, receipts, anomalies):
                 delivered[x].append(o)
-        elif o.f == "receipts":
-            continue
+        elif o.f in ("receipts", "settle"):
+            continue  # settle: a commit in a sender's group, sending nothing checked
         else:
             raise ValueError(f"line {o.line}: a queue operation is an enqueue, a dequeue or "
                              f"receipts, not {o.f!r}")
@@ -105,6 +106,12 @@ def check(ops, drained=False):
         elif ds[0].complete < e.invoke:
             anomalies.append(Anomaly("early-delivery", f"message {x!r} delivered before it was "
                                      f"enqueued", [e, ds[0]]))
+    if receipts is not None:
+        dequeues = {o.invoke_value for o in ops if o.f == "dequeue"}
+        stray = sorted(set(receipts) - dequeues)
+        if stray:
+            anomalies.append(Anomaly("phantom-receipt", f"{len(stray)} receipts of no dequeue, "
+                                     f"e.g. {stray[0]!r}", []))
     if drained:
         lost = [e for x, e in sent.items() if e.type == "ok" and x not in delivered]
         if lost:

@@ -210,6 +210,14 @@ class WeakReadTest(unittest.TestCase):
         self.assertEqual(self.kinds(h), ["weak-read-aborted", "weak-read-from-future",
                                          "weak-read-phantom", "weak-read-regressed"])
 
+    def test_the_levels_are_not_compared_with_each_other(self):
+        # An inconsistent read may see data its replica has not yet recorded
+        # applied, which a later snapshot read does not show.
+        h = H().op(1, "write", "x", 1, 0, 10).op(1, "write", "x", 2, 20, 30)
+        h.op(2, "read-inconsistent", "x", None, 31, 32, value=2)
+        h.op(2, "read-snapshot", "x", None, 33, 34, value=1)
+        self.assertEqual(self.kinds(h), [])
+
 
 class ListAppendTest(unittest.TestCase):
     def kinds(self, h, realtime=True):
@@ -439,6 +447,10 @@ class QueueReceiptTest(unittest.TestCase):
         h.op(2, "dequeue", None, "c1", 21, 30, value=["m1"])
         h.op(3, "receipts", None, None, 50, 60, value={"c1": ["m1", "m2"]})
         self.assertEqual(self.kinds(h), ["receipt-mismatch"])
+        h = H().op(1, "enqueue", None, "m1", 0, 10).op(1, "settle", "g1", None, 11, 12)
+        h.op(2, "dequeue", None, "c1", 21, 30, value=["m1"])
+        h.op(3, "receipts", None, None, 50, 60, value={"c1": ["m1"], "c9": []})
+        self.assertEqual(self.kinds(h), ["phantom-receipt"])
 
 
 def account(balance, *ids):
@@ -457,8 +469,14 @@ class LedgerTest(unittest.TestCase):
              kind="info")
         return h
 
+    def settle(self, h, at=26):
+        """The final phase's touches of every account's group."""
+        for i, a in enumerate("abc"):
+            h.op(4, "touch", "g", a, at + i, at + i + 1)
+        return h
+
     def test_all_or_nothing_transfers_pass(self):
-        h = self.transfers(H())
+        h = self.settle(self.transfers(H()))
         h.op(3, "read", None, None, 5, 6, value={"a": account(100), "b": account(110, "t1")})
         h.op(3, "read", None, None, 30, 40, value={"a": account(97, "t1", "t3"),
                                                    "b": account(110, "t1"),
@@ -466,15 +484,21 @@ class LedgerTest(unittest.TestCase):
         self.assertEqual(self.kinds(h), [])
 
     def test_half_applied_lost_and_aborted_transfers(self):
-        h = self.transfers(H())
+        h = self.settle(self.transfers(H()))
         h.op(3, "read", None, None, 30, 40, value={"a": account(90, "t1"), "b": account(100),
                                                    "c": account(100)})
         self.assertEqual(self.kinds(h), ["half-applied", "wrong-total"])
-        h = self.transfers(H())
+        # Before every group was settled by a touch, a group may still show
+        # its state before a transfer's phase two: not judged.
+        h = self.settle(self.transfers(H()), at=50)
+        h.op(3, "read", None, None, 30, 40, value={"a": account(90, "t1"), "b": account(100),
+                                                   "c": account(100)})
+        self.assertEqual(self.kinds(h), [])
+        h = self.settle(self.transfers(H()))
         h.op(3, "read", None, None, 30, 40, value={"a": account(100), "b": account(100),
                                                    "c": account(100)})
         self.assertEqual(self.kinds(h), ["lost-transfer"])
-        h = self.transfers(H())
+        h = self.settle(self.transfers(H()))
         h.op(3, "read", None, None, 30, 40, value={"a": account(90, "t1"),
                                                    "b": account(105, "t1", "t2"),
                                                    "c": account(105, "t2")})
@@ -487,8 +511,18 @@ class LedgerTest(unittest.TestCase):
         h.op(3, "read", None, None, 25, 26, value={"c": account(100, "t9")})
         h.op(3, "read", None, None, 27, 28, value={"a": account(95, "t1")})
         h.op(3, "read", None, None, 29, 29, value={"c": account(100, "t1")})
-        self.assertEqual(self.kinds(h), ["balance-ledger-mismatch", "ledger-regressed",
-                                         "misplaced-transfer", "phantom-transfer"])
+        self.assertEqual(self.kinds(h), ["balance-ledger-mismatch", "ledger-forked",
+                                         "ledger-regressed", "misplaced-transfer",
+                                         "phantom-transfer"])
+
+    def test_two_reads_never_show_forked_ledgers(self):
+        h = H()
+        for i, tid in enumerate(("t1", "t2")):
+            h.op(5 + i, "transfer", None, {"id": tid, "from": "a", "to": "b", "amount": 1}, 0, 10,
+                 kind="info")
+        h.op(2, "read", None, None, 11, 20, value={"b": account(101, "t1")})
+        h.op(3, "read", None, None, 12, 21, value={"b": account(101, "t2")})  # overlapping
+        self.assertEqual(self.kinds(h), ["ledger-forked"])
 
     def test_a_malformed_ledger_history_is_refused(self):
         h = H().op(1, "transfer", None, {"from": "a"}, 0, 10)
