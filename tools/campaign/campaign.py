@@ -229,7 +229,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
         schema = clusterlib.compile_schema(args.bin, run_dir)
         c = clusterlib.Cluster(topology, run_dir, args.bin, random.Random(f"{seed}-ports"),
                                schema, network=net, faketime="clock" in kinds, disk_dc=disk_dc,
-                               tls=tls)
+                               tls=tls, slowio="slow-disk" in kinds)
         if schedule_file:
             schedule = faults.load(schedule_file)
             faults.validate(schedule, c)
@@ -428,7 +428,7 @@ def campaign_summary(runs, out_dir, command):
         json.dump(runs, f, indent=1)
 
 
-def unusable(kinds):
+def unusable(kinds, bin_dir):
     """The fault kinds this host cannot inject, with why."""
     out = {}
     net_ok, why = network.available()
@@ -437,6 +437,8 @@ def unusable(kinds):
             out[k] = why
         elif k == "clock" and not os.path.exists(clusterlib.FAKETIME_LIB):
             out[k] = "no libfaketime (./ms deps installs faketime)"
+        elif k == "slow-disk" and not os.path.exists(clusterlib.slowio_lib(bin_dir)):
+            out[k] = f"no {clusterlib.slowio_lib(bin_dir)} (./ms build makes it)"
         elif k == "disk-full" and os.geteuid() != 0:
             out[k] = "not root (the disk is a tmpfs the runner mounts)"
     return out
@@ -499,6 +501,9 @@ def parse_args(argv):
         p.error("--timeout must be in [1, 3600]")
     if args.seed is not None and not 0 <= args.seed < 2**62:
         p.error("--seed must be in [0, 2^62)")
+    # Processes start inside network namespaces and with their own working
+    # directories: a relative --bin would name nothing there.
+    args.bin = os.path.abspath(args.bin)
     if args.faults == "none":
         args.fault_kinds = []
     elif args.faults:
@@ -506,10 +511,10 @@ def parse_args(argv):
         for k in args.fault_kinds:
             if k not in faults.KINDS:
                 p.error(f"--faults: {k!r} is none of {', '.join(faults.KINDS)}, or none")
-        for k, why in unusable(args.fault_kinds).items():
+        for k, why in unusable(args.fault_kinds, args.bin).items():
             p.error(f"--faults: {k} cannot be injected here: {why}")
     else:
-        args.skipped = unusable(faults.KINDS)
+        args.skipped = unusable(faults.KINDS, args.bin)
         args.fault_kinds = [k for k in faults.KINDS if k not in args.skipped]
     if args.schedule:
         if args.runs != 1:
@@ -518,9 +523,6 @@ def parse_args(argv):
             p.error("--schedule needs the --seed of the run it replays")
         if not os.path.isfile(args.schedule):
             p.error(f"--schedule: no file {args.schedule}")
-    # Processes start inside network namespaces and with their own working
-    # directories: a relative --bin would name nothing there.
-    args.bin = os.path.abspath(args.bin)
     for tool in ("megastored", "msadmin", "msc"):
         if not os.access(os.path.join(args.bin, tool), os.X_OK):
             p.error(f"--bin: no {tool} in {args.bin} (build first: ./ms build)")

@@ -236,6 +236,12 @@ class Process:
 
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def slowio_lib(bindir):
+    """The slow-disk preload library (tools/campaign/slowio.c), built
+    beside megastored."""
+    return os.path.join(bindir, "libmsslowio.so")
 DISK_MB = 512  # the tmpfs holding the data of a datacenter whose disk fills
 
 
@@ -247,10 +253,12 @@ class Cluster:
     libfaketime, its offset in workdir/clock/NAME.rc (clock faults).
     `disk_dc`: a datacenter whose data lives on a tmpfs of DISK_MB (disk-full
     faults). `tls`: mutual TLS between every process and on the gateways,
-    with certificates of a CA made for the run (`msadmin certs`)."""
+    with certificates of a CA made for the run (`msadmin certs`). `slowio`:
+    every storage process preloads libmsslowio, its delay per I/O call in
+    workdir/slowio/NAME.us (slow-disk faults)."""
 
     def __init__(self, topology, workdir, bindir, rng, schema_pb, network=None, faketime=False,
-                 disk_dc=None, tls=False):
+                 disk_dc=None, tls=False, slowio=False):
         if topology not in TOPOLOGIES:
             raise ClusterError(f"no topology {topology!r} (one of {', '.join(TOPOLOGIES)})")
         self.topology = topology
@@ -263,6 +271,7 @@ class Cluster:
         self.split = split
         self.network = network
         self.faketime = faketime
+        self.slowio = slowio
         self.disk_dc = disk_dc
         self.mounted = []
         taken = set()
@@ -396,18 +405,33 @@ class Cluster:
         if self.network:
             argv = self.network.exec_prefix(dc) + argv
         env = None
+        preload = []
         if self.faketime:
             clock_dir = os.path.join(self.workdir, "clock")
             os.makedirs(clock_dir, exist_ok=True)
             rc = os.path.join(clock_dir, file_name + ".rc")
             with open(rc, "w") as f:
                 f.write("+0\n")
-            env = dict(os.environ, LD_PRELOAD=FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE=rc,
+            preload.append(FAKETIME_LIB)
+            env = dict(os.environ, FAKETIME_TIMESTAMP_FILE=rc,
                        FAKETIME_CACHE_DURATION="1", FAKETIME_DONT_FAKE_MONOTONIC="1",
                        DONT_FAKE_MONOTONIC="1")  # the older libfaketime's name
+        if self.slowio and not name.endswith("/gateway"):
+            path = self.slowio_file(name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write("0\n")
+            preload.append(slowio_lib(self.bindir))
+            env = dict(env or os.environ, MS_SLOWIO_FILE=path)
+        if preload:
+            env["LD_PRELOAD"] = " ".join(preload)
         self.processes[name] = Process(name, argv, path, env,
                                        core_dir=os.path.join(self.workdir, "cores", file_name),
                                        ready=ready, may_lose_lease=may_lose_lease)
+
+    def slowio_file(self, name):
+        return os.path.join(self.workdir, "slowio",
+                            name.replace("/", "-").replace(",", "+") + ".us")
 
     def clock_file(self, name):
         return os.path.join(self.workdir, "clock",

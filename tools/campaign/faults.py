@@ -22,7 +22,10 @@ A schedule is a list of faults, one at a time, each
             back) and jumps back when the fault ends (libfaketime; the
             monotonic clock is left alone);
   disk-full the disk of the datacenter whose data is on a small tmpfs
-            fills up (a ballast file takes every free byte), then frees.
+            fills up (a ballast file takes every free byte), then frees;
+  slow-disk every read, write and fsync of a datacenter's storage
+            processes on their files takes "amount" ms longer (a preloaded
+            library, libmsslowio), then is fast again.
 
 The same seed and the same cluster give the same schedule, so a failing
 run is replayed by its seed, or exactly by the schedule saved with it.
@@ -34,7 +37,7 @@ import threading
 
 PROCESS_KINDS = ("kill", "pause", "crash-dc")
 NETWORK_KINDS = ("isolate", "cut", "one-way", "flaky")
-KINDS = PROCESS_KINDS + NETWORK_KINDS + ("clock", "disk-full")
+KINDS = PROCESS_KINDS + NETWORK_KINDS + ("clock", "disk-full", "slow-disk")
 
 
 class ScheduleError(Exception):
@@ -76,6 +79,10 @@ def _draw(rng, cluster, kind):
         target = rng.choice(storage + gateways)
         amount = rng.choice([-1, 1]) * rng.choice([1, 3, 8, 30, 120])
         duration = rng.uniform(2.0, 8.0)
+    elif kind == "slow-disk":
+        target = rng.choice(names)
+        amount = rng.choice([2, 10, 50])
+        duration = rng.uniform(2.0, 10.0)
     else:  # disk-full
         target = cluster.disk_dc
         duration = rng.uniform(2.0, 8.0)
@@ -106,7 +113,7 @@ def _targets_of(kind, cluster):
     names = cluster.names
     if kind in ("kill", "clock"):
         return set(cluster.processes)
-    if kind in ("pause", "crash-dc", "isolate"):
+    if kind in ("pause", "crash-dc", "isolate", "slow-disk"):
         return set(names)
     if kind in ("cut", "flaky"):
         return {f"{a}-{b}" for a in names for b in names if a != b}
@@ -123,7 +130,7 @@ def validate(schedule, cluster):
         needed = {"at", "kind", "target", "duration"}
         if not isinstance(f, dict) or not needed <= set(f) or set(f) - needed - {"amount"}:
             raise ScheduleError(f"fault {i}: needs exactly at, kind, target, duration "
-                                f"(and amount for flaky and clock)")
+                                f"(and amount for flaky, clock and slow-disk)")
         if f["kind"] not in KINDS:
             raise ScheduleError(f"fault {i}: kind {f['kind']!r} is none of {', '.join(KINDS)}")
         for field in ("at", "duration"):
@@ -135,8 +142,9 @@ def validate(schedule, cluster):
             raise ScheduleError(f"fault {i}: no target {f['target']!r} for {f['kind']} in this "
                                 f"cluster (one of {', '.join(sorted(targets)) or 'none'})")
         amount = f.get("amount")
-        if f["kind"] in ("flaky", "clock"):
-            lo, hi = (1, 100) if f["kind"] == "flaky" else (-86400, 86400)
+        if f["kind"] in ("flaky", "clock", "slow-disk"):
+            lo, hi = {"flaky": (1, 100), "clock": (-86400, 86400),
+                      "slow-disk": (1, 10000)}[f["kind"]]
             if isinstance(amount, bool) or not isinstance(amount, int) or not lo <= amount <= hi:
                 raise ScheduleError(f"fault {i}: {f['kind']} needs an integer amount in "
                                     f"[{lo}, {hi}]")
@@ -145,7 +153,8 @@ def validate(schedule, cluster):
 
 
 def set_clock(path, offset):
-    """Writes a libfaketime offset file whole (a reader never sees it empty)."""
+    """Writes a control file (libfaketime's offset, libmsslowio's delay)
+    whole: a reader never sees it empty."""
     tmp = path + ".tmp"
     with open(tmp, "w") as out:
         out.write(offset + "\n")
@@ -229,6 +238,15 @@ class Injector(threading.Thread):
             path = c.clock_file(target)
             set_clock(path, f"{f['amount']:+d}s")
             return lambda: set_clock(path, "+0")
+        if kind == "slow-disk":
+            paths = [c.slowio_file(p.name) for p in c.storage_processes(target)]
+            for path in paths:
+                set_clock(path, str(f["amount"] * 1000))  # microseconds per I/O call
+
+            def fast_again():
+                for path in paths:
+                    set_clock(path, "0")
+            return fast_again
         # disk-full: a ballast file takes every free byte of the tmpfs.
         path = c.ballast_path()
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
@@ -261,6 +279,10 @@ class Injector(threading.Thread):
         if c.faketime:
             for name in c.processes:
                 set_clock(c.clock_file(name), "+0")
+        if c.slowio:
+            for name in c.processes:
+                if not name.endswith("/gateway"):
+                    set_clock(c.slowio_file(name), "0")
         if c.disk_dc:
             try:
                 os.unlink(c.ballast_path())

@@ -388,6 +388,44 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(p.crashes, [])
 
 
+class SlowIoTest(unittest.TestCase):
+    """The slow-disk preload library delays I/O on files, not on pipes."""
+
+    def test_file_io_is_delayed_while_the_control_file_says_so(self):
+        import subprocess
+        import tempfile
+        lib = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build",
+                           "bin", "libmsslowio.so")
+        lib = os.environ.get("MS_SLOWIO_LIB", lib)
+        if not os.path.exists(lib):
+            self.skipTest(f"no {lib} (./ms build makes it)")
+        d = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        control = os.path.join(d, "delay.us")
+        faults.set_clock(control, "100000")  # 100 ms per call
+        script = (
+            "import os, time\n"
+            f"fd = os.open({os.path.join(d, 'f')!r}, os.O_WRONLY | os.O_CREAT)\n"
+            "t = time.monotonic()\n"
+            "for _ in range(3): os.write(fd, b'x')\n"
+            "files = time.monotonic() - t\n"
+            "r, w = os.pipe()\n"
+            "t = time.monotonic()\n"
+            "for _ in range(20): os.write(w, b'x'); os.read(r, 1)\n"
+            "print(files, time.monotonic() - t)\n")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env=dict(os.environ, LD_PRELOAD=lib, MS_SLOWIO_FILE=control),
+                             timeout=60)
+        files, pipes = map(float, out.stdout.split())
+        self.assertGreaterEqual(files, 0.3, "three file writes of 100 ms each")
+        self.assertLess(pipes, 2.0, "forty pipe calls would take 4 s if delayed")
+        faults.set_clock(control, "0")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env=dict(os.environ, LD_PRELOAD=lib, MS_SLOWIO_FILE=control),
+                             timeout=60)
+        self.assertLess(float(out.stdout.split()[0]), 0.3, "0: no delay")
+
+
 class PlanTest(unittest.TestCase):
     def test_a_replay_naming_topology_and_workload_plans_the_same_run(self):
         import campaign
