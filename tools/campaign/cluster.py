@@ -236,13 +236,13 @@ class Process:
 
 
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+DISK_MB = 512  # the tmpfs holding the data of a datacenter whose disk fills
 
 
 def slowio_lib(bindir):
     """The slow-disk preload library (tools/campaign/slowio.c), built
     beside megastored."""
     return os.path.join(bindir, "libmsslowio.so")
-DISK_MB = 512  # the tmpfs holding the data of a datacenter whose disk fills
 
 
 class Cluster:

@@ -152,7 +152,7 @@ def validate(schedule, cluster):
             raise ScheduleError(f"fault {i}: {f['kind']} takes no amount")
 
 
-def set_clock(path, offset):
+def write_control(path, offset):
     """Writes a control file (libfaketime's offset, libmsslowio's delay)
     whole: a reader never sees it empty."""
     tmp = path + ".tmp"
@@ -236,16 +236,16 @@ class Injector(threading.Thread):
             return net.heal
         if kind == "clock":
             path = c.clock_file(target)
-            set_clock(path, f"{f['amount']:+d}s")
-            return lambda: set_clock(path, "+0")
+            write_control(path, f"{f['amount']:+d}s")
+            return lambda: write_control(path, "+0")
         if kind == "slow-disk":
             paths = [c.slowio_file(p.name) for p in c.storage_processes(target)]
             for path in paths:
-                set_clock(path, str(f["amount"] * 1000))  # microseconds per I/O call
+                write_control(path, str(f["amount"] * 1000))  # microseconds per I/O call
 
             def fast_again():
                 for path in paths:
-                    set_clock(path, "0")
+                    write_control(path, "0")
             return fast_again
         # disk-full: a ballast file takes every free byte of the tmpfs.
         path = c.ballast_path()
@@ -278,11 +278,11 @@ class Injector(threading.Thread):
             c.network.heal()
         if c.faketime:
             for name in c.processes:
-                set_clock(c.clock_file(name), "+0")
+                write_control(c.clock_file(name), "+0")
         if c.slowio:
             for name in c.processes:
                 if not name.endswith("/gateway"):
-                    set_clock(c.slowio_file(name), "0")
+                    write_control(c.slowio_file(name), "0")
         if c.disk_dc:
             try:
                 os.unlink(c.ballast_path())

@@ -402,7 +402,7 @@ class SlowIoTest(unittest.TestCase):
         d = tempfile.mkdtemp()
         self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
         control = os.path.join(d, "delay.us")
-        faults.set_clock(control, "100000")  # 100 ms per call
+        faults.write_control(control, "100000")  # 100 ms per call
         script = (
             "import os, time\n"
             f"fd = os.open({os.path.join(d, 'f')!r}, os.O_WRONLY | os.O_CREAT)\n"
@@ -419,7 +419,7 @@ class SlowIoTest(unittest.TestCase):
         files, pipes = map(float, out.stdout.split())
         self.assertGreaterEqual(files, 0.3, "three file writes of 100 ms each")
         self.assertLess(pipes, 2.0, "forty pipe calls would take 4 s if delayed")
-        faults.set_clock(control, "0")
+        faults.write_control(control, "0")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                              env=dict(os.environ, LD_PRELOAD=lib, MS_SLOWIO_FILE=control),
                              timeout=60)
