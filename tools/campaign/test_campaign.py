@@ -211,6 +211,39 @@ class CrossGroupWorkloadTest(unittest.TestCase):
             lambda gw: w.run(gw, "transfer", None, value))
         self.assertEqual(kind, "info")
 
+    def test_a_transfer_through_a_queue_debits_and_sends_its_credit(self):
+        import base64
+        w = workloads.BankAcross(random.Random(1))
+        value = {"id": 7, "from": "a1", "to": "a2", "amount": 4, "via": "queue"}
+        (kind, _, _), requests = self.run_with(
+            [(200, {"replies": [self.account(50, [3], "tA")]}), (200, {"wrote": True})],
+            lambda gw: w.run(gw, "transfer", None, value))
+        self.assertEqual(kind, "ok")
+        path, body = requests[1]
+        self.assertEqual((path, body["readToken"], body["rootKey"]), ("/v1/commit", "tA", ["201"]))
+        self.assertEqual(body["mutations"][0]["put"]["value"], "46")
+        self.assertEqual(body["mutations"][0]["put"]["elems"], ["3", "7"])
+        send = body["sends"][0]
+        self.assertEqual((send["rootKey"], send["queue"]), (["202"], "credits"))
+        self.assertEqual(json.loads(base64.b64decode(send["body"])), {"id": 7, "amount": 4})
+
+    def test_a_credit_applies_what_waits_on_the_queues_read(self):
+        import base64
+        w = workloads.BankAcross(random.Random(1))
+        body = base64.b64encode(json.dumps({"id": 7, "amount": 4}).encode()).decode()
+        waiting = (200, {"messages": [{"id": "ab01", "queue": "credits", "body": body}],
+                         "readToken": "qtok", "position": "9"})
+        (kind, got, _), requests = self.run_with(
+            [waiting, (200, {"replies": [self.account(10, [1], "atok")]}),
+             (200, {"wrote": True})],
+            lambda gw: w.run(gw, "credit", None, {"account": "a2"}))
+        self.assertEqual((kind, got), ("ok", {"account": "a2", "credited": [7]}))
+        path, commit = requests[2]
+        self.assertEqual(commit["readToken"], "qtok", "conditional on the queue's read")
+        self.assertEqual(commit["consumes"], [{"queue": "credits", "id": "ab01"}])
+        self.assertEqual(commit["mutations"][0]["put"]["value"], "14")
+        self.assertEqual(commit["mutations"][0]["put"]["elems"], ["1", "7"])
+
     def test_reads_report_balances_and_ledgers(self):
         w = workloads.BankAcross(random.Random(1))
         (kind, got, _), _ = self.run_with(

@@ -405,11 +405,23 @@ class BankAcross(Workload):
             if status != 200:
                 raise RuntimeError(f"bank-across setup: {_error(status, reply)}")
 
+    CREDITS = "credits"  # the queue of credits on their way to an account
+    QUIET_S = 15  # the final drain of credits stops after this long with none
+
+    def __init__(self, rng):
+        super().__init__(rng)
+        self.credited = False  # whether the last credit operation credited anything
+        self.last_ok = False
+
     def next_op(self, rng):
-        if rng.random() < 0.7:
+        r = rng.random()
+        if r < 0.6:
             a, b = rng.sample(sorted(self.ACCOUNTS), 2)
             return "transfer", None, {"id": self.unique(), "from": a, "to": b,
-                                      "amount": rng.randint(1, 10)}
+                                      "amount": rng.randint(1, 10),
+                                      "via": "2pc" if r < 0.3 else "queue"}
+        if r < 0.8:
+            return "credit", None, {"account": rng.choice(sorted(self.ACCOUNTS))}
         return "read", None, {"accounts": sorted(rng.sample(sorted(self.ACCOUNTS),
                                                             rng.randint(2, 5)))}
 
@@ -437,11 +449,23 @@ class BankAcross(Workload):
         return out, ""
 
     def run(self, gw, f, key, value):
+        out = self._run(gw, f, key, value)
+        self.last_ok = out[0] == "ok"
+        return out
+
+    def _run(self, gw, f, key, value):
         if f == "touch":
+            # Settles a two-phase transaction the group holds prepared, and
+            # its send makes the gateway deliver the group's whole outbox.
             outcome, error = _commit(gw, {"rootTable": "Grp", "rootKey": [key], "mutations": [
                 {"table": "Slot", "put": {"grp": key, "name": "touch",
-                                          "value": str(self.unique())}}]})
+                                          "value": str(self.unique())}}], "sends": [
+                {"rootTable": "Grp", "rootKey": [key], "queue": "settle", "body": ""}]})
             return outcome, value, error
+        if f == "credit":
+            return self._credit(gw, value)
+        if f == "transfer" and value.get("via") == "queue":
+            return self._send_transfer(gw, value)
         accounts = value["accounts"] if f == "read" else [value["from"], value["to"]]
         try:
             read, err = self._read(gw, accounts)
@@ -463,13 +487,94 @@ class BankAcross(Workload):
         outcome, error = _commit(gw, {"commits": commits}, "/v1/commitAcross")
         return outcome, value, error
 
+    def _send_transfer(self, gw, value):
+        """A transfer through a queue: the debit (and the transfer's id in
+        the payer's ledger) commits with a message carrying the credit to
+        the payee's queue; a credit operation there applies it later."""
+        a, b, amount, tid = value["from"], value["to"], value["amount"], value["id"]
+        try:
+            read, err = self._read(gw, [a])
+        except (Sent, NotSent) as e:
+            return "fail", value, str(e)
+        if read is None:
+            return "fail", value, err
+        balance, ledger, token = read[a]
+        if balance < amount:
+            return "fail", value, "insufficient funds"
+        body = base64.b64encode(json.dumps({"id": tid, "amount": amount}).encode()).decode()
+        outcome, error = _commit(gw, {
+            "rootTable": "Grp", "rootKey": [str(self.ACCOUNTS[a])], "readToken": token,
+            "mutations": [self._account(a, balance - amount, ledger + [tid])],
+            "sends": [{"rootTable": "Grp", "rootKey": [str(self.ACCOUNTS[b])],
+                       "queue": self.CREDITS, "body": body}]})
+        return outcome, value, error
+
+    def _credit(self, gw, value):
+        """Applies the credits waiting in an account's queue: the queue and
+        the account read at one position, then one commit conditional on
+        that read consumes them and adds them to the balance and ledger."""
+        acct = value["account"]
+        g = str(self.ACCOUNTS[acct])
+        self.credited = False
+        try:
+            status, reply = gw.post("/v1/readQueue", {"rootTable": "Grp", "rootKey": [g],
+                                                      "queue": self.CREDITS, "limit": 10})
+            if status != 200:
+                return "fail", value, _error(status, reply)
+            messages = reply.get("messages") if isinstance(reply, dict) else None
+            credits = [json.loads(base64.b64decode(m["body"])) for m in messages]
+            consumes = [{"queue": self.CREDITS, "id": m["id"]} for m in messages]
+            tids = [int(c["id"]) for c in credits]
+            total = sum(int(c["amount"]) for c in credits)
+        except (Sent, NotSent) as e:
+            return "fail", value, str(e)
+        except (TypeError, KeyError, ValueError) as e:
+            return "fail", value, f"malformed readQueue reply ({e}): {str(reply)[:100]}"
+        done = dict(value, credited=tids)
+        if not tids:
+            return "ok", done, ""
+        try:
+            read, err = self._read(gw, [acct])
+        except (Sent, NotSent) as e:
+            return "fail", value, str(e)
+        if read is None:
+            return "fail", value, err
+        balance, ledger, _ = read[acct]
+        outcome, error = _commit(gw, {
+            "rootTable": "Grp", "rootKey": [g], "readToken": reply.get("readToken", ""),
+            "mutations": [self._account(acct, balance + total, ledger + tids)],
+            "consumes": consumes})
+        # The account was read after the queue: if anything committed in
+        # between, the commit (conditional on the queue's read) is refused.
+        if outcome == "ok":
+            self.credited = True
+        return outcome, done, error
+
     def final_ops(self):
         # Every account group written once more first: a write settles a
         # two-phase transaction its group still holds prepared (its phase
-        # two may have failed in a fault), as the next writer always does.
+        # two may have failed in a fault), as the next writer always does,
+        # and delivers the credits its outbox still holds. Then the credits
+        # are applied until none came for a while, and every account read.
+        # Any of these that never succeeded leaves no final read (the run is
+        # an error then, not judged on an undrained state).
+        complete = True
         for acct, g in sorted(self.ACCOUNTS.items()):
             yield "touch", str(g), acct
-        yield "read", None, {"accounts": sorted(self.ACCOUNTS)}
+            complete = complete and self.last_ok
+        quiet_from = time.monotonic()
+        while complete and time.monotonic() - quiet_from < self.QUIET_S:
+            got = False
+            for acct in sorted(self.ACCOUNTS):
+                yield "credit", None, {"account": acct}
+                complete = complete and self.last_ok
+                got = got or self.credited
+            if got:
+                quiet_from = time.monotonic()
+            else:
+                time.sleep(1.0)
+        if complete:
+            yield "read", None, {"accounts": sorted(self.ACCOUNTS)}
 
 
 class Queue(Workload):

@@ -1,17 +1,22 @@
 """Bank transfers across entity groups, each account keeping a ledger.
 
 Each account is its own entity group; a transfer moves money between two
-of them in one transaction across groups, and appends its id to both
-accounts' ledgers in the same writes as the balances. Reads of several
+of them and appends its id to both accounts' ledgers in the same writes
+as the balances: in one transaction across groups (two-phase commit), or
+through a queue (the debit commits with a message carrying the credit,
+which a later transaction of the payee applies; meanwhile the money is
+in flight, in the payer's ledger only). Reads of several
 accounts are not one snapshot (each group is read at its own position),
 so totals can only be checked once every transfer has finished; the
 ledgers check the rest:
 
 Operations: f "transfer" (invoke value {"id", "from", "to", "amount"},
 ids unique), f "read" (the ok value maps each account it read to
-{"balance": n, "ledger": [transfer ids]}) and f "touch" (invoke value: an
+{"balance": n, "ledger": [transfer ids]}), f "touch" (invoke value: an
 account; a write to its group that changes neither its balance nor its
-ledger, and settles a two-phase transaction left prepared there).
+ledger, and settles a two-phase transaction left prepared there) and f
+"credit" (applies credits that came through a queue; its effects are
+judged by the ledgers, not by its own outcome).
 
   * every read of an account: its balance is the initial balance plus the
     credits less the debits of the transfers in its ledger, each of which
@@ -25,7 +30,8 @@ ledger, and settles a two-phase transaction left prepared there).
     read, conditionally: a ledger never forks);
   * quiescent reads (begun after every transfer finished or began, and
     after a touch of every account invoked after that finished — a group
-    whose phase two failed shows its old state until its next writer):
+    whose phase two failed shows its old state until its next writer; the
+    runner also applies every credit in flight before its final read):
     the balances of all accounts sum to the total, every transfer in a ledger is in
     both of its accounts' ledgers (never half applied), and every transfer
     that succeeded is in both.
@@ -72,9 +78,11 @@ def check(ops, initial):
         elif o.f == "touch":
             if o.type == "ok":
                 touches.append(o)
+        elif o.f == "credit":
+            continue
         else:
-            raise ValueError(f"line {o.line}: a ledger operation is a transfer, a read or a "
-                             f"touch, not {o.f!r}")
+            raise ValueError(f"line {o.line}: a ledger operation is a transfer, a read, a "
+                             f"touch or a credit, not {o.f!r}")
 
     reported = set()
 

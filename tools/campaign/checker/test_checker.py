@@ -515,6 +515,24 @@ class LedgerTest(unittest.TestCase):
                                          "ledger-regressed", "misplaced-transfer",
                                          "phantom-transfer"])
 
+    def test_a_transfer_through_a_queue_is_in_flight_until_credited(self):
+        h = H().op(1, "transfer", None, {"id": "q1", "from": "a", "to": "b", "amount": 10,
+                                         "via": "queue"}, 0, 10)
+        h.op(2, "read", None, None, 11, 12, value={"a": account(90, "q1"), "b": account(100)})
+        h.op(2, "credit", None, {"account": "b"}, 13, 14, value={"account": "b",
+                                                                  "credited": ["q1"]})
+        for i, a in enumerate("ab"):
+            h.op(4, "touch", "g", a, 15 + i, 16 + i)
+        final = {"a": account(90, "q1"), "b": account(110, "q1")}
+        self.assertEqual(self.kinds(h.op(2, "read", None, None, 20, 21, value=final)), [])
+        # A credit that never arrived: half applied once everything settled.
+        h = H().op(1, "transfer", None, {"id": "q1", "from": "a", "to": "b", "amount": 10,
+                                         "via": "queue"}, 0, 10)
+        for i, a in enumerate("ab"):
+            h.op(4, "touch", "g", a, 15 + i, 16 + i)
+        h.op(2, "read", None, None, 20, 21, value={"a": account(90, "q1"), "b": account(100)})
+        self.assertEqual(self.kinds(h), ["half-applied", "wrong-total"])
+
     def test_two_reads_never_show_forked_ledgers(self):
         h = H()
         for i, tid in enumerate(("t1", "t2")):
