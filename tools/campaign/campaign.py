@@ -242,7 +242,7 @@ def one_run(args, seed, out_dir, schedule_file=None):
                                             args.fault_kinds)
         with open(os.path.join(run_dir, "schedule.json"), "w") as f:
             json.dump(schedule, f, indent=1)
-        workload = workloads.WORKLOADS[workload_name](random.Random(f"{seed}-workload"))
+        workload = workloads.WORKLOADS[workload_name]()
         if workload_name == "register":
             workload.read_level = args.register_read_level
         clients = args.clients * len(c.names)

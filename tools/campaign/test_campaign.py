@@ -69,7 +69,7 @@ class OutcomeTest(unittest.TestCase):
         fake = FakeGateway([answer])
         try:
             gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
-            w = workloads.Register(random.Random(1))
+            w = workloads.Register()
             kind, value, _ = w.run(gw, "write", "g1/r0", 7)
             gw.close()
             return kind, value, fake.requests
@@ -99,7 +99,7 @@ class OutcomeTest(unittest.TestCase):
         port = s.getsockname()[1]
         s.close()  # nothing listens there now
         gw = workloads.Gateway("127.0.0.1", port, timeout=5)
-        kind, _, error = workloads.Register(random.Random(1)).run(gw, "write", "g1/r0", 7)
+        kind, _, error = workloads.Register().run(gw, "write", "g1/r0", 7)
         self.assertEqual(kind, "fail")
         self.assertIn("not sent", error)
 
@@ -108,7 +108,7 @@ class OutcomeTest(unittest.TestCase):
                             (200, {"found": True, "entity": {"value": "12"}})])
         try:
             gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
-            w = workloads.Register(random.Random(1))
+            w = workloads.Register()
             self.assertEqual(w.run(gw, "read", "g1/r0", None)[:2], ("fail", None))
             self.assertEqual(w.run(gw, "read", "g1/r0", None)[:2], ("ok", None))
             self.assertEqual(w.run(gw, "read", "g1/r0", None)[:2], ("ok", 12))
@@ -122,13 +122,13 @@ class OutcomeTest(unittest.TestCase):
         fake = FakeGateway([found] * 3)
         try:
             gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
-            mixed = workloads.Register(random.Random(1))
+            mixed = workloads.Register()
             self.assertEqual(mixed.run(gw, "read-snapshot", "g1/r0", None)[:2], ("ok", 3))
             self.assertEqual(mixed.run(gw, "read-inconsistent", "g1/r0", None)[:2], ("ok", 3))
             fs = {mixed.next_op(random.Random(i))[0] for i in range(200)}
             self.assertEqual(fs, {"write", "read", "read-snapshot", "read-inconsistent"})
             # One level for every read, named "read": the checker's own check.
-            stale = workloads.Register(random.Random(1), read_level="inconsistent")
+            stale = workloads.Register(read_level="inconsistent")
             self.assertEqual(stale.run(gw, "read", "g1/r0", None)[:2], ("ok", 3))
             self.assertEqual([r[1]["level"] for r in fake.requests],
                              ["snapshot", "inconsistent", "inconsistent"])
@@ -145,7 +145,7 @@ class OutcomeTest(unittest.TestCase):
             (200, {"position": "5", "wrote": True})])
         try:
             gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
-            w = workloads.ListAppend(random.Random(1))
+            w = workloads.ListAppend()
             mops = [["r", "g1/l0", None], ["append", "g1/l1", 11], ["r", "g1/l1", None]]
             kind, done, _ = w.run(gw, "txn", None, mops)
             self.assertEqual(kind, "ok")
@@ -165,7 +165,7 @@ class OutcomeTest(unittest.TestCase):
         try:
             gw = workloads.Gateway("127.0.0.1", fake.port, timeout=5)
             mops = [["append", "g1/l0", 3]]
-            kind, value, _ = workloads.ListAppend(random.Random(1)).run(gw, "txn", None, mops)
+            kind, value, _ = workloads.ListAppend().run(gw, "txn", None, mops)
             self.assertEqual((kind, value), ("fail", mops))
             gw.close()
         finally:
@@ -191,7 +191,7 @@ class CrossGroupWorkloadTest(unittest.TestCase):
                 "readToken": token, "position": "4"}
 
     def test_a_transfer_commits_both_groups_on_their_read_tokens(self):
-        w = workloads.BankAcross(random.Random(1))
+        w = workloads.BankAcross()
         value = {"id": 9, "from": "a0", "to": "a3", "amount": 5}
         reads = (200, {"replies": [self.account(100, [], "tA"), self.account(40, [2], "tB")]})
         (kind, got, _), requests = self.run_with(
@@ -213,7 +213,7 @@ class CrossGroupWorkloadTest(unittest.TestCase):
 
     def test_a_transfer_through_a_queue_debits_and_sends_its_credit(self):
         import base64
-        w = workloads.BankAcross(random.Random(1))
+        w = workloads.BankAcross()
         value = {"id": 7, "from": "a1", "to": "a2", "amount": 4, "via": "queue"}
         (kind, _, _), requests = self.run_with(
             [(200, {"replies": [self.account(50, [3], "tA")]}), (200, {"wrote": True})],
@@ -229,7 +229,7 @@ class CrossGroupWorkloadTest(unittest.TestCase):
 
     def test_a_credit_applies_what_waits_on_the_queues_read(self):
         import base64
-        w = workloads.BankAcross(random.Random(1))
+        w = workloads.BankAcross()
         body = base64.b64encode(json.dumps({"id": 7, "amount": 4}).encode()).decode()
         waiting = (200, {"messages": [{"id": "ab01", "queue": "credits", "body": body}],
                          "readToken": "qtok", "position": "9"})
@@ -245,7 +245,7 @@ class CrossGroupWorkloadTest(unittest.TestCase):
         self.assertEqual(commit["mutations"][0]["put"]["elems"], ["1", "7"])
 
     def test_reads_report_balances_and_ledgers(self):
-        w = workloads.BankAcross(random.Random(1))
+        w = workloads.BankAcross()
         (kind, got, _), _ = self.run_with(
             [(200, {"replies": [self.account(90, [1, 4], "t"), self.account(110, [1], "u")]})],
             lambda gw: w.run(gw, "read", None, {"accounts": ["a0", "a1"]}))
@@ -254,7 +254,7 @@ class CrossGroupWorkloadTest(unittest.TestCase):
                                "a1": {"balance": 110, "ledger": [1]}})
 
     def test_a_dequeue_consumes_what_it_read_with_a_receipt(self):
-        w = workloads.Queue(random.Random(1))
+        w = workloads.Queue()
         waiting = (200, {"messages": [{"id": "ab01", "queue": "q", "body": "MTc="},
                                       {"id": "ab02", "queue": "q", "body": "MjE="}],
                          "readToken": "tok"})
@@ -280,7 +280,7 @@ class CrossGroupWorkloadTest(unittest.TestCase):
                             "a retried final dequeue would overwrite the first one's receipt")
 
     def test_an_enqueue_sends_its_id_and_some_go_through_two_phase_commit(self):
-        w = workloads.Queue(random.Random(1))
+        w = workloads.Queue()
         paths = []
         for mid in (1, 4):
             (kind, _, _), requests = self.run_with(

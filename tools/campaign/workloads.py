@@ -148,10 +148,16 @@ class Workload:
 
     name = ""
 
-    def __init__(self, rng):
-        self.rng = rng
+    def __init__(self):
         self.lock = threading.Lock()
         self.values = itertools.count(1)
+        self.last_ok = False  # whether the last operation run succeeded (the final phase's)
+
+    def run(self, gw, f, key, value):
+        """Runs one operation: (outcome ok/fail/info, value, error)."""
+        out = self._run(gw, f, key, value)
+        self.last_ok = out[0] == "ok"
+        return out
 
     def unique(self):
         with self.lock:
@@ -182,8 +188,8 @@ class Register(Workload):
     READS = {"current": "read", "snapshot": "read-snapshot", "inconsistent": "read-inconsistent"}
     WEAK_REPLICA = "A"
 
-    def __init__(self, rng, groups=2, keys=5, read_level="mixed"):
-        super().__init__(rng)
+    def __init__(self, groups=2, keys=5, read_level="mixed"):
+        super().__init__()
         self.keys = [(g, f"r{k}") for g in range(1, groups + 1) for k in range(keys)]
         # "mixed": reads at every level, each named by its level. One level:
         # every read at it, named "read" — at a level below current that
@@ -201,7 +207,7 @@ class Register(Workload):
         level = "current" if r < 0.6 else "snapshot" if r < 0.8 else "inconsistent"
         return self.READS[level], key, None
 
-    def run(self, gw, f, key, value):
+    def _run(self, gw, f, key, value):
         grp, name = key[1:].split("/")
         if f == "write":
             outcome, error = _commit(gw, {
@@ -237,8 +243,8 @@ class ListAppend(Workload):
     KEYS_ACTIVE = 6  # keys of a group in use at once
     APPENDS_PER_SHIFT = 60  # appends to a group before its window moves on by a key
 
-    def __init__(self, rng, groups=2):
-        super().__init__(rng)
+    def __init__(self, groups=2):
+        super().__init__()
         self.groups = list(range(1, groups + 1))
         self.appends = {g: 0 for g in self.groups}
         self.used = {g: set() for g in self.groups}
@@ -262,7 +268,7 @@ class ListAppend(Workload):
                 mops.append(["r", key, None])
         return "txn", None, mops
 
-    def run(self, gw, f, key, mops):
+    def _run(self, gw, f, key, mops):
         grp = mops[0][1][1:].split("/")[0]
         names = []
         for _, k, _ in mops:
@@ -351,7 +357,7 @@ class Bank(Workload):
                 balances[n] = int(r["entity"]["value"])
         return balances, (replies[0].get("readToken", "") if replies else ""), ""
 
-    def run(self, gw, f, key, value):
+    def _run(self, gw, f, key, value):
         if f == "read":
             try:
                 balances, _, err = self._read(gw, self.ACCOUNTS, value["level"])
@@ -408,10 +414,9 @@ class BankAcross(Workload):
     CREDITS = "credits"  # the queue of credits on their way to an account
     QUIET_S = 15  # the final drain of credits stops after this long with none
 
-    def __init__(self, rng):
-        super().__init__(rng)
+    def __init__(self):
+        super().__init__()
         self.credited = False  # whether the last credit operation credited anything
-        self.last_ok = False
 
     def next_op(self, rng):
         r = rng.random()
@@ -447,11 +452,6 @@ class BankAcross(Workload):
             except (TypeError, ValueError):
                 return None, f"account {a} malformed: {str(e)[:100]}"
         return out, ""
-
-    def run(self, gw, f, key, value):
-        out = self._run(gw, f, key, value)
-        self.last_ok = out[0] == "ok"
-        return out
 
     def _run(self, gw, f, key, value):
         if f == "touch":
@@ -585,11 +585,10 @@ class Queue(Workload):
     BATCH = 10  # messages one dequeue consumes at most
     QUIET_S = 15  # the final drain stops after this long with nothing new (sweeps: 10 s)
 
-    def __init__(self, rng):
-        super().__init__(rng)
+    def __init__(self):
+        super().__init__()
         self.drained = False
         self.final_got = False
-        self.last_ok = False  # the outcome of the last operation run (the final phase's)
 
     def msck_args(self):
         return ["--model=queue"] + (["--drained"] if self.drained else [])
@@ -654,11 +653,6 @@ class Queue(Workload):
             cursor = reply.get("cursor", "")
             if not cursor:
                 return "ok", found, ""
-
-    def run(self, gw, f, key, value):
-        out = self._run(gw, f, key, value)
-        self.last_ok = out[0] == "ok"
-        return out
 
     def _run(self, gw, f, key, value):
         if f == "enqueue":
