@@ -431,10 +431,13 @@ class BankAcross(Workload):
                                                             rng.randint(2, 5)))}
 
     def _read(self, gw, accounts):
-        """({account: (balance, ledger, read token)}, error)."""
-        status, reply = gw.post("/v1/batchGet", {"gets": [
-            {"table": "Slot", "key": _slot_key(self.ACCOUNTS[a], "account"), "level": "current"}
-            for a in accounts]})
+        """({account: (balance, ledger, read token)}, "") or (None, why not)."""
+        try:
+            status, reply = gw.post("/v1/batchGet", {"gets": [
+                {"table": "Slot", "key": _slot_key(self.ACCOUNTS[a], "account"),
+                 "level": "current"} for a in accounts]})
+        except (Sent, NotSent) as e:
+            return None, str(e)
         if status != 200:
             return None, _error(status, reply)
         replies = reply.get("replies") if isinstance(reply, dict) else None
@@ -467,10 +470,7 @@ class BankAcross(Workload):
         if f == "transfer" and value.get("via") == "queue":
             return self._send_transfer(gw, value)
         accounts = value["accounts"] if f == "read" else [value["from"], value["to"]]
-        try:
-            read, err = self._read(gw, accounts)
-        except (Sent, NotSent) as e:
-            return "fail", value, str(e)
+        read, err = self._read(gw, accounts)
         if read is None:
             return "fail", value, err
         if f == "read":
@@ -492,10 +492,7 @@ class BankAcross(Workload):
         the payer's ledger) commits with a message carrying the credit to
         the payee's queue; a credit operation there applies it later."""
         a, b, amount, tid = value["from"], value["to"], value["amount"], value["id"]
-        try:
-            read, err = self._read(gw, [a])
-        except (Sent, NotSent) as e:
-            return "fail", value, str(e)
+        read, err = self._read(gw, [a])
         if read is None:
             return "fail", value, err
         balance, ledger, token = read[a]
@@ -533,10 +530,7 @@ class BankAcross(Workload):
         done = dict(value, credited=tids)
         if not tids:
             return "ok", done, ""
-        try:
-            read, err = self._read(gw, [acct])
-        except (Sent, NotSent) as e:
-            return "fail", value, str(e)
+        read, err = self._read(gw, [acct])
         if read is None:
             return "fail", value, err
         balance, ledger, _ = read[acct]
